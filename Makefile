@@ -1,0 +1,50 @@
+# Every target installs what it needs (make setup) first; see README.md.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+PIP    := $(BIN)/pip --disable-pip-version-check -q
+STAGE  ?= smoke
+ARGS   ?=
+# torch first and pinned, so sentence-transformers does not pull a multi-GB CUDA build;
+# elsewhere use e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH  ?= torch==2.13.0
+TORCH_INDEX ?=
+
+.PHONY: setup test run judge analyze agreement bench services-up services-down services-status clean-runs
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	$(PIP) install -e '.[dev,services,local]'
+	touch $@
+
+test: setup
+	$(PY) -m pytest -q
+
+run: setup
+	$(PY) -m harness.run stage=$(STAGE) $(ARGS)
+
+judge: setup
+	$(PY) -m judge.run stage=$(STAGE) $(ARGS)
+
+analyze: setup
+	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(ARGS)
+
+agreement: setup
+	$(PY) -m judge.agreement stage=$(STAGE) $(if $(JUDGE2),judge2=$(JUDGE2)) $(ARGS)
+
+bench: setup
+	$(PY) -m harness.memory.bench $(ARGS)
+	$(PY) -m analysis.bench_stats
+
+services-up: setup
+	$(PY) -m harness.services up
+
+services-down: setup
+	$(PY) -m harness.services down
+
+services-status: setup
+	$(PY) -m harness.services status

@@ -1,0 +1,84 @@
+"""`python -m harness.run ... dry_run=true`: the resolved plan, seeded and validated."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from harness.data.synth import write
+
+
+def dry_run(*overrides, cwd=None):
+    return subprocess.run([sys.executable, "-m", "harness.run", "dry_run=true", *overrides],
+                          capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def run_lines(out):
+    return [line.split()[1] for line in out.splitlines() if re.match(r"^\s*\d+ \S+\.(lme|public|private)\.", line)]
+
+
+@pytest.fixture(scope="module")
+def synth_s(tmp_path_factory):
+    return write(tmp_path_factory.mktemp("s"), seed=0, size="s")
+
+
+def test_smoke_plan_is_printed_and_reproducible(tmp_path):
+    a = dry_run("stage=smoke", f"cache_dir={tmp_path}")
+    assert a.returncode == 0, a.stderr
+    runs = run_lines(a.stdout)
+    assert len(runs) == 18 and len(set(runs)) == 18
+    assert runs == run_lines(dry_run("stage=smoke", f"cache_dir={tmp_path}").stdout)
+    other = run_lines(dry_run("stage=smoke", f"cache_dir={tmp_path}", "seed=1").stdout)
+    assert other != runs
+
+
+def test_main_plan_on_a_longmemeval_format_file(synth_s):
+    res = dry_run("stage=main", f"data.path={synth_s}")
+    assert res.returncode == 0, res.stderr
+    runs = run_lines(res.stdout)
+    # 180 questions x 8 conditions once, plus the 60-question subset: a second run of those
+    # 8 and full context twice -> 180*8 + 60*8 + 60*2
+    assert len(runs) == 180 * 8 + 60 * 8 + 120
+    conds = [r.split(".")[0] for r in runs]
+    assert conds.count("full") == 120
+    # interleaved: the first 50 runs already mix many conditions
+    assert len(set(conds[:50])) >= 6
+    assert "sample main: 180 questions" in res.stdout and "sample full: 60 questions" in res.stdout
+
+
+def test_org_plan_uses_both_variants(synth_s):
+    res = dry_run("stage=org", f"data.path={synth_s}")
+    assert res.returncode == 0, res.stderr
+    runs = run_lines(res.stdout)
+    pub = {r for r in runs if ".public." in r}
+    priv = {r for r in runs if ".private." in r}
+    assert len(pub) == 120 * 5 and len(priv) == 42 * 6
+    assert not any(r.startswith("no_view_policy.public") for r in runs)
+
+
+def test_short_samples_are_announced(tmp_path):
+    path = write(tmp_path, seed=0, size="tiny")
+    res = dry_run("stage=main", f"data.path={path}")
+    assert res.returncode == 0
+    assert "SHORT by" in res.stdout
+
+
+def test_bad_data_stops_before_anything_runs(tmp_path, synth_s):
+    recs = json.loads(synth_s.read_text())
+    recs[7]["haystack_dates"][0] = "yesterday"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(recs))
+    res = dry_run("stage=main", f"data.path={bad}")
+    assert res.returncode == 2
+    assert "record #7" in res.stderr and "haystack_dates[0]" in res.stderr
+    missing = dry_run("stage=main", f"data.path={tmp_path}/nope.json")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_cfg_job_prints_the_resolved_config():
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=org", "--cfg", "job"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "no_view_policy" in res.stdout and "org_public" in res.stdout
