@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from harness.data.longmemeval import DataError
 from harness.data.samples import SampleError
 from harness.plan import PlanError, build
+from harness.records import StageMismatch
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -29,10 +30,14 @@ def main(cfg: DictConfig) -> None:
         if cfg.dry_run:
             print(plan.render())
             return
-        from harness.driver import run_stage
+        from harness.driver import EndpointError, run_stage
 
-        run_stage(cfg, plan)
-    except (DataError, SampleError, PlanError) as exc:
+        try:
+            run_stage(cfg, plan)
+        except EndpointError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+    except (DataError, SampleError, PlanError, StageMismatch) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
 

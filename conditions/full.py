@@ -1,0 +1,18 @@
+"""The whole history in the prompt, oldest first, each session headed by its date."""
+
+from conditions import Access
+from harness.data.longmemeval import DATE_FORMAT
+
+
+def history(question) -> str:
+    parts = []
+    for s in question.sessions_by_time():
+        lines = [f"### Conversation on {s.date.strftime(DATE_FORMAT)}"]
+        lines += [f"{'User' if t.role == 'user' else 'Assistant'}: {t.content}" for t in s.turns]
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def build(cfg, ctx) -> Access:
+    # no retrieval happens, so no evidence-hit is measured for this condition
+    return Access(text=str(cfg.access).format(history=history(ctx.question)), notes={"history_in_prompt": True})

@@ -1,0 +1,32 @@
+"""Cost of a model call at list price and at the price charged (off-peak windows, SPEC 5).
+
+Prices are per million tokens from the model config: cache hit, cache miss, output.
+A provider may halve every price inside an off-peak window given in UTC; the
+window may wrap past midnight.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, time
+
+
+def list_cost(prices, hit: int, miss: int, output: int) -> float:
+    return (hit * float(prices["hit"]) + miss * float(prices["miss"]) + output * float(prices["output"])) / 1e6
+
+
+def _parse(hhmm: str) -> time:
+    h, m = hhmm.split(":")
+    return time(int(h), int(m))
+
+
+def offpeak_factor(offpeak, when: datetime) -> float:
+    """The factor applied to list prices for a call made at `when` (UTC)."""
+    if not offpeak:
+        return 1.0
+    start, end, t = _parse(offpeak["start_utc"]), _parse(offpeak["end_utc"]), when.time()
+    inside = (start <= t < end) if start < end else (t >= start or t < end)
+    return float(offpeak["factor"]) if inside else 1.0
+
+
+def paid_cost(prices, offpeak, hit: int, miss: int, output: int, when: datetime) -> float:
+    return list_cost(prices, hit, miss, output) * offpeak_factor(offpeak, when)

@@ -1,0 +1,197 @@
+"""The metering proxy: every model call of a stage passes through it and lands in the ledger.
+
+A real HTTP server on loopback between the agents (and the judge) and the
+upstream endpoint. It forwards each request body unchanged, adds the upstream
+key (clients only ever hold a placeholder, so the key never reaches a record or
+a log), and appends two durable ledger lines per call: `request` before
+forwarding and `response` after, so a call cut off by a crash is still visible.
+Calls are tagged by the client with the `X-Run-Tag`, `X-Attempt` and
+`X-Role` headers (agent, asked agent, judge).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+
+TAG, ATTEMPT, ROLE = "X-Run-Tag", "X-Attempt", "X-Role"
+_HOP = {"host", "content-length", "authorization", "connection", "accept-encoding",
+        TAG.lower(), ATTEMPT.lower(), ROLE.lower()}
+
+
+def usage_split(usage: dict | None) -> dict:
+    """Prompt tokens split into cache hit and miss, as each provider reports them.
+
+    DeepSeek reports `prompt_cache_hit_tokens` / `prompt_cache_miss_tokens`; OpenAI
+    (and llama.cpp) `prompt_tokens_details.cached_tokens`. When neither is present
+    every prompt token counts as a miss and `cache_reported` is false.
+    """
+    usage = usage or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    output = int(usage.get("completion_tokens") or 0)
+    details = usage.get("completion_tokens_details") or {}
+    reasoning = int(details.get("reasoning_tokens") or 0)
+    if "prompt_cache_hit_tokens" in usage:
+        hit = int(usage.get("prompt_cache_hit_tokens") or 0)
+        reported = True
+    elif (usage.get("prompt_tokens_details") or {}).get("cached_tokens") is not None:
+        hit = int(usage["prompt_tokens_details"]["cached_tokens"] or 0)
+        reported = True
+    else:
+        hit, reported = 0, False
+    return {"prompt": prompt, "hit": hit, "miss": max(prompt - hit, 0), "output": output,
+            "reasoning": reasoning, "cache_reported": reported}
+
+
+class Ledger:
+    """Append-only JSON lines, flushed and fsynced per line (calls take seconds; this takes ~1 ms)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def append(self, entry: dict) -> None:
+        line = json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n"
+        with self._lock:
+            self._f.write(line)
+            self._f.flush()
+            os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            self._f.close()
+
+
+def read_ledger(path: str | Path) -> list[dict]:
+    """All complete lines; a last line torn by a crash is ignored."""
+    out = []
+    p = Path(path)
+    if not p.exists():
+        return out
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+class MeteringProxy:
+    """`with MeteringProxy(upstream, ledger, api_key) as p: p.base_url` (an OpenAI base URL)."""
+
+    def __init__(self, upstream: str, ledger: Ledger, api_key: str | None = None, timeout_s: float = 600.0,
+                 model_name: str = ""):
+        self.upstream = upstream.rstrip("/")
+        self.ledger = ledger
+        self.model_name = model_name
+        self._key = api_key
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> "MeteringProxy":
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                proxy._forward(self, "POST")
+
+            def do_GET(self):
+                proxy._forward(self, "GET")
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metering-proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        self._client.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def _forward(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        length = int(h.headers.get("Content-Length") or 0)
+        body = h.rfile.read(length) if length else b""
+        path = h.path[3:] if h.path.startswith("/v1") else h.path
+        url = self.upstream + path
+        call_id = uuid.uuid4().hex
+        tag = h.headers.get(TAG, "")
+        attempt = int(h.headers.get(ATTEMPT) or 0)
+        role = h.headers.get(ROLE, "agent")
+        model = self.model_name
+        if body:
+            try:
+                model = json.loads(body).get("model", model)
+            except (json.JSONDecodeError, AttributeError):
+                pass
+        base = {"call": call_id, "tag": tag, "attempt": attempt, "role": role, "model": model, "path": path}
+        if method == "POST":
+            self.ledger.append({**base, "event": "request", "ts": _now()})
+        headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        t0 = time.perf_counter()
+        status, payload, ctype, err = 502, b"", "application/json", None
+        try:
+            resp = self._client.request(method, url, content=body, headers=headers)
+            status, payload = resp.status_code, resp.content
+            ctype = resp.headers.get("content-type", ctype)
+        except httpx.TimeoutException as exc:
+            status, err = 504, f"upstream timeout: {type(exc).__name__}"
+        except httpx.HTTPError as exc:
+            status, err = 502, f"upstream error: {type(exc).__name__}: {exc}"
+        latency = time.perf_counter() - t0
+        if err:
+            payload = json.dumps({"error": {"message": err, "type": "proxy_error"}}).encode()
+        if method == "POST":
+            entry = {**base, "event": "response", "ts": _now(), "status": status, "latency_s": round(latency, 4)}
+            if status == 200:
+                try:
+                    data = json.loads(payload)
+                    entry.update(usage_split(data.get("usage")))
+                    entry["response_model"] = data.get("model")
+                    if data.get("adapter"):
+                        entry["adapter"] = data["adapter"]
+                except (json.JSONDecodeError, AttributeError):
+                    entry["error"] = "unparsable upstream body"
+            else:
+                entry["error"] = err or payload[:300].decode("utf-8", "replace")
+            self.ledger.append(entry)
+        h.send_response(status)
+        h.send_header("Content-Type", ctype)
+        h.send_header("Content-Length", str(len(payload)))
+        h.end_headers()
+        h.wfile.write(payload)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")

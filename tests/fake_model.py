@@ -1,0 +1,131 @@
+"""A scripted OpenAI-compatible server for testing the loop's control flow (not a model).
+
+Real HTTP on loopback. Its policy: with tools offered and no tool result yet in
+the conversation, it calls the first tool (a search gets the user's question as
+query); otherwise it answers. Faults are injected from a seeded schedule: 429,
+500, or a hang longer than the client's timeout. Usage numbers are derived from
+the request size so token accounting can be checked exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def prompt_tokens(messages: list[dict], tools: list | None) -> int:
+    return (len(json.dumps(messages)) + len(json.dumps(tools or []))) // 4
+
+
+class FakeModel:
+    def __init__(self, delay_s: float = 0.0, p429: float = 0.0, p500: float = 0.0, phang: float = 0.0,
+                 hang_s: float = 30.0, seed: int = 0, script=None, answer: str = "I don't know.",
+                 schedule: list[str] | None = None):
+        self.delay_s, self.p429, self.p500, self.phang, self.hang_s = delay_s, p429, p500, phang, hang_s
+        self.rng = random.Random(seed)
+        self.script = script  # optional callable(request_json) -> message dict, overrides the policy
+        self.answer = answer
+        self.schedule = list(schedule or [])  # faults for the first requests, in order ("ok" for none)
+        self.requests: list[dict] = []
+        self.faults: list[str] = []
+        self._lock = threading.Lock()
+        self._srv: ThreadingHTTPServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._srv.server_address[1]}/v1"
+
+    def _next_fault(self) -> str | None:
+        if self.schedule:
+            f = self.schedule.pop(0)
+            return None if f == "ok" else f
+        roll = self.rng.random()
+        for name, p in (("429", self.p429), ("500", self.p500), ("hang", self.phang)):
+            if roll < p:
+                return name
+            roll -= p
+        return None
+
+    def policy(self, req: dict) -> dict:
+        if self.script:
+            return self.script(req)
+        tools = req.get("tools") or []
+        messages = req["messages"]
+        if tools and req.get("tool_choice") != "none" and not any(m["role"] == "tool" for m in messages):
+            fn = tools[0]["function"]
+            props = fn.get("parameters", {}).get("properties", {})
+            question = next(m["content"] for m in messages if m["role"] == "user")
+            args = {"query": question} if "query" in props else {k: "x" for k in fn.get("parameters", {}).get("required", [])}
+            return {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{len(self.requests)}", "type": "function",
+                "function": {"name": fn["name"], "arguments": json.dumps(args)}}]}
+        return {"role": "assistant", "content": self.answer}
+
+    def start(self) -> "FakeModel":
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status: int, obj: dict):
+                body = json.dumps(obj).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a hang longer than its timeout)
+
+            def do_GET(self):
+                self._send(200, {"data": [{"id": "fake"}]})
+
+            def do_POST(self):
+                req = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                with fake._lock:
+                    fake.requests.append({"body": req, "headers": dict(self.headers)})
+                    fault = fake._next_fault()
+                if fault:
+                    fake.faults.append(fault)
+                if fault == "429":
+                    return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}})
+                if fault == "500":
+                    return self._send(500, {"error": {"message": "boom", "type": "server_error"}})
+                if fault == "hang":
+                    time.sleep(fake.hang_s)
+                    return self._send(500, {"error": {"message": "late", "type": "server_error"}})
+                time.sleep(fake.delay_s)
+                msg = fake.policy(req)
+                pt = prompt_tokens(req["messages"], req.get("tools"))
+                hit = pt // 2
+                self._send(200, {
+                    "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+                    "model": req.get("model", "fake"),
+                    "choices": [{"index": 0, "message": msg,
+                                 "finish_reason": "tool_calls" if msg.get("tool_calls") else "stop"}],
+                    "usage": {"prompt_tokens": pt, "completion_tokens": 7, "total_tokens": pt + 7,
+                              "prompt_cache_hit_tokens": hit, "prompt_cache_miss_tokens": pt - hit},
+                })
+
+        self._srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._srv.daemon_threads = True
+        threading.Thread(target=self._srv.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._srv:
+            self._srv.shutdown()
+            self._srv.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()

@@ -1,0 +1,125 @@
+"""The driver end to end against a scripted upstream: crash safety, retries, failures, resumption."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.proxy import read_ledger
+from tests.fake_model import FakeModel
+
+GROUPS = "stage.groups=[{sample:smoke,conditions:[none,full],repeats:3}]"
+
+
+def cmd(fake, tmp, *extra):
+    return [sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm", f"model.base_url={fake.base_url}",
+            "model.backoff_s=0.01", "samples.smoke.limit=null", GROUPS, f"runs_dir={tmp}/runs",
+            f"cache_dir={tmp}/cache", "concurrency=4", *extra]
+
+
+def stage_dir(tmp) -> Path:
+    return Path(tmp) / "runs" / "smoke" / "smoke"
+
+
+def records(tmp) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in (stage_dir(tmp) / "records").glob("*.json")}
+
+
+def check_accounts(tmp, expected_runs: int):
+    recs = records(tmp)
+    assert len(recs) == expected_runs
+    ledger = read_ledger(stage_dir(tmp) / "ledger.jsonl")
+    responses = [e for e in ledger if e.get("event") == "response" and e["status"] == 200]
+    for run_id, r in recs.items():
+        mine = [e for e in responses if e["tag"] == run_id and e["attempt"] == r["attempt"]]
+        assert len(mine) == r["model_calls"], run_id
+        assert sum(e["prompt"] for e in mine) == r["tokens"]["prompt"]
+        assert sum(e["output"] for e in mine) == r["tokens"]["output"]
+        assert sum(e["hit"] for e in mine) == r["tokens"]["hit"]
+    return recs, ledger
+
+
+def test_kill_9_mid_stage_then_resume_records_every_run_once(tmp_path):
+    with FakeModel(delay_s=0.25) as fake:
+        killed_with_started = []
+        for kill_after in (5, 14):
+            proc = subprocess.Popen(cmd(fake, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
+            deadline = time.time() + 120
+            rec_dir = stage_dir(tmp_path) / "records"
+            while time.time() < deadline and (not rec_dir.exists() or len(list(rec_dir.glob("*.json"))) < kill_after):
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            done = set(records(tmp_path))
+            started = {json.loads(l)["run"] for l in (stage_dir(tmp_path) / "attempts.jsonl").read_text().splitlines()}
+            killed_with_started.append(started - done)
+            assert 0 < len(done) < 36
+        assert any(killed_with_started), "the kills interrupted runs in flight"
+        res = subprocess.run(cmd(fake, tmp_path), capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        recs, ledger = check_accounts(tmp_path, 36)
+        interrupted = {(e["tag"], e["attempt"]) for e in ledger if e.get("event") == "interrupted"}
+        for lost in killed_with_started:
+            for run_id in lost:
+                assert recs[run_id]["attempt"] >= 2
+                assert any(tag == run_id and a < recs[run_id]["attempt"] for tag, a in interrupted)
+        for tag, a in interrupted:
+            assert recs[tag]["attempt"] > a, "a finished attempt is never marked interrupted"
+        # the ledger keeps the spending of interrupted attempts
+        assert any(e.get("event") == "request" and (e["tag"], e["attempt"]) in interrupted for e in ledger)
+        # a third start finds nothing to do and changes nothing
+        before = {k: v["finished"] for k, v in recs.items()}
+        again = subprocess.run(cmd(fake, tmp_path), capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0 and "0 to run" in again.stderr
+        assert {k: v["finished"] for k, v in records(tmp_path).items()} == before
+
+
+def test_faulty_upstream_loses_no_run(tmp_path):
+    with FakeModel(p429=0.2, p500=0.15, phang=0.05, hang_s=2.5, seed=3) as fake:
+        res = subprocess.run(cmd(fake, tmp_path, "model.timeout_s=1"), capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr
+        recs, ledger = check_accounts(tmp_path, 36)
+        assert all(r["status"] == "ok" for r in recs.values())
+        statuses = Counter(e["status"] for e in ledger if e.get("event") == "response")
+        assert statuses[429] > 0 and statuses[500] > 0 and statuses[504] > 0
+        assert set(fake.faults) == {"429", "500", "hang"}
+
+
+def test_exhausted_retries_are_recorded_as_failed_runs(tmp_path):
+    with FakeModel(p500=1.0) as fake:
+        res = subprocess.run(cmd(fake, tmp_path, "model.max_retries=1"), capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        recs = records(tmp_path)
+        assert len(recs) == 36
+        assert all(r["status"] == "failed" and r["error"].startswith("model:") and r["answer"] == ""
+                   for r in recs.values())
+        assert "36 failed" in res.stderr
+
+
+def test_resuming_with_another_config_is_refused(tmp_path):
+    with FakeModel() as fake:
+        assert subprocess.run(cmd(fake, tmp_path), capture_output=True, timeout=300).returncode == 0
+        res = subprocess.run(cmd(fake, tmp_path, "seed=5"), capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2 and "another configuration" in res.stderr
+        # speed settings are not part of the identity of a stage
+        ok = subprocess.run(cmd(fake, tmp_path, "concurrency=2"), capture_output=True, text=True, timeout=120)
+        assert ok.returncode == 0 and "0 to run" in ok.stderr
+
+
+def test_records_name_config_seed_versions_data_and_prices(tmp_path):
+    with FakeModel() as fake:
+        assert subprocess.run(cmd(fake, tmp_path), capture_output=True, timeout=300).returncode == 0
+    stage = json.loads((stage_dir(tmp_path) / "stage.json").read_text())
+    for r in records(tmp_path).values():
+        assert r["config_hash"] == stage["config_hash"] and r["seed"] == 0
+        assert r["data_sha256"] == stage["data"]["sha256"] and len(r["data_sha256"]) == 64
+        assert r["versions"]["openai"] and r["versions"]["hermes-agent"]
+        assert r["prices"] == {"currency": "USD", "hit": 0.0, "miss": 0.0, "output": 0.0, "usd_per_currency": 1.0}
+    assert (stage_dir(tmp_path) / "config.yaml").exists()
