@@ -34,7 +34,7 @@ analyze: setup
 	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(ARGS)
 
 agreement: setup
-	$(PY) -m judge.agreement stage=$(STAGE) $(if $(JUDGE2),judge2=$(JUDGE2)) $(ARGS)
+	$(PY) -m judge.agreement stage=$(STAGE) $(if $(JUDGE2),+judge@judge2=$(JUDGE2)) $(ARGS)
 
 bench: setup
 	$(PY) -m harness.memory.bench $(ARGS)

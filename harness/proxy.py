@@ -59,6 +59,9 @@ class Ledger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._f = open(self.path, "a", encoding="utf-8")
+        if self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n"):
+            self._f.write("\n")  # end a line torn by a crash, so the next entry stays whole
+            self._f.flush()
 
     def append(self, entry: dict) -> None:
         line = json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n"

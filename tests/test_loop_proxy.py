@@ -187,4 +187,7 @@ def test_ledger_survives_a_torn_last_line(tmp_path):
     with open(tmp_path / "l.jsonl", "a") as f:
         f.write('{"event": "resp')
     assert read_ledger(tmp_path / "l.jsonl") == [{"event": "request", "n": 1}]
-    assert json.loads((tmp_path / "l.jsonl").read_text().splitlines()[0])["n"] == 1
+    again = Ledger(tmp_path / "l.jsonl")
+    again.append({"event": "response", "n": 2})
+    again.close()
+    assert read_ledger(tmp_path / "l.jsonl") == [{"event": "request", "n": 1}, {"event": "response", "n": 2}]

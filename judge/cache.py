@@ -1,0 +1,54 @@
+"""Judge replies cached by (judge identity, prompt sha256), shared by every stage.
+
+A SQLite file (WAL, one short transaction per write) so two judging processes can
+share it. Only real replies are cached; a failed call is never cached, so the
+next run asks again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS replies (
+    identity TEXT NOT NULL,
+    prompt_sha256 TEXT NOT NULL,
+    reply TEXT NOT NULL,
+    model TEXT,
+    ts TEXT NOT NULL,
+    PRIMARY KEY (identity, prompt_sha256)
+)"""
+
+
+class JudgeCache:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(_SCHEMA)
+
+    def get(self, identity: str, prompt_sha256: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT reply FROM replies WHERE identity=? AND prompt_sha256=?",
+                                   (identity, prompt_sha256)).fetchone()
+        return row[0] if row else None
+
+    def put(self, identity: str, prompt_sha256: str, reply: str, model: str | None = None) -> None:
+        ts = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?, ?)",
+                             (identity, prompt_sha256, reply, model, ts))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM replies").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
