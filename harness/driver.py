@@ -189,49 +189,95 @@ class StageRunner:
         return record
 
 
+def same_model(a, b) -> bool:
+    return (a.get("provider"), a.get("model"), a.get("base_url")) == (b.get("provider"), b.get("model"), b.get("base_url"))
+
+
 def run_stage(cfg, plan: Plan) -> RunDir:
     rd = RunDir.for_stage(cfg)
     info = rd.open(cfg, stage_info(cfg, plan))
     if info["data"]["sha256"] != plan.data["sha256"]:
         raise StageMismatch(f"{rd.root}: the data file changed since this stage started "
-                           f"({info['data']['sha256'][:12]} -> {plan.data['sha256'][:12]}); use a new stage.label")
+                            f"({info['data']['sha256'][:12]} -> {plan.data['sha256'][:12]}); use a new stage.label")
     done = rd.done()
     pending = [r for r in plan.runs if r.run_id not in done]
     attempts = rd.attempts()
     print(f"{rd.root}: {len(plan.runs)} runs planned, {len(done)} recorded, {len(pending)} to run", file=sys.stderr)
-    if not pending:
-        return rd
-    concurrency = max(1, min(int(cfg.concurrency), int(cfg.model.get("max_concurrency") or cfg.concurrency)))
-    ledger = Ledger(rd.ledger_path)
-    mark_interrupted(rd, ledger, done)
-    try:
-        with model_endpoint(cfg.model, concurrency) as (upstream, key, endpoint_info), \
-                MeteringProxy(upstream, ledger, key, float(cfg.model.get("timeout_s", 600)),
-                              str(cfg.model.model)) as proxy:
-            runner = StageRunner(cfg, plan, rd, info, proxy.base_url, endpoint_info)
-            runner.env.questions  # load (and validate) the questions before any agent starts
-            bar = tqdm(total=len(plan.runs), initial=len(done), unit="run", dynamic_ncols=True, file=sys.stderr)
-            try:
-                with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent") as pool:
-                    queue = iter(pending)
-                    running = set()
-                    for spec in queue:
-                        running.add(pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1))
-                        if len(running) >= concurrency:
-                            finished, running = wait(running, return_when=FIRST_COMPLETED)
-                            _collect(finished, bar, runner)
-                    while running:
-                        finished, running = wait(running, return_when=FIRST_COMPLETED)
-                        _collect(finished, bar, runner)
-            finally:
-                bar.close()
-                runner.env.close()
-            t = runner.totals
-            print(f"done: {len(plan.runs)} runs, {t['failed']} failed in this session, "
-                  f"{t['tokens']:,} tokens, ${t['cost']:.4f} at list price", file=sys.stderr)
-    finally:
-        ledger.close()
+    judge_after = bool(cfg.stage.get("judge_after_run", False))
+    judged = False
+    if pending:
+        concurrency = max(1, min(int(cfg.concurrency), int(cfg.model.get("max_concurrency") or cfg.concurrency)))
+        ledger = Ledger(rd.ledger_path)
+        mark_interrupted(rd, ledger, done)
+        try:
+            with model_endpoint(cfg.model, concurrency) as endpoint, \
+                    MeteringProxy(endpoint[0], ledger, endpoint[1], float(cfg.model.get("timeout_s", 600)),
+                                  str(cfg.model.model)) as proxy:
+                runner = StageRunner(cfg, plan, rd, info, proxy.base_url, endpoint[2])
+                runner.env.questions  # load (and validate) the questions before any agent starts
+                _run_pool(runner, pending, attempts, concurrency, len(plan.runs), len(done))
+                t = runner.totals
+                print(f"runs done: {t['failed']} failed in this session, {t['tokens']:,} tokens, "
+                      f"${t['cost']:.4f} at list price", file=sys.stderr)
+                if judge_after and same_model(cfg.judge, cfg.model):
+                    ledger.close()  # the judge appends to the same ledger through its own proxy
+                    _judge(cfg, rd, endpoint)
+                    judged = True
+        finally:
+            ledger.close()
+    if judge_after and not judged:
+        _judge(cfg, rd, None)
+    print(summary(rd, str(cfg.judge.name) if judge_after else None), file=sys.stderr)
     return rd
+
+
+def _judge(cfg, rd: RunDir, endpoint) -> None:
+    from judge.run import judge_stage, report
+
+    report(judge_stage(cfg, rd, endpoint=endpoint))
+
+
+def summary(rd: RunDir, judge_name: str | None) -> str:
+    """Per condition: runs, failures, the share of runs that called a tool, tokens, and judged accuracy."""
+    labels = {}
+    if judge_name:
+        from judge.run import load_judgements
+
+        labels = {rid: j.get("label") for (rid, kind), j in load_judgements(rd, judge_name).items() if kind == "correct"}
+    rows: dict[tuple[str, str], list[dict]] = {}
+    for r in rd.records():
+        rows.setdefault((r["condition"], r["variant"]), []).append(r)
+    lines = [f"{'condition':<24}{'variant':<9}{'runs':>5}{'failed':>7}{'tool use':>9}{'tokens/run':>11}{'accuracy':>10}"]
+    for (cond, var), rs in sorted(rows.items()):
+        n = len(rs)
+        used = sum(r["tool_calls"] > 0 for r in rs)
+        tokens = sum(r["tokens"]["prompt"] + r["tokens"]["output"] for r in rs) / n
+        judged = [labels.get(r["run_id"]) for r in rs]
+        acc = (f"{sum(bool(x) for x in judged) / n:>9.0%}" + ("*" if None in judged else " ")) if labels else "       -  "
+        lines.append(f"{cond:<24}{var or '-':<9}{n:>5}{sum(r['status'] != 'ok' for r in rs):>7}"
+                     f"{used / n:>9.0%}{tokens:>11,.0f}{acc}")
+    if labels:
+        lines.append(f"accuracy judged by {judge_name}; * = some runs not judged yet (counted wrong here)")
+    return "\n".join(lines)
+
+
+def _run_pool(runner: StageRunner, pending: list[RunSpec], attempts: dict[str, int], concurrency: int,
+              total: int, done: int) -> None:
+    bar = tqdm(total=total, initial=done, unit="run", dynamic_ncols=True, file=sys.stderr)
+    try:
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent") as pool:
+            running = set()
+            for spec in pending:
+                running.add(pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1))
+                if len(running) >= concurrency:
+                    finished, running = wait(running, return_when=FIRST_COMPLETED)
+                    _collect(finished, bar, runner)
+            while running:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                _collect(finished, bar, runner)
+    finally:
+        bar.close()
+        runner.env.close()
 
 
 def _collect(finished, bar, runner: StageRunner) -> None:
