@@ -19,7 +19,8 @@ GROUPS = "stage.groups=[{sample:smoke,conditions:[none,full],repeats:3}]"
 
 def cmd(fake, tmp, *extra):
     return [sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm", f"model.base_url={fake.base_url}",
-            "model.backoff_s=0.01", "samples.smoke.limit=null", GROUPS, f"runs_dir={tmp}/runs",
+            "model.backoff_s=0.01", "samples.smoke.limit=null", GROUPS, "stage.judge_after_run=false",
+            f"runs_dir={tmp}/runs",
             f"cache_dir={tmp}/cache", "concurrency=4", *extra]
 
 
