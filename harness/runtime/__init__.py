@@ -1,0 +1,26 @@
+"""The runtime's own memory: Hermes Agent session stores, its session_search tool, and a shell.
+
+hermes.py         loads the runtime once (HERMES_HOME, TZ=UTC) and reports its version
+store.py          builds and caches per-agent stores with the runtime's storage API
+session_search.py the runtime's tool, unmodified, plus the compact cut and fan-out
+sandbox.py        the namespace/rlimit sandbox for shell commands
+shell.py          terminal(command) over one store, and which sessions its output shows
+access.py         the prompt's access paragraphs for these conditions
+"""
+
+from .access import SESSION_SEARCH, access_paragraph, fanout_paragraph, shell_paragraph
+from .hermes import RuntimeSetupError, runtime_label, runtime_version
+from .hermes import load as load_runtime
+from .sandbox import LIMITS, Limits, SandboxResult, SandboxUnavailable, check_sandbox, run_sandboxed
+from .session_search import SessionSearchTool, compact_result, fts5_error, profile_search_supported, runtime_schema
+from .shell import SessionDetector, ShellTool
+from .store import StoreInfo, build_org_stores, build_store, ensure_sandbox_copy, open_session_db, store_path
+
+__all__ = [
+    "SESSION_SEARCH", "access_paragraph", "fanout_paragraph", "shell_paragraph",
+    "RuntimeSetupError", "load_runtime", "runtime_label", "runtime_version",
+    "LIMITS", "Limits", "SandboxResult", "SandboxUnavailable", "check_sandbox", "run_sandboxed",
+    "SessionSearchTool", "compact_result", "fts5_error", "profile_search_supported", "runtime_schema",
+    "SessionDetector", "ShellTool",
+    "StoreInfo", "build_org_stores", "build_store", "ensure_sandbox_copy", "open_session_db", "store_path",
+]

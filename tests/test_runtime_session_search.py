@@ -1,0 +1,223 @@
+"""The runtime's session_search as a harness tool: identical to the runtime, compact cut, errors, fan-out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.runtime import (
+    SessionSearchTool, build_org_stores, build_store, compact_result, fts5_error, load_runtime,
+    profile_search_supported, runtime_schema, runtime_version,
+)
+from harness.runtime.store import open_session_db
+from tests.runtime_helpers import evidence_word, long_question, shared_stores, tiny_questions
+
+
+@pytest.fixture(scope="module")
+def data():
+    return tiny_questions()
+
+
+@pytest.fixture(scope="module")
+def root():
+    return shared_stores()
+
+
+def _direct(path, **args):
+    """What the runtime's own function returns, called directly on a freshly opened store."""
+    rt = load_runtime()
+    db = open_session_db(path)
+    try:
+        return rt.session_search(db=db, **args)
+    finally:
+        db.close()
+
+
+def test_schema_is_the_runtimes_own():
+    rt = load_runtime()
+    schema = runtime_schema()
+    own = rt.search_module.SESSION_SEARCH_SCHEMA
+    assert schema["type"] == "function"
+    assert schema["function"]["name"] == "session_search"
+    assert schema["function"]["description"] == own["description"]
+    assert schema["function"]["parameters"] == own["parameters"]
+    assert "profile" in schema["function"]["parameters"]["properties"]  # unmodified: even the fan-out argument
+
+
+def test_tool_returns_exactly_what_the_runtime_returns(data, root):
+    qs, sha = data
+    for q in list(qs.values())[:6]:
+        info = build_store(q, sha, root=root)
+        word = evidence_word(q)
+        calls = [
+            {"query": word},
+            {"query": q.question},  # verbatim question: usually an FTS5 error the runtime swallows
+            {"query": f"{word} OR weather"},
+            {"query": word, "sort": "newest", "limit": 5},
+            {"query": word, "role_filter": "user"},
+            {"query": '"' + word + '"'},
+            {},  # browse
+        ]
+        with SessionSearchTool(info) as tool:
+            hit = json.loads(tool(query=word).text)["results"][0]
+            calls += [
+                {"session_id": hit["session_id"], "around_message_id": hit["match_message_id"], "window": 2},
+                {"session_id": hit["session_id"]},
+                {"session_id": "s000000000000"},
+            ]
+            for args in calls:
+                res = tool(**args)
+                assert res.text == _direct(info.path, **args), args
+                assert res.log["runtime"] == f"hermes-agent=={runtime_version()}"
+
+
+def test_sessions_empty_and_error_are_reported(data, root):
+    qs, sha = data
+    q = next(q for q in qs.values() if not q.abstention)
+    info = build_store(q, sha, root=root)
+    with SessionSearchTool(info) as tool:
+        res = tool(query=evidence_word(q))
+        ids = [r["session_id"] for r in json.loads(res.text)["results"]]
+        assert res.sessions == ids and set(ids) & q.evidence
+        assert not res.empty and not res.error and res.retrieval_s > 0
+
+        nothing = tool(query="xylophonequartz")
+        assert nothing.empty and not nothing.error and nothing.sessions == []
+
+        for bad in ("what's my job", "where do I work?", "Who is my employer?"):
+            res = tool(query=bad)
+            # the runtime swallows the FTS5 syntax error and says nothing matched ...
+            assert json.loads(res.text)["message"] == "No matching sessions found."
+            # ... and the harness counts it as an empty, errored result
+            assert res.empty and res.error, bad
+            assert "fts5: syntax error" in res.log["fts5_error"]
+        assert fts5_error(info.path, "plain words") is None
+        assert fts5_error(info.path, "it's") is not None
+
+
+def test_compact_cuts_to_match_and_neighbours(tmp_path):
+    q = long_question(n_sessions=3, n_turns=16, chars=2500)
+    info = build_store(q, "0" * 64, root=tmp_path)
+    target = q.sessions_by_time()[1]
+    word = "mk1x7"  # message 7 of 16 in session 1: bookends exist on both sides of the ±5 window
+    with SessionSearchTool(info) as full, SessionSearchTool(info, compact=True) as compact:
+        d = full(query=word)
+        c = compact(query=word)
+    dj, cj = json.loads(d.text), json.loads(c.text)
+    assert [r["session_id"] for r in cj["results"]] == [r["session_id"] for r in dj["results"]] == [target.sid]
+    assert c.sessions == d.sessions == [target.sid]
+    full_r, r = dj["results"][0], cj["results"][0]
+    assert full_r["bookend_start"] and full_r["bookend_end"]  # the runtime's default has bookends ...
+    assert "bookend_start" not in r and "bookend_end" not in r  # ... the compact cut drops them
+    anchor = r["match_message_id"]
+    assert [m["id"] for m in r["messages"]] == [anchor - 1, anchor, anchor + 1]
+    assert [m.get("anchor", False) for m in r["messages"]] == [False, True, False]
+    assert all(len(m["content"]) <= 1000 for m in r["messages"])
+    assert r["messages"][1]["content"].startswith(word)
+    assert (r["messages_before"], r["messages_after"]) == (1, 1)
+    # the session's first and last messages are not in the compact result
+    first_last = {target.turns[0].content[:900], target.turns[-1].content[:900]}
+    assert not any(m["content"][:900] in first_last for m in r["messages"])
+    assert len(c.text) < len(d.text) / 4
+    assert c.log["variant"] == "compact" and d.log["variant"] == "default"
+
+
+def test_compact_at_the_edge_of_a_session_and_on_scroll(tmp_path):
+    q = long_question(n_sessions=1, n_turns=6, chars=1500)
+    info = build_store(q, "1" * 64, root=tmp_path)
+    with SessionSearchTool(info, compact=True) as tool:
+        first = json.loads(tool(query="mk0x0").text)["results"][0]
+        assert [m.get("anchor", False) for m in first["messages"]] == [True, False]
+        assert (first["messages_before"], first["messages_after"]) == (0, 1)
+        scroll = json.loads(tool(session_id=q.sessions[0].sid, around_message_id=4, window=5).text)
+        assert [m["id"] for m in scroll["messages"]] == [3, 4, 5]
+        read = json.loads(tool(session_id=q.sessions[0].sid).text)
+        assert len(read["messages"]) == 6 and all(len(m["content"]) <= 1000 for m in read["messages"])
+
+
+def test_compact_passes_through_what_it_does_not_understand():
+    for raw in ('{"error": "x", "success": false}', "not json", '{"success": true, "mode": "browse", "results": []}'):
+        assert compact_result(raw) == raw
+
+
+def test_fanout_reaches_the_public_agents_stores(data, root):
+    qs, sha = data
+    q = next(q for q in qs.values() if not q.abstention and len(q.evidence) >= 1)
+    stores = build_org_stores(q, sha, "public", root=root)
+    word = evidence_word(q)
+    holder = next(a for a in ("a1", "a2", "a3") if set(stores[a].sessions) & q.evidence
+                  and json.loads(_direct(stores[a].path, query=word))["results"])
+    four = {a: stores[a] for a in ("a0", "a1", "a2", "a3")}
+    with SessionSearchTool(four, home="a0") as tool:
+        assert tool.fanout and tool.schema() == runtime_schema()
+        res = tool(query=word, profile=holder)
+        assert res.text == _direct(stores[holder].path, query=word)
+        assert set(res.sessions) & q.evidence
+        assert res.log["store"] == holder
+        assert res.log["fanout_mode"] == ("profile" if profile_search_supported() else "direct")
+        bad = tool(query=f"{word}?", profile=holder)  # the swallowed FTS5 error is counted on that store
+        assert bad.error and bad.empty and bad.log["store"] == holder and "fts5" in bad.log["fts5_error"]
+        own = tool(query=word)  # no profile: a0's own store, which never holds evidence
+        assert own.log["store"] == "a0" and not set(own.sessions) & q.evidence
+        assert own.text == _direct(stores["a0"].path, query=word)
+        for private in ("a4", "nobody"):
+            denied = tool(query=word, profile=private)
+            assert denied.error and denied.empty and denied.sessions == []
+            assert "does not exist" in json.loads(denied.text)["error"]
+        sid = next(iter(set(stores[holder].sessions) & q.evidence))
+        read = tool(session_id=f"{holder}/{sid}")  # the runtime's '@session:<profile>/<id>' form
+        assert read.sessions == [sid] and json.loads(read.text)["mode"] == "read"
+
+
+def test_runtime_0_19_cannot_search_another_profile_by_name():
+    """The quirk the fan-out works around (SPEC 3): recorded, and re-checked on every runtime."""
+    if runtime_version() == "0.19.0":
+        assert profile_search_supported() is False
+
+
+def test_profile_mode_exposes_stores_to_the_runtime(data, root):
+    """If a runtime can open profiles by name, the stores are exposed as profiles (checked with READ, which 0.19.0 supports)."""
+    qs, sha = data
+    q = next(q for q in qs.values() if not q.abstention)
+    stores = build_org_stores(q, sha, "public", root=root)
+    rt = load_runtime()
+    four = {a: stores[a] for a in ("a0", "a1", "a2", "a3")}
+    tool = SessionSearchTool(four, home="a0", fanout_mode="profile")
+    try:
+        agent = next(a for a in ("a1", "a2", "a3") if stores[a].sessions)
+        sid = stores[agent].sessions[0]
+        res = tool(session_id=sid, profile=agent)
+        assert res.sessions == [sid] and res.log["fanout_mode"] == "profile" and res.log["store"] == agent
+        names = list(tool._profile_dirs.values())
+        assert names and all((rt.home / "profiles" / n / "state.db").exists() for n in names)
+    finally:
+        tool.close()
+    assert not any((rt.home / "profiles" / n).exists() for n in names)
+
+
+def test_works_when_another_module_imported_the_runtime_first(data, root):
+    """harness.memory reads a constant from hermes_state; the tool must still be the runtime's own."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    qs, sha = data
+    q = next(iter(qs.values()))
+    info = build_store(q, sha, root=root)
+    code = (
+        "import json, sys, hermes_state\n"
+        "from harness.runtime import SessionSearchTool, load_runtime\n"
+        "rt = load_runtime()\n"
+        "tool = SessionSearchTool(sys.argv[1])\n"
+        "own = rt.search_module.SESSION_SEARCH_SCHEMA\n"
+        "s = tool.schema()['function']\n"
+        "assert s['description'] == own['description'] and s['parameters'] == own['parameters']\n"
+        "res = tool(query=sys.argv[2])\n"
+        "print(json.dumps([str(rt.early_home), res.sessions]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(info.path), evidence_word(q)], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[1], env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    early, sessions = json.loads(out.stdout)
+    assert early != "None" and set(sessions) & q.evidence
