@@ -1,0 +1,629 @@
+"""Pre-registered hypotheses: read the file, evaluate every decision rule, mark what is exploratory.
+
+The hypotheses live in conf/prereg/hypotheses.yaml as data (comparison, metric, rule,
+threshold); the driver records the file's SHA-256 in each stage's stage.json before
+the stage's first model call. Here:
+
+* one evaluator per rule type (``RULES``), never one function per hypothesis;
+* a hypothesis's components must all hold; with several p-values its p is the
+  intersection-union p (stats.intersection_union);
+* the primary hypotheses with a statistic form one Holm family (settings.holm_family);
+  a member that could not be evaluated enters the family with p = 1 (conservative) and
+  Table 3 says so;
+* a test is confirmatory only if every stage folder it reads recorded, before its first
+  model call, the SHA-256 of the file as it is now; otherwise it is exploratory and the
+  row says why. Analyses not in the file are exploratory (Appendix A's Table 3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from analysis import stats
+from analysis.load import REPO, Folder
+from analysis.tables import Settings, compare, select
+
+DEFAULT_PATH = REPO / "conf" / "prereg" / "hypotheses.yaml"
+FAMILIES = ("primary", "secondary")
+
+
+class NotRun(Exception):
+    """The data the rule needs were never produced (stage, condition or study output missing)."""
+
+
+class NotEvaluable(Exception):
+    """The data exist but the rule cannot be decided on them (no paired questions, ambiguous folders)."""
+
+
+class PreregError(ValueError):
+    """The hypotheses file is malformed."""
+
+
+# ------------------------------------------------------------------------------ the file
+
+
+@dataclass
+class Prereg:
+    path: Path
+    sha256: str
+    settings: dict
+    analyses: list[str]
+    hypotheses: list[dict]
+
+    @property
+    def ids(self) -> list[str]:
+        return [h["id"] for h in self.hypotheses]
+
+
+def load(path: str | Path = DEFAULT_PATH) -> Prereg:
+    path = Path(path)
+    raw = path.read_bytes()
+    data = yaml.safe_load(raw) or {}
+    settings = {"alpha": 0.05, "confidence": 0.95, "seed": 0, "resamples": stats.DEFAULT_RESAMPLES,
+                "primary_resamples": stats.PRIMARY_RESAMPLES, "holm_family": []}
+    settings.update(data.get("settings") or {})
+    hyps = []
+    seen = set()
+    for h in data.get("hypotheses") or []:
+        h = dict(h)
+        for key in ("id", "family", "stage"):
+            if key not in h:
+                raise PreregError(f"{path}: a hypothesis lacks {key!r}: {h}")
+        if h["id"] in seen:
+            raise PreregError(f"{path}: duplicate hypothesis id {h['id']}")
+        if h["family"] not in FAMILIES:
+            raise PreregError(f"{path}: {h['id']}: family must be one of {FAMILIES}")
+        seen.add(h["id"])
+        if "tests" not in h:
+            if "rule" not in h:
+                raise PreregError(f"{path}: {h['id']} has neither `rule` nor `tests`")
+            h["tests"] = [{k: v for k, v in h.items() if k not in ("id", "family", "statement", "stage", "tests")}]
+        for t in h["tests"]:
+            if t.get("rule") not in RULES:
+                raise PreregError(f"{path}: {h['id']}: unknown rule {t.get('rule')!r}; known: {sorted(RULES)}")
+        hyps.append(h)
+    for hid in settings["holm_family"]:
+        if hid not in seen:
+            raise PreregError(f"{path}: holm_family names {hid}, which is not a hypothesis")
+    return Prereg(path, hashlib.sha256(raw).hexdigest(), settings, list(data.get("analyses") or []), hyps)
+
+
+# ------------------------------------------------------------------------------ results
+
+
+@dataclass
+class Component:
+    hypothesis: str
+    index: int
+    rule: str
+    what: str  # e.g. "tokens tool_hybrid/session_search"
+    folder: str = ""
+    variant: str = ""
+    n: float = math.nan
+    estimate: float = math.nan
+    lo: float = math.nan
+    hi: float = math.nan
+    threshold: float = math.nan
+    p: float | None = None
+    holds: bool | None = None  # None: undecidable (e.g. missing judgements could change a count)
+    direction: bool | None = None
+    note: str = ""
+    resamples: float = math.nan
+    seed: float = math.nan
+    error: str = ""  # "not run: ..." / "not evaluable: ..."
+
+
+@dataclass
+class Outcome:
+    id: str
+    family: str
+    statement: str
+    stages: list[str]
+    folders: list[str]
+    components: list[Component]
+    p: float | None = None
+    p_holm: float | None = None
+    in_holm: bool = False
+    outcome: str = ""
+    supported: bool | None = None
+    status: str = "exploratory"
+    reason: str = ""
+    note: str = ""
+
+
+@dataclass
+class Context:
+    runs: pd.DataFrame
+    folders: list[Folder]
+    exposure: pd.DataFrame | None
+    first_calls: dict[str, str | None]  # folder name -> first agent request ts
+    alpha: float = 0.05
+    confidence: float = 0.95
+    used: set = field(default_factory=set)  # folder names the current hypothesis read
+
+    def folder(self, stage: str) -> Folder:
+        fs = [f for f in self.folders if f.stage == stage]
+        if not fs:
+            raise NotRun(f"stage {stage!r} not analysed")
+        if len(fs) > 1:
+            raise NotEvaluable(f"{len(fs)} folders of stage {stage!r} ({', '.join(f.name for f in fs)}); "
+                               f"choose one with runs=")
+        self.used.add(fs[0].name)
+        return fs[0]
+
+
+def _need(ctx: Context, folder: Folder, variant: str, *conds: str) -> None:
+    have = set(ctx.runs.loc[(ctx.runs["folder"] == folder.name) & (ctx.runs["variant"] == variant), "condition"])
+    missing = [c for c in conds if c not in have]
+    if missing:
+        where = f"{folder.name}" + (f" ({variant} variant)" if variant else "")
+        raise NotRun(f"{', '.join(missing)} not run in {where}")
+
+
+# ------------------------------------------------------------------------------ rules
+
+
+def _ratio(ctx: Context, h: dict, t: dict, st: Settings, c: Component, upper: bool) -> None:
+    f = ctx.folder(t["stage"])
+    _need(ctx, f, t["variant"], t["a"], t["b"])
+    p = compare(ctx.runs, f.name, t["variant"], t["a"], t["b"], st, metrics=[t["metric"]], keep_boot=True,
+                statistics=("ratio",))
+    if p.metrics is None:
+        raise NotEvaluable(f"no question run by both {t['a']} and {t['b']}")
+    e = p.metrics.ratio[t["metric"]]
+    thr = float(t["threshold"])
+    c.folder, c.n, c.estimate, c.lo, c.hi, c.threshold = f.name, p.n, e.estimate, e.lo, e.hi, thr
+    if upper:
+        c.p, c.holds, c.direction = e.p_value(thr, "less"), bool(e.hi < thr), bool(e.estimate < thr)
+    else:
+        c.p, c.holds, c.direction = e.p_value(thr, "greater"), bool(e.lo > thr), bool(e.estimate > thr)
+    if e.n_undefined:
+        c.note = f"{e.n_undefined} resamples with 0/0 left out"
+
+
+def rule_ratio_upper_below(ctx, h, t, st, c):
+    _ratio(ctx, h, t, st, c, upper=True)
+
+
+def rule_ratio_lower_above(ctx, h, t, st, c):
+    _ratio(ctx, h, t, st, c, upper=False)
+
+
+def _accuracy(ctx: Context, t: dict, st: Settings, c: Component):
+    f = ctx.folder(t["stage"])
+    _need(ctx, f, t["variant"], t["a"], t["b"])
+    p = compare(ctx.runs, f.name, t["variant"], t["a"], t["b"], st, metrics=(), keep_boot=True)
+    if p.accuracy is None:
+        raise NotEvaluable(f"no question with judged answers of both {t['a']} and {t['b']}")
+    c.folder, c.n = f.name, p.n_judged
+    if p.n_judged < p.n:
+        c.note = f"{p.n - p.n_judged} of {p.n} paired questions left out: judgement missing"
+    return p.accuracy
+
+
+def rule_noninferiority(ctx, h, t, st, c):
+    pc = _accuracy(ctx, t, st, c)
+    margin = float(t["margin"])
+    ni = stats.non_inferiority(pc.accuracy, margin)
+    c.estimate, c.lo, c.hi, c.threshold = ni.estimate, ni.lo, ni.hi, -margin
+    c.p, c.holds, c.direction = ni.p, ni.holds, bool(ni.estimate > -margin)
+
+
+def rule_accuracy_above(ctx, h, t, st, c):
+    pc = _accuracy(ctx, t, st, c)
+    e, thr = pc.accuracy, float(t.get("threshold", 0.0))
+    c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, thr
+    c.p, c.holds, c.direction = e.p_value(thr, "greater"), bool(e.lo > thr), bool(e.estimate > thr)
+
+
+def rule_mcnemar_superior(ctx, h, t, st, c):
+    pc = _accuracy(ctx, t, st, c)
+    e, m = pc.accuracy, pc.mcnemar
+    c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, ctx.alpha
+    c.p, c.direction = m.p, bool(m.a_only > m.b_only)
+    c.holds = bool(m.p <= ctx.alpha and m.a_only > m.b_only)
+    c.note = (f"discordant: {m.a_only} only {t['a']}, {m.b_only} only {t['b']}"
+              + (f"; {c.note}" if c.note else ""))
+
+
+def _count(ctx: Context, t: dict, c: Component) -> tuple[int, int, int]:
+    f = ctx.folder(t["stage"])
+    _need(ctx, f, t["variant"], t["condition"])
+    d = select(ctx.runs, f.name, t["variant"], t["condition"])
+    col = str(t.get("measure", "leak"))
+    known = d[col].notna()
+    count, missing = int(d.loc[known, col].sum()), int((~known).sum())
+    c.folder, c.n, c.estimate, c.threshold = f.name, len(d), count, float(t["threshold"])
+    notes = [f"{missing} of {len(d)} runs without a {col} judgement (not counted)"] if missing else []
+    ex = ctx.exposure
+    if col == "leak" and ex is not None and not ex.empty:  # the exposure audit, reported next to the leak count
+        e = ex[(ex["folder"] == f.name) & (ex["variant"] == t["variant"]) & (ex["condition"] == t["condition"])]
+        if not e.empty and bool(e["replayed"].iloc[0]):
+            notes.append(f"exposure (replay): private units in the context of {int(e['runs_with_private'].iloc[0])} "
+                         f"of {int(e['runs'].iloc[0])} runs ({int(e['private_units'].iloc[0])} units)")
+        elif not e.empty:
+            notes.append(f"exposure: {e['replay_status'].iloc[0]}")
+    c.note = "; ".join(notes)
+    return count, missing, int(t["threshold"])
+
+
+def rule_count_at_most(ctx, h, t, st, c):
+    count, missing, thr = _count(ctx, t, c)
+    c.holds = True if count + missing <= thr else (False if count > thr else None)
+    c.direction = count <= thr
+
+
+def rule_count_at_least(ctx, h, t, st, c):
+    count, missing, thr = _count(ctx, t, c)
+    c.holds = True if count >= thr else (False if count + missing < thr else None)
+    c.direction = count >= thr
+
+
+def rule_growth_ratio_at_least(ctx, h, t, st, c):
+    f0, f1 = ctx.folder(t["stage_from"]), ctx.folder(t["stage_to"])
+    metric = t.get("metric", "tokens")
+    for f in (f0, f1):
+        _need(ctx, f, "", t["a"], t["b"])
+    frames = []
+    for cond in (t["a"], t["b"]):
+        for f in (f0, f1):
+            frames.append(select(ctx.runs, f.name, "", cond)[["qid", metric]].set_index("qid")[metric])
+    m = pd.concat(frames, axis=1, join="inner").sort_index()
+    if m.empty:
+        raise NotEvaluable("no question ran under both conditions at both stages")
+    v = m.to_numpy(float)  # columns: a@from, a@to, b@from, b@to
+    tot = v.sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        est = (tot[1] / tot[0]) / (tot[3] / tot[2])
+        counts = stats.resample_counts(len(m), st.resamples, st.seed).astype(np.float64)
+        s = v.T @ counts
+        boot = (s[1] / s[0]) / (s[3] / s[2])
+    lo, hi, undefined = stats.percentile_ci(boot, st.confidence)
+    thr = float(t["threshold"])
+    c.folder = f"{f0.name} -> {f1.name}"
+    c.n, c.estimate, c.lo, c.hi, c.threshold = len(m), float(est), lo, hi, thr
+    c.holds = c.direction = bool(est >= thr)
+    c.note = (f"growth {t['a']} {tot[1] / tot[0]:.4g}x, {t['b']} {tot[3] / tot[2]:.4g}x; "
+              f"decided on the estimate (CI for information)")
+
+
+def rule_cv_highest(ctx, h, t, st, c):
+    f = ctx.folder(t["stage"])
+    _need(ctx, f, t["variant"], t["a"])
+    metric = t.get("metric", "tokens")
+
+    def cv(cond: str) -> float:
+        x = select(ctx.runs, f.name, t["variant"], cond)[metric].to_numpy(float)
+        return stats.coefficient_of_variation(x) if len(x) > 1 else math.nan
+
+    have = set(ctx.runs.loc[ctx.runs["folder"] == f.name, "condition"])
+    others = {o: cv(o) for o in t["among"] if o in have and o != t["a"]}
+    if not others:
+        raise NotRun(f"none of {t['among']} run in {f.name}")
+    mine = cv(t["a"])
+    top = max(others.values())
+    c.folder, c.n, c.estimate, c.threshold = f.name, len(select(ctx.runs, f.name, t["variant"], t["a"])), mine, top
+    c.holds = c.direction = bool(mine > top)
+    missing = [o for o in t["among"] if o not in have]
+    c.note = "CV " + ", ".join(f"{o} {v:.3g}" for o, v in sorted(others.items())) + (
+        f"; not run: {', '.join(missing)}" if missing else "")
+
+
+def _study(ctx: Context, t: dict, c: Component) -> pd.DataFrame:
+    f = ctx.folder(t["stage"])
+    path = f.path / str(t["source"])
+    if not path.exists():
+        raise NotRun(f"backend study output {f.name}/{t['source']} missing")
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    c.folder = f"{f.name}/{t['source']}"
+    return df
+
+
+def _rows(df: pd.DataFrame, sel: dict, where: str) -> pd.DataFrame:
+    m = pd.Series(True, index=df.index)
+    for k, v in (sel or {}).items():
+        if k not in df.columns:
+            raise NotEvaluable(f"{where} has no column {k!r}")
+        m &= df[k].astype(str) == str(v)
+    out = df[m]
+    if out.empty:
+        raise NotEvaluable(f"no row of {where} matches {sel}")
+    return out
+
+
+def _values(df: pd.DataFrame, col: str, where: str) -> np.ndarray:
+    if col not in df.columns:
+        raise NotEvaluable(f"{where} has no column {col!r}")
+    try:
+        return df[col].astype(float).to_numpy()
+    except ValueError:
+        raise NotEvaluable(f"{where}: column {col!r} is not numeric") from None
+
+
+def rule_study_below(ctx, h, t, st, c):
+    df = _study(ctx, t, c)
+    v = _values(_rows(df, t.get("select"), c.folder), t["column"], c.folder)
+    c.n, c.estimate, c.threshold = len(v), float(v.max()), float(t["threshold"])
+    c.holds = c.direction = bool(v.max() < c.threshold)
+
+
+def rule_study_above(ctx, h, t, st, c):
+    df = _study(ctx, t, c)
+    v = _values(_rows(df, t.get("select"), c.folder), t["column"], c.folder)
+    c.n, c.estimate, c.threshold = len(v), float(v.min()), float(t["threshold"])
+    c.holds = c.direction = bool(v.min() > c.threshold)
+
+
+def rule_study_ratio_at_most(ctx, h, t, st, c):
+    df = _rows(_study(ctx, t, c), t.get("select"), c.folder)
+    num = _values(_rows(df, t["numerator"], c.folder), t["column"], c.folder)
+    den = _values(_rows(df, t["denominator"], c.folder), t["column"], c.folder)
+    if len(num) != 1 or len(den) != 1:
+        raise NotEvaluable(f"{c.folder}: expected one row each for {t['numerator']} and {t['denominator']}")
+    c.n, c.estimate, c.threshold = 2, float(num[0] / den[0]), float(t["threshold"])
+    c.holds = c.direction = bool(c.estimate <= c.threshold)
+    c.note = f"{num[0]:.4g} / {den[0]:.4g}"
+
+
+def rule_descriptive(ctx, h, t, st, c):
+    df = _study(ctx, t, c)
+    c.n = len(df)
+    c.note = f"{len(df)} rows, columns: {', '.join(df.columns)}"
+
+
+RULES: dict[str, Callable] = {
+    "ratio_upper_below": rule_ratio_upper_below,
+    "ratio_lower_above": rule_ratio_lower_above,
+    "noninferiority": rule_noninferiority,
+    "accuracy_above": rule_accuracy_above,
+    "mcnemar_superior": rule_mcnemar_superior,
+    "count_at_most": rule_count_at_most,
+    "count_at_least": rule_count_at_least,
+    "growth_ratio_at_least": rule_growth_ratio_at_least,
+    "cv_highest": rule_cv_highest,
+    "study_below": rule_study_below,
+    "study_above": rule_study_above,
+    "study_ratio_at_most": rule_study_ratio_at_most,
+    "descriptive": rule_descriptive,
+}
+
+
+def describe_test(t: dict) -> str:
+    r = t["rule"]
+    if r in ("ratio_upper_below", "ratio_lower_above"):
+        op = "<" if r == "ratio_upper_below" else ">"
+        return f"{t['metric']} {t['a']}/{t['b']} {op} {t['threshold']}"
+    if r == "noninferiority":
+        return f"accuracy {t['a']} - {t['b']} > -{t['margin']} pts"
+    if r == "accuracy_above":
+        return f"accuracy {t['a']} - {t['b']} > {t.get('threshold', 0)} pts"
+    if r == "mcnemar_superior":
+        return f"accuracy {t['a']} > {t['b']} (exact McNemar)"
+    if r in ("count_at_most", "count_at_least"):
+        op = "<=" if r == "count_at_most" else ">="
+        return f"{t.get('measure', 'leak')} runs of {t['condition']} {op} {t['threshold']}"
+    if r == "growth_ratio_at_least":
+        return f"{t.get('metric', 'tokens')} growth {t['stage_from']}->{t['stage_to']} {t['a']}/{t['b']} >= {t['threshold']}"
+    if r == "cv_highest":
+        return f"CV of {t.get('metric', 'tokens')}: {t['a']} highest"
+    if r.startswith("study_"):
+        return f"{t['source']} {t.get('select', {})} {t['column']} {r[6:]} {t['threshold']}"
+    return f"{r} {t.get('source', '')}".strip()
+
+
+# ------------------------------------------------------------------------------ status
+
+
+def _parse_ts(ts: str | None) -> datetime | None:
+    if not ts:
+        return None
+    try:
+        return datetime.fromisoformat(str(ts))
+    except ValueError:
+        return None
+
+
+def folder_status(folder: Folder, prereg: Prereg, first_call: str | None) -> tuple[bool, str]:
+    """(confirmatory?, why not) for tests that read this folder."""
+    rec = folder.info.get("prereg") or {}
+    sha = rec.get("sha256")
+    if not sha:
+        return False, f"{folder.name}: no pre-registration hash recorded when the stage started"
+    if sha != prereg.sha256:
+        return False, (f"{folder.name}: pre-registration file changed after the stage started "
+                       f"(recorded {sha[:12]}, now {prereg.sha256[:12]})")
+    created, first = _parse_ts(folder.info.get("created")), _parse_ts(first_call)
+    if created and first and created.replace(microsecond=0) > first.replace(microsecond=0):
+        return False, f"{folder.name}: hash recorded ({created.isoformat()}) after the first model call ({first_call})"
+    return True, ""
+
+
+# ------------------------------------------------------------------------------ evaluation
+
+
+def _verdict(comps: list[Component], family: str) -> tuple[str, bool | None]:
+    if any(c.error.startswith("not run") for c in comps):
+        return "not run", None
+    if any(c.error for c in comps):
+        return "not evaluable", None
+    if all(c.rule == "descriptive" for c in comps):
+        return "descriptive", None
+    judged = [c for c in comps if c.rule != "descriptive"]
+    if all(c.holds is True for c in judged):
+        return "supported", True
+    if any(c.holds is None for c in judged) and not any(c.holds is False for c in judged):
+        return "undecided (missing judgements)", None
+    held = [c.what for c in judged if c.holds is True]
+    if held:
+        return "partly supported: holds for " + "; ".join(held), False
+    if all(c.direction for c in judged):
+        return "direction only", False
+    return "not supported", False
+
+
+def evaluate(prereg: Prereg, ctx: Context) -> list[Outcome]:
+    s = prereg.settings
+    ctx.alpha, ctx.confidence = float(s["alpha"]), float(s["confidence"])
+    out: list[Outcome] = []
+    for h in prereg.hypotheses:
+        ctx.used = set()
+        resamples = int(h.get("resamples") or (s["primary_resamples"] if h["family"] == "primary" else s["resamples"]))
+        st = Settings(int(s["seed"]), resamples, ctx.confidence)
+        comps = []
+        for i, t in enumerate(h["tests"]):
+            t = {"stage": h["stage"], "variant": h.get("variant", ""), **t}
+            t["variant"] = t["variant"] or ""
+            c = Component(h["id"], i, t["rule"], describe_test(t), variant=t["variant"])
+            if t["rule"] in ("ratio_upper_below", "ratio_lower_above", "noninferiority", "accuracy_above",
+                             "mcnemar_superior", "growth_ratio_at_least"):
+                c.resamples, c.seed = st.resamples, st.seed
+            try:
+                RULES[t["rule"]](ctx, h, t, st, c)
+            except NotRun as exc:
+                c.error = f"not run: {exc}"
+            except NotEvaluable as exc:
+                c.error = f"not evaluable: {exc}"
+            comps.append(c)
+        stages = h["stage"] if isinstance(h["stage"], list) else [h["stage"]]
+        o = Outcome(h["id"], h["family"], str(h.get("statement", "")).strip(), [str(x) for x in stages],
+                    sorted(ctx.used), comps)
+        ps = {f"{c.index}": c.p for c in comps if c.p is not None}
+        if ps and not any(c.error for c in comps):
+            o.p = next(iter(ps.values())) if len(ps) == 1 else stats.intersection_union(ps, ctx.alpha).p
+        o.outcome, o.supported = _verdict(comps, h["family"])
+        reasons = []
+        for name in o.folders:
+            f = next(f for f in ctx.folders if f.name == name)
+            ok, why = folder_status(f, prereg, ctx.first_calls.get(name))
+            if not ok:
+                reasons.append(why)
+        if o.outcome == "not run":
+            o.status, o.reason = "n/a", ""
+        else:
+            if not o.folders:
+                reasons.append("no stage folder was read")
+            o.status = "exploratory" if reasons else "confirmatory"
+            o.reason = "; ".join(reasons)
+        out.append(o)
+    _holm(prereg, out, ctx.alpha)
+    return out
+
+
+def _holm(prereg: Prereg, outcomes: list[Outcome], alpha: float) -> None:
+    family = list(prereg.settings.get("holm_family") or [])
+    if not family:
+        return
+    by_id = {o.id: o for o in outcomes}
+    ps = {hid: (by_id[hid].p if by_id[hid].p is not None else 1.0) for hid in family}
+    for row in stats.holm(ps, alpha):
+        o = by_id[row.name]
+        o.in_holm = True
+        o.p_holm = row.p_holm
+        if o.p is None:
+            o.note = (o.note + "; " if o.note else "") + "entered the Holm family with p = 1 (not evaluated)"
+        elif o.supported and row.p_holm > alpha:
+            o.outcome, o.supported = "holds unadjusted only", False
+
+
+# ------------------------------------------------------------------------------ tables
+
+
+def table3(outcomes: Sequence[Outcome], prereg: Prereg) -> pd.DataFrame:
+    rows = []
+    for o in outcomes:
+        c0 = o.components[0] if len(o.components) == 1 else None
+        rows.append({
+            "id": o.id, "family": o.family, "statement": o.statement, "stages": "+".join(o.stages),
+            "folders": "; ".join(o.folders), "tests": " AND ".join(c.what for c in o.components),
+            "n": c0.n if c0 else math.nan, "estimate": c0.estimate if c0 else math.nan,
+            "lo": c0.lo if c0 else math.nan, "hi": c0.hi if c0 else math.nan,
+            "threshold": c0.threshold if c0 else math.nan,
+            "p": math.nan if o.p is None else o.p, "in_holm": o.in_holm,
+            "p_holm": math.nan if o.p_holm is None else o.p_holm,
+            "outcome": o.outcome, "supported": o.supported, "status": o.status, "reason": o.reason,
+            "note": "; ".join(x for x in [o.note, *(f"[{c.index}] {c.note}" for c in o.components if c.note),
+                                          *(f"[{c.index}] {c.error}" for c in o.components if c.error)] if x),
+            "resamples": c0.resamples if c0 else max((c.resamples for c in o.components
+                                                       if not math.isnan(c.resamples)), default=math.nan),
+            "seed": prereg.settings["seed"], "alpha": prereg.settings["alpha"],
+            "prereg_sha256": prereg.sha256,
+        })
+    return pd.DataFrame(rows)
+
+
+def components_table(outcomes: Sequence[Outcome]) -> pd.DataFrame:
+    rows = []
+    for o in outcomes:
+        for c in o.components:
+            rows.append({"id": o.id, "component": c.index, "rule": c.rule, "test": c.what, "folder": c.folder,
+                         "variant": c.variant, "n": c.n, "estimate": c.estimate, "lo": c.lo, "hi": c.hi,
+                         "threshold": c.threshold, "p": math.nan if c.p is None else c.p, "holds": c.holds,
+                         "direction": c.direction, "resamples": c.resamples, "seed": c.seed,
+                         "note": c.note, "error": c.error})
+    return pd.DataFrame(rows)
+
+
+def covered_pairs(prereg: Prereg) -> set[tuple[str, str, str, str]]:
+    """(stage, variant, a, b) compared by some hypothesis (those pairs are not 'extra')."""
+    out = set()
+    for h in prereg.hypotheses:
+        for t in h["tests"]:
+            if "a" in t and "b" in t and isinstance(h["stage"], str):
+                out.add((h["stage"], t.get("variant", h.get("variant", "")) or "", t["a"], t["b"]))
+    return out
+
+
+def exploratory_rows(pairs: pd.DataFrame, folders: Sequence[Folder], prereg: Prereg,
+                     analyses_done: Sequence[str]) -> pd.DataFrame:
+    """Comparisons and analyses the file does not pre-specify: listed in Table 3 as exploratory."""
+    rows = []
+    stage_of = {f.name: f.stage for f in folders}
+    covered = covered_pairs(prereg)
+    if pairs is not None and not pairs.empty:
+        acc = pairs[pairs["statistic"] == "accuracy_diff_points"]
+        tok = pairs[(pairs["statistic"] == "ratio_of_means") & (pairs["metric"] == "tokens")]
+        keys = sorted({(r.folder, r.variant, r.a, r.b) for r in pairs.itertuples()})
+        for folder, variant, a, b in keys:
+            if (stage_of.get(folder), variant, a, b) in covered:
+                continue
+            ra = acc[(acc["folder"] == folder) & (acc["variant"] == variant) & (acc["a"] == a) & (acc["b"] == b)]
+            rt = tok[(tok["folder"] == folder) & (tok["variant"] == variant) & (tok["a"] == a) & (tok["b"] == b)]
+            rows.append({
+                "analysis": "comparison", "folder": folder, "variant": variant, "a": a, "b": b,
+                "n": float(ra["n"].iloc[0]) if len(ra) else (float(rt["n"].iloc[0]) if len(rt) else math.nan),
+                "acc_diff_pts": float(ra["estimate"].iloc[0]) if len(ra) else math.nan,
+                "acc_diff_lo": float(ra["lo"].iloc[0]) if len(ra) else math.nan,
+                "acc_diff_hi": float(ra["hi"].iloc[0]) if len(ra) else math.nan,
+                "mcnemar_p": float(ra["p"].iloc[0]) if len(ra) else math.nan,
+                "tokens_ratio": float(rt["estimate"].iloc[0]) if len(rt) else math.nan,
+                "tokens_ratio_lo": float(rt["lo"].iloc[0]) if len(rt) else math.nan,
+                "tokens_ratio_hi": float(rt["hi"].iloc[0]) if len(rt) else math.nan,
+                "status": "exploratory", "reason": "not in the pre-registration file"})
+    for name in analyses_done:
+        if name not in prereg.analyses:
+            rows.append({"analysis": name, "folder": "", "variant": "", "a": "", "b": "", "status": "exploratory",
+                         "reason": "not in the pre-registration file"})
+    cols = ["analysis", "folder", "variant", "a", "b", "n", "acc_diff_pts", "acc_diff_lo", "acc_diff_hi",
+            "mcnemar_p", "tokens_ratio", "tokens_ratio_lo", "tokens_ratio_hi", "status", "reason"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def analysis_status(name: str, prereg: Prereg, folders: Sequence[Folder],
+                    first_calls: dict[str, str | None]) -> tuple[str, str]:
+    """('pre-specified' | 'exploratory', why) for a descriptive table of the report."""
+    if name not in prereg.analyses:
+        return "exploratory", "not in the pre-registration file"
+    reasons = [why for f in folders if f.records for ok, why in [folder_status(f, prereg, first_calls.get(f.name))]
+               if not ok]
+    if reasons:
+        return "exploratory", "; ".join(reasons)
+    return "pre-specified", ""

@@ -1,0 +1,267 @@
+"""Exposure replay (Section 5.3, Appendix C): every logged memory-tool call, issued again.
+
+For each run the memory tool logged every retrieval: `search` (query, k, scoring and
+the view with its date filters, plus the returned [uid, owner] pairs) and `read`
+(session, round, window and the view). Prefetch logs its pre-loop search the same
+way, and ask-agent runs carry the asked agents' calls (each log names its agent and
+view). The replay rebuilds the memory space from the stage's saved config.yaml and
+its data file, loads the units of every organisation the logs touch, re-issues each
+call against the same view and checks that it returns what the run saw (same units,
+same order). The audit then counts the returned units by owner; a private unit of
+another agent under a `shared` or `own` view would break Proposition 1.
+
+Fan-out runs search the runtime's stores, not the memory space; they log no memory
+call and are not replayed (as in the paper).
+
+The space is rebuilt under its own index name (`<name>_replay`) so that a replay never
+drops or overwrites the index of a stage that is running.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Iterable
+
+from harness.data.org import VISIBILITY
+
+MEMORY_KINDS = ("search", "read")
+_INDEX_NAME_KEYS = ("index", "table", "prefix")  # redis_qe, pgvector, vectorset
+
+
+class ReplayUnavailable(RuntimeError):
+    """The space cannot be rebuilt (data file missing or changed, services down, ...)."""
+
+
+# ------------------------------------------------------------------------------ logs
+
+
+def memory_logs(record: dict) -> list[dict]:
+    """Every logged memory call of a run in order: prefetch first, then tool calls (nested ones included)."""
+    out: list[dict] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            if x.get("kind") in MEMORY_KINDS and isinstance(x.get("view"), dict) and "units" in x:
+                out.append(x)
+                return
+            for k in sorted(x):
+                walk(x[k])
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(record.get("prefetch") or [])
+    for t in record.get("tools") or []:
+        walk(t.get("log"))
+    return out
+
+
+def is_fanout(record: dict) -> bool:
+    return str(record.get("module") or "") == "fanout" or record.get("condition") == "fanout"
+
+
+def visibility_of(owner: str, org_run: bool) -> str:
+    """Owner -> visibility as the stage defined it (LongMemEval: the one agent's own, private, units)."""
+    return VISIBILITY.get(owner, "private") if org_run else "private"
+
+
+# ------------------------------------------------------------------------------ results
+
+
+@dataclass
+class CallReplay:
+    folder: str
+    run_id: str
+    condition: str
+    variant: str
+    index: int  # position among the run's memory calls
+    kind: str
+    agent: str
+    scope: str
+    query: str
+    logged: list[list[str]]  # [uid, owner] as the run saw them
+    replayed: list[list[str]] | None  # None when not replayed
+    visibility: dict[str, str] = field(default_factory=dict)  # uid -> visibility (replayed units)
+    error: str | None = None
+
+    @property
+    def match(self) -> bool | None:
+        return None if self.replayed is None else self.replayed == self.logged
+
+    def private_units(self, which: str = "replayed") -> int:
+        """Units owned by a private agent other than the one whose view this is."""
+        units = self.replayed if which == "replayed" else self.logged
+        if units is None:
+            return 0
+        n = 0
+        for uid, owner in units:
+            vis = self.visibility.get(uid) or visibility_of(owner, bool(self.variant))
+            if vis == "private" and owner != self.agent:
+                n += 1
+        return n
+
+
+@dataclass
+class FolderReplay:
+    folder: str
+    status: str  # replayed | not replayed: <why>
+    calls: list[CallReplay] = field(default_factory=list)
+    runs: dict[str, dict] = field(default_factory=dict)  # run_id -> {condition, variant, fanout, n_calls}
+
+
+# ------------------------------------------------------------------------------ space
+
+
+def replay_index_config(index_cfg: dict) -> dict:
+    """The stage's index config under replay-only names, so the stage's own index is never touched."""
+    cfg = copy.deepcopy(index_cfg)
+
+    def rename(d: dict) -> None:
+        for k in _INDEX_NAME_KEYS:
+            if isinstance(d.get(k), str) and d[k]:
+                d[k] = f"{d[k]}_replay"
+
+    rename(cfg)
+    if isinstance(cfg.get("dense"), dict):
+        rename(cfg["dense"])
+    return cfg
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _open_environment(folder_path: Path, stage_info: dict, records: list[dict]):
+    from omegaconf import OmegaConf
+
+    from harness.context import Environment
+    from harness.plan import RunSpec
+
+    cfg_path = folder_path / "config.yaml"
+    if not cfg_path.exists():
+        raise ReplayUnavailable(f"{cfg_path} is missing")
+    cfg = OmegaConf.load(cfg_path)
+    data = stage_info.get("data") or {}
+    data_path = Path(str(data.get("path") or ""))
+    if not data_path.is_file():
+        raise ReplayUnavailable(f"the stage's data file {data_path} is not here")
+    want = data.get("sha256")
+    if want and _sha256(data_path) != want:
+        raise ReplayUnavailable(f"the data file {data_path} changed since the stage ran (sha256 differs)")
+    cfg.index = OmegaConf.create(replay_index_config(OmegaConf.to_container(cfg.index, resolve=True)))
+    specs = sorted({RunSpec(r["condition"], str(r["qid"]), r.get("variant") or "", int(r.get("repeat") or 0))
+                    for r in records})
+    plan = SimpleNamespace(runs=specs, data={"path": str(data_path), "sha256": want}, stage=stage_info.get("stage"))
+    return Environment(cfg, plan)
+
+
+def _spec(record: dict):
+    from harness.plan import RunSpec
+
+    return RunSpec(record["condition"], str(record["qid"]), record.get("variant") or "", int(record.get("repeat") or 0))
+
+
+def _view(v: dict):
+    from harness.memory.views import View
+
+    return View(v["org"], v.get("agent"), v.get("scope", "shared"), v.get("since"), v.get("until"))
+
+
+def _replay_call(env, record: dict, log: dict) -> tuple[list[list[str]], dict[str, str]]:
+    from conditions.memory_tool import MemoryRead
+    from harness.context import RunContext
+
+    spec = _spec(record)
+    space = env.space_for(spec)
+    view = _view(log["view"])
+    if log["kind"] == "search":
+        results = space.search(str(log["query"]), view, k=int(log["k"]), scoring=str(log["scoring"]))
+        return ([[r.unit.uid, r.unit.owner] for r in results], {r.unit.uid: r.unit.visibility for r in results})
+    # read: the memory tool's own read under the logged (date-free) view
+    ctx = RunContext(spec, env)
+    tool = MemoryRead(ctx, view, agent=log.get("agent"))
+    res = tool(session_id=log.get("session"), round=log.get("round"), window=log.get("window", 1))
+    units = [list(u) for u in res.log.get("units", [])]
+    return units, {uid: visibility_of(owner, ctx.is_org) for uid, owner in units}
+
+
+# ------------------------------------------------------------------------------ entry
+
+
+def replay_folder(folder_name: str, folder_path: Path, stage_info: dict, records: Iterable[dict],
+                  enabled: bool = True, progress: bool = True) -> FolderReplay:
+    """Replay every memory call of the folder's runs; never raises for a missing service or file."""
+    records = sorted(records, key=lambda r: r["run_id"])
+    out = FolderReplay(folder_name, "replayed")
+    todo: list[tuple[dict, int, dict]] = []
+    for r in records:
+        logs = [] if is_fanout(r) else memory_logs(r)
+        out.runs[r["run_id"]] = {"condition": r["condition"], "variant": r.get("variant") or "",
+                                 "fanout": is_fanout(r), "n_calls": len(logs)}
+        for i, log in enumerate(logs):
+            todo.append((r, i, log))
+            v = log.get("view") or {}
+            out.calls.append(CallReplay(folder_name, r["run_id"], r["condition"], r.get("variant") or "", i,
+                                        str(log["kind"]), str(log.get("agent") or v.get("agent") or ""),
+                                        str(v.get("scope") or ""),
+                                        str(log.get("query") if log["kind"] == "search" else
+                                            f"read {log.get('session')}#{log.get('round')}±{log.get('window')}"),
+                                        [list(u) for u in log.get("units") or []], None))
+    if not todo:
+        out.status = "not replayed: no memory-tool calls"
+        return out
+    if not enabled:
+        out.status = "not replayed: replay switched off"
+        return out
+    env = None
+    try:
+        env = _open_environment(folder_path, stage_info, [r for r, _, _ in todo])
+        # load organisations in a fixed order (a deterministic index)
+        for org_spec in sorted({_spec(r).org: _spec(r) for r, _, _ in todo}.items()):
+            env.space_for(org_spec[1])
+        for n, (call, (r, i, log)) in enumerate(zip(out.calls, todo)):
+            try:
+                call.replayed, call.visibility = _replay_call(env, r, log)
+            except Exception as exc:  # one bad log must not hide the others; it is reported
+                call.error = f"{type(exc).__name__}: {exc}"
+            if progress and n and n % 500 == 0:
+                print(f"  replay {folder_name}: {n}/{len(todo)} calls", file=sys.stderr)
+    except ReplayUnavailable as exc:
+        out.status = f"not replayed: {exc}"
+    except Exception as exc:  # services down, backend errors: reported, never fatal
+        out.status = f"not replayed: {type(exc).__name__}: {exc}"
+    finally:
+        if env is not None:
+            try:
+                env.close()
+            except Exception:
+                pass
+    if out.status != "replayed":
+        for c in out.calls:
+            c.replayed, c.visibility = None, {}
+    return out
+
+
+def owner_counts(units: Iterable[list[str]]) -> Counter:
+    return Counter(owner for _, owner in units)
+
+
+def mismatch_rows(rep: FolderReplay) -> list[dict]:
+    rows = []
+    for c in rep.calls:
+        if c.replayed is not None and not c.match or c.error:
+            rows.append({"folder": c.folder, "run_id": c.run_id, "call": c.index, "kind": c.kind, "agent": c.agent,
+                         "scope": c.scope, "query": c.query, "error": c.error or "",
+                         "logged": json.dumps(c.logged), "replayed": json.dumps(c.replayed)})
+    return rows

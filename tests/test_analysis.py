@@ -1,0 +1,485 @@
+"""`make analyze` on run folders written by hand with known answers.
+
+Every expected number below is computed in the test from the inputs it wrote (sums,
+counts, a binomial tail from scipy, Holm by hand) -- never pasted from a run of the
+analysis. Resamples are few except where the count itself is what is tested.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy.stats import binomtest
+
+from analysis import run as A
+from tests.analysis_fixtures import JUDGE, OFF_PEAK_TS, ON_PEAK_TS, Stage, run_id, sha256_file
+
+REPO = Path(__file__).resolve().parents[1]
+B_SECONDARY, B_PRIMARY = 200, 400
+TYPES = ["single-session-user", "multi-session", "temporal-reasoning", "knowledge-update"]
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def prereg_file(tmp_path: Path, name: str = "hypotheses.yaml", edit=None) -> Path:
+    """The project's hypotheses file with few resamples (and an optional edit)."""
+    data = yaml.safe_load((REPO / "conf" / "prereg" / "hypotheses.yaml").read_text())
+    data["settings"]["resamples"] = B_SECONDARY
+    data["settings"]["primary_resamples"] = B_PRIMARY
+    if edit:
+        edit(data)
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def analyse(tmp_path: Path, prereg: Path, *extra: str, out: str = "results") -> Path:
+    out_dir = tmp_path / out
+    code = A.main([f"runs={tmp_path / 'runs'}", f"out={out_dir}", f"prereg={prereg}", *extra])
+    assert code == 0
+    return out_dir
+
+
+def csv(out: Path, name: str) -> pd.DataFrame:
+    return pd.read_csv(out / name, keep_default_na=False, na_values=[""])
+
+
+def row(df: pd.DataFrame, **match) -> pd.Series:
+    m = pd.Series(True, index=df.index)
+    for k, v in match.items():
+        m &= df[k].astype(str) == str(v)
+    sel = df[m]
+    assert len(sel) == 1, f"{len(sel)} rows match {match}"
+    return sel.iloc[0]
+
+
+def holm_by_hand(ps: dict[str, float]) -> dict[str, float]:
+    order = sorted(ps, key=lambda k: ps[k])
+    m, out, running = len(ps), {}, 0.0
+    for i, k in enumerate(order):
+        running = max(running, min(1.0, (m - i) * ps[k]))
+        out[k] = running
+    return out
+
+
+# ------------------------------------------------------------------------------ Table 1
+
+
+def build_table1_stage(tmp_path: Path, sha: str) -> dict:
+    """20 questions; tool_hybrid costs exactly half of session search; known discordant pairs."""
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha)
+    hybrid_only, ss_only = {f"q{i:02d}" for i in range(1, 7)}, {"q00"}
+    truth = {}
+    for i in range(20):
+        q = f"q{i:02d}"
+        qtype = TYPES[i % 4]
+        ss_ok, hy_ok = q not in hybrid_only, q not in ss_only
+        truth[q] = (qtype, ss_ok, hy_ok)
+        st.add("session_search", q, qtype=qtype, correct=ss_ok, prompt=1000 * (i + 1), output=100, calls=3,
+               tool_calls=2, wall_s=2.0 + 0.1 * i)
+        st.add("tool_hybrid", q, qtype=qtype, correct=hy_ok, prompt=500 * (i + 1), output=50, calls=3, tool_calls=1,
+               wall_s=1.0 + 0.05 * i)
+        if i < 5:
+            st.add("none", q, qtype=qtype, correct=False, prompt=200, output=20, calls=1, wall_s=0.3)
+        if i < 10:  # prefetch ran on 10 questions only: paired on those
+            st.add("prefetch", q, qtype=qtype, correct=True, prompt=300 + 7 * i, output=20, calls=1, tool_calls=0,
+                   wall_s=0.5)
+    st.write()
+    return truth
+
+
+def test_table1_ratios_accuracy_and_mcnemar_from_known_runs(tmp_path):
+    pre = prereg_file(tmp_path)
+    truth = build_table1_stage(tmp_path, sha256_file(pre))
+    out = analyse(tmp_path, pre)
+    t1 = csv(out, "table1.csv")
+
+    ss = row(t1, condition="session_search")
+    hy = row(t1, condition="tool_hybrid")
+    assert ss["n_questions"] == 20 and hy["n_questions"] == 20
+    assert ss["accuracy_pct"] == pytest.approx(100 * sum(v[1] for v in truth.values()) / 20)  # 70
+    assert hy["accuracy_pct"] == pytest.approx(100 * sum(v[2] for v in truth.values()) / 20)  # 95
+    assert hy["a"] == "tool_hybrid" and hy["b"] == "session_search"
+    # paired accuracy difference and exact McNemar on 6 vs 1 discordant questions
+    assert hy["acc_diff_pts"] == pytest.approx(100 * (6 - 1) / 20)
+    assert (hy["a_only"], hy["b_only"]) == (6, 1)
+    assert hy["mcnemar_p"] == pytest.approx(binomtest(1, 7, 0.5).pvalue)  # 0.125
+    # every cost metric of the hybrid tool is exactly half (calls equal): zero-width intervals
+    for metric, ratio in (("tokens", 0.5), ("cost", 0.5), ("time", 0.5), ("tool_calls", 0.5), ("model_calls", 1.0)):
+        assert hy[f"ratio_{metric}"] == pytest.approx(ratio)
+        assert hy[f"ratio_{metric}_lo"] == pytest.approx(ratio) and hy[f"ratio_{metric}_hi"] == pytest.approx(ratio)
+    assert hy["median_ratio_tokens"] == pytest.approx(0.5)
+    assert hy["share_cheaper_tokens"] == pytest.approx(1.0)
+    assert hy["mean_tokens"] == pytest.approx(np.mean([500 * (i + 1) + 50 for i in range(20)]))
+    # prefetch: ratio of sums over the 10 questions both ran, not over all 20
+    pf = row(t1, condition="prefetch")
+    assert pf["n_paired"] == 10
+    expected = sum(320 + 7 * i for i in range(10)) / sum(1000 * (i + 1) + 100 for i in range(10))
+    assert pf["ratio_tokens"] == pytest.approx(expected, rel=1e-12)  # CSV keeps 15 digits
+    assert pf["ratio_tool_calls"] == 0.0
+    # what is needed to recompute each row is in it
+    for col in ("seed", "n_resamples", "confidence", "n_paired", "n_paired_judged"):
+        assert col in t1.columns
+    assert int(hy["n_resamples"]) == B_SECONDARY
+
+    types = csv(out, "table1_types.csv")
+    for t in TYPES:
+        got = row(types, condition="tool_hybrid", qtype=t)
+        qs = [v for v in truth.values() if v[0] == t]
+        assert got["n"] == len(qs)
+        assert got["accuracy_pct"] == pytest.approx(100 * sum(v[2] for v in qs) / len(qs))
+    assert row(types, condition="session_search", qtype="all")["n_correct"] == 14
+
+    rep = (out / "report.md").read_text()
+    assert "## Table 1" in rep and "0.50 [0.50, 0.50]" in rep and "0.125" in rep
+
+
+def test_failed_runs_count_wrong_and_missing_judgements_are_reported(tmp_path):
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for i in range(6):
+        st.add("session_search", f"q{i}", correct=True)
+    st.add("tool_hybrid", "q0", status="failed", correct=True)  # failed: wrong whatever the judge says
+    st.add("tool_hybrid", "q1", judged=False)  # no judgement at all
+    st.add("tool_hybrid", "q2", judge_status="failed")  # the judge call failed
+    st.add("tool_hybrid", "q3", correct=True, judge_status="unparsable")  # official rule applies, reported
+    st.add("tool_hybrid", "q4", correct=True)
+    st.add("tool_hybrid", "q5", correct=False)
+    st.judgements.append({**st.judgements[-1], "run_id": "ghost.lme.q9.r0"})  # a judgement of no record
+    st.write()
+    out = analyse(tmp_path, pre)
+
+    hy = row(csv(out, "table1.csv"), condition="tool_hybrid")
+    assert (hy["n_questions"], hy["n_failed"], hy["n_unjudged"], hy["n_judged"]) == (6, 1, 2, 4)
+    assert hy["accuracy_pct"] == pytest.approx(100 * 2 / 4)  # q0 wrong (failed), q3 right, q4 right, q5 wrong
+    assert hy["n_paired"] == 6 and hy["n_paired_judged"] == 4
+    assert hy["acc_diff_pts"] == pytest.approx(100 * (2 / 4 - 4 / 4))
+
+    runs = csv(out, "runs.csv")
+    assert row(runs, run_id=run_id("tool_hybrid", "q0"))["correct_source"] == "failed_run"
+    assert math.isnan(row(runs, run_id=run_id("tool_hybrid", "q1"))["correct"])
+
+    probs = csv(out, "judgement_problems.csv")
+    assert row(probs, run_id=run_id("tool_hybrid", "q1"))["problem"] == "missing"
+    assert row(probs, run_id=run_id("tool_hybrid", "q2"))["problem"] == "judge_failed"
+    assert row(probs, run_id=run_id("tool_hybrid", "q3"))["problem"] == "judge_unparsable"
+    assert row(probs, run_id="ghost.lme.q9.r0")["problem"] == "judgement of no record"
+    rep = (out / "report.md").read_text()
+    assert "2 runs without a usable correctness judgement" in rep
+    assert "1 unparsable judge replies" in rep
+
+
+# ------------------------------------------------------------------------------ Table 6: cost
+
+
+def test_cost_table_sums_the_ledger_at_list_and_off_peak_prices(tmp_path):
+    pre = prereg_file(tmp_path)
+    jp = {"currency": "USD", "hit": 0.01, "miss": 0.5, "output": 2.0, "usd_per_currency": 1.0, "cny_per_usd": 7.2}
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre), judge_prices=jp)
+    st.add("session_search", "q0", prompt=1_000_000, hit=400_000, output=10_000, ts=ON_PEAK_TS)
+    st.add("session_search", "q1", prompt=200_000, hit=0, output=50_000, ts=OFF_PEAK_TS)
+    st.judge_call(run_id("session_search", "q0"), 1000, 5, ts=ON_PEAK_TS)
+    st.judge_call(run_id("session_search", "q1"), 3000, 5, ts=OFF_PEAK_TS)
+    # a request cut off by a crash: spent nothing known, reported
+    st.ledger.append({"call": "lost", "tag": run_id("session_search", "q1"), "attempt": 1, "role": "agent",
+                      "event": "request", "ts": ON_PEAK_TS})
+    st.write()
+    out = analyse(tmp_path, pre)
+    t6 = csv(out, "table6.csv")
+
+    a_list = (400_000 * 0.006 + 600_000 * 0.30 + 10_000 * 1.20) / 1e6
+    b_list = (200_000 * 0.30 + 50_000 * 1.20) / 1e6
+    agents = row(t6, folder="main/main", party="agents", condition="all")
+    assert agents["calls"] == 2 and agents["unanswered_requests"] == 1
+    assert agents["cost_list_usd"] == pytest.approx(a_list + b_list)
+    assert agents["cost_paid_usd"] == pytest.approx(a_list + 0.5 * b_list)  # q1 ran off-peak
+    assert agents["cost_list_cny"] == pytest.approx(7.2 * (a_list + b_list))
+    assert agents["hit"] == 400_000 and agents["miss"] == 800_000 and agents["output"] == 60_000
+
+    j0, j1 = (1000 * 0.5 + 5 * 2.0) / 1e6, (3000 * 0.5 + 5 * 2.0) / 1e6
+    judge = row(t6, folder="main/main", party="judge", condition="all")
+    assert judge["calls"] == 2
+    assert judge["cost_list_usd"] == pytest.approx(j0 + j1)
+    assert judge["cost_paid_usd"] == pytest.approx(j0 + 0.5 * j1)
+    total = row(t6, folder="all", party="all", condition="all")
+    assert total["cost_list_usd"] == pytest.approx(a_list + b_list + j0 + j1)
+    assert total["cost_paid_cny"] == pytest.approx(7.2 * (a_list + 0.5 * b_list + j0 + 0.5 * j1))
+    assert csv(out, "ledger_checks.csv").empty  # records and ledger agree
+
+
+# ------------------------------------------------------------------------------ pre-registration
+
+
+def build_hypothesis_stages(tmp_path: Path, sha: str, leak_missing: bool = True) -> None:
+    """main: hybrid tokens exactly 0.5x, calls equal, same correctness; org: known discordance."""
+    main = Stage(tmp_path / "runs", "main", prereg_sha=sha)
+    for i in range(12):
+        q = f"q{i:02d}"
+        ok = i % 3 != 0
+        main.add("session_search", q, correct=ok, prompt=2000 + 100 * i, output=100, calls=2)
+        main.add("tool_hybrid", q, correct=ok, prompt=1000 + 50 * i, output=50, calls=2)
+    main.write()
+    org = Stage(tmp_path / "runs", "org", prereg_sha=sha)
+    for i in range(10):
+        q = f"p{i:02d}"
+        org.add("shared", q, variant="public", correct=True, prompt=1000, output=100, wall_s=1.0)
+        org.add("isolated", q, variant="public", correct=(i == 0), prompt=800, output=100)
+        org.add("ask_agent", q, variant="public", correct=True, prompt=4000, output=400, wall_s=4.0)
+    for i in range(5):
+        q = f"p{i:02d}"
+        org.add("shared", q, variant="private", correct=True, leak=False)
+        org.add("no_view", q, variant="private", correct=False, leak=i < 3)
+    if leak_missing:  # shared p04 has its correctness judgement but no leak judgement
+        org.judgements = [j for j in org.judgements
+                          if not (j["run_id"] == run_id("shared", "p04", "private") and j["kind"] == "leak")]
+    org.write()
+
+
+def test_decision_rules_holm_and_confirmatory_status(tmp_path):
+    pre = prereg_file(tmp_path)
+    build_hypothesis_stages(tmp_path, sha256_file(pre))
+    # the missing leak judgement of shared q4: its correctness judgement is there, the leak one is not
+    st_path = tmp_path / "runs" / "org" / "org" / "judgements" / f"{JUDGE}.jsonl"
+    lines = [json.loads(x) for x in st_path.read_text().splitlines()]
+    assert not any(x["run_id"] == run_id("shared", "p04", "private") and x["kind"] == "leak" for x in lines)
+    out = analyse(tmp_path, pre)
+    t3 = csv(out, "table3.csv").set_index("id")
+
+    one = 1 / (B_PRIMARY + 1)  # a bootstrap with no draw against the hypothesis
+    expected_p = {"H1a": 1.0,  # model calls ratio exactly 1: every draw >= 1
+                  "H1b": one,  # tokens ratio exactly 0.5 < 0.7
+                  "H1c": one,  # identical correctness: difference 0 > -3 in every draw
+                  "H2a": binomtest(0, 9, 0.5).pvalue,  # 9 vs 0 discordant
+                  "H2c": one}  # intersection-union of three components with p = one
+    for hid, p in expected_p.items():
+        assert t3.loc[hid, "p"] == pytest.approx(p, rel=1e-9), hid
+    for hid, p in holm_by_hand(expected_p).items():
+        assert t3.loc[hid, "p_holm"] == pytest.approx(p, rel=1e-9), hid
+    assert t3.loc["H1a", "outcome"] == "not supported"
+    for hid in ("H1b", "H1c", "H2a", "H2c"):
+        assert t3.loc[hid, "outcome"] == "supported", hid
+    assert t3.loc["H1b", "estimate"] == pytest.approx(
+        sum(1050 + 50 * i for i in range(12)) / sum(2100 + 100 * i for i in range(12)))
+    # H2b: 0 leaks under the view but one leak judgement missing -> undecidable, never assumed
+    assert t3.loc["H2b", "outcome"] == "undecided (missing judgements)"
+    comps = csv(out, "table3_components.csv")
+    c = row(comps, id="H2b", component=1)
+    assert c["estimate"] == 3 and c["holds"] in (True, "True")
+    probs = csv(out, "judgement_problems.csv")
+    assert row(probs, run_id=run_id("shared", "p04", "private"))["kind"] == "leak"
+    # everything read stages that recorded this file's sha256: confirmatory
+    for hid in ("H1a", "H1b", "H2a", "H2b"):
+        assert t3.loc[hid, "status"] == "confirmatory", hid
+    # stages/hypotheses without data are "not run", never failed
+    for hid in ("H1d", "H1e", "H1f", "H3a", "H3b", "H3c"):
+        assert t3.loc[hid, "outcome"] == "not run", hid
+    rep = (out / "report.md").read_text()
+    assert "*pre-specified*" in rep  # Table 1 of a stage with the right hash
+
+
+def test_a_changed_file_makes_tests_exploratory(tmp_path):
+    pre = prereg_file(tmp_path)
+    build_hypothesis_stages(tmp_path, sha256_file(pre), leak_missing=False)
+    # the file changes after the stages started (one comment is enough)
+    pre.write_text(pre.read_text() + "# an afterthought\n")
+    out = analyse(tmp_path, pre)
+    t3 = csv(out, "table3.csv").set_index("id")
+    for hid in ("H1b", "H2a", "H2b", "H2c"):
+        assert t3.loc[hid, "status"] == "exploratory"
+        assert "changed after the stage started" in t3.loc[hid, "reason"]
+    assert t3.loc["H2b", "outcome"] == "supported"  # the rule is still evaluated and flagged
+    rep = (out / "report.md").read_text()
+    assert "*pre-specified*" not in rep
+
+
+def test_hash_recorded_after_the_first_call_is_exploratory(tmp_path):
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre), created="2026-10-08T11:00:00+00:00")
+    for i in range(4):
+        st.add("session_search", f"q{i}", ts=ON_PEAK_TS)  # 10:00, before the stage says it was created
+        st.add("tool_hybrid", f"q{i}", prompt=500, ts=ON_PEAK_TS)
+    st.write()
+    t3 = csv(analyse(tmp_path, pre), "table3.csv").set_index("id")
+    assert t3.loc["H1b", "status"] == "exploratory"
+    assert "after the first model call" in t3.loc["H1b", "reason"]
+
+
+def test_analyses_not_in_the_file_are_listed_as_exploratory(tmp_path):
+    pre = prereg_file(tmp_path)
+    build_table1_stage(tmp_path, sha256_file(pre))
+    out = analyse(tmp_path, pre)
+    ex = csv(out, "table3_exploratory.csv")
+    assert set(ex["status"]) == {"exploratory"}
+    # pairs a hypothesis compares are Table 3 rows; the others are listed as exploratory
+    pairs = {(r.a, r.b) for r in ex.itertuples() if r.analysis == "comparison"}
+    assert ("tool_hybrid", "session_search") not in pairs  # H1a-c
+    assert ("prefetch", "session_search") not in pairs  # H1e
+    assert ("tool_hybrid", "prefetch") not in pairs  # H1e
+    assert ("none", "session_search") in pairs  # no hypothesis compares the no-memory condition
+    analyses = set(ex.loc[ex["analysis"] != "comparison", "analysis"])
+    assert {"token_decomposition", "median_ratio"} <= analyses
+    assert "table1" not in analyses and "table5" not in analyses  # pre-specified in the file
+
+
+def test_holds_unadjusted_only_when_holm_says_no(tmp_path):
+    pre = prereg_file(tmp_path)
+    org = Stage(tmp_path / "runs", "org", prereg_sha=sha256_file(pre))
+    for i in range(6):  # 6 vs 0 discordant: p = 0.03125 <= 0.05 but 5 x 0.03125 > 0.05
+        org.add("shared", f"p{i}", variant="public", correct=True)
+        org.add("isolated", f"p{i}", variant="public", correct=False)
+    org.write()
+    t3 = csv(analyse(tmp_path, pre), "table3.csv").set_index("id")
+    p = binomtest(0, 6, 0.5).pvalue
+    assert t3.loc["H2a", "p"] == pytest.approx(p)
+    # the other four members were not run and enter the family with p = 1
+    assert t3.loc["H2a", "p_holm"] == pytest.approx(holm_by_hand({"H2a": p, "a": 1, "b": 1, "c": 1, "d": 1})["H2a"])
+    assert t3.loc["H2a", "outcome"] == "holds unadjusted only"
+    assert "p = 1" in t3.loc["H1b", "note"]
+
+
+def test_growth_ratio_h1f_and_the_scale_table(tmp_path):
+    pre = prereg_file(tmp_path)
+    sha = sha256_file(pre)
+    main, scale = Stage(tmp_path / "runs", "main", prereg_sha=sha), Stage(tmp_path / "runs", "scale", prereg_sha=sha)
+    for i in range(8):
+        q = f"q{i}"
+        base = 10_000 + 1000 * i
+        main.add("session_search", q, prompt=base, output=0, correct=True)
+        main.add("tool_hybrid", q, prompt=base // 2, output=0, correct=i != 0)
+        scale.add("session_search", q, prompt=int(base * 1.48), output=0, correct=i > 1)
+        scale.add("tool_hybrid", q, prompt=int(base // 2 * 1.30), output=0, correct=i > 2)
+    main.write()
+    scale.write()
+    out = analyse(tmp_path, pre)
+    t3 = csv(out, "table3.csv").set_index("id")
+    assert t3.loc["H1f", "estimate"] == pytest.approx(1.48 / 1.30)
+    assert t3.loc["H1f", "outcome"] == "not supported"  # 1.14 < 1.2, as in the paper
+    sc = csv(out, "scale.csv")
+    ss, hy = row(sc, condition="session_search"), row(sc, condition="tool_hybrid")
+    assert ss["tokens_growth"] == pytest.approx(1.48) and hy["tokens_growth"] == pytest.approx(1.30)
+    assert ss["accuracy_s_pct"] == 100 and ss["accuracy_m_pct"] == pytest.approx(100 * 6 / 8)
+    assert hy["accuracy_change_pts"] == pytest.approx(100 * (5 / 8 - 7 / 8))
+    assert (out / "figure5.png").exists()
+
+
+# ------------------------------------------------------------------------------ Tables 5, tokens, evidence
+
+
+def test_run_to_run_agreement_tokens_and_evidence(tmp_path):
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    r0, r1 = [1, 1, 0, 1, 0], [1, 0, 0, 1, 1]
+    first = [True, False, None, True, True]
+    anyh = [True, True, None, True, False]
+    prompts = [1000, 3000, 2000, 8000, 500]
+    for i in range(5):
+        dec = {"calls": 2, "prefix": 300 + i, "results": 100 * i, "output": 40, "input": prompts[i]}
+        st.add("shell", f"q{i}", correct=bool(r0[i]), prompt=prompts[i], output=40, calls=2, decomposition=dec,
+               evidence={"first_search": first[i], "any": anyh[i], "evidence_sessions": ["s"]})
+        st.add("shell", f"q{i}", repeat=1, correct=bool(r1[i]), prompt=prompts[i] * 2, output=40)
+    st.write()
+    out = analyse(tmp_path, pre)
+    t5 = row(csv(out, "table5.csv"), condition="shell")
+    assert (t5["n_judged_both"], t5["identical"], t5["both_correct"], t5["r0_only"], t5["r1_only"]) == (5, 3, 2, 1, 1)
+    assert t5["identical_share"] == pytest.approx(0.6)
+    po, pe = 0.6, (3 / 5) * (3 / 5) + (2 / 5) * (2 / 5)
+    assert t5["kappa"] == pytest.approx((po - pe) / (1 - pe))
+    tok = row(csv(out, "tokens.csv"), condition="shell")
+    totals = np.array(prompts, float) + 40
+    assert tok["cv_tokens"] == pytest.approx(totals.std(ddof=1) / totals.mean())
+    assert tok["mean_prefix"] == pytest.approx(302) and tok["mean_results"] == pytest.approx(200)
+    ev = row(csv(out, "evidence.csv"), condition="shell")
+    assert (ev["n_first_applicable"], ev["first_hits"]) == (4, 3)
+    assert (ev["n_any_applicable"], ev["any_hits"]) == (4, 3)
+    assert ev["first_rate"] == pytest.approx(0.75)
+
+
+# ------------------------------------------------------------------------------ backend study (H3)
+
+
+def test_h3_reads_the_backend_study_outputs(tmp_path):
+    pre = prereg_file(tmp_path)
+    d = tmp_path / "runs" / "backends" / "backends"
+    d.mkdir(parents=True)
+    (d / "stage.json").write_text(json.dumps({"stage": "backends", "label": "backends", "config_hash": "x",
+                                              "prereg": {"sha256": sha256_file(pre)}}))
+    (d / "recall.csv").write_text("backend,iterative_scan,view,recall_at_10,short_lists\n"
+                                  "pgvector,off,one,0.291,163\npgvector,relaxed_order,one,0.992,0\n")
+    (d / "fanout.csv").write_text("method,agents,p50_ms\nredis_tag_list,1,1.91\nredis_tag_list,180,21.67\n"
+                                  "fts5_owner_column,1,27.47\nfts5_owner_column,180,55.08\n")
+    t3 = csv(analyse(tmp_path, pre), "table3.csv").set_index("id")
+    assert t3.loc["H3a", "outcome"] == "supported"
+    assert t3.loc["H3b", "outcome"] == "not supported"
+    assert t3.loc["H3c", "outcome"] == "not run"  # footprint.csv missing: not run, not failed
+    comps = csv(analyse(tmp_path, pre, out="r2"), "table3_components.csv")
+    assert row(comps, id="H3b", component=0)["estimate"] == pytest.approx(21.67 / 1.91)
+
+
+# ------------------------------------------------------------------------------ the command
+
+
+def test_two_runs_write_identical_bytes_and_the_cli_works(tmp_path):
+    pre = prereg_file(tmp_path)
+    build_table1_stage(tmp_path, sha256_file(pre))
+    build_hypothesis_stages(tmp_path, sha256_file(pre))
+    args = [sys.executable, "-m", "analysis.run", f"runs={tmp_path / 'runs'}", f"out={tmp_path / 'results'}",
+            f"prereg={pre}", f"resamples={B_SECONDARY}"]
+    first = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert first.returncode == 0, first.stderr
+    files = {p.name: p.read_bytes() for p in sorted((tmp_path / "results").iterdir())}
+    assert {"report.md", "table1.csv", "table2.csv", "table3.csv", "table4.csv", "table5.csv", "table6.csv",
+            "figure3_main_main.png", "figure6_org_org.png"} <= set(files)
+    second = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert second.returncode == 0, second.stderr
+    again = {p.name: p.read_bytes() for p in sorted((tmp_path / "results").iterdir())}
+    assert again.keys() == files.keys()
+    for name in files:
+        assert again[name] == files[name], f"{name} differs between two runs"
+    assert first.stdout == second.stdout
+    assert b"matplotlib" not in files["figure3_main_main.png"]  # no version stamp in the PNG
+    rep = files["report.md"].decode()
+    for name in ("table1.csv", "table3.csv", "table6.csv", "figure3_main_main.png"):
+        assert f"]({name})" in rep  # the report links its tables and figures
+    assert "cccccccccccccccc" in rep and "dddddddddddddddd" in rep  # config hash and data sha256
+
+
+def test_default_runs_skip_the_pilot_and_foreign_output_is_kept(tmp_path, monkeypatch):
+    pre = prereg_file(tmp_path)
+    for stage in ("main", "pilot"):
+        s = Stage(tmp_path / "runs", stage, prereg_sha=sha256_file(pre))
+        s.add("session_search", "q0")
+        s.write()
+    monkeypatch.chdir(tmp_path)
+    assert A.main([f"prereg={pre}", "out=res"]) == 0
+    assert set(pd.read_csv(tmp_path / "res" / "runs.csv")["stage"]) == {"main"}
+    assert A.main([f"prereg={pre}", "out=res2", "runs=runs/pilot/pilot"]) == 0
+    assert "pilot: not a result" in (tmp_path / "res2" / "report.md").read_text()
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    assert A.main([f"prereg={pre}", "out=mine"]) == 2
+    assert (foreign / "notes.txt").read_text() == "keep me"
+
+
+def test_read_judgements_agrees_with_the_judge_module(tmp_path):
+    from analysis.load import Folder, read_judgements
+    from judge.run import load_judgements
+
+    d = tmp_path / "s" / "l"
+    (d / "judgements").mkdir(parents=True)
+    lines = [{"run_id": "a", "kind": "correct", "label": False, "status": "ok"},
+             {"run_id": "a", "kind": "correct", "label": True, "status": "ok"},  # the latest wins
+             {"run_id": "a", "kind": "leak", "label": None, "status": "failed"}]
+    (d / "judgements" / "j.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"run_id": "b", "ki')
+    mine = read_judgements(Folder(d, {}), "j")
+    assert mine == load_judgements(d, "j")
+    assert mine[("a", "correct")]["label"] is True and ("b", "correct") not in mine
