@@ -1,0 +1,240 @@
+"""PostgreSQL + pgvector (>= 0.8) through psycopg 3: HNSW with the view as a WHERE clause.
+
+pgvector's HNSW scan yields at most `hnsw.ef_search` candidates (default 40) and
+PostgreSQL applies the WHERE clause after the index scan. For a selective view
+this post-filtering returns fewer than k rows -- the truncation of Proposition 2.
+pgvector 0.8's iterative index scans (`hnsw.iterative_scan` = relaxed_order or
+strict_order) keep scanning until k rows pass, up to `hnsw.max_scan_tuples`.
+A b-tree on owner lets the planner choose an exact filtered scan instead; which
+plan it took is visible with `explain`.
+
+Bulk loads into an empty table go through binary COPY and build the HNSW index
+afterwards (much faster than growing the graph row by row); later adds are
+upserts through a staging table, so adding a unit twice replaces it.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from ..units import Unit
+from ..views import View
+from .base import Backend, Hit, Query, auto_name, check_units, register
+
+ITERATIVE = ("off", "relaxed_order", "strict_order")
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,50}$")  # + "_hnsw" stays within 63
+BULK_MIN = 2000  # an empty table receiving at least this many rows is loaded first, indexed after
+
+
+def vector_text(v: np.ndarray) -> str:
+    return "[" + ",".join(repr(float(x)) for x in np.asarray(v, dtype=np.float32)) + "]"
+
+
+def compile_view(view: View | None) -> tuple[str, list]:
+    """The view as an SQL predicate with parameters."""
+    if view is None:
+        return "TRUE", []
+    parts, args = ["org = %s"], [view.org]
+    if view.scope == "own":
+        parts.append("owner = %s")
+        args.append(view.agent)
+    elif view.scope == "shared":
+        parts.append("(owner = %s OR visibility = 'public')")
+        args.append(view.agent)
+    if view.since is not None:
+        parts.append("time >= %s")
+        args.append(float(view.since))
+    if view.until is not None:
+        parts.append("time <= %s")
+        args.append(float(view.until))
+    return " AND ".join(parts), args
+
+
+def _copy_binary(units: Sequence[Unit], vectors: np.ndarray) -> bytes:
+    """COPY ... (FORMAT BINARY) payload: uid, org, owner, visibility, time, embedding."""
+    out = [b"PGCOPY\n\xff\r\n\x00", struct.pack("!ii", 0, 0)]
+    dim = vectors.shape[1]
+    vhead = struct.pack("!ihh", 4 + 4 * dim, dim, 0)
+    for u, v in zip(units, vectors):
+        row = [struct.pack("!h", 6)]
+        for s in (u.uid, u.org, u.owner, u.visibility):
+            b = s.encode("utf-8")
+            row += [struct.pack("!i", len(b)), b]
+        row.append(struct.pack("!id", 8, float(u.time)))
+        row += [vhead, np.asarray(v, dtype=">f4").tobytes()]
+        out.append(b"".join(row))
+    out.append(struct.pack("!h", -1))
+    return b"".join(out)
+
+
+@register("pgvector")
+class PgVector(Backend):
+    kind = "dense"
+
+    def __init__(self, table: str | None = None, dsn: str | None = None, dim: int = 384, m: int = 16,
+                 ef_construction: int = 200, ef_search: int = 40, iterative_scan: str = "off",
+                 max_scan_tuples: int | None = None, owner_btree: bool = False, drop_existing: bool = False,
+                 drop_on_close: bool | None = None, **_):
+        from ... import services
+
+        if table is None:  # a private table per instance
+            table, drop_on_close = auto_name("memspace").lower(), True if drop_on_close is None else drop_on_close
+
+        if not _IDENT.match(table):
+            raise ValueError(f"table name {table!r} must match {_IDENT.pattern}")
+        if iterative_scan not in ITERATIVE:
+            raise ValueError(f"iterative_scan must be one of {ITERATIVE}, got {iterative_scan!r}")
+        self.dsn = dsn or services.settings().pg_dsn
+        self.table, self.dim, self.m, self.ef_construction = table, dim, m, ef_construction
+        self.ef_search, self.iterative_scan, self.max_scan_tuples = ef_search, iterative_scan, max_scan_tuples
+        self.owner_btree, self.drop_on_close = owner_btree, bool(drop_on_close)
+        self._local = threading.local()
+        self._conns: list = []
+        self._conns_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        with self._conn() as c, c.transaction():
+            if drop_existing:
+                c.execute(f"DROP TABLE IF EXISTS {table}")
+            c.execute(f"CREATE TABLE IF NOT EXISTS {table} (uid text PRIMARY KEY, org text NOT NULL, "
+                      f"owner text NOT NULL, visibility text NOT NULL, time double precision NOT NULL, "
+                      f"embedding vector({dim}) NOT NULL)")
+            self._ensure_indexes(c)
+
+    # -- connections: one per thread ---------------------------------------------------
+    def _conn(self):
+        import psycopg
+
+        c = getattr(self._local, "conn", None)
+        if c is None or c.closed:
+            c = psycopg.connect(self.dsn)
+            self._local.conn = c
+            with self._conns_lock:
+                self._conns.append(c)
+        return _NoClose(c)
+
+    def _ensure_indexes(self, c) -> None:
+        t = self.table
+        c.execute(f"CREATE INDEX IF NOT EXISTS {t}_hnsw ON {t} USING hnsw (embedding vector_cosine_ops) "
+                  f"WITH (m = {int(self.m)}, ef_construction = {int(self.ef_construction)})")
+        if self.owner_btree:
+            c.execute(f"CREATE INDEX IF NOT EXISTS {t}_owner ON {t} (owner)")
+        else:
+            c.execute(f"DROP INDEX IF EXISTS {t}_owner")
+
+    # -- writes -----------------------------------------------------------------------
+    def add(self, units: Sequence[Unit], vectors: np.ndarray | None = None) -> None:
+        vectors = check_units(units, vectors, dense=True)
+        if not len(units):
+            return
+        t = self.table
+        payload = _copy_binary(units, vectors)
+        with self._write_lock, self._conn() as c, c.transaction():
+            empty = c.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {t})").fetchone()[0]
+            bulk = empty and len(units) >= BULK_MIN
+            if bulk:
+                c.execute(f"DROP INDEX IF EXISTS {t}_hnsw")
+            c.execute(f"CREATE TEMP TABLE stage (LIKE {t}) ON COMMIT DROP")
+            with c.cursor().copy("COPY stage (uid, org, owner, visibility, time, embedding) FROM STDIN "
+                                 "WITH (FORMAT BINARY)") as cp:
+                cp.write(payload)
+            c.execute(f"INSERT INTO {t} SELECT DISTINCT ON (uid) * FROM stage ON CONFLICT (uid) DO UPDATE SET "
+                      "org = EXCLUDED.org, owner = EXCLUDED.owner, visibility = EXCLUDED.visibility, "
+                      "time = EXCLUDED.time, embedding = EXCLUDED.embedding")
+            if bulk:
+                self._ensure_indexes(c)
+        if len(units) >= 100:  # planner statistics decide between the HNSW and the b-tree plan
+            with self._conn() as c, c.transaction():
+                c.execute(f"ANALYZE {t}")
+
+    def delete(self, uids: Sequence[str]) -> None:
+        with self._write_lock, self._conn() as c, c.transaction():
+            c.execute(f"DELETE FROM {self.table} WHERE uid = ANY(%s)", (list(uids),))
+
+    # -- search -----------------------------------------------------------------------
+    def _settings(self, c) -> None:
+        c.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true)",
+                  (str(self.ef_search), self.iterative_scan))
+        if self.max_scan_tuples:
+            c.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(self.max_scan_tuples),))
+
+    def _sql(self, view: View | None, k: int, vec: np.ndarray) -> tuple[str, list]:
+        where, args = compile_view(view)
+        q = vector_text(vec)
+        sql = (f"SELECT uid, embedding <=> %s::vector AS d FROM {self.table} WHERE {where} "
+               f"ORDER BY embedding <=> %s::vector LIMIT %s")
+        return sql, [q, *args, q, k]
+
+    def search(self, query: Query, view: View | None, k: int) -> list[Hit]:
+        if k <= 0:
+            return []
+        sql, args = self._sql(view, k, query.need_vector(self.name))
+        with self._conn() as c, c.transaction():
+            self._settings(c)
+            rows = c.execute(sql, args).fetchall()
+        # relaxed_order may return rows slightly out of order: re-sort
+        return sorted((Hit(u, 1.0 - float(d)) for u, d in rows), key=lambda h: (-h.score, h.uid))
+
+    def explain(self, query: Query, view: View | None, k: int, analyze: bool = False) -> str:
+        """The plan PostgreSQL chose for this search (index scan on HNSW, on the owner b-tree, or a seq scan)."""
+        sql, args = self._sql(view, k, query.need_vector(self.name))
+        opts = "ANALYZE, BUFFERS, " if analyze else ""
+        with self._conn() as c, c.transaction():
+            self._settings(c)
+            rows = c.execute(f"EXPLAIN ({opts}COSTS) {sql}", args).fetchall()
+        return "\n".join(r[0] for r in rows)
+
+    # -- bookkeeping ------------------------------------------------------------------
+    def __len__(self) -> int:
+        with self._conn() as c, c.transaction():
+            return c.execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()[0]
+
+    def footprint(self) -> dict:
+        t = self.table
+        with self._conn() as c, c.transaction():
+            n = c.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            table, total = c.execute("SELECT pg_table_size(%s), pg_total_relation_size(%s)", (t, t)).fetchone()
+            hnsw = c.execute("SELECT pg_relation_size(to_regclass(%s))", (f"{t}_hnsw",)).fetchone()[0]
+            owner = c.execute("SELECT pg_relation_size(to_regclass(%s))", (f"{t}_owner",)).fetchone()[0]
+        return {"units": n, "table_bytes": table, "hnsw_index_bytes": hnsw, "owner_btree_bytes": owner,
+                "total_bytes": total}
+
+    def versions(self) -> dict:
+        with self._conn() as c, c.transaction():
+            pg = c.execute("SHOW server_version").fetchone()[0]
+            vec = c.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
+        return {"postgres": pg, "pgvector": vec}
+
+    def describe(self) -> dict:
+        return {"backend": self.name, "table": self.table, "m": self.m, "ef_construction": self.ef_construction,
+                "ef_search": self.ef_search, "iterative_scan": self.iterative_scan,
+                "max_scan_tuples": self.max_scan_tuples or "default", "owner_btree": self.owner_btree}
+
+    def drop(self) -> None:
+        with self._conn() as c, c.transaction():
+            c.execute(f"DROP TABLE IF EXISTS {self.table}")
+
+    def close(self) -> None:
+        if self.drop_on_close:
+            self.drop()
+        with self._conns_lock:
+            for c in self._conns:
+                c.close()
+            self._conns.clear()
+
+
+class _NoClose:
+    """Context wrapper that leaves the thread's connection open (psycopg's `with conn` would close it)."""
+
+    def __init__(self, c):
+        self.c = c
+
+    def __enter__(self):
+        return self.c
+
+    def __exit__(self, *exc):
+        return False

@@ -1,0 +1,226 @@
+"""Redis query engine (RediSearch 2.10 in Redis 8): HNSW with the view as a pre-filter.
+
+Schema: TAG org, TAG owner, TAG visibility (case-sensitive, so agents "A0" and
+"a0" never merge; separator \\x1f, so commas and pipes in values are data),
+NUMERIC time, VECTOR HNSW (M 16, EF_CONSTRUCTION 200, FLOAT32, COSINE). A search
+is one KNN query whose pre-filter is the compiled view, written in one pair of
+parentheses before `=>` with DIALECT 2 (SPEC 8):
+
+    (@org:{q1} (@owner:{a0} | @visibility:{public}) @time:[since until])=>[KNN $K @vec $B EF_RUNTIME $EF AS dist]
+
+EF_RUNTIME (default 10, the paper's setting) and the hybrid policy (engine's
+choice, ADHOC_BF or BATCHES) are configurable. TAG values are escaped: every
+ASCII character other than letters, digits and '_' gets a backslash.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..units import Unit
+from ..views import View
+from .base import Backend, Hit, Query, auto_name, check_units, register
+
+SEPARATOR = "\x1f"
+_ESCAPE = re.compile(r"([\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f])")  # ASCII except [0-9A-Za-z_]
+
+
+def tag_escape(value: str) -> str:
+    if not value:
+        raise ValueError("empty TAG value")
+    if SEPARATOR in value:
+        raise ValueError(f"TAG value {value!r} contains the separator \\x1f")
+    return _ESCAPE.sub(r"\\\1", value)
+
+
+def _num(x: float | None, default: str) -> str:
+    return default if x is None else repr(float(x))
+
+
+def compile_view(view: View | None) -> str:
+    """The view as a RediSearch pre-filter (the part before `=>`)."""
+    if view is None:
+        return "*"
+    parts = [f"@org:{{{tag_escape(view.org)}}}"]
+    if view.scope == "own":
+        parts.append(f"@owner:{{{tag_escape(view.agent)}}}")
+    elif view.scope == "shared":
+        parts.append(f"(@owner:{{{tag_escape(view.agent)}}} | @visibility:{{public}})")
+    if view.since is not None or view.until is not None:
+        parts.append(f"@time:[{_num(view.since, '-inf')} {_num(view.until, '+inf')}]")
+    return "(" + " ".join(parts) + ")"
+
+
+def _get(d, key: str):
+    if isinstance(d, dict):
+        return d.get(key.encode(), d.get(key))
+    return None
+
+
+def _s(x) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+@register("redis_qe")
+class RedisQE(Backend):
+    kind = "dense"
+
+    def __init__(self, index: str | None = None, url: str | None = None, dim: int = 384, m: int = 16,
+                 ef_construction: int = 200, ef_runtime: int = 10, hybrid_policy: str | None = None,
+                 batch_size: int | None = None, drop_existing: bool = False, drop_on_close: bool | None = None, **_):
+        import redis
+
+        from ... import services
+
+        if index is None:  # a private index per instance: two processes never share (or drop) one
+            index, drop_on_close = auto_name("memspace"), True if drop_on_close is None else drop_on_close
+        self.url = url or services.settings().redis_url
+        self.r = redis.Redis.from_url(self.url, protocol=3)
+        self.index, self.prefix, self.dim = index, f"{index}:u:", dim
+        self.m, self.ef_construction = m, ef_construction
+        self.ef_runtime, self.hybrid_policy, self.batch_size = ef_runtime, hybrid_policy, batch_size
+        if hybrid_policy not in (None, "ADHOC_BF", "BATCHES"):
+            raise ValueError(f"hybrid_policy must be None, ADHOC_BF or BATCHES, got {hybrid_policy!r}")
+        self.drop_on_close = bool(drop_on_close)
+        if drop_existing:
+            self.drop()
+        self._create()
+
+    # -- schema -----------------------------------------------------------------------
+    def _exists(self) -> bool:
+        import redis
+
+        try:
+            self.r.execute_command("FT.INFO", self.index)
+            return True
+        except redis.ResponseError:
+            return False
+
+    def _create(self) -> None:
+        if self._exists():
+            return
+        tag = ["TAG", "SEPARATOR", SEPARATOR, "CASESENSITIVE"]
+        self.r.execute_command(
+            "FT.CREATE", self.index, "ON", "HASH", "PREFIX", "1", self.prefix, "SCHEMA",
+            "org", *tag, "owner", *tag, "visibility", *tag, "time", "NUMERIC",
+            "vec", "VECTOR", "HNSW", "10", "TYPE", "FLOAT32", "DIM", str(self.dim), "DISTANCE_METRIC", "COSINE",
+            "M", str(self.m), "EF_CONSTRUCTION", str(self.ef_construction),
+        )
+
+    def drop(self) -> None:
+        """Drop the index and its documents."""
+        import redis
+
+        try:
+            self.r.execute_command("FT.DROPINDEX", self.index, "DD")
+        except redis.ResponseError:
+            pass
+
+    # -- writes -----------------------------------------------------------------------
+    def add(self, units: Sequence[Unit], vectors: np.ndarray | None = None) -> None:
+        vectors = check_units(units, vectors, dense=True)
+        for i in range(0, len(units), 500):
+            pipe = self.r.pipeline(transaction=False)
+            for u, v in zip(units[i:i + 500], vectors[i:i + 500]):
+                for val in (u.org, u.owner, u.visibility):
+                    tag_escape(val)  # validate before writing
+                pipe.hset(self.prefix + u.uid, mapping={
+                    "uid": u.uid, "org": u.org, "owner": u.owner, "visibility": u.visibility,
+                    "time": repr(float(u.time)), "vec": np.asarray(v, dtype=np.float32).tobytes()})
+            pipe.execute()
+
+    def delete(self, uids: Sequence[str]) -> None:
+        for i in range(0, len(uids), 1000):
+            part = [self.prefix + u for u in uids[i:i + 1000]]
+            if part:
+                self.r.delete(*part)
+
+    # -- search -----------------------------------------------------------------------
+    def _knn(self, prefilter: str, vec: np.ndarray, k: int) -> tuple[list, list]:
+        clause = "KNN $K @vec $B"
+        params = ["K", str(k), "B", vec.astype(np.float32).tobytes()]
+        if self.hybrid_policy == "ADHOC_BF":
+            clause += " HYBRID_POLICY ADHOC_BF"
+        else:
+            clause += " EF_RUNTIME $EF"
+            params += ["EF", str(self.ef_runtime)]
+            if self.hybrid_policy == "BATCHES":
+                clause += " HYBRID_POLICY BATCHES"
+                if self.batch_size:
+                    clause += " BATCH_SIZE $BS"
+                    params += ["BS", str(self.batch_size)]
+        q = f"{prefilter}=>[{clause} AS dist]"
+        args = [q, "PARAMS", str(len(params)), *params, "SORTBY", "dist", "ASC", "LIMIT", "0", str(k),
+                "RETURN", "1", "dist", "DIALECT", "2"]
+        return q, args
+
+    def _parse(self, res) -> list[Hit]:
+        out = []
+        n = len(self.prefix)
+        results = _get(res, "results")
+        if results is not None:  # RESP3
+            for row in results:
+                key = _s(_get(row, "id"))
+                dist = float(_s(_get(_get(row, "extra_attributes"), "dist")))
+                out.append((key[n:], 1.0 - dist))
+        else:  # RESP2: [total, key, [field, value, ...], ...]
+            for j in range(1, len(res), 2):
+                fields = res[j + 1]
+                vals = {_s(fields[i]): _s(fields[i + 1]) for i in range(0, len(fields), 2)}
+                out.append((_s(res[j])[n:], 1.0 - float(vals["dist"])))
+        out.sort(key=lambda p: (-p[1], p[0]))
+        return [Hit(u, s) for u, s in out]
+
+    def search(self, query: Query, view: View | None, k: int) -> list[Hit]:
+        if k <= 0:
+            return []
+        _, args = self._knn(compile_view(view), query.need_vector(self.name), k)
+        return self._parse(self.r.execute_command("FT.SEARCH", self.index, *args))
+
+    def search_owners(self, query: Query, org: str, owners: Sequence[str], k: int) -> list[Hit]:
+        """The backend study's other form: the view written as a TAG list of agents."""
+        if k <= 0 or not owners:
+            return []
+        pre = f"(@org:{{{tag_escape(org)}}} @owner:{{{'|'.join(tag_escape(o) for o in owners)}}})"
+        _, args = self._knn(pre, query.need_vector(self.name), k)
+        return self._parse(self.r.execute_command("FT.SEARCH", self.index, *args))
+
+    def profile(self, query: Query, view: View | None, k: int) -> Any:
+        """FT.PROFILE of the same query: shows whether the engine ran ad-hoc brute force or batches."""
+        _, args = self._knn(compile_view(view), query.need_vector(self.name), k)
+        return self.r.execute_command("FT.PROFILE", self.index, "SEARCH", "QUERY", *args)
+
+    # -- bookkeeping ------------------------------------------------------------------
+    def info(self) -> dict:
+        raw = self.r.execute_command("FT.INFO", self.index)
+        if isinstance(raw, list):
+            raw = {raw[i]: raw[i + 1] for i in range(0, len(raw), 2)}
+        return {_s(k): v for k, v in raw.items()}
+
+    def __len__(self) -> int:
+        return int(_s(self.info()["num_docs"]))
+
+    def footprint(self) -> dict:
+        info = self.info()
+
+        def mb(key):
+            v = info.get(key)
+            return None if v is None else int(float(_s(v)) * 1024 * 1024)
+
+        mem = self.r.info("memory")
+        return {"units": int(_s(info["num_docs"])), "vector_index_bytes": mb("vector_index_sz_mb"),
+                "inverted_index_bytes": mb("inverted_sz_mb"), "doc_table_bytes": mb("doc_table_size_mb"),
+                "server_used_memory_bytes": int(mem["used_memory"])}
+
+    def describe(self) -> dict:
+        return {"backend": self.name, "index": self.index, "m": self.m, "ef_construction": self.ef_construction,
+                "ef_runtime": self.ef_runtime, "hybrid_policy": self.hybrid_policy or "engine",
+                "batch_size": self.batch_size}
+
+    def close(self) -> None:
+        if self.drop_on_close:
+            self.drop()
+        self.r.close()

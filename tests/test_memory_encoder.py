@@ -1,0 +1,117 @@
+"""Encoders: disk cache keyed by encoder id + text hash; two encoders never share entries."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.memory.encoder import SPECS, Encoder, EncoderSpec, HashEncoder, VectorCache, load_encoder
+
+TEXTS = [
+    "User: What is my dog's name?\nAssistant: Your beagle is called Biscuit.",
+    "User: How do I parse dates in Python?\nAssistant: Use datetime.strptime with a format string.",
+    "User: 我的猫喜欢吃什么？\nAssistant: 它喜欢吃鱼。",
+    "short",
+    "User: Remind me where I parked.\nAssistant: Level 3, row F.",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm_dir() -> Path:
+    from harness.memory.encoder import resolve_model_dir
+
+    return resolve_model_dir(SPECS["minilm"])
+
+
+def test_cache_second_call_embeds_nothing(tmp_path):
+    enc = Encoder("minilm", cache_dir=tmp_path)
+    v1 = enc.embed(TEXTS + [TEXTS[0]])  # a duplicate inside one call is embedded once
+    assert v1.shape == (len(TEXTS) + 1, 384) and v1.dtype == np.float32
+    assert enc.stats.embedded == len(TEXTS)
+    assert np.allclose(np.linalg.norm(v1, axis=1), 1.0, atol=1e-5)
+    assert np.array_equal(v1[0], v1[-1])
+    # a new process would open a new Encoder on the same cache: nothing is embedded, the model is never loaded
+    again = Encoder("minilm", cache_dir=tmp_path)
+    v2 = again.embed(list(reversed(TEXTS)))
+    assert again.stats.embedded == 0 and again.stats.cache_hits == len(TEXTS)
+    assert again._model is None
+    assert np.array_equal(v2, v1[:len(TEXTS)][::-1])
+    assert len(again.cache) == len(TEXTS)
+
+
+def test_sorted_batches_keep_input_order(tmp_path):
+    enc = Encoder("minilm", cache_dir=tmp_path, batch_size=2)
+    texts = [t * (i + 1) for i, t in enumerate(TEXTS)][::-1]  # longest first: sorting reorders them
+    v = enc.embed(texts)
+    raw = enc.forward(texts, batch_size=1)
+    cos = np.sum(v * raw, axis=1)
+    assert np.all(cos > 0.9999), cos
+    # and the vectors mean something: the dog question is closest to the dog round
+    q = enc.embed_query("what is the name of my beagle")
+    base = enc.embed(TEXTS)
+    assert int(np.argmax(base @ q)) == 0
+
+
+def test_two_encoders_never_share_entries(tmp_path, minilm_dir):
+    # a second encoder over the same weights but CLS pooling (like bge's pipeline), from a plain
+    # transformers directory: its id, cache file and vectors all differ from minilm's
+    plain = tmp_path / "plain-model"
+    plain.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                 "special_tokens_map.json"):
+        shutil.copy(minilm_dir / name, plain / name)
+    cls_spec = EncoderSpec("bge", "test/cls-pooled-minilm", "cls", 256, True, path=str(plain))
+    a = Encoder("minilm", cache_dir=tmp_path / "cache")
+    b = Encoder(cls_spec, cache_dir=tmp_path / "cache")
+    assert a.id != b.id and a.cache.path != b.cache.path
+    va, vb = a.embed(TEXTS[:2]), b.embed(TEXTS[:2])
+    assert b.stats.embedded == 2, "b must not find a's vectors"
+    assert np.all(np.sum(va * vb, axis=1) < 0.99)
+    assert b.describe()["pooling"] == "cls"
+    # a cache file holds one encoder's vectors only
+    with pytest.raises(RuntimeError, match="caches vectors of"):
+        VectorCache(a.cache.path, b.id, 384)
+
+
+def test_pooling_mismatch_is_refused(tmp_path, minilm_dir):
+    # the minilm directory says mean pooling: asking it for CLS must fail, not silently pool differently
+    spec = EncoderSpec("bge", "test/wrong", "cls", 256, True, path=str(minilm_dir))
+    enc = Encoder(spec, cache_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="pools with"):
+        enc.embed(["anything"])
+
+
+def test_bge_resolution_offline(tmp_path, monkeypatch, minilm_dir):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("MEMSPACE_BGE_PATH", raising=False)
+    with pytest.raises(RuntimeError, match="MEMSPACE_BGE_PATH"):
+        Encoder("bge", cache_dir=tmp_path)
+    # a local directory given by env is used (here a copy with a CLS pooling config, like bge's)
+    local = tmp_path / "bge-local"
+    shutil.copytree(minilm_dir, local)
+    cfg = json.loads((local / "1_Pooling" / "config.json").read_text())
+    cfg.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    (local / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.setenv("MEMSPACE_BGE_PATH", str(local))
+    enc = Encoder("bge", cache_dir=tmp_path / "c")
+    assert enc.model_dir == local and enc.id.startswith("bge:BAAI/bge-small-en-v1.5:cls:")
+    assert enc.describe()["study_encoder"] is True
+    v = enc.embed(["hello"])
+    assert v.shape == (1, 384)
+
+
+def test_minilm_is_labelled_not_the_study_encoder():
+    d = load_encoder("minilm").describe()
+    assert d["study_encoder"] is False and "NOT the study's encoder" in d["note"]
+    assert d["encoder_id"].startswith("minilm:sentence-transformers/all-MiniLM-L6-v2:mean:seq256:")
+
+
+def test_hash_encoder_is_deterministic_and_labelled():
+    e = HashEncoder()
+    assert np.array_equal(e.embed(["a", "b"]), e.embed(["a", "b"]))
+    assert not np.allclose(e.embed(["a"]), e.embed(["b"]))
+    assert e.describe()["study_encoder"] is False
