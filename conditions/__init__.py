@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from harness.tools import Tool
 
@@ -23,6 +23,7 @@ class Access:
     sessions: list[str] = field(default_factory=list)  # sessions placed in the prompt before the loop
     log: list[dict] = field(default_factory=list)  # pre-loop retrievals, for the exposure replay
     notes: dict[str, Any] = field(default_factory=dict)  # what the record should say about this condition
+    close: list[Callable[[], None]] = field(default_factory=list)  # run after the loop (open stores, ...)
 
 
 def load(module: str):

@@ -84,6 +84,7 @@ class RunContext:
     spec: RunSpec
     env: Environment
     agent: str = ASKER
+    first_tool_choice: str | None = None  # from the model config (see harness.loop.run_loop)
     _sessions: dict[str, Session] = field(default_factory=dict)
 
     @property

@@ -48,7 +48,7 @@ def model_endpoint(model_cfg, concurrency: int):
         from harness.local_model import LocalModel
 
         parallel = int(model_cfg.get("parallel", 1))
-        with LocalModel(ctx_size=int(model_cfg.ctx_size) * parallel, parallel=parallel) as lm:
+        with LocalModel(ctx_size=int(model_cfg.ctx_size), parallel=parallel) as lm:  # ctx per slot
             yield lm.base_url, None, {"local": lm.info()}
         return
     key = None
@@ -124,7 +124,7 @@ class StageRunner:
         return {"stage": self.plan.stage, "label": self.plan.label, "seed": self.plan.seed,
                 "config_hash": self.info["config_hash"], "data_sha256": self.plan.data["sha256"],
                 "data_path": self.plan.data["path"], "versions": self.info["versions"], "code": self.info["code"],
-                "model": {k: self.model_cfg.get(k) for k in ("name", "provider", "model", "params")},
+                "model": {k: self.model_cfg.get(k) for k in ("name", "provider", "model", "params", "first_tool_choice")},
                 "prices": self.model_cfg.get("prices"), "offpeak": self.model_cfg.get("offpeak"),
                 "index": OmegaConf.to_container(self.cfg.index, resolve=True),
                 "encoder": OmegaConf.to_container(self.cfg.encoder, resolve=True),
@@ -135,21 +135,33 @@ class StageRunner:
         cond_cfg = self.cfg.stage.conditions[spec.condition]
         meter = Meter(self.model_cfg["prices"], self.model_cfg.get("offpeak"))
         ctx = RunContext(spec, self.env)
+        ctx.first_tool_choice = self.model_cfg.get("first_tool_choice")
         ctx.run_agent = lambda role: Agent(self.proxy_url, self.model_cfg, spec.run_id, attempt, meter, role=role,
                                            max_retries=int(self.model_cfg.get("max_retries", 6)),
                                            backoff_s=float(self.model_cfg.get("backoff_s", 1.0)))
         status, error, answer, access, loop = "ok", None, "", None, None
         t0 = time.perf_counter()
+        setup_s = loop_s = 0.0
         try:
-            access = conditions.load(str(cond_cfg.module)).build(cond_cfg, ctx)
+            access = conditions.load(str(cond_cfg.module)).build(cond_cfg, ctx)  # stores, indexes, prefetch
+            setup_s = time.perf_counter() - t0 - access.retrieval_s
             system = system_prompt(q.date.strftime(DATE_FORMAT), access.text, org=ctx.is_org)
-            loop = run_loop(ctx.run_agent("agent"), system, q.question, access.tools, access.max_rounds)
+            t1 = time.perf_counter()
+            try:
+                loop = run_loop(ctx.run_agent("agent"), system, q.question, access.tools, access.max_rounds,
+                                first_tool_choice=ctx.first_tool_choice)
+            finally:
+                loop_s = time.perf_counter() - t1
+                for close in access.close:
+                    close()
             answer = loop.answer
         except ModelCallFailed as exc:
             status, error = "failed", f"model: {exc}"
         except Exception as exc:  # recorded as a failed run with its traceback, never skipped
             status, error = "failed", "".join(traceback.format_exception(exc))[-4000:]
-        wall = time.perf_counter() - t0
+        # time per question: the agent's loop plus any retrieval done for the prompt (prefetch);
+        # building stores or indexing memory is setup, measured apart
+        wall = loop_s + (access.retrieval_s if access else 0.0)
         calls = meter.calls
         tok = {k: sum(c[k] for c in calls) for k in ("prompt", "hit", "miss", "output", "reasoning")}
         record = {
@@ -163,7 +175,7 @@ class StageRunner:
             "forced_answer": loop.forced if loop else None,
             "tokens": tok, "cost_list": sum(c["cost_list"] for c in calls),
             "cost_paid": sum(c["cost_paid"] for c in calls),
-            "wall_s": round(wall, 4),
+            "wall_s": round(wall, 4), "setup_s": round(setup_s, 4),
             "retrieval_s": round((access.retrieval_s if access else 0.0) + sum(t["retrieval_s"] for t in meter.tools), 6),
             "empty_results": sum(bool(t["empty"]) for t in meter.tools),
             "error_results": sum(bool(t["error"]) for t in meter.tools),
@@ -232,9 +244,9 @@ def run_stage(cfg, plan: Plan) -> RunDir:
 
 
 def _judge(cfg, rd: RunDir, endpoint) -> None:
-    from judge.run import judge_stage, report
+    from judge.run import judge_stage
 
-    report(judge_stage(cfg, rd, endpoint=endpoint))
+    judge_stage(cfg, rd, endpoint=endpoint)  # prints its own summary
 
 
 def summary(rd: RunDir, judge_name: str | None) -> str:

@@ -139,14 +139,18 @@ def call_tool(tools: dict[str, Tool], name: str, raw_args: str, meter: Meter) ->
     return text
 
 
-def run_loop(agent: Agent, system: str, question: str, tools: list[Tool], max_rounds: int = 10) -> LoopResult:
+def run_loop(agent: Agent, system: str, question: str, tools: list[Tool], max_rounds: int = 10,
+             first_tool_choice: str | None = None) -> LoopResult:
+    """`first_tool_choice` ("required") makes the first call use a tool; a model config sets it
+    for models that otherwise answer from their prior without ever searching (the local 1.5B)."""
     messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": question}]
     by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools] or None
     rounds = 0
     while True:
         forced = bool(schemas) and rounds >= max_rounds
-        msg = agent.complete(messages, schemas, tool_choice="none" if forced else None)
+        choice = "none" if forced else (first_tool_choice if rounds == 0 else None)
+        msg = agent.complete(messages, schemas, tool_choice=choice)
         calls = [] if forced else (msg.tool_calls or [])
         if not calls:
             messages.append({"role": "assistant", "content": msg.content or ""})

@@ -112,6 +112,7 @@ class MeteringProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms stall
 
             def log_message(self, *args):
                 pass

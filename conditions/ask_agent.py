@@ -1,0 +1,68 @@
+"""Asking another agent: the memory tool over own units plus ask_agent(agent, question).
+
+ask_agent runs the named public agent's own loop (its memory tool over its own
+units, at most `asked_max_rounds` tool rounds) and returns its answer: a
+generated text, not records. The asked loop's model calls are metered under the
+asking run (role `asked:<agent>`) and its retrievals are logged with the asked
+agent as the viewer, so the exposure replay covers them.
+"""
+
+from __future__ import annotations
+
+import time
+
+from conditions import Access
+from conditions.memory_tool import tools_for
+from harness.data.longmemeval import DATE_FORMAT
+from harness.loop import run_loop
+from harness.prompts import system_prompt
+from harness.tools import ToolError, ToolResult
+
+ASKED_ACCESS = ("Use memory_search to find relevant past exchanges (each result shows its date, session and round) "
+                "and memory_read to see a whole exchange or the rounds around it.")
+
+
+class AskAgent:
+    name = "ask_agent"
+
+    def __init__(self, ctx, cfg):
+        self.ctx, self.cfg = ctx, cfg
+        self.agents = [str(a) for a in cfg.agents]
+
+    def schema(self) -> dict:
+        return {"type": "function", "function": {
+            "name": self.name,
+            "description": ("Ask another assistant of the organisation a question. It searches its own memory "
+                            "and answers in its own words."),
+            "parameters": {"type": "object", "properties": {
+                "agent": {"type": "string", "enum": self.agents},
+                "question": {"type": "string", "description": "What to ask, self-contained."},
+            }, "required": ["agent", "question"]}}}
+
+    def __call__(self, agent: str = "", question: str = "") -> ToolResult:
+        if agent not in self.agents:
+            raise ToolError(f"agent must be one of {', '.join(self.agents)}")
+        if not isinstance(question, str) or not question.strip():
+            raise ToolError("question must be a non-empty string")
+        t0 = time.perf_counter()
+        sub_cfg = {"scope": "own", "scoring": self.cfg.scoring, "k": self.cfg.get("k", 8)}
+        tools = tools_for(self.ctx, _Cfg(sub_cfg), agent=agent)
+        system = system_prompt(self.ctx.question.date.strftime(DATE_FORMAT), ASKED_ACCESS, org=True)
+        result = run_loop(self.ctx.run_agent(f"asked:{agent}"), system, question, tools,
+                          max_rounds=int(self.cfg.get("asked_max_rounds", 6)),
+                          first_tool_choice=getattr(self.ctx, "first_tool_choice", None))
+        return ToolResult(result.answer or "(no answer)", retrieval_s=0.0,
+                          log={"kind": "ask", "agent": agent, "question": question,
+                               "asked_rounds": result.tool_rounds, "wall_s": round(time.perf_counter() - t0, 4)})
+
+
+class _Cfg(dict):
+    """Attribute access over a plain dict, like the OmegaConf configs the tools read."""
+
+    __getattr__ = dict.__getitem__
+
+
+def build(cfg, ctx) -> Access:
+    return Access(text=str(cfg.access), tools=[*tools_for(ctx, cfg), AskAgent(ctx, cfg)],
+                  notes={"asked_agents": [str(a) for a in cfg.agents],
+                         "asked_max_rounds": int(cfg.get("asked_max_rounds", 6))})

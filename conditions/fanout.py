@@ -1,0 +1,23 @@
+"""LongMemEval-Org fan-out: the runtime's session search over the stores of a0-a3.
+
+Each agent's store holds only the sessions the Org builder gave it. Hermes
+0.19.0 cannot search another profile's store by name (it opens it read-only,
+with full-text search off), so the tool opens each named store directly with
+SessionDB(db_path=...); every result records `fanout_mode`.
+"""
+
+from conditions import Access
+from conditions.session_search import store_notes
+from harness.runtime import SessionSearchTool, build_org_stores, fanout_paragraph, runtime_label
+
+
+def build(cfg, ctx) -> Access:
+    if not ctx.is_org:
+        raise ValueError("fanout is a LongMemEval-Org condition; run it in an Org stage")
+    agents = [str(a) for a in cfg.agents]
+    stores = build_org_stores(ctx.question, ctx.env.plan.data["sha256"], ctx.spec.variant, agents=agents)
+    tool = SessionSearchTool(stores, home=ctx.agent)
+    others = tuple(a for a in agents if a != ctx.agent)
+    return Access(text=fanout_paragraph(others), tools=[tool], close=[tool.close],
+                  notes={"runtime": runtime_label(), "fanout_mode": tool.fanout_mode,
+                         "stores": {a: store_notes(s) for a, s in stores.items()}})

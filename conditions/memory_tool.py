@@ -1,0 +1,153 @@
+"""The memory tool over the memory space: memory_search and memory_read (Appendix B).
+
+memory_search(query, k=8, since, until) returns at most k results, one per round,
+each with its date, opaque session id, round number, owner (LongMemEval-Org only)
+and best-matching chunk; memory_read(session_id, round, window=1) returns whole
+rounds, each message cut at 4,000 characters. Both only ever see the run's view:
+the predicate is evaluated in the index, and a read of a session outside the
+view is answered as if the session did not exist.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+
+from conditions import Access
+from harness.data.longmemeval import DATE_FORMAT
+from harness.memory.units import rounds_of
+from harness.memory.views import View
+from harness.tools import ToolError, ToolResult
+
+MAX_K = 20
+READ_CHARS = 4000
+MAX_WINDOW = 5
+
+
+def fmt_time(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime(DATE_FORMAT)
+
+
+def parse_day(value, end: bool) -> float | None:
+    """'2023-05-30' or '2023/05/30' (a whole day, inclusive) -> epoch seconds."""
+    if value in (None, ""):
+        return None
+    text = str(value).strip().replace("/", "-")[:10]
+    try:
+        day = datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise ToolError(f"dates must look like 2023-05-30, got {value!r}") from None
+    return (day + timedelta(days=1) - timedelta(seconds=1)).timestamp() if end else day.timestamp()
+
+
+def format_results(results, show_owner: bool) -> str:
+    if not results:
+        return "No matching memories."
+    out = []
+    for i, r in enumerate(results, 1):
+        u = r.unit
+        head = f"[{i}] {fmt_time(u.time)} | session {u.session} | round {u.round}"
+        if show_owner:
+            head += f" | owner {u.owner}"
+        out.append(f"{head}\n{u.text[:1000]}")
+    return "\n\n".join(out)
+
+
+class MemorySearch:
+    name = "memory_search"
+
+    def __init__(self, ctx, view: View, scoring: str, default_k: int = 8, agent: str | None = None):
+        self.ctx, self.view, self.scoring, self.default_k = ctx, view, scoring, default_k
+        self.show_owner = ctx.is_org
+        self.agent = agent or view.agent
+
+    def schema(self) -> dict:
+        return {"type": "function", "function": {
+            "name": self.name,
+            "description": ("Search your memory of past conversations. Returns up to k past exchanges, best match "
+                            "first, each with its date, session id and round number"
+                            + (" and the assistant that holds it" if self.show_owner else "") + "."),
+            "parameters": {"type": "object", "properties": {
+                "query": {"type": "string", "description": "What to look for."},
+                "k": {"type": "integer", "description": "How many results (default 8).", "default": self.default_k},
+                "since": {"type": "string", "description": ("Optional. Only exchanges on or after this date, "
+                                                            "YYYY-MM-DD. Leave it out unless the question is "
+                                                            "about a particular period.")},
+                "until": {"type": "string", "description": ("Optional. Only exchanges on or before this date, "
+                                                            "YYYY-MM-DD. Leave it out unless the question is "
+                                                            "about a particular period.")},
+            }, "required": ["query"]}}}
+
+    def __call__(self, query: str = "", k: int | None = None, since=None, until=None) -> ToolResult:
+        if not isinstance(query, str) or not query.strip():
+            raise ToolError("query must be a non-empty string")
+        try:
+            k = self.default_k if k in (None, "") else int(k)
+        except (TypeError, ValueError):
+            raise ToolError(f"k must be an integer, got {k!r}") from None
+        k = max(1, min(k, MAX_K))
+        view = View(self.view.org, self.view.agent, self.view.scope, parse_day(since, False), parse_day(until, True))
+        t0 = time.perf_counter()
+        results = self.ctx.space.search(query, view, k=k, scoring=self.scoring)
+        took = time.perf_counter() - t0
+        return ToolResult(
+            text=format_results(results, self.show_owner), sessions=[r.unit.session for r in results],
+            retrieval_s=took, empty=not results,
+            log={"kind": "search", "agent": self.agent, "query": query, "k": k, "since": since, "until": until,
+                 "scoring": self.scoring, "view": view.describe(),
+                 "units": [[r.unit.uid, r.unit.owner] for r in results]})
+
+
+class MemoryRead:
+    name = "memory_read"
+
+    def __init__(self, ctx, view: View, agent: str | None = None):
+        self.ctx, self.view = ctx, view
+        self.agent = agent or view.agent
+
+    def schema(self) -> dict:
+        return {"type": "function", "function": {
+            "name": self.name,
+            "description": "Read whole exchanges of a past session: the given round and `window` rounds on each side.",
+            "parameters": {"type": "object", "properties": {
+                "session_id": {"type": "string"},
+                "round": {"type": "integer", "description": "Round number as shown by memory_search."},
+                "window": {"type": "integer", "description": "Rounds on each side (default 1).", "default": 1},
+            }, "required": ["session_id", "round"]}}}
+
+    def __call__(self, session_id: str = "", round=None, window=1) -> ToolResult:
+        try:
+            rnd, window = int(round), int(window if window not in (None, "") else 1)
+        except (TypeError, ValueError):
+            raise ToolError("round and window must be integers") from None
+        window = max(0, min(window, MAX_WINDOW))
+        session = self.ctx.session(session_id)
+        if session is None or not self.ctx.view_admits_session(self.view, session_id):
+            return ToolResult(f"No session {session_id!r} in your memory.", empty=True,
+                              log={"kind": "read", "agent": self.agent, "session": session_id, "round": rnd,
+                                   "window": window, "view": self.view.describe(), "units": []})
+        t0 = time.perf_counter()
+        rounds = [r for r in rounds_of(session) if rnd - window <= r.number <= rnd + window]
+        owner = self.ctx.owner_of(session_id)
+        parts = [f"session {session_id} | {session.date.strftime(DATE_FORMAT)}"
+                 + (f" | owner {owner}" if self.ctx.is_org else "")]
+        for r in rounds:
+            parts.append(f"round {r.number}\nUser: {r.user[:READ_CHARS]}\nAssistant: {r.assistant[:READ_CHARS]}")
+        if not rounds:
+            parts.append(f"(no round {rnd}; the session has {len(rounds_of(session))} rounds)")
+        return ToolResult("\n\n".join(parts), sessions=[session_id] if rounds else [],
+                          retrieval_s=time.perf_counter() - t0, empty=not rounds,
+                          log={"kind": "read", "agent": self.agent, "session": session_id, "round": rnd,
+                               "window": window, "view": self.view.describe(),
+                               "units": [[f"{self.view.org}|{session_id}|{r.number}|*", owner] for r in rounds]})
+
+
+def tools_for(ctx, cfg, agent: str | None = None):
+    ctx.space  # load the organisation's units now, so indexing is setup and not retrieval time
+    view = ctx.view(str(cfg.get("scope", "own")), agent=agent)
+    return [MemorySearch(ctx, view, str(cfg.scoring), int(cfg.get("k", 8)), agent),
+            MemoryRead(ctx, view, agent)]
+
+
+def build(cfg, ctx) -> Access:
+    return Access(text=str(cfg.access), tools=tools_for(ctx, cfg))

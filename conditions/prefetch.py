@@ -1,0 +1,21 @@
+"""Prefetch: the memory tool's results for the question itself, placed in the prompt; no tool."""
+
+import time
+
+from conditions import Access
+from conditions.memory_tool import format_results
+
+
+def build(cfg, ctx) -> Access:
+    view = ctx.view(str(cfg.get("scope", "own")))
+    k = int(cfg.get("k", 8))
+    space = ctx.space  # loads the organisation's units first: setup, not retrieval time
+    t0 = time.perf_counter()
+    results = space.search(ctx.question.question, view, k=k, scoring=str(cfg.scoring))
+    took = time.perf_counter() - t0
+    return Access(
+        text=str(cfg.access).format(results=format_results(results, ctx.is_org)),
+        retrieval_s=took, sessions=[r.unit.session for r in results],
+        log=[{"kind": "search", "agent": view.agent, "query": ctx.question.question, "k": k, "since": None,
+              "until": None, "scoring": str(cfg.scoring), "view": view.describe(),
+              "units": [[r.unit.uid, r.unit.owner] for r in results]}])

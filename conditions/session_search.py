@@ -1,0 +1,28 @@
+"""The runtime's own session_search over the agent's Hermes store (default or compact output).
+
+The store is written by the runtime's storage code and the tool is the runtime's
+own, called as a library on that store; its schema and description are the
+installed package's. `compact: true` cuts each result to the matching message
+and one neighbour on each side (<= 1,000 characters each), without bookends.
+"""
+
+from conditions import Access
+from harness.runtime import SessionSearchTool, build_store, runtime_label
+
+
+def store_notes(info) -> dict:
+    return {"agent": info.agent, "sessions": info.sessions, "rounds": info.rounds, "bytes": info.bytes,
+            "build_s": info.build_s, "cache_hit": info.cache_hit}
+
+
+def build(cfg, ctx) -> Access:
+    q, a = ctx.question, ctx.assignment
+    sha = ctx.env.plan.data["sha256"]
+    if a is None:
+        store = build_store(q, sha)
+    else:
+        store = build_store(q, sha, agent=ctx.agent, layout=f"org-{ctx.spec.variant}",
+                            sessions=a.sessions_of(ctx.agent))
+    tool = SessionSearchTool(store, compact=bool(cfg.compact))
+    return Access(text=str(cfg.access), tools=[tool], close=[tool.close],
+                  notes={"runtime": runtime_label(), "compact": bool(cfg.compact), "store": store_notes(store)})

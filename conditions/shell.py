@@ -1,0 +1,15 @@
+"""terminal(command) in a read-only sandbox that shows only the agent's store (Appendix B)."""
+
+from conditions import Access
+from conditions.session_search import store_notes
+from harness.runtime import ShellTool, build_store, runtime_label, shell_paragraph
+
+
+def build(cfg, ctx) -> Access:
+    q, a = ctx.question, ctx.assignment
+    sha = ctx.env.plan.data["sha256"]
+    store = build_store(q, sha) if a is None else build_store(
+        q, sha, agent=ctx.agent, layout=f"org-{ctx.spec.variant}", sessions=a.sessions_of(ctx.agent))
+    tool = ShellTool(store)
+    return Access(text=shell_paragraph(), tools=[tool],
+                  notes={"runtime": runtime_label(), "store": store_notes(store)})
