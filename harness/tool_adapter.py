@@ -12,8 +12,12 @@ OpenAI-compatible llama.cpp server and, for requests that carry `tools`:
   ``{"action":"call","tool":<name>,"arguments":{..per-tool schema..}}``,
 * turns the reply back into standard `message.tool_calls` / `message.content`.
 
-Requests without tools (or tool_choice "none") pass through as plain chat, with
-any tool history still rendered as text. Every response carries a top-level
+Requests without tools pass through as plain chat. tool_choice "none" after tool
+rounds (the loop's forced answer) stays in the JSON format but allows only an
+answer: after JSON turns a plain turn makes the model imitate its history. If the
+model repeats a call identical to one already answered in the conversation, the
+adapter asks again for an answer only (`repeat_guard`, recorded in the reply, with
+the usage of both upstream calls). Every response carries a top-level
 ``"adapter"`` record and a suffixed ``system_fingerprint`` so run records show
 the adapter was in the loop. Standard library only, so it adds no dependency.
 """
@@ -31,7 +35,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ADAPTER_NAME = "json-schema-tool-adapter"
-ADAPTER_VERSION = "1.0.0"
+ADAPTER_VERSION = "1.1.0"
 FINGERPRINT_SUFFIX = f"+{ADAPTER_NAME}/{ADAPTER_VERSION}"
 
 # Ways to send the constraint upstream (all three work on xllamacpp 2026.10).
@@ -124,6 +128,35 @@ def describe_tools(functions: list[dict]) -> str:
             if desc:
                 lines.append(f"    {k}: {desc.strip()}")
     return "\n".join(lines)
+
+
+FINAL_GUIDE = ('No more tool calls are possible. Give your final answer to the user now as exactly one JSON '
+               'object: {"action":"answer","answer":"<text>"}')
+
+
+def _has_tool_history(messages: list) -> bool:
+    return any(isinstance(m, dict) and (m.get("tool_calls") or m.get("role") in ("tool", "function"))
+               for m in messages)
+
+
+def _previous_calls(messages: list) -> set[tuple[str, str]]:
+    """(tool, canonical arguments) of every call already made in the conversation."""
+    seen = set()
+    for m in messages:
+        for c in (m.get("tool_calls") or []) if isinstance(m, dict) else []:
+            fn = c.get("function") or {}
+            seen.add((fn.get("name", ""), _dumps(_parse_args(fn.get("arguments")))))
+    return seen
+
+
+def _add_usage(a: dict | None, b: dict | None) -> dict:
+    """Usage of two upstream calls served as one reply, so the metering stays true."""
+    a, b = a or {}, b or {}
+    out = {k: (a.get(k) or 0) + (b.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    cached = [((x.get("prompt_tokens_details") or {}).get("cached_tokens")) for x in (a, b)]
+    if any(c is not None for c in cached):
+        out["prompt_tokens_details"] = {"cached_tokens": sum(c or 0 for c in cached)}
+    return out
 
 
 def tools_system_prompt(functions: list[dict], tool_choice) -> str:
@@ -307,6 +340,19 @@ def translate_request(body: dict, constraint: str = DEFAULT_CONSTRAINT, per_tool
         upstream.setdefault("max_tokens", upstream["max_completion_tokens"])
         del upstream["max_completion_tokens"]
     upstream["stream"] = False
+
+    if functions and tool_choice == "none" and _has_tool_history(body["messages"]):
+        # the forced final answer after tool rounds: keep the JSON format the model has been
+        # using (a plain turn after JSON turns makes it imitate the history) but allow only
+        # an answer
+        msgs = render_messages(body["messages"], tools_mode=True)
+        if msgs and msgs[0]["role"] == "system":
+            msgs[0] = {"role": "system", "content": msgs[0]["content"].rstrip() + "\n\n" + FINAL_GUIDE}
+        else:
+            msgs.insert(0, {"role": "system", "content": FINAL_GUIDE})
+        upstream["messages"] = msgs
+        upstream.update(constraint_fields(action_schema([], allow_answer=True), constraint))
+        return upstream, Plan("tools", functions, "answer-only", tool_choice, constraint)
 
     if not functions or tool_choice == "none":
         upstream["messages"] = render_messages(body["messages"], tools_mode=False)
@@ -519,13 +565,14 @@ class ToolAdapter:
 
     def __init__(self, upstream_base_url: str, host: str = "127.0.0.1", port: int = 0,
                  constraint: str = DEFAULT_CONSTRAINT, per_tool_schema: bool = True,
-                 timeout: float = 900.0, verbose: bool = False):
+                 timeout: float = 900.0, verbose: bool = False, repeat_guard: bool = True):
         if constraint not in CONSTRAINT_MODES:
             raise ValueError(f"constraint must be one of {CONSTRAINT_MODES}")
         self.upstream = upstream_base_url.rstrip("/")
         self.host, self.port = host, port
         self.constraint, self.per_tool_schema = constraint, per_tool_schema
         self.timeout, self.verbose = timeout, verbose
+        self.repeat_guard = repeat_guard
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -559,7 +606,22 @@ class ToolAdapter:
             if isinstance(obj, dict):
                 obj.setdefault("adapter", {"name": ADAPTER_NAME, "version": ADAPTER_VERSION})
             return code, obj
-        return 200, translate_response(obj, plan)
+        resp = translate_response(obj, plan)
+        calls = resp["choices"][0]["message"].get("tool_calls") or []
+        if self.repeat_guard and calls and body.get("tool_choice") != "required":
+            fn = calls[0]["function"]
+            if (fn["name"], _dumps(_parse_args(fn["arguments"]))) in _previous_calls(body["messages"]):
+                # a small model repeats an identical call instead of reading its result; its
+                # result is already in the conversation, so ask for the answer instead
+                final_up, final_plan = translate_request({**body, "tool_choice": "none"}, self.constraint,
+                                                         self.per_tool_schema)
+                code2, obj2 = self.upstream_call("POST", "/chat/completions", final_up)
+                if code2 == 200:
+                    again = translate_response(obj2, final_plan)
+                    again["usage"] = _add_usage(obj.get("usage"), obj2.get("usage"))
+                    again["adapter"]["repeat_guard"] = {"repeated_call": fn["name"], "arguments": fn["arguments"]}
+                    return 200, again
+        return 200, resp
 
     # -- lifecycle
     def start(self) -> "ToolAdapter":

@@ -230,6 +230,49 @@ def test_answer_reply_becomes_content_and_history_round_trips(upstream, client):
     assert sent[-1] == {"role": "user", "content": "[result of tool lookup]\ncode=7341"}
 
 
+def _after_one_call():
+    call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"key": "zephyr"}'}}
+    return _msgs() + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                      {"role": "tool", "tool_call_id": "call_1", "content": "code=7341"}]
+
+
+def test_forced_answer_after_tool_rounds_stays_json_and_allows_only_an_answer(upstream, client):
+    upstream.reply('{"action":"answer","answer":"7341"}')
+    r = client.chat.completions.create(model="m", messages=_after_one_call(), tools=[LOOKUP], tool_choice="none")
+    sent = upstream.requests[-1]["body"]
+    assert sent["json_schema"]["properties"]["action"] == {"const": "answer"}
+    assert "anyOf" not in sent["json_schema"], "no call branch may remain"
+    assert sent["messages"][-2]["content"] == '{"action":"call","tool":"lookup","arguments":{"key":"zephyr"}}'
+    assert "No more tool calls" in sent["messages"][0]["content"]
+    assert r.choices[0].message.content == "7341" and not r.choices[0].message.tool_calls
+    assert r.model_extra["adapter"]["schema"] == "answer-only"
+
+
+def test_an_identical_repeated_call_is_turned_into_an_answer(upstream, client):
+    upstream.reply('{"action":"call","tool":"lookup","arguments":{"key":"zephyr"}}',
+                   usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110,
+                          "prompt_tokens_details": {"cached_tokens": 80}})
+    upstream.reply('{"action":"answer","answer":"It is 7341."}',
+                   usage={"prompt_tokens": 105, "completion_tokens": 8, "total_tokens": 113,
+                          "prompt_tokens_details": {"cached_tokens": 90}})
+    r = client.chat.completions.create(model="m", messages=_after_one_call(), tools=[LOOKUP])
+    assert len(upstream.requests) == 2
+    assert upstream.requests[1]["body"]["json_schema"]["properties"]["action"] == {"const": "answer"}
+    assert r.choices[0].message.content == "It is 7341." and not r.choices[0].message.tool_calls
+    assert r.model_extra["adapter"]["repeat_guard"]["repeated_call"] == "lookup"
+    # both upstream calls are metered as this one reply
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (205, 18)
+    assert r.usage.prompt_tokens_details.cached_tokens == 170
+
+
+def test_a_new_call_is_not_guarded(upstream, client):
+    upstream.reply('{"action":"call","tool":"lookup","arguments":{"key":"orion"}}')
+    r = client.chat.completions.create(model="m", messages=_after_one_call(), tools=[LOOKUP])
+    assert len(upstream.requests) == 1
+    assert json.loads(r.choices[0].message.tool_calls[0].function.arguments) == {"key": "orion"}
+    assert "repeat_guard" not in r.model_extra["adapter"]
+
+
 @pytest.mark.parametrize("raw,finish,err", [
     ('Sure! {"action": "call", "tool": "look', "length", "not valid JSON"),
     ('{"action":"call","tool":"rm_rf","arguments":{}}', "stop", "unknown tool"),
