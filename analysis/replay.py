@@ -20,7 +20,6 @@ drops or overwrites the index of a stage that is running.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import sys
 from collections import Counter
@@ -30,6 +29,7 @@ from types import SimpleNamespace
 from typing import Any, Iterable
 
 from harness.data.org import VISIBILITY
+from harness.data.longmemeval import sha256_file
 
 MEMORY_KINDS = ("search", "read")
 _INDEX_NAME_KEYS = ("index", "table", "prefix")  # redis_qe, pgvector, vectorset
@@ -134,14 +134,6 @@ def replay_index_config(index_cfg: dict) -> dict:
     return cfg
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _open_environment(folder_path: Path, stage_info: dict, records: list[dict]):
     from omegaconf import OmegaConf
 
@@ -157,7 +149,7 @@ def _open_environment(folder_path: Path, stage_info: dict, records: list[dict]):
     if not data_path.is_file():
         raise ReplayUnavailable(f"the stage's data file {data_path} is not here")
     want = data.get("sha256")
-    if want and _sha256(data_path) != want:
+    if want and sha256_file(data_path) != want:
         raise ReplayUnavailable(f"the data file {data_path} changed since the stage ran (sha256 differs)")
     cfg.index = OmegaConf.create(replay_index_config(OmegaConf.to_container(cfg.index, resolve=True)))
     specs = sorted({RunSpec(r["condition"], str(r["qid"]), r.get("variant") or "", int(r.get("repeat") or 0))

@@ -21,6 +21,7 @@ from pathlib import Path
 import openai
 
 from harness.loop import Agent, Meter
+from harness.memory.bench import pct
 from harness.proxy import Ledger, MeteringProxy
 
 PROMPT = [{"role": "user", "content": "Reply with the single word: ok"}]
@@ -48,11 +49,6 @@ class _Stub(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-
-
 def measure(base_url: str, model: str, n: int) -> dict:
     direct = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=120)
     with tempfile.TemporaryDirectory() as d:
@@ -72,9 +68,9 @@ def measure(base_url: str, model: str, n: int) -> dict:
                 b.append(time.perf_counter() - t)
         ledger.close()
     added = [y - x for x, y in zip(a, b)]
-    return {"direct_p50_ms": 1e3 * _pct(a, .5), "direct_p95_ms": 1e3 * _pct(a, .95),
-            "proxied_p50_ms": 1e3 * _pct(b, .5), "proxied_p95_ms": 1e3 * _pct(b, .95),
-            "added_p50_ms": 1e3 * statistics.median(added), "added_p95_ms": 1e3 * _pct(added, .95), "n": n}
+    return {"direct_p50_ms": 1e3 * pct(a, 50), "direct_p95_ms": 1e3 * pct(a, 95),
+            "proxied_p50_ms": 1e3 * pct(b, 50), "proxied_p95_ms": 1e3 * pct(b, 95),
+            "added_p50_ms": 1e3 * statistics.median(added), "added_p95_ms": 1e3 * pct(added, 95), "n": n}
 
 
 def main(argv=None) -> int:

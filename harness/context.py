@@ -74,6 +74,11 @@ class Environment:
                 self._loaded.add(spec.org)
         return space
 
+    def space_description(self) -> dict | None:
+        """The memory space's own account of itself, once a run has used it."""
+        with self._lock:
+            return self._space.describe() if self._space is not None else None
+
     def close(self) -> None:
         if self._space is not None:
             self._space.close()

@@ -10,7 +10,6 @@ after all retries is recorded as failed (it counts as wrong), never skipped.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import threading
@@ -26,7 +25,7 @@ from tqdm import tqdm
 
 import conditions
 from harness.context import Environment, RunContext
-from harness.data.longmemeval import DATE_FORMAT
+from harness.data.longmemeval import DATE_FORMAT, sha256_file
 from harness.loop import Agent, Meter, ModelCallFailed, run_loop
 from harness.meta import code_revision, versions
 from harness.plan import Plan, RunSpec
@@ -60,7 +59,7 @@ def model_endpoint(model_cfg, concurrency: int):
 
 
 def sha256_of(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+    return sha256_file(path) if path.exists() else None
 
 
 def stage_info(cfg, plan: Plan) -> dict:
@@ -185,6 +184,8 @@ class StageRunner:
             "condition_notes": access.notes if access else {},
             "condition_config": OmegaConf.to_container(cond_cfg, resolve=True),
             "adapter": meter.adapter, "endpoint": self.endpoint_info,
+            # which encoder (and whether it is the study's), dense backend and lexical indexes served
+            "memory_space": self.env.space_description(),
             "finished": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             **self.common(),
         }

@@ -43,6 +43,8 @@ import urllib.request
 import weakref
 from pathlib import Path
 
+from harness.data.longmemeval import sha256_file
+
 MODEL_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 MODEL_FILENAME = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 MODEL_SIZE = 1_117_320_768
@@ -85,14 +87,6 @@ def part_paths(n_parts: int = N_PARTS, module_fmt: str = PART_MODULE) -> list[Pa
                 f"model slice package {name!r} is not installed (pip install '.[local]')") from exc
         paths.append(Path(mod.get_part_path()))
     return paths
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _sidecar(path: Path) -> Path:

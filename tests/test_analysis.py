@@ -412,10 +412,12 @@ def test_h3_reads_the_backend_study_outputs(tmp_path):
     d.mkdir(parents=True)
     (d / "stage.json").write_text(json.dumps({"stage": "backends", "label": "backends", "config_hash": "x",
                                               "prereg": {"sha256": sha256_file(pre)}}))
-    (d / "recall.csv").write_text("backend,iterative_scan,view,recall_at_10,short_lists\n"
-                                  "pgvector,off,one,0.291,163\npgvector,relaxed_order,one,0.992,0\n")
-    (d / "fanout.csv").write_text("method,agents,p50_ms\nredis_tag_list,1,1.91\nredis_tag_list,180,21.67\n"
-                                  "fts5_owner_column,1,27.47\nfts5_owner_column,180,55.08\n")
+    # the column layout harness/memory/study.py writes
+    (d / "recall.csv").write_text("config,case,selectivity,queries,recall_at_10,short_lists,mean_results\n"
+                                  "pgvector_off,one,0.0056,180,0.291,163,4.1\n"
+                                  "pgvector_relaxed,one,0.0056,180,0.992,0,10\n")
+    (d / "fanout.csv").write_text("agents,queries,runtime_stores_p50_ms,redis_tag_list_p50_ms,fts5_owner_in_p50_ms\n"
+                                  "1,180,26.6,1.91,27.47\n180,180,215.2,21.67,55.08\n")
     t3 = csv(analyse(tmp_path, pre), "table3.csv").set_index("id")
     assert t3.loc["H3a", "outcome"] == "supported"
     assert t3.loc["H3b", "outcome"] == "not supported"

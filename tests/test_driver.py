@@ -9,7 +9,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
 
 from harness.proxy import read_ledger
 from tests.fake_model import FakeModel

@@ -12,7 +12,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path

@@ -1,6 +1,5 @@
 """The agent loop's control flow and the metering proxy, against a scripted server on loopback."""
 
-import json
 
 import pytest
 

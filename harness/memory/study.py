@@ -45,16 +45,13 @@ import numpy as np
 from harness.data.longmemeval import Question, iter_questions, sha256_file
 from harness.memory.units import Unit, units_of_sessions
 from harness.memory.views import View
+from harness.memory.bench import pct
 
 ORG = "bench"
 K = 10
 K_PRIME = 40  # pgvector's default ef_search: the candidates a post-filter sees
 CASES = ("one", "public10", "public50", "all")
 PUBLIC_SHARE = {"public10": 0.1, "public50": 0.5}
-
-
-def pct(xs, q):
-    return float(np.percentile(np.asarray(xs, dtype=float), q)) if len(xs) else float("nan")
 
 
 @dataclass(frozen=True)
@@ -465,6 +462,26 @@ def print_report(summary, footprints, plans, lex, fan, meta) -> None:
     if d:
         print(f"write path delta (redis_qe): p50 {d['delta_p50_ms']:.1f} ms, p95 {d['delta_p95_ms']:.1f} ms; "
               f"embed p50 {d['embed_p50_ms']:.1f} ms, vector insert p50 {d['insert_dense_p50_ms']:.2f} ms")
+
+
+def run_study(cfg) -> dict:
+    """The `backends` stage (`make run STAGE=backends`): the stage's sample as the corpus and queries.
+
+    Writes the study's CSVs to runs/backends/<label>/, where the analysis reads them (H3a-H3c).
+    `stage.histories` caps the corpus (null: the whole sample, ~85 min of embedding on real S).
+    """
+    from harness.data import source
+    from harness.data.samples import draw
+    from harness.plan import scan
+
+    path = source.resolve(cfg.data)
+    sample = str(cfg.stage.sample)
+    qids = draw(scan(path), cfg.samples, int(cfg.seed), names=[sample])[sample]["ids"]
+    out = Path(str(cfg.runs_dir)) / str(cfg.stage.name) / str(cfg.stage.label)
+    hist = cfg.stage.get("histories")
+    return run(path, out, int(hist) if hist else None, qids, str(cfg.encoder.name), int(cfg.seed),
+               only=list(cfg.stage.only) if cfg.stage.get("only") else None,
+               fanout=bool(cfg.stage.get("fanout", True)), delta_rounds=int(cfg.stage.get("delta_rounds", 30)))
 
 
 def main(argv: list[str] | None = None) -> int:
