@@ -18,6 +18,7 @@ from harness.tools import Tool
 class Access:
     text: str  # the {access} paragraph, with any prefetched memories or history inlined
     tools: list[Tool] = field(default_factory=list)
+    prefix: str = ""  # put before the user's message (kernel-managed injection)
     max_rounds: int = 10
     retrieval_s: float = 0.0  # retrieval done before the loop (prefetch)
     sessions: list[str] = field(default_factory=list)  # sessions placed in the prompt before the loop

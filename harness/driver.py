@@ -147,7 +147,8 @@ class StageRunner:
             system = system_prompt(q.date.strftime(DATE_FORMAT), access.text, org=ctx.is_org)
             t1 = time.perf_counter()
             try:
-                loop = run_loop(ctx.run_agent("agent"), system, q.question, access.tools, access.max_rounds,
+                loop = run_loop(ctx.run_agent("agent"), system, access.prefix + q.question, access.tools,
+                                access.max_rounds,
                                 first_tool_choice=ctx.first_tool_choice)
             finally:
                 loop_s = time.perf_counter() - t1

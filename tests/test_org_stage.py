@@ -59,18 +59,29 @@ def owners(rec: dict) -> list[str]:
 
 def test_every_org_condition_runs_and_the_views_hold(org_stage):
     recs = records(org_stage)
-    assert len(recs) == 22 and all(r["status"] == "ok" for r in recs), [r["error"] for r in recs if r["error"]]
+    assert len(recs) == 26 and all(r["status"] == "ok" for r in recs), [r["error"] for r in recs if r["error"]]
     by = {}
     for r in recs:
         by.setdefault(r["condition"], []).append(r)
-    for cond in ("shared", "isolated", "ask_agent"):
-        seen = [o for r in by[cond] for o in owners(r)]
+    for cond in ("shared", "isolated", "ask_agent", "kernel"):
+        seen = [o for r in by[cond] for o in owners(r) + prefetched(r)]
         assert seen, f"{cond} retrieved nothing"
         assert not PRIVATE & set(seen), f"{cond} exposed a private agent's unit"
     assert set(o for r in by["isolated"] for o in owners(r)) == {"a0"}
     assert set(o for r in by["shared"] for o in owners(r)) <= {"a0", "a1", "a2", "a3"}
     private_nv = [r for r in by["no_view"] + by["no_view_policy"] if r["variant"] == "private"]
     assert any(PRIVATE & set(owners(r)) for r in private_nv), "without the view private units come back"
+
+
+def prefetched(rec: dict) -> list[str]:
+    return [owner for entry in rec.get("prefetch") or [] for _, owner in entry.get("units", [])]
+
+
+def test_kernel_injects_visible_memories_and_offers_no_tool(org_stage):
+    for r in (r for r in records(org_stage) if r["condition"] == "kernel"):
+        assert r["tool_calls"] == 0 and r["prefetch"][0]["view"]["scope"] == "shared"
+        assert r["condition_notes"]["barrier"]["timed_out"] is False
+        assert not PRIVATE & set(prefetched(r))
 
 
 def test_ask_agent_runs_the_asked_agents_own_loop_under_the_asking_run(org_stage):
