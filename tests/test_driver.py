@@ -47,7 +47,7 @@ def check_accounts(tmp, expected_runs: int):
 
 def test_kill_9_mid_stage_then_resume_records_every_run_once(tmp_path):
     with FakeModel(delay_s=0.25) as fake:
-        killed_with_started = []
+        killed_with_started, spent_before = [], []
         for kill_after in (5, 14):
             proc = subprocess.Popen(cmd(fake, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     start_new_session=True)
@@ -55,11 +55,14 @@ def test_kill_9_mid_stage_then_resume_records_every_run_once(tmp_path):
             rec_dir = stage_dir(tmp_path) / "records"
             while time.time() < deadline and (not rec_dir.exists() or len(list(rec_dir.glob("*.json"))) < kill_after):
                 time.sleep(0.05)
+            time.sleep(0.12)  # runs finish in lockstep: let the next ones send their requests, not get answers
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             done = set(records(tmp_path))
             started = {json.loads(l)["run"] for l in (stage_dir(tmp_path) / "attempts.jsonl").read_text().splitlines()}
             killed_with_started.append(started - done)
+            spent_before.extend(e for e in read_ledger(stage_dir(tmp_path) / "ledger.jsonl")
+                                if e.get("event") == "request")
             assert 0 < len(done) < 36
         assert any(killed_with_started), "the kills interrupted runs in flight"
         res = subprocess.run(cmd(fake, tmp_path), capture_output=True, text=True, timeout=300)
@@ -72,8 +75,10 @@ def test_kill_9_mid_stage_then_resume_records_every_run_once(tmp_path):
                 assert any(tag == run_id and a < recs[run_id]["attempt"] for tag, a in interrupted)
         for tag, a in interrupted:
             assert recs[tag]["attempt"] > a, "a finished attempt is never marked interrupted"
-        # the ledger keeps the spending of interrupted attempts
-        assert any(e.get("event") == "request" and (e["tag"], e["attempt"]) in interrupted for e in ledger)
+        # the ledger keeps every call made before the kills, those of interrupted attempts included
+        calls_now = {e["call"] for e in ledger if e.get("event") == "request"}
+        assert {e["call"] for e in spent_before} <= calls_now
+        assert any((e["tag"], e["attempt"]) in interrupted for e in spent_before)
         # a third start finds nothing to do and changes nothing
         before = {k: v["finished"] for k, v in recs.items()}
         again = subprocess.run(cmd(fake, tmp_path), capture_output=True, text=True, timeout=120)
