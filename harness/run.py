@@ -28,7 +28,10 @@ def main(cfg: DictConfig) -> None:
             return
         plan = build(cfg)
         if cfg.dry_run:
-            print(plan.render())
+            try:
+                print(plan.render())
+            except BrokenPipeError:  # `| head`: the reader has what it wanted
+                sys.stderr.close()
             return
         from harness.driver import EndpointError, run_stage
 

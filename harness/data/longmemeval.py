@@ -168,7 +168,9 @@ def iter_raw(path: str | Path) -> Iterator[tuple[int, Any]]:
             for index, rec in enumerate(ijson.items(f, "item", use_float=True), start=0):
                 yield index, rec
         except ijson.JSONError as exc:
-            raise DataError(index + 1, None, "<json>", f"broken or truncated JSON after record #{index}: {exc}") from None
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            before = f"the last complete record is #{index}" if index >= 0 else "no record before it is complete"
+            raise DataError(index + 1, None, "<json>", f"broken or truncated JSON ({before}): {first_line}") from None
     if index < 0:
         raise DataError(0, None, "<json>", "no records: expected a non-empty JSON array of question objects")
 
