@@ -22,8 +22,9 @@ from typing import Iterable
 
 from omegaconf import OmegaConf
 
-# settings that change how fast a stage runs, not what it measures
-VOLATILE = ("concurrency", "dry_run")
+# settings that do not change what a stage's runs measure: speed, where caches live, and the
+# judge (each judgement records its own judge and prompt hash)
+VOLATILE = ("concurrency", "dry_run", "cache_dir", "judge")
 
 
 def config_hash(cfg) -> str:
