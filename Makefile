@@ -39,7 +39,7 @@ agreement: setup
 bench: setup
 	$(PY) -m harness.memory.bench $(ARGS)
 	$(PY) -m analysis.bench_stats
-	$(PY) -m harness.bench_proxy
+	$(PY) -m harness.endpoints.bench_proxy
 
 services-up: setup
 	$(PY) -m harness.services up

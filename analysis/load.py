@@ -28,7 +28,7 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
-from harness.proxy import read_ledger
+from harness.records.ledger import read_ledger
 
 REPO = Path(__file__).resolve().parents[1]
 JUDGED_KINDS = ("correct", "leak")

@@ -137,8 +137,8 @@ def replay_index_config(index_cfg: dict) -> dict:
 def _open_environment(folder_path: Path, stage_info: dict, records: list[dict]):
     from omegaconf import OmegaConf
 
-    from harness.context import Environment
-    from harness.plan import RunSpec
+    from harness.run.context import Environment
+    from harness.run.plan import RunSpec
 
     cfg_path = folder_path / "config.yaml"
     if not cfg_path.exists():
@@ -159,7 +159,7 @@ def _open_environment(folder_path: Path, stage_info: dict, records: list[dict]):
 
 
 def _spec(record: dict):
-    from harness.plan import RunSpec
+    from harness.run.plan import RunSpec
 
     return RunSpec(record["condition"], str(record["qid"]), record.get("variant") or "", int(record.get("repeat") or 0))
 
@@ -172,7 +172,7 @@ def _view(v: dict):
 
 def _replay_call(env, record: dict, log: dict) -> tuple[list[list[str]], dict[str, str]]:
     from conditions.memory_tool import MemoryRead
-    from harness.context import RunContext
+    from harness.run.context import RunContext
 
     spec = _spec(record)
     space = env.space_for(spec)

@@ -116,7 +116,7 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     res = Results(folders, pre, st, runs, replay_mode=opts["replay"])
     res.ledgers = {f.name: ledger_frame(f) for f in folders}
     res.first_calls = {f.name: first_call_ts(res.ledgers[f.name]) for f in folders}
-    from harness.meta import code_revision
+    from harness.records.provenance import code_revision
 
     res.code = code_revision(REPO)
 

@@ -353,7 +353,7 @@ def _cost_usd(prices: dict | None, hit: float, miss: float, output: float) -> fl
 def _offpeak_factor(offpeak: dict | None, ts: str) -> float:
     from datetime import datetime
 
-    from harness.pricing import offpeak_factor
+    from harness.endpoints.pricing import offpeak_factor
 
     if not offpeak or not ts:
         return 1.0

@@ -11,7 +11,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness.tools import Tool
+from harness.run.tools import Tool
 
 
 @dataclass

@@ -14,9 +14,9 @@ import time
 from conditions import Access
 from conditions.memory_tool import tools_for
 from harness.data.longmemeval import DATE_FORMAT
-from harness.loop import run_loop
-from harness.prompts import system_prompt
-from harness.tools import ToolError, ToolResult
+from harness.run.loop import run_loop
+from harness.run.prompts import system_prompt
+from harness.run.tools import ToolError, ToolResult
 
 ASKED_ACCESS = ("Use memory_search to find relevant past exchanges (each result shows its date, session and round) "
                 "and memory_read to see a whole exchange or the rounds around it.")

@@ -17,7 +17,7 @@ from conditions import Access
 from harness.data.longmemeval import DATE_FORMAT
 from harness.memory.units import rounds_of
 from harness.memory.views import View
-from harness.tools import ToolError, ToolResult
+from harness.run.tools import ToolError, ToolResult
 
 MAX_K = 20
 READ_CHARS = 4000

@@ -173,7 +173,7 @@ def report(stats: dict, rows: list[dict], dis: list[dict], name1: str, name2: st
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from harness.driver import EndpointError
+    from harness.run.driver import EndpointError
 
     try:
         run_agreement(cfg)

@@ -39,9 +39,10 @@ import openai
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from harness.loop import Agent, Meter, ModelCallFailed
-from harness.proxy import Ledger, MeteringProxy, read_ledger
-from harness.records import RunDir, _atomic_write
+from harness.run.loop import Agent, Meter, ModelCallFailed
+from harness.endpoints.proxy import MeteringProxy
+from harness.records.ledger import Ledger, read_ledger
+from harness.records import RunDir, atomic_write
 from judge import prompts as P
 from judge.cache import JudgeCache
 
@@ -241,12 +242,12 @@ def judge_stage(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, onl
     """Judge every record of `run_dir` (or the run ids in `only`); returns a summary.
 
     endpoint: an already running (upstream base URL, API key, info) as yielded by
-      harness.driver.model_endpoint, e.g. the local model that answered; otherwise the
+      harness.run.driver.model_endpoint, e.g. the local model that answered; otherwise the
       judge's endpoint is started only if some judgement needs a model call.
     judge_cfg: the judge config (default cfg.judge); name: the judgements file stem
       (default the judge config's name); prompts: a PromptSet or a `judge.prompts` value.
     """
-    from harness.driver import model_endpoint
+    from harness.run.driver import model_endpoint
 
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     judge_cfg = cfg.judge if judge_cfg is None else judge_cfg
@@ -305,7 +306,7 @@ def judge_stage(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, onl
         job.close()
         cache.close()
     summary = _summary(rd, job, name, records, skipped, n_calls, interrupted, only)
-    _atomic_write(judgements_dir(rd) / f"{name}.info.json", json.dumps(
+    atomic_write(judgements_dir(rd) / f"{name}.info.json", json.dumps(
         {"judge": {k: v for k, v in jc.items() if k != "prompts"}, "identity": job.ident,
          "prompts": prompts.describe(), "org_private_explanation": P.ORG_PRIVATE_EXPLANATION,
          "last_summary": {k: v for k, v in summary.items() if k != "problems"}, "updated": _now()},
@@ -361,7 +362,7 @@ def report(s: dict) -> None:
 
 
 def main_entry(cfg) -> int:
-    from harness.driver import EndpointError
+    from harness.run.driver import EndpointError
 
     rd = RunDir.for_stage(cfg)
     if not rd.records_dir.exists():

@@ -1,7 +1,7 @@
 """Run folders with known answers, written by hand for the analysis tests.
 
 `Stage` collects runs (records), judgements and ledger lines and writes them in the
-layout of harness.records / judge.run / harness.proxy: stage.json, config.yaml,
+layout of harness.records / judge.run / harness.endpoints.proxy: stage.json, config.yaml,
 records/<run_id>.json, judgements/<judge>.jsonl (+ .info.json) and ledger.jsonl.
 Every number is chosen by the test, so expected results are computed by hand.
 """

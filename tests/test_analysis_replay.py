@@ -20,11 +20,11 @@ from omegaconf import OmegaConf
 
 from analysis import run as A
 from conditions.memory_tool import MemoryRead, MemorySearch
-from harness.context import Environment, RunContext
+from harness.run.context import Environment, RunContext
 from harness.data import synth
 from harness.data.longmemeval import load
 from harness.data.org import VISIBILITY
-from harness.plan import RunSpec
+from harness.run.plan import RunSpec
 from tests.analysis_fixtures import Stage, run_id, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]

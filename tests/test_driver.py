@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 
-from harness.proxy import read_ledger
+from harness.records.ledger import read_ledger
 from tests.fake_model import FakeModel
 
 GROUPS = "stage.groups=[{sample:smoke,conditions:[none,full],repeats:3}]"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.proxy import read_ledger
+from harness.records.ledger import read_ledger
 from judge import prompts as P
 from judge.agreement import stratified_sample, summarise
 from judge.run import load_judgements

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.proxy import read_ledger
+from harness.records.ledger import read_ledger
 from judge.run import load_judgements
 
 # (qtype, qid suffix, variant, question, gold, answer, expected {kind: label})

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.local_model import (
+from harness.endpoints.local_model import (
     MODEL_SIZE,
     REPO_ROOT,
     LlamaServerProcess,
@@ -160,7 +160,7 @@ def test_kill9_of_parent_leaves_no_orphan(where):
     _no_other_server()
     code = f"""
 import json, os, sys, threading, time
-from harness.local_model import LocalModel
+from harness.endpoints.local_model import LocalModel
 m = LocalModel(ctx_size=512)
 sleeper = 0
 if {where!r} == "thread":

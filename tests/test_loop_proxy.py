@@ -3,9 +3,10 @@
 
 import pytest
 
-from harness.loop import MAX_RESULT_CHARS, Agent, Meter, ModelCallFailed, run_loop
-from harness.proxy import Ledger, MeteringProxy, read_ledger, usage_split
-from harness.tools import ToolError, ToolResult
+from harness.run.loop import MAX_RESULT_CHARS, Agent, Meter, ModelCallFailed, run_loop
+from harness.endpoints.proxy import MeteringProxy, usage_split
+from harness.records.ledger import Ledger, read_ledger
+from harness.run.tools import ToolError, ToolResult
 from tests.fake_model import FakeModel, prompt_tokens
 
 PRICES = {"hit": 0.006, "miss": 0.30, "output": 1.20}

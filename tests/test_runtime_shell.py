@@ -17,7 +17,7 @@ from harness.runtime import (
     LIMITS, SessionDetector, ShellTool, access_paragraph, build_org_stores, build_store, shell_paragraph,
 )
 from harness.runtime.sandbox import processes_of
-from harness.tools import ToolError
+from harness.run.tools import ToolError
 from tests.runtime_helpers import shared_stores, tiny_questions
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from harness.tool_adapter import (
+from harness.endpoints.tool_adapter import (
     ADAPTER_NAME,
     FINGERPRINT_SUFFIX,
     AdapterError,
@@ -368,7 +368,7 @@ def run_lookup(args_json: str) -> str:
 
 @pytest.fixture(scope="session")
 def real_client():
-    from harness.local_model import LocalModel
+    from harness.endpoints.local_model import LocalModel
 
     with LocalModel(ctx_size=2048) as m:
         yield m.client(timeout=300)

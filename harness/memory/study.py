@@ -472,7 +472,7 @@ def run_study(cfg) -> dict:
     """
     from harness.data import source
     from harness.data.samples import draw
-    from harness.plan import scan
+    from harness.run.plan import scan
 
     path = source.resolve(cfg.data)
     sample = str(cfg.stage.sample)

@@ -48,7 +48,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.tools import ToolResult
+from harness.run.tools import ToolResult
 
 from .hermes import load, runtime_label
 from .store import StoreInfo, open_session_db

@@ -32,7 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness.tools import ToolError, ToolResult
+from harness.run.tools import ToolError, ToolResult
 
 from .sandbox import LIMITS, STORE_MOUNT, Limits, check_sandbox, run_sandboxed
 from .store import StoreInfo, ensure_sandbox_copy

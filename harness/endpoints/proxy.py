@@ -12,15 +12,15 @@ Calls are tagged by the client with the `X-Run-Tag`, `X-Attempt` and
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import uuid
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import httpx
+
+from harness.records.ledger import Ledger
 
 TAG, ATTEMPT, ROLE = "X-Run-Tag", "X-Attempt", "X-Role"
 _HOP = {"host", "content-length", "authorization", "connection", "accept-encoding",
@@ -49,44 +49,6 @@ def usage_split(usage: dict | None) -> dict:
         hit, reported = 0, False
     return {"prompt": prompt, "hit": hit, "miss": max(prompt - hit, 0), "output": output,
             "reasoning": reasoning, "cache_reported": reported}
-
-
-class Ledger:
-    """Append-only JSON lines, flushed and fsynced per line (calls take seconds; this takes ~1 ms)."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._f = open(self.path, "a", encoding="utf-8")
-        if self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n"):
-            self._f.write("\n")  # end a line torn by a crash, so the next entry stays whole
-            self._f.flush()
-
-    def append(self, entry: dict) -> None:
-        line = json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n"
-        with self._lock:
-            self._f.write(line)
-            self._f.flush()
-            os.fsync(self._f.fileno())
-
-    def close(self) -> None:
-        with self._lock:
-            self._f.close()
-
-
-def read_ledger(path: str | Path) -> list[dict]:
-    """All complete lines; a last line torn by a crash is ignored."""
-    out = []
-    p = Path(path)
-    if not p.exists():
-        return out
-    for line in p.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
 
 
 class MeteringProxy:

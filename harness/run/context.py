@@ -17,7 +17,7 @@ from harness.data.longmemeval import Question, Session, load
 from harness.data.org import ASKER, VISIBILITY, OrgAssignment, assign
 from harness.memory.units import Unit, units_of_sessions
 from harness.memory.views import View
-from harness.plan import Plan, RunSpec
+from harness.run.plan import Plan, RunSpec
 
 LME_AGENT = "a0"  # a LongMemEval history is the memory of one agent
 
@@ -89,7 +89,7 @@ class RunContext:
     spec: RunSpec
     env: Environment
     agent: str = ASKER
-    first_tool_choice: str | None = None  # from the model config (see harness.loop.run_loop)
+    first_tool_choice: str | None = None  # from the model config (see harness.run.loop.run_loop)
     _sessions: dict[str, Session] = field(default_factory=dict)
 
     @property

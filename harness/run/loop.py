@@ -18,9 +18,9 @@ from typing import Any
 
 import openai
 
-from harness.pricing import list_cost, paid_cost
-from harness.proxy import ATTEMPT, ROLE, TAG, usage_split
-from harness.tools import Tool, ToolError, ToolResult
+from harness.endpoints.pricing import list_cost, paid_cost
+from harness.endpoints.proxy import ATTEMPT, ROLE, TAG, usage_split
+from harness.run.tools import Tool, ToolError, ToolResult
 
 MAX_RESULT_CHARS = 30_000
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,

@@ -1,4 +1,4 @@
-"""`python -m harness.bench_proxy`: what the metering proxy and the loop add to each model call.
+"""`python -m harness.endpoints.bench_proxy`: what the metering proxy and the loop add to each model call.
 
 Times the same tiny request sent (a) straight to an endpoint with the openai
 client and (b) through the metering proxy with the loop's Agent (retry wrapper,
@@ -20,9 +20,10 @@ from pathlib import Path
 
 import openai
 
-from harness.loop import Agent, Meter
+from harness.run.loop import Agent, Meter
 from harness.memory.bench import pct
-from harness.proxy import Ledger, MeteringProxy
+from harness.endpoints.proxy import MeteringProxy
+from harness.records.ledger import Ledger
 
 PROMPT = [{"role": "user", "content": "Reply with the single word: ok"}]
 MODEL = {"model": "bench", "params": {"temperature": 0, "max_tokens": 2}, "timeout_s": 120}
@@ -74,7 +75,7 @@ def measure(base_url: str, model: str, n: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.bench_proxy")
+    ap = argparse.ArgumentParser(prog="python -m harness.endpoints.bench_proxy")
     ap.add_argument("--n", type=int, default=50)
     ap.add_argument("--no-model", action="store_true", help="skip the real local model")
     args = ap.parse_args(argv)
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
     rows.append(("loopback stub", measure(f"http://127.0.0.1:{srv.server_address[1]}/v1", "bench", args.n)))
     srv.shutdown()
     if not args.no_model:
-        from harness.local_model import LocalModel
+        from harness.endpoints.local_model import LocalModel
 
         with LocalModel(ctx_size=2048) as lm:
             rows.append(("local model (adapter)", measure(lm.base_url, lm.model, max(10, args.n // 5))))

