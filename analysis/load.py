@@ -28,7 +28,8 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
-from harness.records.ledger import read_ledger
+from harness.records.ledger import read_lines
+from harness.records.schema import RecordError, parse, read_json
 
 REPO = Path(__file__).resolve().parents[1]
 JUDGED_KINDS = ("correct", "leak")
@@ -57,6 +58,15 @@ class Folder:
     judge: str | None = None  # judgements/<judge>.jsonl used for correctness
     judgements: dict[tuple[str, str], dict] = field(default_factory=dict)
     judge_info: dict | None = None  # judgements/<judge>.info.json, when the judge wrote one
+    problems: list[dict] = field(default_factory=list)  # data quality: files or lines left out, and why
+
+    def problem(self, path: str | Path, what: str, line: int | None = None, left_out: str = "left out") -> None:
+        self.problems.append({"folder": self.name, "file": str(path), "line": line, "problem": what,
+                              "consequence": left_out})
+
+    @property
+    def planned(self) -> int:
+        return len(self.info.get("plan", {}).get("runs") or [])
 
     @property
     def stage(self) -> str:
@@ -118,27 +128,47 @@ def find_folders(paths: Iterable[str | Path] | None, runs_root: str | Path = "ru
             raise AnalysisError(f"{root}: not a stage folder (no stage.json) and none below it")
         dirs += found
     out: dict[str, Folder] = {}
+    bad: list[dict] = []
     for d in dirs:
         try:
-            info = json.loads((d / "stage.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise AnalysisError(f"{d}/stage.json: unreadable ({exc})") from None
+            info = read_json("stage", d / "stage.json").model_dump(mode="json")
+        except RecordError as exc:
+            bad.append({"folder": f"{d.parent.name}/{d.name}", "file": exc.path, "line": None,
+                        "problem": exc.problem, "consequence": "folder left out"})
+            continue
         f = Folder(d, info, name=f"{d.parent.name}/{d.name}")
         if not explicit and f.stage == "pilot":
             continue
         out.setdefault(f.name, f)
-    return [out[k] for k in sorted(out)]
+    folders = [out[k] for k in sorted(out)]
+    if bad:
+        if not folders:
+            raise AnalysisError("no readable stage folder: " + "; ".join(f"{b['file']}: {b['problem']}" for b in bad))
+        folders[0].problems.extend(bad)
+    return folders
 
 
 def load_records(folder: Folder) -> list[dict]:
-    recs = []
+    """Every record that validates, as a dict; each one that does not is a data-quality problem.
+
+    A record is also left out when its file name is not its run id, or when another file
+    already holds the same run id (the first in sorted order is kept)."""
+    recs: dict[str, dict] = {}
     rdir = folder.path / "records"
     for p in sorted(rdir.glob("*.json")) if rdir.exists() else []:
         try:
-            recs.append(json.loads(p.read_text(encoding="utf-8")))
-        except json.JSONDecodeError as exc:
-            raise AnalysisError(f"{p}: unreadable record ({exc})") from None
-    return sorted(recs, key=lambda r: r["run_id"])
+            rec = read_json("record", p)
+        except RecordError as exc:
+            folder.problem(p, exc.problem)
+            continue
+        if rec.run_id != p.stem:
+            folder.problem(p, f"the file holds run {rec.run_id!r}, not {p.stem!r}")
+            continue
+        if rec.run_id in recs:
+            folder.problem(p, f"duplicated run id {rec.run_id!r}")
+            continue
+        recs[rec.run_id] = rec.model_dump(mode="json")
+    return [recs[k] for k in sorted(recs)]
 
 
 # ------------------------------------------------------------------------------ judgements
@@ -155,7 +185,10 @@ def choose_judge(folder: Folder, wanted: str | None) -> str | None:
     """The judge whose file gives correctness: `wanted`, else the stage config's judge, else the only file."""
     names = judge_names(folder)
     if wanted:
-        return wanted if wanted in names else None
+        if wanted not in names:
+            raise AnalysisError(f"{folder.path}: no judgements of judge {wanted!r}; judges found: "
+                                + (", ".join(names) if names else "none (judge the stage first: make judge)"))
+        return wanted
     configured = str((folder.config().get("judge") or {}).get("name") or "")
     if configured in names:
         return configured
@@ -168,16 +201,19 @@ def choose_judge(folder: Folder, wanted: str | None) -> str | None:
 
 
 def read_judgements(folder: Folder, judge: str) -> dict[tuple[str, str], dict]:
-    """(run_id, kind) -> latest judgement line. The one place that reads judgements files.
-
-    The same rule as judge.run.load_judgements (the latest line per (run_id, kind) wins, a
-    torn last line is ignored; a test holds the two equal), without importing the judge's
-    model client.
-    """
+    """(run_id, kind) -> latest judgement line, validated; bad lines are data-quality problems."""
+    path = folder.path / "judgements" / f"{judge}.jsonl"
+    lines, problems = read_lines(path)
+    for e in problems:
+        folder.problem(path, e.problem, e.line)
     out: dict[tuple[str, str], dict] = {}
-    for e in read_ledger(folder.path / "judgements" / f"{judge}.jsonl"):
-        if "run_id" in e and "kind" in e:
-            out[(e["run_id"], e["kind"])] = e
+    for i, obj in lines:
+        try:
+            j = parse("judgement", obj, path, i)
+        except RecordError as exc:
+            folder.problem(path, exc.problem, i)
+            continue
+        out[(j.run_id, j.kind)] = j.model_dump(mode="json")
     return out
 
 
@@ -187,7 +223,8 @@ def read_judge_info(folder: Folder, judge: str) -> dict | None:
         return None
     try:
         return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
+    except json.JSONDecodeError as exc:
+        folder.problem(p, f"not JSON ({exc.msg}); the judge's prices are unknown")
         return None
 
 
@@ -215,55 +252,44 @@ def _label_of(record: dict, judgement: dict | None) -> tuple[float, str]:
 # ------------------------------------------------------------------------------ frames
 
 
-def _usd(record: dict, key: str) -> float:
-    prices = record.get("prices") or {}
-    return float(record.get(key) or 0.0) * float(prices.get("usd_per_currency", 1.0) or 1.0)
-
-
 def run_rows(folder: Folder) -> list[dict]:
     rows = []
-    for r in folder.records:
-        ok = r.get("status") == "ok"
+    for r in folder.records:  # validated by the schema: every field below exists
+        ok = r["status"] == "ok"
         if ok:
             correct, csrc = _label_of(r, folder.judgements.get((r["run_id"], "correct")))
         else:
             correct, csrc = 0.0, "failed_run"
-        if r.get("variant") == "private":
+        if r["variant"] == "private":
             if ok:
                 leak, lsrc = _label_of(r, folder.judgements.get((r["run_id"], "leak")))
             else:
                 leak, lsrc = 0.0, "failed_run"
         else:
             leak, lsrc = math.nan, "n/a"
-        tok = r.get("tokens") or {}
-        ev = r.get("evidence") or {}
-        dec = r.get("decomposition") or {}
-        code = r.get("code") or {}
+        tok, ev, dec, code = r["tokens"], r["evidence"], r["decomposition"], r["code"]
 
         def b(x: Any) -> float:
             return math.nan if x is None else float(bool(x))
 
+        usd = float(r["prices"]["usd_per_currency"])
         rows.append({
             "folder": folder.name, "stage": folder.stage, "label": folder.label, "run_id": r["run_id"],
-            "condition": r["condition"], "variant": r.get("variant") or "", "qid": str(r["qid"]),
-            "qtype": r.get("qtype"), "abstention": bool(r.get("abstention")), "repeat": int(r.get("repeat") or 0),
-            "attempt": int(r.get("attempt") or 1), "status": r.get("status"),
+            "condition": r["condition"], "variant": r["variant"], "qid": r["qid"],
+            "qtype": r["qtype"], "abstention": r["abstention"], "repeat": r["repeat"],
+            "attempt": r["attempt"], "status": r["status"],
             "correct": correct, "correct_source": csrc, "leak": leak, "leak_source": lsrc,
-            "model_calls": int(r.get("model_calls") or 0), "agent_calls": int(r.get("agent_calls") or 0),
-            "tool_calls": int(r.get("tool_calls") or 0),
-            "tokens": int(tok.get("prompt", 0)) + int(tok.get("output", 0)),
-            "prompt": int(tok.get("prompt", 0)), "hit": int(tok.get("hit", 0)), "miss": int(tok.get("miss", 0)),
-            "output": int(tok.get("output", 0)), "reasoning": int(tok.get("reasoning", 0)),
-            "cost": _usd(r, "cost_list"), "cost_paid": _usd(r, "cost_paid"),
-            "time": float(r.get("wall_s") or 0.0), "retrieval_s": float(r.get("retrieval_s") or 0.0),
-            "empty_results": int(r.get("empty_results") or 0), "error_results": int(r.get("error_results") or 0),
-            "ev_first": b(ev.get("first_search")), "ev_any": b(ev.get("any")),
-            "dec_calls": int(dec.get("calls", 0)), "dec_prefix": int(dec.get("prefix", 0)),
-            "dec_results": int(dec.get("results", 0)), "dec_output": int(dec.get("output", 0)),
-            "dec_input": int(dec.get("input", 0)),
-            "config_hash": r.get("config_hash"), "data_sha256": r.get("data_sha256"), "seed": r.get("seed"),
-            "prereg_sha256": r.get("prereg_sha256"), "code_commit": code.get("commit"),
-            "code_dirty": code.get("dirty"),
+            "model_calls": r["model_calls"], "agent_calls": r["agent_calls"], "tool_calls": r["tool_calls"],
+            "tokens": tok["prompt"] + tok["output"], "prompt": tok["prompt"], "hit": tok["hit"], "miss": tok["miss"],
+            "output": tok["output"], "reasoning": tok["reasoning"],
+            "cost": r["cost_list"] * usd, "cost_paid": r["cost_paid"] * usd,
+            "time": r["wall_s"], "retrieval_s": r["retrieval_s"],
+            "empty_results": r["empty_results"], "error_results": r["error_results"],
+            "ev_first": b(ev["first_search"]), "ev_any": b(ev["any"]),
+            "dec_calls": dec["calls"], "dec_prefix": dec["prefix"], "dec_results": dec["results"],
+            "dec_output": dec["output"], "dec_input": dec["input"],
+            "config_hash": r["config_hash"], "data_sha256": r["data_sha256"], "seed": r["seed"],
+            "prereg_sha256": r["prereg_sha256"], "code_commit": code["commit"], "code_dirty": code["dirty"],
         })
     return rows
 
@@ -301,20 +327,33 @@ def judgement_problems(folder: Folder) -> list[dict]:
 
 
 def ledger_frame(folder: Folder) -> pd.DataFrame:
-    """One row per ledger line (request, response, interrupted) with party and condition."""
+    """One row per ledger line (request, response, interrupted) with party and condition.
+
+    A line that is not JSON or not a ledger event is a data-quality problem, named by line:
+    the call it stood for is missing from every cost below."""
+    path = folder.path / "ledger.jsonl"
+    lines, problems = read_lines(path)
+    for e in problems:
+        folder.problem(path, e.problem, e.line, "its call is missing from the costs")
     rows = []
-    for i, e in enumerate(read_ledger(folder.path / "ledger.jsonl")):
-        tag = str(e.get("tag") or "")
+    for i, obj in lines:
+        try:
+            e = parse("ledger", obj, path, i)
+        except RecordError as exc:
+            folder.problem(path, exc.problem, i, "its call is missing from the costs")
+            continue
+        tag = e.tag
         prefix, _, rest = tag.partition(":")
-        judged = e.get("role") == "judge" or (rest and prefix.startswith("judge"))
+        judged = e.role == "judge" or (rest and prefix.startswith("judge"))
         run_id = rest if (rest and prefix.startswith("judge")) else tag
+        party = (prefix if prefix.startswith("judge") else "judge") if judged else \
+            ("preflight" if e.role == "preflight" else "agents")
         rows.append({
-            "folder": folder.name, "line": i, "event": e.get("event"), "call": e.get("call"), "tag": tag,
+            "folder": folder.name, "line": i, "event": e.event, "call": e.call, "tag": tag,
             "run_id": run_id, "condition": run_id.split(".")[0] if run_id else "",
-            "party": (prefix if prefix.startswith("judge") else "judge") if judged else "agents",
-            "role": e.get("role") or "", "attempt": int(e.get("attempt") or 0), "status": e.get("status"),
-            "model": e.get("model") or "", "prompt": int(e.get("prompt") or 0), "hit": int(e.get("hit") or 0),
-            "miss": int(e.get("miss") or 0), "output": int(e.get("output") or 0), "ts": e.get("ts") or "",
+            "party": party, "role": e.role or "", "attempt": e.attempt, "status": e.status,
+            "model": e.model or "", "prompt": e.prompt or 0, "hit": e.hit or 0,
+            "miss": e.miss or 0, "output": e.output or 0, "ts": e.ts,
         })
     cols = ["folder", "line", "event", "call", "tag", "run_id", "condition", "party", "role", "attempt", "status",
             "model", "prompt", "hit", "miss", "output", "ts"]

@@ -12,6 +12,8 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
+from analysis import tables as T
+
 DASH = "–"
 
 
@@ -204,8 +206,8 @@ def exposure_section(t4: pd.DataFrame) -> str:
                      r["replay_status"], f"{integer(r['calls_matched'])} / {integer(r['calls_mismatched'])}",
                      integer(r["units"]), *(integer(r[o]) for o in owners), integer(r["private_units"]),
                      integer(r["runs_with_private"]),
-                     integer(r["private_units_under_view"]) + (" **VIOLATION**" if not _isnan(
-                         r["private_units_under_view"]) and r["private_units_under_view"] > 0 else ""),
+                     integer(r["private_units_under_view"]) + (" **VIOLATION**" if T.violations(
+                         pd.DataFrame([r])) else ""),
                      f"{integer(r['logged_units'])} / {integer(r['logged_private_units'])}"])
     return md_table(["folder", "variant", "condition", "runs", "calls", "replay", "matched / mismatched",
                      "units", *(o.replace("units_", "") for o in owners), "private units", "runs with private",
@@ -320,6 +322,16 @@ def _quality(res: Any) -> str:
                      f"judgement (left out of accuracy); {unparsable} unparsable judge replies (official rule "
                      f"applied); {leak_missing} private-variant runs without a leak judgement; "
                      f"{interrupted} interrupted attempts in the ledger.")
+    for _, c in res.tables["coverage"].iterrows():
+        if c["kind"] == "agents" and c["records"] != c["planned"]:
+            lines.append(f"- **INCOMPLETE: {c['folder']}: {c['records']} of {c['planned']} planned records.** "
+                         "Its tables describe the recorded runs only.")
+    dq = res.tables["data_quality"]
+    lines.append(f"- Files or lines left out because they do not fit the record schema: {len(dq)} ("
+                 + link("data_quality.csv") + ")" + (":" if len(dq) else "."))
+    for _, p in dq.iterrows():
+        where = p["file"] + (f" line {int(p['line'])}" if p["line"] == p["line"] and p["line"] is not None else "")
+        lines.append(f"  - `{where}`: {p['problem']} ({p['consequence']})")
     jp, lc, mm = res.tables["judgement_problems"], res.tables["ledger_checks"], res.tables["replay_mismatches"]
     lines.append(f"- Judgement problems: {len(jp)} (" + link("judgement_problems.csv") + ").")
     lines.append(f"- Records whose tokens or calls differ from the ledger: {len(lc)} (" + link("ledger_checks.csv")
@@ -338,6 +350,8 @@ def render(res: Any, files: dict) -> str:
              "table, at full precision; " + link("runs.csv") + " has one row per run (the data behind every "
              "table). Failed runs count as wrong; runs without a usable judgement are left out and counted "
              "below.\n",
+             *(["\n## VIOLATIONS\n\n", "".join(f"- **{v}**\n" for v in T.violations(t["table4"]))]
+               if T.violations(t["table4"]) else []),
              "\n## Provenance\n\n", _provenance(res), "\n## Data quality\n\n", _quality(res)]
 
     # Table 1

@@ -16,6 +16,11 @@ Arguments (key=value; bare paths are added to runs):
                     settings.resamples; hypotheses always use the file's settings)
   replay=org|all|none  which folders get the exposure replay (default org: LongMemEval-Org
                     folders; all adds LongMemEval folders, which rebuilds their whole index)
+  lenient=true      exit 0 even when files or lines were left out (data_quality.csv lists them)
+
+Exit codes: 0 written and clean; 1 written, but a private unit was logged under a view
+(VIOLATION) or files/lines were left out (data_quality.csv; lenient=true accepts them);
+2 bad arguments or nothing readable.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from analysis.load import (REPO, AnalysisError, Folder, find_folders, first_call
 from analysis.replay import FolderReplay, mismatch_rows, replay_folder
 
 MARKER = ".generated-by-analysis"
+QUALITY_COLUMNS = ["folder", "file", "line", "problem", "consequence"]
 REPLAY_MODES = ("org", "all", "none")
 ANALYSES = ("table1", "table1_types", "table2", "exposure_audit", "table5", "table6", "token_decomposition",
             "evidence_hit", "median_ratio", "scale")
@@ -63,7 +69,7 @@ class Results:
 
 def parse_args(argv: Sequence[str]) -> dict:
     opts: dict = {"runs": [], "out": "results", "prereg": str(P.DEFAULT_PATH), "judge": None, "resamples": None,
-                  "replay": "org", "runs_root": "runs"}
+                  "replay": "org", "runs_root": "runs", "lenient": "false"}
     last = None
     for a in argv:
         if a in ("-h", "--help", "help"):
@@ -90,6 +96,9 @@ def parse_args(argv: Sequence[str]) -> dict:
         if opts["resamples"] < 1:
             raise AnalysisError("resamples must be a positive integer")
     opts["judge"] = opts["judge"] or None
+    if str(opts["lenient"]).lower() not in ("true", "false"):
+        raise AnalysisError(f"lenient must be true or false, got {opts['lenient']!r}")
+    opts["lenient"] = str(opts["lenient"]).lower() == "true"
     return opts
 
 
@@ -150,6 +159,11 @@ def analyse(opts: dict, progress: bool = True) -> Results:
         [p for f in folders for p in judgement_problems(f)],
         columns=["folder", "run_id", "kind", "problem", "reply", "counted_as"])
     res.tables["ledger_checks"] = T.ledger_checks(folders, res.ledgers)
+    res.tables["data_quality"] = pd.DataFrame([p for f in folders for p in f.problems], columns=QUALITY_COLUMNS)
+    res.tables["coverage"] = pd.DataFrame(
+        [{"folder": f.name, "kind": f.kind, "records": len(f.records), "planned": f.planned,
+          "complete": f.kind != "agents" or len(f.records) == f.planned} for f in folders],
+        columns=["folder", "kind", "records", "planned", "complete"])
 
     # pre-registered tests (Table 3)
     ctx = P.Context(runs, folders, t4, res.first_calls)
@@ -181,6 +195,7 @@ CSV_FILES = {  # table key -> file name
     "replay_mismatches": "replay_mismatches.csv", "table5": "table5.csv", "table6": "table6.csv",
     "tokens": "tokens.csv", "evidence": "evidence.csv", "scale": "scale.csv",
     "judgement_problems": "judgement_problems.csv", "ledger_checks": "ledger_checks.csv",
+    "data_quality": "data_quality.csv", "coverage": "coverage.csv",
 }
 
 
@@ -228,20 +243,37 @@ def write(res: Results, out: Path) -> Path:
 
 def summary(res: Results, out: Path) -> str:
     lines = [f"analysed {len(res.folders)} stage folder(s): " + ", ".join(f.name for f in res.folders)]
+    for _, c in res.tables["coverage"].iterrows():
+        if c["kind"] == "agents" and c["records"] != c["planned"]:
+            lines.append(f"INCOMPLETE: {c['folder']}: {c['records']} of {c['planned']} planned records")
+    dq = res.tables["data_quality"]
+    if not dq.empty:
+        lines.append(f"DATA QUALITY: {len(dq)} file(s) or line(s) left out (data_quality.csv):")
+        for _, p in dq.head(20).iterrows():
+            where = p["file"] + (f" line {int(p['line'])}" if p["line"] == p["line"] and p["line"] is not None else "")
+            lines.append(f"  {where}: {p['problem']} [{p['consequence']}]")
+        if len(dq) > 20:
+            lines.append(f"  ... and {len(dq) - 20} more")
     n_missing = int(res.runs["correct"].isna().sum())
     if n_missing:
         lines.append(f"WARNING: {n_missing} run(s) without a usable judgement (not counted; see judgement_problems.csv)")
     mism = res.tables["replay_mismatches"]
     if not mism.empty:
         lines.append(f"WARNING: {len(mism)} replayed memory call(s) differ from the logs (replay_mismatches.csv)")
-    t4 = res.tables["table4"]
-    if not t4.empty and (t4["private_units_under_view"].fillna(0) > 0).any():
-        lines.append("VIOLATION: private units of other agents retrieved under a shared/own view (table4.csv)")
+    lines += T.violations(res.tables["table4"])
     for o in res.outcomes:
         p = "" if o.p is None else f" p={o.p:.4g}" + ("" if o.p_holm is None else f" (Holm {o.p_holm:.4g})")
         lines.append(f"  {o.id:4s} {o.outcome}{p} [{o.status}]")
     lines.append(f"wrote {out}/report.md")
     return "\n".join(lines)
+
+
+def exit_code(res: Results, lenient: bool) -> int:
+    if T.violations(res.tables["table4"]):
+        return 1
+    if not res.tables["data_quality"].empty and not lenient:
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -255,7 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(summary(res, out))
-    return 0
+    code = exit_code(res, opts["lenient"])
+    if code and not T.violations(res.tables["table4"]):
+        print("exit 1: files or lines were left out (see above); lenient=true accepts them", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -310,6 +310,23 @@ def exposure_table(runs: pd.DataFrame, replays: Iterable[FolderReplay]) -> pd.Da
     return pd.DataFrame(rows)
 
 
+def _count(x) -> int:
+    return 0 if x is None or x != x else int(x)
+
+
+def violations(t4: pd.DataFrame) -> list[str]:
+    """Private units of other agents under an own/shared view, from the logs or the replay:
+    the view must never admit one, so each is reported whether or not the replay could run."""
+    out = []
+    for _, r in t4.iterrows() if not t4.empty else []:
+        logged, replayed = _count(r.get("logged_private_units_under_view")), _count(r.get("private_units_under_view"))
+        if max(logged, replayed) > 0:
+            out.append(f"VIOLATION: private units of other agents retrieved under an own/shared view in "
+                       f"{r['folder']} {r['variant'] or '-'} {r['condition']}: {logged} logged, "
+                       f"{replayed if r.get('replayed') else 'not replayed'} replayed (table4.csv)")
+    return out
+
+
 # ------------------------------------------------------------------------------ Table 5: run-to-run
 
 
@@ -344,10 +361,11 @@ def agreement_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFra
 
 
 def _cost_usd(prices: dict | None, hit: float, miss: float, output: float) -> float:
+    from harness.endpoints.pricing import list_cost
+
     if not prices:
         return math.nan
-    per = (hit * float(prices["hit"]) + miss * float(prices["miss"]) + output * float(prices["output"])) / 1e6
-    return per * float(prices.get("usd_per_currency", 1.0) or 1.0)
+    return list_cost(prices, hit, miss, output) * float(prices.get("usd_per_currency", 1.0) or 1.0)
 
 
 def _offpeak_factor(offpeak: dict | None, ts: str) -> float:
@@ -361,7 +379,7 @@ def _offpeak_factor(offpeak: dict | None, ts: str) -> float:
 
 
 def _prices_for(book: dict[str, dict], party: str, model: str, folder: Folder) -> tuple[dict | None, str]:
-    if party == "agents":
+    if party in ("agents", "preflight"):  # the preflight call goes to the agents' model
         e = book["agents"]
         return e, e["source"]
     judges = {k: v for k, v in book.items() if k.startswith("judge:")}
@@ -388,7 +406,7 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame]) -> p
         if led is None or led.empty:
             continue
         book = price_book(f)
-        final_attempt = {r["run_id"]: int(r.get("attempt") or 1) for r in f.records}
+        final_attempt = {r["run_id"]: r["attempt"] for r in f.records}
         resp = led[led["event"] == "response"].copy()
         req = led[led["event"] == "request"]
         answered = set(resp["call"].dropna())

@@ -18,6 +18,8 @@ from harness.run.loop import run_loop
 from harness.run.prompts import system_prompt
 from harness.run.tools import ToolError, ToolResult
 
+NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
+
 ASKED_ACCESS = ("Use memory_search to find relevant past exchanges (each result shows its date, session and round) "
                 "and memory_read to see a whole exchange or the rounds around it.")
 

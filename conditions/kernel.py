@@ -11,6 +11,8 @@ import time
 from conditions import Access
 from harness.kernel import Kernel, WriteBarrier
 
+NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
+
 
 def build(cfg, ctx) -> Access:
     space = ctx.space  # loading the organisation's units is setup

@@ -19,6 +19,8 @@ from harness.memory.units import rounds_of
 from harness.memory.views import View
 from harness.run.tools import ToolError, ToolResult
 
+NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
+
 MAX_K = 20
 READ_CHARS = 4000
 MAX_WINDOW = 5

@@ -5,6 +5,8 @@ import time
 from conditions import Access
 from conditions.memory_tool import format_results
 
+NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
+
 
 def build(cfg, ctx) -> Access:
     view = ctx.view(str(cfg.get("scope", "own")))

@@ -26,6 +26,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from harness.failures import EnvironmentFailure
 from harness.records import RunDir
 from judge import prompts as P
 from judge.run import judge_stage, load_judgements
@@ -126,7 +127,7 @@ def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
         name2 = f"{name2}.judge2"
     s1 = judge_stage(cfg, rd, prompts=prompts)  # free when already judged
     main = load_judgements(rd, name1)
-    records = list(rd.records())
+    records = [r.model_dump(mode="json") for r in rd.records()]
     sample = stratified_sample(records, main, int(cfg.seed))
     if not sample:
         raise SystemExit(f"error: the main judge has no model judgement in {rd.root}")
@@ -137,6 +138,12 @@ def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
     second = load_judgements(rd, name2)
     rows = agreement_rows(sample, main, second)
     stats = summarise(rows)
+    if not stats.get("compared"):
+        for r in rows:
+            print(f"  not compared {r['run_id']} [{r['kind']}]: {name1} {r['status1']}, {name2} {r['status2']}",
+                  file=sys.stderr)
+        raise SystemExit(f"error: no judgement could be compared ({len(rows)} sampled; see the lines above): "
+                         "no agreement or kappa to report")
     stage = str(cfg.stage.name)
     label = str(cfg.stage.label)
     out = Path(str(results_dir or cfg.get("results_dir") or "results")) / "agreement" / stage
@@ -173,13 +180,14 @@ def report(stats: dict, rows: list[dict], dis: list[dict], name1: str, name2: st
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from harness.run.driver import EndpointError
-
     try:
         run_agreement(cfg)
-    except (P.PromptFileError, EndpointError) as exc:
+    except P.PromptFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except EnvironmentFailure as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        sys.exit(3)
 
 
 if __name__ == "__main__":

@@ -39,10 +39,14 @@ import openai
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from harness.run.loop import Agent, Meter, ModelCallFailed
+from harness.endpoints.client import Agent, Meter, ModelCallFailed
 from harness.endpoints.proxy import MeteringProxy
 from harness.records.ledger import Ledger, read_ledger
+from harness.endpoints.registry import identity as endpoint_identity
+from harness.endpoints.registry import open_endpoint
+from harness.failures import EnvironmentFailure
 from harness.records import RunDir, atomic_write
+from harness.records.schema import SCHEMA_VERSION, Judgement, RecordError
 from judge import prompts as P
 from judge.cache import JudgeCache
 
@@ -58,16 +62,19 @@ def _now() -> str:
 # ------------------------------------------------------------------------------ judge identity
 
 def judge_model_config(judge_cfg) -> dict:
-    """The judge's model config with the official call parameters forced."""
+    """The judge's model config calling with the official parameters only (temperature 0, at
+    most 10 tokens), whatever its model config passes to agents (e.g. reasoning_effort), plus
+    what the user adds under `judge_params`."""
     jc = OmegaConf.to_container(judge_cfg, resolve=True) if isinstance(judge_cfg, DictConfig) else dict(judge_cfg)
-    jc["params"] = {**(jc.get("params") or {}), **JUDGE_PARAMS}
+    jc["params"] = {**JUDGE_PARAMS, **(jc.get("judge_params") or {})}
     return jc
 
 
 def identity(jc: dict) -> str:
-    """What a cached reply is keyed by besides the prompt: provider, model and call parameters."""
+    """What a cached reply is keyed by besides the prompt: the endpoint (provider, model, base
+    URL) and the call parameters, so two servers serving one model name never share labels."""
     params = json.dumps(jc.get("params") or {}, sort_keys=True)
-    return f"{jc.get('provider')}:{jc.get('model')}:{hashlib.sha256(params.encode()).hexdigest()[:12]}"
+    return f"{endpoint_identity(jc)}:{hashlib.sha256(params.encode()).hexdigest()[:12]}"
 
 
 # ------------------------------------------------------------------------------ judgements files
@@ -81,12 +88,9 @@ def judgements_path(run_dir, judge_name: str) -> Path:
 
 
 def load_judgements(run_dir, judge_name: str) -> dict[tuple[str, str], dict]:
-    """(run_id, kind) -> the latest judgement line of that judge; a torn last line is ignored."""
-    out: dict[tuple[str, str], dict] = {}
-    for e in read_ledger(judgements_path(run_dir, judge_name)):
-        if "run_id" in e and "kind" in e:
-            out[(e["run_id"], e["kind"])] = e
-    return out
+    """(run_id, kind) -> the latest judgement line of that judge, validated (RunDir.judgements)."""
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    return {k: j.model_dump(mode="json") for k, j in rd.judgements(judge_name).items()}
 
 
 def _attempts(path: Path) -> dict[str, int]:
@@ -149,18 +153,19 @@ class _Judging:
 
     def base(self, record: dict, item: P.Item | None, kind: str) -> dict:
         return {
+            "schema_version": SCHEMA_VERSION,
             "run_id": record["run_id"], "kind": kind, "condition": record.get("condition"),
             "variant": record.get("variant") or "", "qid": record.get("qid"), "qtype": record.get("qtype"),
             "run_status": record.get("status"),
             "judge": {"name": self.name, "model": self.jc.get("model"), "provider": self.jc.get("provider"),
-                      "identity": self.ident, "params": self.jc.get("params")},
+                      "base_url": self.jc.get("base_url"), "identity": self.ident, "params": self.jc.get("params")},
             "prompt_source": self.prompts.source, "prompt_source_sha256": self.prompts.source_sha256,
             "template": item.template if item else None, "answer_slot": item.answer_slot if item else None,
         }
 
     def write(self, line: dict) -> None:
         line["ts"] = _now()
-        self.out.append(line)
+        self.out.append(Judgement.model_validate(line).model_dump(mode="json"))
         with self._lock:
             self.counts[(line["kind"], line["status"])] += 1
             if line["status"] in ("failed", "unparsable"):
@@ -171,7 +176,7 @@ class _Judging:
         if record.get("status") != "ok":
             self.write({**self.base(record, item, item.kind), "prompt_sha256": None, "prompt": None,
                         "reply": None, "label": False, "status": "failed_run", "cached": False, "attempt": 0,
-                        "error": f"the agent run failed: {str(record.get('error') or '')[:300]}"})
+                        "usage": None, "cost_list": 0.0, "cost_paid": 0.0, "error": f"the agent run failed: {str(record.get('error') or '')[:300]}"})
             return True
         reply = self.cache.get(self.ident, item.prompt_sha256)
         if reply is None:
@@ -210,6 +215,8 @@ class _Judging:
                       max_retries=int(self.jc.get("max_retries", 6)), backoff_s=float(self.jc.get("backoff_s", 1.0)))
         try:
             msg = agent.complete([{"role": "user", "content": item.prompt}])
+        except EnvironmentFailure:
+            raise  # a refused key or a missing model is not this judgement's failure: judging stops
         except (ModelCallFailed, openai.OpenAIError) as exc:
             with self._lock:
                 self.cost["calls"] += len(meter.calls)
@@ -241,14 +248,12 @@ def judge_stage(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, onl
                 progress: bool = True) -> dict:
     """Judge every record of `run_dir` (or the run ids in `only`); returns a summary.
 
-    endpoint: an already running (upstream base URL, API key, info) as yielded by
-      harness.run.driver.model_endpoint, e.g. the local model that answered; otherwise the
-      judge's endpoint is started only if some judgement needs a model call.
+    endpoint: an already open harness.endpoints.registry.Endpoint of the same model, e.g. the
+      local model that answered; otherwise the judge's endpoint is opened only if some
+      judgement needs a model call.
     judge_cfg: the judge config (default cfg.judge); name: the judgements file stem
       (default the judge config's name); prompts: a PromptSet or a `judge.prompts` value.
     """
-    from harness.run.driver import model_endpoint
-
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     judge_cfg = cfg.judge if judge_cfg is None else judge_cfg
     if not isinstance(judge_cfg, DictConfig):
@@ -257,7 +262,7 @@ def judge_stage(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, onl
     name = name or str(jc["name"])
     if not isinstance(prompts, P.PromptSet):
         prompts = P.load(prompts if prompts is not None else jc.get("prompts", "builtin"))
-    records = [r for r in rd.records() if only is None or r["run_id"] in only]
+    records = [r.model_dump(mode="json") for r in rd.records() if only is None or r.run_id in only]
     existing = load_judgements(rd, name)
     cache = JudgeCache(Path(str(cfg.cache_dir)) / "judge_cache.sqlite")
     job = _Judging(rd, jc, name, prompts, cache, tag_prefix)
@@ -285,10 +290,9 @@ def judge_stage(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, onl
                 attempts = _attempts(job.attempts_path)
                 with ExitStack() as stack:
                     if endpoint is None:
-                        endpoint = stack.enter_context(model_endpoint(judge_cfg, _concurrency(cfg, jc)))
-                    upstream, key, _info = endpoint
-                    proxy = stack.enter_context(MeteringProxy(upstream, ledger, key, float(jc.get("timeout_s", 600)),
-                                                              str(jc.get("model"))))
+                        endpoint = stack.enter_context(open_endpoint(judge_cfg))
+                    proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
+                                                              float(jc.get("timeout_s", 600)), str(jc.get("model"))))
                     bar = tqdm(total=n_calls, unit="judgement", dynamic_ncols=True, file=sys.stderr,
                                disable=not progress, desc=f"judge {name}")
                     try:
@@ -325,7 +329,7 @@ def _summary(rd: RunDir, job: _Judging, name: str, records: list[dict], skipped:
     leaks = [v for (_, kind), v in mine.items() if kind == "leak"]
     planned = None
     if only is None and rd.stage_path.exists():
-        planned = len(json.loads(rd.stage_path.read_text()).get("plan", {}).get("runs", []))
+        planned = len(rd.stage().plan["runs"])
     return {
         "run_dir": str(rd.root), "judge": name, "identity": job.ident, "prompt_source": job.prompts.source,
         "records": len(records), "planned_runs": planned, "judgements": len(mine),
@@ -362,8 +366,6 @@ def report(s: dict) -> None:
 
 
 def main_entry(cfg) -> int:
-    from harness.run.driver import EndpointError
-
     rd = RunDir.for_stage(cfg)
     if not rd.records_dir.exists():
         print(f"error: {rd.root} has no records; run the stage first (make run STAGE={cfg.stage.name})",
@@ -371,9 +373,12 @@ def main_entry(cfg) -> int:
         return 2
     try:
         summary = judge_stage(cfg, rd)
-    except (P.PromptFileError, EndpointError) as exc:
+    except (P.PromptFileError, RecordError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except EnvironmentFailure as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return 3
     return 3 if summary["failed"] else 0
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from harness.records.schema import RunRecord
+
 PRICES = {"currency": "USD", "hit": 0.006, "miss": 0.30, "output": 1.20, "usd_per_currency": 1.0, "cny_per_usd": 7.2}
 OFFPEAK = {"start_utc": "16:30", "end_utc": "00:30", "factor": 0.5}
 JUDGE = "testjudge"
@@ -24,6 +26,17 @@ OFF_PEAK_TS = "2026-10-08T18:00:00.000+00:00"
 
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _call(role: str, prompt: int, hit: int, output: int, ts: str) -> dict:
+    return {"role": role, "prompt": prompt, "hit": hit, "miss": prompt - hit, "output": output, "reasoning": 0,
+            "cache_reported": True, "latency_s": 1.0, "finish": "stop", "cost_list": 0.0, "cost_paid": 0.0, "ts": ts}
+
+
+def _tool(t: dict) -> dict:
+    """A tool call as the loop logs it; tests give the name, sessions and the memory log."""
+    return {"name": "memory_search", "arguments": "{}", "chars": 0, "sessions": [], "empty": False, "error": False,
+            "retrieval_s": 0.0, "wall_s": 0.0, "cut": False, "log": None, **t}
 
 
 def run_id(condition: str, qid: str, variant: str = "", repeat: int = 0) -> str:
@@ -65,23 +78,25 @@ class Stage:
             p = prompt // calls + (prompt % calls if i == 0 else 0)
             o = output // calls + (output % calls if i == 0 else 0)
             h = hit // calls + (hit % calls if i == 0 else 0)
-            call_list.append({"role": "agent", "prompt": p, "hit": h, "miss": p - h, "output": o, "ts": ts})
+            call_list.append(_call("agent", p, h, o, ts))
         for p, o in asked_calls or []:
-            call_list.append({"role": "asked:a1", "prompt": p, "hit": 0, "miss": p, "output": o, "ts": ts})
+            call_list.append(_call("asked:a1", p, 0, o, ts))
         tok_p = sum(c["prompt"] for c in call_list)
         tok_o = sum(c["output"] for c in call_list)
         tok_h = sum(c["hit"] for c in call_list)
         cost = sum((c["hit"] * PRICES["hit"] + c["miss"] * PRICES["miss"] + c["output"] * PRICES["output"]) / 1e6
                    for c in call_list)
         rec = {
-            "run_id": rid, "condition": condition, "module": module or condition, "qid": qid, "qtype": qtype,
+            "schema_version": 1, "run_id": rid, "condition": condition, "module": module or condition, "qid": qid, "qtype": qtype,
             "variant": variant, "repeat": repeat, "org": f"{qid}@{variant}" if variant else qid,
             "attempt": attempt, "status": status, "error": None if status == "ok" else "model: failed",
-            "question": f"question {qid}", "gold": "gold", "abstention": abstention,
+            "question": f"question {qid}", "question_date": "2023/05/30 (Tue) 23:40", "gold": "gold",
+            "abstention": abstention,
             "answer": "" if status != "ok" else "an answer",
             "model_calls": len(call_list), "agent_calls": calls, "tool_calls": tool_calls,
+            "tool_rounds": tool_calls if status == "ok" else None, "forced_answer": False if status == "ok" else None,
             "tokens": {"prompt": tok_p, "hit": tok_h, "miss": tok_p - tok_h, "output": tok_o, "reasoning": 0},
-            "cost_list": cost, "cost_paid": cost, "wall_s": wall_s, "retrieval_s": 0.01,
+            "cost_list": cost, "cost_paid": cost, "wall_s": wall_s, "setup_s": 0.0, "retrieval_s": 0.01,
             "empty_results": 0, "error_results": 0,
             "evidence": evidence if evidence is not None else {"any": None, "first_search": None,
                                                                 "evidence_sessions": []},
@@ -89,7 +104,12 @@ class Stage:
                 "calls": calls, "prefix": call_list[0]["prompt"] if calls else 0, "results": 0,
                 "output": sum(c["output"] for c in call_list if c["role"] == "agent"),
                 "input": sum(c["prompt"] for c in call_list if c["role"] == "agent")},
-            "calls": call_list, "tools": tools or [], "prefetch": prefetch or [],
+            "calls": call_list, "tools": [_tool(t) for t in tools or []], "prefetch": prefetch or [],
+            "condition_notes": {}, "condition_config": {"module": module or condition}, "adapter": None,
+            "endpoint": {}, "memory_space": None, "finished": ts,
+            "stage": self.stage, "label": self.label or self.stage, "data_path": self.data["path"],
+            "versions": {"python": "3.11"}, "model": {"name": "test", "model": "test-model"},
+            "index": {"name": "exact"}, "encoder": {"name": "minilm"},
             "config_hash": "c" * 64, "seed": 0, "data_sha256": self.data["sha256"], "prices": PRICES,
             "offpeak": OFFPEAK, "prereg_sha256": self.prereg_sha, "code": {"commit": "abc123", "dirty": False},
         }
@@ -112,9 +132,15 @@ class Stage:
         return rec
 
     def _judgement(self, rid: str, kind: str, label, status: str) -> dict:
-        return {"run_id": rid, "kind": kind, "judge": {"name": JUDGE, "model": "judge-model", "identity": "t:j"},
+        rec = next(r for r in self.records if r["run_id"] == rid)
+        return {"schema_version": 1, "run_id": rid, "kind": kind, "condition": rec["condition"],
+                "variant": rec["variant"], "qid": rec["qid"], "qtype": rec["qtype"], "run_status": rec["status"],
+                "judge": {"name": JUDGE, "model": "judge-model", "provider": "openai_compatible",
+                          "base_url": "http://127.0.0.1:1/v1", "identity": "t:j", "params": {}},
                 "prompt_source": "builtin", "prompt_source_sha256": "e" * 64, "template": "base",
-                "prompt_sha256": "f" * 64, "reply": "yes" if label else "no", "label": label, "status": status,
+                "answer_slot": None, "prompt_sha256": "f" * 64, "prompt": "p", "attempt": 1, "usage": None,
+                "cost_list": 0.0, "cost_paid": 0.0, "error": None,
+                "reply": "yes" if label else "no", "label": label, "status": status,
                 "cached": False, "ts": "2026-10-09T00:00:00.000+00:00"}
 
     def judge_call(self, rid: str, prompt: int, output: int, ts: str = ON_PEAK_TS, model: str = "judge-model") -> None:
@@ -132,13 +158,15 @@ class Stage:
                                     "conditions": {c: {"module": c} for c in self.conditions}},
                "judge": {"name": JUDGE}, "cache_dir": str(self.root / ".cache"), **self.config_extra}
         (p / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-        info = {"config_hash": "c" * 64, "stage": self.stage, "label": self.label or self.stage, "seed": 0,
+        info = {"schema_version": 1, "kind": "agents", "versions": {"python": "3.11"},
+                "config_hash": "c" * 64, "stage": self.stage, "label": self.label or self.stage, "seed": 0,
                 "data": self.data, "plan": {"runs": [r["run_id"] for r in self.records]},
                 "model": {"name": "test", "model": "test-model", "prices": PRICES, "offpeak": OFFPEAK},
                 "prereg": {"path": "conf/prereg/hypotheses.yaml", "sha256": self.prereg_sha},
                 "code": {"commit": "abc123", "dirty": False}, "created": self.created}
         (p / "stage.json").write_text(json.dumps(info, indent=1, sort_keys=True))
         for r in self.records:
+            RunRecord.model_validate(r)  # the fixture writes what the driver would: fail here if it drifts
             (p / "records" / f"{r['run_id']}.json").write_text(json.dumps(r, indent=1, sort_keys=True))
         (p / "ledger.jsonl").write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in self.ledger))
         if self.judgements:

@@ -3,7 +3,9 @@
 Real HTTP on loopback. Its policy: with tools offered and no tool result yet in
 the conversation, it calls the first tool (a search gets the user's question as
 query); otherwise it answers. Faults are injected from a seeded schedule: 429,
-500, or a hang longer than the client's timeout. Usage numbers are derived from
+500, or a hang longer than the client's timeout; from an explicit schedule (the
+first requests) or `always` (every later request): also 401, 403, 404, a 200
+reply with no choices ("empty") and a 200 body that is not JSON ("nonjson"). Usage numbers are derived from
 the request size so token accounting can be checked exactly.
 """
 
@@ -15,6 +17,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from harness.run.preflight import PROMPT as PREFLIGHT_PROMPT
+
 
 def prompt_tokens(messages: list[dict], tools: list | None) -> int:
     return (len(json.dumps(messages)) + len(json.dumps(tools or []))) // 4
@@ -23,12 +27,13 @@ def prompt_tokens(messages: list[dict], tools: list | None) -> int:
 class FakeModel:
     def __init__(self, delay_s: float = 0.0, p429: float = 0.0, p500: float = 0.0, phang: float = 0.0,
                  hang_s: float = 30.0, seed: int = 0, script=None, answer: str = "I don't know.",
-                 schedule: list[str] | None = None):
+                 schedule: list[str] | None = None, always: str | None = None):
         self.delay_s, self.p429, self.p500, self.phang, self.hang_s = delay_s, p429, p500, phang, hang_s
         self.rng = random.Random(seed)
         self.script = script  # optional callable(request_json) -> message dict, overrides the policy
         self.answer = answer
         self.schedule = list(schedule or [])  # faults for the first requests, in order ("ok" for none)
+        self.always = always  # the fault of every request after the schedule (None: the seeded draw)
         self.requests: list[dict] = []
         self.faults: list[str] = []
         self._lock = threading.Lock()
@@ -42,6 +47,8 @@ class FakeModel:
         if self.schedule:
             f = self.schedule.pop(0)
             return None if f == "ok" else f
+        if self.always:
+            return self.always
         roll = self.rng.random()
         for name, p in (("429", self.p429), ("500", self.p500), ("hang", self.phang)):
             if roll < p:
@@ -85,6 +92,16 @@ class FakeModel:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a hang longer than its timeout)
 
+            def _send_raw(self, status: int, body: bytes, ctype: str):
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
             def do_GET(self):
                 self._send(200, {"data": [{"id": "fake"}]})
 
@@ -99,11 +116,21 @@ class FakeModel:
                     return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}})
                 if fault == "500":
                     return self._send(500, {"error": {"message": "boom", "type": "server_error"}})
+                if fault in ("401", "403", "404"):
+                    kind = {"401": "invalid_api_key", "403": "permission_denied", "404": "model_not_found"}[fault]
+                    return self._send(int(fault), {"error": {"message": f"fake {kind}", "type": kind}})
+                if fault == "empty":
+                    return self._send(200, {"id": "x", "object": "chat.completion", "created": 0,
+                                            "model": req.get("model", "fake"), "choices": []})
+                if fault == "nonjson":
+                    return self._send_raw(200, b"<html>gateway says hi</html>", "text/html")
                 if fault == "hang":
                     time.sleep(fake.hang_s)
                     return self._send(500, {"error": {"message": "late", "type": "server_error"}})
                 time.sleep(fake.delay_s)
-                msg = fake.policy(req)
+                # the stage's preflight call gets a plain answer; scripts see only the runs' calls
+                preflight = req["messages"] == [{"role": "user", "content": PREFLIGHT_PROMPT}]
+                msg = {"role": "assistant", "content": "OK"} if preflight else fake.policy(req)
                 pt = prompt_tokens(req["messages"], req.get("tools"))
                 hit = pt // 2
                 self._send(200, {

@@ -410,8 +410,11 @@ def test_h3_reads_the_backend_study_outputs(tmp_path):
     pre = prereg_file(tmp_path)
     d = tmp_path / "runs" / "backends" / "backends"
     d.mkdir(parents=True)
-    (d / "stage.json").write_text(json.dumps({"stage": "backends", "label": "backends", "config_hash": "x",
-                                              "prereg": {"sha256": sha256_file(pre)}}))
+    (d / "stage.json").write_text(json.dumps({
+        "schema_version": 1, "kind": "backends", "stage": "backends", "label": "backends", "config_hash": "x",
+        "seed": 0, "data": {"path": "d.json", "sha256": "d" * 64}, "plan": {}, "versions": {}, "model": None,
+        "code": {"commit": None, "dirty": None}, "created": "2026-10-09T00:00:00+00:00",
+        "prereg": {"sha256": sha256_file(pre)}}))
     # the column layout harness/memory/study.py writes
     (d / "recall.csv").write_text("config,case,selectivity,queries,recall_at_10,short_lists,mean_results\n"
                                   "pgvector_off,one,0.0056,180,0.291,163,4.1\n"
@@ -470,18 +473,3 @@ def test_default_runs_skip_the_pilot_and_foreign_output_is_kept(tmp_path, monkey
     (foreign / "notes.txt").write_text("keep me")
     assert A.main([f"prereg={pre}", "out=mine"]) == 2
     assert (foreign / "notes.txt").read_text() == "keep me"
-
-
-def test_read_judgements_agrees_with_the_judge_module(tmp_path):
-    from analysis.load import Folder, read_judgements
-    from judge.run import load_judgements
-
-    d = tmp_path / "s" / "l"
-    (d / "judgements").mkdir(parents=True)
-    lines = [{"run_id": "a", "kind": "correct", "label": False, "status": "ok"},
-             {"run_id": "a", "kind": "correct", "label": True, "status": "ok"},  # the latest wins
-             {"run_id": "a", "kind": "leak", "label": None, "status": "failed"}]
-    (d / "judgements" / "j.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"run_id": "b", "ki')
-    mine = read_judgements(Folder(d, {}), "j")
-    assert mine == load_judgements(d, "j")
-    assert mine[("a", "correct")]["label"] is True and ("b", "correct") not in mine

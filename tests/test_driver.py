@@ -98,7 +98,7 @@ def test_faulty_upstream_loses_no_run(tmp_path):
 
 
 def test_exhausted_retries_are_recorded_as_failed_runs(tmp_path):
-    with FakeModel(p500=1.0) as fake:
+    with FakeModel(p500=1.0, schedule=["ok"]) as fake:  # the preflight call passes, then every call fails
         res = subprocess.run(cmd(fake, tmp_path, "model.max_retries=1"), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
         recs = records(tmp_path)

@@ -3,7 +3,8 @@
 
 import pytest
 
-from harness.run.loop import MAX_RESULT_CHARS, Agent, Meter, ModelCallFailed, run_loop
+from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.run.loop import MAX_RESULT_CHARS, run_loop
 from harness.endpoints.proxy import MeteringProxy, usage_split
 from harness.records.ledger import Ledger, read_ledger
 from harness.run.tools import ToolError, ToolResult

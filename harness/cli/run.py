@@ -1,24 +1,89 @@
 """`python -m harness.run stage=NAME [overrides]` — what `make run STAGE=NAME` calls.
 
-`dry_run=true` validates the data and prints the plan (conditions x questions x
-repeats in the seeded interleaved order) without calling any model; `--cfg job`
-prints the resolved configuration.
+Composes the steps of a stage: plan, preflight, the runs, and (when the stage says
+`judge_after_run`) the judge, reusing the model's endpoint when the judge is the same
+model. `dry_run=true` validates the data, prints the plan and the checks that cost
+nothing, and stops. `--cfg job` prints the resolved configuration.
+
+Exit codes: 0 done; 2 bad configuration or data; 3 the stage stopped on an environment
+failure (preflight or mid-stage; fix the cause and run the same command again).
 """
 
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.data.longmemeval import DataError
 from harness.data.samples import SampleError
-from harness.run.plan import PlanError, build
+from harness.failures import EnvironmentFailure
 from harness.records import StageMismatch
+from harness.records.schema import RecordError
+from harness.run.plan import PlanError, build
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def _same_endpoint(a, b) -> bool:
+    from harness.endpoints.registry import identity
+
+    return identity(a) == identity(b)
+
+
+def run_agents(cfg) -> None:
+    from harness.endpoints.proxy import MeteringProxy
+    from harness.endpoints.registry import open_endpoint
+    from harness.records.ledger import Ledger
+    from harness.run import preflight as pf
+    from harness.run.driver import open_stage, pending_runs, run_stage, summary
+
+    plan = build(cfg)
+    judge_after = bool(cfg.stage.get("judge_after_run", False))
+    checks = pf.static_checks(cfg, plan, judge_after)
+    if cfg.dry_run:
+        try:
+            print(plan.render())
+            print("\n".join(c.line() for c in checks))
+            print(pf.Check("model", None, "at start: one metered call of one output token (role preflight)").line())
+        except BrokenPipeError:  # `| head`: the reader has what it wanted
+            sys.stderr.close()
+        failed = [c for c in checks if c.ok is False]
+        if failed:
+            sys.exit(3)
+        return
+    for c in checks:
+        print(c.line(), file=sys.stderr)
+    pf.raise_first_failure(checks)
+    rd, info = open_stage(cfg, plan)
+    pending, settled = pending_runs(rd, plan, bool(cfg.get("retry_failed", False)))
+    print(f"{rd.root}: {len(plan.runs)} runs planned, {settled} recorded, {len(pending)} to run"
+          + (" (failed runs again: retry_failed=true)" if cfg.get("retry_failed") else ""), file=sys.stderr)
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    shared = None
+    with ExitStack() as stack:
+        if pending:
+            endpoint = stack.enter_context(open_endpoint(cfg.model))
+            ledger = Ledger(rd.ledger_path)
+            stack.callback(ledger.close)
+            proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
+                                                      float(cfg.model.get("timeout_s", 600)), str(cfg.model.model)))
+            check = pf.model_call(proxy.base_url, model_cfg, "model")
+            print(check.line(), file=sys.stderr)
+            pf.raise_first_failure([check])
+            run_stage(cfg, plan, rd, info, endpoint, ledger, proxy.base_url, pending)
+            ledger.close()  # the judge appends to the same ledger through its own proxy
+            shared = endpoint if _same_endpoint(cfg.judge, cfg.model) else None
+        labels = None
+        if judge_after:
+            from judge.run import judge_stage
+
+            judge_stage(cfg, rd, endpoint=shared)
+            labels = {rid: j.label for (rid, kind), j in rd.judgements(str(cfg.judge.name)).items() if kind == "correct"}
+    print(summary(rd, labels, str(cfg.judge.name) if judge_after else None), file=sys.stderr)
 
 
 @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
@@ -29,23 +94,20 @@ def main(cfg: DictConfig) -> None:
 
             run_study(cfg)
             return
-        plan = build(cfg)
-        if cfg.dry_run:
-            try:
-                print(plan.render())
-            except BrokenPipeError:  # `| head`: the reader has what it wanted
-                sys.stderr.close()
-            return
-        from harness.run.driver import EndpointError, run_stage
-
-        try:
-            run_stage(cfg, plan)
-        except EndpointError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
-    except (DataError, SampleError, PlanError, StageMismatch) as exc:
+        run_agents(cfg)
+    except (DataError, SampleError, PlanError, StageMismatch, RecordError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except EnvironmentFailure as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        sys.exit(3)
+    except RuntimeError as exc:
+        from harness.run.driver import StageStopped
+
+        if isinstance(exc, StageStopped):
+            print(f"stopped: {exc}", file=sys.stderr)
+            sys.exit(3)
+        raise
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import openai
 
-from harness.run.loop import Agent, Meter
+from harness.endpoints.client import Agent, Meter
 from harness.memory.bench import pct
 from harness.endpoints.proxy import MeteringProxy
 from harness.records.ledger import Ledger

@@ -7,7 +7,7 @@ window may wrap past midnight.
 
 from __future__ import annotations
 
-from datetime import datetime, time
+from datetime import datetime, time, timezone
 
 
 def list_cost(prices, hit: int, miss: int, output: int) -> float:
@@ -20,9 +20,12 @@ def _parse(hhmm: str) -> time:
 
 
 def offpeak_factor(offpeak, when: datetime) -> float:
-    """The factor applied to list prices for a call made at `when` (UTC)."""
+    """The factor applied to list prices for a call made at `when` (a naive time is read as UTC;
+    an aware one is converted to UTC first, since the window is given in UTC)."""
     if not offpeak:
         return 1.0
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
     start, end, t = _parse(offpeak["start_utc"]), _parse(offpeak["end_utc"]), when.time()
     inside = (start <= t < end) if start < end else (t >= start or t < end)
     return float(offpeak["factor"]) if inside else 1.0

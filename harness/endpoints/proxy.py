@@ -23,6 +23,7 @@ import httpx
 from harness.records.ledger import Ledger
 
 TAG, ATTEMPT, ROLE = "X-Run-Tag", "X-Attempt", "X-Role"
+UNREACHABLE = "upstream_unreachable"  # error type of a 502 when the upstream refused the connection
 _HOP = {"host", "content-length", "authorization", "connection", "accept-encoding",
         TAG.lower(), ATTEMPT.lower(), ROLE.lower()}
 
@@ -126,18 +127,20 @@ class MeteringProxy:
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         t0 = time.perf_counter()
-        status, payload, ctype, err = 502, b"", "application/json", None
+        status, payload, ctype, err, etype = 502, b"", "application/json", None, "proxy_error"
         try:
             resp = self._client.request(method, url, content=body, headers=headers)
             status, payload = resp.status_code, resp.content
             ctype = resp.headers.get("content-type", ctype)
         except httpx.TimeoutException as exc:
             status, err = 504, f"upstream timeout: {type(exc).__name__}"
+        except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:  # nothing listens there
+            status, err, etype = 502, f"cannot connect to {self.upstream}: {exc}", UNREACHABLE
         except httpx.HTTPError as exc:
             status, err = 502, f"upstream error: {type(exc).__name__}: {exc}"
         latency = time.perf_counter() - t0
         if err:
-            payload = json.dumps({"error": {"message": err, "type": "proxy_error"}}).encode()
+            payload = json.dumps({"error": {"message": err, "type": etype}}).encode()
         if method == "POST":
             entry = {**base, "event": "response", "ts": _now(), "status": status, "latency_s": round(latency, 4)}
             if status == 200:

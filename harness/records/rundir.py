@@ -1,15 +1,17 @@
 """Durable, self-describing run records under runs/<stage>/<label>/.
 
-    config.yaml      the resolved config of the stage (written once)
-    stage.json       config hash, seed, plan, versions, data sha256, prices, pre-registration hash
-    attempts.jsonl   one line each time a run starts (its attempt number)
-    records/<id>.json one file per finished run, written atomically: a run is recorded once
-    ledger.jsonl     every model call, from the metering proxy
+    config.yaml       the resolved config of the stage (written once)
+    stage.json        StageInfo: config hash, seed, plan, versions, data sha256, prices, pre-registration hash
+    attempts.jsonl    one Attempt line each time a run starts
+    records/<id>.json one RunRecord per finished run, written atomically: a run is recorded once
+    ledger.jsonl      every model call, from the metering proxy (LedgerEvent lines)
+    judgements/<judge>.jsonl  Judgement lines
 
 A kill -9 at any moment leaves at worst a started attempt without a record; the
 next start of the same command runs it again under a higher attempt number and
 marks the earlier attempt as interrupted in the ledger, so what was spent stays
-in the accounts while per-run figures come from the finished attempt.
+in the accounts while per-run figures come from the finished attempt. Everything
+is written and read through harness.records.schema.
 """
 
 from __future__ import annotations
@@ -22,15 +24,22 @@ from typing import Iterable
 
 from omegaconf import OmegaConf
 
-# settings that do not change what a stage's runs measure: speed, where caches live, and the
-# judge (each judgement records its own judge and prompt hash)
-VOLATILE = ("concurrency", "dry_run", "cache_dir", "judge")
+from harness.records.ledger import read_ledger
+from harness.records.schema import Judgement, RunRecord, StageInfo, dump, parse, read_json
+
+# settings that do not change what a stage's runs measure: speed, where caches live, what to
+# retry, and the judge (each judgement records its own judge and prompt hash)
+VOLATILE = ("concurrency", "dry_run", "cache_dir", "judge", "retry_failed")
+# the same inside the model config: how patiently calls are retried
+VOLATILE_MODEL = ("max_retries", "backoff_s", "timeout_s")
 
 
 def config_hash(cfg) -> str:
     data = OmegaConf.to_container(cfg, resolve=True)
     for k in VOLATILE:
         data.pop(k, None)
+    for k in VOLATILE_MODEL:
+        (data.get("model") or {}).pop(k, None)
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -64,33 +73,32 @@ class RunDir:
     def for_stage(cls, cfg) -> "RunDir":
         return cls(Path(str(cfg.runs_dir)) / str(cfg.stage.name) / str(cfg.stage.label))
 
-    def open(self, cfg, stage_info: dict) -> dict:
+    def open(self, cfg, stage_info: dict) -> StageInfo:
         """Create the folder, or check that an existing one was started with the same config."""
         self.records_dir.mkdir(parents=True, exist_ok=True)
         h = config_hash(cfg)
         if self.stage_path.exists():
-            known = json.loads(self.stage_path.read_text())
-            if known["config_hash"] != h:
+            known = self.stage()
+            if known.config_hash != h:
                 raise StageMismatch(
-                    f"{self.root} was started with another configuration (hash {known['config_hash'][:12]}, "
+                    f"{self.root} was started with another configuration (hash {known.config_hash[:12]}, "
                     f"now {h[:12]}); resume with the same overrides, or start anew with stage.label=NEW_LABEL")
             return known
-        info = {"config_hash": h, **stage_info}
+        info = StageInfo.model_validate({"config_hash": h, **stage_info})
         atomic_write(self.root / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        atomic_write(self.stage_path, json.dumps(info, indent=1, sort_keys=True, default=str))
+        atomic_write(self.stage_path, dump(info))
         return info
+
+    def stage(self) -> StageInfo:
+        return read_json("stage", self.stage_path)
 
     # --- attempts -----------------------------------------------------------------
     def attempts(self) -> dict[str, int]:
         """Highest attempt number started per run id."""
         out: dict[str, int] = {}
-        if self.attempts_path.exists():
-            for line in self.attempts_path.read_text().splitlines():
-                try:
-                    e = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                out[e["run"]] = max(out.get(e["run"], 0), e["attempt"])
+        for e in read_ledger(self.attempts_path):
+            a = parse("attempt", e, self.attempts_path)
+            out[a.run] = max(out.get(a.run, 0), a.attempt)
         return out
 
     def start_attempt(self, run_id: str, attempt: int, ts: str) -> None:
@@ -104,13 +112,26 @@ class RunDir:
     def record_path(self, run_id: str) -> Path:
         return self.records_dir / f"{run_id}.json"
 
-    def done(self) -> set[str]:
-        return {p.stem for p in self.records_dir.glob("*.json")}
+    def record_paths(self) -> list[Path]:
+        return sorted(self.records_dir.glob("*.json")) if self.records_dir.exists() else []
 
-    def write_record(self, record: dict) -> None:
-        atomic_write(self.record_path(record["run_id"]), json.dumps(record, indent=1, ensure_ascii=False,
-                                                                      sort_keys=True, default=str))
+    def write_record(self, record: RunRecord) -> None:
+        atomic_write(self.record_path(record.run_id), dump(record))
 
-    def records(self) -> Iterable[dict]:
-        for p in sorted(self.records_dir.glob("*.json")):
-            yield json.loads(p.read_text(encoding="utf-8"))
+    def records(self) -> Iterable[RunRecord]:
+        """Every record, validated; a file that does not validate raises RecordError naming it."""
+        for p in self.record_paths():
+            yield read_json("record", p)
+
+    # --- judgements ---------------------------------------------------------------
+    def judgements_path(self, judge_name: str) -> Path:
+        return self.root / "judgements" / f"{judge_name}.jsonl"
+
+    def judgements(self, judge_name: str) -> dict[tuple[str, str], Judgement]:
+        """(run_id, kind) -> the latest judgement of that judge (a torn last line is ignored)."""
+        out: dict[tuple[str, str], Judgement] = {}
+        path = self.judgements_path(judge_name)
+        for e in read_ledger(path):
+            j = parse("judgement", e, path)
+            out[(j.run_id, j.kind)] = j
+        return out

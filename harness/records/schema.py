@@ -83,8 +83,11 @@ class MemoryLog(_Model):
     """One memory-tool retrieval: what was asked under which view, and which units came back.
 
     `units` are (unit id, owner) pairs in result order; the exposure audit counts them and the
-    replay re-runs the call against the same index and view.
+    replay re-runs the call against the same index and view. A retriever may log more about
+    itself (the kernel: what it dropped, its barrier wait); those fields are kept as they are.
     """
+
+    model_config = ConfigDict(extra="allow")
 
     kind: Literal["search", "read"]
     agent: str | None

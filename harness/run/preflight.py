@@ -1,0 +1,131 @@
+"""Preflight: everything a stage needs, checked before its first run.
+
+A stage of 2,040 paid runs must not discover a missing key, a stopped Redis or a machine
+without a sandbox on run 1 and record 2,040 failures. Each check returns a line; the first
+failing check stops the stage before any run (EnvironmentFailure). `dry_run=true` runs the
+checks that cost nothing and names the model call it will make.
+
+What a condition needs is declared by the condition module itself (`NEEDS`), so a new
+condition never has to be taught to the preflight.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import conditions
+from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.endpoints.registry import PROVIDERS
+from harness.failures import EnvironmentFailure, classify
+
+ROLE = "preflight"
+PROMPT = "Reply with OK."
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool | None  # None: not run (dry run)
+    detail: str
+
+    def line(self) -> str:
+        mark = {True: "ok", False: "FAILED", None: "--"}[self.ok]
+        return f"  preflight {self.name:<9} {mark:<6} {self.detail}"
+
+
+def needs(cfg) -> set[str]:
+    out: set[str] = set()
+    for c in (cfg.stage.get("conditions") or {}).values():
+        out |= set(getattr(conditions.load(str(c.module)), "NEEDS", ()))
+    return out
+
+
+def _key_check(model_cfg, who: str) -> Check:
+    provider = str(model_cfg.get("provider"))
+    if provider not in PROVIDERS:
+        return Check("key", False, f"{who}: unknown provider {provider!r} (known: {', '.join(sorted(PROVIDERS))})")
+    env = model_cfg.get("api_key_env")
+    if not env:
+        return Check("key", True, f"{who}: {model_cfg.get('name')} needs no key")
+    if not os.environ.get(str(env)):
+        return Check("key", False, f"{who}: ${env} is not set (model={model_cfg.get('name')})")
+    return Check("key", True, f"{who}: ${env} is set")
+
+
+def _services_check(index_cfg) -> Check:
+    """Reach the servers the stage's index lives on (the hybrid index: its dense side)."""
+    from harness import services
+
+    cfg = index_cfg.get("dense") if index_cfg.get("name") == "hybrid" else index_cfg
+    name = str(cfg.get("name"))
+    s = services.settings()
+    try:
+        if name in ("redis_qe", "vectorset"):
+            import redis
+
+            url = cfg.get("url") or f"redis://127.0.0.1:{s.redis_port}"
+            redis.Redis.from_url(str(url), socket_connect_timeout=3).ping()
+            return Check("services", True, f"index {name}: Redis at {url} answers")
+        if name == "pgvector":
+            import psycopg
+
+            dsn = cfg.get("dsn") or s.pg_dsn
+            with psycopg.connect(str(dsn), connect_timeout=3):
+                pass
+            return Check("services", True, f"index {name}: PostgreSQL answers")
+    except Exception as exc:  # noqa: BLE001 - reported as the failed check
+        env = classify(exc) or EnvironmentFailure(f"index {name}: {exc}", "start the services (make services-up)")
+        return Check("services", False, str(env))
+    return Check("services", True, f"index {name}: in process, no server needed")
+
+
+def _sandbox_check() -> Check:
+    from harness.runtime.sandbox import SandboxUnavailable, check_sandbox
+
+    try:
+        check_sandbox()
+    except SandboxUnavailable as exc:
+        return Check("sandbox", False, f"shell sandbox unavailable: {exc}")
+    return Check("sandbox", True, "shell sandbox builds and runs a probe command")
+
+
+def model_call(proxy_url: str, model_cfg, who: str) -> Check:
+    """One metered call of at most one output token, under role `preflight`."""
+    meter = Meter(model_cfg["prices"], model_cfg.get("offpeak"))
+    params = {**(model_cfg.get("params") or {}), "max_tokens": 1}
+    agent = Agent(proxy_url, model_cfg, ROLE, 1, meter, role=ROLE, max_retries=min(2, int(model_cfg.get("max_retries", 2))),
+                  backoff_s=float(model_cfg.get("backoff_s", 1.0)), params=params)
+    try:
+        agent.complete([{"role": "user", "content": PROMPT}])
+    except EnvironmentFailure as exc:
+        return Check("model", False, f"{who}: {exc}")
+    except ModelCallFailed as exc:
+        return Check("model", False, f"{who}: model={model_cfg.get('name')} does not answer: {exc}")
+    return Check("model", True, f"{who}: {model_cfg.get('name')} ({model_cfg.get('model')}) answered one metered call")
+
+
+def static_checks(cfg, plan, judge_too: bool) -> list[Check]:
+    """Checks that cost nothing: data, keys, services, sandbox."""
+    checks = [Check("data", True, f"{plan.data['questions']} questions validated, sha256 {plan.data['sha256'][:12]}")]
+    checks.append(_key_check(cfg.model, "model"))
+    if judge_too:
+        checks.append(_key_check(cfg.judge, "judge"))
+    need = needs(cfg)
+    if "memory_space" in need:
+        checks.append(_services_check(cfg.index))
+    if "sandbox" in need:
+        checks.append(_sandbox_check())
+    return checks
+
+
+def raise_first_failure(checks: list[Check]) -> None:
+    for c in checks:
+        if c.ok is False:
+            raise EnvironmentFailure(f"preflight {c.name} failed: {c.detail}", _FIX.get(c.name, "see above"))
+
+
+_FIX = {"key": "export the key named above (or choose another model=)",
+        "services": "make services-up (or point the index at running servers)",
+        "sandbox": "run as root with CAP_SYS_ADMIN, or leave the shell condition out",
+        "model": "check model.base_url, model.model and the key; then run the same command again"}
