@@ -336,6 +336,13 @@ def test_every_input_becomes_a_tool_result(tool):
     assert long_ok.text == "fits\n"
 
 
+def test_the_command_inherits_no_descriptor_of_the_harness(tool):
+    """The cgroup descriptors and the file that carried the command are closed before the command runs."""
+    res = tool(command="wc -c; python3 -c 'import os\nfor fd in range(1024):\n  try: os.fstat(fd); print(fd)\n"
+                       "  except OSError: pass'")
+    assert res.text.split() == ["0", "0", "1", "2"], res.text
+
+
 def test_a_uid_in_use_on_the_host_is_skipped(tool):
     """Issue 15: a host process with the next free uid used to be waited on and shared its process limit."""
     import subprocess

@@ -8,8 +8,9 @@ inside the group only, and the counters say so.
 Where the groups go: under the harness's own cgroup (so they stay inside whatever
 limit the host puts on the harness), one per controller, named after the call's
 leased uid. cgroup v2 is used when the harness's own group can delegate `memory`
-and `pids` to children; otherwise the v1 `memory` and `pids` hierarchies (on this
-machine the controllers are bound to v1 and the v2 mount has neither). A
+and `pids` to children (else the v2 hierarchy's top, if it delegates them);
+otherwise the v1 `memory` and `pids` hierarchies (on this machine the controllers
+are bound to v1 and the v2 mount has neither, so the v2 path has not run here). A
 controller that has no place is reported with the reason, and the sandbox then
 falls back to its per-process rlimits for it (`CgroupPlan.bounds()` says which).
 """
@@ -109,7 +110,7 @@ def plan_cgroups(memory_bytes: int, nproc: int) -> CgroupPlan:
         for fstype, mp, root, opts in sorted(mounts, key=lambda m: m[0] != "cgroup2"):  # v2 first
             if fstype == "cgroup2" and own_v2 is not None:
                 d = _under(mp, root, own_v2)
-                place, err = (_v2_place(d, c) if d else (None, f"cgroup2 at {mp} does not show {own_v2}"))
+                place, err = (_v2_place(d, c, mp) if d else (None, f"cgroup2 at {mp} does not show {own_v2}"))
             elif fstype == "cgroup" and c in opts and c in own_v1:
                 d = _under(mp, root, own_v1[c])
                 place, err = (Place(1, d), None) if d and d.is_dir() else (None, f"{mp} does not show {own_v1[c]}")
@@ -126,20 +127,25 @@ def plan_cgroups(memory_bytes: int, nproc: int) -> CgroupPlan:
     return CgroupPlan(places, reasons)
 
 
-def _v2_place(d: Path, c: str) -> tuple[Place | None, str | None]:
+def _v2_place(d: Path, c: str, top: Path) -> tuple[Place | None, str | None]:
+    """The harness's own v2 group if it offers `c` to children (enabling it there when it may), else the
+    hierarchy's top if that already delegates `c` (the top is exempt from the no-internal-processes rule)."""
     try:
         available = (d / "cgroup.controllers").read_text().split()
     except OSError as exc:
         return None, f"cgroup2 {d}: {exc.strerror}"
     if c not in available:
         return None, f"cgroup2 {d} does not offer {c} (controllers: {' '.join(available) or 'none'})"
-    if c not in (d / "cgroup.subtree_control").read_text().split():
-        try:  # delegate the controller to our children; refused while this group holds processes
-            (d / "cgroup.subtree_control").write_text(f"+{c}")
-        except OSError as exc:
-            return None, (f"cgroup2 {d} cannot delegate {c} to child groups ({exc.strerror}); "
-                          "run the harness in a leaf of a group that delegates memory and pids")
-    return Place(2, d), None
+    if c in (d / "cgroup.subtree_control").read_text().split():
+        return Place(2, d), None
+    try:  # delegate the controller to our children; refused while this (non-top) group holds processes
+        (d / "cgroup.subtree_control").write_text(f"+{c}")
+        return Place(2, d), None
+    except OSError as exc:
+        why = f"cgroup2 {d} cannot delegate {c} to child groups ({exc.strerror})"
+    if d != top and c in (top / "cgroup.subtree_control").read_text().split():
+        return Place(2, top), None
+    return None, why + "; run the harness in a group that can delegate memory and pids"
 
 
 def _probe(place: Place, c: str, memory_bytes: int, nproc: int) -> str | None:
