@@ -205,14 +205,15 @@ def check_sandbox() -> None:
         _cgroups = plan
 
 
-def describe() -> dict[str, str]:
-    """What bounds each call on this machine, in words; every tool log carries it (`bounds`)."""
+def describe(limits: Limits = LIMITS) -> dict[str, str]:
+    """What bounds each call on this machine, in words (for the stage's record); the shell tool's
+    log carries the short form, `cgroups`, as `bounds` with every call."""
     check_sandbox()
     assert _cgroups is not None
     return {
         "cgroups": _cgroups.label,
-        **_cgroups.bounds(LIMITS.memory_bytes, LIMITS.nproc),
-        "per_process": f"RLIMIT_AS {LIMITS.memory_bytes >> 20} MiB, RLIMIT_NPROC {LIMITS.nproc} for the call's uid",
+        **_cgroups.bounds(limits.memory_bytes, limits.nproc),
+        "per_process": f"RLIMIT_AS {limits.memory_bytes >> 20} MiB, RLIMIT_NPROC {limits.nproc} for the call's uid",
         "syscalls": "seccomp (libseccomp): no new namespaces, mounts, ptrace, keyrings, bpf, perf, io_uring",
     }
 

@@ -114,7 +114,7 @@ class ShellTool:
             raise FileNotFoundError(f"sandbox copy {self.store_file} does not exist")
         self.limits = limits
         check_sandbox()  # fail at construction, with the reason, not in the middle of a run
-        self.bounds = describe()["cgroups"]
+        self.bounds = describe(limits)["cgroups"]
         self.detector = SessionDetector(self.store_file)
 
     def schema(self) -> dict:
@@ -147,7 +147,7 @@ class ShellTool:
 
     def describe(self) -> dict[str, str]:
         """What bounds this tool's calls on this machine (also in every call's log as `bounds`)."""
-        return describe()
+        return describe(self.limits)
 
     def __call__(self, command: Any = None, **extra: Any) -> ToolResult:
         if not isinstance(command, str) or not command.strip():
