@@ -11,9 +11,19 @@ ARGS   ?=
 TORCH  ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup test run judge analyze agreement bench services-up services-down services-status clean-runs
+.PHONY: setup system-deps test run judge analyze agreement bench services-up services-down services-status clean-runs
 
-setup: $(VENV)/.installed
+# Debian packages the shell sandbox needs inside its /usr: the sqlite3 command and the seccomp
+# bindings of the system Python (installed when missing and we are root; else the preflight says so)
+SYSTEM_PKGS := sqlite3 python3-seccomp
+
+setup: system-deps $(VENV)/.installed
+
+system-deps:
+	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	elif [ -n "$$missing" ]; then echo "note: $$missing not installed: the shell condition will be unavailable"; fi
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -16,8 +16,10 @@ import pytest
 from harness.runtime import (
     LIMITS, SessionDetector, ShellTool, access_paragraph, build_org_stores, build_store, shell_paragraph,
 )
-from harness.runtime.sandbox import processes_of
 from harness.run.tools import ToolError
+from harness.runtime import sandbox
+from harness.runtime.sandbox import SandboxUnavailable, open_private_dir, processes_of
+from harness.runtime.sandbox_cgroup import CgroupPlan, leftover_groups
 from tests.runtime_helpers import shared_stores, tiny_questions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -215,6 +217,165 @@ def test_concurrent_calls_get_their_own_sandbox(org):
     assert "memspace" not in Path("/proc/self/mountinfo").read_text()
 
 
+def test_memory_is_bounded_per_call_and_the_run_goes_on(tool):
+    """Issue 15: eight 240 MB allocations in one call used to take 2 GB of the host; now 256 MiB in all."""
+    assert "rlimit" not in tool.bounds, tool.describe()  # this machine can make cgroups (v1 here)
+    assert tool.describe()["memory"].startswith("256 MiB for the whole command, no swap")
+    res = tool(command='for i in $(seq 8); do python3 -c "x = bytearray(240 << 20); import time; '
+                       'time.sleep(2); print(\'held\')" & done; wait; echo finished')
+    assert res.text.startswith("held") and "finished" in res.text, res.text
+    assert res.log["oom_kills"] >= 1 and res.text.count("held") + res.log["oom_kills"] == 8, res.text
+    assert res.log["memory_peak_bytes"] <= 256 << 20
+    assert f"[killed: {res.log['oom_kills']} processes over the memory limit of 256 MB" in res.text
+    assert res.error and res.log["bounds"] == tool.bounds
+    assert tool(command="echo alive").text == "alive\n"
+
+
+def test_without_a_cgroup_the_weaker_bound_applies_and_is_said(org):
+    """Where no cgroup can be made the per-process rlimits remain, and the plan says so."""
+    q, stores, holder, _ = org
+    plan = CgroupPlan({}, {"memory": "no writable memory hierarchy (test)", "pids": "none (test)"})
+    res = sandbox._run(plan, 'for i in 1 2; do python3 -c "x = bytearray(200 << 20); import time; '
+                             'time.sleep(1); print(\'held\')" & done; wait', stores[holder].sandbox_path, sandbox.LIMITS)
+    assert res.output.count("held") == 2  # 400 MB in one call: only each process is bounded
+    assert res.oom_kills is None and res.memory_peak_bytes is None and res.forks_refused is None
+    assert plan.label == "memory=rlimit,pids=rlimit"
+    bounds = plan.bounds(256 << 20, 10)
+    assert bounds["memory"] == ("weaker: 256 MiB per process only (RLIMIT_AS), up to 10 x 256 MiB per call; "
+                                "no memory cgroup: no writable memory hierarchy (test)")
+    assert bounds["processes"].startswith("weaker: 10 processes of the call's uid (RLIMIT_NPROC) only")
+
+
+# Each call returns (result, errno); run as the sandbox's uid. Without the filter (on the host as an
+# unprivileged uid) clone/unshare(CLONE_NEWUSER), ptrace, keyctl, perf_event_open and io_uring_setup
+# succeed, and clone3, setns, bpf fail with other errnos (EINVAL, EBADF, EINVAL).
+SYSCALL_PROBE = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(nr, *args):
+    ctypes.set_errno(0)
+    return libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args]), ctypes.get_errno()
+res = {}
+r = sc(56, 0x10000000 | 17, 0, 0, 0, 0)  # clone(CLONE_NEWUSER | SIGCHLD)
+if r[0] == 0:
+    os._exit(0)
+res["clone_newuser"] = r
+res["unshare_user_mount"] = sc(272, 0x10000000 | 0x20000)
+res["unshare_net"] = sc(272, 0x40000000)
+res["clone3"] = sc(435, 0, 0)
+res["setns"] = sc(308, -1, 0)
+res["mount"] = sc(165, b"none", b"/tmp", b"tmpfs", 0, 0)
+res["umount2"] = sc(166, b"/tmp", 0)
+res["pivot_root"] = sc(155, b"/tmp", b"/tmp")
+res["ptrace"] = sc(101, 0, 0, 0, 0)  # PTRACE_TRACEME
+res["keyctl"] = sc(250, 0, -3, 1)  # KEYCTL_GET_KEYRING_ID, session keyring, create
+res["add_key"] = sc(248, b"user", b"k", b"v", 1, -3)
+attr = (ctypes.c_ubyte * 128)()
+ctypes.c_uint32.from_buffer(attr, 0).value = 1  # PERF_TYPE_SOFTWARE, CPU clock
+ctypes.c_uint32.from_buffer(attr, 4).value = 128
+ctypes.c_uint64.from_buffer(attr, 40).value = (1 << 5) | (1 << 6)  # exclude kernel and hypervisor
+res["perf_event_open"] = sc(298, ctypes.addressof(attr), 0, -1, -1, 0)
+res["bpf"] = sc(321, 0, 0, 0)
+params = (ctypes.c_ubyte * 120)()
+res["io_uring_setup"] = sc(425, 1, ctypes.addressof(params))
+print(res)
+"""
+
+
+def test_kernel_surface_is_denied(tool):
+    """Issue 15: nested user namespaces (and a tmpfs mount in them), ptrace, keyctl, bpf, perf, mounts."""
+    import ast
+
+    res = tool(command=f"cat > /tmp/probe.py <<'EOF'\n{SYSCALL_PROBE}\nEOF\npython3 /tmp/probe.py")
+    got = ast.literal_eval(res.text.strip().splitlines()[-1])
+    eperm, enosys = 1, 38
+    assert got.pop("clone3") == (-1, enosys)
+    assert got == {name: (-1, eperm) for name in got}, got
+    assert set(got) == {"clone_newuser", "unshare_user_mount", "unshare_net", "setns", "mount", "umount2",
+                        "pivot_root", "ptrace", "keyctl", "add_key", "perf_event_open", "bpf", "io_uring_setup"}
+    # the same call through the x32 ABI is not a way around the filter: the process is killed (SIGSYS)
+    x32 = tool(command='python3 -c "import ctypes; ctypes.CDLL(None).syscall(0x40000000 | 272, 0x10000000)"; '
+                       'echo "status $?"')
+    assert "status 159" in x32.text  # 128 + SIGSYS
+
+
+def test_state_directory_is_refused_unless_private(tmp_path):
+    """Issue 15: a state directory made first by someone else (or a link to elsewhere) is refused."""
+    st = os.stat(sandbox.STATE_DIR, follow_symlinks=False)
+    assert st.st_uid == 0 and (st.st_mode & 0o777) == 0o700 and str(sandbox.STATE_DIR).startswith("/run/")
+    fresh = tmp_path / "fresh"
+    os.close(open_private_dir(fresh))
+    assert (os.stat(fresh).st_mode & 0o777) == 0o700
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "link").symlink_to(elsewhere)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir(mode=0o700)
+    os.chown(foreign, 65534, 65534)
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    for hostile, why in ((tmp_path / "link", "link"), (foreign, "uid 65534"), (loose, "mode 777")):
+        with pytest.raises(SandboxUnavailable, match=why):
+            os.close(open_private_dir(hostile))
+    with pytest.raises(SandboxUnavailable, match="link"):
+        os.close(open_private_dir("link", dir_fd=os.open(tmp_path, os.O_RDONLY)))
+    assert list(elsewhere.iterdir()) == []  # nothing was made where the link points
+
+
+def test_every_input_becomes_a_tool_result(tool):
+    """Issue 15: NUL bytes, unpaired surrogates and over-long commands used to raise."""
+    for command, why in (("echo a\0b", "NUL character (at position 6)"),
+                         ("echo \ud800", "unpaired surrogate at position 5"),
+                         ("echo " + "x" * 200_000, "200,005 bytes long; the limit is 65,536")):
+        res = tool(command=command)
+        assert res.error and why in res.text and res.text.startswith("[not run: "), res.text
+        assert res.log["rejected"] in res.text and res.log["command"] == command and res.log["tool"] == "terminal"
+    long_ok = tool(command=": '" + "y" * 60_000 + "'; echo fits")  # 60 kB runs: under the 64 KiB cap
+    assert long_ok.text == "fits\n"
+
+
+def test_the_command_inherits_no_descriptor_of_the_harness(tool):
+    """The cgroup descriptors and the file that carried the command are closed before the command runs."""
+    res = tool(command="wc -c; python3 -c 'import os\nfor fd in range(1024):\n  try: os.fstat(fd); print(fd)\n"
+                       "  except OSError: pass'")
+    assert res.text.split() == ["0", "0", "1", "2"], res.text
+
+
+def test_a_uid_in_use_on_the_host_is_skipped(tool):
+    """Issue 15: a host process with the next free uid used to be waited on and shared its process limit."""
+    import subprocess
+
+    busy = sandbox.uids_in_use()
+    nxt = next(u for u in range(sandbox.UID_BASE, sandbox.UID_BASE + 1000) if u not in busy and _lease_free(u))
+    host = subprocess.Popen(["setpriv", f"--reuid={nxt}", f"--regid={nxt}", "--clear-groups", "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while not processes_of(nxt) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert processes_of(nxt)
+        res = tool(command="id -u")
+        assert int(res.text) != nxt and res.log["uid"] == int(res.text)
+    finally:
+        host.kill()
+        host.wait()
+
+
+def _lease_free(uid: int) -> bool:
+    import fcntl
+
+    path = sandbox.STATE_DIR / "uids" / f"{uid}.lock"
+    if not path.exists():
+        return True
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
+
+
 def test_bad_arguments_raise_tool_error(tool):
     with pytest.raises(ToolError):
         tool()
@@ -284,3 +445,8 @@ def test_sandbox_dies_even_if_the_harness_dies(org):
     while _cmdlines_with("sleep 61.25") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _cmdlines_with("sleep 61.25") == []
+    # the dead harness left its call's (now empty) cgroups; the next call removes every such group
+    leftovers = [u for u in leftover_groups(sandbox._cgroups) if not processes_of(u)]
+    assert leftovers, "the killed harness should have left its groups behind"
+    ShellTool(stores[holder])(command="true")
+    assert not set(leftovers) & set(leftover_groups(sandbox._cgroups))

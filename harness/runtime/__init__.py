@@ -3,7 +3,9 @@
 hermes.py         loads the runtime once (HERMES_HOME, TZ=UTC) and reports its version
 store.py          builds and caches per-agent stores with the runtime's storage API
 session_search.py the runtime's tool, unmodified, plus the compact cut and fan-out
-sandbox.py        the namespace/rlimit sandbox for shell commands
+sandbox.py        the namespace/cgroup/seccomp/rlimit sandbox for shell commands
+sandbox_cgroup.py the memory and pids cgroup of each sandboxed call
+sandbox_exec.py   the sandbox's last step (cgroups joined, seccomp loaded, then sh -c)
 shell.py          terminal(command) over one store, and which sessions its output shows
 access.py         the prompt's access paragraphs for these conditions
 """

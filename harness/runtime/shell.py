@@ -2,9 +2,13 @@
 
 WHY: deployed agents often read their records with their own sqlite3 and grep
 commands (Section 3.3, interface (ii)). The sandbox (see `sandbox.py`) mounts
-the store read-only at /memory/state.db, with no network, 256 MB per process,
-a 20-second limit and output cut to 8,000 characters. A command that fails,
-times out or is killed still returns a result, so the run goes on.
+the store read-only at /memory/state.db, with no network, 256 MB and 10
+processes for the whole command, a 20-second limit and output cut to 8,000
+characters. Every input returns a result, so the run goes on: a command that
+fails, times out or is OOM-killed, and one the sandbox cannot take (a NUL byte,
+text that is not Unicode, over 64 KiB), which becomes a tool error the model reads.
+Every log carries `bounds`: which memory and process bound applied (a cgroup per
+call, or the weaker per-process rlimits where none can be made, and why).
 
 The tool definition is ours (the paper names only `terminal(command)`); the
 runtime's own terminal tool carries options (background jobs, working
@@ -34,7 +38,7 @@ from typing import Any
 
 from harness.run.tools import ToolError, ToolResult
 
-from .sandbox import LIMITS, STORE_MOUNT, Limits, check_sandbox, run_sandboxed
+from .sandbox import LIMITS, STORE_MOUNT, Limits, check_sandbox, command_bytes, describe, run_sandboxed
 from .store import StoreInfo, ensure_sandbox_copy
 
 TOOL_NAME = "terminal"
@@ -110,6 +114,7 @@ class ShellTool:
             raise FileNotFoundError(f"sandbox copy {self.store_file} does not exist")
         self.limits = limits
         check_sandbox()  # fail at construction, with the reason, not in the middle of a run
+        self.bounds = describe(limits)["cgroups"]
         self.detector = SessionDetector(self.store_file)
 
     def schema(self) -> dict:
@@ -140,10 +145,23 @@ class ShellTool:
         tail = cut_note + (("\n" + "\n".join(notes)) if notes else "")
         return output[: max(limit - len(tail), 0)] + tail, True
 
+    def describe(self) -> dict[str, str]:
+        """What bounds this tool's calls on this machine (also in every call's log as `bounds`)."""
+        return describe(self.limits)
+
     def __call__(self, command: Any = None, **extra: Any) -> ToolResult:
         if not isinstance(command, str) or not command.strip():
             raise ToolError("terminal needs a non-empty string argument 'command'")
         t0 = time.perf_counter()
+        log: dict[str, Any] = {"tool": TOOL_NAME, "command": command, "store": self.agent, "bounds": self.bounds}
+        if extra:
+            log["ignored_arguments"] = extra
+        try:
+            command_bytes(command, self.limits)
+        except ValueError as exc:  # the sandbox cannot take it: the model reads why, the run goes on
+            text = f"[not run: {exc}]"
+            log.update(rejected=str(exc), exit_code=None, chars=len(text), sessions=[])
+            return ToolResult(text=text, retrieval_s=time.perf_counter() - t0, empty=True, error=True, log=log)
         res = run_sandboxed(command, self.store_file, self.limits)
         wall = time.perf_counter() - t0
         notes = []
@@ -153,21 +171,27 @@ class ShellTool:
             notes.append(f"[killed: time limit of {self.limits.wall_s:g} s]")
         elif res.output_limited:
             notes.append(f"[killed: output over {self.limits.capture_bytes // 1024} KB]")
-        elif res.exit_code not in (0, None):
+        if res.oom_kills:
+            notes.append(f"[killed: {res.oom_kills} process{'es' if res.oom_kills > 1 else ''} over the memory "
+                         f"limit of {self.limits.memory_bytes >> 20} MB for the whole command]")
+        if res.forks_refused:
+            notes.append(f"[{res.forks_refused} process start{'s' if res.forks_refused > 1 else ''} refused: "
+                         f"limit of {self.limits.nproc} processes]")
+        if not (res.setup_error or res.timed_out or res.output_limited) and res.exit_code not in (0, None):
             notes.append(f"[exit status {res.exit_code}]")
         text, truncated = self._format(res.output, notes)
         sessions = self.detector.sessions(text)
-        log = {
-            "tool": TOOL_NAME, "command": command, "exit_code": res.exit_code, "timed_out": res.timed_out,
+        log.update({
+            "exit_code": res.exit_code, "timed_out": res.timed_out,
             "output_limited": res.output_limited, "truncated": truncated, "output_chars": len(res.output),
-            "chars": len(text), "uid": res.uid, "sandbox_s": res.wall_s, "store": self.agent,
-            "setup_error": res.setup_error, "sessions": sessions,
-        }
-        if extra:
-            log["ignored_arguments"] = extra
+            "chars": len(text), "uid": res.uid, "sandbox_s": res.wall_s,
+            "setup_error": res.setup_error, "sessions": sessions, "oom_kills": res.oom_kills,
+            "memory_peak_bytes": res.memory_peak_bytes, "forks_refused": res.forks_refused,
+        })
         return ToolResult(
             text=text, sessions=sessions, retrieval_s=wall,
             empty=not res.output.strip(),
-            error=bool(res.setup_error or res.timed_out or res.output_limited or res.exit_code not in (0, None)),
+            error=bool(res.setup_error or res.timed_out or res.output_limited or res.oom_kills
+                       or res.exit_code not in (0, None)),
             log=log,
         )
