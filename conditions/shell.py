@@ -14,4 +14,5 @@ def build(cfg, ctx) -> Access:
         q, sha, agent=ctx.agent, layout=f"org-{ctx.spec.variant}", sessions=a.sessions_of(ctx.agent))
     tool = ShellTool(store)
     return Access(text=shell_paragraph(), tools=[tool],
-                  notes={"runtime": runtime_label(), "store": store_notes(store)})
+                  # which bounds hold on this machine (cgroup per call, or the weaker per-process rlimits)
+                  notes={"runtime": runtime_label(), "store": store_notes(store), "sandbox": tool.describe()})
