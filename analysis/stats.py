@@ -79,8 +79,6 @@ STATISTICS = ("ratio", "median_ratio", "share")
 _ZERO_DENOMINATOR = ("exclude", "inf")
 # rows of the (B, n) resample matrix drawn per step; bounds memory, not results
 _DRAW_ELEMENTS = 1 << 20
-# resample columns per step in the ratio / share matrix products
-_MATMUL_ELEMENTS = 1 << 22
 
 
 # --------------------------------------------------------------------------- validation
@@ -567,16 +565,23 @@ def compare_many(
     ib = np.array([col[b] for _, b in pairs])
 
     counts = resample_counts(n, n_resamples, seed, chunk_rows=chunk_rows)
-    step = max(1, _MATMUL_ELEMENTS // n)
     common = dict(n=n, n_resamples=n_resamples, confidence=confidence, seed=seed, keep_boot=keep_boot)
     out = {p: PairComparison(p[0], p[1], n, n_resamples, confidence, seed) for p in pairs}
 
     def products(mat: np.ndarray) -> np.ndarray:
-        """(columns, B) = mat.T @ counts: per-resample sums, in resample steps so the float copy stays small."""
-        res = np.empty((mat.shape[1], n_resamples))
-        mt = np.ascontiguousarray(mat.T)
-        for s in range(0, n_resamples, step):
-            res[:, s : s + step] = mt @ counts[:, s : s + step].astype(np.float64)
+        """(columns, B) = mat.T @ counts: the per-resample sums.
+
+        WHY not a matrix product: BLAS kernels block and vectorise the sum over questions
+        differently on each CPU (and by chunk), so the last bits of a reported interval would
+        depend on the machine. Accumulating question by question, in question order, with
+        elementwise IEEE multiply and add gives the same bits everywhere, for any chunking."""
+        res = np.zeros((mat.shape[1], n_resamples))
+        tmp = np.empty_like(res)
+        row = np.empty(n_resamples)
+        for i in range(n):
+            row[:] = counts[i]
+            np.multiply(mat[i][:, None], row[None, :], out=tmp)
+            res += tmp
         return res
 
     for name, v in mats.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import math
 import statistics as pystats
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -439,16 +440,60 @@ def test_compare_many_equals_single_pair_functions():
         assert pc.mcnemar == S.mcnemar_exact(correct[:, ia], correct[:, ib])
 
 
-def test_compare_many_results_do_not_depend_on_chunking(monkeypatch):
+def test_compare_many_results_do_not_depend_on_chunking():
     metrics, correct, conds = matrix_data(k=4)
     kw = dict(correct=correct, conditions=conds, pairs=[("c1", "c0"), ("c2", "c3")], seed=1,
               n_resamples=500, keep_boot=True)
     ref = S.compare_many(metrics, **kw)
-    monkeypatch.setattr(S, "_MATMUL_ELEMENTS", 7 * 60)  # 7 resamples per product step
     small = S.compare_many(metrics, chunk_rows=3, **kw)
     for p in ref:
         assert ref[p].rows() == small[p].rows()
         np.testing.assert_array_equal(ref[p].ratio["tokens"].boot, small[p].ratio["tokens"].boot)
+
+
+_BLAS_PROBE = """
+import hashlib, json, sys
+import numpy as np
+sys.path.insert(0, {repo!r})
+from analysis import stats as S
+from tests.test_stats import matrix_data
+from threadpoolctl import threadpool_info
+metrics, correct, conds = matrix_data(k=6)
+res = S.compare_many(metrics, correct=correct, conditions=conds, pairs=[("c1", "c0"), ("c2", "c3"), ("c5", "c4")],
+                     seed=3, n_resamples=2000, keep_boot=True)
+h = hashlib.sha256()
+for p in sorted(res):
+    h.update(json.dumps(res[p].rows(), sort_keys=True, default=repr).encode())
+    for st in (res[p].ratio, res[p].share):
+        for m in sorted(st):
+            h.update(np.ascontiguousarray(st[m].boot).tobytes())
+    h.update(np.ascontiguousarray(res[p].accuracy.boot).tobytes())
+arch = {{i.get("architecture") for i in threadpool_info() if i.get("internal_api") == "openblas"}}
+print(json.dumps({{"hash": h.hexdigest(), "arch": sorted(a or "" for a in arch)}}))
+"""
+
+
+def test_bootstrap_bits_do_not_depend_on_the_blas_kernel():
+    """The same bootstrap under two OpenBLAS kernels (older generic ones every x86-64 CPU runs)
+    must give the same bits: reported intervals may not depend on the machine."""
+    import json
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip(f"OPENBLAS_CORETYPE names x86-64 kernels; this machine is {platform.machine()}")
+    repo = str(Path(__file__).resolve().parents[1])
+    out = {}
+    for core in ("Nehalem", "Haswell"):
+        env = {**os.environ, "OPENBLAS_CORETYPE": core}
+        res = subprocess.run([sys.executable, "-c", _BLAS_PROBE.format(repo=repo)], capture_output=True, text=True,
+                             env=env, timeout=300, cwd=repo)
+        assert res.returncode == 0, res.stderr
+        out[core] = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["Nehalem"]["arch"] != out["Haswell"]["arch"], f"the kernel choice did not take effect: {out}"
+    assert out["Nehalem"]["hash"] == out["Haswell"]["hash"]
 
 
 def test_compare_many_accepts_dataframes_and_builds_rows():
