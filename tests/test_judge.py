@@ -486,3 +486,40 @@ def test_agreement_with_a_second_judge(stage):
     # the second judge's file is its own; the main judge's was made (or reused) first
     assert (stage_dir(stage) / "judgements" / "vllm.judge2.jsonl").exists()
     assert (stage_dir(stage) / "judgements" / "vllm.jsonl").exists()
+
+
+def test_two_servers_with_one_model_name_never_share_labels(stage):
+    """vLLM serves every model as `default`: the cache and the already-judged check must key on
+    the endpoint (base URL), not on the model name alone."""
+    yes = lambda req: {"role": "assistant", "content": "yes"}  # noqa: E731
+    no = lambda req: {"role": "assistant", "content": "no"}  # noqa: E731
+    with FakeModel(script=yes) as a:
+        res = subprocess.run(judge_cmd(stage, a, "judge.model=default"), capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert a.requests
+    with FakeModel(script=no) as b:
+        res = subprocess.run(judge_cmd(stage, b, "judge.model=default"), capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert b.requests, "the second server was never asked: its labels came from the first"
+    lines = load_judgements(stage_dir(stage), "vllm")
+    judged = [j for j in lines.values() if j["status"] == "ok"]
+    assert judged and all(j["label"] is False for j in judged)
+    assert all(j["judge"]["base_url"] == b.base_url for j in judged)
+
+
+def test_the_judge_sends_only_the_official_parameters_unless_asked(stage):
+    with FakeModel(script=lambda req: {"role": "assistant", "content": "yes"}) as fake:
+        res = subprocess.run(judge_cmd(stage, fake, "+judge.params.reasoning_effort=low", "+judge.params.top_p=0.5"),
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        bodies = [r["body"] for r in fake.requests]
+    assert bodies
+    for body in bodies:
+        extra = set(body) - {"model", "messages"}
+        assert extra == {"temperature", "max_tokens"}, extra
+        assert body["temperature"] == 0 and body["max_tokens"] == 10 and len(body["messages"]) == 1
+    with FakeModel(script=lambda req: {"role": "assistant", "content": "no"}) as fake:
+        res = subprocess.run(judge_cmd(stage, fake, "+judge.judge_params.reasoning_effort=low"),
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert fake.requests and all(r["body"]["reasoning_effort"] == "low" for r in fake.requests)
