@@ -41,11 +41,11 @@ from tqdm import tqdm
 
 from harness.endpoints.client import Agent, Meter, ModelCallFailed
 from harness.endpoints.proxy import MeteringProxy
-from harness.records.ledger import Ledger, read_ledger
 from harness.endpoints.registry import identity as endpoint_identity
 from harness.endpoints.registry import open_endpoint
 from harness.failures import EnvironmentFailure
 from harness.records import RunDir, atomic_write
+from harness.records.ledger import Ledger, mark_interrupted, read_ledger
 from harness.records.schema import SCHEMA_VERSION, Judgement, RecordError
 from judge import prompts as P
 from judge.cache import JudgeCache
@@ -102,16 +102,10 @@ def _attempts(path: Path) -> dict[str, int]:
 
 def _mark_interrupted(ledger: Ledger, attempts_path: Path, lines_path: Path, tag_prefix: str) -> int:
     """Judging attempts that started but wrote no judgement line stay in the ledger, marked."""
-    finished = {(e["run_id"], e.get("attempt")) for e in read_ledger(lines_path) if "run_id" in e}
-    started = {(e["run"], int(e["attempt"])) for e in read_ledger(attempts_path)}
-    marked = {(e["tag"], e["attempt"]) for e in read_ledger(ledger.path) if e.get("event") == "interrupted"}
-    n = 0
-    for run_id, a in sorted(started - finished):
-        tag = f"{tag_prefix}:{run_id}"
-        if (tag, a) not in marked:
-            ledger.append({"event": "interrupted", "tag": tag, "attempt": a, "role": ROLE, "ts": _now()})
-            n += 1
-    return n
+    tag = f"{tag_prefix}:{{}}".format
+    finished = {(tag(e["run_id"]), e.get("attempt")) for e in read_ledger(lines_path) if "run_id" in e}
+    started = {(tag(e["run"]), int(e["attempt"])) for e in read_ledger(attempts_path)}
+    return mark_interrupted(ledger, started, finished, "no judgement line", role=ROLE)
 
 
 def _end_torn_line(path: Path) -> None:

@@ -39,6 +39,28 @@ def _tool(t: dict) -> dict:
             "retrieval_s": 0.0, "wall_s": 0.0, "cut": False, "log": None, **t}
 
 
+def answered_record(run_id: str, qid: str, qtype: str, variant: str, question: str, gold: str, answer: str) -> dict:
+    """A complete, valid record of a run that answered without calling a model (for judge tests)."""
+    rec = {
+        "schema_version": 1, "run_id": run_id, "condition": run_id.split(".")[0], "module": "none", "qid": qid,
+        "qtype": qtype, "variant": variant, "repeat": 0, "org": f"{qid}@{variant}" if variant else qid, "attempt": 1,
+        "status": "ok", "error": None, "question": question, "question_date": "2023/05/30 (Tue) 23:40",
+        "gold": gold, "abstention": qid.endswith("_abs"), "answer": answer, "model_calls": 0, "agent_calls": 0,
+        "tool_calls": 0, "tool_rounds": 0, "forced_answer": False,
+        "tokens": {"prompt": 0, "hit": 0, "miss": 0, "output": 0, "reasoning": 0}, "cost_list": 0.0,
+        "cost_paid": 0.0, "wall_s": 0.0, "setup_s": 0.0, "retrieval_s": 0.0, "empty_results": 0, "error_results": 0,
+        "evidence": {"any": None, "first_search": None, "evidence_sessions": []},
+        "decomposition": {"calls": 0, "prefix": 0, "results": 0, "output": 0, "input": 0},
+        "calls": [], "tools": [], "prefetch": [], "condition_notes": {}, "condition_config": {}, "adapter": None,
+        "endpoint": {}, "memory_space": None, "finished": ON_PEAK_TS, "stage": "smoke", "label": "smoke",
+        "seed": 0, "config_hash": "c" * 64, "data_sha256": "d" * 64, "data_path": "hand-written",
+        "versions": {}, "code": {"commit": None, "dirty": None}, "model": {}, "prices": PRICES, "offpeak": None,
+        "index": {}, "encoder": {}, "prereg_sha256": None,
+    }
+    RunRecord.model_validate(rec)
+    return rec
+
+
 def run_id(condition: str, qid: str, variant: str = "", repeat: int = 0) -> str:
     return f"{condition}.{variant or 'lme'}.{qid}.r{repeat}"
 

@@ -523,3 +523,21 @@ def test_the_judge_sends_only_the_official_parameters_unless_asked(stage):
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
         assert fake.requests and all(r["body"]["reasoning_effort"] == "low" for r in fake.requests)
+
+
+@pytest.mark.parametrize("fault", ["empty", "nonjson"])
+def test_a_judge_reply_with_no_choices_or_no_json_fails_that_judgement_not_the_process(stage, fault):
+    with FakeModel(always=fault) as fake:
+        res = subprocess.run(judge_cmd(stage, fake, "judge.max_retries=1"), capture_output=True, text=True,
+                             timeout=300)
+        assert res.returncode == 3, res.stderr  # judgements failed: run again to retry them
+        assert "Traceback" not in res.stderr
+    lines = load_judgements(stage_dir(stage), "vllm")
+    failed = [j for j in lines.values() if j["status"] == "failed"]
+    assert failed and all(j["label"] is None for j in failed)
+    why = "no choices" if fault == "empty" else "not JSON"
+    assert all(why in j["error"] for j in failed), failed[0]["error"]
+    with FakeModel(script=judge_script) as fake:  # the upstream recovers: the same command finishes
+        res = subprocess.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+    assert not [j for j in load_judgements(stage_dir(stage), "vllm").values() if j["status"] == "failed"]

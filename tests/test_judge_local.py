@@ -11,6 +11,7 @@ import pytest
 
 from harness.records.ledger import read_ledger
 from judge.run import load_judgements
+from tests.analysis_fixtures import answered_record
 
 # (qtype, qid suffix, variant, question, gold, answer, expected {kind: label})
 CASES = [
@@ -39,9 +40,7 @@ def write_records(root: Path) -> dict[str, dict]:
     for i, (qtype, suffix, variant, question, gold, answer, exp) in enumerate(CASES):
         qid = f"hand{i}{suffix}"
         run_id = f"handwritten.{variant or 'lme'}.{qid}.r0"
-        rec = {"run_id": run_id, "condition": "handwritten", "qid": qid, "qtype": qtype, "variant": variant,
-               "question": question, "gold": gold, "answer": answer, "status": "ok",
-               "abstention": qid.endswith("_abs"), "error": None}
+        rec = answered_record(run_id, qid, qtype, variant, question, gold, answer)
         (rec_dir / f"{run_id}.json").write_text(json.dumps(rec))
         out[run_id] = exp
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.records.schema import RecordError
@@ -76,3 +77,19 @@ def read_ledger(path: str | Path) -> list[dict]:
     The analysis reads with `read_lines` and reports what this leaves out.
     """
     return [obj for _, obj in read_lines(path)[0]]
+
+
+def mark_interrupted(ledger: Ledger, started: set[tuple[str, int]], finished: set[tuple[str, int]],
+                     reason: str, role: str | None = None) -> int:
+    """Attempts (tag, attempt) that started but never finished keep their ledger lines, and get
+    one `interrupted` line each, so what they spent stays in the accounts and is told apart."""
+    marked = {(e.get("tag"), e.get("attempt")) for e in read_ledger(ledger.path) if e.get("event") == "interrupted"}
+    ts = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    n = 0
+    for tag, attempt in sorted(started - finished - marked):
+        entry = {"event": "interrupted", "tag": tag, "attempt": attempt, "reason": reason, "ts": ts}
+        if role:
+            entry["role"] = role
+        ledger.append(entry)
+        n += 1
+    return n

@@ -34,7 +34,8 @@ from harness.endpoints.client import Agent, Meter, ModelCallFailed
 from harness.endpoints.proxy import MeteringProxy
 from harness.failures import EnvironmentFailure, classify
 from harness.records import RunDir, StageMismatch
-from harness.records.ledger import Ledger, read_ledger
+from harness.records.ledger import Ledger
+from harness.records.ledger import mark_interrupted as mark_interrupted_lines
 from harness.records.provenance import code_revision, versions
 from harness.records.schema import SCHEMA_VERSION, RunRecord, StageInfo
 from harness.run.context import Environment, RunContext
@@ -66,17 +67,10 @@ def stage_info(cfg, plan: Plan) -> dict:
 
 
 def mark_interrupted(rd: RunDir, ledger: Ledger, reason: str = "no record") -> int:
-    """Ledger lines of attempts that never finished stay, and are marked as such."""
-    marked = {(e["tag"], e["attempt"]) for e in read_ledger(rd.ledger_path) if e.get("event") == "interrupted"}
-    finished = {r.run_id: r.attempt for r in rd.records()}
-    n = 0
-    for run_id, last in rd.attempts().items():
-        for attempt in range(1, last + 1):
-            if finished.get(run_id) == attempt or (run_id, attempt) in marked:
-                continue
-            ledger.append({"event": "interrupted", "tag": run_id, "attempt": attempt, "reason": reason, "ts": _now()})
-            n += 1
-    return n
+    """Ledger lines of run attempts that never finished stay, and are marked as such."""
+    started = {(rid, a) for rid, last in rd.attempts().items() for a in range(1, last + 1)}
+    finished = {(r.run_id, r.attempt) for r in rd.records()}
+    return mark_interrupted_lines(ledger, started, finished, reason)
 
 
 def decomposition(calls: list[dict]) -> dict:
