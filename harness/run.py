@@ -26,6 +26,11 @@ def main(cfg: DictConfig) -> None:
 
             run_study(cfg)
             return
+        if cfg.stage.kind == "personal":  # the second seed paper's own study
+            from harness.personal.runner import run_personal
+
+            run_personal(cfg)
+            return
         plan = build(cfg)
         if cfg.dry_run:
             try:
