@@ -31,7 +31,8 @@ judge: setup
 	$(PY) -m judge.run stage=$(STAGE) $(ARGS)
 
 analyze: setup
-	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(ARGS)
+	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(ARGS); rc=$$?; \
+	$(PY) -m analysis.personal $(if $(RUNS),runs=$(RUNS)) && exit $$rc
 
 agreement: setup
 	$(PY) -m judge.agreement stage=$(STAGE) $(if $(JUDGE2),+judge@judge2=$(JUDGE2)) $(ARGS)

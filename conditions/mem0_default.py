@@ -15,6 +15,7 @@ condition and process, dropped at the end of the stage.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from harness.loop import Meter
@@ -23,6 +24,7 @@ from harness.personal.method import Injected, Method, RunCtx
 from harness.proxy import tagged_url
 
 HEADER = "Relevant memories:"
+_INIT = threading.Lock()  # Mem0 creates its table on init; concurrent CREATEs race inside PostgreSQL
 
 
 def _pg_url() -> str:
@@ -67,7 +69,8 @@ def memory(cfg, ctx: RunCtx, meter: Meter):
 
     conf = mem0_config(cfg, ctx, meter)
     os.makedirs(os.path.dirname(conf["history_db_path"]), exist_ok=True)
-    return Memory.from_config(conf)
+    with _INIT:
+        return Memory.from_config(conf)
 
 
 class Mem0Default(Method):

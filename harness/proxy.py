@@ -133,7 +133,7 @@ class MeteringProxy:
             def do_GET(self):
                 proxy._forward(self, "GET")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="metering-proxy", daemon=True)
         self._thread.start()
@@ -209,6 +209,10 @@ class MeteringProxy:
         h.send_header("Content-Length", str(len(payload)))
         h.end_headers()
         h.wfile.write(payload)
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # socketserver's default backlog of 5 refuses bursts of concurrent agents + writers
 
 
 def _now() -> str:

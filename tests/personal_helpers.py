@@ -46,7 +46,7 @@ class Script:
 def stage_cfg(tmp: Path, fake_url: str, methods: list[str], n: int = 4, extra: list[str] = (),
               stage: str = "personal_smoke"):
     overrides = [f"stage={stage}", "model=vllm", f"model.base_url={fake_url}", "model.backoff_s=0.01",
-                 "model.max_retries=0", f"runs_dir={tmp}/runs", f"cache_dir={tmp}/cache",
+                 "model.max_retries=2", f"runs_dir={tmp}/runs", f"cache_dir={tmp}/cache",
                  f"stage.trials.n={n}", f"stage.methods=[{','.join(methods)}]", *extra]
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         return compose(config_name="config", overrides=overrides)

@@ -38,7 +38,21 @@ from . import assistant, record
 from .identity import IdentityResolver
 from .method import RunCtx, Shared
 
-SERVICE_INDEXES = ("pgvector", "redis_qe", "vectorset")
+NEEDS = {"pgvector": "postgres", "redis_qe": "redis", "vectorset": "redis"}  # index -> the service it reads
+
+
+def _services(cfg) -> None:
+    """Start (and leave running, like `make services-up`) only what this stage reads: Mem0 uses PostgreSQL."""
+    from harness import services
+
+    needed = {NEEDS.get(str(cfg.index.name))}
+    if any(str(cfg.stage.conditions[c].module) == "mem0_default" for c in cfg.stage.methods):
+        needed.add("postgres")
+    s = services.settings()
+    if "postgres" in needed:
+        services.pg_up(s)
+    if "redis" in needed:
+        services.redis_up(s)
 
 
 def trials_path(cfg) -> Path:
@@ -155,14 +169,11 @@ def run_personal(cfg) -> RunDir:
     print(f"{rd.root}: {len(runs)} runs planned, {len(done)} recorded, {len(pending)} to run", file=sys.stderr)
     if not pending:
         return rd
-    if str(cfg.index.name) in SERVICE_INDEXES or any(
-            str(cfg.stage.conditions[c].module) == "mem0_default" for c in cfg.stage.methods):
-        from harness import services
-
-        services.up(services.settings())  # left running, like `make services-up`
+    _services(cfg)
     from harness.memory.encoder import load_encoder
 
     encoder = load_encoder(str(cfg.encoder.name), cache_dir=str(Path(str(cfg.cache_dir)) / "embeddings"))
+    encoder.embed_query("warm-up")  # loading the encoder is setup, never part of a run's latency
     concurrency = max(1, int(cfg.stage.get("concurrency") or cfg.concurrency))
     attempts = rd.attempts()
     ledger = Ledger(rd.ledger_path)
