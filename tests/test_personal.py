@@ -17,6 +17,7 @@ from harness.data import personal as P
 from harness.data.__main__ import main as data_main
 from harness.personal.identity import IdentityResolver
 from harness.personal.runner import run_personal
+from harness.proxy import read_ledger
 from tests.fake_model import FakeModel
 from tests.personal_helpers import Script, records, stage_cfg
 
@@ -110,8 +111,6 @@ def test_concurrent_users_never_see_each_other_and_the_request_id_is_what_preven
 
 @pytest.mark.services
 def test_mem0_default_through_the_real_library_and_kernel_on_the_same_postgres(tmp_path):
-    from harness.proxy import read_ledger
-
     with FakeModel(script=Script()) as fake:
         rd = run_personal(stage_cfg(tmp_path, fake.base_url,
                                     ["naive_concat", "vanilla_rag", "mem0_default", "kernel_shared"], n=2,
@@ -161,8 +160,7 @@ def test_rubric_judge_is_cached_metered_and_keeps_failures(tmp_path):
         return Script()(req)
 
     with FakeModel(script=judge_script) as fake:
-        cfg = stage_cfg(tmp_path, fake.base_url, ["naive_concat"], n=2,
-                        extra=["index=exact", "judge=vllm" if False else f"+judge.base_url={fake.base_url}"])
+        cfg = stage_cfg(tmp_path, fake.base_url, ["naive_concat"], n=2, extra=["index=exact"])
         rd = run_personal(cfg)
         from omegaconf import OmegaConf
 
@@ -175,8 +173,7 @@ def test_rubric_judge_is_cached_metered_and_keeps_failures(tmp_path):
     assert sorted(l["status"] for l in lines.values()) == ["ok", "unparsable"]
     ok = next(l for l in lines.values() if l["status"] == "ok")
     assert ok["scores"] == {"profile_usage": 4.0, "task_usage": 5.0, "integration": 4.0}
-    judged = [e for e in __import__("harness.proxy", fromlist=["x"]).read_ledger(rd.ledger_path)
-              if e.get("role") == "judge" and e.get("event") == "response"]
+    judged = [e for e in read_ledger(rd.ledger_path) if e.get("role") == "judge" and e.get("event") == "response"]
     assert len(judged) == 2 and all(e["tag"].startswith("judge:") for e in judged)
     csv = tmp_path / "ratings.csv"
     rid = ok["run_id"]
