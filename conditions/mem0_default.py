@@ -24,7 +24,7 @@ from harness.personal.method import Injected, Method, RunCtx
 from harness.proxy import tagged_url
 
 HEADER = "Relevant memories:"
-_INIT = threading.Lock()  # Mem0 creates its table on init; concurrent CREATEs race inside PostgreSQL
+_INIT = threading.Lock()  # Mem0 creates its table on first use; concurrent CREATEs race inside PostgreSQL
 
 
 def _pg_url() -> str:
@@ -70,7 +70,9 @@ def memory(cfg, ctx: RunCtx, meter: Meter):
     conf = mem0_config(cfg, ctx, meter)
     os.makedirs(os.path.dirname(conf["history_db_path"]), exist_ok=True)
     with _INIT:
-        return Memory.from_config(conf)
+        mem = Memory.from_config(conf)
+        mem.get_all(filters={"user_id": "collection-check"}, top_k=1)  # first use creates the table, once
+        return mem
 
 
 class Mem0Default(Method):
