@@ -175,6 +175,14 @@ def test_rubric_judge_is_cached_metered_and_keeps_failures(tmp_path):
     assert ok["scores"] == {"profile_usage": 4.0, "task_usage": 5.0, "integration": 4.0}
     judged = [e for e in read_ledger(rd.ledger_path) if e.get("role") == "judge" and e.get("event") == "response"]
     assert len(judged) == 2 and all(e["tag"].startswith("judge:") for e in judged)
+    from analysis.load import find_folders
+    from analysis.personal import analyse
+
+    tables = analyse(find_folders([rd.root]), tmp_path / "results" / "personal", "fakejudge", resamples=200)
+    row = tables["table2_scores"].iloc[0]
+    assert row["condition"] == "naive_concat" and row["n"] == 2
+    assert row["task_usage_n"] == 1 and row["task_usage_mean"] == 5.0  # the unparsable reply has no score
+    assert (tmp_path / "results" / ".generated-by-analysis").exists()
     csv = tmp_path / "ratings.csv"
     rid = ok["run_id"]
     other = next(k for k in lines if k != rid)
