@@ -11,7 +11,7 @@ ARGS   ?=
 TORCH  ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup system-deps test run judge analyze agreement bench services-up services-down services-status clean-runs
+.PHONY: setup system-deps test test-slow run judge analyze agreement bench services-up services-down services-status clean-runs
 
 # Debian packages the shell sandbox needs inside its /usr: the sqlite3 command and the seccomp
 # bindings of the system Python (installed when missing and we are root; else the preflight says so)
@@ -28,11 +28,14 @@ system-deps:
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(PIP) install -e '.[dev,services,local]'
+	$(PIP) install -e '.[dev,services,local,personal]'
 	touch $@
 
 test: setup
 	$(PY) -m pytest -q
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
 
 run: setup
 	$(PY) -m harness.run stage=$(STAGE) $(ARGS)
@@ -41,7 +44,8 @@ judge: setup
 	$(PY) -m judge.run stage=$(STAGE) $(ARGS)
 
 analyze: setup
-	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(ARGS)
+	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(ARGS); rc=$$?; \
+	$(PY) -m analysis.personal $(if $(RUNS),runs=$(RUNS)) && exit $$rc
 
 agreement: setup
 	$(PY) -m judge.agreement stage=$(STAGE) $(if $(JUDGE2),+judge@judge2=$(JUDGE2)) $(ARGS)

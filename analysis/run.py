@@ -114,7 +114,8 @@ def _stage_pairs(folders: Sequence[Folder]) -> list[tuple[Folder, Folder]]:
 
 def analyse(opts: dict, progress: bool = True) -> Results:
     pre = P.load(opts["prereg"])
-    folders = find_folders(opts["runs"] or None, opts["runs_root"])
+    # the personalization study has its own tables (analysis/personal.py)
+    folders = [f for f in find_folders(opts["runs"] or None, opts["runs_root"]) if f.info.get("kind") != "personal"]
     if not folders:
         raise AnalysisError(f"no stage folders under {opts['runs'] or opts['runs_root']}")
     for f in folders:

@@ -79,8 +79,9 @@ class Injection:
 
 class Kernel:
     def __init__(self, space, barrier: WriteBarrier | None = None, budget_tokens: int = 2000, cap: int = 10,
-                 threshold: float = 0.3, scoring: str = "dense", candidates: int = 30):
+                 threshold: float = 0.3, scoring: str = "dense", candidates: int = 30, formatter=None):
         self.space, self.barrier = space, barrier or WriteBarrier()
+        self.format = formatter or statement  # unit -> the line the block shows (the paper's format step)
         self.budget_tokens, self.cap, self.threshold = budget_tokens, cap, threshold
         self.scoring, self.candidates = scoring, candidates
 
@@ -114,7 +115,7 @@ class Kernel:
         kept = kept[: self.cap]
         lines, used, final = [], len(HEADER) + len(FOOTER) + 2, []
         for r in kept:
-            line = statement(r.unit)
+            line = self.format(r.unit)
             if (used + len(line) + 1) / CHARS_PER_TOKEN > self.budget_tokens:
                 break
             lines.append(line)

@@ -365,6 +365,11 @@ def main_entry(cfg) -> int:
         print(f"error: {rd.root} has no records; run the stage first (make run STAGE={cfg.stage.name})",
               file=sys.stderr)
         return 2
+    if cfg.stage.kind == "personal":  # the second seed paper's rubric, not LongMemEval's answer check
+        from judge.rubric import judge_personal
+
+        summary = judge_personal(cfg, rd)
+        return 3 if summary["written"].get("failed") else 0
     try:
         summary = judge_stage(cfg, rd)
     except (P.PromptFileError, RecordError) as exc:

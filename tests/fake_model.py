@@ -142,7 +142,7 @@ class FakeModel:
                               "prompt_cache_hit_tokens": hit, "prompt_cache_miss_tokens": pt - hit},
                 })
 
-        self._srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._srv = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256})(("127.0.0.1", 0), Handler)
         self._srv.daemon_threads = True
         threading.Thread(target=self._srv.serve_forever, daemon=True).start()
         return self

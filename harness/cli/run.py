@@ -94,6 +94,11 @@ def main(cfg: DictConfig) -> None:
 
             run_study(cfg)
             return
+        if cfg.stage.kind == "personal":  # the second seed paper's own study
+            from harness.personal.runner import run_personal
+
+            run_personal(cfg)
+            return
         run_agents(cfg)
     except (DataError, SampleError, PlanError, StageMismatch, RecordError) as exc:
         print(f"error: {exc}", file=sys.stderr)

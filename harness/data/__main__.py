@@ -1,4 +1,5 @@
-"""`python -m harness.data check PATH | synth --out DIR --seed N --size S | download --split S --out DIR`."""
+"""`python -m harness.data check PATH | synth --out DIR --seed N --size S | download --split S --out DIR
+| personal --out FILE --n N --seed S | check-personal FILE`."""
 
 from __future__ import annotations
 
@@ -44,6 +45,29 @@ def check(path: str) -> int:
     return 0
 
 
+def check_personal(path: str) -> int:
+    from .personal import TrialError, load, variety
+
+    try:
+        data = load(path)
+    except (TrialError, OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"INVALID {path}: {exc}", file=sys.stderr)
+        return 1
+    v = variety(data["trials"])
+    print(f"file        {path}")
+    print(f"sha256      {sha256_file(path)}")
+    print(f"trials      {data['n']}  (seed {data['seed']}, one user each)")
+    print(f"profiles    {v['distinct_profiles']} distinct")
+    print(f"tasks       {v['distinct_tasks']} distinct")
+    print(f"jaccard     max {v['max_jaccard']:.3f}, mean {v['mean_jaccard']:.3f} over {v['pairs']} pairs")
+    if v["near_copies"]:
+        print(f"INVALID {path}: {v['near_copies']} pairs of trials share more than half of their facts",
+              file=sys.stderr)
+        return 1
+    print("OK")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.data")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -57,7 +81,21 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--split", choices=["s", "m", "oracle"], required=True)
     d.add_argument("--out", default="data/longmemeval")
     d.add_argument("--revision", default="main")
+    pe = sub.add_parser("personal", help="write personalization trials (second seed paper) and check them")
+    pe.add_argument("--out", default=None, help="default data/personal/personal_trials_n<N>_seed<S>.json")
+    pe.add_argument("--n", type=int, default=150)
+    pe.add_argument("--seed", type=int, default=0)
+    cp = sub.add_parser("check-personal", help="validate a personalization trials file and print its variety")
+    cp.add_argument("path")
     args = ap.parse_args(argv)
+    if args.cmd == "personal":
+        from .personal import default_path, write
+
+        path = write(args.out or default_path("data/personal", args.n, args.seed), args.n, args.seed)
+        print(path)
+        return check_personal(str(path))
+    if args.cmd == "check-personal":
+        return check_personal(args.path)
     if args.cmd == "check":
         return check(args.path)
     if args.cmd == "synth":

@@ -12,11 +12,13 @@ Calls are tagged by the client with the `X-Run-Tag`, `X-Attempt` and
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote, unquote
 
 import httpx
 
@@ -26,6 +28,14 @@ TAG, ATTEMPT, ROLE = "X-Run-Tag", "X-Attempt", "X-Role"
 UNREACHABLE = "upstream_unreachable"  # error type of a 502 when the upstream refused the connection
 _HOP = {"host", "content-length", "authorization", "connection", "accept-encoding",
         TAG.lower(), ATTEMPT.lower(), ROLE.lower()}
+# clients that cannot set headers (a library's own OpenAI client, e.g. Mem0) put the tag in the path
+_TAGGED = re.compile(r"^/tag/([^/]+)/(\d+)/([^/]+)(/.*)$")
+
+
+def tagged_url(base_url: str, tag: str, attempt: int, role: str) -> str:
+    """The proxy's base URL with tag, attempt and role in the path: http://h:p/tag/T/A/R/v1."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    return f"{root}/tag/{quote(tag, safe='')}/{int(attempt)}/{quote(role, safe='')}/v1"
 
 
 def usage_split(usage: dict | None) -> dict:
@@ -86,7 +96,7 @@ class MeteringProxy:
             def do_GET(self):
                 proxy._forward(self, "GET")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="metering-proxy", daemon=True)
         self._thread.start()
@@ -108,12 +118,16 @@ class MeteringProxy:
     def _forward(self, h: BaseHTTPRequestHandler, method: str) -> None:
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
-        path = h.path[3:] if h.path.startswith("/v1") else h.path
-        url = self.upstream + path
-        call_id = uuid.uuid4().hex
+        path = h.path
         tag = h.headers.get(TAG, "")
         attempt = int(h.headers.get(ATTEMPT) or 0)
         role = h.headers.get(ROLE, "agent")
+        m = _TAGGED.match(path)
+        if m:
+            tag, attempt, role, path = unquote(m[1]), int(m[2]), unquote(m[3]), m[4]
+        path = path[3:] if path.startswith("/v1") else path
+        url = self.upstream + path
+        call_id = uuid.uuid4().hex
         model = self.model_name
         if body:
             try:
@@ -160,6 +174,10 @@ class MeteringProxy:
         h.send_header("Content-Length", str(len(payload)))
         h.end_headers()
         h.wfile.write(payload)
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # socketserver's default backlog of 5 refuses bursts of concurrent agents + writers
 
 
 def _now() -> str:

@@ -23,9 +23,13 @@ from pathlib import Path
 from typing import Iterable
 
 from omegaconf import OmegaConf
+from pydantic import BaseModel
 
 from harness.records.ledger import read_ledger
-from harness.records.schema import Judgement, RunRecord, StageInfo, dump, parse, read_json
+from harness.records.schema import Judgement, StageInfo, dump, parse, read_json
+
+# which record model a stage's records/ holds, by the stage's kind (stage.json)
+RECORD_KINDS = {"personal": "personal_record"}
 
 # settings that do not change what a stage's runs measure: speed, where caches live, what to
 # retry, and the judge (each judgement records its own judge and prompt hash)
@@ -115,13 +119,22 @@ class RunDir:
     def record_paths(self) -> list[Path]:
         return sorted(self.records_dir.glob("*.json")) if self.records_dir.exists() else []
 
-    def write_record(self, record: RunRecord) -> None:
+    @property
+    def record_kind(self) -> str:
+        kind = self.stage().kind if self.stage_path.exists() else "agents"
+        return RECORD_KINDS.get(kind, "record")
+
+    def write_record(self, record: BaseModel | dict) -> None:
+        """Validated before it is written: a writer's mistake fails here, not in a table later."""
+        if not isinstance(record, BaseModel):
+            record = parse(self.record_kind, record, self.records_dir)
         atomic_write(self.record_path(record.run_id), dump(record))
 
-    def records(self) -> Iterable[RunRecord]:
+    def records(self) -> Iterable[BaseModel]:
         """Every record, validated; a file that does not validate raises RecordError naming it."""
+        kind = self.record_kind
         for p in self.record_paths():
-            yield read_json("record", p)
+            yield read_json(kind, p)
 
     # --- judgements ---------------------------------------------------------------
     def judgements_path(self, judge_name: str) -> Path:

@@ -230,6 +230,70 @@ class RunRecord(_Model):
         return _typed_log(v)
 
 
+class PersonalRecord(_Model):
+    """One trial x method of the personalization study (second seed paper); built in
+    harness/personal/record.py, whose docstring says what each field means."""
+
+    schema_version: Literal[1]
+    run_id: str
+    trial_id: str
+    user_id: str
+    condition: str
+    module: str | None
+    condition_config: dict[str, Any]
+    attempt: int = Field(ge=1)
+    status: Literal["ok", "failed"]
+    error: str | None
+    query: str
+    answer: str
+    answer_words: int
+    wall_s: float
+    answer_s: float
+    retrieval_s: float
+    block: str
+    block_chars: int
+    injected: list[dict[str, Any]]
+    n_injected: int
+    candidates: list[dict[str, Any]]
+    n_candidates: int
+    resolved_user: str | None
+    identity_rule: str | None
+    foreign_items: int
+    exposure_private: int
+    conversation_retrieved: int
+    conversation_injected: int
+    barrier: dict[str, Any] | None
+    method_log: dict[str, Any]
+    missed_writes: int | None
+    writes_before_read: int | None
+    failed_writes: int | None
+    unfinished_writes: int | None
+    write_errors: list[Any]
+    writes: list[Any]
+    calls: list[dict[str, Any]]
+    calls_by_role: dict[str, int]
+    tokens: dict[str, int]
+    assistant_tokens: dict[str, Any]
+    cost_list: float
+    cost_paid: float
+    finished: str
+    # provenance
+    stage: str
+    label: str
+    seed: int
+    kind: Literal["personal"]
+    config_hash: str
+    data_path: str
+    data_sha256: str
+    versions: dict[str, str | None]
+    code: CodeRevision
+    model: dict[str, Any]
+    prices: Prices
+    offpeak: dict[str, Any] | None
+    encoder: dict[str, Any]
+    index: dict[str, Any]
+
+
 class StageInfo(_Open):
     """stage.json: what a stage is, fixed when it starts (its config hash guards resumption)."""
 
@@ -357,15 +421,15 @@ def _explain(exc: ValidationError) -> str:
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
-_MODELS: dict[str, type[BaseModel]] = {"record": RunRecord, "stage": StageInfo, "judgement": Judgement,
-                                       "ledger": LedgerEvent, "attempt": Attempt}
+_MODELS: dict[str, type[BaseModel]] = {"record": RunRecord, "personal_record": PersonalRecord, "stage": StageInfo,
+                                       "judgement": Judgement, "ledger": LedgerEvent, "attempt": Attempt}
 
 
 def parse(kind: str, data: Any, path: str | Path, line: int | None = None) -> BaseModel:
     """Validate one decoded object as `kind`, migrating older versions; RecordError if it does not fit."""
     model = _MODELS[kind]
     try:
-        if kind in ("record", "stage", "judgement"):
+        if kind in ("record", "personal_record", "stage", "judgement"):
             data = migrate(kind, data)
         return model.model_validate(data)
     except ValidationError as exc:

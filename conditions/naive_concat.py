@@ -1,0 +1,24 @@
+"""naive_concat (second seed paper): every profile and task message, unfiltered, in the prompt.
+
+No writers, no memory system: the soft ceiling on available context.
+"""
+
+from __future__ import annotations
+
+from harness.personal.method import Injected, Method, RunCtx
+
+HEADER = "Everything the user has told you:"
+
+
+class NaiveConcat(Method):
+    def __init__(self, cfg, ctx: RunCtx):
+        self.ctx = ctx
+
+    def inject(self) -> Injected:
+        m = self.ctx.trial["messages"]
+        block = f"{HEADER}\n{m['profile']}\n{m['task']}"
+        return Injected(block, log={"chars": len(block)})
+
+
+def build(cfg, ctx: RunCtx) -> Method:
+    return NaiveConcat(cfg, ctx)

@@ -1,0 +1,156 @@
+"""Memory items on the project's memory space, written through the barrier and read through the kernel.
+
+Writes: a writer's message is *accepted* first (the kernel resolves the user and the
+barrier issues the next sequence number for that user), then extracted by a model
+call, then committed (embedded and inserted into the vector index), and its number is
+released whether the commit succeeded or failed. An optional `write_delay_s` holds each
+commit back, like a slow index.
+
+Reads: `inject` is harness.kernel.Kernel.inject (barrier wait -> search under the
+user's view -> visibility re-check -> dedupe -> threshold -> rank -> cap -> format ->
+budget), with this module's formatter. Each read remembers the snapshot it waited for
+and when its search began, so `missed` can count, once the trial's writes have ended,
+the writes accepted before the read that the read did not see — the reads the barrier exists to prevent: a write is missed when it committed items the reader
+may see (its own or shared) and none of them came back from the read's search. With the barrier off (`Unordered`) the read does
+not wait, and the count shows what that costs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from harness.kernel import Kernel, WriteBarrier, visible
+from harness.memory.views import View
+
+from .identity import IdentityResolver
+from .items import MemoryItem, line
+
+
+class Unordered(WriteBarrier):
+    """The ablation: sequence numbers are still issued (so misses can be counted) but reads never wait."""
+
+    def wait(self, user: str) -> dict:
+        with self._cond:
+            snapshot = self._issued.get(user, 0)
+        return {"snapshot": snapshot, "waited_s": 0.0, "timed_out": False, "barrier": "off"}
+
+
+@dataclass
+class Write:
+    user: str
+    seq: int
+    owner: str
+    accepted: float  # time.monotonic()
+    committed: float | None = None
+    failed: str | None = None
+    items: int = 0
+    units: list = field(default_factory=list)  # (uid, owner, sharing) of what it committed
+
+
+@dataclass
+class Read:
+    user: str
+    agent: str
+    snapshot: int
+    search_start: float  # time.monotonic() when the search began (after any wait)
+    barrier: dict = field(default_factory=dict)
+    returned: set = field(default_factory=set)  # uids the search returned
+
+
+class KernelMemory:
+    def __init__(self, space, resolver: IdentityResolver, barrier: bool = True, timeout_s: float = 5.0,
+                 budget_tokens: int = 2000, cap: int = 10, threshold: float = 0.3, candidates: int = 30,
+                 fmt: str = "statement", write_delay_s: float = 0.0):
+        self.space, self.resolver, self.fmt, self.write_delay_s = space, resolver, fmt, float(write_delay_s)
+        self.barrier = (WriteBarrier if barrier else Unordered)(float(timeout_s))
+        self.kernel = Kernel(space, self.barrier, int(budget_tokens), int(cap), float(threshold), "dense",
+                             int(candidates), formatter=self._format)
+        self._items: dict[str, MemoryItem] = {}
+        self._writes: dict[tuple[str, int], Write] = {}
+        self._lock = threading.Lock()
+
+    # -- writes --------------------------------------------------------------------------
+    def accept(self, agent: str, request_user: str | None) -> tuple[str, int]:
+        user, _ = self.resolver.resolve(agent, request_user)
+        seq = self.barrier.begin(user)
+        with self._lock:
+            self._writes[(user, seq)] = Write(user, seq, agent, time.monotonic())
+        return user, seq
+
+    def commit(self, user: str, seq: int, items: list[MemoryItem]) -> None:
+        """Index the items (after the configured delay) and release the number; a failure still releases."""
+        try:
+            if self.write_delay_s:
+                time.sleep(self.write_delay_s)
+            units = []
+            with self._lock:
+                for it in items:
+                    u = it.unit()
+                    self._items[u.uid] = it
+                    units.append(u)
+                self._writes[(user, seq)].units = [(u.uid, it.owner, it.sharing) for u, it in zip(units, items)]
+            if units:
+                self.space.add_units(units, progress=False)
+            with self._lock:
+                w = self._writes[(user, seq)]
+                w.committed, w.items = time.monotonic(), len(items)
+        except BaseException as exc:
+            with self._lock:
+                self._writes[(user, seq)].failed = f"{type(exc).__name__}: {exc}"[:500]
+            raise
+        finally:
+            self.barrier.release(user, seq)
+
+    def fail(self, user: str, seq: int, error: str) -> None:
+        with self._lock:
+            self._writes[(user, seq)].failed = error[:500]
+        self.barrier.release(user, seq)
+
+    # -- reads ---------------------------------------------------------------------------
+    def _format(self, unit) -> str:
+        return line(self._items[unit.uid], self.fmt)
+
+    def item(self, uid: str) -> MemoryItem:
+        return self._items[uid]
+
+    def inject(self, agent: str, request_user: str | None, query: str):
+        """(resolved user, rule, Injection, Read)."""
+        user, rule = self.resolver.resolve(agent, request_user)
+        t0 = time.monotonic()
+        inj = self.kernel.inject(user, agent, query)
+        b = inj.log["barrier"]
+        read = Read(user, agent, int(b["snapshot"]), t0 + float(b["waited_s"]), b,
+                    {uid for uid, _owner in inj.log["units"]})
+        return user, rule, inj, read
+
+    def candidates(self, inj) -> list[MemoryItem]:
+        """Every item the index returned for a read (before the kernel's checks), for the exposure audit."""
+        return [self._items[uid] for uid, _owner in inj.log["units"] if uid in self._items]
+
+    def missed(self, read: Read) -> dict:
+        """Writes accepted before the read (seq <= snapshot) with items the reader may see, none of them read."""
+        with self._lock:
+            ws = [w for (u, s), w in self._writes.items() if u == read.user and s <= read.snapshot]
+
+        def seen(w: Write) -> list[str]:
+            return [uid for uid, owner, sharing in w.units if visible(owner, sharing, read.agent)]
+
+        late = [w for w in ws if w.committed is not None and seen(w) and not read.returned.intersection(seen(w))]
+        return {"writes_before_read": len(ws), "missed": len(late), "failed": sum(w.failed is not None for w in ws),
+                "unfinished": sum(w.committed is None and w.failed is None for w in ws),
+                "missed_items": sum(w.items for w in late)}
+
+    def writes(self, user: str) -> list[dict]:
+        with self._lock:
+            ws = sorted((w for (u, _), w in self._writes.items() if u == user), key=lambda w: w.seq)
+        return [{"seq": w.seq, "owner": w.owner, "items": w.items, "failed": w.failed,
+                 "commit_after_accept_s": None if w.committed is None else round(w.committed - w.accepted, 4)}
+                for w in ws]
+
+    def view(self, user: str, agent: str) -> View:
+        return View(user, agent, "shared")
+
+    def close(self) -> None:
+        self.space.close()

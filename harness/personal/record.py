@@ -1,0 +1,69 @@
+"""The record of one trial x method: a flat, documented dict built here and nowhere else.
+
+Provenance: stage, label, seed, config_hash, data_path/data_sha256 (the trials file),
+versions, code, model, prices/offpeak, encoder, index.
+The trial: run_id (trial_id__condition), trial_id, user_id, condition, module, attempt,
+status ("ok" | "failed": a failed run is recorded, never skipped), error, query, answer,
+answer_words.
+Time (seconds): wall_s (write acceptance to answer, i.e. what the user waits for after
+their query), answer_s (the assistant's call), retrieval_s (the method's read, including
+any barrier wait).
+What was injected: block, block_chars, injected (items), n_injected, candidates (what
+the store returned before the kernel's checks), n_candidates.
+Privacy and identity: resolved_user, identity_rule, foreign_items (injected items of
+another user: must be 0), exposure_private (retrieval-eligible items owned by another
+agent whose policy is not "shared": must be 0), conversation_retrieved /
+conversation_injected (private-by-default conversation items of another agent).
+Write ordering: barrier (snapshot, waited_s, timed_out), missed_writes,
+writes_before_read, failed_writes, unfinished_writes, write_errors, writes.
+Cost: calls (every model call of the run: writers, Mem0, assistant), calls_by_role,
+tokens {prompt, hit, miss, output}, assistant_tokens, cost_list, cost_paid.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timezone
+
+from harness.records.schema import SCHEMA_VERSION
+
+
+def build(*, provenance: dict, trial: dict, condition: str, cond_cfg: dict, attempt: int, status: str,
+          error: str | None, injected, answer: str, answer_s: float, retrieval_s: float, wall_s: float,
+          finish: dict, calls: list[dict]) -> dict:
+    inj_items = injected.items if injected else []
+    cands = injected.candidates if injected else []
+    log = injected.log if injected else {}
+    user = trial["user_id"]
+
+    def others_private(items):
+        return [i for i in items if i.get("owner") not in (None, "assistant_agent")
+                and str(i.get("sharing") or "").strip().lower() != "shared"]
+
+    reads = finish.get("reads") or {}
+    tokens = {k: sum(c[k] for c in calls) for k in ("prompt", "hit", "miss", "output")}
+    own = [c for c in calls if c["role"] == "assistant"]
+    return {
+        **provenance, "schema_version": SCHEMA_VERSION,
+        "run_id": f"{trial['trial_id']}__{condition}", "trial_id": trial["trial_id"], "user_id": user,
+        "condition": condition, "module": cond_cfg.get("module"), "condition_config": cond_cfg,
+        "attempt": attempt, "status": status, "error": error,
+        "query": trial["query"], "answer": answer, "answer_words": len(answer.split()),
+        "wall_s": round(wall_s, 4), "answer_s": round(answer_s, 4), "retrieval_s": round(retrieval_s, 6),
+        "block": injected.block if injected else "", "block_chars": len(injected.block) if injected else 0,
+        "injected": inj_items, "n_injected": len(inj_items), "candidates": cands, "n_candidates": len(cands),
+        "resolved_user": log.get("resolved_user", user), "identity_rule": log.get("identity_rule", "request"),
+        "foreign_items": sum(1 for i in inj_items if i.get("user_id") not in (None, user)),
+        "exposure_private": len(others_private(cands)),
+        "conversation_retrieved": sum(1 for i in others_private(cands) if i.get("memory_type") == "conversation"),
+        "conversation_injected": sum(1 for i in others_private(inj_items) if i.get("memory_type") == "conversation"),
+        "barrier": log.get("barrier"), "method_log": log,
+        "missed_writes": reads.get("missed"), "writes_before_read": reads.get("writes_before_read"),
+        "failed_writes": reads.get("failed"), "unfinished_writes": reads.get("unfinished"),
+        "write_errors": finish.get("write_errors", []), "writes": finish.get("writes", []),
+        "calls": calls, "calls_by_role": dict(Counter(c["role"] for c in calls)), "tokens": tokens,
+        "assistant_tokens": {"prompt": sum(c["prompt"] for c in own), "output": sum(c["output"] for c in own),
+                             "latency_s": round(sum(c["latency_s"] for c in own), 4)},
+        "cost_list": sum(c["cost_list"] for c in calls), "cost_paid": sum(c["cost_paid"] for c in calls),
+        "finished": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+    }

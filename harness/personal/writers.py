@@ -1,0 +1,105 @@
+"""The memory-producing agents (Section 3.5): model calls that turn a user's message into memory items.
+
+ProfileAgent extracts stable attributes (preferences, tools, language, response
+style), TaskAgent the working context (project, goals, blockers, next steps), and the
+ConversationExtractor a one-line note of anything else, written private by default.
+Each asks for one JSON object (`response_format` json_object, which the local model
+serves with a grammar); a reply that is not such an object yields no items and is
+counted as a failed write, never dropped silently.
+
+`submit` is the asynchronous write path: the kernel accepts the write first (identity
+resolution + barrier sequence number), then the extraction and the commit run on the
+writers' pool, and the number is released whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
+
+from .items import MemoryItem
+
+PROFILE_FIELDS = ("preferences", "tools", "language", "response_style")
+TASK_FIELDS = ("project", "goals", "blockers", "next_steps")
+
+
+@dataclass(frozen=True)
+class Writer:
+    name: str  # the owner agent of what it writes
+    memory_type: str
+    message: str  # which of the trial's messages it reads
+    fields: tuple[str, ...]
+    system: str
+
+    def prompt(self, text: str) -> list[dict]:
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": text}]
+
+    def items(self, reply: str, user: str, sharing, seq: int) -> list[MemoryItem]:
+        data = parse_object(reply)
+        out: list[MemoryItem] = []
+        for f in self.fields:
+            values = data.get(f)
+            if values in (None, "", []):
+                continue
+            for v in values if isinstance(values, list) else [values]:
+                if isinstance(v, (str, int, float)) and str(v).strip():
+                    out.append(MemoryItem(user, self.name, self.memory_type, sharing,
+                                          {"field": f, "value": str(v).strip()}, seq, len(out)))
+        return out
+
+
+PROFILE = Writer("profile_agent", "profile", "profile", PROFILE_FIELDS, (
+    "You are ProfileAgent. Extract the user's stable profile from their message. Reply with one JSON object "
+    'with keys "preferences" (list of short phrases), "tools" (list of tool names), "language" (their main '
+    'programming language) and "response_style" (how they want answers written). Use only what the message '
+    "says; leave a key empty if it is not mentioned."))
+TASK = Writer("task_agent", "task_context", "task", TASK_FIELDS, (
+    "You are TaskAgent. Extract the user's current working context from their message. Reply with one JSON "
+    'object with keys "project" (what they are working on), "goals" (list), "blockers" (list) and '
+    '"next_steps" (list), each item a short phrase taken from the message.'))
+CONVERSATION = Writer("conversation_extractor", "conversation", "conversation", ("note",), (
+    "You are ConversationExtractor. Summarise anything personal the user mentioned in one short sentence. "
+    'Reply with one JSON object {"note": "..."}.'))
+WRITERS = {"profile_agent": PROFILE, "task_agent": TASK, "conversation_extractor": CONVERSATION}
+
+
+class ExtractionError(ValueError):
+    pass
+
+
+def parse_object(reply: str) -> dict:
+    """The first JSON object in the reply (code fences allowed); anything else is an ExtractionError."""
+    text = re.sub(r"^```(?:json)?\s*|\s*```$", "", (reply or "").strip())
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        m = re.search(r"\{.*\}", text, re.S)
+        try:
+            data = json.loads(m.group(0)) if m else None
+        except json.JSONDecodeError:
+            data = None
+    if not isinstance(data, dict):
+        raise ExtractionError(f"not a JSON object: {(reply or '')[:200]!r}")
+    return data
+
+
+JSON_PARAMS = {"response_format": {"type": "json_object"}}
+
+
+def submit(writer: Writer, memory, agent, trial: dict, sharing, pool: Executor, attach_user_id: bool = True) -> Future:
+    """Accept now, extract + commit on the pool; the future yields the items written."""
+    user, seq = memory.accept(writer.name, trial["user_id"] if attach_user_id else None)
+
+    def run() -> list[MemoryItem]:
+        try:
+            msg = agent.complete(writer.prompt(trial["messages"][writer.message]))
+            items = writer.items(msg.content or "", user, sharing, seq)
+        except BaseException as exc:
+            memory.fail(user, seq, f"{type(exc).__name__}: {exc}")
+            raise
+        memory.commit(user, seq, items)
+        return items
+
+    return pool.submit(run)

@@ -1,0 +1,308 @@
+"""The personalization rubric judge (second seed paper, Section 4.2 and Appendix A.10).
+
+Each reply is scored 1-5 on Profile Usage, Task Usage and Integration by a judge model
+that sees the trial's ground truth (profile and task), the query and the reply. With
+`hybrid`, each dimension is (keyword score + LLM score) / 2, the keyword score being
+1 + 4 x the share of the trial's keywords the reply names (integration: the smaller of
+the two shares), as in the paper's Eq. 4.
+
+Like the LongMemEval judge (judge/run.py): the model is swappable (`judge=...`), replies
+are cached by (judge identity, prompt sha256) in the shared cache, every call goes
+through the metering proxy into the stage's ledger with role "judge" and tag
+"judge:<run_id>", and nothing is dropped: a reply without three scores is recorded as
+`unparsable`, a call that fails as `failed` (retried next time), a failed run as
+`failed_run` (floor scores of 1, like a failed LongMemEval run counting as wrong).
+Lines go to runs/<stage>/<label>/judgements/<judge>.rubric.jsonl; the latest per run wins.
+
+`python -m judge.rubric agree RUN_DIR RATINGS.csv [--judge NAME]` compares human
+ratings (columns run_id, dimension, score) with the judge: exact match, within one
+point, MAE and Spearman rho (the paper's Section 4.3 figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import re
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from pathlib import Path
+
+import openai
+from omegaconf import DictConfig, OmegaConf
+
+from harness.data import personal as trials_data
+from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.endpoints.proxy import MeteringProxy
+from harness.endpoints.registry import open_endpoint
+from harness.records.ledger import Ledger, read_ledger
+from harness.records import RunDir
+from judge.cache import JudgeCache
+from judge.run import _concurrency, identity, judgements_dir
+
+DIMENSIONS = ("profile_usage", "task_usage", "integration")
+RUBRIC_PARAMS = {"temperature": 0, "max_tokens": 60, "response_format": {"type": "json_object"}}
+ROLE = "judge"
+TEMPLATE = """You are grading how well an assistant personalised its reply to a user.
+
+What the system knew about the user:
+Profile: {profile}
+Current task: {task}
+
+The user asked: "{query}"
+
+The assistant replied:
+\"\"\"
+{answer}
+\"\"\"
+
+Score the reply from 1 (not at all) to 5 (fully) on three dimensions:
+- profile_usage: does it use the user's profile (preferences, tools, language, response style)?
+- task_usage: does it address the user's current task (project, goals, blockers, next steps)?
+- integration: does it combine profile and task into one coherent, specific recommendation?
+A generic reply that could be given to anyone scores 1 on all three.
+Reply with only a JSON object: {{"profile_usage": <1-5>, "task_usage": <1-5>, "integration": <1-5>}}"""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def describe_profile(p: dict) -> str:
+    return (f"{p['name']}; writes {p['language']}; tools {', '.join(p['tools'])}; "
+            f"{'; '.join(p['preferences'])}; wants answers {p['response_style']}")
+
+
+def describe_task(t: dict) -> str:
+    return (f"{t['project']}; goals: {'; '.join(t['goals'])}; blockers: {'; '.join(t['blockers'])}; "
+            f"next steps: {'; '.join(t['next_steps'])}")
+
+
+def prompt_for(record: dict, trial: dict) -> str:
+    return TEMPLATE.format(profile=describe_profile(trial["profile"]), task=describe_task(trial["task"]),
+                           query=trial["query"], answer=record.get("answer") or "")
+
+
+def parse(reply: str) -> dict | None:
+    """The three integer scores 1-5, or None."""
+    m = re.search(r"\{.*\}", reply or "", re.S)
+    try:
+        data = json.loads(m.group(0)) if m else None
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    out = {}
+    for d in DIMENSIONS:
+        v = data.get(d)
+        if isinstance(v, str) and v.strip().isdigit():
+            v = int(v.strip())
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 1 <= v <= 5 or v != int(v):
+            return None
+        out[d] = int(v)
+    return out
+
+
+def keyword_scores(answer: str, trial: dict) -> dict:
+    text = (answer or "").lower()
+
+    def share(words) -> float:
+        return sum(w.lower() in text for w in words) / len(words) if words else 0.0
+
+    p, t = share(trial["keywords"]["profile"]), share(trial["keywords"]["task"])
+    return {"profile_usage": 1 + 4 * p, "task_usage": 1 + 4 * t, "integration": 1 + 4 * min(p, t)}
+
+
+def combine(llm: dict, kw: dict, hybrid: bool) -> dict:
+    return {d: (llm[d] + kw[d]) / 2 if hybrid else float(llm[d]) for d in DIMENSIONS}
+
+
+def rubric_config(judge_cfg) -> dict:
+    jc = OmegaConf.to_container(judge_cfg, resolve=True) if isinstance(judge_cfg, DictConfig) else dict(judge_cfg)
+    jc["params"] = {**RUBRIC_PARAMS, **(jc.get("judge_params") or {})}  # official-style: not the agents' params
+    return jc
+
+
+def lines_path(rd: RunDir, name: str) -> Path:
+    return judgements_dir(rd) / f"{name}.rubric.jsonl"
+
+
+def load_rubric(rd: RunDir, name: str) -> dict[str, dict]:
+    return {e["run_id"]: e for e in read_ledger(lines_path(rd, name)) if "run_id" in e}
+
+
+class _Rubric:
+    def __init__(self, rd: RunDir, jc: dict, name: str, hybrid: bool, cache: JudgeCache):
+        self.rd, self.jc, self.name, self.hybrid, self.cache = rd, jc, name, hybrid, cache
+        self.ident = identity(jc)
+        judgements_dir(rd).mkdir(parents=True, exist_ok=True)
+        self.out = Ledger(lines_path(rd, name))
+        self.lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+
+    def write(self, line: dict) -> None:
+        line["ts"] = _now()
+        self.out.append(line)
+        with self.lock:
+            self.counts[line["status"]] = self.counts.get(line["status"], 0) + 1
+
+    def base(self, rec: dict, prompt: str | None) -> dict:
+        return {"run_id": rec["run_id"], "kind": "rubric", "condition": rec.get("condition"),
+                "trial_id": rec.get("trial_id"), "model": (rec.get("model") or {}).get("name"),
+                "judge": {"name": self.name, "model": self.jc.get("model"), "provider": self.jc.get("provider"),
+                          "identity": self.ident, "params": self.jc.get("params")},
+                "hybrid": self.hybrid, "prompt": prompt,
+                "prompt_sha256": hashlib.sha256(prompt.encode()).hexdigest() if prompt else None}
+
+    def scored(self, rec: dict, trial: dict, prompt: str, reply: str, cached: bool, meter: Meter | None) -> None:
+        llm = parse(reply)
+        kw = keyword_scores(rec.get("answer") or "", trial)
+        self.write({**self.base(rec, prompt), "reply": reply, "cached": cached,
+                    "status": "ok" if llm else "unparsable", "llm": llm, "keyword": kw,
+                    "scores": combine(llm, kw, self.hybrid) if llm else None, "error": None,
+                    "usage": {k: sum(c[k] for c in meter.calls) for k in ("prompt", "output")} if meter else None,
+                    "cost_list": sum(c["cost_list"] for c in meter.calls) if meter else 0.0})
+
+    def offline(self, rec: dict, trial: dict) -> bool:
+        if rec.get("status") != "ok":
+            self.write({**self.base(rec, None), "status": "failed_run", "llm": None, "keyword": None,
+                        "scores": {d: 1.0 for d in DIMENSIONS}, "cached": False,
+                        "error": f"the run failed: {str(rec.get('error') or '')[:300]}"})
+            return True
+        prompt = prompt_for(rec, trial)
+        reply = self.cache.get(self.ident, hashlib.sha256(prompt.encode()).hexdigest())
+        if reply is None:
+            return False
+        self.scored(rec, trial, prompt, reply, True, None)
+        return True
+
+    def call(self, rec: dict, trial: dict, proxy_url: str) -> None:
+        prompt = prompt_for(rec, trial)
+        meter = Meter(self.jc["prices"], self.jc.get("offpeak"))
+        agent = Agent(proxy_url, self.jc, f"judge:{rec['run_id']}", 1, meter, role=ROLE,
+                      max_retries=int(self.jc.get("max_retries", 6)), backoff_s=float(self.jc.get("backoff_s", 1.0)))
+        try:
+            msg = agent.complete([{"role": "user", "content": prompt}])
+        except (ModelCallFailed, openai.OpenAIError) as exc:
+            self.write({**self.base(rec, prompt), "status": "failed", "llm": None, "keyword": None, "scores": None,
+                        "cached": False, "reply": None, "error": f"{type(exc).__name__}: {exc}"[:1000]})
+            return
+        reply = (msg.content or "").strip()
+        self.cache.put(self.ident, hashlib.sha256(prompt.encode()).hexdigest(), reply, str(self.jc.get("model")))
+        self.scored(rec, trial, prompt, reply, False, meter)
+
+
+def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, hybrid: bool | None = None) -> dict:
+    """Score every record of a personalization stage that has no current rubric line; returns counts."""
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    jc = rubric_config(cfg.judge if judge_cfg is None else judge_cfg)
+    name = str(jc["name"])
+    if hybrid is None:
+        hybrid = bool(OmegaConf.select(cfg, "stage.judge.hybrid", default=False))
+    records = sorted((r.model_dump(mode="json") for r in rd.records()), key=lambda r: r["run_id"])
+    trials: dict[str, dict] = {}
+    for path in {r["data_path"] for r in records}:
+        trials.update({t["trial_id"]: t for t in trials_data.load(path)["trials"]})
+    existing = load_rubric(rd, name)
+    cache = JudgeCache(Path(str(cfg.cache_dir)) / "judge_cache.sqlite")
+    job = _Rubric(rd, jc, name, hybrid, cache)
+    try:
+        todo = []
+        for rec in records:
+            old = existing.get(rec["run_id"])
+            if old and old["status"] in ("ok", "unparsable", "failed_run") and old.get("hybrid") == hybrid \
+                    and (old.get("judge") or {}).get("identity") == job.ident:
+                continue
+            if not job.offline(rec, trials[rec["trial_id"]]):
+                todo.append(rec)
+        if todo:
+            ledger = Ledger(rd.ledger_path)
+            try:
+                with ExitStack() as stack:
+                    if endpoint is None:
+                        endpoint = stack.enter_context(open_endpoint(OmegaConf.create(jc)))
+                    proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
+                                                              float(jc.get("timeout_s", 600)), str(jc.get("model"))))
+                    with ThreadPoolExecutor(max_workers=_concurrency(cfg, jc)) as pool:
+                        for f in [pool.submit(job.call, rec, trials[rec["trial_id"]], proxy.base_url) for rec in todo]:
+                            f.result()
+            finally:
+                ledger.close()
+    finally:
+        job.out.close()
+        cache.close()
+    summary = {"run_dir": str(rd.root), "judge": name, "identity": job.ident, "hybrid": hybrid,
+               "records": len(records), "model_calls": len(todo), "written": dict(job.counts)}
+    print(f"{rd.root}: rubric judge {name} ({job.ident}, hybrid={hybrid}): {len(records)} records, "
+          f"{len(todo)} needed the model, written {job.counts}", file=sys.stderr)
+    return summary
+
+
+# ------------------------------------------------------------------------------ human ratings
+
+def agreement(human: list[float], judge: list[float]) -> dict:
+    """Exact match, within one point, MAE and Spearman rho of paired ratings (Section 4.3)."""
+    from scipy.stats import spearmanr
+
+    if len(human) != len(judge) or not human:
+        raise ValueError("need the same, non-zero number of human and judge ratings")
+    diffs = [abs(h - j) for h, j in zip(human, judge)]
+    rho = spearmanr(human, judge)
+    return {"n": len(human), "exact": sum(d == 0 for d in diffs) / len(diffs),
+            "within_one": sum(d <= 1 for d in diffs) / len(diffs), "mae": sum(diffs) / len(diffs),
+            "spearman_rho": float(rho.statistic), "spearman_p": float(rho.pvalue)}
+
+
+def read_ratings(path: str | Path) -> list[dict]:
+    """A CSV with columns run_id, dimension (profile_usage | task_usage | integration), score (1-5)."""
+    out = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for i, row in enumerate(csv.DictReader(f), start=2):
+            dim, score = (row.get("dimension") or "").strip(), (row.get("score") or "").strip()
+            if dim not in DIMENSIONS:
+                raise ValueError(f"{path}:{i}: dimension must be one of {DIMENSIONS}, got {dim!r}")
+            if not score.isdigit() or not 1 <= int(score) <= 5:
+                raise ValueError(f"{path}:{i}: score must be an integer 1-5, got {score!r}")
+            out.append({"run_id": row["run_id"].strip(), "dimension": dim, "score": int(score)})
+    return out
+
+
+def compare_ratings(run_dir, ratings_csv: str | Path, judge_name: str) -> dict:
+    """Per dimension and overall; ratings of runs the judge has not scored are listed, not dropped silently."""
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    lines = load_rubric(rd, judge_name)
+    rows = read_ratings(ratings_csv)
+    pairs: dict[str, tuple[list, list]] = {}
+    missing = []
+    for r in rows:
+        line = lines.get(r["run_id"])
+        if not line or not line.get("scores"):
+            missing.append(r["run_id"])
+            continue
+        for key in (r["dimension"], "all"):
+            h, j = pairs.setdefault(key, ([], []))
+            h.append(r["score"])
+            j.append(line["scores"][r["dimension"]])
+    return {"by_dimension": {k: agreement(*v) for k, v in pairs.items()}, "unscored": sorted(set(missing))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m judge.rubric")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("agree", help="compare human ratings (CSV) with the rubric judge")
+    a.add_argument("run_dir")
+    a.add_argument("ratings")
+    a.add_argument("--judge", default="local")
+    args = ap.parse_args(argv)
+    out = compare_ratings(args.run_dir, args.ratings, args.judge)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

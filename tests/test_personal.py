@@ -1,0 +1,224 @@
+"""The personalization study (second seed paper): trials, identity, the barrier under concurrent trials,
+the four methods (Mem0 against the real PostgreSQL), the rubric judge and the analysis statistics.
+
+Model calls go to tests/fake_model.py's scripted server; writers are made late or broken by the
+script, never by patching the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from harness.data import personal as P
+from harness.data.__main__ import main as data_main
+from harness.personal.identity import IdentityResolver
+from harness.personal.runner import run_personal
+from harness.records.ledger import read_ledger
+from tests.fake_model import FakeModel
+from tests.personal_helpers import Script, records, stage_cfg
+
+
+# ------------------------------------------------------------------------------ trials
+
+def test_trials_are_deterministic_varied_and_checked(tmp_path):
+    a, b = P.generate(150, 0), P.generate(150, 0)
+    assert a == b
+    assert P.generate(150, 1)["trials"][0] != a["trials"][0]
+    v = P.variety(a["trials"])
+    assert v["near_copies"] == 0 and v["distinct_profiles"] == 150 and v["max_jaccard"] <= P.NEAR_COPY
+    assert len({t["user_id"] for t in a["trials"]}) == 150
+    path = P.write(tmp_path / "t.json", 20, 3)
+    assert data_main(["check-personal", str(path)]) == 0
+    bad = json.loads(path.read_text())
+    bad["trials"][1]["user_id"] = bad["trials"][0]["user_id"]
+    path.write_text(json.dumps(bad))
+    assert data_main(["check-personal", str(path)]) == 1
+    copy = json.loads(path.read_text())
+    copy["trials"][1] = {**copy["trials"][0], "trial_id": "t9999", "user_id": "user-x"}
+    path.write_text(json.dumps(copy))
+    assert data_main(["check-personal", str(path)]) == 1  # a near-copy is refused
+
+
+def test_identity_priority_order():
+    r = IdentityResolver()
+    assert r.resolve("assistant_agent") == ("assistant_agent", "agent")
+    r.register_session("s1", "u1")
+    r.register_session("s2", "u2")
+    assert r.resolve("a", "u9") == ("u9", "request")
+    assert r.resolve("a") == ("u2", "session")  # most recent session, whoever's it is
+
+
+# ------------------------------------------------------------------------------ kernel path (fake model)
+
+def test_barrier_saves_late_writes_and_the_ablation_misses_them(tmp_path):
+    """Every commit is held back 3 s: with the barrier the read waits and sees every shared write;
+    without it the read finds the user's writes missing and the record counts them."""
+    delay = ["stage.conditions.kernel_shared.write_delay_s=3", "stage.conditions.kernel_no_barrier.write_delay_s=3"]
+    with FakeModel(script=Script()) as fake:
+        rd = run_personal(stage_cfg(tmp_path, fake.base_url, ["kernel_shared", "kernel_no_barrier"], n=4,
+                                    extra=["index=exact", *delay]))
+    recs = records(rd)
+    assert len(recs) == 8 and all(r["status"] == "ok" for r in recs.values())
+    for r in recs.values():
+        if r["condition"] == "kernel_shared":
+            assert r["missed_writes"] == 0 and not r["barrier"]["timed_out"]
+            assert r["barrier"]["waited_s"] >= 2.5
+            assert {i["memory_type"] for i in r["injected"]} == {"profile", "task_context"}
+        else:
+            assert r["missed_writes"] == 2 and r["n_injected"] == 0  # profile + task; conversation is private
+        assert r["conversation_injected"] == 0 and r["foreign_items"] == 0
+
+
+def test_broken_and_hanging_writers_release_and_the_read_fails_open(tmp_path):
+    """ProfileAgent replies with no JSON (a failed write), TaskAgent hangs past the client timeout:
+    the read waits at most the barrier timeout, says it timed out, and the run is still recorded."""
+    script = Script(broken={"ProfileAgent"}, hang={"TaskAgent"}, hang_s=6)
+    with FakeModel(script=script) as fake:
+        rd = run_personal(stage_cfg(tmp_path, fake.base_url, ["kernel_shared"], n=2,
+                                    extra=["index=exact", "model.timeout_s=4", "model.max_retries=0",
+                                           "stage.conditions.kernel_shared.barrier_timeout_s=1"]))
+    for r in records(rd).values():
+        assert r["status"] == "ok"
+        assert r["barrier"]["timed_out"] and r["barrier"]["waited_s"] < 3.5
+        failed = {w["owner"]: w["failed"] for w in r["writes"]}
+        assert "ExtractionError" in failed["profile_agent"] and failed["task_agent"]
+        assert len(r["write_errors"]) == 2
+
+
+def test_concurrent_users_never_see_each_other_and_the_request_id_is_what_prevents_it(tmp_path):
+    methods = ["kernel_shared"]
+    with FakeModel(script=Script()) as fake:
+        rd = run_personal(stage_cfg(tmp_path, fake.base_url, methods, n=6, extra=["index=exact"]))
+        trials = {t["trial_id"]: t for t in P.load(next(iter(records(rd).values()))["data_path"])["trials"]}
+        for r in records(rd).values():
+            assert r["foreign_items"] == 0 and r["resolved_user"] == r["user_id"]
+            for other in trials.values():
+                if other["trial_id"] != r["trial_id"]:
+                    assert other["messages"]["task"] not in r["block"]
+            assert trials[r["trial_id"]]["messages"]["task"] in r["block"]
+        # the ablation: requests without a user id resolve to the latest session, another user's
+        rd2 = run_personal(stage_cfg(tmp_path / "b", fake.base_url, methods, n=6,
+                                     extra=["index=exact", "stage.conditions.kernel_shared.attach_user_id=false",
+                                            "stage.conditions.kernel_shared.write_delay_s=1"]))
+    recs = records(rd2).values()
+    assert sum(r["resolved_user"] != r["user_id"] for r in recs) >= 1
+    assert sum(r["foreign_items"] for r in recs) >= 1
+
+
+@pytest.mark.services
+def test_mem0_default_through_the_real_library_and_kernel_on_the_same_postgres(tmp_path):
+    with FakeModel(script=Script()) as fake:
+        rd = run_personal(stage_cfg(tmp_path, fake.base_url,
+                                    ["naive_concat", "vanilla_rag", "mem0_default", "kernel_shared"], n=2,
+                                    extra=["index=pgvector"]))
+    recs = records(rd)
+    assert len(recs) == 8 and all(r["status"] == "ok" for r in recs.values()), \
+        [r["error"] for r in recs.values() if r["error"]]
+    for r in recs.values():
+        if r["condition"] == "mem0_default":
+            assert not r["write_errors"] and sum(w["items"] for w in r["writes"]) >= 1  # Mem0 stored facts
+            assert r["exposure_private"] == 0 and r["calls_by_role"].get("mem0", 0) >= 3
+        if r["condition"] == "naive_concat":
+            assert "Everything the user has told you" in r["block"]
+        if r["condition"] == "kernel_shared":
+            assert r["index"]["name"] == "pgvector" and r["n_injected"] == 2
+    ledger = [e for e in read_ledger(rd.ledger_path) if e.get("event") == "response"]
+    mem0_calls = [e for e in ledger if e["role"] == "mem0"]
+    assert mem0_calls and all(e["tag"].endswith("__mem0_default") for e in mem0_calls)
+
+
+# ------------------------------------------------------------------------------ judge
+
+def test_rubric_parse_keywords_and_hybrid():
+    from judge.rubric import combine, keyword_scores, parse
+
+    assert parse('{"profile_usage": 4, "task_usage": "5", "integration": 3}') == \
+        {"profile_usage": 4, "task_usage": 5, "integration": 3}
+    assert parse('{"profile_usage": 6, "task_usage": 5, "integration": 3}') is None
+    assert parse("four") is None
+    t = P.generate(1, 0)["trials"][0]
+    kw = keyword_scores(" ".join(t["keywords"]["profile"][:2]), t)
+    assert kw["profile_usage"] == pytest.approx(1 + 4 * 2 / len(t["keywords"]["profile"]))
+    assert kw["task_usage"] == 1 and kw["integration"] == 1
+    llm = {"profile_usage": 5, "task_usage": 1, "integration": 3}
+    assert combine(llm, kw, True)["profile_usage"] == pytest.approx((5 + kw["profile_usage"]) / 2)
+    assert combine(llm, kw, False) == {k: float(v) for k, v in llm.items()}
+
+
+def test_rubric_judge_is_cached_metered_and_keeps_failures(tmp_path):
+    from judge.rubric import compare_ratings, judge_personal, load_rubric
+
+    replies = iter(['{"profile_usage": 4, "task_usage": 5, "integration": 4}', "no idea"] * 10)
+
+    def judge_script(req):
+        if req["messages"][0]["content"].startswith("You are grading"):
+            return {"role": "assistant", "content": next(replies)}
+        return Script()(req)
+
+    with FakeModel(script=judge_script) as fake:
+        cfg = stage_cfg(tmp_path, fake.base_url, ["naive_concat"], n=2, extra=["index=exact"])
+        rd = run_personal(cfg)
+        from omegaconf import OmegaConf
+
+        jcfg = OmegaConf.merge(cfg.model, {"name": "fakejudge"})
+        judge_personal(cfg, rd, judge_cfg=jcfg)
+        n_requests = len(fake.requests)
+        judge_personal(cfg, rd, judge_cfg=jcfg)  # everything done: no call
+        assert len(fake.requests) == n_requests
+    lines = load_rubric(rd, "fakejudge")
+    assert sorted(l["status"] for l in lines.values()) == ["ok", "unparsable"]
+    ok = next(l for l in lines.values() if l["status"] == "ok")
+    assert ok["scores"] == {"profile_usage": 4.0, "task_usage": 5.0, "integration": 4.0}
+    judged = [e for e in read_ledger(rd.ledger_path) if e.get("role") == "judge" and e.get("event") == "response"]
+    assert len(judged) == 2 and all(e["tag"].startswith("judge:") for e in judged)
+    from analysis.load import find_folders
+    from analysis.personal import analyse
+
+    tables = analyse(find_folders([rd.root]), tmp_path / "results" / "personal", "fakejudge", resamples=200)
+    row = tables["table2_scores"].iloc[0]
+    assert row["condition"] == "naive_concat" and row["n"] == 2
+    assert row["task_usage_n"] == 1 and row["task_usage_mean"] == 5.0  # the unparsable reply has no score
+    assert (tmp_path / "results" / ".generated-by-analysis").exists()
+    csv = tmp_path / "ratings.csv"
+    rid = ok["run_id"]
+    other = next(k for k in lines if k != rid)
+    csv.write_text(f"run_id,dimension,score\n{rid},integration,4\n{rid},task_usage,3\n{other},integration,2\n")
+    res = compare_ratings(rd, csv, "fakejudge")
+    assert res["unscored"] == [other]
+    assert res["by_dimension"]["all"]["exact"] == 0.5 and res["by_dimension"]["all"]["mae"] == 1.0
+
+
+def test_agreement_matches_scipy_and_hand_counts():
+    from judge.rubric import agreement
+
+    h, j = [1, 2, 3, 4, 5, 3], [1, 3, 3, 2, 5, 4]
+    a = agreement(h, j)
+    assert a["exact"] == pytest.approx(3 / 6) and a["within_one"] == pytest.approx(5 / 6)
+    assert a["mae"] == pytest.approx((0 + 1 + 0 + 2 + 0 + 1) / 6)
+    # Spearman = Pearson on average ranks
+    assert a["spearman_rho"] == pytest.approx(np.corrcoef(stats.rankdata(h), stats.rankdata(j))[0, 1])
+
+
+# ------------------------------------------------------------------------------ analysis statistics
+
+def test_compare_against_independent_computations():
+    from statsmodels.stats.weightstats import ttest_ind as sm_ttest
+
+    from analysis.personal import compare
+
+    rng = np.random.default_rng(4)
+    a = rng.integers(1, 6, 40).astype(float)
+    b = rng.integers(1, 6, 35).astype(float)
+    c = compare(a, b, resamples=4000)
+    t, p, _ = sm_ttest(a, b, usevar="unequal")
+    assert c["welch_t"] == pytest.approx(t) and c["welch_p"] == pytest.approx(p)
+    wins = sum((x > y) + 0.5 * (x == y) for x in a for y in b)  # U of a by counting pairs
+    assert c["mwu_u"] == pytest.approx(wins)
+    assert c["rank_biserial"] == pytest.approx(2 * wins / (len(a) * len(b)) - 1)
+    se = np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))  # the bootstrap CI ~ normal theory
+    assert c["ci_low"] == pytest.approx(c["diff"] - 1.96 * se, abs=0.15)
+    assert c["ci_high"] == pytest.approx(c["diff"] + 1.96 * se, abs=0.15)
