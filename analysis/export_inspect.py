@@ -298,7 +298,9 @@ def eval_log(folder: Folder, condition: str, records: list[dict], runs: pd.DataF
 
 def _file_name(folder: Folder, condition: str) -> str:
     created = datetime.fromisoformat(str(folder.info.get("created"))).astimezone(timezone.utc)
-    return f"{created.strftime('%Y-%m-%dT%H-%M-%S+00-00')}_{folder.stage}-{folder.label}_{condition}.eval"
+    # Inspect's own pattern, <time>_<task>_<id>.eval, which its log list parses (no "_" inside the parts)
+    return (f"{created.strftime('%Y-%m-%dT%H-%M-%S+00-00')}_{condition.replace('_', '-')}_"
+            f"{folder.stage.replace('_', '-')}-{folder.label.replace('_', '-')}.eval")
 
 
 def export(folders: Sequence[Folder], out: Path) -> list[Path]:

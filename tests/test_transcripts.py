@@ -259,3 +259,64 @@ def test_a_private_unit_under_a_view_and_interrupted_attempts_stand_out(tmp_path
     res = subprocess.run([sys.executable, "-m", "analysis.export_inspect", f"runs={path}", f"out={other}"],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and (other / "notes.txt").read_text() == "keep"
+
+
+# ------------------------------------------------------------------------------ in a real browser
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_viewer_shows_a_runs_tool_call_and_judged_answer_in_a_real_browser(stages, tmp_path):
+    import time
+    import urllib.request
+
+    from tests.browser import Browser, BrowserUnavailable
+
+    (log_file,) = stages["logs"].glob("*_tool-bm25_*.eval")
+    (lg,) = [inspect_log.read_eval_log(str(log_file))]
+    s = next(s for s in lg.samples if s.scores and s.scores.get("correct") and s.scores["correct"].value == "C")
+    tool = next(m for m in s.messages if m.role == "tool")
+    port = _free_port()
+    inspect = Path(sys.executable).with_name("inspect")
+    view = subprocess.Popen([str(inspect), "view", "start", "--log-dir", str(stages["logs"]), "--host", "127.0.0.1",
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    browser = None
+    try:
+        for _ in range(300):
+            try:
+                listing = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/logs", timeout=2))
+                break
+            except OSError:
+                assert view.poll() is None, view.stderr.read().decode()[-2000:]
+                time.sleep(0.1)
+        else:
+            raise AssertionError("inspect view did not answer on /api/logs")
+        assert any(f["name"].endswith(log_file.name) for f in listing["files"])
+        try:
+            browser = Browser.start(tmp_path / "chromium")
+        except BrowserUnavailable as exc:
+            pytest.skip(f"headless Chromium cannot start here, so the viewer was not checked in a browser: {exc}")
+        base = f"http://127.0.0.1:{port}/#/logs/{log_file.name}"
+        browser.goto(base)  # the log: its samples listed
+        browser.wait_for_text("tool_bm25", str(s.id))
+        browser.goto(f"{base}/samples/sample/{s.id}/{s.epoch}/")  # one sample
+        first_line = tool.text.splitlines()[0]
+        text = browser.wait_for_text("memory_search", first_line, s.output.completion, "SCORE")
+        assert s.target in text and s.input in text
+        shot = browser.screenshot(tmp_path / "sample.png")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+        print(f"screenshot: {shot}")
+    finally:
+        if browser is not None:
+            browser.close()
+        view.terminate()
+        try:
+            view.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            view.kill()
