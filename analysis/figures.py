@@ -84,6 +84,7 @@ def _token_axis(ax, values) -> None:
     v = [x for x in values if x > 0]
     if v and max(v) / min(v) > 10:
         ax.set_xscale("log")
+        ax.set_xlim(min(v) / 1.5, max(v) * 1.5)  # from the data: unjudged points (NaN accuracy) draw nothing
         _log_ticks(ax.xaxis, v)
     else:
         ax.xaxis.set_major_formatter(FuncFormatter(_plain))
@@ -100,6 +101,9 @@ def _legend(ax, **kw) -> None:
 def _accuracy_points(ax, d: pd.DataFrame) -> None:
     """One point per condition at (mean tokens, accuracy), its 95% interval, named in the legend."""
     for i, (_, r) in enumerate(d.iterrows()):
+        if pd.isna(r["accuracy_pct"]):  # nothing judged yet: no point, and the legend says so
+            ax.plot([], [], linestyle="none", label=f"{r['condition']} (not judged)", **_style(i))
+            continue
         err = _yerr([r["accuracy_pct"]], [r["n_judged"]])
         ax.errorbar([r["mean_tokens"]], [r["accuracy_pct"]], yerr=err, linestyle="none", capsize=3, markersize=5,
                     label=f"{r['condition']} (n={int(r['n_judged'])})", **_style(i))

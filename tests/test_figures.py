@@ -94,3 +94,13 @@ def test_figure6_draws_not_measured_apart_from_a_measured_zero():
     for k in (9, 4, 0, 3):  # declined 9/10 and 4/10, leaks 0/10 and 3/10
         assert any(list(e) == pytest.approx(list(wilson(k, 10)), abs=1e-9) for e in ends), k
     assert any(list(e) == pytest.approx(list(wilson(0, 10)), abs=1e-9) for e in ends)  # the measured zero exposure
+
+
+def test_unjudged_conditions_on_a_log_axis_draw_no_point_and_say_so():
+    d = t1().assign(accuracy_pct=[math.nan, 50.0, math.nan, math.nan])
+    fig = figures.draw_figure3(d, "main/main")
+    (ax,) = fig.axes
+    fig.canvas.draw()  # the log axis must find ticks although most points have no accuracy
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "a (not judged)", "b (n=10)", "c (not judged)", "d (not judged)"]
+    assert flat(bars(ax)) == pytest.approx(flat([(1000.0, *wilson(5, 10))]), abs=1e-9)
