@@ -98,16 +98,20 @@ def _legend(ax, **kw) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False, **kw)
 
 
-def _accuracy_points(ax, d: pd.DataFrame) -> None:
-    """One point per condition at (mean tokens, accuracy), its 95% interval, named in the legend."""
+def _accuracy_points(ax, d: pd.DataFrame) -> list:
+    """One point per condition at (mean tokens, accuracy), its 95% interval, named in the legend
+    (the handles, in the table's order of conditions)."""
+    handles = []
     for i, (_, r) in enumerate(d.iterrows()):
         if pd.isna(r["accuracy_pct"]):  # nothing judged yet: no point, and the legend says so
-            ax.plot([], [], linestyle="none", label=f"{r['condition']} (not judged)", **_style(i))
-            continue
-        err = _yerr([r["accuracy_pct"]], [r["n_judged"]])
-        ax.errorbar([r["mean_tokens"]], [r["accuracy_pct"]], yerr=err, linestyle="none", capsize=3, markersize=5,
-                    label=f"{r['condition']} (n={int(r['n_judged'])})", **_style(i))
+            (h,) = ax.plot([], [], linestyle="none", label=f"{r['condition']} (not judged)", **_style(i))
+        else:
+            h = ax.errorbar([r["mean_tokens"]], [r["accuracy_pct"]], yerr=_yerr([r["accuracy_pct"]], [r["n_judged"]]),
+                            linestyle="none", capsize=3, markersize=5,
+                            label=f"{r['condition']} (n={int(r['n_judged'])})", **_style(i))
+        handles.append(h)
     ax.set_ylim(-3, 103)
+    return handles
 
 
 def figure3(t1: pd.DataFrame, folder: str, path: Path) -> Path | None:
@@ -123,13 +127,13 @@ def draw_figure3(t1: pd.DataFrame, folder: str):
         return None
     _fresh()
     fig, ax = plt.subplots(figsize=(7.2, 4.0))
-    _accuracy_points(ax, d)
+    handles = _accuracy_points(ax, d)
     _token_axis(ax, d["mean_tokens"].tolist())
     ax.set_xlabel("tokens per question (mean)")
     ax.set_ylabel("accuracy (%), 95% Wilson interval")
     ax.set_title(f"Accuracy against tokens: {folder}")
     ax.grid(True, alpha=0.3)
-    _legend(ax)
+    _legend(ax, handles=handles)
     fig.tight_layout()
     return fig
 
@@ -182,9 +186,9 @@ def draw_figure6(t2: pd.DataFrame, folder: str):
     _fresh()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11.0, 4.2))
     if not pub.empty:
-        _accuracy_points(a1, pub[pub["mean_tokens"] > 0])
+        handles = _accuracy_points(a1, pub[pub["mean_tokens"] > 0])
         _token_axis(a1, pub["mean_tokens"].tolist())
-        _legend(a1)
+        _legend(a1, handles=handles)
     a1.set_xlabel("tokens per question (mean)")
     a1.set_ylabel("accuracy (%), 95% Wilson interval")
     a1.set_title("public variant")
