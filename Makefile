@@ -11,11 +11,14 @@ ARGS   ?=
 TORCH  ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup system-deps test test-slow run judge analyze agreement bench services-up services-down services-status clean-runs
+.PHONY: setup system-deps test test-slow run judge analyze view agreement bench services-up services-down services-status clean-runs
 
 # Debian packages the shell sandbox needs inside its /usr: the sqlite3 command and the seccomp
-# bindings of the system Python (installed when missing and we are root; else the preflight says so)
-SYSTEM_PKGS := sqlite3 python3-seccomp
+# bindings of the system Python (installed when missing and we are root; else the preflight says so),
+# and chromium for the test that opens the exported runs in Inspect's viewer in a real browser
+SYSTEM_PKGS := sqlite3 python3-seccomp chromium
+VIEW_DIR ?= inspect_logs
+VIEW_PORT ?= 7575
 
 setup: system-deps $(VENV)/.installed
 
@@ -23,12 +26,12 @@ system-deps:
 	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "installing $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	elif [ -n "$$missing" ]; then echo "note: $$missing not installed: the shell condition will be unavailable"; fi
+	elif [ -n "$$missing" ]; then echo "note: $$missing not installed: the shell condition (sqlite3, python3-seccomp) or the browser test (chromium) will be unavailable"; fi
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(PIP) install -e '.[dev,services,local,personal]'
+	$(PIP) install -e '.[dev,services,local,personal,viewer]'
 	touch $@
 
 test: setup
@@ -46,6 +49,13 @@ judge: setup
 analyze: setup
 	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(ARGS); rc=$$?; \
 	$(PY) -m analysis.personal $(if $(RUNS),runs=$(RUNS)) && exit $$rc
+
+# export the runs (RUNS=..., default every stage under runs/ but the pilot) as Inspect logs and open
+# Inspect's viewer on them, on loopback only
+view: setup
+	$(PY) -m analysis.export_inspect $(if $(RUNS),runs=$(RUNS)) out=$(VIEW_DIR) $(ARGS)
+	@echo "Inspect viewer: http://127.0.0.1:$(VIEW_PORT)/  (Ctrl-C stops it)"
+	$(BIN)/inspect view start --log-dir $(VIEW_DIR) --host 127.0.0.1 --port $(VIEW_PORT)
 
 agreement: setup
 	$(PY) -m judge.agreement stage=$(STAGE) $(if $(JUDGE2),+judge@judge2=$(JUDGE2)) $(ARGS)

@@ -4,7 +4,8 @@ ask_agent runs the named public agent's own loop (its memory tool over its own
 units, at most `asked_max_rounds` tool rounds) and returns its answer: a
 generated text, not records. The asked loop's model calls are metered under the
 asking run (role `asked:<agent>`) and its retrievals are logged with the asked
-agent as the viewer, so the exposure replay covers them.
+agent as the viewer, so the exposure replay covers them; its dialogue is
+recorded under the ask_agent call in the run's transcript.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class AskAgent:
         system = system_prompt(self.ctx.question.date.strftime(DATE_FORMAT), ASKED_ACCESS, org=True)
         result = run_loop(self.ctx.run_agent(f"asked:{agent}"), system, question, tools,
                           max_rounds=int(self.cfg.get("asked_max_rounds", 6)),
-                          first_tool_choice=getattr(self.ctx, "first_tool_choice", None))
+                          first_tool_choice=getattr(self.ctx, "first_tool_choice", None),
+                          recorder=getattr(self.ctx, "transcript", None))
         return ToolResult(result.answer or "(no answer)", retrieval_s=0.0,
                           log={"kind": "ask", "agent": agent, "question": question,
                                "asked_rounds": result.tool_rounds, "wall_s": round(time.perf_counter() - t0, 4)})

@@ -4,6 +4,7 @@
     stage.json        StageInfo: config hash, seed, plan, versions, data sha256, prices, pre-registration hash
     attempts.jsonl    one Attempt line each time a run starts
     records/<id>.json one RunRecord per finished run, written atomically: a run is recorded once
+    prompts/<sha256>.txt  each distinct system prompt once; transcripts name it by its sha256
     ledger.jsonl      every model call, from the metering proxy (LedgerEvent lines)
     judgements/<judge>.jsonl  Judgement lines
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Iterable
 
@@ -52,8 +54,8 @@ class StageMismatch(RuntimeError):
 
 
 def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
@@ -135,6 +137,27 @@ class RunDir:
         kind = self.record_kind
         for p in self.record_paths():
             yield read_json(kind, p)
+
+    # --- system prompts -----------------------------------------------------------
+    def prompt_path(self, sha256: str) -> Path:
+        return self.root / "prompts" / f"{sha256}.txt"
+
+    def write_prompt(self, text: str) -> str:
+        """Store a system prompt once (content-addressed, atomically); returns its sha256."""
+        sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        path = self.prompt_path(sha)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, text)
+        return sha
+
+    def prompt(self, sha256: str) -> str | None:
+        """A stored system prompt, or None when the folder does not hold it."""
+        path = self.prompt_path(sha256)
+        if not path.exists():
+            return None
+        with open(path, encoding="utf-8", newline="") as f:  # byte for byte: the sha256 must match
+            return f.read()
 
     # --- judgements ---------------------------------------------------------------
     def judgements_path(self, judge_name: str) -> Path:

@@ -135,6 +135,44 @@ class ToolCall(_Model):
         return _typed_log(v)
 
 
+class TranscriptToolCall(_Model):
+    """A tool call as the model wrote it (arguments verbatim, valid JSON or not)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class TranscriptMessage(_Model):
+    """One message as sent to or received from the model, in order.
+
+    `tool_calls` only on an assistant message that asked for tools; `tool_call_id` and `tool`
+    (the call's index in the record's `tools`, with its measurements and memory log) only on a
+    tool message, whose `content` is what the model read (after the 30,000-character cut);
+    `call` (the index in the record's `calls`) only on an assistant message; `asked` only on
+    the answer of an ask_agent call: the asked agent's own loop.
+    """
+
+    role: Literal["user", "assistant", "tool"]
+    content: str
+    tool_calls: list[TranscriptToolCall] | None = None
+    tool_call_id: str | None = None
+    tool: int | None = None
+    call: int | None = None
+    asked: list["Transcript"] | None = None
+
+
+class Transcript(_Model):
+    """One agent loop as its model saw it. The system prompt (with any prefetched memories) is
+    stored once per stage folder, in prompts/<system_sha256>.txt; the kernel's injected block is
+    the start of the first user message."""
+
+    role: str  # "agent", or "asked:<agent>" for a loop run by ask_agent
+    system_sha256: str
+    tools: list[str]  # the tools offered, by name
+    messages: list[TranscriptMessage]
+
+
 class Evidence(_Model):
     any: bool | None
     first_search: bool | None
@@ -223,6 +261,8 @@ class RunRecord(_Model):
     index: dict[str, Any]
     encoder: dict[str, Any]
     prereg_sha256: str | None
+    # what the model read and wrote; None only in records written before transcripts existed
+    transcript: Transcript | None = None
 
     @field_validator("prefetch", mode="before")
     @classmethod
@@ -382,6 +422,9 @@ class Judgement(_Model):
     cost_paid: float
     error: str | None
     ts: str
+
+
+TranscriptMessage.model_rebuild()
 
 
 # ------------------------------------------------------------------------------ migration

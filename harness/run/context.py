@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from harness.data.longmemeval import Question, Session, load
 from harness.data.org import ASKER, VISIBILITY, OrgAssignment, assign
@@ -90,6 +91,7 @@ class RunContext:
     env: Environment
     agent: str = ASKER
     first_tool_choice: str | None = None  # from the model config (see harness.run.loop.run_loop)
+    transcript: Any = None  # the run's harness.run.loop.TranscriptRecorder, shared with asked agents
     _sessions: dict[str, Session] = field(default_factory=dict)
 
     @property

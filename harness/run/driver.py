@@ -39,7 +39,7 @@ from harness.records.ledger import mark_interrupted as mark_interrupted_lines
 from harness.records.provenance import code_revision, versions
 from harness.records.schema import SCHEMA_VERSION, RunRecord, StageInfo
 from harness.run.context import Environment, RunContext
-from harness.run.loop import run_loop
+from harness.run.loop import TranscriptRecorder, run_loop
 from harness.run.plan import Plan, RunSpec
 from harness.run.prompts import system_prompt
 
@@ -125,6 +125,7 @@ class StageRunner:
         meter = Meter(self.model_cfg["prices"], self.model_cfg.get("offpeak"))
         ctx = RunContext(spec, self.env)
         ctx.first_tool_choice = self.model_cfg.get("first_tool_choice")
+        ctx.transcript = TranscriptRecorder()
         ctx.run_agent = lambda role: Agent(self.proxy_url, self.model_cfg, spec.run_id, attempt, meter, role=role,
                                            max_retries=int(self.model_cfg.get("max_retries", 6)),
                                            backoff_s=float(self.model_cfg.get("backoff_s", 1.0)))
@@ -139,7 +140,7 @@ class StageRunner:
         t1 = time.perf_counter()
         try:
             loop = run_loop(ctx.run_agent("agent"), system, access.prefix + q.question, access.tools,
-                            access.max_rounds, first_tool_choice=ctx.first_tool_choice)
+                            access.max_rounds, first_tool_choice=ctx.first_tool_choice, recorder=ctx.transcript)
             answer = loop.answer
         except EnvironmentFailure:
             raise
@@ -156,6 +157,8 @@ class StageRunner:
                 close()
         # time per question: the agent's loop plus any retrieval done for the prompt (prefetch);
         # building stores or indexing memory is setup, measured apart
+        for text in ctx.transcript.prompts.values():  # before the record that names them
+            self.rd.write_prompt(text)
         calls = meter.calls
         tok = {k: sum(c[k] for c in calls) for k in ("prompt", "hit", "miss", "output", "reasoning")}
         return RunRecord.model_validate({
@@ -183,6 +186,7 @@ class StageRunner:
             # which encoder (and whether it is the study's), dense backend and lexical indexes served
             "memory_space": self.env.space_description(),
             "finished": _now(),
+            "transcript": ctx.transcript.transcript(),
             **self.common(),
         })
 

@@ -4,13 +4,16 @@ OpenAI-compatible chat completions with tool calling; at most `max_rounds` tool
 rounds, then one forced answer with tools disabled. Tool results longer than
 30,000 characters are cut. Bad tool arguments, unknown tools and tool
 exceptions go back to the model as tool errors; only exhausted retries of the
-model call itself end a run, and the driver records that run as failed. A tool
+model call itself end a run, and the driver records that run as failed. Every
+message sent and received goes into a TranscriptRecorder (the run record's
+`transcript`), the loops of asked agents nested under the call that ran them. A tool
 that fails because of the environment (services down, no sandbox) raises an
 EnvironmentFailure, which stops the stage instead (harness.failures).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -29,6 +32,43 @@ class LoopResult:
     messages: list[dict]
     tool_rounds: int
     forced: bool
+
+
+class TranscriptRecorder:
+    """A run's dialogues as its models saw them (harness.records.schema.Transcript).
+
+    It lives outside the loop, so a run that fails midway keeps what was said until then. A
+    loop that starts while another loop's tool call runs (ask_agent) is nested under that
+    call's tool message. System prompts are kept apart, by sha256, to be stored once per stage.
+    """
+
+    def __init__(self) -> None:
+        self.prompts: dict[str, str] = {}
+        self.loops: list[dict] = []  # loops started outside any tool call: the run's own
+        self._open: list[tuple[dict, list[dict]]] = []  # running loops, innermost last, with loops started under them
+
+    def begin(self, role: str, system: str, tools: list[str]) -> dict:
+        sha = hashlib.sha256(system.encode("utf-8")).hexdigest()
+        self.prompts[sha] = system
+        loop = {"role": role, "system_sha256": sha, "tools": tools, "messages": []}
+        (self._open[-1][1] if self._open else self.loops).append(loop)
+        self._open.append((loop, []))
+        return loop
+
+    def nested(self, loop: dict) -> list[dict]:
+        """The loops started under `loop` since the last call (those of the tool call just made)."""
+        for own, under in self._open:
+            if own is loop:
+                taken = list(under)
+                under.clear()
+                return taken
+        return []
+
+    def end(self, loop: dict) -> None:
+        self._open = [(own, under) for own, under in self._open if own is not loop]
+
+    def transcript(self) -> dict | None:
+        return self.loops[0] if self.loops else None
 
 
 def _cut(text: str) -> str:
@@ -72,26 +112,43 @@ def call_tool(tools: dict[str, Tool], name: str, raw_args: str, meter: Meter) ->
 
 
 def run_loop(agent: Agent, system: str, question: str, tools: list[Tool], max_rounds: int = 10,
-             first_tool_choice: str | None = None) -> LoopResult:
+             first_tool_choice: str | None = None, recorder: TranscriptRecorder | None = None) -> LoopResult:
     """`first_tool_choice` ("required") makes the first call use a tool; a model config sets it
-    for models that otherwise answer from their prior without ever searching (the local 1.5B)."""
+    for models that otherwise answer from their prior without ever searching (the local 1.5B).
+    `recorder` receives the transcript as it happens (the driver's, shared with asked agents)."""
     messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": question}]
     by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools] or None
+    recorder = recorder if recorder is not None else TranscriptRecorder()
+    said = recorder.begin(agent.role, system, list(by_name))
+    said["messages"].append({"role": "user", "content": question})
     rounds = 0
-    while True:
-        forced = bool(schemas) and rounds >= max_rounds
-        choice = "none" if forced else (first_tool_choice if rounds == 0 else None)
-        msg = agent.complete(messages, schemas, tool_choice=choice)
-        calls = [] if forced else (msg.tool_calls or [])
-        if not calls:
-            messages.append({"role": "assistant", "content": msg.content or ""})
-            return LoopResult((msg.content or "").strip(), messages, rounds, forced)
-        rounds += 1
-        messages.append({"role": "assistant", "content": msg.content or "",
-                         "tool_calls": [{"id": c.id, "type": "function",
-                                         "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                                        for c in calls]})
-        for c in calls:
-            text = call_tool(by_name, c.function.name, c.function.arguments, agent.meter)
-            messages.append({"role": "tool", "tool_call_id": c.id, "content": text})
+    try:
+        while True:
+            forced = bool(schemas) and rounds >= max_rounds
+            choice = "none" if forced else (first_tool_choice if rounds == 0 else None)
+            msg = agent.complete(messages, schemas, tool_choice=choice)
+            call_index = len(agent.meter.calls) - 1
+            calls = [] if forced else (msg.tool_calls or [])
+            if not calls:
+                messages.append({"role": "assistant", "content": msg.content or ""})
+                said["messages"].append({"role": "assistant", "content": msg.content or "", "call": call_index})
+                return LoopResult((msg.content or "").strip(), messages, rounds, forced)
+            rounds += 1
+            messages.append({"role": "assistant", "content": msg.content or "",
+                             "tool_calls": [{"id": c.id, "type": "function",
+                                             "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                                            for c in calls]})
+            said["messages"].append({"role": "assistant", "content": msg.content or "", "call": call_index,
+                                     "tool_calls": [{"id": c.id, "name": c.function.name,
+                                                     "arguments": c.function.arguments or ""} for c in calls]})
+            for c in calls:
+                text = call_tool(by_name, c.function.name, c.function.arguments, agent.meter)
+                messages.append({"role": "tool", "tool_call_id": c.id, "content": text})
+                seen = {"role": "tool", "tool_call_id": c.id, "content": text, "tool": len(agent.meter.tools) - 1}
+                asked = recorder.nested(said)
+                if asked:
+                    seen["asked"] = asked
+                said["messages"].append(seen)
+    finally:
+        recorder.end(said)
