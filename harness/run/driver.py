@@ -65,12 +65,23 @@ def stage_info(cfg, plan: Plan) -> dict:
     }
 
 
-def mark_interrupted(rd: RunDir, ledger: Ledger, reason: str = "no record") -> int:
-    """Ledger lines of attempts that never finished stay, and are marked as such."""
-    marked = {(e["tag"], e["attempt"]) for e in read_ledger(rd.ledger_path) if e.get("event") == "interrupted"}
+def owned_runs(rd: RunDir, plan: Plan) -> list[RunSpec]:
+    """The runs this driver may run: its shard's part of the plan, or the whole plan."""
+    return rd.shard.select(plan.runs) if rd.shard else list(plan.runs)
+
+
+def mark_interrupted(rd: RunDir, ledger: Ledger, reason: str = "no record", owned: set[str] | None = None) -> int:
+    """Ledger lines of attempts that never finished stay, and are marked as such.
+
+    Only runs in `owned` (default: all) are marked: a shard never marks the runs other live
+    shards are running. Marks already in any ledger of the stage are not repeated."""
+    marked = {(e["tag"], e["attempt"]) for path in rd.ledger_paths() for e in read_ledger(path)
+              if e.get("event") == "interrupted"}
     finished = {r.run_id: r.attempt for r in rd.records()}
     n = 0
     for run_id, last in rd.attempts().items():
+        if owned is not None and run_id not in owned:
+            continue
         for attempt in range(1, last + 1):
             if finished.get(run_id) == attempt or (run_id, attempt) in marked:
                 continue
@@ -203,9 +214,10 @@ class StageRunner:
         return record
 
 
-def open_stage(cfg, plan: Plan) -> tuple[RunDir, StageInfo]:
+def open_stage(cfg, plan: Plan, sweep: dict | None = None) -> tuple[RunDir, StageInfo]:
+    """Open (or create) the stage folder; `sweep` (the job's overrides in a multirun) goes into stage.json."""
     rd = RunDir.for_stage(cfg)
-    info = rd.open(cfg, stage_info(cfg, plan))
+    info = rd.open(cfg, {**stage_info(cfg, plan), "sweep": sweep})
     if info.data["sha256"] != plan.data["sha256"]:
         raise StageMismatch(f"{rd.root}: the data file changed since this stage started "
                             f"({info.data['sha256'][:12]} -> {plan.data['sha256'][:12]}); use a new stage.label")
@@ -213,11 +225,13 @@ def open_stage(cfg, plan: Plan) -> tuple[RunDir, StageInfo]:
 
 
 def pending_runs(rd: RunDir, plan: Plan, retry_failed: bool) -> tuple[list[RunSpec], int]:
-    """Runs to do now (unrecorded, and failed ones when asked) and how many are recorded for good."""
+    """Runs of this driver to do now (unrecorded, and failed ones when asked) and how many of
+    its runs are recorded for good (by whichever driver: a record is never made twice)."""
     done = {r.run_id: r.status for r in rd.records()}
     again = {rid for rid, st in done.items() if st != "ok"} if retry_failed else set()
-    pending = [r for r in plan.runs if r.run_id not in done or r.run_id in again]
-    return pending, len(plan.runs) - len(pending)
+    owned = owned_runs(rd, plan)
+    pending = [r for r in owned if r.run_id not in done or r.run_id in again]
+    return pending, len(owned) - len(pending)
 
 
 def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Ledger, proxy_url: str,
@@ -233,11 +247,12 @@ def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Le
         if r.run_id in ids:
             ledger.append({"event": "interrupted", "tag": r.run_id, "attempt": r.attempt,
                            "reason": "failed run attempted again (retry_failed=true)", "ts": _now()})
-    mark_interrupted(rd, ledger)
+    owned = {r.run_id for r in owned_runs(rd, plan)}
+    mark_interrupted(rd, ledger, owned=owned)
     runner = StageRunner(cfg, plan, rd, info, proxy_url, endpoint.info)
     stop = None
     try:
-        stop = _run_pool(runner, pending, attempts, concurrency, len(plan.runs), len(plan.runs) - len(pending))
+        stop = _run_pool(runner, pending, attempts, concurrency, len(owned), len(owned) - len(pending))
     finally:
         try:
             runner.env.close()
@@ -249,9 +264,10 @@ def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Le
     print(f"runs done: {t['failed']} failed in this session, {t['tokens']:,} tokens, "
           f"${t['cost']:.4f} at list price", file=sys.stderr)
     if stop is not None:
-        recorded = len(rd.record_paths())
-        mark_interrupted(rd, ledger, reason=f"stage stopped: {stop}"[:300])
-        raise StageStopped(f"stage stopped before every run was recorded ({recorded} of {len(plan.runs)} "
+        recorded = len(owned & {p.stem for p in rd.record_paths()})
+        mark_interrupted(rd, ledger, reason=f"stage stopped: {stop}"[:300], owned=owned)
+        whose = f" of shard {rd.shard}" if rd.shard else ""
+        raise StageStopped(f"stage stopped before every run{whose} was recorded ({recorded} of {len(owned)} "
                            f"recorded; the rest run on resume): {stop}")
     return t
 
