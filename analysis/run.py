@@ -35,8 +35,8 @@ from typing import Sequence
 import pandas as pd
 
 from analysis import figures, prereg as P, report, tables as T
-from analysis.load import (REPO, AnalysisError, Folder, find_folders, first_call_ts, judgement_problems,
-                           ledger_frame, load_folder, runs_frame)
+from analysis.load import (REPO, SHARD_COLUMNS, AnalysisError, Folder, find_folders, first_call_ts,
+                           judgement_problems, ledger_frame, load_folder, runs_frame, shard_coverage)
 from analysis.replay import FolderReplay, mismatch_rows, replay_folder
 
 MARKER = ".generated-by-analysis"
@@ -164,6 +164,7 @@ def analyse(opts: dict, progress: bool = True) -> Results:
         [{"folder": f.name, "kind": f.kind, "records": len(f.records), "planned": f.planned,
           "complete": f.kind != "agents" or len(f.records) == f.planned} for f in folders],
         columns=["folder", "kind", "records", "planned", "complete"])
+    res.tables["shards"] = pd.DataFrame([row for f in folders for row in shard_coverage(f)], columns=SHARD_COLUMNS)
 
     # pre-registered tests (Table 3)
     ctx = P.Context(runs, folders, t4, res.first_calls)
@@ -195,7 +196,7 @@ CSV_FILES = {  # table key -> file name
     "replay_mismatches": "replay_mismatches.csv", "table5": "table5.csv", "table6": "table6.csv",
     "tokens": "tokens.csv", "evidence": "evidence.csv", "scale": "scale.csv",
     "judgement_problems": "judgement_problems.csv", "ledger_checks": "ledger_checks.csv",
-    "data_quality": "data_quality.csv", "coverage": "coverage.csv",
+    "data_quality": "data_quality.csv", "coverage": "coverage.csv", "shards": "shards.csv",
 }
 
 
@@ -246,6 +247,12 @@ def summary(res: Results, out: Path) -> str:
     for _, c in res.tables["coverage"].iterrows():
         if c["kind"] == "agents" and c["records"] != c["planned"]:
             lines.append(f"INCOMPLETE: {c['folder']}: {c['records']} of {c['planned']} planned records")
+    for _, c in res.tables["shards"].iterrows():
+        if c["status"] != "complete":
+            what = ("MISSING" if c["status"] == "missing" else "INCOMPLETE") + f": {c['folder']} shard {c['shard']}: "
+            lines.append(what + ("never started (no shard folder)" if c["status"] == "missing" else
+                                 f"{c['records']} of its {c['runs']} runs recorded")
+                         + (" (its driver is running)" if c["running"] else ""))
     dq = res.tables["data_quality"]
     if not dq.empty:
         lines.append(f"DATA QUALITY: {len(dq)} file(s) or line(s) left out (data_quality.csv):")

@@ -393,4 +393,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from harness.cli.run import multirun_flag_first
+
+    sys.argv = multirun_flag_first(sys.argv)
     main()

@@ -132,6 +132,13 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
     print(summary(rd, labels, str(cfg.judge.name) if judge_after else None), file=sys.stderr)
 
 
+def multirun_flag_first(argv: list[str]) -> list[str]:
+    """Hydra's parser takes -m/--multirun only before the overrides; `make run STAGE=x ARGS="-m ..."`
+    puts it after stage=x, so move it to the front."""
+    flags = [a for a in argv[1:] if a in ("-m", "--multirun")]
+    return argv[:1] + flags + [a for a in argv[1:] if a not in ("-m", "--multirun")]
+
+
 @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
@@ -158,4 +165,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv = multirun_flag_first(sys.argv)
     main()
