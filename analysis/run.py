@@ -161,9 +161,10 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     res.tables["ledger_checks"] = T.ledger_checks(folders, res.ledgers)
     res.tables["data_quality"] = pd.DataFrame([p for f in folders for p in f.problems], columns=QUALITY_COLUMNS)
     res.tables["coverage"] = pd.DataFrame(
-        [{"folder": f.name, "kind": f.kind, "records": len(f.records), "planned": f.planned,
+        [{"folder": f.name, "family": _family(f), "sweep": (f.info.get("sweep") or {}).get("override_dirname", ""),
+          "kind": f.kind, "records": len(f.records), "planned": f.planned,
           "complete": f.kind != "agents" or len(f.records) == f.planned} for f in folders],
-        columns=["folder", "kind", "records", "planned", "complete"])
+        columns=["folder", "family", "sweep", "kind", "records", "planned", "complete"])
     res.tables["shards"] = pd.DataFrame([row for f in folders for row in shard_coverage(f)], columns=SHARD_COLUMNS)
 
     # pre-registered tests (Table 3)
@@ -175,6 +176,11 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     res.tables["table3_exploratory"] = P.exploratory_rows(ct["pairs"], folders, pre, done)
     res.tables["runs"] = runs
     return res
+
+
+def _family(f: Folder) -> str:
+    """The jobs of one sweep (-m) form a family: <stage>/<label before the overrides>."""
+    return f"{f.stage}/{(f.info.get('sweep') or {}).get('base_label') or f.label}"
 
 
 def _analysis_present(res: Results, name: str) -> bool:

@@ -118,6 +118,21 @@ def analyse(folder: Path):
     return f, ledger_frame(f), {r["shard"]: r for r in shard_coverage(f)}
 
 
+def test_a_sweep_gives_each_combination_its_own_folder(tmp_path):
+    runs_dir = tmp_path / "runs"
+    one = "stage.groups=[{sample:smoke,conditions:[none],repeats:1}]"
+    with FakeModel(script=deterministic_answer) as fake:
+        cmd = [a for a in stage_cmd(fake, runs_dir, "-m", "seed=0,1") if a != GROUPS] + [one]
+        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    folders = sorted(p.parent for p in (runs_dir / "smoke").glob("*/stage.json"))
+    assert [p.name[-6:] for p in folders] == ["seed-0", "seed-1"]
+    infos = [json.loads((p / "stage.json").read_text()) for p in folders]
+    assert [i["seed"] for i in infos] == [0, 1] and {i["sweep"]["base_label"] for i in infos} == {"smoke"}
+    assert all("model.base_url" not in i["label"] for i in infos)  # where the model lives is no axis
+    assert all(len(records_of(p)) == 6 for p in folders)
+
+
 def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded_run(tmp_path):
     sharded, plain = tmp_path / "sharded" / "runs", tmp_path / "plain" / "runs"
     with FakeModel(delay_s=0.15, script=deterministic_answer) as fake:
@@ -143,6 +158,11 @@ def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded
         f, _, cov = analyse(folder)
         assert cov["0/2"]["status"] == "complete" and cov["0/2"]["records"] == 18
         assert cov["1/2"]["status"] == "incomplete" and cov["1/2"]["records"] < 18 and not cov["1/2"]["running"]
+        # and a shard that never started is missing
+        (folder / "shards" / "3of4").mkdir()
+        quarters = {k: v["status"] for k, v in analyse(folder)[2].items() if k.endswith("/4")}
+        assert [quarters[f"{i}/4"] for i in range(3)] == ["missing"] * 3 and quarters["3/4"] != "missing"
+        (folder / "shards" / "3of4").rmdir()
 
         again = subprocess.run(stage_cmd(fake, sharded, "-m", "shard=1/2", "hydra/launcher=submitit_local"),
                                cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -176,6 +196,19 @@ def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded
         mine = ok[(ok["run_id"] == run_id) & (ok["attempt"] == r["attempt"])]
         assert len(mine) == r["model_calls"] and mine["prompt"].sum() == r["tokens"]["prompt"], run_id
     assert not f.problems
+
+    # what `make analyze` prints and writes: both shards complete, every run once
+    out = tmp_path / "results"
+    res = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={out}", "resamples=50"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "INCOMPLETE" not in res.stdout and "MISSING" not in res.stdout
+    import pandas as pd
+
+    shards = pd.read_csv(out / "shards.csv")
+    assert list(shards["shard"]) == ["0/2", "1/2"] and list(shards["records"]) == [18, 18]
+    runs = pd.read_csv(out / "runs.csv")
+    assert sorted(runs["run_id"]) == sorted(plan)
 
     # the same stage unsharded: same run ids, answers and tokens
     base = records_of(folder_of(plain))
