@@ -49,9 +49,10 @@ def sweep_label(cfg) -> dict | None:
     """In a multirun job, set stage.label to `<label>+<overrides>` and return what stage.json records
     (e.g. smoke+model-deepseek+seed-0; `make judge` with the same -m arguments finds the same folders).
 
-    The overrides are Hydra's override_dirname, which leaves out the keys listed under
+    The overrides are the job's, sorted, without the keys listed under
     hydra.job.config.override_dirname.exclude_keys (shard, where things live, speed): the
     shards of one combination share one folder, and a relaunch with the same command finds it.
+    A long value (a path, a list) is cut and tagged with its hash.
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -63,11 +64,22 @@ def sweep_label(cfg) -> dict | None:
         return None
     dirname = str(hc.job.override_dirname or "")
     base = str(cfg.stage.label)
-    if dirname:
-        safe = re.sub(r"[^A-Za-z0-9._+-]", "_", dirname)
-        if len(safe) > 120:  # a folder name stays short; the full overrides are in stage.json
-            safe = safe[:100] + "~" + hashlib.sha256(dirname.encode()).hexdigest()[:12]
-        cfg.stage.label = f"{base}+{safe}"
+    excluded = set(hc.job.config.override_dirname.exclude_keys)
+    parts = []
+    for o in sorted(str(o) for o in hc.overrides.task):
+        key, _, value = o.partition("=")
+        if key.lstrip("+~") in excluded:
+            continue
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", value)
+        if len(safe) > 24:  # a long value (a path, a list) is shortened; stage.json keeps it whole
+            safe = safe[:12] + "~" + hashlib.sha256(value.encode()).hexdigest()[:8]
+        value = safe
+        parts.append(f"{re.sub(r'[^A-Za-z0-9._-]', '_', key)}-{value}")
+    if parts:
+        suffix = "+".join(parts)
+        if len(suffix) > 150:
+            suffix = suffix[:120] + "~" + hashlib.sha256(suffix.encode()).hexdigest()[:12]
+        cfg.stage.label = f"{base}+{suffix}"
     return {"overrides": [str(o) for o in hc.overrides.task], "override_dirname": dirname, "base_label": base}
 
 
