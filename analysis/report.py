@@ -328,7 +328,7 @@ def _quality(res: Any) -> str:
                          "Its tables describe the recorded runs only.")
     sh = res.tables.get("shards")
     for _, c in (sh.iterrows() if sh is not None else []):
-        if c["status"] != "complete":
+        if c["status"] != "complete" and c["shard"] != "-":
             lines.append(f"- **{c['status'].upper()} SHARD: {c['folder']} shard {c['shard']}: {c['records']} of its "
                          f"{c['runs']} runs recorded** (" + link("shards.csv") + ").")
     dq = res.tables["data_quality"]

@@ -254,7 +254,7 @@ def summary(res: Results, out: Path) -> str:
         if c["kind"] == "agents" and c["records"] != c["planned"]:
             lines.append(f"INCOMPLETE: {c['folder']}: {c['records']} of {c['planned']} planned records")
     for _, c in res.tables["shards"].iterrows():
-        if c["status"] != "complete":
+        if c["status"] != "complete" and c["shard"] != "-":  # an unsharded folder: INCOMPLETE above
             what = ("MISSING" if c["status"] == "missing" else "INCOMPLETE") + f": {c['folder']} shard {c['shard']}: "
             lines.append(what + ("never started (no shard folder)" if c["status"] == "missing" else
                                  f"{c['records']} of its {c['runs']} runs recorded")

@@ -158,6 +158,10 @@ def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded
         f, _, cov = analyse(folder)
         assert cov["0/2"]["status"] == "complete" and cov["0/2"]["records"] == 18
         assert cov["1/2"]["status"] == "incomplete" and cov["1/2"]["records"] < 18 and not cov["1/2"]["running"]
+        said = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={tmp_path}/partial",
+                               "resamples=20", "lenient=true"], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert said.returncode == 0, said.stderr[-2000:]
+        assert "shard 1/2" in said.stdout and "INCOMPLETE" in said.stdout and "shard 0/2" not in said.stdout
         # and a shard that never started is missing
         (folder / "shards" / "3of4").mkdir()
         quarters = {k: v["status"] for k, v in analyse(folder)[2].items() if k.endswith("/4")}
@@ -218,3 +222,16 @@ def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded
         assert r["tokens"] == base[run_id]["tokens"] and r["tool_calls"] == base[run_id]["tool_calls"]
         assert r["config_hash"] == stage["config_hash"]
     assert len({r["answer"] for r in recs.values()}) > 1
+
+
+def test_shard_and_default_device_leave_the_stage_identity_alone():
+    from omegaconf import OmegaConf
+
+    from harness.records.rundir import config_hash
+
+    before = OmegaConf.create({"seed": 0, "encoder": {"name": "minilm", "batch_size": 32}, "stage": {"name": "s"}})
+    now = OmegaConf.merge(before, {"encoder": {"device": "cpu"}, "shard": None})
+    assert config_hash(now) == config_hash(before)  # folders begun before these keys existed still resume
+    assert config_hash(OmegaConf.merge(now, {"shard": "1/4"})) == config_hash(before)
+    assert config_hash(OmegaConf.merge(now, {"encoder": {"device": "cuda"}})) != config_hash(before)
+    assert config_hash(OmegaConf.merge(now, {"seed": 1})) != config_hash(before)

@@ -45,6 +45,8 @@ def config_hash(cfg) -> str:
         data.pop(k, None)
     for k in VOLATILE_MODEL:
         (data.get("model") or {}).pop(k, None)
+    if (data.get("encoder") or {}).get("device") == "cpu":  # the default, as before the key existed:
+        data["encoder"].pop("device")                      # stages begun earlier keep their hash
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
