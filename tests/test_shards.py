@@ -235,3 +235,17 @@ def test_shard_and_default_device_leave_the_stage_identity_alone():
     assert config_hash(OmegaConf.merge(now, {"shard": "1/4"})) == config_hash(before)
     assert config_hash(OmegaConf.merge(now, {"encoder": {"device": "cuda"}})) != config_hash(before)
     assert config_hash(OmegaConf.merge(now, {"seed": 1})) != config_hash(before)
+
+
+def test_the_slurm_launcher_file_composes():
+    import yaml
+
+    res = subprocess.run([sys.executable, "-m", "harness.run", "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
+                          "hydra.launcher.gpus_per_node=2", "--cfg", "hydra"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    launcher = yaml.safe_load(res.stdout)["hydra"]["launcher"]
+    assert launcher["_target_"].endswith("submitit_launcher.SlurmLauncher")
+    assert (launcher["partition"], launcher["gpus_per_node"], launcher["timeout_min"], launcher["cpus_per_task"]) == \
+        ("gpu", 2, 720, 8)
+    assert launcher["submitit_folder"].startswith("${hydra.sweep.dir}")
