@@ -156,6 +156,8 @@ def main(cfg: DictConfig) -> None:
     try:
         sweep = sweep_label(cfg)
         if cfg.stage.kind == "backends":
+            if Shard.parse(cfg.get("shard")):
+                raise ShardError("the backends study is not sharded (no model calls); run it without shard=")
             from harness.memory.study import run_study
 
             run_study(cfg)
