@@ -31,7 +31,7 @@ system-deps:
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(PIP) install -e '.[dev,services,local,personal,viewer]'
+	$(PIP) install -e '.[dev,services,local,personal,viewer,cluster]'
 	touch $@
 
 test: setup

@@ -326,16 +326,31 @@ def judgement_problems(folder: Folder) -> list[dict]:
 # ------------------------------------------------------------------------------ ledger
 
 
+def ledger_paths(folder: Folder) -> list[Path]:
+    """Every ledger of the stage: ledger.jsonl (unsharded runs, the judge) and each shard's."""
+    return [folder.path / "ledger.jsonl"] + sorted((folder.path / "shards").glob("*/ledger.jsonl"))
+
+
 def ledger_frame(folder: Folder) -> pd.DataFrame:
-    """One row per ledger line (request, response, interrupted) with party and condition.
+    """One row per ledger line (request, response, interrupted) of every ledger of the stage,
+    with party and condition; `ledger` names the file (relative to the folder).
 
     A line that is not JSON or not a ledger event is a data-quality problem, named by line:
     the call it stood for is missing from every cost below."""
-    path = folder.path / "ledger.jsonl"
+    rows = []
+    for path in ledger_paths(folder):
+        rows += _ledger_rows(folder, path)
+    cols = ["folder", "ledger", "line", "event", "call", "tag", "run_id", "condition", "party", "role", "attempt",
+            "status", "model", "prompt", "hit", "miss", "output", "ts"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _ledger_rows(folder: Folder, path: Path) -> list[dict]:
     lines, problems = read_lines(path)
     for e in problems:
         folder.problem(path, e.problem, e.line, "its call is missing from the costs")
     rows = []
+    ledger = str(path.relative_to(folder.path))
     for i, obj in lines:
         try:
             e = parse("ledger", obj, path, i)
@@ -349,15 +364,47 @@ def ledger_frame(folder: Folder) -> pd.DataFrame:
         party = (prefix if prefix.startswith("judge") else "judge") if judged else \
             ("preflight" if e.role == "preflight" else "agents")
         rows.append({
-            "folder": folder.name, "line": i, "event": e.event, "call": e.call, "tag": tag,
+            "folder": folder.name, "ledger": ledger, "line": i, "event": e.event, "call": e.call, "tag": tag,
             "run_id": run_id, "condition": run_id.split(".")[0] if run_id else "",
             "party": party, "role": e.role or "", "attempt": e.attempt, "status": e.status,
             "model": e.model or "", "prompt": e.prompt or 0, "hit": e.hit or 0,
             "miss": e.miss or 0, "output": e.output or 0, "ts": e.ts,
         })
-    cols = ["folder", "line", "event", "call", "tag", "run_id", "condition", "party", "role", "attempt", "status",
-            "model", "prompt", "hit", "miss", "output", "ts"]
-    return pd.DataFrame(rows, columns=cols)
+    return rows
+
+
+SHARD_COLUMNS = ["folder", "shard", "status", "runs", "records", "attempts", "ledger_lines", "holder", "running"]
+
+
+def shard_coverage(folder: Folder) -> list[dict]:
+    """One row per driver layout that ran the stage: each shard I/N (and `-` for unsharded drivers).
+
+    status: complete (every run the shard owns is recorded, by whichever driver), incomplete,
+    or missing (shard I of a layout N that has other shards has no folder: it never started).
+    The partition is recomputed from stage.json's plan, as the driver computes it."""
+    from harness.records.shards import Shard, holder, is_held, layouts, lock_path, shard_dir
+
+    runs = list((folder.info.get("plan") or {}).get("runs") or [])
+    recorded = {r["run_id"] for r in folder.records}
+    found = layouts(folder.path)
+    expected = list(found)
+    for n in sorted({s.count for s in found if s}):
+        expected += [Shard(i, n) for i in range(n) if Shard(i, n) not in found]
+    rows = []
+    for s in sorted(expected, key=lambda x: (x is not None, x.count if x else 0, x.index if x else 0)):
+        owned = s.select(runs) if s else runs
+        own = shard_dir(folder.path, s) if s else folder.path
+        lock = lock_path(folder.path, s)
+        n_att = len(read_lines(own / "attempts.jsonl")[0])
+        n_led = len(read_lines(own / "ledger.jsonl")[0])
+        done = sum(r in recorded for r in owned)
+        status = "missing" if s not in found else ("complete" if done == len(owned) else "incomplete")
+        h = holder(lock) if lock.exists() else {}
+        rows.append({"folder": folder.name, "shard": str(s) if s else "-", "status": status, "runs": len(owned),
+                     "records": done, "attempts": n_att, "ledger_lines": n_led,
+                     "holder": f"{h.get('host')}:{h.get('pid')}" if h else "",
+                     "running": bool(lock.exists() and is_held(lock))})
+    return rows
 
 
 def first_call_ts(ledger: pd.DataFrame) -> str | None:

@@ -326,6 +326,11 @@ def _quality(res: Any) -> str:
         if c["kind"] == "agents" and c["records"] != c["planned"]:
             lines.append(f"- **INCOMPLETE: {c['folder']}: {c['records']} of {c['planned']} planned records.** "
                          "Its tables describe the recorded runs only.")
+    sh = res.tables.get("shards")
+    for _, c in (sh.iterrows() if sh is not None else []):
+        if c["status"] != "complete" and c["shard"] != "-":
+            lines.append(f"- **{c['status'].upper()} SHARD: {c['folder']} shard {c['shard']}: {c['records']} of its "
+                         f"{c['runs']} runs recorded** (" + link("shards.csv") + ").")
     dq = res.tables["data_quality"]
     lines.append(f"- Files or lines left out because they do not fit the record schema: {len(dq)} ("
                  + link("data_quality.csv") + ")" + (":" if len(dq) else "."))

@@ -35,8 +35,8 @@ from typing import Sequence
 import pandas as pd
 
 from analysis import figures, prereg as P, report, tables as T
-from analysis.load import (REPO, AnalysisError, Folder, find_folders, first_call_ts, judgement_problems,
-                           ledger_frame, load_folder, runs_frame)
+from analysis.load import (REPO, SHARD_COLUMNS, AnalysisError, Folder, find_folders, first_call_ts,
+                           judgement_problems, ledger_frame, load_folder, runs_frame, shard_coverage)
 from analysis.replay import FolderReplay, mismatch_rows, replay_folder
 
 MARKER = ".generated-by-analysis"
@@ -162,9 +162,11 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     res.tables["ledger_checks"] = T.ledger_checks(folders, res.ledgers)
     res.tables["data_quality"] = pd.DataFrame([p for f in folders for p in f.problems], columns=QUALITY_COLUMNS)
     res.tables["coverage"] = pd.DataFrame(
-        [{"folder": f.name, "kind": f.kind, "records": len(f.records), "planned": f.planned,
+        [{"folder": f.name, "family": _family(f), "sweep": (f.info.get("sweep") or {}).get("override_dirname", ""),
+          "kind": f.kind, "records": len(f.records), "planned": f.planned,
           "complete": f.kind != "agents" or len(f.records) == f.planned} for f in folders],
-        columns=["folder", "kind", "records", "planned", "complete"])
+        columns=["folder", "family", "sweep", "kind", "records", "planned", "complete"])
+    res.tables["shards"] = pd.DataFrame([row for f in folders for row in shard_coverage(f)], columns=SHARD_COLUMNS)
 
     # pre-registered tests (Table 3)
     ctx = P.Context(runs, folders, t4, res.first_calls)
@@ -175,6 +177,11 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     res.tables["table3_exploratory"] = P.exploratory_rows(ct["pairs"], folders, pre, done)
     res.tables["runs"] = runs
     return res
+
+
+def _family(f: Folder) -> str:
+    """The jobs of one sweep (-m) form a family: <stage>/<label before the overrides>."""
+    return f"{f.stage}/{(f.info.get('sweep') or {}).get('base_label') or f.label}"
 
 
 def _analysis_present(res: Results, name: str) -> bool:
@@ -196,7 +203,7 @@ CSV_FILES = {  # table key -> file name
     "replay_mismatches": "replay_mismatches.csv", "table5": "table5.csv", "table6": "table6.csv",
     "tokens": "tokens.csv", "evidence": "evidence.csv", "scale": "scale.csv",
     "judgement_problems": "judgement_problems.csv", "ledger_checks": "ledger_checks.csv",
-    "data_quality": "data_quality.csv", "coverage": "coverage.csv",
+    "data_quality": "data_quality.csv", "coverage": "coverage.csv", "shards": "shards.csv",
 }
 
 
@@ -247,6 +254,12 @@ def summary(res: Results, out: Path) -> str:
     for _, c in res.tables["coverage"].iterrows():
         if c["kind"] == "agents" and c["records"] != c["planned"]:
             lines.append(f"INCOMPLETE: {c['folder']}: {c['records']} of {c['planned']} planned records")
+    for _, c in res.tables["shards"].iterrows():
+        if c["status"] != "complete" and c["shard"] != "-":  # an unsharded folder: INCOMPLETE above
+            what = ("MISSING" if c["status"] == "missing" else "INCOMPLETE") + f": {c['folder']} shard {c['shard']}: "
+            lines.append(what + ("never started (no shard folder)" if c["status"] == "missing" else
+                                 f"{c['records']} of its {c['runs']} runs recorded")
+                         + (" (its driver is running)" if c["running"] else ""))
     dq = res.tables["data_quality"]
     if not dq.empty:
         lines.append(f"DATA QUALITY: {len(dq)} file(s) or line(s) left out (data_quality.csv):")

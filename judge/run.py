@@ -383,10 +383,16 @@ def main_entry(cfg) -> int:
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from harness.cli.run import sweep_label
+
+    sweep_label(cfg)  # in a sweep (-m), judge each job's folder
     code = main_entry(cfg)
     if code:
         sys.exit(code)
 
 
 if __name__ == "__main__":
+    from harness.cli.run import multirun_flag_first
+
+    sys.argv = multirun_flag_first(sys.argv)
     main()

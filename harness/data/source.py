@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 from .longmemeval import DataError, sha256_file
@@ -38,7 +39,7 @@ def cached_sha256(path: Path, cache_dir: Path) -> str:
     if key not in known:
         known[key] = sha256_file(path)
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp = cache.with_suffix(f".{socket.gethostname()}.{os.getpid()}.tmp")  # unique across shards
         tmp.write_text(json.dumps(known, indent=0))
         tmp.replace(cache)
     return known[key]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -402,7 +404,8 @@ def write(out_dir: str | Path, seed: int, size: str, path: str | Path | None = N
     """Write the file atomically (a crash never leaves a half-written benchmark behind)."""
     path = Path(path) if path else Path(out_dir) / f"synth_{size}_seed{seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    # a temporary name of this process alone: shards of a stage may generate the same file at once
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         json.dump(generate(seed, size), f, ensure_ascii=False)
     tmp.replace(path)

@@ -14,6 +14,21 @@ CPU embedding is slow (~24 chunks/s here with minilm), so misses are embedded in
 batches sorted by length (less padding), written to the cache after every batch
 (an interrupted job keeps its progress), with a progress bar in chunks/s on long
 jobs. torch is imported only when something actually has to be embedded.
+
+Devices (`encoder.device`): cpu (default), cuda (every visible GPU: with more than one,
+sentence-transformers' multi-process pool spreads the batches over them), cuda:N, or a
+list such as [cuda:0, cuda:1] (a list of cpu entries runs the same pool on CPU
+processes). Vectors are computed in fp32 on every device, so a GPU changes them only by
+rounding (cosine to the CPU vector > 0.9999): the encoder id and the cache are the same
+for every device, and the device is recorded in describe(), not in the id. A precision
+other than fp32 would change the vectors and would have to enter the id.
+
+The cache may be written by several processes at once (the shards of a stage, on several
+hosts): it is one SQLite file in rollback-journal mode (WAL needs shared memory, which a
+network filesystem does not give), so writers take SQLite's file locks; this is as safe
+as the filesystem's locks (see harness.records.shards). On a filesystem without working
+locks, point cache_dir (or MEMSPACE_CACHE) at node-local disk: the cache is keyed by
+content, so each node simply fills its own.
 """
 
 from __future__ import annotations
@@ -119,8 +134,10 @@ class VectorCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path, self.dim = path, dim
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=60)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=600)
+        # rollback journal, not WAL: safe with writers on several hosts (module doc); a cache
+        # left in WAL mode by an older version switches back once no one else has it open
+        self._db.execute("PRAGMA journal_mode=DELETE")
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
         self._db.execute("CREATE TABLE IF NOT EXISTS vectors (h BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
         row = self._db.execute("SELECT v FROM meta WHERE k = 'encoder_id'").fetchone()
@@ -171,14 +188,16 @@ class Encoder:
     """embed(texts) -> (n, 384) float32, unit-normalised; cached on disk by encoder id + text hash."""
 
     def __init__(self, spec: EncoderSpec | str, cache_dir: Path | str | None = None, batch_size: int = 32,
-                 progress_min: int = 128, device: str = "cpu"):
+                 progress_min: int = 128, device: str | Sequence[str] = "cpu"):
         self.spec = SPECS[spec] if isinstance(spec, str) else spec
         self.model_dir = resolve_model_dir(self.spec)
         self.weights = weights_hash(self.model_dir)
         self.id = (f"{self.spec.name}:{self.spec.model}:{self.spec.pooling}:seq{self.spec.max_seq_length}:"
                    f"fp32:norm:{self.weights[:16]}")
         self.dim = DIM
-        self.batch_size, self.progress_min, self.device = batch_size, progress_min, device
+        self.batch_size, self.progress_min = batch_size, progress_min
+        self.device = device if isinstance(device, str) else list(device)
+        self._pool = None  # sentence-transformers' multi-process pool, when several devices
         safe = f"{self.spec.name}-{self.spec.pooling}-{self.weights[:16]}"
         self.cache = VectorCache(Path(cache_dir or cache_root()) / f"{safe}.sqlite", self.id, self.dim)
         self.stats = EncoderStats()
@@ -186,27 +205,43 @@ class Encoder:
         self._model_lock = threading.Lock()
 
     # -- the model ----------------------------------------------------------------------
+    def devices(self) -> list[str]:
+        """The devices `device` names: cuda = every visible GPU; refused when torch sees none."""
+        wanted = [self.device] if isinstance(self.device, str) else list(self.device)
+        if any(str(d).startswith("cuda") for d in wanted):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise RuntimeError(f"encoder.device={self.device}: torch {torch.__version__} sees no CUDA GPU "
+                                   "(a CPU-only build, or no GPU on this node); use encoder.device=cpu")
+            if wanted == ["cuda"]:
+                wanted = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        return [str(d) for d in wanted]
+
     def _load(self):
         with self._model_lock:
             if self._model is not None:
                 return self._model
+            devices = self.devices()
             os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the directory is local by now
             from sentence_transformers import SentenceTransformer
             from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
             d = str(self.model_dir)
             if (self.model_dir / "modules.json").exists():
-                model = SentenceTransformer(d, device=self.device, local_files_only=True)
+                model = SentenceTransformer(d, device=devices[0], local_files_only=True)
             else:  # a plain transformers checkpoint: build the pipeline the spec names
                 tr = Transformer(d, max_seq_length=self.spec.max_seq_length)
                 model = SentenceTransformer(modules=[tr, Pooling(DIM, pooling_mode=self.spec.pooling), Normalize()],
-                                            device=self.device)
+                                            device=devices[0])
             pools = [m for m in model if isinstance(m, Pooling)]
             if len(pools) != 1 or pools[0].pooling_mode != self.spec.pooling:
                 got = [p.pooling_mode for p in pools]
                 raise RuntimeError(f"encoder {self.spec.name}: {d} pools with {got}, the spec says {self.spec.pooling!r}")
             model.max_seq_length = self.spec.max_seq_length
             model.eval()
+            if len(devices) > 1:  # one process per device, started once, stopped by close()
+                self._pool = model.start_multi_process_pool(devices)
             self._model = model
             return model
 
@@ -215,7 +250,7 @@ class Encoder:
         model = self._load()
         with self._model_lock:
             v = model.encode(list(texts), batch_size=batch_size or self.batch_size, normalize_embeddings=True,
-                             convert_to_numpy=True, show_progress_bar=False)
+                             convert_to_numpy=True, show_progress_bar=False, pool=self._pool)
         return np.asarray(v, dtype=np.float32)
 
     # -- the cached path ----------------------------------------------------------------
@@ -253,7 +288,8 @@ class Encoder:
                 t0 = time.perf_counter()
                 with self._model_lock:
                     v = model.encode([todo[k] for k in ks], batch_size=len(ks), normalize_embeddings=True,
-                                     convert_to_numpy=True, show_progress_bar=False)
+                                     convert_to_numpy=True, show_progress_bar=False, pool=self._pool,
+                                     chunk_size=self._chunk(len(ks)))
                 self.stats.seconds += time.perf_counter() - t0
                 v = np.asarray(v, dtype=np.float32)
                 self.cache.put_many(list(zip(ks, v)))
@@ -266,16 +302,24 @@ class Encoder:
                 bar.close()
         return got
 
+    def _chunk(self, n: int) -> int | None:
+        """With a pool: a batch split evenly over its processes, one chunk each."""
+        return None if self._pool is None else max(1, -(-n // len(self._pool["processes"])))
+
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text], progress=False)[0]
 
     def describe(self) -> dict:
         return {"encoder": self.spec.name, "model": self.spec.model, "encoder_id": self.id,
+                "device": self.device if isinstance(self.device, str) else ",".join(self.device),
                 "pooling": self.spec.pooling, "max_seq_length": self.spec.max_seq_length,
                 "study_encoder": self.spec.study_encoder, "model_dir": str(self.model_dir),
                 "weights_sha256": self.weights, "note": self.spec.note}
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._model.stop_multi_process_pool(self._pool)
+            self._pool = None
         self.cache.close()
 
 
@@ -327,6 +371,7 @@ def load_encoder(name: str = "minilm", path: str | None = None, cache_dir: str |
     spec = SPECS[name]
     if path:
         spec = EncoderSpec(**{**spec.__dict__, "path": path})
+    kw = {k: (v if isinstance(v, (str, int, float, type(None))) else tuple(v)) for k, v in kw.items()}
     key = (spec, str(cache_dir), tuple(sorted(kw.items())))
     with _shared_lock:
         if key not in _shared:

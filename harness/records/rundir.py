@@ -7,6 +7,7 @@
     prompts/<sha256>.txt  each distinct system prompt once; transcripts name it by its sha256
     ledger.jsonl      every model call, from the metering proxy (LedgerEvent lines)
     judgements/<judge>.jsonl  Judgement lines
+    shards/<I>of<N>/  a shard's own ledger.jsonl, attempts.jsonl and lock (harness.records.shards)
 
 A kill -9 at any moment leaves at worst a started attempt without a record; the
 next start of the same command runs it again under a higher attempt number and
@@ -17,9 +18,11 @@ is written and read through harness.records.schema.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import socket
 import threading
 from pathlib import Path
 from typing import Iterable
@@ -29,13 +32,15 @@ from pydantic import BaseModel
 
 from harness.records.ledger import read_ledger
 from harness.records.schema import Judgement, StageInfo, dump, parse, read_json
+from harness.records.shards import Shard, layouts, shard_dir
 
 # which record model a stage's records/ holds, by the stage's kind (stage.json)
 RECORD_KINDS = {"personal": "personal_record"}
 
 # settings that do not change what a stage's runs measure: speed, where caches live, what to
-# retry, and the judge (each judgement records its own judge and prompt hash)
-VOLATILE = ("concurrency", "dry_run", "cache_dir", "judge", "retry_failed")
+# retry, the judge (each judgement records its own judge and prompt hash), and which shard
+# of the stage a driver runs (every shard shares the stage's stage.json)
+VOLATILE = ("concurrency", "dry_run", "cache_dir", "judge", "retry_failed", "shard")
 # the same inside the model config: how patiently calls are retried
 VOLATILE_MODEL = ("max_retries", "backoff_s", "timeout_s")
 
@@ -46,6 +51,8 @@ def config_hash(cfg) -> str:
         data.pop(k, None)
     for k in VOLATILE_MODEL:
         (data.get("model") or {}).pop(k, None)
+    if (data.get("encoder") or {}).get("device") == "cpu":  # the default, as before the key existed:
+        data["encoder"].pop("device")                      # stages begun earlier keep their hash
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -54,7 +61,8 @@ class StageMismatch(RuntimeError):
 
 
 def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    # unique per host, process and thread: shards on a shared filesystem, threads writing one prompt
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w", encoding="utf-8", newline="") as f:
         f.write(text)
         f.flush()
@@ -68,43 +76,68 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 class RunDir:
-    def __init__(self, root: str | Path):
+    """One stage folder, as seen by one driver: `shard` (None = unsharded) picks where this
+    driver's ledger and attempt log go; records, stage.json and judgements are shared."""
+
+    def __init__(self, root: str | Path, shard: Shard | None = None):
         self.root = Path(root)
+        self.shard = shard
         self.records_dir = self.root / "records"
-        self.ledger_path = self.root / "ledger.jsonl"
-        self.attempts_path = self.root / "attempts.jsonl"
+        own = shard_dir(self.root, shard) if shard else self.root
+        self.ledger_path = own / "ledger.jsonl"
+        self.attempts_path = own / "attempts.jsonl"
         self.stage_path = self.root / "stage.json"
 
     @classmethod
     def for_stage(cls, cfg) -> "RunDir":
-        return cls(Path(str(cfg.runs_dir)) / str(cfg.stage.name) / str(cfg.stage.label))
+        return cls(Path(str(cfg.runs_dir)) / str(cfg.stage.name) / str(cfg.stage.label),
+                   Shard.parse(cfg.get("shard")))
 
     def open(self, cfg, stage_info: dict) -> StageInfo:
-        """Create the folder, or check that an existing one was started with the same config."""
+        """Create the folder, or check that an existing one was started with the same config.
+
+        Shards starting at once serialise here (a flock), so stage.json is written once."""
         self.records_dir.mkdir(parents=True, exist_ok=True)
+        self.attempts_path.parent.mkdir(parents=True, exist_ok=True)
         h = config_hash(cfg)
-        if self.stage_path.exists():
-            known = self.stage()
-            if known.config_hash != h:
-                raise StageMismatch(
-                    f"{self.root} was started with another configuration (hash {known.config_hash[:12]}, "
-                    f"now {h[:12]}); resume with the same overrides, or start anew with stage.label=NEW_LABEL")
-            return known
-        info = StageInfo.model_validate({"config_hash": h, **stage_info})
-        atomic_write(self.root / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        atomic_write(self.stage_path, dump(info))
-        return info
+        with open(self.root / ".open.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.stage_path.exists():
+                known = self.stage()
+                if known.config_hash != h:
+                    raise StageMismatch(
+                        f"{self.root} was started with another configuration (hash {known.config_hash[:12]}, "
+                        f"now {h[:12]}); resume with the same overrides, or start anew with stage.label=NEW_LABEL")
+                return known
+            info = StageInfo.model_validate({"config_hash": h, **stage_info})
+            atomic_write(self.root / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+            atomic_write(self.stage_path, dump(info))
+            return info
+
+    def attempt_paths(self) -> list[Path]:
+        """Every attempt log of the stage: the unsharded one and each shard's."""
+        return [(shard_dir(self.root, s) if s else self.root) / "attempts.jsonl" for s in layouts(self.root)]
+
+    def ledger_paths(self) -> list[Path]:
+        """Every metering ledger of the stage (each shard's and the top one, which the judge uses).
+
+        HOOK: a spending cap or cost forecast for the whole stage sums the calls of these files,
+        not only this driver's ledger."""
+        top = [self.root / "ledger.jsonl"]
+        return top + [shard_dir(self.root, s) / "ledger.jsonl" for s in layouts(self.root) if s]
 
     def stage(self) -> StageInfo:
         return read_json("stage", self.stage_path)
 
     # --- attempts -----------------------------------------------------------------
     def attempts(self) -> dict[str, int]:
-        """Highest attempt number started per run id."""
+        """Highest attempt number started per run id, over every attempt log of the stage, so
+        attempt numbers keep growing when a stage is resumed with another shard layout."""
         out: dict[str, int] = {}
-        for e in read_ledger(self.attempts_path):
-            a = parse("attempt", e, self.attempts_path)
-            out[a.run] = max(out.get(a.run, 0), a.attempt)
+        for path in self.attempt_paths():
+            for e in read_ledger(path):
+                a = parse("attempt", e, path)
+                out[a.run] = max(out.get(a.run, 0), a.attempt)
         return out
 
     def start_attempt(self, run_id: str, attempt: int, ts: str) -> None:

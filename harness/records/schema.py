@@ -350,6 +350,8 @@ class StageInfo(_Open):
     model: dict[str, Any] | None
     prereg: dict[str, Any] | None
     created: str
+    # a job of a Hydra sweep (-m): its overrides, from which its label was derived; None = not a sweep
+    sweep: dict[str, Any] | None = None
 
 
 class Attempt(_Model):

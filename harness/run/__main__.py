@@ -1,5 +1,8 @@
 """`python -m harness.run stage=NAME [overrides]`: the command line in harness.cli.run."""
 
-from harness.cli.run import main
+import sys
 
+from harness.cli.run import main, multirun_flag_first
+
+sys.argv = multirun_flag_first(sys.argv)
 main()

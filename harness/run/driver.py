@@ -34,7 +34,7 @@ from harness.endpoints.client import Agent, Meter, ModelCallFailed
 from harness.endpoints.proxy import MeteringProxy
 from harness.failures import EnvironmentFailure, classify
 from harness.records import RunDir, StageMismatch
-from harness.records.ledger import Ledger
+from harness.records.ledger import Ledger, read_ledger
 from harness.records.ledger import mark_interrupted as mark_interrupted_lines
 from harness.records.provenance import code_revision, versions
 from harness.records.schema import SCHEMA_VERSION, RunRecord, StageInfo
@@ -66,11 +66,22 @@ def stage_info(cfg, plan: Plan) -> dict:
     }
 
 
-def mark_interrupted(rd: RunDir, ledger: Ledger, reason: str = "no record") -> int:
-    """Ledger lines of run attempts that never finished stay, and are marked as such."""
-    started = {(rid, a) for rid, last in rd.attempts().items() for a in range(1, last + 1)}
+def owned_runs(rd: RunDir, plan: Plan) -> list[RunSpec]:
+    """The runs this driver may run: its shard's part of the plan, or the whole plan."""
+    return rd.shard.select(plan.runs) if rd.shard else list(plan.runs)
+
+
+def mark_interrupted(rd: RunDir, ledger: Ledger, reason: str = "no record", owned: set[str] | None = None) -> int:
+    """Ledger lines of run attempts that never finished stay, and are marked as such.
+
+    Only runs in `owned` (default: all) are marked: a shard never marks the runs other live
+    shards are running. Marks already in any ledger of the stage are not repeated."""
+    started = {(rid, a) for rid, last in rd.attempts().items() if owned is None or rid in owned
+               for a in range(1, last + 1)}
     finished = {(r.run_id, r.attempt) for r in rd.records()}
-    return mark_interrupted_lines(ledger, started, finished, reason)
+    marked = {(e["tag"], e["attempt"]) for path in rd.ledger_paths() for e in read_ledger(path)
+              if e.get("event") == "interrupted"}
+    return mark_interrupted_lines(ledger, started, finished | marked, reason)
 
 
 def decomposition(calls: list[dict]) -> dict:
@@ -201,9 +212,10 @@ class StageRunner:
         return record
 
 
-def open_stage(cfg, plan: Plan) -> tuple[RunDir, StageInfo]:
+def open_stage(cfg, plan: Plan, sweep: dict | None = None) -> tuple[RunDir, StageInfo]:
+    """Open (or create) the stage folder; `sweep` (the job's overrides in a multirun) goes into stage.json."""
     rd = RunDir.for_stage(cfg)
-    info = rd.open(cfg, stage_info(cfg, plan))
+    info = rd.open(cfg, {**stage_info(cfg, plan), "sweep": sweep})
     if info.data["sha256"] != plan.data["sha256"]:
         raise StageMismatch(f"{rd.root}: the data file changed since this stage started "
                             f"({info.data['sha256'][:12]} -> {plan.data['sha256'][:12]}); use a new stage.label")
@@ -211,11 +223,13 @@ def open_stage(cfg, plan: Plan) -> tuple[RunDir, StageInfo]:
 
 
 def pending_runs(rd: RunDir, plan: Plan, retry_failed: bool) -> tuple[list[RunSpec], int]:
-    """Runs to do now (unrecorded, and failed ones when asked) and how many are recorded for good."""
+    """Runs of this driver to do now (unrecorded, and failed ones when asked) and how many of
+    its runs are recorded for good (by whichever driver: a record is never made twice)."""
     done = {r.run_id: r.status for r in rd.records()}
     again = {rid for rid, st in done.items() if st != "ok"} if retry_failed else set()
-    pending = [r for r in plan.runs if r.run_id not in done or r.run_id in again]
-    return pending, len(plan.runs) - len(pending)
+    owned = owned_runs(rd, plan)
+    pending = [r for r in owned if r.run_id not in done or r.run_id in again]
+    return pending, len(owned) - len(pending)
 
 
 def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Ledger, proxy_url: str,
@@ -231,11 +245,12 @@ def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Le
         if r.run_id in ids:
             ledger.append({"event": "interrupted", "tag": r.run_id, "attempt": r.attempt,
                            "reason": "failed run attempted again (retry_failed=true)", "ts": _now()})
-    mark_interrupted(rd, ledger)
+    owned = {r.run_id for r in owned_runs(rd, plan)}
+    mark_interrupted(rd, ledger, owned=owned)
     runner = StageRunner(cfg, plan, rd, info, proxy_url, endpoint.info)
     stop = None
     try:
-        stop = _run_pool(runner, pending, attempts, concurrency, len(plan.runs), len(plan.runs) - len(pending))
+        stop = _run_pool(runner, pending, attempts, concurrency, len(owned), len(owned) - len(pending))
     finally:
         try:
             runner.env.close()
@@ -247,9 +262,10 @@ def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Le
     print(f"runs done: {t['failed']} failed in this session, {t['tokens']:,} tokens, "
           f"${t['cost']:.4f} at list price", file=sys.stderr)
     if stop is not None:
-        recorded = len(rd.record_paths())
-        mark_interrupted(rd, ledger, reason=f"stage stopped: {stop}"[:300])
-        raise StageStopped(f"stage stopped before every run was recorded ({recorded} of {len(plan.runs)} "
+        recorded = len(owned & {p.stem for p in rd.record_paths()})
+        mark_interrupted(rd, ledger, reason=f"stage stopped: {stop}"[:300], owned=owned)
+        whose = f" of shard {rd.shard}" if rd.shard else ""
+        raise StageStopped(f"stage stopped before every run{whose} was recorded ({recorded} of {len(owned)} "
                            f"recorded; the rest run on resume): {stop}")
     return t
 

@@ -19,7 +19,10 @@ with a manifest `<agent>.json` written last; a store whose manifest matches the
 sessions it should hold is reused. Builds happen in a temporary file in the same
 directory and are renamed into place, under a per-path thread lock and a file
 lock, so concurrent builds of different stores run in parallel and two callers
-wanting the same store build it once.
+wanting the same store build it once, also from several processes or hosts (shards)
+sharing the cache on a network filesystem whose flock works (harness.records.shards).
+A built store is only read afterwards. Without working locks, point
+MEMSPACE_STORE_CACHE at node-local disk: stores are keyed by content.
 
 Each store also gets a sandbox copy `<agent>.ro.db`: the same file switched to
 the rollback journal, because SQLite cannot open a WAL database on a read-only
@@ -34,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sqlite3
 import threading
 import time
@@ -112,6 +116,7 @@ class StoreInfo:
         return d
 
 
+_TAG = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())  # temp names unique across hosts sharing the cache
 _path_locks: dict[Path, threading.Lock] = {}
 _path_locks_guard = threading.Lock()
 
@@ -186,7 +191,7 @@ def ensure_sandbox_copy(path: Path) -> Path:
     dst = path.with_suffix(".ro.db")
     with _lock_for(dst):
         if not dst.exists():
-            tmp = dst.with_name(f".{dst.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp = dst.with_name(f".{dst.name}.{_TAG}.{os.getpid()}.{threading.get_ident()}.tmp")
             _make_sandbox_copy(path, tmp)
             os.replace(tmp, dst)
     return dst
@@ -235,7 +240,7 @@ def build_store(
                     and final.exists() and ro.exists():
                 return info(0.0, True)
             t0 = time.perf_counter()
-            tag = f"{os.getpid()}.{threading.get_ident()}"
+            tag = f"{_TAG}.{os.getpid()}.{threading.get_ident()}"
             tmp_db = final.with_name(f".{final.stem}.{tag}.tmp.db")
             tmp_ro = final.with_name(f".{final.stem}.{tag}.tmp.ro.db")
             for p in (tmp_db, tmp_ro):
