@@ -140,6 +140,8 @@ class _Judging:
         self.cost = {"list": 0.0, "paid": 0.0, "calls": 0}
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
+        self.budget = None  # harness.run.budget.Budget of the stage, when it has a spending cap
+        self.over_budget = 0
 
     def close(self) -> None:
         self.out.close()
@@ -199,6 +201,9 @@ class _Judging:
                 reply = self.cache.get(self.ident, item.prompt_sha256)
                 if reply is not None:
                     self._write_reply(record, item, reply, cached=True, attempt=attempt, meter=None)
+                elif self.budget is not None and self.budget.exhausted:
+                    with self._lock:
+                        self.over_budget += 1  # not judged: judged on the next run with a higher cap
                 else:
                     self._call(record, item, proxy_url, attempt)
             bar.update(1)
@@ -237,9 +242,9 @@ def _concurrency(cfg, jc: dict) -> int:
     return max(1, n)
 
 
-def judge_stage(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, only: set[str] | None = None,
+def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | None = None,
                 name: str | None = None, prompts: P.PromptSet | str | None = None, tag_prefix: str = "judge",
-                progress: bool = True) -> dict:
+                progress: bool = True, budget=None) -> dict:
     """Judge every record of `run_dir` (or the run ids in `only`); returns a summary.
 
     endpoint: an already open harness.endpoints.registry.Endpoint of the same model, e.g. the
@@ -260,6 +265,7 @@ def judge_stage(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, onl
     existing = load_judgements(rd, name)
     cache = JudgeCache(Path(str(cfg.cache_dir)) / "judge_cache.sqlite")
     job = _Judging(rd, jc, name, prompts, cache, tag_prefix)
+    job.budget = budget
     pending: list[tuple[dict, list[P.Item]]] = []
     skipped = 0
     try:
@@ -278,6 +284,8 @@ def judge_stage(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, onl
                 pending.append((rec, todo))
         n_calls = sum(len(items) for _, items in pending)
         ledger = Ledger(rd.ledger_path)
+        if budget is not None:
+            ledger.listeners.append(budget.add)
         try:
             interrupted = _mark_interrupted(ledger, job.attempts_path, job.lines_path, tag_prefix)
             if n_calls:
@@ -310,6 +318,11 @@ def judge_stage(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, onl
          "last_summary": {k: v for k, v in summary.items() if k != "problems"}, "updated": _now()},
         indent=1, sort_keys=True, default=str))
     report(summary)
+    if job.over_budget:
+        from harness.run.budget import BudgetReached
+
+        raise BudgetReached(f"stopped at budget: ${budget.spent:.4f} of ${budget.cap:.4f}; "
+                            f"{job.over_budget} judgements not made")
     return summary
 
 
@@ -370,14 +383,23 @@ def main_entry(cfg) -> int:
 
         summary = judge_personal(cfg, rd)
         return 3 if summary["written"].get("failed") else 0
+    from harness.run.budget import Budget, BudgetReached
+
+    budget = None
+    if cfg.get("budget_usd") is not None:  # the stage's cap covers the judge's calls too
+        budget = Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"),
+                        judge_model_config(cfg.judge).get("prices"), rd.ledger_paths())
     try:
-        summary = judge_stage(cfg, rd)
+        summary = judge_stage(cfg, rd, budget=budget)
     except (P.PromptFileError, RecordError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except EnvironmentFailure as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         return 3
+    except BudgetReached as exc:
+        print(f"{exc}; raise budget_usd and run the same command to go on", file=sys.stderr)
+        return 4
     return 3 if summary["failed"] else 0
 
 

@@ -34,6 +34,7 @@ from harness.failures import EnvironmentFailure
 from harness.records import StageMismatch
 from harness.records.schema import RecordError
 from harness.records.shards import DriverLock, Shard, ShardBusy, ShardError
+from harness.run.budget import Budget, BudgetReached
 from harness.run.plan import PlanError, build
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -121,25 +122,32 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
             print(f"shard {shard}: not judging here; once every shard is done, judge the stage once "
                   f"(make judge STAGE={cfg.stage.name} with the same overrides, stage.label={cfg.stage.label})",
                   file=sys.stderr)
-        # HOOK (spending cap / cost forecast, not built yet): a cap for the whole stage must sum
-        # every shard's ledger, rd.ledger_paths(), before and while this driver spends.
+        # the spending cap covers the whole stage: every shard's ledger, the judge's calls too
+        budget = Budget(cfg.get("budget_usd"), model_cfg.get("prices"),
+                        OmegaConf.to_container(cfg.judge, resolve=True).get("prices"), rd.ledger_paths())
+        if budget.cap is not None:
+            print(f"  budget: ${budget.spent:.4f} of ${budget.cap:.4f} spent so far (list price, agents and judge)",
+                  file=sys.stderr)
+        if pending and budget.exhausted:
+            raise BudgetReached(budget.stopped(settled, settled + len(pending)))
         if pending:
             endpoint = stack.enter_context(open_endpoint(cfg.model))
             ledger = Ledger(rd.ledger_path)
+            ledger.listeners.append(budget.add)
             stack.callback(ledger.close)
             proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
                                                       float(cfg.model.get("timeout_s", 600)), str(cfg.model.model)))
             check = pf.model_call(proxy.base_url, model_cfg, "model")
             print(check.line(), file=sys.stderr)
             pf.raise_first_failure([check])
-            run_stage(cfg, plan, rd, info, endpoint, ledger, proxy.base_url, pending)
+            run_stage(cfg, plan, rd, info, endpoint, ledger, proxy.base_url, pending, budget)
             ledger.close()  # the judge appends to the same ledger through its own proxy
             shared = endpoint if _same_endpoint(cfg.judge, cfg.model) else None
         labels = None
         if judge_after:
             from judge.run import judge_stage
 
-            judge_stage(cfg, rd, endpoint=shared)
+            judge_stage(cfg, rd, endpoint=shared, budget=budget)
             labels = {rid: j.label for (rid, kind), j in rd.judgements(str(cfg.judge.name)).items() if kind == "correct"}
     print(summary(rd, labels, str(cfg.judge.name) if judge_after else None), file=sys.stderr)
 
@@ -174,6 +182,9 @@ def main(cfg: DictConfig) -> None:
     except (EnvironmentFailure, ShardBusy) as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         sys.exit(3)
+    except BudgetReached as exc:
+        print(f"{exc}; raise budget_usd and run the same command to go on", file=sys.stderr)
+        sys.exit(4)
     except RuntimeError as exc:
         from harness.run.driver import StageStopped
 

@@ -22,6 +22,7 @@ class Ledger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self.listeners: list = []  # called with each appended entry (e.g. the spending cap)
         self._f = open(self.path, "a", encoding="utf-8")
         if self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n"):
             self._f.write("\n")  # end a line torn by a crash, so the next entry stays whole
@@ -33,6 +34,8 @@ class Ledger:
             self._f.write(line)
             self._f.flush()
             os.fsync(self._f.fileno())
+        for listener in self.listeners:
+            listener(entry)
 
     def close(self) -> None:
         with self._lock:

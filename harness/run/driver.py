@@ -40,6 +40,7 @@ from harness.records.provenance import code_revision, versions
 from harness.records.schema import SCHEMA_VERSION, RunRecord, StageInfo
 from harness.run.context import Environment, RunContext
 from harness.run.loop import TranscriptRecorder, run_loop
+from harness.run.budget import Budget, BudgetReached
 from harness.run.plan import Plan, RunSpec
 from harness.run.prompts import system_prompt
 
@@ -233,10 +234,11 @@ def pending_runs(rd: RunDir, plan: Plan, retry_failed: bool) -> tuple[list[RunSp
 
 
 def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Ledger, proxy_url: str,
-              pending: list[RunSpec]) -> dict:
+              pending: list[RunSpec], budget: Budget | None = None) -> dict:
     """Run `pending` through an open endpoint and proxy; returns this session's totals.
 
-    Raises StageStopped when an environment failure (or a harness error) stopped it early.
+    Raises StageStopped when an environment failure (or a harness error) stopped it early, and
+    BudgetReached when the spending cap did (runs in flight finish; none starts after it).
     """
     attempts = rd.attempts()
     concurrency = max(1, min(int(cfg.concurrency), int(cfg.model.get("max_concurrency") or cfg.concurrency)))
@@ -250,7 +252,7 @@ def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Le
     runner = StageRunner(cfg, plan, rd, info, proxy_url, endpoint.info)
     stop = None
     try:
-        stop = _run_pool(runner, pending, attempts, concurrency, len(owned), len(owned) - len(pending))
+        stop = _run_pool(runner, pending, attempts, concurrency, len(owned), len(owned) - len(pending), budget)
     finally:
         try:
             runner.env.close()
@@ -261,8 +263,10 @@ def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Le
     t = runner.totals
     print(f"runs done: {t['failed']} failed in this session, {t['tokens']:,} tokens, "
           f"${t['cost']:.4f} at list price", file=sys.stderr)
+    recorded = len(owned & {p.stem for p in rd.record_paths()})
+    if stop == BUDGET:
+        raise BudgetReached(budget.stopped(recorded, len(owned)))
     if stop is not None:
-        recorded = len(owned & {p.stem for p in rd.record_paths()})
         mark_interrupted(rd, ledger, reason=f"stage stopped: {stop}"[:300], owned=owned)
         whose = f" of shard {rd.shard}" if rd.shard else ""
         raise StageStopped(f"stage stopped before every run{whose} was recorded ({recorded} of {len(owned)} "
@@ -289,8 +293,11 @@ def summary(rd: RunDir, labels: dict[str, bool | None] | None, judge_name: str |
     return "\n".join(lines)
 
 
+BUDGET = "budget"
+
+
 def _run_pool(runner: StageRunner, pending: list[RunSpec], attempts: dict[str, int], concurrency: int,
-              total: int, done: int) -> str | None:
+              total: int, done: int, budget: Budget | None = None) -> str | None:
     """Run `pending`; returns why the stage stopped early, or None when every run was attempted."""
     bar = tqdm(total=total, initial=done, unit="run", dynamic_ncols=True, file=sys.stderr)
     stop: list[str] = []
@@ -298,6 +305,8 @@ def _run_pool(runner: StageRunner, pending: list[RunSpec], attempts: dict[str, i
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent") as pool:
             running = set()
             for spec in pending:
+                if not stop and budget is not None and budget.exhausted:
+                    stop.append(BUDGET)
                 if stop:
                     break  # runs in flight finish; no new run starts
                 running.add(pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1))

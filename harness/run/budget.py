@@ -1,0 +1,55 @@
+"""The spending cap of a stage (`budget_usd=`): agents and judge together, at list price.
+
+The spend is read from the metering ledger — every shard's, everything already spent by
+earlier sessions and interrupted attempts included — and kept current as the proxy appends
+each response. Once it reaches the cap no new run or judgement starts; those in flight finish.
+The cap is not part of a stage's identity, so the same command with a higher cap resumes.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from harness.endpoints.pricing import list_cost
+from harness.records.ledger import read_ledger
+
+
+class BudgetReached(RuntimeError):
+    pass
+
+
+def _usd(prices: dict | None, e: dict) -> float:
+    if not prices or e.get("event") != "response" or e.get("status") != 200:
+        return 0.0
+    return list_cost(prices, int(e.get("hit") or 0), int(e.get("miss") or 0), int(e.get("output") or 0)) \
+        * float(prices.get("usd_per_currency", 1.0) or 1.0)
+
+
+class Budget:
+    def __init__(self, cap_usd: float | None, model_prices: dict | None, judge_prices: dict | None,
+                 ledgers: list[Path]):
+        if cap_usd is not None and float(cap_usd) < 0:
+            raise ValueError(f"budget_usd must be >= 0, got {cap_usd}")
+        self.cap = None if cap_usd is None else float(cap_usd)
+        self.model_prices, self.judge_prices = model_prices, judge_prices
+        self._lock = threading.Lock()
+        self.spent = sum(self.cost(e) for p in ledgers for e in read_ledger(p))
+
+    def cost(self, e: dict) -> float:
+        judge = e.get("role") in ("judge",) or str(e.get("tag") or "").startswith("judge")
+        return _usd(self.judge_prices if judge else self.model_prices, e)
+
+    def add(self, e: dict) -> None:
+        """Ledger listener: count one appended line."""
+        c = self.cost(e)
+        if c:
+            with self._lock:
+                self.spent += c
+
+    @property
+    def exhausted(self) -> bool:
+        return self.cap is not None and self.spent >= self.cap
+
+    def stopped(self, recorded: int, planned: int) -> str:
+        return f"stopped at budget: ${self.spent:.4f} of ${self.cap:.4f}, {recorded} of {planned} runs recorded"
