@@ -97,9 +97,12 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
     checks = pf.static_checks(cfg, plan, judge_after)
     if cfg.dry_run:
         try:
+            from harness.run.forecast import render as forecast
+
             print(plan.render())
             print("\n".join(c.line() for c in checks))
             print(pf.Check("model", None, "at start: one metered call of one output token (role preflight)").line())
+            print(forecast(cfg, plan))
         except BrokenPipeError:  # `| head`: the reader has what it wanted
             sys.stderr.close()
         failed = [c for c in checks if c.ok is False]

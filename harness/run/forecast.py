@@ -1,0 +1,160 @@
+"""What a stage will cost before it runs: calls, tokens and cost per condition (dry_run=true).
+
+Two sources, and the forecast says which one each condition used:
+
+* a pilot stage of the same model (runs/pilot/*/records): the mean calls and tokens per run
+  of each condition, times the planned runs;
+* otherwise the data: the prompt a run starts from (system prompt, question, tool schemas;
+  for `full` the whole history of each planned question, oldest first) and a typical shape
+  of the conversation per way of reaching memory (model calls per run, characters each tool
+  result adds), with every later call's prompt prefix counted as a cache hit. The typical
+  shapes below are rough (the paper's Section 5.1 means); a condition's yaml may give its own
+  under `forecast:`.
+
+Tokens are estimated as characters / 4. Off-peak cost applies the model's off-peak factor to
+every call, the price paid when a stage runs inside the provider's window.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.endpoints.pricing import list_cost
+
+CHARS_PER_TOKEN = 4
+OUTPUT_TOKENS = 60  # per call: a short answer or one tool call
+
+# module -> (model calls per run, characters each tool result adds, characters of tool schemas)
+TYPICAL = {
+    "none": (1, 0, 0),
+    "full": (1, 0, 0),
+    "prefetch": (1, 0, 0),  # the eight results are in the prompt: see PREFETCH_CHARS
+    "kernel": (1, 0, 0),
+    "session_search": (3, 16_000, 5_800),  # the runtime's tool: 8-31k characters per search
+    "fanout": (4, 16_000, 5_800),
+    "shell": (5, 2_500, 900),
+    "memory_tool": (3, 6_000, 1_200),
+    "ask_agent": (12, 4_000, 1_600),
+}
+PREFETCH_CHARS = 6_500
+COMPACT_RESULT_CHARS = 3_000
+
+
+@dataclass
+class Row:
+    condition: str
+    runs: int
+    calls: float
+    hit: float
+    miss: float
+    output: float
+    source: str
+
+    def cost(self, prices: dict, factor: float = 1.0) -> float:
+        usd = float(prices.get("usd_per_currency", 1.0) or 1.0)
+        return list_cost(prices, self.hit, self.miss, self.output) * usd * factor
+
+
+def _pilot_means(runs_dir: Path, model: str) -> tuple[dict[str, dict], str | None]:
+    """condition -> mean calls / hit / miss / output per run, from the newest pilot of this model."""
+    from harness.records import RunDir
+
+    folders = sorted((p for p in (runs_dir / "pilot").glob("*") if (p / "stage.json").exists()),
+                     key=lambda p: p.stat().st_mtime, reverse=True)
+    for folder in folders:
+        recs = [r for r in RunDir(folder).records() if r.model.get("model") == model]
+        if not recs:
+            continue
+        by: dict[str, list] = {}
+        for r in recs:
+            by.setdefault(r.condition, []).append(r)
+        means = {c: {"calls": sum(r.model_calls for r in rs) / len(rs),
+                     "hit": sum(r.tokens.hit for r in rs) / len(rs), "miss": sum(r.tokens.miss for r in rs) / len(rs),
+                     "output": sum(r.tokens.output for r in rs) / len(rs), "n": len(rs)} for c, rs in by.items()}
+        return means, str(folder)
+    return {}, None
+
+
+def _conversation(prefix_chars: float, calls: int, result_chars: float) -> tuple[float, float, float]:
+    """(hit, miss, output) tokens of a loop whose prompt grows by one result and one output per call."""
+    hit = miss = 0.0
+    prompt = prefix_chars / CHARS_PER_TOKEN
+    prev = 0.0
+    for i in range(calls):
+        hit += prev
+        miss += prompt - prev
+        prev = prompt
+        prompt += OUTPUT_TOKENS + (result_chars / CHARS_PER_TOKEN if i < calls - 1 else 0)
+    return hit, miss, calls * OUTPUT_TOKENS
+
+
+def _from_data(cond: str, cond_cfg, qids: list[str], questions, system_chars: int) -> Row:
+    module = str(cond_cfg.module)
+    calls, result, schema = TYPICAL.get(module, (3, 6_000, 1_200))
+    own = cond_cfg.get("forecast") or {}
+    calls, result, schema = int(own.get("calls", calls)), own.get("result_chars", result), own.get("schema_chars", schema)
+    if module == "session_search" and cond_cfg.get("compact"):
+        result = own.get("result_chars", COMPACT_RESULT_CHARS)
+    hit = miss = out = 0.0
+    for qid in qids:
+        q = questions[qid]
+        prefix = system_chars + len(q.question) + schema
+        if module == "full":
+            prefix += sum(len(t.content) + 40 for s in q.sessions for t in s.turns)
+        elif module == "prefetch":
+            prefix += PREFETCH_CHARS
+        h, m, o = _conversation(prefix, calls, result)
+        hit, miss, out = hit + h, miss + m, out + o
+    return Row(cond, len(qids), calls * len(qids), hit, miss, out, "data (typical conversation shape)")
+
+
+def forecast(cfg, plan) -> tuple[list[Row], str]:
+    """Rows per condition and a line saying where the numbers come from."""
+    from harness.data.longmemeval import load
+    from harness.run.prompts import system_prompt
+
+    per_cond: dict[str, list[str]] = {}
+    for r in plan.runs:
+        per_cond.setdefault(r.condition, []).append(r.qid)
+    pilot, where = _pilot_means(Path(str(cfg.runs_dir)), str(cfg.model.model)) if plan.stage != "pilot" else ({}, None)
+    need_data = [c for c in per_cond if c not in pilot]
+    questions = load(plan.data["path"], only={q for c in need_data for q in per_cond[c]}) if need_data else {}
+    system_chars = len(system_prompt("2023/05/30 (Tue) 23:40", "", org=any(r.variant for r in plan.runs))) + 200
+    rows = []
+    for cond, qids in sorted(per_cond.items()):
+        if cond in pilot:
+            m, n = pilot[cond], len(qids)
+            rows.append(Row(cond, n, m["calls"] * n, m["hit"] * n, m["miss"] * n, m["output"] * n,
+                            f"pilot ({m['n']} runs)"))
+        else:
+            rows.append(_from_data(cond, cfg.stage.conditions[cond], qids, questions, system_chars))
+    sources = Counter(r.source.split(" (")[0] for r in rows)
+    said = (f"pilot stage {where}" if where else "") + (" and " if where and sources["data"] else "") + \
+        ("the data's prompt sizes with typical conversation shapes (harness/run/forecast.py)" if sources["data"] else "")
+    return rows, said
+
+
+def render(cfg, plan) -> str:
+    rows, said = forecast(cfg, plan)
+    prices = dict(cfg.model.prices)
+    off = cfg.model.get("offpeak")
+    factor = float(off["factor"]) if off else 1.0
+    cur = "USD"
+    lines = [f"cost forecast for model {cfg.model.model} (list prices per 1M tokens: hit {prices['hit']}, "
+             f"miss {prices['miss']}, output {prices['output']}); from {said}",
+             f"{'condition':<24}{'runs':>6}{'calls':>9}{'prompt tok':>13}{'output tok':>12}{'list ' + cur:>12}"
+             f"{'off-peak ' + cur:>14}  source"]
+    tot = Row("total", 0, 0, 0, 0, 0, "")
+    for r in rows:
+        lines.append(f"{r.condition:<24}{r.runs:>6}{r.calls:>9,.0f}{r.hit + r.miss:>13,.0f}{r.output:>12,.0f}"
+                     f"{r.cost(prices):>12.4f}{r.cost(prices, factor):>14.4f}  {r.source}")
+        tot = Row("total", tot.runs + r.runs, tot.calls + r.calls, tot.hit + r.hit, tot.miss + r.miss,
+                  tot.output + r.output, "")
+    lines.append(f"{'total':<24}{tot.runs:>6}{tot.calls:>9,.0f}{tot.hit + tot.miss:>13,.0f}{tot.output:>12,.0f}"
+                 f"{tot.cost(prices):>12.4f}{tot.cost(prices, factor):>14.4f}")
+    lines.append("judging adds about one short call per run (two for Org private runs) at the judge's prices")
+    return "\n".join(lines)
+
+

@@ -1,0 +1,68 @@
+"""The cost forecast of `dry_run=true`: from the data when no pilot exists, from a pilot when one does."""
+
+import subprocess
+
+from omegaconf import OmegaConf
+
+from harness.run.forecast import CHARS_PER_TOKEN, OUTPUT_TOKENS, _conversation
+from tests.fake_model import FakeModel
+from tests.test_driver import cmd, records
+
+
+def test_a_loop_counts_every_earlier_prompt_as_cache_hits():
+    hit, miss, out = _conversation(4000, 3, 800)  # prompts of 1000, 1260, 1520 tokens
+    assert (hit, miss, out) == (1000 + 1260, 1520, 3 * OUTPUT_TOKENS)
+    assert _conversation(400, 1, 5000) == (0.0, 400 / CHARS_PER_TOKEN, OUTPUT_TOKENS)
+
+
+def forecast_lines(out: str) -> dict[str, list[str]]:
+    start = out.index("cost forecast")
+    rows = {}
+    for line in out[start:].splitlines()[2:]:
+        parts = line.split()
+        if len(parts) > 6 and parts[1].isdigit():
+            rows[parts[0]] = parts
+    return rows
+
+
+def test_forecast_from_a_pilot_matches_the_metered_stage(tmp_path):
+    prices = ["model.prices.hit=100", "model.prices.miss=1000", "model.prices.output=2000"]
+    with FakeModel() as fake:
+        dry = subprocess.run(cmd(fake, tmp_path, *prices, "dry_run=true"), capture_output=True, text=True, timeout=120)
+        assert dry.returncode == 0, dry.stderr
+        assert "from the data's prompt sizes" in dry.stdout
+        # a pilot of the same model on the same plan, then the forecast reads it
+        pilot = subprocess.run(cmd(fake, tmp_path, *prices, "stage.name=pilot", "stage.label=p"),
+                               capture_output=True, text=True, timeout=300)
+        assert pilot.returncode == 0, pilot.stderr
+        dry = subprocess.run(cmd(fake, tmp_path, *prices, "dry_run=true"), capture_output=True, text=True, timeout=120)
+        assert "from pilot stage" in dry.stdout, dry.stdout
+        rows = forecast_lines(dry.stdout)
+        res = subprocess.run(cmd(fake, tmp_path, *prices), capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+    recs = records(tmp_path)
+    for cond in ("none", "full"):
+        mine = [r for r in recs.values() if r["condition"] == cond]
+        calls = sum(r["model_calls"] for r in mine)
+        tokens = sum(r["tokens"]["prompt"] for r in mine)
+        cost = sum(r["cost_list"] for r in mine)
+        row = rows[cond]
+        assert int(row[1]) == len(mine) and int(row[2].replace(",", "")) == calls
+        assert int(row[3].replace(",", "")) == tokens  # the fake model's usage is deterministic
+        assert abs(float(row[5]) - cost) < 1e-4
+        assert row[7] == "pilot"
+
+
+def test_full_context_forecast_grows_with_the_history():
+    from harness.run.forecast import _from_data
+    from harness.data.longmemeval import Question, Session, Turn
+    from datetime import datetime
+
+    def q(n_chars):
+        s = Session("s1", datetime(2023, 1, 1), (Turn("user", "x" * n_chars),))
+        return Question("q", "multi-session", "why?", "a", datetime(2023, 1, 2), (s,))
+
+    cfg = OmegaConf.create({"module": "full"})
+    small = _from_data("full", cfg, ["q"], {"q": q(1000)}, 500)
+    big = _from_data("full", cfg, ["q"], {"q": q(101_000)}, 500)
+    assert big.miss - small.miss == 100_000 / CHARS_PER_TOKEN and big.calls == small.calls == 1
