@@ -404,3 +404,36 @@ def test_real_model_tool_choice_none_is_plain(real_client):
     assert not ch.message.tool_calls and ch.finish_reason in ("stop", "length")
     assert ch.message.content.strip() and '"action"' not in ch.message.content
     assert r.model_extra["adapter"]["mode"] == "plain"
+
+
+def test_optional_arguments_show_their_defaults_to_the_model():
+    search = {"type": "function", "function": {"name": "memory_search", "description": "Search memory.",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "query": {"type": "string"},
+                                                   "k": {"type": "integer", "default": 8}},
+                                                   "required": ["query"]}}}
+    up, _ = translate_request({"model": "m", "messages": _msgs(), "tools": [search]})
+    text = up["messages"][0]["content"]
+    assert "memory_search(query: string, k?: integer = 8 (the default; leave it out))" in text
+
+
+def test_the_loop_records_which_defaults_a_model_overrode():
+    from harness.endpoints.client import Meter
+    from harness.run.loop import call_tool
+    from harness.run.tools import ToolResult
+
+    class Search:
+        name = "memory_search"
+
+        def schema(self):
+            return {"type": "function", "function": {"name": self.name, "parameters": {"type": "object", "properties": {
+                "query": {"type": "string"}, "k": {"type": "integer", "default": 8}}}}}
+
+        def __call__(self, query="", k=8):
+            return ToolResult(f"{k} results for {query}")
+
+    meter = Meter({"hit": 0, "miss": 0, "output": 0})
+    call_tool({"memory_search": Search()}, "memory_search", '{"query": "cat", "k": 1}', meter)
+    call_tool({"memory_search": Search()}, "memory_search", '{"query": "cat", "k": 8}', meter)
+    call_tool({"memory_search": Search()}, "memory_search", '{"query": "cat"}', meter)
+    assert [t["overrode_defaults"] for t in meter.tools] == [{"k": 1}, {}, {}]

@@ -115,13 +115,20 @@ def _type_label(schema: dict) -> str:
     return t or "any"
 
 
+def _default(prop) -> str:
+    """' = 8 (the default; leave it out)' for an optional argument with a declared default."""
+    if isinstance(prop, dict) and "default" in prop:
+        return f" = {_dumps(prop['default'])} (the default; leave it out)"
+    return ""
+
+
 def describe_tools(functions: list[dict]) -> str:
     """One short block per tool; small models read signatures better than raw schemas."""
     lines = []
     for fn in functions:
         props = fn["parameters"].get("properties", {}) or {}
         required = set(fn["parameters"].get("required", []) or [])
-        sig = ", ".join(f"{k}{'' if k in required else '?'}: {_type_label(v)}" for k, v in props.items())
+        sig = ", ".join(f"{k}{'' if k in required else '?'}: {_type_label(v)}" + _default(v) for k, v in props.items())
         lines.append(f"- {fn['name']}({sig})" + (f": {fn['description'].strip()}" if fn["description"] else ""))
         for k, v in props.items():
             desc = (v or {}).get("description") if isinstance(v, dict) else None

@@ -128,6 +128,8 @@ class ToolCall(_Model):
     cut: bool
     log: Any
     failure: Literal["tool_error", "exception"] | None = None  # absent when the tool answered
+    # arguments set to other values than the schema's defaults; absent when the call never parsed
+    overrode_defaults: dict[str, Any] | None = None
 
     @field_validator("log", mode="before")
     @classmethod

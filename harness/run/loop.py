@@ -77,6 +77,14 @@ def _cut(text: str) -> str:
     return text[:MAX_RESULT_CHARS] + f"\n[... cut: {len(text) - MAX_RESULT_CHARS} more characters]"
 
 
+def overrode_defaults(tool: Tool, args: dict) -> dict:
+    """Arguments the model set to something other than the default its schema declares
+    (a small model passing k=1 to a tool whose default is 8 changes what it reads)."""
+    props = (tool.schema().get("function", {}).get("parameters") or {}).get("properties") or {}
+    return {k: v for k, v in args.items()
+            if isinstance(props.get(k), dict) and "default" in props[k] and v != props[k]["default"]}
+
+
 def call_tool(tools: dict[str, Tool], name: str, raw_args: str, meter: Meter) -> str:
     """Run one tool call; every failure becomes a tool error the model can read."""
     entry: dict[str, Any] = {"name": name, "arguments": raw_args}
@@ -90,6 +98,7 @@ def call_tool(tools: dict[str, Tool], name: str, raw_args: str, meter: Meter) ->
             raise ToolError(f"arguments are not valid JSON: {exc.msg}") from None
         if not isinstance(args, dict):
             raise ToolError("arguments must be a JSON object")
+        entry["overrode_defaults"] = overrode_defaults(tools[name], args)
         try:
             result = tools[name](**args)
         except TypeError as exc:
