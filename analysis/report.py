@@ -482,6 +482,23 @@ def render(res: Any, files: dict) -> str:
     if "figure5.png" in res.figures:
         parts.append(f"\n![{res.figures['figure5.png']}](figure5.png)\n")
 
+    parts.append("\n## Backend study (Section 5.4)\n\n")
+    parts.append(f"{link('backends_recall.csv')}, {link('backends_paper.csv')}. Recall@10 against exact search "
+                 "under the same view, mean over repeated builds with the range; latency of the index call as the "
+                 "client saw it beside the server's own time. " + " ".join(getattr(res, "notes", [])) + "\n\n")
+    bk = t.get("backends", pd.DataFrame())
+    parts.append(simple_section(bk, [c for c in [  # a folder of an earlier study lacks some columns
+        ("folder", "folder", text), ("config", "config", text), ("case", "case", text), ("s", "selectivity", text),
+        ("recall", "recall_at_10", text), ("min", "recall_min", text), ("max", "recall_max", text),
+        ("short", "short_lists", text), ("p50 ms", "p50_ms", text), ("server ms", "server_p50_ms", text),
+        ("K's", "global_pred", text), ("local", "local_pred", text), ("engine", "engine", text)] if c[1] in bk.columns]))
+    for name, cap in res.figures.items():
+        if name.startswith(("figure2_", "figure7_")):
+            parts.append(f"\n![{cap}]({name})\n")
+    parts.append("\n### The paper's Section 5.4 beside ours (the paper's values are the paper's, not measured here)\n\n")
+    parts.append(simple_section(t.get("backends_paper", pd.DataFrame()), [
+        ("folder", "folder", text), ("quantity", "quantity", text), ("paper (Section 5.4)", "paper (Section 5.4)", text),
+        ("ours", "ours", lambda x: num(x, 3)), ("our setup", "our_setup", text)]))
     parts.append("\n## Files\n\n" + "\n".join(f"- {link(name)}" for name in sorted(
         [*files.values(), *res.figures])) + "\n")
     return "".join(parts)

@@ -34,7 +34,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from analysis import figures, prereg as P, report, tables as T
+from analysis import backends as B, figures, prereg as P, report, tables as T
 from analysis.load import (REPO, SHARD_COLUMNS, AnalysisError, Folder, find_folders, first_call_ts,
                            judgement_problems, ledger_frame, load_folder, runs_frame, shard_coverage)
 from analysis.replay import FolderReplay, mismatch_rows, replay_folder
@@ -62,6 +62,7 @@ class Results:
     code: dict = field(default_factory=dict)
     command: str = ""
     replay_mode: str = "org"
+    notes: list[str] = field(default_factory=list)  # why a figure was or was not drawn
 
 
 # ------------------------------------------------------------------------------ arguments
@@ -176,6 +177,9 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     done = [a for a in ANALYSES if _analysis_present(res, a)]
     res.tables["table3_exploratory"] = P.exploratory_rows(ct["pairs"], folders, pre, done)
     res.tables["runs"] = runs
+    backend_folders = [f for f in folders if B.is_backends(f)]
+    res.tables["backends"] = B.recall_table(backend_folders)
+    res.tables["backends_paper"] = B.paper_table(backend_folders)
     return res
 
 
@@ -204,6 +208,7 @@ CSV_FILES = {  # table key -> file name
     "tokens": "tokens.csv", "evidence": "evidence.csv", "scale": "scale.csv",
     "judgement_problems": "judgement_problems.csv", "ledger_checks": "ledger_checks.csv",
     "data_quality": "data_quality.csv", "coverage": "coverage.csv", "shards": "shards.csv",
+    "backends": "backends_recall.csv", "backends_paper": "backends_paper.csv",
 }
 
 
@@ -236,6 +241,17 @@ def write(res: Results, out: Path) -> Path:
                 name = f"figure6_{_key(f.name)}.png"
                 if figures.figure6(t2, f.name, tmp / name):
                     res.figures[name] = f"Figure 6: LongMemEval-Org conditions, {f.name}"
+        for f in res.folders:
+            if not B.is_backends(f):
+                continue
+            ok, why = B.realistic(f)
+            res.notes.append(f"{f.name}: {why}" + ("" if ok else "; Figures 2 and 7 not drawn"))
+            if ok:
+                for num, draw, what in ((2, B.figure2, "recall@10 and p50 latency by view selectivity"),
+                                        (7, B.figure7, "fan-out against one shared index")):
+                    name = f"figure{num}_{_key(f.name)}.png"
+                    if draw(f, tmp / name):
+                        res.figures[name] = f"Figure {num}: {what}, {f.name}"
         if not res.tables["scale"].empty and figures.figure5(res.tables["scale"], tmp / "figure5.png"):
             res.figures["figure5.png"] = "Figure 5: S vs M histories on the scale questions"
         (tmp / "report.md").write_text(report.render(res, CSV_FILES), encoding="utf-8")

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("synth", help="write a generated benchmark file in the LongMemEval format")
     s.add_argument("--out", required=True)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--size", choices=["tiny", "s", "m"], default="tiny")
+    s.add_argument("--size", choices=["tiny", "xs", "s", "m"], default="tiny")
     d = sub.add_parser("download", help="fetch a cleaned LongMemEval file from the hub (needs internet)")
     d.add_argument("--split", choices=["s", "m", "oracle"], required=True)
     d.add_argument("--out", default="data/longmemeval")

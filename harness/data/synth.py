@@ -6,10 +6,19 @@ on unrelated topics, all dated and time-sorted. Half of the questions are
 paraphrased (the question avoids the evidence's key words) so lexical and dense
 retrieval can differ. Abstention questions (`_abs`) ask about a thing that the
 history does not contain but resembles.
+
+Filler text: the S- and M-shaped sizes (and `xs`, the same shape in small) take
+their filler from real human conversations, the MIT-licensed `chitchat-dataset`
+(7,168 conversations, installed from PyPI, no network): each filler session walks
+through one conversation, so the corpus has the spread of real chat instead of a
+few dozen templated sentences (on which every ANN figure measured the template).
+`tiny` keeps the templated filler: it is the control-flow fixture other tests
+script against. The evidence, distractors and questions are generated as before.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -22,11 +31,14 @@ from pathlib import Path
 from .longmemeval import DATE_FORMAT, QUESTION_TYPES
 
 SIZES = {
-    # per_type questions of each type, plus n_abs abstention questions spread over the types
-    "tiny": dict(per_type=2, n_abs=2, sessions=10, rounds=(2, 3), long=False),
-    "s": dict(per_type=35, n_abs=30, sessions=50, rounds=(5, 9), long=True),
-    "m": dict(per_type=7, n_abs=6, sessions=500, rounds=(5, 9), long=True),
+    # per_type questions of each type, plus n_abs abstention questions spread over the types;
+    # filler "chat" = real conversations (chitchat-dataset), "template" = the generated sentences
+    "tiny": dict(per_type=2, n_abs=2, sessions=10, rounds=(2, 3), long=False, filler="template"),
+    "xs": dict(per_type=2, n_abs=2, sessions=12, rounds=(5, 9), long=True, filler="chat"),
+    "s": dict(per_type=35, n_abs=30, sessions=50, rounds=(5, 9), long=True, filler="chat"),
+    "m": dict(per_type=7, n_abs=6, sessions=500, rounds=(5, 9), long=True, filler="chat"),
 }
+CHAT_PACKAGE = "chitchat-dataset"
 
 NAMES = ["Biscuit", "Pepper", "Mochi", "Juniper", "Waffles", "Cosmo", "Hazel", "Ziggy", "Olive", "Bruno",
          "Clementine", "Nacho", "Luna", "Tofu", "Maple"]
@@ -320,12 +332,60 @@ def _filler_round(rng, long: bool) -> tuple[str, str]:
     return user, body
 
 
+@functools.lru_cache(maxsize=1)
+def chat_conversations() -> tuple[tuple[str, ...], ...]:
+    """Every chitchat-dataset conversation as its messages (a sender's consecutive lines joined),
+    in the order of the conversation ids, so a seed picks the same text everywhere."""
+    import chitchat_dataset
+
+    data = chitchat_dataset.Dataset()
+    convs = []
+    for cid in sorted(data):
+        msgs = tuple(" ".join(u["text"].strip() for u in m).strip() for m in data[cid]["messages"])
+        msgs = tuple(m for m in msgs if m)
+        if len(msgs) >= 4:
+            convs.append(msgs)
+    return tuple(convs)
+
+
+def chat_source() -> dict:
+    """What the chat filler came from (for the data's provenance)."""
+    from importlib.metadata import version
+
+    return {"package": CHAT_PACKAGE, "version": version(CHAT_PACKAGE), "conversations": len(chat_conversations())}
+
+
+class _Filler:
+    """Filler rounds: templated sentences, or consecutive messages of one real conversation per session."""
+
+    def __init__(self, kind: str, long: bool):
+        self.kind, self.long = kind, long
+
+    def session(self, rng, n: int):
+        """n rounds, yielded one at a time (the templated rounds draw from rng in the original order)."""
+        if self.kind == "template":
+            for _ in range(n):
+                yield _filler_round(rng, self.long)
+            return
+        convs = chat_conversations()
+        made = 0
+        while made < n:  # a conversation shorter than the session continues in the next one
+            msgs = convs[rng.randrange(len(convs))]
+            i = rng.randrange(max(1, len(msgs) // 3))
+            while i + 1 < len(msgs) and made < n:
+                k = rng.randint(4, 10) if self.long else 1
+                made += 1
+                yield msgs[i], " ".join(msgs[i + 1:i + 1 + k])
+                i += 1 + k
+
+
 def _hexid(rng) -> str:
     return "%08x" % rng.getrandbits(32)
 
 
 def _question(rng, qtype: str, qid: str, size: dict, para: bool, abs_: bool) -> dict:
     sc = BUILDERS[qtype](rng, para, abs_)
+    filler = _Filler(size["filler"], size["long"])
     n_sessions = max(size["sessions"], len(sc.rounds) + 1)
     lo, hi = size["rounds"]
     start = datetime(2023, 1, 1) + timedelta(days=rng.randint(0, 200))  # midnight; times are added per session
@@ -339,22 +399,19 @@ def _question(rng, qtype: str, qid: str, size: dict, para: bool, abs_: bool) -> 
     for k, (day, rounds) in enumerate(zip(ev_days, sc.rounds)):
         turns = []
         pad_before = rng.randint(0, max(0, lo - 1))
-        for _ in range(pad_before):
-            u, a = _filler_round(rng, size["long"])
+        for u, a in filler.session(rng, pad_before):
             turns += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
         for u, a, has in rounds:
             extra = (" " + " ".join(rng.choice(GENERIC) for _ in range(rng.randint(2, 6)))) if size["long"] else ""
             turns += [{"role": "user", "content": u, "has_answer": has},
                       {"role": "assistant", "content": a + extra}]
-        for _ in range(rng.randint(0, 1)):
-            u, a = _filler_round(rng, size["long"])
+        for u, a in filler.session(rng, rng.randint(0, 1)):
             turns += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
         sessions.append((day, f"answer_{_hexid(rng)}_{k + 1}", turns, True))
     distractors = list(sc.distractors)
     for day in filler_days:
         turns = []
-        for _ in range(rng.randint(lo, hi)):
-            u, a = _filler_round(rng, size["long"])
+        for u, a in filler.session(rng, rng.randint(lo, hi)):
             if distractors and rng.random() < 0.3:
                 u, a = distractors.pop()
             turns += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
@@ -400,9 +457,14 @@ def generate(seed: int, size: str = "tiny") -> list[dict]:
     return records
 
 
+def file_name(size: str, seed: int) -> str:
+    """The file's default name; real-text files say so, so a cached templated file is never reused."""
+    return f"synth_{size}_seed{seed}" + ("_chat" if SIZES[size]["filler"] == "chat" else "") + ".json"
+
+
 def write(out_dir: str | Path, seed: int, size: str, path: str | Path | None = None) -> Path:
     """Write the file atomically (a crash never leaves a half-written benchmark behind)."""
-    path = Path(path) if path else Path(out_dir) / f"synth_{size}_seed{seed}.json"
+    path = Path(path) if path else Path(out_dir) / file_name(size, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     # a temporary name of this process alone: shards of a stage may generate the same file at once
     tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")

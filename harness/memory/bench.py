@@ -42,7 +42,9 @@ def pct(xs, q):
 
 
 def default_data() -> Path:
-    p = REPO / ".cache" / "data" / "synth_s_seed0.json"
+    from harness.data.synth import file_name
+
+    p = REPO / ".cache" / "data" / file_name("s", 0)
     if not p.exists():
         from harness.data.synth import write
 

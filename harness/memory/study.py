@@ -4,26 +4,39 @@ Corpus: the chunks of the sampled histories, each history one agent of one org
 ("bench"); the queries are the histories' questions, each asked by the agent that
 holds its history. Views are cases, not code paths (as in VectorDBBench):
 
-    one       owner = me                          s = 1/N
-    public10  owner = me OR visibility = public,  10% of agents public
-    public50  the same with 50% of agents public
-    all       no predicate but the org
+    unfiltered  no predicate at all (not even the org): where the search effort matters
+    one         owner = me                          s = 1/N
+    public10    owner = me OR visibility = public,  10% of agents public
+    public50    the same with 50% of agents public
+    all         the org predicate only
 
-Visibility is data in the index, so the study builds every backend twice: once
-with 10% of agents public (serving one, public10 and all) and once with 50%
-(serving public50). Ground truth is exact search under the same view.
+Configurations are data (conf/stage/backends.yaml `stage.configs`): a backend, its
+build parameters and the query-time settings. Configurations with the same backend
+and build share one built index. Visibility is data in the index, so every backend
+is built for the 10% split (unfiltered, one, public10, all) and for the 50% split
+(public50). Each approximate index is built `builds` times, its units inserted in
+an order shuffled by a recorded seed (the engines' own level draws are not seedable);
+recall is reported per build and as mean and range over builds. Ground truth is
+exact search under the same view.
 
-Reported per (configuration, case): recall@10 against exact, short result lists
-(< 10), mean results, median/p95 latency of the index call (query vectors are
-precomputed; query embedding is timed apart), and Proposition 2's global
-prediction K'*s beside the local one (per query, the in-view units among the
-exact unfiltered top-K', capped at k). Plus: footprint per backend, pgvector's
-plan per query for the one-agent view, fan-out over 1..N per-agent runtime
-stores against one shared index with the view as a list of agents (Redis TAG
-list, FTS5 owner IN), the write-path delta, and the lexical side: one shared
-FTS5 index with an owner column against exact per-view BM25 (Proposition 1).
+Per (configuration, case): recall@10 against exact, short result lists (< 10),
+client-observed latency p50/p95 of the index call (query vectors precomputed) beside
+the server's own time (pgvector: EXPLAIN ANALYZE execution time per query; Redis:
+FT.SEARCH microseconds from INFO commandstats), the plan pgvector chose and the
+policy Redis executed (FT.PROFILE) per query, and Proposition 2's global prediction
+K'*s beside the local one. Plus: footprint after all of a backend's indexes exist,
+the write-path delta on each backend's own loaded index with its parts, fan-out over
+1..N per-agent stores (lexical: the runtime's session stores; dense: one HNSW index
+per agent) against one shared index (FTS5 with owner IN; Redis with a TAG list),
+the lexical side (one FTS5 index with an owner column against exact per-view BM25,
+built one view at a time so memory stays bounded), and corpus diagnostics (nearest-
+neighbour cosine, distinct queries, unfiltered HNSW recall) checked against a
+realistic range before the figures count.
 
-    python -m harness.memory.study --out runs/backends [--data FILE] [--histories 12] [--encoder minilm]
+Everything goes into one stage folder, runs/<stage>/<label>/: stage.json (through
+the record schema), the CSVs (every row names its engine and version), diagnostics.json.
+
+    python -m harness.memory.study --out runs/backends/x [--data FILE] [--histories 12] [--builds 3]
 """
 
 from __future__ import annotations
@@ -36,51 +49,64 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from harness.data.longmemeval import Question, iter_questions, sha256_file
+from harness.memory.bench import pct
 from harness.memory.units import Unit, units_of_sessions
 from harness.memory.views import View
-from harness.memory.bench import pct
 
+REPO = Path(__file__).resolve().parents[2]
+STAGE_CONF = REPO / "conf" / "stage" / "backends.yaml"
 ORG = "bench"
 K = 10
 K_PRIME = 40  # pgvector's default ef_search: the candidates a post-filter sees
-CASES = ("one", "public10", "public50", "all")
-PUBLIC_SHARE = {"public10": 0.1, "public50": 0.5}
+CASES = ("unfiltered", "one", "public10", "public50", "all")
+SPLIT_OF = {"unfiltered": "p10", "one": "p10", "public10": "p10", "all": "p10", "public50": "p50"}
+PUBLIC_SHARE = {"p10": 0.1, "p50": 0.5}
+APPROXIMATE = ("redis_qe", "vectorset", "pgvector")
 
 
 @dataclass(frozen=True)
 class Config:
-    """One backend configuration: how to build it and which query-time settings to apply."""
+    """One configuration: a backend, how it is built, the query-time settings, the cases it runs."""
 
     id: str
-    family: str  # build key: configurations of one family share a built index
     backend: str
-    build: dict
-    query: dict  # attributes set on the backend before its queries
+    build: dict = field(default_factory=dict)
+    query: dict = field(default_factory=dict)
+    cases: tuple[str, ...] = CASES
+
+    @property
+    def family(self) -> str:
+        """Configurations of one family share a built index."""
+        return self.backend + ("" if not self.build else ":" + json.dumps(self.build, sort_keys=True))
 
 
-def configs(prefix: str) -> list[Config]:
-    r = {"index": f"{prefix}_rqe", "drop_existing": True}
-    v8 = {"prefix": f"{prefix}:vq8", "quant": "Q8", "drop_existing": True}
-    v32 = {"prefix": f"{prefix}:vfp32", "quant": "NOQUANT", "drop_existing": True}
-    pg = {"table": f"{prefix}_pg", "drop_existing": True, "ef_search": 40}
-    return [
-        Config("exact", "exact", "exact", {}, {}),
-        Config("redis_qe_ef10", "redis_qe", "redis_qe", r, {"ef_runtime": 10}),
-        Config("redis_qe_ef100", "redis_qe", "redis_qe", r, {"ef_runtime": 100}),
-        Config("vectorset_q8", "vectorset_q8", "vectorset", v8, {}),
-        Config("vectorset_fp32", "vectorset_fp32", "vectorset", v32, {}),
-        Config("pgvector_off", "pgvector", "pgvector", pg, {"iterative_scan": "off", "owner_btree": False}),
-        Config("pgvector_relaxed", "pgvector", "pgvector", pg, {"iterative_scan": "relaxed_order", "owner_btree": False}),
-        Config("pgvector_strict", "pgvector", "pgvector", pg, {"iterative_scan": "strict_order", "owner_btree": False}),
-        Config("pgvector_btree", "pgvector", "pgvector", pg, {"iterative_scan": "off", "owner_btree": True}),
-    ]
+def parse_configs(items) -> list[Config]:
+    out, seen = [], set()
+    for it in items:
+        it = dict(it)
+        cases = tuple(it.get("cases") or CASES)
+        bad = [c for c in cases if c not in CASES]
+        if bad or it["id"] in seen:
+            raise ValueError(f"configuration {it['id']!r}: unknown cases {bad}" if bad else f"duplicate id {it['id']!r}")
+        seen.add(it["id"])
+        out.append(Config(it["id"], it["backend"], dict(it.get("build") or {}), dict(it.get("query") or {}), cases))
+    return out
+
+
+def default_stage() -> dict:
+    """The stage section of conf/stage/backends.yaml (the command line uses the same cases)."""
+    import yaml
+
+    return yaml.safe_load(STAGE_CONF.read_text())["stage"]
 
 
 # -------------------------------------------------------------------------------- corpus
@@ -120,7 +146,9 @@ def public_agents(n: int, share: float, seed: int) -> set[str]:
     return set(rng.sample(agents, max(1, round(share * n))))
 
 
-def view_for(case: str, agent: str) -> View:
+def view_for(case: str, agent: str) -> View | None:
+    if case == "unfiltered":
+        return None
     if case == "one":
         return View(ORG, agent, "own")
     if case == "all":
@@ -128,35 +156,126 @@ def view_for(case: str, agent: str) -> View:
     return View(ORG, agent, "shared")
 
 
+def build_seed(seed: int, build: int) -> int:
+    """The seed of one build's insertion order (recorded in stage.json)."""
+    return random.Random(repr(("build", seed, build))).getrandbits(31)
+
+
+# -------------------------------------------------------------------------------- provenance
+
+
+def engine_versions() -> dict:
+    """Versions read from the running servers (not from client libraries), SQLite and the Python side."""
+    import sqlite3
+
+    import psycopg
+    import redis
+
+    from harness import services
+    from harness.records.provenance import versions
+
+    s = services.settings()
+    out: dict = {}
+    r = redis.Redis.from_url(s.redis_url)
+    try:
+        out["redis_server"] = r.info("server")["redis_version"]
+        mods = {m[b"name"].decode(): int(m[b"ver"]) for m in r.execute_command("MODULE", "LIST")}
+        v = mods.get("search")
+        out["redisearch"] = f"{v // 10000}.{v // 100 % 100}.{v % 100}" if v else None
+        vs = mods.get("vectorset")
+        # vector sets ship inside Redis 8 and report the server's version number
+        out["vectorset"] = (f"{vs // 10000}.{vs // 100 % 100}.{vs % 100}" if vs else None) if "vectorset" in mods else None
+    finally:
+        r.close()
+    with psycopg.connect(s.pg_dsn) as c:
+        out["postgresql"] = c.execute("SHOW server_version").fetchone()[0]
+        row = c.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        out["pgvector"] = row[0] if row else None
+    out["sqlite"] = sqlite3.sqlite_version
+    out.update({f"py:{k}": v for k, v in versions().items()})
+    return out
+
+
+def engine_label(backend: str, v: dict) -> str:
+    return {"exact": f"numpy {v.get('py:numpy')}",
+            "redis_qe": f"Redis {v.get('redis_server')} + RediSearch {v.get('redisearch')}",
+            "vectorset": f"Redis {v.get('redis_server')} vector sets {v.get('vectorset')}",
+            "pgvector": f"PostgreSQL {v.get('postgresql')} + pgvector {v.get('pgvector')}",
+            "fts5": f"SQLite {v.get('sqlite')} FTS5"}.get(backend, backend)
+
+
+# -------------------------------------------------------------------------------- plan and time
+
+
+def plan(stage: dict, n_histories: int, n_chunks: int | None, encoder_cached: float = 0.0) -> dict:
+    """What the stage will do and how long it should take (from the per-chunk rates in the stage config)."""
+    cfgs = parse_configs(stage["configs"])
+    if stage.get("only"):
+        cfgs = [c for c in cfgs if c.id in stage["only"] or c.backend in stage["only"]]
+    builds = int(stage.get("builds", 3))
+    chunks = n_chunks if n_chunks is not None else 683 * n_histories  # S: ~683 chunks per history
+    rates = stage.get("rates") or {}
+    bms, qms = rates.get("build_ms_per_chunk", {}), rates.get("query_ms", {})
+    fams = {c.family: c.backend for c in cfgs}
+    n_builds = {f: (1 if b == "exact" else builds) * 2 for f, b in fams.items()}  # two visibility splits
+    build_s = sum(n * chunks * float(bms.get(fams[f], 1.0)) / 1000 for f, n in n_builds.items())
+    nq = sum(len(c.cases) * (1 if c.backend == "exact" else builds) for c in cfgs) * n_histories
+    # each measured query is also asked once more for its plan/profile, and once by exact search
+    query_s = sum(len(c.cases) * (1 if c.backend == "exact" else builds) * n_histories * float(qms.get(c.backend, 3.0))
+                  * (2 if c.backend in ("pgvector", "redis_qe") else 1) for c in cfgs) / 1000
+    embed_s = chunks * (1 - encoder_cached) / float(rates.get("embed_chunks_per_s", 24))
+    return {"histories": n_histories, "chunks": chunks, "builds": builds,
+            "configs": [{"id": c.id, "backend": c.backend, "build": c.build, "query": c.query, "cases": list(c.cases)}
+                        for c in cfgs],
+            "families": {f: n_builds[f] for f in fams}, "queries": nq,
+            "expected_s": {"embed_cold": round(embed_s), "build": round(build_s), "query": round(query_s),
+                           "total_warm_cache": round(build_s + query_s), "total_cold_cache": round(embed_s + build_s + query_s)}}
+
+
+def render_plan(p: dict) -> str:
+    lines = [f"backends stage: {p['histories']} histories = agents, ~{p['chunks']:,} chunks, {p['builds']} builds "
+             f"per approximate index, {len(p['configs'])} configurations, {p['queries']:,} measured queries"]
+    for c in p["configs"]:
+        lines.append(f"  {c['id']:<30} {c['backend']:<10} build {c['build'] or '{}'} query {c['query'] or '{}'} "
+                     f"cases {','.join(c['cases'])}")
+    lines.append("  index builds: " + ", ".join(f"{f} x{n}" for f, n in p["families"].items()))
+    e = p["expected_s"]
+    lines.append(f"expected time: embedding {e['embed_cold'] / 60:.0f} min with a cold cache (0 warm), builds "
+                 f"{e['build'] / 60:.0f} min, queries {e['query'] / 60:.0f} min: {e['total_warm_cache'] / 60:.0f} min "
+                 f"warm, {e['total_cold_cache'] / 60:.0f} min cold (plus fan-out, lexical side and diagnostics)")
+    return "\n".join(lines)
+
+
 # -------------------------------------------------------------------------------- measuring
 
 
-def measure(search: Callable[[View, np.ndarray], list], truth: Callable[[View, np.ndarray], list],
-            queries: list[tuple[str, str, np.ndarray]], case: str, admits_top: Callable) -> list[dict]:
-    rows = []
-    for w in queries[:3]:  # warm-up
-        search(view_for(case, w[1]), w[2])
-    for qid, agent, vec in queries:
-        view = view_for(case, agent)
-        t = time.perf_counter()
-        hits = search(view, vec)
-        ms = (time.perf_counter() - t) * 1000
-        gt = truth(view, vec)
-        rec = len({h.uid for h in hits} & {h.uid for h in gt}) / len(gt) if gt else 1.0
-        rows.append({"qid": qid, "agent": agent, "case": case, "results": len(hits), "recall": rec,
-                     "latency_ms": ms, "local_pred": admits_top(view, vec)})
-    return rows
+def make_index(cfg: Config, name: str):
+    from harness.memory.backends.base import make_backend
+
+    params = dict(cfg.build)
+    if cfg.backend == "redis_qe":
+        params.update(index=name, drop_existing=True, drop_on_close=True)
+    elif cfg.backend == "vectorset":
+        params.update(prefix=name.replace("_", ":"), drop_existing=True, drop_on_close=True)
+    elif cfg.backend == "pgvector":
+        params.update(table=name.lower(), drop_existing=True, drop_on_close=True)
+    return make_backend(cfg.backend, **params)
 
 
-def summarise(cfg_id: str, case: str, rows: list[dict], s: float) -> dict:
-    return {"config": cfg_id, "case": case, "selectivity": round(s, 5), "queries": len(rows),
-            "recall_at_10": round(statistics.mean(r["recall"] for r in rows), 4),
-            "short_lists": sum(1 for r in rows if r["results"] < K),
-            "mean_results": round(statistics.mean(r["results"] for r in rows), 3),
-            "p50_ms": round(pct([r["latency_ms"] for r in rows], 50), 3),
-            "p95_ms": round(pct([r["latency_ms"] for r in rows], 95), 3),
-            "global_pred": round(K_PRIME * s, 3),
-            "local_pred": round(statistics.mean(r["local_pred"] for r in rows), 3)}
+def apply_query(backend, cfg: Config, defaults: dict) -> None:
+    for attr, val in {**defaults, **cfg.query}.items():
+        setattr(backend, attr, val)
+    if cfg.backend == "pgvector":
+        with backend._conn() as c, c.transaction():
+            backend._ensure_indexes(c)
+            c.execute(f"ANALYZE {backend.table}")
+
+
+def query_defaults(backend) -> dict:
+    """The settings a configuration may change, as the backend was built (restored before each configuration)."""
+    keys = {"redis_qe": ("ef_runtime", "hybrid_policy", "batch_size"), "vectorset": ("ef", "filter_ef"),
+            "pgvector": ("ef_search", "iterative_scan", "max_scan_tuples", "owner_btree", "overfetch")}
+    return {k: getattr(backend, k) for k in keys.get(backend.name, ())}
 
 
 def plan_summary(plan: str) -> str:
@@ -164,6 +283,65 @@ def plan_summary(plan: str) -> str:
         if "Scan" in line:
             return line.strip().lstrip("->").strip().split("  (cost")[0]
     return plan.splitlines()[0] if plan else ""
+
+
+def measure_case(backend, cfg: Config, case: str, build: int, queries, truth, admits_top) -> tuple[list[dict], dict]:
+    """Every query of one case on one built index: per-query rows and the server-side figures."""
+    from harness.memory.backends.base import Query
+
+    for _, a, v in queries[:3]:  # warm-up
+        backend.search(Query(vector=v), view_for(case, a), K)
+    redis = cfg.backend == "redis_qe"
+    before = backend.server_usec() if redis else None
+    timed = []
+    for qid, agent, vec in queries:
+        view = view_for(case, agent)
+        t = time.perf_counter()
+        hits = backend.search(Query(vector=vec), view, K)
+        timed.append((qid, agent, vec, view, hits, (time.perf_counter() - t) * 1000))
+    server = {}
+    if redis:
+        after = backend.server_usec()
+        calls = after[0] - before[0]
+        server["server_mean_ms"] = round((after[1] - before[1]) / calls / 1000, 4) if calls else None
+    rows = []
+    for qid, agent, vec, view, hits, ms in timed:
+        gt = truth(view, vec)
+        rec = len({h.uid for h in hits} & {h.uid for h in gt}) / len(gt) if gt else 1.0
+        row = {"config": cfg.id, "case": case, "build": build, "qid": qid, "agent": agent, "results": len(hits),
+               "recall": rec, "latency_ms": ms, "server_ms": None, "plan": None,
+               "local_pred": admits_top(view, vec)}
+        if cfg.backend == "pgvector":
+            row["server_ms"], text = backend.statement(Query(vector=vec), view, K)
+            row["plan"] = plan_summary(text)
+        elif redis:
+            row["plan"] = backend.executed_policy(Query(vector=vec), view, K)
+        rows.append(row)
+    return rows, server
+
+
+def summarise(cfg: Config, case: str, rows: list[dict], s: float, server: list[dict], engine: str) -> dict:
+    per_build = {}
+    for r in rows:
+        per_build.setdefault(r["build"], []).append(r)
+    rec = [statistics.mean(r["recall"] for r in b) for b in per_build.values()]
+    short = [sum(1 for r in b if r["results"] < K) for b in per_build.values()]
+    srv = [r["server_ms"] for r in rows if r["server_ms"] is not None]
+    smean = [x["server_mean_ms"] for x in server if x.get("server_mean_ms") is not None]
+    plans = Counter(r["plan"] for r in rows if r["plan"])
+    return {"config": cfg.id, "backend": cfg.backend, "case": case, "selectivity": round(s, 5),
+            "queries": len(rows) // max(1, len(per_build)), "builds": len(per_build),
+            "recall_at_10": round(statistics.mean(rec), 4), "recall_min": round(min(rec), 4),
+            "recall_max": round(max(rec), 4), "short_lists": round(statistics.mean(short), 2),
+            "short_lists_max": max(short), "mean_results": round(statistics.mean(r["results"] for r in rows), 3),
+            "p50_ms": round(pct([r["latency_ms"] for r in rows], 50), 3),
+            "p95_ms": round(pct([r["latency_ms"] for r in rows], 95), 3),
+            "server_p50_ms": round(pct(srv, 50), 4) if srv else (round(statistics.mean(smean), 4) if smean else None),
+            "server_time": ("EXPLAIN ANALYZE execution, p50" if srv else
+                            "INFO commandstats FT.SEARCH, mean" if smean else None),
+            "plans": "; ".join(f"{k} x{v}" for k, v in plans.most_common()) or None,
+            "global_pred": round(K_PRIME * s, 3), "local_pred": round(statistics.mean(r["local_pred"] for r in rows), 3),
+            "engine": engine}
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -175,206 +353,350 @@ def write_csv(path: Path, rows: list[dict]) -> None:
         w.writerows(rows)
 
 
-def versions() -> dict:
-    from importlib.metadata import version
+def delta_on_index(backend, enc, agent: str, rounds: int, nonce: str) -> dict | None:
+    """Commit -> searchable on the study's own loaded index: embed (raw forward), insert, until visible."""
+    from harness.memory.backends.base import Query
 
-    from harness import services
+    if rounds <= 0:
+        return None
+    parts = {"embed": [], "insert": [], "visible": [], "delta": []}
+    uids = []
+    view = View(ORG, agent, "own")
+    for i in range(rounds):
+        text = (f"Round {i} ({nonce}): I planted {i + 3} tomato seedlings along the south fence today, "
+                f"and the ones from round {i - 1} are already flowering.")
+        u = Unit(ORG, agent, "private", 2.0e9 + i, f"delta-{nonce}", i + 1, 0, text)
+        t0 = time.perf_counter()
+        vec = enc.forward([text], batch_size=1)
+        t1 = time.perf_counter()
+        backend.add([u], np.asarray(vec, dtype=np.float32))
+        t2 = time.perf_counter()
+        while True:
+            if any(h.uid == u.uid for h in backend.search(Query(vector=vec[0]), view, K)):
+                break
+            if time.perf_counter() - t2 > 5:
+                break
+        t3 = time.perf_counter()
+        uids.append(u.uid)
+        for k, v in (("embed", t1 - t0), ("insert", t2 - t1), ("visible", t3 - t2), ("delta", t3 - t0)):
+            parts[k].append(v * 1000)
+    backend.delete(uids)
+    return {"rounds": rounds, **{f"{k}_p50_ms": round(pct(v, 50), 3) for k, v in parts.items()},
+            "delta_p95_ms": round(pct(parts["delta"], 95), 3)}
 
-    out = {}
-    try:
-        st = services.status()
-        out.update(redis=st["redis"].get("redis"), redisearch=st["redis"].get("search"),
-                   postgres=st["postgres"].get("postgres"), pgvector=st["postgres"].get("pgvector"))
-    except Exception as exc:  # noqa: BLE001 - recorded, the study still runs what it can
-        out["services_error"] = str(exc)
-    for pkg in ("hermes-agent", "sentence-transformers", "torch", "redis", "psycopg"):
-        try:
-            out[pkg] = version(pkg)
-        except Exception:  # noqa: BLE001
-            out[pkg] = None
-    import sqlite3
 
-    out["sqlite"] = sqlite3.sqlite_version
+def nn_cosines(vecs: np.ndarray, sample: int, seed: int) -> np.ndarray:
+    """Cosine of each sampled chunk to its nearest other chunk (exact, in blocks)."""
+    x = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(len(x), size=min(sample, len(x)), replace=False)
+    out = np.empty(len(idx), dtype=np.float32)
+    for i in range(0, len(idx), 256):
+        part = idx[i:i + 256]
+        sims = x[part] @ x.T
+        sims[np.arange(len(part)), part] = -np.inf
+        out[i:i + 256] = sims.max(axis=1)
     return out
+
+
+def diagnostics(vecs, qs, summary, stage: dict, seed: int) -> dict:
+    nn = nn_cosines(vecs, int(stage.get("nn_sample", 2000)), seed)
+    real = stage.get("realism") or {}
+    texts = [q.question for q in qs]
+    d = {"nn_sample": int(len(nn)), "nn_cosine_p10": round(float(np.percentile(nn, 10)), 4),
+         "nn_cosine_median": round(float(np.median(nn)), 4), "nn_cosine_p90": round(float(np.percentile(nn, 90)), 4),
+         "nn_cosine_above_095": round(float((nn > 0.95).mean()), 4),
+         "distinct_queries": len(set(texts)), "queries": len(texts),
+         "unfiltered_recall": {r["config"]: r["recall_at_10"] for r in summary if r["case"] == "unfiltered"}}
+    checks = {}
+    if "nn_cosine_median_max" in real:
+        checks["nn_cosine_median"] = d["nn_cosine_median"] <= float(real["nn_cosine_median_max"])
+    if "nn_cosine_above_095_max" in real:
+        checks["nn_cosine_above_095"] = d["nn_cosine_above_095"] <= float(real["nn_cosine_above_095_max"])
+    if "distinct_queries_min" in real:
+        checks["distinct_queries"] = d["distinct_queries"] / max(1, d["queries"]) >= float(real["distinct_queries_min"])
+    ur = real.get("unfiltered_recall")
+    if ur:
+        got = d["unfiltered_recall"].get(ur["config"])
+        checks["unfiltered_recall"] = None if got is None else got >= float(ur["min"])
+    d["checks"] = checks
+    d["realistic"] = all(v is True for v in checks.values()) if checks else None
+    d["thresholds"] = real
+    return d
 
 
 # -------------------------------------------------------------------------------- the study
 
 
 def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] | None = None,
-        encoder_name: str = "minilm", seed: int = 0, only: Sequence[str] | None = None,
-        fanout: bool = True, delta_rounds: int = 30, lexical: bool = True) -> dict:
-    from tqdm import tqdm
+        encoder_name: str = "minilm", seed: int = 0, stage: dict | None = None, cfg=None) -> dict:
+    """Run the study into `out` (a stage folder). `stage` is the stage section (default: the stage config);
+    `cfg` the resolved Hydra config when run as a stage (its hash guards the folder)."""
+    from omegaconf import OmegaConf
 
     from harness import services
     from harness.memory.backends.base import Query, make_backend
     from harness.memory.encoder import load_encoder
+    from harness.records import RunDir
+    from harness.records.provenance import code_revision
+    from harness.records.schema import SCHEMA_VERSION
 
+    stage = dict(stage or default_stage())
+    cfgs = parse_configs(stage["configs"])
+    if stage.get("only"):
+        cfgs = [c for c in cfgs if c.id in stage["only"] or c.backend in stage["only"]]
+    if not any(c.backend == "exact" for c in cfgs):
+        raise ValueError("the study needs the exact configuration (its ground truth and reference)")
+    builds = int(stage.get("builds", 3))
     out.mkdir(parents=True, exist_ok=True)
+    wall: dict[str, float] = {}
+    t_all = time.perf_counter()
     started = services.up()
     try:
         qs = load_histories(data, histories, qids)
         n = len(qs)
+        pub = {b: public_agents(n, PUBLIC_SHARE[b], seed) for b in PUBLIC_SHARE}
+        splits = {b: build_units(qs, pub[b]) for b in PUBLIC_SHARE}
+        units = splits["p10"]
+        vers = engine_versions()
         enc = load_encoder(encoder_name)
-        pub = {c: public_agents(n, PUBLIC_SHARE[c], seed) for c in PUBLIC_SHARE}
-        builds = {"p10": build_units(qs, pub["public10"]), "p50": build_units(qs, pub["public50"])}
-        units = builds["p10"]
+        p = plan(stage, n, len(units))
+        if cfg is None:
+            cfg = OmegaConf.create({"stage": {**stage, "kind": "backends"}, "data": str(data), "histories": n,
+                                    "encoder": encoder_name, "seed": seed})
+        info = {"schema_version": SCHEMA_VERSION, "kind": "backends", "stage": str(stage.get("name", "backends")),
+                "label": str(stage.get("label", out.name)), "seed": seed,
+                "data": {"path": str(data), "sha256": sha256_file(data), "histories": n, "chunks": len(units),
+                         "qids": [q.qid for q in qs]},
+                "plan": {**p, "build_seeds": [build_seed(seed, b) for b in range(builds)],
+                         "public_agents": {b: sorted(v) for b, v in pub.items()}},
+                "versions": {**{k: (None if v is None else str(v)) for k, v in vers.items()},
+                             "encoder": enc.id},
+                "code": code_revision(REPO), "model": None, "prereg": _prereg(), "encoder": enc.describe(),
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        RunDir(out).open(cfg, info)
+        print(render_plan(p), flush=True)
         print(f"corpus: {n} histories = agents, {len(units)} chunks; encoder {enc.id}"
               + ("" if enc.describe()["study_encoder"] else " (NOT the study's encoder)"), flush=True)
-        t0 = time.perf_counter()
+
+        t = time.perf_counter()
         vecs = enc.embed([u.text for u in units], progress=True)
-        embed_s = time.perf_counter() - t0
-        # query vectors: through the cache (what the index sees); the raw forward timed apart
+        wall["embed"] = time.perf_counter() - t
         queries = [(q.qid, agent_of(i), enc.embed_query(q.question)) for i, q in enumerate(qs)]
         q_ms = []
-        enc.forward(["warm up the model"], batch_size=1)  # the first call loads the model: not a query cost
+        enc.forward(["warm up the model"], batch_size=1)
         for q in qs[:min(n, 50)]:
             t = time.perf_counter()
             enc.forward([q.question], batch_size=1)
             q_ms.append((time.perf_counter() - t) * 1000)
 
-        truth = {b: make_backend("exact") for b in builds}
-        for b, us in builds.items():
+        truth = {}
+        for b, us in splits.items():
+            truth[b] = make_backend("exact")
             truth[b].add(us, vecs)
-        by_uid = {u.uid: u for u in units}
-        by_uid50 = {u.uid: u for u in builds["p50"]}
-        total = len(units)
+        lookup = {b: {u.uid: u for u in us} for b, us in splits.items()}
 
-        def admits_top(build):
-            ex, lookup = truth[build], (by_uid if build == "p10" else by_uid50)
-
+        def admits_top(split):
             def f(view, vec):
-                top = ex.search(Query(vector=vec), None, K_PRIME)
-                return min(K, sum(view.admits(lookup[h.uid]) for h in top))
+                top = truth[split].search(Query(vector=vec), None, K_PRIME)
+                return min(K, sum(1 for h in top if view is None or view.admits(lookup[split][h.uid])))
             return f
 
-        def sel(case, build):
-            ex = truth[build]
-            return statistics.mean(ex.count(view_for(case, a)) for _, a, _ in queries) / total
+        def sel(case, split):
+            ex = truth[split]
+            return statistics.mean(ex.count(view_for(case, a)) for _, a, _ in queries) / len(units)
 
-        case_build = {"one": "p10", "public10": "p10", "all": "p10", "public50": "p50"}
-        cfgs = [c for c in configs(f"study{seed}") if not only or c.id in only or c.family in only]
-        summary, per_query, plans, footprints = [], [], [], []
+        summary, per_query, footprints, deltas = [], [], [], []
+        t_meas = time.perf_counter()
         families = list(dict.fromkeys(c.family for c in cfgs))
-        bar = tqdm(total=len(cfgs) * len(CASES), desc="backends x cases", unit="case")
         for fam in families:
             fam_cfgs = [c for c in cfgs if c.family == fam]
-            for build in ("p10", "p50"):
-                cases = [c for c in CASES if case_build[c] == build]
-                first = fam_cfgs[0]
-                backend = make_backend(first.backend, **first.build)
-                t = time.perf_counter()
-                backend.add(builds[build], vecs)
-                build_s = time.perf_counter() - t
-                if build == "p10":
-                    footprints.append({"backend": fam, "units": len(units), "build_s": round(build_s, 2),
-                                       **{k: v for k, v in backend.footprint().items() if k != "units"}})
-                for cfg in fam_cfgs:
-                    for attr, val in cfg.query.items():
-                        setattr(backend, attr, val)
-                    if cfg.backend == "pgvector":
-                        with backend._conn() as c, c.transaction():
-                            backend._ensure_indexes(c)
-                            c.execute(f"ANALYZE {backend.table}")
-                    for case in cases:
-                        def search(view, vec, b=backend):
-                            return b.search(Query(vector=vec), view, K)
+            first = fam_cfgs[0]
+            n_builds = 1 if first.backend == "exact" else builds
+            results: dict[tuple[str, str], tuple[list, list]] = {}
+            for b in range(n_builds):
+                for split in ("p10", "p50"):
+                    cases_here = {c for c in CASES if SPLIT_OF[c] == split}
+                    if not any(set(c.cases) & cases_here for c in fam_cfgs):
+                        continue
+                    order = list(range(len(splits[split])))
+                    random.Random(build_seed(seed, b)).shuffle(order)
+                    us = [splits[split][i] for i in order]
+                    name = f"study{seed}_{first.backend}_{families.index(fam)}"
+                    backend = make_index(first, name)
+                    mem0 = _server_memory(first.backend)
+                    t = time.perf_counter()
+                    backend.add(us, vecs[order])
+                    build_s = time.perf_counter() - t
+                    print(f"  built {fam} ({split}, build {b}): {len(us)} units in {build_s:.1f} s", flush=True)
+                    defaults = query_defaults(backend)
+                    for c in fam_cfgs:
+                        apply_query(backend, c, defaults)
+                        for case in [k for k in c.cases if SPLIT_OF[k] == split]:
+                            def gt(view, vec, ex=truth[split]):
+                                return ex.search(Query(vector=vec), view, K)
 
-                        def gt(view, vec, ex=truth[build]):
-                            return ex.search(Query(vector=vec), view, K)
-
-                        rows = measure(search, gt, queries, case, admits_top(build))
-                        for r in rows:
-                            r["config"] = cfg.id
+                            rows, server = measure_case(backend, c, case, b, queries, gt, admits_top(split))
+                            acc = results.setdefault((c.id, case), ([], []))
+                            acc[0].extend(rows)
+                            acc[1].append(server)
+                    if split == "p10" and b == 0:
+                        footprints.append(_footprint(backend, first, fam, len(us), build_s, mem0, vers))
+                        d = delta_on_index(backend, enc, agent_of(0), int(stage.get("delta_rounds", 30)),
+                                           f"{seed}-{fam}-{time.time_ns()}") if encoder_name != "hash" else None
+                        if d:
+                            deltas.append({"backend": fam, "index_units": len(us), **d,
+                                           "engine": engine_label(first.backend, vers), "encoder": enc.id})
+                    backend.close()
+            for c in fam_cfgs:
+                for case in c.cases:
+                    if (c.id, case) in results:
+                        rows, server = results[(c.id, case)]
                         per_query += rows
-                        summary.append(summarise(cfg.id, case, rows, sel(case, build)))
-                        if cfg.backend == "pgvector" and case == "one":
-                            for qid, agent, vec in queries:
-                                plans.append({"config": cfg.id, "qid": qid, "agent": agent, "plan": plan_summary(
-                                    backend.explain(Query(vector=vec), view_for("one", agent), K))})
-                        bar.update(1)
-                if hasattr(backend, "drop"):
-                    backend.drop()
-                backend.close()
-        bar.close()
+                        summary.append(summarise(c, case, rows, sel(case, SPLIT_OF[case]), server,
+                                                 engine_label(c.backend, vers)))
+        wall["indexes_and_queries"] = time.perf_counter() - t_meas
 
         lex_rows, fan = [], []
-        if lexical:
-            lex_rows, fps = lexical_side(units, builds["p50"], qs, queries)
+        if stage.get("lexical", True):
+            t = time.perf_counter()
+            lex_rows, fps = lexical_side(splits, qs, queries, pub, vers)
             footprints += fps
-        if fanout:
-            fan, fps = fanout_side(data, qs, units, vecs, queries, seed)
+            wall["lexical"] = time.perf_counter() - t
+        if stage.get("fanout", True):
+            t = time.perf_counter()
+            fan, fps = fanout_side(data, qs, units, vecs, queries, seed, vers)
             footprints += fps
+            wall["fanout"] = time.perf_counter() - t
         order = {c.id: i for i, c in enumerate(cfgs)}
         summary.sort(key=lambda r: (order[r["config"]], CASES.index(r["case"])))
-        from harness.memory.bench import bench_delta
-
-        # the hash encoder is no model: a delta with it would not measure embedding
-        delta = bench_delta(encoder_name, delta_rounds, "redis_qe") if delta_rounds and encoder_name != "hash" else None
+        t = time.perf_counter()
+        diag = diagnostics(vecs, qs, summary, stage, seed)
+        wall["diagnostics"] = time.perf_counter() - t
+        wall["total"] = time.perf_counter() - t_all
+        diag.update({"query_embedding_ms": {"p50": pct(q_ms, 50), "p95": pct(q_ms, 95), "n": len(q_ms)},
+                     "wall_s": {k: round(v, 1) for k, v in wall.items()}, "encoder": enc.describe(),
+                     "versions": info["versions"]})
 
         write_csv(out / "recall.csv", summary)
-        write_csv(out / "per_query.csv", [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+        write_csv(out / "per_query.csv", [{**{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()},
+                                           "engine": engine_label(r["config"] and _backend_of(cfgs, r["config"]), vers)}
                                           for r in per_query])
-        write_csv(out / "pgvector_plans.csv", plans)
         write_csv(out / "footprint.csv", footprints)
+        write_csv(out / "delta.csv", deltas)
         write_csv(out / "lexical.csv", lex_rows)
         write_csv(out / "fanout.csv", fan)
-        meta = {"data": str(data), "data_sha256": sha256_file(data), "histories": n, "chunks": len(units),
-                "qids": [q.qid for q in qs], "seed": seed, "k": K, "k_prime": K_PRIME,
-                "public_agents": {c: sorted(v) for c, v in pub.items()},
-                "encoder": enc.describe(), "embed_s": round(embed_s, 2),
-                "query_embedding_ms": {"p50": pct(q_ms, 50), "p95": pct(q_ms, 95), "n": len(q_ms)},
-                "delta": delta, "versions": versions()}
-        (out / "meta.json").write_text(json.dumps(meta, indent=2))
-        print_report(summary, footprints, plans, lex_rows, fan, meta)
-        return {"summary": summary, "footprint": footprints, "plans": plans, "lexical": lex_rows,
-                "fanout": fan, "meta": meta}
+        (out / "diagnostics.json").write_text(json.dumps(diag, indent=2))
+        print_report(summary, footprints, deltas, lex_rows, fan, diag)
+        return {"summary": summary, "footprint": footprints, "delta": deltas, "lexical": lex_rows, "fanout": fan,
+                "diagnostics": diag, "per_query": per_query}
     finally:
         services.down(only=started)
 
 
-def lexical_side(units10, units50, qs, queries) -> tuple[list[dict], list[dict]]:
-    """One FTS5 index with an owner column vs exact per-view BM25 (the per-view indexes)."""
+def _backend_of(cfgs: list[Config], cid: str) -> str:
+    return next(c.backend for c in cfgs if c.id == cid)
+
+
+def _prereg() -> dict | None:
+    p = REPO / "conf" / "prereg" / "hypotheses.yaml"
+    return {"path": str(p.relative_to(REPO)), "sha256": sha256_file(p)} if p.exists() else None
+
+
+def _server_memory(backend: str) -> int | None:
+    if backend not in ("redis_qe", "vectorset"):
+        return None
+    import redis
+
+    from harness import services
+
+    r = redis.Redis.from_url(services.settings().redis_url)
+    try:
+        return int(r.info("memory")["used_memory"])
+    finally:
+        r.close()
+
+
+def _footprint(backend, cfg: Config, fam: str, units: int, build_s: float, mem0: int | None, vers: dict) -> dict:
+    """Footprint with every index of the family in place (pgvector: the owner b-tree too)."""
+    if cfg.backend == "pgvector":
+        backend.owner_btree = True
+        with backend._conn() as c, c.transaction():
+            backend._ensure_indexes(c)
+    fp = {k: v for k, v in backend.footprint().items() if k != "units"}
+    mem1 = _server_memory(cfg.backend)
+    if mem0 is not None and mem1 is not None:
+        fp["server_memory_growth_bytes"] = mem1 - mem0
+    storage = {"exact": "memory", "redis_qe": "memory", "vectorset": "memory", "pgvector": "disk"}[cfg.backend]
+    return {"backend": fam, "units": units, "build_s": round(build_s, 2), "storage": storage, **fp,
+            "engine": engine_label(cfg.backend, vers)}
+
+
+# -------------------------------------------------------------------------------- lexical side
+
+
+def lexical_side(splits, qs, queries, pub, vers) -> tuple[list[dict], list[dict]]:
+    """One FTS5 index with an owner column vs exact per-view BM25. The per-view indexes are built one
+    at a time (agents whose views admit the same units share one) and dropped after their queries, so
+    memory holds the units and one view, never every view of a case at once."""
     from harness.memory.backends.base import Query, make_backend
 
     rows, fps = [], []
-    for build, us, cases in (("p10", units10, ("one", "public10", "all")), ("p50", units50, ("public50",))):
+    engine = engine_label("fts5", vers)
+    for split, us in splits.items():
+        cases = [c for c in CASES if SPLIT_OF[c] == split]
         shared, per_view = make_backend("fts5_shared"), make_backend("fts5")
         shared.add(us)
         per_view.add(us)
+        largest = 0
         for case in cases:
-            rec, short, ms = [], 0, []
+            groups: dict[str, list] = {}
             for (qid, agent, _), q in zip(queries, qs):
                 view = view_for(case, agent)
-                query = Query(text=q.question)
-                t = time.perf_counter()
-                got = shared.search(query, view, K)
-                ms.append((time.perf_counter() - t) * 1000)
-                gt = per_view.search(query, view, K)
-                short += len(got) < K
-                rec.append(len({h.uid for h in got} & {h.uid for h in gt}) / len(gt) if gt else 1.0)
+                key = ("*" if view is None else "public" if case.startswith("public") and agent in pub[split]
+                       else agent if case in ("one", "public10", "public50") else "org")
+                groups.setdefault(key, []).append((agent, q.question))
+            rec, short, ms = [], 0, []
+            for key, members in groups.items():
+                v0 = view_for(case, members[0][0])
+                for agent, text in members:
+                    view = view_for(case, agent)
+                    query = Query(text=text)
+                    t = time.perf_counter()
+                    got = shared.search(query, view, K)
+                    ms.append((time.perf_counter() - t) * 1000)
+                    gt = per_view.search(query, v0, K)  # same admitted units as the agent's own view
+                    short += len(got) < K
+                    rec.append(len({h.uid for h in got} & {h.uid for h in gt}) / len(gt) if gt else 1.0)
+                largest = max(largest, per_view.footprint()["view_index_bytes"] or 0)
+                per_view.drop_view(v0)
             rows.append({"config": "fts5_shared vs per-view BM25", "case": case, "queries": len(rec),
                          "overlap_at_10": round(statistics.mean(rec), 4), "short_lists": short,
-                         "p50_ms": round(pct(ms, 50), 3), "p95_ms": round(pct(ms, 95), 3)})
-        if build == "p10":
-            fps.append({"backend": "fts5_shared (owner column)", "units": len(us),
-                        "total_bytes": shared.footprint()["total_bytes"]})
-            fv = per_view.footprint()
-            fps.append({"backend": f"fts5 per view ({fv['views']} views built)", "units": len(us),
-                        "total_bytes": fv["total_bytes"], "view_index_bytes": fv["view_index_bytes"]})
+                         "p50_ms": round(pct(ms, 50), 3), "p95_ms": round(pct(ms, 95), 3),
+                         "views_built": len(groups), "engine": engine})
+        if split == "p10":
+            fps.append({"backend": "fts5_shared (owner column)", "units": len(us), "storage": "memory",
+                        "total_bytes": shared.footprint()["total_bytes"], "engine": engine})
+            fps.append({"backend": "fts5 per view (one view at a time)", "units": len(us), "storage": "memory",
+                        "total_bytes": per_view.footprint()["total_bytes"], "largest_view_bytes": largest,
+                        "engine": engine})
         shared.close()
         per_view.close()
     return rows, fps
 
 
-def fanout_side(data: Path, qs, units, vecs, queries, seed: int) -> tuple[list[dict], list[dict]]:
-    """Searching 1..N per-agent runtime stores one by one vs one shared index with the agents as a list."""
+# -------------------------------------------------------------------------------- fan-out
+
+
+def fanout_side(data: Path, qs, units, vecs, queries, seed: int, vers) -> tuple[list[dict], list[dict]]:
+    """Searching 1..N per-agent stores one by one vs one shared index with the agents as a list,
+    lexical (the runtime's session stores vs FTS5 owner IN) and dense (one HNSW index per agent
+    vs one Redis index with a TAG list)."""
     from harness.memory.backends.base import Query, make_backend
     from harness.memory.backends.fts5 import fts_query
 
     n = len(qs)
     steps = sorted({1, max(1, round(0.1 * n)), max(1, round(0.5 * n)), n})
-    rows = []
     stores = None
     try:
         from harness.runtime.store import build_store, open_session_db
@@ -383,39 +705,54 @@ def fanout_side(data: Path, qs, units, vecs, queries, seed: int) -> tuple[list[d
         stores = [build_store(q, sha, agent=agent_of(i), layout="backends").path for i, q in enumerate(qs)]
     except Exception as exc:  # noqa: BLE001 - reported in the output, not hidden
         print(f"fan-out over runtime stores not measured: {exc}", file=sys.stderr)
+    agents = [agent_of(i) for i in range(n)]
     rq = make_backend("redis_qe", index=f"study{seed}_fan", drop_existing=True, drop_on_close=True)
     rq.add(units, vecs)
+    per_agent = {a: rq.owner_index(a) for a in agents}
+    for name in per_agent.values():
+        rq.wait_indexed(name)
     sh = make_backend("fts5_shared")
     sh.add(units)
-    agents = [agent_of(i) for i in range(n)]
     rng = random.Random(seed)
     sample = queries[: min(len(queries), 30)]
+    text_of = {q.qid: q.question for q in qs}
+    rows = []
     for m in steps:
-        per_store, tag, fts = [], [], []
+        lex_stores, lex_shared, dense_stores, dense_shared = [], [], [], []
         for qid, agent, vec in sample:
-            q_text = next(q.question for q in qs if q.qid == qid)
+            q_text = text_of[qid]
             owners = [agent] + rng.sample([a for a in agents if a != agent], m - 1)
             if stores is not None:
-                idx = [agents.index(o) for o in owners]
                 t = time.perf_counter()
-                for i in idx:  # open, search, close: what fan-out over the agents' own stores costs
-                    db = open_session_db(stores[i])
+                for o in owners:  # open, search, close: what fan-out over the agents' own stores costs
+                    db = open_session_db(stores[agents.index(o)])
                     try:
                         db.search_messages(fts_query(q_text) or "x", limit=20)
                     finally:
                         db.close()
-                per_store.append((time.perf_counter() - t) * 1000)
-            t = time.perf_counter()
-            rq.search_owners(Query(vector=vec), ORG, owners, K)
-            tag.append((time.perf_counter() - t) * 1000)
+                lex_stores.append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
             sh.search_owners(Query(text=q_text), ORG, owners, K)
-            fts.append((time.perf_counter() - t) * 1000)
+            lex_shared.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            for o in owners:
+                rq.search_index(per_agent[o], Query(vector=vec), K)
+            dense_stores.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            rq.search_owners(Query(vector=vec), ORG, owners, K)
+            dense_shared.append((time.perf_counter() - t) * 1000)
+
+        def p(xs, q):
+            return round(pct(xs, q), 3) if xs else None
+
         rows.append({"agents": m, "queries": len(sample),
-                     "runtime_stores_p50_ms": round(pct(per_store, 50), 3) if per_store else None,
-                     "runtime_stores_p95_ms": round(pct(per_store, 95), 3) if per_store else None,
-                     "redis_tag_list_p50_ms": round(pct(tag, 50), 3), "redis_tag_list_p95_ms": round(pct(tag, 95), 3),
-                     "fts5_owner_in_p50_ms": round(pct(fts, 50), 3), "fts5_owner_in_p95_ms": round(pct(fts, 95), 3)})
+                     "runtime_stores_p50_ms": p(lex_stores, 50), "runtime_stores_p95_ms": p(lex_stores, 95),
+                     "fts5_owner_in_p50_ms": p(lex_shared, 50), "fts5_owner_in_p95_ms": p(lex_shared, 95),
+                     "redis_per_agent_p50_ms": p(dense_stores, 50), "redis_per_agent_p95_ms": p(dense_stores, 95),
+                     "redis_tag_list_p50_ms": p(dense_shared, 50), "redis_tag_list_p95_ms": p(dense_shared, 95),
+                     "engine_lexical": engine_label("fts5", vers), "engine_dense": engine_label("redis_qe", vers)})
+    for name in per_agent.values():
+        rq.drop_index(name)
     rq.close()
     sh.close()
     fps = []
@@ -423,65 +760,69 @@ def fanout_side(data: Path, qs, units, vecs, queries, seed: int) -> tuple[list[d
         from harness.runtime.hermes import runtime_label
 
         fps.append({"backend": f"runtime session stores ({runtime_label()}, {n} files)", "units": len(units),
-                    "total_bytes": sum(Path(p).stat().st_size for p in stores)})
+                    "storage": "disk", "total_bytes": sum(Path(p).stat().st_size for p in stores),
+                    "engine": f"SQLite {vers.get('sqlite')}"})
     return rows, fps
 
 
-def print_report(summary, footprints, plans, lex, fan, meta) -> None:
-    print(f"\nrecall@10 against exact, {meta['histories']} agents, {meta['chunks']} chunks, encoder "
-          f"{meta['encoder']['encoder_id']}")
-    kps = "K's"
-    print(f"{'config':<18} {'case':<9} {'s':>7} {'recall':>7} {'short':>6} {'mean n':>7} {'p50 ms':>8} "
-          f"{'p95 ms':>8} {kps:>6} {'local':>6}")
+# -------------------------------------------------------------------------------- report
+
+
+def print_report(summary, footprints, deltas, lex, fan, diag) -> None:
+    print(f"\nrecall@10 against exact (mean over builds [min, max]), encoder {diag['encoder']['encoder_id']}")
+    print(f"{'config':<30} {'case':<10} {'s':>7} {'recall':>7} {'range':>13} {'short':>6} {'p50 ms':>8} "
+          f"{'server':>8} {'Ks':>6} {'local':>6}  plans")
     for r in summary:
-        print(f"{r['config']:<18} {r['case']:<9} {r['selectivity']:>7.4f} {r['recall_at_10']:>7.3f} "
-              f"{r['short_lists']:>6} {r['mean_results']:>7.2f} {r['p50_ms']:>8.2f} {r['p95_ms']:>8.2f} "
-              f"{r['global_pred']:>6.2f} {r['local_pred']:>6.2f}")
-    print("\nfootprint (bytes)")
-    for f in footprints:
-        print("  " + ", ".join(f"{k}={v}" for k, v in f.items()))
-    if plans:
-        from collections import Counter
-
-        print("\npgvector plans, one-agent view:")
-        for cfg in dict.fromkeys(p["config"] for p in plans):
-            c = Counter(p["plan"] for p in plans if p["config"] == cfg)
-            print(f"  {cfg}: " + "; ".join(f"{k} x{v}" for k, v in c.most_common()))
-    if lex:
-        print("\nlexical: one FTS5 index with an owner column vs per-view BM25 (top-10 overlap)")
-        for r in lex:
-            print("  " + ", ".join(f"{k}={v}" for k, v in r.items()))
-    if fan:
-        print("\nfan-out: per-agent runtime stores one by one vs one shared index with the agents as a list")
-        for r in fan:
-            print("  " + ", ".join(f"{k}={v}" for k, v in r.items()))
-    q = meta["query_embedding_ms"]
-    print(f"\nquery embedding (raw forward, CPU): p50 {q['p50']:.1f} ms, p95 {q['p95']:.1f} ms; corpus embedding "
-          f"{meta['embed_s']:.1f} s (cache hits are free)")
-    d = meta.get("delta")
-    if d:
-        print(f"write path delta (redis_qe): p50 {d['delta_p50_ms']:.1f} ms, p95 {d['delta_p95_ms']:.1f} ms; "
-              f"embed p50 {d['embed_p50_ms']:.1f} ms, vector insert p50 {d['insert_dense_p50_ms']:.2f} ms")
+        srv = "-" if r["server_p50_ms"] is None else f"{r['server_p50_ms']:.2f}"
+        print(f"{r['config']:<30} {r['case']:<10} {r['selectivity']:>7.4f} {r['recall_at_10']:>7.3f} "
+              f"[{r['recall_min']:.2f},{r['recall_max']:.2f}] {r['short_lists']:>6.1f} {r['p50_ms']:>8.2f} "
+              f"{srv:>8} {r['global_pred']:>6.2f} {r['local_pred']:>6.2f}  {r['plans'] or ''}")
+    for title, rows in (("footprint (bytes, after every index of the backend exists)", footprints),
+                        ("write-path delta on each backend's loaded index (ms)", deltas),
+                        ("lexical: one FTS5 index with an owner column vs per-view BM25 (top-10 overlap)", lex),
+                        ("fan-out: per-agent stores one by one vs one shared index with the agents as a list", fan)):
+        if rows:
+            print("\n" + title)
+            for r in rows:
+                print("  " + ", ".join(f"{k}={v}" for k, v in r.items()))
+    print(f"\ncorpus diagnostics: nearest-neighbour cosine median {diag['nn_cosine_median']} (p10 "
+          f"{diag['nn_cosine_p10']}, p90 {diag['nn_cosine_p90']}), {diag['nn_cosine_above_095']:.1%} above 0.95; "
+          f"{diag['distinct_queries']} distinct of {diag['queries']} queries; unfiltered recall "
+          + ", ".join(f"{k} {v:.3f}" for k, v in diag["unfiltered_recall"].items()))
+    print(f"realistic range: {diag['realistic']} ({diag['checks']})"
+          + ("" if diag["realistic"] else "  -> the analysis will not draw Figures 2 and 7 from this folder"))
+    q = diag["query_embedding_ms"]
+    print(f"query embedding (raw forward, CPU): p50 {q['p50']:.1f} ms, p95 {q['p95']:.1f} ms")
+    print("wall time by part (s): " + ", ".join(f"{k} {v}" for k, v in diag["wall_s"].items()))
 
 
-def run_study(cfg) -> dict:
+# -------------------------------------------------------------------------------- entry points
+
+
+def run_study(cfg) -> dict | None:
     """The `backends` stage (`make run STAGE=backends`): the stage's sample as the corpus and queries.
 
-    Writes the study's CSVs to runs/backends/<label>/, where the analysis reads them (H3a-H3c).
-    `stage.histories` caps the corpus (null: the whole sample, ~85 min of embedding on real S).
+    Writes runs/<stage>/<label>/ (stage.json + CSVs), which `make analyze` reads (Figures 2 and 7,
+    H3a-H3c). `dry_run=true` prints the plan and the expected time and touches nothing.
     """
+    from omegaconf import OmegaConf
+
     from harness.data import source
     from harness.data.samples import draw
     from harness.run.plan import scan
 
+    stage = OmegaConf.to_container(cfg.stage, resolve=True)
+    hist = stage.get("histories")
+    spec = cfg.samples[str(stage["sample"])]
+    n = int(spec.get("limit") or 6 * int(spec.get("per_type") or 30))  # six question types
+    n = min(n, int(hist)) if hist else n
+    if cfg.get("dry_run"):
+        print(render_plan(plan(stage, n, None)))
+        return None
     path = source.resolve(cfg.data)
-    sample = str(cfg.stage.sample)
-    qids = draw(scan(path), cfg.samples, int(cfg.seed), names=[sample])[sample]["ids"]
-    out = Path(str(cfg.runs_dir)) / str(cfg.stage.name) / str(cfg.stage.label)
-    hist = cfg.stage.get("histories")
-    return run(path, out, int(hist) if hist else None, qids, str(cfg.encoder.name), int(cfg.seed),
-               only=list(cfg.stage.only) if cfg.stage.get("only") else None,
-               fanout=bool(cfg.stage.get("fanout", True)), delta_rounds=int(cfg.stage.get("delta_rounds", 30)))
+    qids = draw(scan(path), cfg.samples, int(cfg.seed), names=[str(stage["sample"])])[str(stage["sample"])]["ids"]
+    out = Path(str(cfg.runs_dir)) / str(stage["name"]) / str(stage["label"])
+    return run(path, out, int(hist) if hist else None, qids, str(cfg.encoder.name), int(cfg.seed), stage=stage, cfg=cfg)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -492,19 +833,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--qids", type=Path, default=None, help="file with one question id per line (a sample)")
     ap.add_argument("--encoder", default="minilm", choices=["minilm", "bge", "hash"])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", default=None, help="comma-separated config ids or families")
+    ap.add_argument("--builds", type=int, default=None)
+    ap.add_argument("--only", default=None, help="comma-separated config ids or backends")
     ap.add_argument("--no-fanout", action="store_true")
     ap.add_argument("--no-lexical", action="store_true")
-    ap.add_argument("--delta-rounds", type=int, default=30)
+    ap.add_argument("--delta-rounds", type=int, default=None)
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and the expected time only")
     args = ap.parse_args(argv)
+    stage = default_stage()
+    stage.update({k: v for k, v in {"builds": args.builds, "delta_rounds": args.delta_rounds,
+                                    "only": args.only.split(",") if args.only else None}.items() if v is not None})
+    stage["fanout"], stage["lexical"] = not args.no_fanout, not args.no_lexical
+    hist = None if args.histories == "all" else int(args.histories)
+    if args.dry_run:
+        print(render_plan(plan(stage, hist or 180, None)))
+        return 0
     if args.data is None:
         from harness.memory.bench import default_data
 
         args.data = default_data()
-    hist = None if args.histories == "all" else int(args.histories)
     qids = [x.strip() for x in args.qids.read_text().splitlines() if x.strip()] if args.qids else None
-    run(args.data, args.out, hist, qids, args.encoder, args.seed,
-        args.only.split(",") if args.only else None, not args.no_fanout, args.delta_rounds, not args.no_lexical)
+    run(args.data, args.out, hist, qids, args.encoder, args.seed, stage=stage)
     return 0
 
 

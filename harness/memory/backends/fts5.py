@@ -180,7 +180,7 @@ class FTS5PerView(Backend, _SQLite):
             if hit:
                 return hit[1]
             base = view.without_dates() if view is not None else None
-            tab = f"v{len(self._views)}"
+            tab = f"v{1 + max((int(t[1:]) for _, t in self._views.values()), default=-1)}"
             where, args = view_sql(base)
             self.db.execute("BEGIN")
             try:
@@ -196,6 +196,15 @@ class FTS5PerView(Backend, _SQLite):
                 raise
             self._views[key] = (base, tab)
             return tab
+
+    def drop_view(self, view: View | None) -> None:
+        """Forget one view's index (the backend study builds per-view indexes one at a time)."""
+        key = self._key(view)
+        with self._lock:
+            hit = self._views.pop(key, None)
+            if hit:
+                self.db.execute(f"DROP TABLE {hit[1]}")
+                self.db.execute("DELETE FROM views WHERE key = ?", (key,))
 
     def view_keys(self) -> list[str]:
         with self._lock:

@@ -78,7 +78,8 @@ class PgVector(Backend):
 
     def __init__(self, table: str | None = None, dsn: str | None = None, dim: int = 384, m: int = 16,
                  ef_construction: int = 200, ef_search: int = 40, iterative_scan: str = "off",
-                 max_scan_tuples: int | None = None, owner_btree: bool = False, drop_existing: bool = False,
+                 max_scan_tuples: int | None = None, owner_btree: bool = False, overfetch: int | None = None,
+                 drop_existing: bool = False,
                  drop_on_close: bool | None = None, **_):
         from ... import services
 
@@ -93,6 +94,7 @@ class PgVector(Backend):
         self.table, self.dim, self.m, self.ef_construction = table, dim, m, ef_construction
         self.ef_search, self.iterative_scan, self.max_scan_tuples = ef_search, iterative_scan, max_scan_tuples
         self.owner_btree, self.drop_on_close = owner_btree, bool(drop_on_close)
+        self.overfetch = overfetch  # over-fetch then rerank: inner LIMIT overfetch, outer LIMIT k
         self._local = threading.local()
         self._conns: list = []
         self._conns_lock = threading.Lock()
@@ -167,6 +169,9 @@ class PgVector(Backend):
         q = vector_text(vec)
         sql = (f"SELECT uid, embedding <=> %s::vector AS d FROM {self.table} WHERE {where} "
                f"ORDER BY embedding <=> %s::vector LIMIT %s")
+        if self.overfetch:  # pgvector's documented form for relaxed order: materialise K' rows, re-sort, keep k
+            return (f"WITH c AS MATERIALIZED ({sql}) SELECT uid, d FROM c ORDER BY d LIMIT %s",
+                    [q, *args, q, max(k, int(self.overfetch)), k])
         return sql, [q, *args, q, k]
 
     def search(self, query: Query, view: View | None, k: int) -> list[Hit]:
@@ -186,6 +191,19 @@ class PgVector(Backend):
         with self._conn() as c, c.transaction():
             self._settings(c)
             rows = c.execute(f"EXPLAIN ({opts}COSTS) {sql}", args).fetchall()
+        return "\n".join(r[0] for r in rows)
+
+    def statement(self, query: Query, view: View | None, k: int) -> tuple[float, str]:
+        """(server-side execution time in ms, the plan's text) of this search: EXPLAIN (ANALYZE, TIMING OFF)."""
+        plan = self.explain_analyze(query, view, k)
+        ms = next(float(ln.split(":")[1].split()[0]) for ln in plan.splitlines() if ln.strip().startswith("Execution Time"))
+        return ms, plan
+
+    def explain_analyze(self, query: Query, view: View | None, k: int) -> str:
+        sql, args = self._sql(view, k, query.need_vector(self.name))
+        with self._conn() as c, c.transaction():
+            self._settings(c)
+            rows = c.execute(f"EXPLAIN (ANALYZE, TIMING OFF, COSTS) {sql}", args).fetchall()
         return "\n".join(r[0] for r in rows)
 
     # -- bookkeeping ------------------------------------------------------------------
@@ -212,7 +230,8 @@ class PgVector(Backend):
     def describe(self) -> dict:
         return {"backend": self.name, "table": self.table, "m": self.m, "ef_construction": self.ef_construction,
                 "ef_search": self.ef_search, "iterative_scan": self.iterative_scan,
-                "max_scan_tuples": self.max_scan_tuples or "default", "owner_btree": self.owner_btree}
+                "max_scan_tuples": self.max_scan_tuples or "default", "owner_btree": self.owner_btree,
+                "overfetch": self.overfetch}
 
     def drop(self) -> None:
         with self._conn() as c, c.transaction():

@@ -142,7 +142,10 @@ class RedisQE(Backend):
     def _knn(self, prefilter: str, vec: np.ndarray, k: int) -> tuple[list, list]:
         clause = "KNN $K @vec $B"
         params = ["K", str(k), "B", vec.astype(np.float32).tobytes()]
-        if self.hybrid_policy == "ADHOC_BF":
+        if prefilter == "*":  # no filter, no hybrid query: a policy would be refused by the engine
+            clause += " EF_RUNTIME $EF"
+            params += ["EF", str(self.ef_runtime)]
+        elif self.hybrid_policy == "ADHOC_BF":
             clause += " HYBRID_POLICY ADHOC_BF"
         else:
             clause += " EF_RUNTIME $EF"
@@ -192,6 +195,56 @@ class RedisQE(Backend):
         """FT.PROFILE of the same query: shows whether the engine ran ad-hoc brute force or batches."""
         _, args = self._knn(compile_view(view), query.need_vector(self.name), k)
         return self.r.execute_command("FT.PROFILE", self.index, "SEARCH", "QUERY", *args)
+
+    def owner_index(self, owner: str) -> str:
+        """A separate HNSW index over one agent's documents (FT.CREATE ... FILTER on the same keys):
+        the dense side of fan-out, one store per agent, without copying any vector."""
+        name = f"{self.index}__{owner}"
+        if owner.replace("_", "").isalnum() is False:
+            raise ValueError(f"owner {owner!r}: letters, digits and '_' only")
+        self.r.execute_command(
+            "FT.CREATE", name, "ON", "HASH", "PREFIX", "1", self.prefix, "FILTER", f'@owner=="{owner}"', "SCHEMA",
+            "vec", "VECTOR", "HNSW", "10", "TYPE", "FLOAT32", "DIM", str(self.dim), "DISTANCE_METRIC", "COSINE",
+            "M", str(self.m), "EF_CONSTRUCTION", str(self.ef_construction))
+        return name
+
+    def wait_indexed(self, name: str | None = None, timeout_s: float = 3600) -> None:
+        """FT.CREATE over existing keys indexes them in the background: wait until it is done."""
+        import time
+
+        t = time.monotonic()
+        while True:
+            raw = self.r.execute_command("FT.INFO", name or self.index)
+            info = {_s(k): v for k, v in (raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2]))}
+            if int(_s(info.get("indexing", 0))) == 0:
+                return
+            if time.monotonic() - t > timeout_s:
+                raise TimeoutError(f"{name or self.index} still indexing after {timeout_s} s")
+            time.sleep(0.05)
+
+    def search_index(self, name: str, query: Query, k: int) -> list[Hit]:
+        """Unfiltered KNN in another index over this backend's keys (see owner_index)."""
+        _, args = self._knn("*", query.need_vector(self.name), k)
+        return self._parse(self.r.execute_command("FT.SEARCH", name, *args))
+
+    def drop_index(self, name: str) -> None:
+        self.r.execute_command("FT.DROPINDEX", name)  # keeps the documents: they belong to self.index
+
+    def executed_policy(self, query: Query, view: View | None, k: int) -> str:
+        """What the engine ran for this query, read from FT.PROFILE: HNSW (no filter), ADHOC_BF or BATCHES."""
+        prof = _get(self.profile(query, view, k), "profile") or {}
+        its = _get(prof, "Iterators profile") or []
+        vec = next((i for i in its if _s(_get(i, "Type")) == "VECTOR"), None)
+        if vec is None:
+            return "other"
+        if _get(vec, "Batches number") is not None:
+            return "BATCHES"
+        return "ADHOC_BF" if _get(vec, "Child iterator") is not None else "HNSW"
+
+    def server_usec(self) -> tuple[int, int]:
+        """(calls, microseconds) the server has spent in FT.SEARCH so far (INFO commandstats)."""
+        st = self.r.info("commandstats").get("cmdstat_FT.SEARCH") or {}
+        return int(st.get("calls", 0)), int(st.get("usec", 0))
 
     # -- bookkeeping ------------------------------------------------------------------
     def info(self) -> dict:
