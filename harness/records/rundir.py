@@ -49,10 +49,12 @@ def config_hash(cfg) -> str:
     data = OmegaConf.to_container(cfg, resolve=True)
     for k in VOLATILE:
         data.pop(k, None)
+    model, encoder = data.get("model"), data.get("encoder")
     for k in VOLATILE_MODEL:
-        (data.get("model") or {}).pop(k, None)
-    if (data.get("encoder") or {}).get("device") == "cpu":  # the default, as before the key existed:
-        data["encoder"].pop("device")                      # stages begun earlier keep their hash
+        if isinstance(model, dict):
+            model.pop(k, None)
+    if isinstance(encoder, dict) and encoder.get("device") == "cpu":  # the default, as before the key
+        encoder.pop("device")                                        # existed: earlier stages keep their hash
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
