@@ -58,9 +58,12 @@ class Stats:
 
 class FakeUpstream:
     def __init__(self, seed: int = 0, scale: float = 1.0, median_s: float = 1.5, sigma: float = 0.7,
-                 p429: float = 0.01, p5xx: float = 0.01, max_tool_calls: int = 3):
+                 p429: float = 0.01, p5xx: float = 0.01, max_tool_calls: int = 3, query_salt: str = ""):
         self.seed, self.scale, self.median_s, self.sigma = seed, scale, median_s, sigma
         self.p429, self.p5xx, self.max_tool_calls = p429, p5xx, max_tool_calls
+        # a word added to every search query: a real model's queries are new, so they miss the
+        # harness's query-vector cache; without a fresh salt a second rehearsal would only hit it
+        self.query_salt = query_salt
         self._stats = Stats()
         self._seen: dict[str, int] = {}  # request body hash -> times seen (a retry draws anew)
         self._prefix: dict[str, int] = {}  # conversation -> prompt tokens of its last call
@@ -128,7 +131,7 @@ class FakeUpstream:
                                ).randint(1, self.max_tool_calls)
         if tools and req.get("tool_choice") != "none" and len(results) < wanted:
             words = _words(question, rng, 4) + (_words(results[-1], rng, 3) if results else [])
-            query = " ".join(words) or "memory"
+            query = " ".join(words + [self.query_salt]).strip() or "memory"
             fn = next((f for f in tools if f["name"] in ("memory_search", "session_search", "terminal")), tools[0])
             props = (fn.get("parameters") or {}).get("properties") or {}
             if "command" in props:
