@@ -11,7 +11,7 @@ ARGS   ?=
 TORCH  ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup system-deps test test-slow run judge analyze view agreement bench services-up services-down services-status clean-runs
+.PHONY: setup system-deps test test-slow run judge analyze view agreement bench rehearsal services-up services-down services-status clean-runs
 
 # Debian packages the shell sandbox needs inside its /usr: the sqlite3 command and the seccomp
 # bindings of the system Python (installed when missing and we are root; else the preflight says so),
@@ -64,6 +64,12 @@ bench: setup
 	$(PY) -m harness.memory.bench $(ARGS)
 	$(PY) -m analysis.bench_stats
 	$(PY) -m harness.endpoints.bench_proxy
+
+# the main stage rehearsed offline (bench/rehearsal.py; a benchmark, not a test): generated S data, the
+# real driver, judge and analysis against a latency-simulating fake upstream. The full size embeds
+# ~123k chunks first (~85 min on 2 CPU cores); smaller: ARGS="questions=12 latency_scale=0.1 kill_at=0.5"
+rehearsal: setup
+	$(PY) -m bench.rehearsal $(ARGS)
 
 services-up: setup
 	$(PY) -m harness.services up

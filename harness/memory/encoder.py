@@ -309,6 +309,10 @@ class Encoder:
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text], progress=False)[0]
 
+    def warm(self) -> None:
+        """Load the model now (a stage's setup), not inside the first agent's search."""
+        self._load()
+
     def describe(self) -> dict:
         return {"encoder": self.spec.name, "model": self.spec.model, "encoder_id": self.id,
                 "device": self.device if isinstance(self.device, str) else ",".join(self.device),
@@ -348,6 +352,9 @@ class HashEncoder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
+
+    def warm(self) -> None:
+        pass  # nothing to load
 
     def forward(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
         return self.embed(texts)

@@ -62,6 +62,10 @@ class Environment:
                 from harness.memory.space import MemorySpace
 
                 self._space = MemorySpace.from_config(self.cfg)
+                if self._space.dense is not None:
+                    # load the encoder now (setup): lazily, the first query's ~5 s model load held
+                    # every agent's search behind the model lock inside its loop (the rehearsal)
+                    self._space.encoder.warm()
             return self._space
 
     def space_for(self, spec: RunSpec):
