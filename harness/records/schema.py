@@ -204,7 +204,25 @@ class Prices(_Open):
     usd_per_currency: float
 
 
-class RunRecord(_Model):
+class _Provenance(_Model):
+    """Where a record came from: the same in every record of a stage."""
+
+    stage: str
+    label: str
+    seed: int
+    config_hash: str
+    data_sha256: str
+    data_path: str
+    versions: dict[str, str | None]
+    code: CodeRevision
+    model: dict[str, Any]
+    prices: Prices
+    offpeak: dict[str, Any] | None
+    index: dict[str, Any]
+    encoder: dict[str, Any]
+
+
+class RunRecord(_Provenance):
     """One finished run: written once, atomically, by the driver (records/<run_id>.json)."""
 
     schema_version: Literal[1]
@@ -248,20 +266,6 @@ class RunRecord(_Model):
     endpoint: dict[str, Any]
     memory_space: dict[str, Any] | None
     finished: str
-    # provenance, the same in every record of a stage
-    stage: str
-    label: str
-    seed: int
-    config_hash: str
-    data_sha256: str
-    data_path: str
-    versions: dict[str, str | None]
-    code: CodeRevision
-    model: dict[str, Any]
-    prices: Prices
-    offpeak: dict[str, Any] | None
-    index: dict[str, Any]
-    encoder: dict[str, Any]
     prereg_sha256: str | None
     # what the model read and wrote; None only in records written before transcripts existed
     transcript: Transcript | None = None
@@ -272,7 +276,7 @@ class RunRecord(_Model):
         return _typed_log(v)
 
 
-class PersonalRecord(_Model):
+class PersonalRecord(_Provenance):
     """One trial x method of the personalization study (second seed paper); built in
     harness/personal/record.py, whose docstring says what each field means."""
 
@@ -319,21 +323,7 @@ class PersonalRecord(_Model):
     cost_list: float
     cost_paid: float
     finished: str
-    # provenance
-    stage: str
-    label: str
-    seed: int
     kind: Literal["personal"]
-    config_hash: str
-    data_path: str
-    data_sha256: str
-    versions: dict[str, str | None]
-    code: CodeRevision
-    model: dict[str, Any]
-    prices: Prices
-    offpeak: dict[str, Any] | None
-    encoder: dict[str, Any]
-    index: dict[str, Any]
 
 
 class StageInfo(_Open):
