@@ -11,7 +11,7 @@ ARGS   ?=
 TORCH  ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup system-deps test test-slow run judge analyze view agreement bench rehearsal services-up services-down services-status clean-runs
+.PHONY: setup system-deps test run judge analyze view agreement bench rehearsal services-up services-down services-status clean-runs
 
 # Debian packages the shell sandbox needs inside its /usr: the sqlite3 command and the seccomp
 # bindings of the system Python (installed when missing and we are root; else the preflight says so),
@@ -36,9 +36,6 @@ $(VENV)/.installed: pyproject.toml
 
 test: setup
 	$(PY) -m pytest -q
-
-test-slow: setup
-	$(PY) -m pytest -q -m slow
 
 run: setup
 	$(PY) -m harness.run stage=$(STAGE) $(ARGS)

@@ -18,7 +18,6 @@ def _run(args, tmp_path, timeout):
                           text=True, timeout=timeout, env=env)
 
 
-@pytest.mark.slow  # tens of minutes on 2 cores: `make test-slow`, not part of `make test`
 @pytest.mark.model
 @pytest.mark.services
 def test_personal_smoke_runs_is_judged_and_analysed(tmp_path, services):
