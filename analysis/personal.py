@@ -13,7 +13,6 @@ but the paper's tests are unpaired and so are these). `make analyze` runs it.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Sequence

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -308,7 +307,7 @@ def _rss_growth(samples: list) -> tuple[float, float]:
 
 def expected_full(r: dict, o: dict) -> dict:
     """The study's size (180 questions, 2,040 runs, ~123k chunks, latency scale 1) from measured rates."""
-    p, a, s = r["prepare"], r["accounting"], r["stage"]
+    p, a = r["prepare"], r["accounting"]
     q = p["questions"] or 1
     per_q = {k: v / q for k, v in p["parts"].items() if k not in ("data generation (first use only)",)}
     out = {}
@@ -341,7 +340,6 @@ def render(r: dict) -> str:
         lines.append(f"  {name:<42}{v:>12.2f}{'' if full is None else f'{full:>26.0f}'}")
     lines.append(f"  ({p['stores_built']} stores built, {p['embedded']:,} chunks embedded, "
                  f"{p['chunks'] - p['embedded']:,} from the cache)")
-    up = s["upstream"]
     lines += ["", f"{'stage':<44}{'measured':>12}",
               f"  {'wall (all passes)':<42}{s['wall_s']:>11.1f}s",
               *[f"    pass {i + 1}: {q['wall_s']:.1f}s rc {q['rc']}{' killed -9' if q['killed'] else ''}, "

@@ -62,7 +62,7 @@ def test_stage_folder_validates_and_names_server_versions(study):
 
 @pytest.mark.services
 def test_cases_test_what_they_claim(study):
-    from harness.memory.study import CASES, default_stage, parse_configs
+    from harness.memory.study import default_stage, parse_configs
 
     out, res = study
     cfgs = {c.id: c for c in parse_configs(default_stage()["configs"]) if c.id in SMALL}

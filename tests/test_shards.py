@@ -150,7 +150,7 @@ def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded
         assert victim, "shard 1 never started"
         os.kill(victim, signal.SIGKILL)
         err = parent.communicate(timeout=300)[1]
-        assert parent.returncode != 0, "Hydra reports the killed job"
+        assert parent.returncode != 0, f"Hydra reports the killed job: {err[-500:]}"
         folder = folder_of(sharded)
         assert (folder / "shards" / "0of2" / "ledger.jsonl").exists()
 

@@ -31,7 +31,6 @@ from tqdm import tqdm
 import conditions
 from harness.data.longmemeval import DATE_FORMAT, sha256_file
 from harness.endpoints.client import Agent, Meter, ModelCallFailed
-from harness.endpoints.proxy import MeteringProxy
 from harness.failures import EnvironmentFailure, classify
 from harness.records import RunDir, StageMismatch
 from harness.records.ledger import Ledger, read_ledger
