@@ -128,3 +128,28 @@ def test_records_name_config_seed_versions_data_and_prices(tmp_path):
         assert r["versions"]["openai"] and r["versions"]["hermes-agent"]
         assert r["prices"] == {"currency": "USD", "hit": 0.0, "miss": 0.0, "output": 0.0, "usd_per_currency": 1.0}
     assert (stage_dir(tmp_path) / "config.yaml").exists()
+
+
+def test_each_session_records_when_its_first_run_and_its_memory_were_ready(tmp_path):
+    from harness.data.longmemeval import load
+    from harness.memory.units import units_of_sessions
+    from harness.records import RunDir
+
+    groups = "stage.groups=[{sample:smoke,conditions:[none,tool_bm25]}]"
+    with FakeModel() as fake:
+        res = subprocess.run(cmd(fake, tmp_path, groups), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    rd = RunDir(stage_dir(tmp_path))
+    [s] = rd.sessions()
+    recs = records(tmp_path)
+    qids = {r["qid"] for r in recs.values()}
+    data = load(json.loads((stage_dir(tmp_path) / "stage.json").read_text())["data"]["path"])
+    texts = [u.text for q in qids for u in units_of_sessions(data[q].sessions, q, lambda sid: "a0", lambda a: "private")]
+    chunks = len(texts)
+    m = s.memory
+    assert (m.questions, m.ready, m.chunks) == (len(qids), len(qids), chunks)
+    assert m.embedded == len(set(texts)) < chunks  # a cold cache: every distinct text once
+    assert 0 < m.first_ready_s <= m.all_ready_s
+    assert s.started_runs == s.pending == len(recs) and s.stopped is None
+    assert 0 <= s.first_run_started_s <= s.first_record_s <= s.wall_s
+    assert "session: " in res.stderr and f"{chunks:,} chunks" in res.stderr

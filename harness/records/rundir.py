@@ -88,6 +88,7 @@ class RunDir:
         own = shard_dir(self.root, shard) if shard else self.root
         self.ledger_path = own / "ledger.jsonl"
         self.attempts_path = own / "attempts.jsonl"
+        self.sessions_path = own / "sessions.jsonl"
         self.stage_path = self.root / "stage.json"
 
     @classmethod
@@ -148,6 +149,14 @@ class RunDir:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
+
+    def end_session(self, session: BaseModel) -> None:
+        """One line per driver session that ended (harness.records.schema.DriverSession)."""
+        with open(self.sessions_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(session.model_dump(), sort_keys=True) + "\n")
+
+    def sessions(self) -> list[BaseModel]:
+        return [parse("session", e, self.sessions_path) for e in read_ledger(self.sessions_path)]
 
     # --- records ------------------------------------------------------------------
     def record_path(self, run_id: str) -> Path:

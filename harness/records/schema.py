@@ -354,6 +354,36 @@ class Attempt(_Model):
     ts: str
 
 
+class MemoryPrep(_Model):
+    """What a driver session's memory preparation did (harness.run.prepare); seconds from its start."""
+
+    questions: int  # questions whose runs use the memory space
+    ready: int
+    chunks: int
+    embedded: int  # chunks that went through the model (the rest came from the cache)
+    chunk_s: float
+    embed_s: float
+    first_ready_s: float | None
+    all_ready_s: float | None
+
+
+class DriverSession(_Model):
+    """sessions.jsonl: one line per driver session that ended (a killed one writes none): where the
+    time to the first results went. Seconds count from the start of the session's runs."""
+
+    started: str
+    ended: str
+    host: str
+    pid: int
+    pending: int
+    started_runs: int
+    stopped: str | None
+    wall_s: float
+    first_run_started_s: float | None
+    first_record_s: float | None
+    memory: MemoryPrep
+
+
 class LedgerEvent(_Model):
     """ledger.jsonl: one line per model request, per response, per interrupted attempt."""
 
@@ -459,7 +489,8 @@ def _explain(exc: ValidationError) -> str:
 
 
 _MODELS: dict[str, type[BaseModel]] = {"record": RunRecord, "personal_record": PersonalRecord, "stage": StageInfo,
-                                       "judgement": Judgement, "ledger": LedgerEvent, "attempt": Attempt}
+                                       "judgement": Judgement, "ledger": LedgerEvent, "attempt": Attempt,
+                                       "session": DriverSession}
 
 
 def parse(kind: str, data: Any, path: str | Path, line: int | None = None) -> BaseModel:

@@ -17,6 +17,8 @@ unrecorded, and the same command resumes once the cause is fixed.
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 import threading
 import time
@@ -36,11 +38,12 @@ from harness.records import RunDir, StageMismatch
 from harness.records.ledger import Ledger, read_ledger
 from harness.records.ledger import mark_interrupted as mark_interrupted_lines
 from harness.records.provenance import code_revision, versions
-from harness.records.schema import SCHEMA_VERSION, RunRecord, StageInfo
+from harness.records.schema import SCHEMA_VERSION, DriverSession, MemoryPrep, RunRecord, StageInfo
 from harness.run.context import Environment, RunContext
 from harness.run.loop import TranscriptRecorder, run_loop
 from harness.run.budget import Budget, BudgetReached
 from harness.run.plan import Plan, RunSpec
+from harness.run.prepare import MemoryPreparer
 from harness.run.prompts import system_prompt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,6 +119,10 @@ class StageRunner:
         self.model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
         self.totals = {"tokens": 0, "cost": 0.0, "failed": 0}
         self._lock = threading.Lock()
+        self.t0 = time.perf_counter()  # the session's runs start: the times to first results count from here
+        self.first: dict[str, float] = {}  # "run_started", "record" -> seconds after t0
+        self.started_runs = 0
+        self.preparer: MemoryPreparer | None = None
 
     def common(self) -> dict:
         return {"stage": self.plan.stage, "label": self.plan.label, "seed": self.plan.seed,
@@ -202,14 +209,35 @@ class StageRunner:
         })
 
     def run_one(self, spec: RunSpec, attempt: int) -> RunRecord:
+        self._mark("run_started")
         self.rd.start_attempt(spec.run_id, attempt, _now())
         record = self.execute(spec, attempt)
         self.rd.write_record(record)
+        self._mark("record")
         with self._lock:
             self.totals["tokens"] += record.tokens.prompt + record.tokens.output
             self.totals["cost"] += record.cost_list
             self.totals["failed"] += record.status != "ok"
         return record
+
+
+    def _mark(self, what: str) -> None:
+        with self._lock:
+            self.first.setdefault(what, round(time.perf_counter() - self.t0, 3))
+            self.started_runs += what == "run_started"
+
+    def session(self, started: str, pending: int, stop: str | None) -> DriverSession:
+        """This session's line of sessions.jsonl: how long until the first run, record and ready memory."""
+        prep = self.preparer.stats if self.preparer is not None else {
+            "questions": 0, "ready": 0, "chunks": 0, "embedded": 0, "chunk_s": 0.0, "embed_s": 0.0,
+            "first_ready_s": None, "all_ready_s": None}
+        return DriverSession(started=started, ended=_now(), host=socket.gethostname(), pid=os.getpid(),
+                             pending=pending, started_runs=self.started_runs, stopped=stop,
+                             wall_s=round(time.perf_counter() - self.t0, 3),
+                             first_run_started_s=self.first.get("run_started"),
+                             first_record_s=self.first.get("record"),
+                             memory=MemoryPrep(**{k: (round(v, 3) if isinstance(v, float) else v)
+                                                  for k, v in prep.items()}))
 
 
 def open_stage(cfg, plan: Plan, sweep: dict | None = None) -> tuple[RunDir, StageInfo]:
@@ -249,10 +277,17 @@ def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Le
     owned = {r.run_id for r in owned_runs(rd, plan)}
     mark_interrupted(rd, ledger, owned=owned)
     runner = StageRunner(cfg, plan, rd, info, proxy_url, endpoint.info)
+    started = _now()
     stop = None
     try:
         stop = _run_pool(runner, pending, attempts, concurrency, len(owned), len(owned) - len(pending), budget)
+    except BaseException as exc:
+        stop = f"{type(exc).__name__}: {exc}"[:300]
+        raise
     finally:
+        session = runner.session(started, len(pending), stop)
+        rd.end_session(session)
+        print(describe_session(session), file=sys.stderr)
         try:
             runner.env.close()
         except Exception as exc:  # services already gone: say so, but keep the reason the stage stopped
@@ -271,6 +306,16 @@ def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Le
         raise StageStopped(f"stage stopped before every run{whose} was recorded ({recorded} of {len(owned)} "
                            f"recorded; the rest run on resume): {stop}")
     return t
+
+
+def describe_session(s: DriverSession) -> str:
+    m = s.memory
+    fmt = lambda x: "-" if x is None else f"{x:.1f} s"  # noqa: E731
+    mem = (f"memory of {m.ready}/{m.questions} questions ready ({m.chunks:,} chunks, {m.embedded:,} embedded, "
+           f"the rest from the cache; first ready {fmt(m.first_ready_s)}, all {fmt(m.all_ready_s)}); "
+           if m.questions else "")
+    return (f"session: {s.started_runs} runs started in {s.wall_s:.1f} s; {mem}"
+            f"first run started {fmt(s.first_run_started_s)}, first record {fmt(s.first_record_s)}")
 
 
 def summary(rd: RunDir, labels: dict[str, bool | None] | None, judge_name: str | None) -> str:
@@ -295,29 +340,60 @@ def summary(rd: RunDir, labels: dict[str, bool | None] | None, judge_name: str |
 BUDGET = "budget"
 
 
+def needs_memory(cfg):
+    """spec -> does its condition read the memory space (declared by the module: NEEDS)?"""
+    uses = {name: "memory_space" in getattr(conditions.load(str(c.module)), "NEEDS", ())
+            for name, c in cfg.stage.conditions.items()}
+    return lambda spec: uses[spec.condition]
+
+
 def _run_pool(runner: StageRunner, pending: list[RunSpec], attempts: dict[str, int], concurrency: int,
               total: int, done: int, budget: Budget | None = None) -> str | None:
-    """Run `pending`; returns why the stage stopped early, or None when every run was attempted."""
-    bar = tqdm(total=total, initial=done, unit="run", dynamic_ncols=True, file=sys.stderr)
+    """Run `pending`; returns why the stage stopped early, or None when every run was attempted.
+
+    A free slot takes the first pending run (in the plan's order) that may start: one that
+    needs no memory space, or whose question's memory is ready (harness.run.prepare)."""
+    preparer = MemoryPreparer(runner.env, pending, needs_memory(runner.cfg)).start()
+    runner.preparer = preparer
+    bar = tqdm(total=total, initial=done, unit="run", dynamic_ncols=True, file=sys.stderr, position=0)
     stop: list[str] = []
+    waiting = list(pending)
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent") as pool:
             running = set()
-            for spec in pending:
-                if not stop and budget is not None and budget.exhausted:
+            while waiting and not stop:
+                if budget is not None and budget.exhausted:
                     stop.append(BUDGET)
-                if stop:
                     break  # runs in flight finish; no new run starts
-                running.add(pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1))
-                if len(running) >= concurrency:
-                    finished, running = wait(running, return_when=FIRST_COMPLETED)
+                if preparer.error is not None:
+                    stop.append(_preparer_stop(preparer.error))
+                    break
+                i = next((i for i, s in enumerate(waiting) if preparer.ready(s)), None) \
+                    if len(running) < concurrency else None
+                if i is not None:
+                    spec = waiting.pop(i)
+                    running.add(pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1))
+                    continue
+                if running:  # a slot frees up, or (within a second) another question is ready
+                    finished, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
                     _collect(finished, bar, runner, stop)
+                else:
+                    preparer.wait(1.0)
             while running:
                 finished, running = wait(running, return_when=FIRST_COMPLETED)
                 _collect(finished, bar, runner, stop)
     finally:
+        preparer.stop()
         bar.close()
     return stop[0] if stop else None
+
+
+def _preparer_stop(exc: BaseException) -> str:
+    env = classify(exc)
+    if env is not None:
+        return str(env)
+    print("".join(traceback.format_exception(exc)), file=sys.stderr)
+    return f"harness error while preparing memory: {type(exc).__name__}: {exc} (traceback above)"
 
 
 def _collect(finished, bar, runner: StageRunner, stop: list[str]) -> None:
