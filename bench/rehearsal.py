@@ -102,10 +102,10 @@ class Timer(dict):
 # -- preparation ---------------------------------------------------------------------------
 def prepare(cfg) -> dict:
     """What a stage does before its runs, part by part, timed around the harness's own functions:
-    the plan (reads and validates every record, hashes the file), the Hermes stores, chunking,
-    embedding (through the disk cache), the in-memory index builds of the memory space."""
+    the plan (reads and validates every record, hashes the file), the Hermes stores and chunking.
+    Embedding is the driver's (harness.run.prepare: beside the runs; its times come from the
+    stage's sessions.jsonl), and each question's index is filled by its first run (setup time)."""
     from harness.data import source
-    from harness.memory.space import MemorySpace
     from harness.run.context import Environment
     from harness.run.plan import build
     from harness.runtime import build_store
@@ -126,19 +126,28 @@ def prepare(cfg) -> dict:
             built += not build_store(questions[qid], sha).cache_hit
     specs = {r.qid: r for r in plan.runs}
     with t.part("chunking"):
-        units = {qid: env.units(specs[qid]) for qid in qids}
-    n_chunks = sum(len(u) for u in units.values())
-    space = MemorySpace.from_config(cfg)
-    enc = space.encoder
-    with t.part("embedding"):
-        enc.embed([u.text for us in units.values() for u in us], progress=True)
-    embedded, enc_s = enc.stats.embedded, enc.stats.seconds
-    with t.part("index builds (dense + per-view FTS5)"):
-        for qid in qids:
-            space.add_units(units[qid], progress=False)
-    space.close()
+        n_chunks = sum(len(env.units(specs[qid])) for qid in qids)
     return {"parts": dict(t), "questions": len(qids), "chunks": n_chunks, "stores_built": built,
-            "embedded": embedded, "embed_model_s": enc_s, "runs": len(plan.runs), "plan": plan}
+            "runs": len(plan.runs), "plan": plan}
+
+
+def memory_sessions(rd, planned_runs: list, cfg) -> dict:
+    """The driver's memory preparation (sessions.jsonl), and the index builds: the setup time of
+    the first run of each question among the runs that read the memory space."""
+    from harness.run.driver import needs_memory
+
+    sessions = rd.sessions()
+    needs = needs_memory(cfg)
+    memory_runs = {r.run_id for r in planned_runs if needs(r)}
+    first: dict[str, float] = {}
+    for r in sorted(rd.records(), key=lambda r: r.finished):
+        if r.run_id in memory_runs:
+            first.setdefault(r.org, r.setup_s)
+    m = [s.memory for s in sessions]
+    return {"sessions": [s.model_dump() for s in sessions],
+            "embedded": sum(x.embedded for x in m), "chunks": sum(x.chunks for x in m),
+            "embed_s": sum(x.embed_s for x in m), "chunk_s": sum(x.chunk_s for x in m),
+            "index_builds_s": sum(first.values()), "index_builds": len(first)}
 
 
 # -- the stage -----------------------------------------------------------------------------
@@ -169,8 +178,9 @@ def drive(cmd: list[str], log: Path, rd_records: Path, total: int, kill_at: floa
                 killed = True
             time.sleep(0.5)
     p.returncode = os.waitstatus_to_exitcode(status)
+    first = next((t for t, n, _ in samples if n > 0), None)
     return {"wall_s": time.perf_counter() - t0, "rc": p.returncode, "killed": killed,
-            "peak_rss_mb": ru.ru_maxrss / 1024, "rss": samples}
+            "peak_rss_mb": ru.ru_maxrss / 1024, "first_record_s": first, "rss": samples}
 
 
 def shares(busy_s: float, loop_s: float, wait_s: float, stage_wall_s: float, concurrency: int,
@@ -272,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                            "rss_first_last_mb": _rss_growth(passes[-1]["rss"]), "upstream": agent_stats}
         report["accounting"] = accounting(rd, agent_stats, stage_wall, o["concurrency"],
                                           1.0 * o["latency_scale"], [r.run_id for r in plan.runs], o["latency_scale"])
+        report["memory"] = memory_sessions(rd, plan.runs, cfg)
+        report["memory"]["after_ready"] = after_ready(rd, report["memory"]["sessions"])
         if len(passes) > 1:  # a killed pass waited for runs it never recorded: no per-run share
             for k in ("share_per_run", "share_prepared", "share_per_run_x1", "share_prepared_x1",
                       "harness_ms_per_call", "proxy_ms_per_call"):
@@ -306,40 +318,73 @@ def _rss_growth(samples: list) -> tuple[float, float]:
 
 
 def expected_full(r: dict, o: dict) -> dict:
-    """The study's size (180 questions, 2,040 runs, ~123k chunks, latency scale 1) from measured rates."""
-    p, a = r["prepare"], r["accounting"]
+    """The study's size (180 questions, 2,040 runs, latency scale 1) from measured rates."""
+    p, a, m = r["prepare"], r["accounting"], r["memory"]
     q = p["questions"] or 1
-    per_q = {k: v / q for k, v in p["parts"].items() if k not in ("data generation (first use only)",)}
     out = {}
-    embed_rate = p["embedded"] / p["embed_model_s"] if p["embedded"] else None
-    for k, v in per_q.items():
-        if k == "embedding":
-            out[k] = FULL["chunks"] / embed_rate if embed_rate else None
-        elif k.startswith("data check") or k == "load histories":
-            out[k] = p["parts"][k]  # reads the whole file whatever the sample
-        else:
-            out[k] = v * FULL["questions"]
+    for k, v in p["parts"].items():
+        if k == "data generation (first use only)":
+            continue
+        # the plan reads the whole file whatever the sample; the rest grows with the questions
+        out[k] = v if (k.startswith("data check") or k == "load histories") else v / q * FULL["questions"]
+    embed_rate = m["embedded"] / m["embed_s"] if m["embedded"] and m["embed_s"] else None
+    out["embedding rate chunks/s"] = embed_rate
+    out["embedding"] = p["chunks"] / q * FULL["questions"] / embed_rate if embed_rate else None
+    out["index builds"] = m["index_builds_s"] / max(m["index_builds"], 1) * FULL["questions"]
     runs = a["recorded"] or 1
     per_run_wait = a["upstream_wait_s"] / o["latency_scale"] / runs
     per_run_harness = (a["busy_s"] - a["upstream_wait_s"]) / runs
     out["stage wall (runs / concurrency x per-run time)"] = FULL["runs"] * (per_run_wait + per_run_harness) / o["concurrency"]
     out["analysis (linear in runs)"] = r["analysis"]["wall_s"] * FULL["runs"] / runs
-    out["embedding rate chunks/s"] = embed_rate
     return out
+
+
+def after_ready(rd, sessions: list[dict]) -> dict:
+    """Runs that started once every question's memory was ready (no embedding beside them): the
+    share of their loop time spent outside model calls (client-observed: the proxy counts as the call)."""
+    from datetime import datetime, timedelta
+
+    done = [s for s in sessions if s["memory"]["all_ready_s"] is not None]
+    if not done:
+        return {"runs": 0, "outside_calls_share": None}
+    s = done[-1]
+    ready = datetime.fromisoformat(s["started"]) + timedelta(seconds=s["memory"]["all_ready_s"])
+    loop = outside = 0.0
+    n = 0
+    for r in rd.records():
+        start = datetime.fromisoformat(r.finished) - timedelta(seconds=r.wall_s + r.setup_s)
+        if start >= ready:
+            n += 1
+            loop += r.wall_s
+            outside += r.wall_s - sum(c.latency_s for c in r.calls)
+    return {"runs": n, "outside_calls_share": outside / loop if loop else None}
 
 
 def render(r: dict) -> str:
     p, a, s, k = r["prepare"], r["accounting"], r["stage"], r["knobs"]
     e = r["expected_full"]
     pct = lambda x: "-" if x is None else f"{100 * x:.2f}%"  # noqa: E731
+    m = r["memory"]
+    first = m["sessions"][0] if m["sessions"] else None  # a killed first pass writes no session line
+    sec = lambda x: "-" if x is None else f"{x:.1f} s"  # noqa: E731
+    full_s = lambda x: "" if x is None else f"{x:>26.0f}"  # noqa: E731
     lines = [f"Rehearsal: main stage, {p['questions']} questions, {p['runs']} runs, {p['chunks']:,} chunks, "
              f"latency x{k['latency_scale']}, concurrency {k['concurrency']}, kill_at {k['kill_at']}",
              "", f"{'preparation':<44}{'measured s':>12}{'full size s (expected)':>26}"]
     for name, v in p["parts"].items():
-        full = e.get(name)
-        lines.append(f"  {name:<42}{v:>12.2f}{'' if full is None else f'{full:>26.0f}'}")
-    lines.append(f"  ({p['stores_built']} stores built, {p['embedded']:,} chunks embedded, "
-                 f"{p['chunks'] - p['embedded']:,} from the cache)")
+        lines.append(f"  {name:<42}{v:>12.2f}{full_s(e.get(name))}")
+    lines.append(f"  {'embedding (driver, beside the runs)':<42}{m['embed_s']:>12.2f}{full_s(e['embedding'])}")
+    lines.append(f"  {'index builds (first run of each question)':<42}{m['index_builds_s']:>12.2f}"
+                 f"{full_s(e['index builds'])}")
+    rate = e["embedding rate chunks/s"]
+    lines.append(f"  ({p['stores_built']} stores built, {m['embedded']:,} chunks embedded, "
+                 f"{m['chunks'] - m['embedded']:,} from the cache" + ("" if rate is None else f", {rate:.1f} chunks/s") + ")")
+    lines += ["", "time to first results (the driver's first session, from the start of its runs):",
+              f"  first run started {sec(first and first['first_run_started_s'])}, first record "
+              f"{sec(first and first['first_record_s'])}, first question's memory ready "
+              f"{sec(first and first['memory']['first_ready_s'])}, all memory ready "
+              f"{sec(first and first['memory']['all_ready_s'])}",
+              f"  first record seen from outside (from the driver's launch): {sec(s['passes'][0]['first_record_s'])}"]
     lines += ["", f"{'stage':<44}{'measured':>12}",
               f"  {'wall (all passes)':<42}{s['wall_s']:>11.1f}s",
               *[f"    pass {i + 1}: {q['wall_s']:.1f}s rc {q['rc']}{' killed -9' if q['killed'] else ''}, "
@@ -356,6 +401,8 @@ def render(r: dict) -> str:
               f"  {'harness per agent call':<42}{'-' if a['harness_ms_per_call'] is None else format(a['harness_ms_per_call'], '.1f') + ' ms':>12}",
               f"  {'metering proxy + client per call':<42}{'-' if a['proxy_ms_per_call'] is None else format(a['proxy_ms_per_call'], '.1f') + ' ms':>12}",
               f"  {'harness share of stage wall x concurrency':<42}{pct(a['share_stage']):>12}",
+              f"  {'outside model calls, runs after memory ready':<42}"
+              f"{pct(m['after_ready']['outside_calls_share']):>12}  ({m['after_ready']['runs']} runs)",
               f"  {'peak RSS of the driver':<42}{s['peak_rss_mb']:>9.0f} MB   target <= 4 GB",
               f"  {'RSS at 10% of runs -> at the end':<42}{s['rss_first_last_mb'][0]:>7.0f} -> {s['rss_first_last_mb'][1]:.0f} MB",
               f"  {'disk: stage folder':<42}{a['stage_bytes'] / 1e6:>9.1f} MB",

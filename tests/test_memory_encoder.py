@@ -115,3 +115,24 @@ def test_hash_encoder_is_deterministic_and_labelled():
     assert np.array_equal(e.embed(["a", "b"]), e.embed(["a", "b"]))
     assert not np.allclose(e.embed(["a"]), e.embed(["b"]))
     assert e.describe()["study_encoder"] is False
+
+
+def test_a_waiting_query_goes_before_the_next_bulk_batch(tmp_path):
+    import threading
+
+    enc = Encoder("minilm", cache_dir=tmp_path, batch_size=2)
+    enc.warm()
+    assert enc.missing(TEXTS + TEXTS[:1]) == len(TEXTS)
+    with enc._queries_cond:
+        enc._queries += 1  # an agent's query is waiting for the model
+    bulk = threading.Thread(target=enc.embed, args=(TEXTS,))
+    bulk.start()
+    bulk.join(2.0)
+    assert bulk.is_alive() and enc.stats.embedded == 0  # the bulk job waits before its first batch
+    enc.embed_query("what is the name of my beagle")  # queries themselves never wait for a bulk job
+    assert enc.stats.embedded == 1
+    with enc._queries_cond:
+        enc._queries -= 1
+        enc._queries_cond.notify_all()
+    bulk.join(60)
+    assert not bulk.is_alive() and enc.stats.embedded == 1 + len(TEXTS) and enc.missing(TEXTS) == 0

@@ -203,6 +203,8 @@ class Encoder:
         self.stats = EncoderStats()
         self._model = None
         self._model_lock = threading.Lock()
+        self._queries = 0  # queries waiting for the model: bulk batches let them go first
+        self._queries_cond = threading.Condition()
 
     # -- the model ----------------------------------------------------------------------
     def devices(self) -> list[str]:
@@ -285,6 +287,9 @@ class Encoder:
         try:
             for i in range(0, len(order), self.batch_size):
                 ks = order[i:i + self.batch_size]
+                if len(order) > 1:  # a bulk job: an agent's query waiting for the model goes first
+                    with self._queries_cond:
+                        self._queries_cond.wait_for(lambda: self._queries == 0)
                 t0 = time.perf_counter()
                 with self._model_lock:
                     v = model.encode([todo[k] for k in ks], batch_size=len(ks), normalize_embeddings=True,
@@ -307,7 +312,20 @@ class Encoder:
         return None if self._pool is None else max(1, -(-n // len(self._pool["processes"])))
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed([text], progress=False)[0]
+        """One query: ahead of any bulk embedding (the stage's preparer) waiting for the model."""
+        with self._queries_cond:
+            self._queries += 1
+        try:
+            return self.embed([text], progress=False)[0]
+        finally:
+            with self._queries_cond:
+                self._queries -= 1
+                self._queries_cond.notify_all()
+
+    def missing(self, texts: Sequence[str]) -> int:
+        """How many distinct texts are not in the cache yet."""
+        keys = list(dict.fromkeys(VectorCache.key(t) for t in texts))
+        return len(keys) - len(self.cache.get_many(keys))
 
     def warm(self) -> None:
         """Load the model now (a stage's setup), not inside the first agent's search."""
