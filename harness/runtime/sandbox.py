@@ -141,29 +141,27 @@ die() { echo "memspace-sandbox: setup failed: $*" >&2; exit 125; }
 mount --make-rprivate / || die "make-rprivate"
 mount -t tmpfs -o size=1m,nr_inodes=128,mode=0755 sandbox-root "$R" || die "root tmpfs"
 mkdir "$R/usr" "$R/memory" "$R/dev" "$R/tmp" "$R/.old" "$R/proc" "$R/etc" "$R/etc/alternatives" || die "mkdir"
-ln -s usr/bin "$R/bin" && ln -s usr/lib "$R/lib" && ln -s usr/lib64 "$R/lib64" && ln -s usr/sbin "$R/sbin" || die "symlinks"
-mount --bind /usr "$R/usr" && mount -o remount,bind,ro,nosuid,nodev "$R/usr" || die "bind /usr"
+ln -s usr/bin usr/lib usr/lib64 usr/sbin "$R" || die "symlinks"
+: > "$R/memory/state.db" && : > "$R/dev/null" && : > "$R/dev/zero" && : > "$R/dev/full" && : > "$R/dev/random" \
+  && : > "$R/dev/urandom" || die "mount points"
+mount --bind -o ro,nosuid,nodev /usr "$R/usr" || die "bind /usr"
 mount -t tmpfs -o ro,size=4k,nr_inodes=2,mode=0755 masked "$R/usr/local" || die "mask /usr/local"
 if [ -d /etc/alternatives ]; then  # Debian's awk, which, ... are symlinks through /etc/alternatives
-  mount --bind /etc/alternatives "$R/etc/alternatives" && mount -o remount,bind,ro,nosuid,nodev "$R/etc/alternatives" || die "bind /etc/alternatives"
+  mount --bind -o ro,nosuid,nodev /etc/alternatives "$R/etc/alternatives" || die "bind /etc/alternatives"
 fi
-touch "$R/memory/state.db" || die "store mountpoint"
-mount --bind "$STORE" "$R/memory/state.db" || die "bind store"
-mount -o remount,bind,ro,nosuid,nodev,noexec "$R/memory/state.db" || die "store read-only"
+mount --bind -o ro,nosuid,nodev,noexec "$STORE" "$R/memory/state.db" || die "bind store read-only"
 for d in null zero full random urandom; do
-  touch "$R/dev/$d" && mount --bind "/dev/$d" "$R/dev/$d" || die "/dev/$d"
+  mount --bind "/dev/$d" "$R/dev/$d" || die "/dev/$d"
 done
 mount -t tmpfs -o size="$TMPB",nr_inodes=256,mode=1777,nosuid,nodev sandbox-tmp "$R/tmp" || die "/tmp"
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc" || die "proc"
 cd "$R" && pivot_root . .old || die "pivot_root"
-umount -l /.old && rmdir /.old || die "detach old root"
-umount /proc && rmdir /proc || die "unmount proc"
+umount -l /.old /proc && rmdir /.old /proc || die "detach old root"
 mount -o remount,bind,ro / || die "root read-only"
 cd /memory || die "cd"
-/usr/bin/timeout -s KILL "$WALL" /usr/bin/prlimit --as="$MEM" --nproc="$NPROC" --cpu="$CPU" --nofile="$NOFILE" --fsize="$TMPB" --core=0 -- \
+exec /usr/bin/timeout -s KILL "$WALL" \
   /usr/bin/setpriv --reuid="$U" --regid="$U" --clear-groups --no-new-privs --inh-caps=-all --bounding-set=-all -- \
-  /usr/bin/env -i PATH=/usr/bin:/bin HOME=/memory TMPDIR=/tmp LANG=C.UTF-8 /usr/bin/python3 -I -c "$EXEC" "$FDS"
-exit $?
+  /usr/bin/python3 -I -c "$EXEC" "$FDS" "$MEM" "$NPROC" "$CPU" "$TMPB" "$NOFILE"
 """
 
 _lock = threading.Lock()

@@ -14,12 +14,17 @@ read the command from standard input (the launchers' argument lists stay small;
 `sandbox.command_bytes` keeps the command below the kernel's 128 KiB limit for
 the one argument of `sh -c`), point standard input at /dev/null, join this
 call's cgroups through the descriptors the harness opened (so the command and its
-children are counted, not the sandbox's own init), load the filter, say ready on
-stderr, merge stderr into stdout, exec `/bin/sh -c command`.
+children are counted, not the sandbox's own init), load the filter, set the
+per-process limits (address space, processes of the uid, CPU seconds, file size, open
+files, no core dumps), say ready on stderr, merge stderr into stdout, exec
+`/bin/sh -c command` with a clean environment. (Limits and environment are set here,
+in the one Python process the sandbox needs anyway, rather than by prlimit and env:
+each exec in the launcher costs a few ms, and the launcher runs once per command.)
 """
 
 import errno
 import os
+import resource
 import sys
 
 READY = b"memspace-sandbox: ready\n"
@@ -73,9 +78,15 @@ def main(argv):
         os.write(fd, b"0")
         os.close(fd)
     build_filter().load()
+    memory, nproc, cpu_s, file_bytes, nofile = (int(x) for x in argv[2:7])
+    for limit, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_CPU, cpu_s),
+                         (resource.RLIMIT_FSIZE, file_bytes), (resource.RLIMIT_NOFILE, nofile),
+                         (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(limit, (value, value))
     os.write(2, READY)
     os.dup2(1, 2)
-    os.execv("/bin/sh", ["/bin/sh", "-c", command])
+    os.execve("/bin/sh", ["/bin/sh", "-c", command],
+              {"PATH": "/usr/bin:/bin", "HOME": "/memory", "TMPDIR": "/tmp", "LANG": "C.UTF-8"})
 
 
 if __name__ == "__main__":
