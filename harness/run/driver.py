@@ -1,8 +1,9 @@
 """Run a stage: every planned run once, concurrently, resumable after any crash.
 
 Runs execute in the plan's seeded interleaved order on a pool of threads (the
-agents); every model call goes through the metering proxy. A run that is
-already recorded is never run again (unless `retry_failed=true` and it failed);
+agents), each as soon as the memory it reads is ready (harness.run.prepare);
+every model call goes through the metering proxy. A run that is already
+recorded is never run again (unless `retry_failed=true` and it failed);
 a run that was started but not recorded (the driver died, or the stage stopped)
 is run again under the next attempt number, and its earlier attempt is marked
 `interrupted` in the ledger.
@@ -219,7 +220,6 @@ class StageRunner:
             self.totals["cost"] += record.cost_list
             self.totals["failed"] += record.status != "ok"
         return record
-
 
     def _mark(self, what: str) -> None:
         with self._lock:
