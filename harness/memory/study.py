@@ -294,6 +294,13 @@ def k_prime_of(cfg: Config) -> int:
     return int(cfg.query.get("ef_search", K_PRIME)) if cfg.backend == "pgvector" else K_PRIME
 
 
+def local_prediction(nearest: Sequence[str], view: View | None, units: dict, k_prime: int) -> int:
+    """Proposition 2's local prediction: how many of the K' nearest neighbours of the query in the
+    unfiltered index (uids in exact order) the view admits -- what a post-filter over an exact
+    candidate list of K' would keep."""
+    return sum(1 for uid in nearest[:k_prime] if view is None or view.admits(units[uid]))
+
+
 def filter_mode(cfg: Config, view: View | None, plan: str | None) -> str:
     """How the engine applied the view to this query (only a post-filter has survivors to count)."""
     if view is None:
@@ -306,8 +313,7 @@ def filter_mode(cfg: Config, view: View | None, plan: str | None) -> str:
         return "in-search filter"
     if "hnsw" not in (plan or ""):
         return "pre-filter"
-    return "post-filter" if cfg.query.get("iterative_scan", "off") == "off" and not cfg.query.get("overfetch") \
-        else "iterative scan"
+    return "post-filter" if cfg.query.get("iterative_scan", "off") == "off" else "iterative scan"
 
 
 def measure_case(backend, cfg: Config, case: str, build: int, queries, truth, local) -> tuple[list[dict], dict]:
@@ -345,9 +351,7 @@ def measure_case(backend, cfg: Config, case: str, build: int, queries, truth, lo
         elif redis:
             row["plan"] = backend.executed_policy(Query(vector=vec), view, K)
         row["filter"] = filter_mode(cfg, view, row["plan"])
-        if view is None:
-            row["survivors"] = row["candidates"] = kp if cfg.backend == "pgvector" else None
-        elif row["filter"] == "post-filter":
+        if row["filter"] == "post-filter":
             sv = backend.post_filter_survivors(Query(vector=vec), view, kp)
             if sv["survivors"] is None:  # the planner chose another plan for LIMIT K'
                 row["filter"] = "pre-filter"
@@ -607,8 +611,7 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
                 return gt_cache[key]
 
             def local_of(qid, agent, k_prime):
-                view = view_for(case, agent)
-                return sum(1 for uid in nearest[split][qid][:k_prime] if view is None or view.admits(lookup[split][uid]))
+                return local_prediction(nearest[split][qid], view_for(case, agent), lookup[split], k_prime)
             return truth_of, local_of
 
         def sel(case, split):
