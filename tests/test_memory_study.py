@@ -169,6 +169,10 @@ def test_make_analyze_draws_figures_2_and_7_from_the_stage_folder(study, tmp_pat
     assert any(p["quantity"].startswith("pgvector default, one agent: recall") and p["paper (Section 5.4)"] == "0.291"
                for p in paper)
     assert "the paper's values are the paper's" in (tmp_path / "r" / "report.md").read_text()
+    sv = {(r["config"], r["case"]): r for r in rows(tmp_path / "r" / "backends_survivors.csv")}
+    assert sv[("redis_adhoc_bf", "one")]["survivors"] == "pre-filter"  # said, not a number it does not have
+    assert set(sv) == {(r["config"], r["case"]) for r in rows(out / "survivors.csv")}
+    assert "Survivors of the filter against Proposition 2" in (tmp_path / "r" / "report.md").read_text()
 
 
 def test_diagnostics_flag_a_templated_corpus():

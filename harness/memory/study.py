@@ -338,6 +338,8 @@ def measure_case(backend, cfg: Config, case: str, build: int, queries, truth, lo
         calls = after[0] - before[0]
         server["server_mean_ms"] = round((after[1] - before[1]) / calls / 1000, 4) if calls else None
     kp = k_prime_of(cfg)
+    if cfg.backend == "pgvector" and backend.ef_search != kp:
+        raise RuntimeError(f"{cfg.id}: ef_search {backend.ef_search} on the index, K' {kp} in the configuration")
     rows = []
     for qid, agent, vec, view, hits, ms in timed:
         gt = truth(qid, agent)
@@ -652,13 +654,13 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
                         backend = make_index(first, f"study{seed}_{first.backend}_{families.index(fam)}")
                         mem0 = _server_memory(first.backend)
                         backend.add(us, vecs[order])
+                        defaults = query_defaults(backend)  # as built: restored before each configuration
                         how = "built"
                     build_s = time.perf_counter() - t
                     t_build += build_s
                     builds_log.append({"family": fam, "build": b, "split": split, "how": how, "seconds": round(build_s, 2),
                                        **upd})
                     print(f"  {fam} ({split}, build {b}): {how}, {len(us)} units, {build_s:.1f} s", flush=True)
-                    defaults = query_defaults(backend)
                     for c in fam_cfgs:
                         apply_query(backend, c, defaults)
                         for case in [k for k in c.cases if SPLIT_OF[k] == split]:
