@@ -12,9 +12,11 @@ holds its history. Views are cases, not code paths (as in VectorDBBench):
 
 Configurations are data (conf/stage/backends.yaml `stage.configs`): a backend, its
 build parameters and the query-time settings. Configurations with the same backend
-and build share one built index. Visibility is data in the index, so every backend
-is built for the 10% split (unfiltered, one, public10, all) and for the 50% split
-(public50). Each approximate index is built `builds` times, its units inserted in
+and build share one built index. Visibility is data in the index: each index is built
+with the 10% split (unfiltered, one, public10, all) and then, for public50, gets the 50%
+split's visibility changed in place where that leaves the graph alone (exact, vector sets,
+pgvector with HOT updates); Redis, whose HSET re-inserts the vector, is built again. The
+ground truth of each case uses that case's split. Each approximate index is built `builds` times, its units inserted in
 an order shuffled by a recorded seed (the engines' own level draws are not seedable);
 recall is reported per build and as mean and range over builds. Ground truth is
 exact search under the same view.
@@ -23,8 +25,10 @@ Per (configuration, case): recall@10 against exact, short result lists (< 10),
 client-observed latency p50/p95 of the index call (query vectors precomputed) beside
 the server's own time (pgvector: EXPLAIN ANALYZE execution time per query; Redis:
 FT.SEARCH microseconds from INFO commandstats), the plan pgvector chose and the
-policy Redis executed (FT.PROFILE) per query, and Proposition 2's global prediction
-K'*s beside the local one. Plus: footprint after all of a backend's indexes exist,
+policy Redis executed (FT.PROFILE) per query, and Proposition 2: the survivors of a
+post-filter (pgvector, iterative scan off: what its ef_search = K' candidates kept before
+truncation to 10) beside the local prediction (how many of the exact K' nearest neighbours,
+unfiltered, the view admits) and the global one, K'*s (survivors.csv). Plus: footprint after all of a backend's indexes exist,
 the write-path delta on each backend's own loaded index with its parts, fan-out over
 1..N per-agent stores (lexical: the runtime's session stores; dense: one HNSW index
 per agent) against one shared index (FTS5 with owner IN; Redis with a TAG list),
