@@ -389,8 +389,8 @@ def measure_case(backend, cfg: Config, case: str, build: int, queries, truth, lo
         row["filter"] = filter_mode(cfg, view, row["plan"])
         if row["filter"] == "post-filter":
             sv = backend.post_filter_survivors(Query(vector=vec), view, kp)
-            if sv["survivors"] is None:  # the planner chose another plan for LIMIT K'
-                row["filter"] = "pre-filter"
+            if sv["survivors"] is None:  # LIMIT K' was planned without the HNSW scan: survivors not observable
+                row["filter"] = "post-filter, K' planned otherwise"
             row["survivors"], row["candidates"] = sv["survivors"], sv["candidates"]
         rows.append(row)
     return rows, server
