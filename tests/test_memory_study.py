@@ -100,6 +100,7 @@ def test_footprint_lexical_side_fanout_and_diagnostics(study):
     fp = {r["backend"]: r for r in rows(out / "footprint.csv")}
     assert int(fp["pgvector"]["owner_btree_bytes"]) > 0  # taken after every index exists
     assert int(fp["pgvector"]["hnsw_index_bytes"]) > 0 and fp["pgvector"]["storage"] == "disk"
+    assert fp["pgvector"]["fillfactor"] == "50"  # the heap's room for in-place visibility changes, said
     lex = {r["case"]: r for r in rows(out / "lexical.csv")}
     assert set(lex) == {"unfiltered", "one", "public10", "public50", "all"}
     assert lex["one"]["views_built"] == "6" and lex["all"]["views_built"] == "1"

@@ -794,6 +794,8 @@ def _footprint(backend, cfg: Config, fam: str, units: int, build_s: float, mem0:
     mem1 = _server_memory(cfg.backend)
     if mem0 is not None and mem1 is not None:
         fp["server_memory_growth_bytes"] = mem1 - mem0
+    if cfg.backend == "pgvector":  # the heap is ~2x at fillfactor 50 (room for HOT updates); the HNSW index is not
+        fp["fillfactor"] = backend.fillfactor or 100
     storage = {"exact": "memory", "redis_qe": "memory", "vectorset": "memory", "pgvector": "disk"}[cfg.backend]
     return {"backend": fam, "units": units, "build_s": round(build_s, 2), "storage": storage, **fp,
             "engine": engine_label(cfg.backend, vers)}
