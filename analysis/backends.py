@@ -1,7 +1,7 @@
 """The backend study's folder (stage kind `backends`): its tables, Figures 2 and 7, and the paper beside us.
 
-Reads only the stage folder the study wrote (stage.json, recall.csv, fanout.csv, footprint.csv,
-delta.csv, diagnostics.json). Figures are drawn only when the corpus diagnostics are in the
+Reads only the stage folder the study wrote (stage.json, recall.csv, survivors.csv, fanout.csv,
+footprint.csv, delta.csv, diagnostics.json). Figures are drawn only when the corpus diagnostics are in the
 realistic range the stage config set (nearest-neighbour cosine, distinct queries, unfiltered
 HNSW recall); otherwise the report says why there is no figure. The paper's Section 5.4
 values sit in one table beside ours, marked as the paper's, with our encoder and engines.
@@ -58,7 +58,7 @@ def is_backends(folder) -> bool:
 
 def read(folder) -> dict:
     out = {}
-    for name in ("recall.csv", "fanout.csv", "footprint.csv", "delta.csv", "lexical.csv"):
+    for name in ("recall.csv", "survivors.csv", "fanout.csv", "footprint.csv", "delta.csv", "lexical.csv"):
         p = Path(folder.path) / name
         out[name] = pd.read_csv(p, dtype=str, keep_default_na=False) if p.exists() else pd.DataFrame()
     p = Path(folder.path) / "diagnostics.json"
@@ -107,6 +107,26 @@ def recall_table(folders) -> pd.DataFrame:
         if not df.empty:
             frames.append(df.assign(folder=f.name))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+SURVIVOR_COLUMNS = ["folder", "config", "case", "selectivity", "k_prime", "survivors", "local_pred", "global_pred",
+                    "survivors_minus_local", "survivors_over_local", "local_over_global", "filter", "engine"]
+
+
+def survivors_table(folders) -> pd.DataFrame:
+    """Proposition 2 per configuration and case: the filter's survivors before truncation (post-filters
+    only; other engines show how they filter, e.g. "pre-filter", instead of a number they do not have)
+    beside the local prediction (admitted among the exact K' nearest) and the global one (K's)."""
+    frames = []
+    for f in folders:
+        df = read(f)["survivors.csv"]
+        if df.empty:
+            continue
+        df = df.assign(folder=f.name)
+        mode = df["filter"].str.replace(r" x\d+", "", regex=True)
+        df["survivors"] = df["survivors"].where(df["survivors"] != "", mode)
+        frames.append(df[[c for c in SURVIVOR_COLUMNS if c in df.columns]])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=SURVIVOR_COLUMNS)
 
 
 def realistic(folder) -> tuple[bool, str]:

@@ -492,6 +492,17 @@ def render(res: Any, files: dict) -> str:
         ("recall", "recall_at_10", text), ("min", "recall_min", text), ("max", "recall_max", text),
         ("short", "short_lists", text), ("p50 ms", "p50_ms", text), ("server ms", "server_p50_ms", text),
         ("K's", "global_pred", text), ("local", "local_pred", text), ("engine", "engine", text)] if c[1] in bk.columns]))
+    parts.append(f"\n### Survivors of the filter against Proposition 2\n\n{link('backends_survivors.csv')}. Survivors: "
+                 "the rows a post-filter kept of the K' candidates the graph search handed it, before truncation to "
+                 "10 (pgvector with iterative scan off, counted by EXPLAIN ANALYZE of the same search with LIMIT K'); "
+                 "engines that filter otherwise say how. Local: how many of the exact K' nearest neighbours "
+                 "(unfiltered) the view admits; K's: the global prediction. Means over queries x builds.\n\n")
+    parts.append(simple_section(t.get("backends_survivors", pd.DataFrame()), [
+        ("folder", "folder", text), ("config", "config", text), ("case", "case", text), ("s", "selectivity", text),
+        ("K'", "k_prime", text), ("survivors", "survivors", text), ("local", "local_pred", text),
+        ("K's", "global_pred", text), ("surv - local", "survivors_minus_local", text),
+        ("surv / local", "survivors_over_local", text), ("local / K's", "local_over_global", text),
+        ("engine", "engine", text)]))
     for name, cap in res.figures.items():
         if name.startswith(("figure2_", "figure7_")):
             parts.append(f"\n![{cap}]({name})\n")

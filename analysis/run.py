@@ -180,6 +180,7 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     backend_folders = [f for f in folders if B.is_backends(f)]
     res.tables["backends"] = B.recall_table(backend_folders)
     res.tables["backends_paper"] = B.paper_table(backend_folders)
+    res.tables["backends_survivors"] = B.survivors_table(backend_folders)
     return res
 
 
@@ -209,6 +210,7 @@ CSV_FILES = {  # table key -> file name
     "judgement_problems": "judgement_problems.csv", "ledger_checks": "ledger_checks.csv",
     "data_quality": "data_quality.csv", "coverage": "coverage.csv", "shards": "shards.csv",
     "backends": "backends_recall.csv", "backends_paper": "backends_paper.csv",
+    "backends_survivors": "backends_survivors.csv",
 }
 
 

@@ -100,6 +100,7 @@ def test_footprint_lexical_side_fanout_and_diagnostics(study):
     fp = {r["backend"]: r for r in rows(out / "footprint.csv")}
     assert int(fp["pgvector"]["owner_btree_bytes"]) > 0  # taken after every index exists
     assert int(fp["pgvector"]["hnsw_index_bytes"]) > 0 and fp["pgvector"]["storage"] == "disk"
+    assert fp["pgvector"]["fillfactor"] == "50"  # the heap's room for in-place visibility changes, said
     lex = {r["case"]: r for r in rows(out / "lexical.csv")}
     assert set(lex) == {"unfiltered", "one", "public10", "public50", "all"}
     assert lex["one"]["views_built"] == "6" and lex["all"]["views_built"] == "1"
@@ -109,8 +110,50 @@ def test_footprint_lexical_side_fanout_and_diagnostics(study):
     assert [int(r["agents"]) for r in fan] == [1, 3, 6]
     assert all(float(r["redis_per_agent_p50_ms"]) > 0 and float(r["fts5_owner_in_p50_ms"]) > 0 for r in fan)
     d = res["diagnostics"]
-    assert d["queries"] == 6 and 0 < d["nn_sample"] <= 2000 and set(d["checks"]) >= {"nn_cosine_median"}
+    assert d["queries"] == 6 and 0 < d["nn_pool"] <= 3000 and set(d["checks"]) >= {"nn_cosine_median"}
     assert d["wall_s"]["total"] > 0 and "unfiltered" not in d["unfiltered_recall"]
+
+
+@pytest.mark.services
+def test_survivors_against_proposition_2(study):
+    """survivors.csv: pgvector with iterative scan off post-filters K' = ef_search candidates; the other
+    engines say how they filter instead of reporting survivors they do not have."""
+    out, res = study
+    sv = {(r["config"], r["case"]): r for r in rows(out / "survivors.csv")}
+    rec = {(r["config"], r["case"]): r for r in rows(out / "recall.csv")}
+    assert set(sv) == set(rec) and all(r["engine"] for r in sv.values())
+    pq = [r for r in rows(out / "per_query.csv") if r["config"] == "pgvector_off"]
+    for r in pq:  # post-filter exactly when the plan is the HNSW scan; survivors only then
+        post = r["case"] != "unfiltered" and "hnsw" in r["plan"]
+        assert (r["filter"] == "post-filter") is post and (r["survivors"] != "") is post
+        if post:
+            assert r["candidates"] == "40" and 0 <= int(r["survivors"]) <= 40
+            assert int(r["results"]) == min(10, int(r["survivors"]))
+    # at 587 rows PostgreSQL sorts a sequential scan (exact): reported as a pre-filter, no survivors
+    assert {r["filter"] for r in pq if r["case"] == "one"} == {"pre-filter"}
+    for case in ("one", "public10", "public50", "all"):
+        r = sv[("pgvector_off", case)]
+        assert r["k_prime"] == "40" and r["rows"] == "12"  # 6 queries x 2 builds
+        assert float(r["global_pred"]) == pytest.approx(40 * float(r["selectivity"]), abs=1e-3)
+        assert 0 <= float(r["local_pred"]) <= 40
+    assert sv[("pgvector_off", "unfiltered")]["filter"] == "no filter x12"
+    assert float(sv[("exact", "unfiltered")]["local_pred"]) == 40.0  # every unit admitted
+    assert sv[("redis_adhoc_bf", "one")]["filter"] == "pre-filter x12" and sv[("redis_adhoc_bf", "one")]["survivors"] == ""
+    assert sv[("vset_q8", "one")]["filter"].startswith("in-search filter")
+    from harness.memory.study import Config, View, filter_mode
+
+    one = View("bench", "h000", "own")
+    hnsw = "Index Scan using study1_pgvector_7_hnsw on study1_pgvector_7"
+    assert filter_mode(Config("a", "pgvector", query={"iterative_scan": "off"}), one, hnsw) == "post-filter"
+    assert filter_mode(Config("b", "pgvector", query={"iterative_scan": "relaxed_order", "overfetch": 40}), one, hnsw) == "iterative scan"
+    assert filter_mode(Config("c", "pgvector", query={"iterative_scan": "relaxed_order"}), one, hnsw) == "iterative scan"
+    assert filter_mode(Config("d", "pgvector"), one, "Bitmap Heap Scan on study1_pgvector_7") == "pre-filter"
+    # the 50% split is the 10% split's graph with visibility changed in place, except Redis (rebuilt)
+    how = {(b["family"], b["build"], b["split"]): b["how"] for b in res["diagnostics"]["builds"]}
+    assert how[("pgvector", 1, "p50")] == "visibility updated in place"
+    assert how[('vectorset:{"quant": "Q8"}', 0, "p50")] == "visibility updated in place"
+    assert how[("redis_qe", 0, "p50")] == "built"
+    assert all(b["hot"] == b["updated"] > 0 for b in res["diagnostics"]["builds"] if "hot" in b)
 
 
 @pytest.mark.services
@@ -127,6 +170,10 @@ def test_make_analyze_draws_figures_2_and_7_from_the_stage_folder(study, tmp_pat
     assert any(p["quantity"].startswith("pgvector default, one agent: recall") and p["paper (Section 5.4)"] == "0.291"
                for p in paper)
     assert "the paper's values are the paper's" in (tmp_path / "r" / "report.md").read_text()
+    sv = {(r["config"], r["case"]): r for r in rows(tmp_path / "r" / "backends_survivors.csv")}
+    assert sv[("redis_adhoc_bf", "one")]["survivors"] == "pre-filter"  # said, not a number it does not have
+    assert set(sv) == {(r["config"], r["case"]) for r in rows(out / "survivors.csv")}
+    assert "Survivors of the filter against Proposition 2" in (tmp_path / "r" / "report.md").read_text()
 
 
 def test_diagnostics_flag_a_templated_corpus():
@@ -148,7 +195,7 @@ def test_diagnostics_flag_a_templated_corpus():
         def __init__(self, t):
             self.question = t
 
-    stage = {"nn_sample": 200, "realism": {"nn_cosine_median_max": 0.9, "nn_cosine_above_095_max": 0.2,
+    stage = {"nn_pool": 200, "realism": {"nn_cosine_median_max": 0.9, "nn_cosine_above_095_max": 0.2,
                                            "distinct_queries_min": 0.5}}
     d = diagnostics(dup, [Q("a"), Q("a"), Q("b")], [], stage, 0)
     assert d["realistic"] is False and d["checks"]["nn_cosine_median"] is False

@@ -12,9 +12,11 @@ holds its history. Views are cases, not code paths (as in VectorDBBench):
 
 Configurations are data (conf/stage/backends.yaml `stage.configs`): a backend, its
 build parameters and the query-time settings. Configurations with the same backend
-and build share one built index. Visibility is data in the index, so every backend
-is built for the 10% split (unfiltered, one, public10, all) and for the 50% split
-(public50). Each approximate index is built `builds` times, its units inserted in
+and build share one built index. Visibility is data in the index: each index is built
+with the 10% split (unfiltered, one, public10, all) and then, for public50, gets the 50%
+split's visibility changed in place where that leaves the graph alone (exact, vector sets,
+pgvector with HOT updates); Redis, whose HSET re-inserts the vector, is built again. The
+ground truth of each case uses that case's split. Each approximate index is built `builds` times, its units inserted in
 an order shuffled by a recorded seed (the engines' own level draws are not seedable);
 recall is reported per build and as mean and range over builds. Ground truth is
 exact search under the same view.
@@ -23,8 +25,10 @@ Per (configuration, case): recall@10 against exact, short result lists (< 10),
 client-observed latency p50/p95 of the index call (query vectors precomputed) beside
 the server's own time (pgvector: EXPLAIN ANALYZE execution time per query; Redis:
 FT.SEARCH microseconds from INFO commandstats), the plan pgvector chose and the
-policy Redis executed (FT.PROFILE) per query, and Proposition 2's global prediction
-K'*s beside the local one. Plus: footprint after all of a backend's indexes exist,
+policy Redis executed (FT.PROFILE) per query, and Proposition 2: the survivors of a
+post-filter (pgvector, iterative scan off: what its ef_search = K' candidates kept before
+truncation to 10) beside the local prediction (how many of the exact K' nearest neighbours,
+unfiltered, the view admits) and the global one, K'*s (survivors.csv). Plus: footprint after all of a backend's indexes exist,
 the write-path delta on each backend's own loaded index with its parts, fan-out over
 1..N per-agent stores (lexical: the runtime's session stores; dense: one HNSW index
 per agent) against one shared index (FTS5 with owner IN; Redis with a TAG list),
@@ -207,29 +211,55 @@ def engine_label(backend: str, v: dict) -> str:
 # -------------------------------------------------------------------------------- plan and time
 
 
+IN_PLACE = ("exact", "vectorset", "pgvector")  # backends whose visibility changes in place (set_visibility)
+
+
 def plan(stage: dict, n_histories: int, n_chunks: int | None, encoder_cached: float = 0.0) -> dict:
-    """What the stage will do and how long it should take (from the per-chunk rates in the stage config)."""
+    """What the stage will do and how long it should take, by part, from the rates in the stage config."""
     cfgs = parse_configs(stage["configs"])
     if stage.get("only"):
         cfgs = [c for c in cfgs if c.id in stage["only"] or c.backend in stage["only"]]
     builds = int(stage.get("builds", 3))
-    chunks = n_chunks if n_chunks is not None else 683 * n_histories  # S: ~683 chunks per history
     rates = stage.get("rates") or {}
-    bms, qms = rates.get("build_ms_per_chunk", {}), rates.get("query_ms", {})
+    n = n_histories
+    chunks = n_chunks if n_chunks is not None else round(float(rates.get("chunks_per_history", 421)) * n)
+    bms, qms, ums = rates.get("build_ms_per_chunk", {}), rates.get("query_ms", {}), rates.get("update_ms_per_chunk", {})
     fams = {c.family: c.backend for c in cfgs}
-    n_builds = {f: (1 if b == "exact" else builds) * 2 for f, b in fams.items()}  # two visibility splits
-    build_s = sum(n * chunks * float(bms.get(fams[f], 1.0)) / 1000 for f, n in n_builds.items())
-    nq = sum(len(c.cases) * (1 if c.backend == "exact" else builds) for c in cfgs) * n_histories
-    # each measured query is also asked once more for its plan/profile, and once by exact search
-    query_s = sum(len(c.cases) * (1 if c.backend == "exact" else builds) * n_histories * float(qms.get(c.backend, 3.0))
-                  * (2 if c.backend in ("pgvector", "redis_qe") else 1) for c in cfgs) / 1000
+    per = {f: 1 if b == "exact" else builds for f, b in fams.items()}
+    p50 = {f: any("public50" in c.cases for c in cfgs if c.family == f) for f in fams}
+    # the 50% split: the same graph with visibility changed in place, or (Redis: HSET re-indexes the
+    # document and re-inserts its vector) a second build
+    n_builds = {f: per[f] * (2 if p50[f] and b not in IN_PLACE else 1) for f, b in fams.items()}
+    n_updates = {f: per[f] if p50[f] and b in IN_PLACE else 0 for f, b in fams.items()}
+    flipped = 0.5 * chunks  # agents public in exactly one of the two independently drawn splits
+    build_s = sum(n_builds[f] * chunks * float(bms.get(b, 1.0)) + n_updates[f] * flipped * float(ums.get(b, 0.1))
+                  for f, b in fams.items()) / 1000
+    nq = sum(len(c.cases) * (1 if c.backend == "exact" else builds) for c in cfgs) * n
+
+    def asked(c):  # the measured search, its EXPLAIN ANALYZE / FT.PROFILE, the post-filter survivors statement
+        return 1 + (c.backend in ("pgvector", "redis_qe")) + (c.backend == "pgvector"
+                                                               and c.query.get("iterative_scan", "off") == "off")
+    query_s = sum(len(c.cases) * (1 if c.backend == "exact" else builds) * n * float(qms.get(c.backend, 3.0)) * asked(c)
+                  for c in cfgs) / 1000
+    reference_s = 7 * n * float(qms.get("exact", 20.0)) / 1000  # unfiltered K' per split + truth per case
+    # lexical: per-view FTS5 indexes one at a time; a 10% view holds ~0.1, a 50% view ~0.5 of the corpus
+    lexical_s = (chunks * (5 + 0.35 * n) * float(rates.get("lexical_us_per_unit", 47)) / 1e6
+                 if stage.get("lexical", True) else 0.0)
+    steps = sorted({1, max(1, round(0.1 * n)), max(1, round(0.5 * n)), n})
+    fanout_s = (chunks * (float(bms.get("redis_qe", 0.7)) + n * float(rates.get("fanout_filter_us_per_chunk", 8)) / 1000) / 1000
+                + min(30, n) * sum(steps) * float(rates.get("fanout_store_ms", 4)) / 1000) if stage.get("fanout", True) else 0.0
+    stores_s = chunks * float(rates.get("stores_ms_per_chunk", 0.9)) / 1000 if stage.get("fanout", True) else 0.0
     embed_s = chunks * (1 - encoder_cached) / float(rates.get("embed_chunks_per_s", 24))
-    return {"histories": n_histories, "chunks": chunks, "builds": builds,
+    warm = build_s + query_s + reference_s + lexical_s + fanout_s
+    return {"histories": n, "chunks": chunks, "builds": builds,
             "configs": [{"id": c.id, "backend": c.backend, "build": c.build, "query": c.query, "cases": list(c.cases)}
                         for c in cfgs],
-            "families": {f: n_builds[f] for f in fams}, "queries": nq,
-            "expected_s": {"embed_cold": round(embed_s), "build": round(build_s), "query": round(query_s),
-                           "total_warm_cache": round(build_s + query_s), "total_cold_cache": round(embed_s + build_s + query_s)}}
+            "families": {f: n_builds[f] for f in fams}, "in_place_updates": {f: n_updates[f] for f in fams},
+            "queries": nq,
+            "expected_s": {"embed_cold": round(embed_s), "runtime_stores_cold": round(stores_s), "build": round(build_s),
+                           "query": round(query_s), "reference": round(reference_s), "lexical": round(lexical_s),
+                           "fanout": round(fanout_s), "total_warm_cache": round(warm),
+                           "total_cold_cache": round(warm + embed_s + stores_s)}}
 
 
 def render_plan(p: dict) -> str:
@@ -238,11 +268,15 @@ def render_plan(p: dict) -> str:
     for c in p["configs"]:
         lines.append(f"  {c['id']:<30} {c['backend']:<10} build {c['build'] or '{}'} query {c['query'] or '{}'} "
                      f"cases {','.join(c['cases'])}")
-    lines.append("  index builds: " + ", ".join(f"{f} x{n}" for f, n in p["families"].items()))
+    lines.append("  index builds: " + ", ".join(f"{f} x{n}" + (f" (+{p['in_place_updates'][f]} in-place visibility "
+                                                                "changes)" if p["in_place_updates"].get(f) else "")
+                                              for f, n in p["families"].items()))
     e = p["expected_s"]
-    lines.append(f"expected time: embedding {e['embed_cold'] / 60:.0f} min with a cold cache (0 warm), builds "
-                 f"{e['build'] / 60:.0f} min, queries {e['query'] / 60:.0f} min: {e['total_warm_cache'] / 60:.0f} min "
-                 f"warm, {e['total_cold_cache'] / 60:.0f} min cold (plus fan-out, lexical side and diagnostics)")
+    lines.append(f"expected time: builds {e['build'] / 60:.1f} min, queries {e['query'] / 60:.1f} min, ground truth "
+                 f"{e['reference'] / 60:.1f} min, lexical side {e['lexical'] / 60:.1f} min, fan-out {e['fanout'] / 60:.1f} "
+                 f"min: {e['total_warm_cache'] / 60:.0f} min with a warm cache; a cold cache adds embedding "
+                 f"{e['embed_cold'] / 60:.0f} min and the runtime stores {e['runtime_stores_cold'] / 60:.0f} min: "
+                 f"{e['total_cold_cache'] / 60:.0f} min cold")
     return "\n".join(lines)
 
 
@@ -258,7 +292,10 @@ def make_index(cfg: Config, name: str):
     elif cfg.backend == "vectorset":
         params.update(prefix=name.replace("_", ":"), drop_existing=True, drop_on_close=True)
     elif cfg.backend == "pgvector":
+        # heap pages half full: the 50% split's visibility change is then a HOT update that leaves the
+        # HNSW graph alone (on full pages every changed row is re-inserted into the graph)
         params.update(table=name.lower(), drop_existing=True, drop_on_close=True)
+        params.setdefault("fillfactor", 50)
     return make_backend(cfg.backend, **params)
 
 
@@ -285,8 +322,38 @@ def plan_summary(plan: str) -> str:
     return plan.splitlines()[0] if plan else ""
 
 
-def measure_case(backend, cfg: Config, case: str, build: int, queries, truth, admits_top) -> tuple[list[dict], dict]:
-    """Every query of one case on one built index: per-query rows and the server-side figures."""
+def k_prime_of(cfg: Config) -> int:
+    """K' of Proposition 2: the candidates the engine's graph search hands to the filter. pgvector: its
+    ef_search; the other engines have no fixed candidate list, so the paper's K' = 40 is the reference."""
+    return int(cfg.query.get("ef_search", K_PRIME)) if cfg.backend == "pgvector" else K_PRIME
+
+
+def local_prediction(nearest: Sequence[str], view: View | None, units: dict, k_prime: int) -> int:
+    """Proposition 2's local prediction: how many of the K' nearest neighbours of the query in the
+    unfiltered index (uids in exact order) the view admits -- what a post-filter over an exact
+    candidate list of K' would keep."""
+    return sum(1 for uid in nearest[:k_prime] if view is None or view.admits(units[uid]))
+
+
+def filter_mode(cfg: Config, view: View | None, plan: str | None) -> str:
+    """How the engine applied the view to this query (only a post-filter has survivors to count)."""
+    if view is None:
+        return "no filter"
+    if cfg.backend == "exact":
+        return "pre-filter"
+    if cfg.backend == "redis_qe":
+        return {"ADHOC_BF": "pre-filter", "BATCHES": "batches"}.get(plan or "", plan or "?")
+    if cfg.backend == "vectorset":
+        return "in-search filter"
+    if "hnsw" not in (plan or ""):
+        return "pre-filter"
+    return "post-filter" if cfg.query.get("iterative_scan", "off") == "off" else "iterative scan"
+
+
+def measure_case(backend, cfg: Config, case: str, build: int, queries, truth, local) -> tuple[list[dict], dict]:
+    """Every query of one case on one built index: per-query rows and the server-side figures.
+    truth(qid, agent) -> the exact top K under the view; local(qid, agent, k') -> Proposition 2's local
+    prediction (how many of the exact K' nearest neighbours, unfiltered, the view admits)."""
     from harness.memory.backends.base import Query
 
     for _, a, v in queries[:3]:  # warm-up
@@ -304,20 +371,55 @@ def measure_case(backend, cfg: Config, case: str, build: int, queries, truth, ad
         after = backend.server_usec()
         calls = after[0] - before[0]
         server["server_mean_ms"] = round((after[1] - before[1]) / calls / 1000, 4) if calls else None
+    kp = k_prime_of(cfg)
+    if cfg.backend == "pgvector" and backend.ef_search != kp:
+        raise RuntimeError(f"{cfg.id}: ef_search {backend.ef_search} on the index, K' {kp} in the configuration")
     rows = []
     for qid, agent, vec, view, hits, ms in timed:
-        gt = truth(view, vec)
+        gt = truth(qid, agent)
         rec = len({h.uid for h in hits} & {h.uid for h in gt}) / len(gt) if gt else 1.0
         row = {"config": cfg.id, "case": case, "build": build, "qid": qid, "agent": agent, "results": len(hits),
-               "recall": rec, "latency_ms": ms, "server_ms": None, "plan": None,
-               "local_pred": admits_top(view, vec)}
+               "recall": rec, "latency_ms": ms, "server_ms": None, "plan": None, "k_prime": kp,
+               "local_pred": local(qid, agent, kp), "filter": None, "survivors": None, "candidates": None}
         if cfg.backend == "pgvector":
             row["server_ms"], text = backend.statement(Query(vector=vec), view, K)
             row["plan"] = plan_summary(text)
         elif redis:
             row["plan"] = backend.executed_policy(Query(vector=vec), view, K)
+        row["filter"] = filter_mode(cfg, view, row["plan"])
+        if row["filter"] == "post-filter":
+            sv = backend.post_filter_survivors(Query(vector=vec), view, kp)
+            if sv["survivors"] is None:  # LIMIT K' was planned without the HNSW scan: survivors not observable
+                row["filter"] = "post-filter, K' planned otherwise"
+            row["survivors"], row["candidates"] = sv["survivors"], sv["candidates"]
         rows.append(row)
     return rows, server
+
+
+def survivors_row(cfg: Config, case: str, rows: list[dict], s: float, engine: str) -> dict:
+    """Observed survivors of the filter against Proposition 2's local (K' nearest, exact) and global (K's)
+    predictions, over queries x builds; engines that do not post-filter say how they filter instead."""
+    modes = Counter(r["filter"] for r in rows)
+    post = [r for r in rows if r["survivors"] is not None]
+    kp = rows[0]["k_prime"]
+
+    def mean(xs):
+        return round(statistics.mean(xs), 3) if xs else None
+
+    sv = mean([r["survivors"] for r in post])
+    loc_post = mean([r["local_pred"] for r in post])
+    return {"config": cfg.id, "backend": cfg.backend, "case": case, "selectivity": round(s, 5), "k_prime": kp,
+            "filter": "; ".join(f"{k} x{v}" for k, v in modes.most_common()), "rows": len(rows),
+            "post_filter_rows": len(post), "survivors": sv,
+            "survivors_min": min((r["survivors"] for r in post), default=None),
+            "survivors_max": max((r["survivors"] for r in post), default=None),
+            "candidates": mean([r["candidates"] for r in post]),
+            "local_pred": mean([r["local_pred"] for r in rows]), "local_pred_post": loc_post,
+            "global_pred": round(kp * s, 3),
+            "survivors_minus_local": mean([r["survivors"] - r["local_pred"] for r in post]),
+            "survivors_over_local": round(sv / loc_post, 4) if sv is not None and loc_post else None,
+            "local_over_global": round(statistics.mean(r["local_pred"] for r in rows) / (kp * s), 4) if s else None,
+            "mean_results": mean([r["results"] for r in rows]), "engine": engine}
 
 
 def summarise(cfg: Config, case: str, rows: list[dict], s: float, server: list[dict], engine: str) -> dict:
@@ -340,8 +442,29 @@ def summarise(cfg: Config, case: str, rows: list[dict], s: float, server: list[d
             "server_time": ("EXPLAIN ANALYZE execution, p50" if srv else
                             "INFO commandstats FT.SEARCH, mean" if smean else None),
             "plans": "; ".join(f"{k} x{v}" for k, v in plans.most_common()) or None,
-            "global_pred": round(K_PRIME * s, 3), "local_pred": round(statistics.mean(r["local_pred"] for r in rows), 3),
+            "k_prime": rows[0]["k_prime"], "global_pred": round(rows[0]["k_prime"] * s, 3),
+            "local_pred": round(statistics.mean(r["local_pred"] for r in rows), 3),
             "engine": engine}
+
+
+def render_survivors(rows) -> str:
+    """Survivors of the filter (before truncation to k) beside Proposition 2's local and global predictions."""
+    out = ["survivors of the filter before truncation to 10, against Proposition 2: local = how many of the K' "
+           "exact nearest neighbours (unfiltered) the view admits, global = K's (means over queries x builds)",
+           f"{'config':<30} {'case':<10} {'K_':>4} {'survivors':>11} {'local':>7} {'K_s':>8} {'surv-local':>10} "
+           f"{'surv/local':>10} {'local/K_s':>9}  filter".replace("K_s", "K's").replace("K_", "K'")]
+
+    def f(x, w, d=2):
+        return f"{'-':>{w}}" if x is None or x == "" else f"{float(x):>{w}.{d}f}"
+
+    for r in rows:
+        post = r["survivors"] not in (None, "")
+        mode = r["filter"].split(" x")[0] if r["filter"] else "?"
+        sv = f(r["survivors"], 11) if post else f"{mode:>11}"
+        out.append(f"{r['config']:<30} {r['case']:<10} {r['k_prime']:>4} {sv} {f(r['local_pred'], 7)} "
+                   f"{f(r['global_pred'], 8)} {f(r['survivors_minus_local'], 10)} {f(r['survivors_over_local'], 10, 3)} "
+                   f"{f(r['local_over_global'], 9, 3)}  {r['filter']}")
+    return "\n".join(out)
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -385,29 +508,34 @@ def delta_on_index(backend, enc, agent: str, rounds: int, nonce: str) -> dict | 
             "delta_p95_ms": round(pct(parts["delta"], 95), 3)}
 
 
-def nn_cosines(vecs: np.ndarray, sample: int, seed: int) -> np.ndarray:
-    """Cosine of each sampled chunk to its nearest other chunk (exact, in blocks)."""
+def nn_cosines(vecs: np.ndarray, pool: int, seed: int) -> np.ndarray:
+    """Cosine of each chunk of a seeded random pool of `pool` chunks to its nearest other chunk in the pool.
+
+    Within a fixed-size pool, not the whole corpus: the nearest neighbour of a chunk gets closer as
+    the corpus grows, so only a fixed pool makes a 3,000-chunk calibration (harness.memory.calibrate)
+    comparable with a 123,000-chunk stage."""
     x = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     rng = np.random.default_rng(seed)
-    idx = rng.choice(len(x), size=min(sample, len(x)), replace=False)
-    out = np.empty(len(idx), dtype=np.float32)
-    for i in range(0, len(idx), 256):
-        part = idx[i:i + 256]
-        sims = x[part] @ x.T
-        sims[np.arange(len(part)), part] = -np.inf
-        out[i:i + 256] = sims.max(axis=1)
+    x = x[rng.choice(len(x), size=min(pool, len(x)), replace=False)]
+    out = np.empty(len(x), dtype=np.float32)
+    for i in range(0, len(x), 512):
+        sims = x[i:i + 512] @ x.T
+        sims[np.arange(len(sims)), np.arange(i, i + len(sims))] = -np.inf
+        out[i:i + 512] = sims.max(axis=1)
     return out
 
 
-def diagnostics(vecs, qs, summary, stage: dict, seed: int) -> dict:
-    nn = nn_cosines(vecs, int(stage.get("nn_sample", 2000)), seed)
-    real = stage.get("realism") or {}
-    texts = [q.question for q in qs]
-    d = {"nn_sample": int(len(nn)), "nn_cosine_p10": round(float(np.percentile(nn, 10)), 4),
-         "nn_cosine_median": round(float(np.median(nn)), 4), "nn_cosine_p90": round(float(np.percentile(nn, 90)), 4),
-         "nn_cosine_above_095": round(float((nn > 0.95).mean()), 4),
-         "distinct_queries": len(set(texts)), "queries": len(texts),
-         "unfiltered_recall": {r["config"]: r["recall_at_10"] for r in summary if r["case"] == "unfiltered"}}
+def corpus_diagnostics(vecs: np.ndarray, query_texts: Sequence[str], pool: int, seed: int) -> dict:
+    """The text-likeness measures of a corpus: nearest-neighbour cosine in a fixed pool, distinct queries."""
+    nn = nn_cosines(vecs, pool, seed)
+    return {"nn_pool": int(len(nn)), "nn_cosine_p10": round(float(np.percentile(nn, 10)), 4),
+            "nn_cosine_median": round(float(np.median(nn)), 4), "nn_cosine_p90": round(float(np.percentile(nn, 90)), 4),
+            "nn_cosine_above_095": round(float((nn > 0.95).mean()), 4),
+            "distinct_queries": len(set(query_texts)), "queries": len(query_texts)}
+
+
+def realism_checks(d: dict, real: dict) -> dict:
+    """Each measure against its threshold (conf/stage/backends.yaml `realism`, set by harness.memory.calibrate)."""
     checks = {}
     if "nn_cosine_median_max" in real:
         checks["nn_cosine_median"] = d["nn_cosine_median"] <= float(real["nn_cosine_median_max"])
@@ -417,10 +545,17 @@ def diagnostics(vecs, qs, summary, stage: dict, seed: int) -> dict:
         checks["distinct_queries"] = d["distinct_queries"] / max(1, d["queries"]) >= float(real["distinct_queries_min"])
     ur = real.get("unfiltered_recall")
     if ur:
-        got = d["unfiltered_recall"].get(ur["config"])
+        got = (d.get("unfiltered_recall") or {}).get(ur["config"])
         checks["unfiltered_recall"] = None if got is None else got >= float(ur["min"])
-    d["checks"] = checks
-    d["realistic"] = all(v is True for v in checks.values()) if checks else None
+    return checks
+
+
+def diagnostics(vecs, qs, summary, stage: dict, seed: int) -> dict:
+    d = corpus_diagnostics(vecs, [q.question for q in qs], int(stage.get("nn_pool", 3000)), seed)
+    d["unfiltered_recall"] = {r["config"]: r["recall_at_10"] for r in summary if r["case"] == "unfiltered"}
+    real = stage.get("realism") or {}
+    d["checks"] = realism_checks(d, real)
+    d["realistic"] = all(v is True for v in d["checks"].values()) if d["checks"] else None
     d["thresholds"] = real
     return d
 
@@ -495,19 +630,35 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
             truth[b] = make_backend("exact")
             truth[b].add(us, vecs)
         lookup = {b: {u.uid: u for u in us} for b, us in splits.items()}
+        # Ground truth and Proposition 2's local prediction depend on (split, case, query) only: computed
+        # once here, not again for every configuration and build (at paper size that was most of the time).
+        t = time.perf_counter()
+        kp_max = max(k_prime_of(c) for c in cfgs)
+        nearest = {b: {qid: [h.uid for h in truth[b].search(Query(vector=v), None, kp_max)] for qid, _, v in queries}
+                   for b in splits}
+        vec_of = {qid: v for qid, _, v in queries}
+        gt_cache: dict = {}
 
-        def admits_top(split):
-            def f(view, vec):
-                top = truth[split].search(Query(vector=vec), None, K_PRIME)
-                return min(K, sum(1 for h in top if view is None or view.admits(lookup[split][h.uid])))
-            return f
+        def refs(split, case):
+            def truth_of(qid, agent):
+                key = (split, case, qid)
+                if key not in gt_cache:
+                    gt_cache[key] = truth[split].search(Query(vector=vec_of[qid]), view_for(case, agent), K)
+                return gt_cache[key]
+
+            def local_of(qid, agent, k_prime):
+                return local_prediction(nearest[split][qid], view_for(case, agent), lookup[split], k_prime)
+            return truth_of, local_of
 
         def sel(case, split):
             ex = truth[split]
             return statistics.mean(ex.count(view_for(case, a)) for _, a, _ in queries) / len(units)
 
-        summary, per_query, footprints, deltas = [], [], [], []
-        t_meas = time.perf_counter()
+        wall["reference"] = time.perf_counter() - t
+        # the 50% split differs from the 10% split only in the visibility of some agents' units
+        flips = {u.uid: u.visibility for u, u10 in zip(splits["p50"], splits["p10"]) if u.visibility != u10.visibility}
+        summary, survivors, per_query, footprints, deltas, builds_log = [], [], [], [], [], []
+        t_meas, t_build = time.perf_counter(), 0.0
         families = list(dict.fromkeys(c.family for c in cfgs))
         for fam in families:
             fam_cfgs = [c for c in cfgs if c.family == fam]
@@ -515,28 +666,39 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
             n_builds = 1 if first.backend == "exact" else builds
             results: dict[tuple[str, str], tuple[list, list]] = {}
             for b in range(n_builds):
+                order = list(range(len(units)))
+                random.Random(build_seed(seed, b)).shuffle(order)
+                backend = None
                 for split in ("p10", "p50"):
                     cases_here = {c for c in CASES if SPLIT_OF[c] == split}
                     if not any(set(c.cases) & cases_here for c in fam_cfgs):
                         continue
-                    order = list(range(len(splits[split])))
-                    random.Random(build_seed(seed, b)).shuffle(order)
                     us = [splits[split][i] for i in order]
-                    name = f"study{seed}_{first.backend}_{families.index(fam)}"
-                    backend = make_index(first, name)
-                    mem0 = _server_memory(first.backend)
                     t = time.perf_counter()
-                    backend.add(us, vecs[order])
+                    if backend is not None and hasattr(backend, "set_visibility"):
+                        # visibility is data, not structure: change it in place, keep the graph
+                        upd = backend.set_visibility(flips)
+                        how = "visibility updated in place"
+                        if "hot" in upd and upd["hot"] < upd["updated"]:
+                            how += f" ({upd['updated'] - upd['hot']} non-HOT updates entered the HNSW index)"
+                    else:
+                        if backend is not None:
+                            backend.close()
+                        upd = {}
+                        backend = make_index(first, f"study{seed}_{first.backend}_{families.index(fam)}")
+                        mem0 = _server_memory(first.backend)
+                        backend.add(us, vecs[order])
+                        defaults = query_defaults(backend)  # as built: restored before each configuration
+                        how = "built"
                     build_s = time.perf_counter() - t
-                    print(f"  built {fam} ({split}, build {b}): {len(us)} units in {build_s:.1f} s", flush=True)
-                    defaults = query_defaults(backend)
+                    t_build += build_s
+                    builds_log.append({"family": fam, "build": b, "split": split, "how": how, "seconds": round(build_s, 2),
+                                       **upd})
+                    print(f"  {fam} ({split}, build {b}): {how}, {len(us)} units, {build_s:.1f} s", flush=True)
                     for c in fam_cfgs:
                         apply_query(backend, c, defaults)
                         for case in [k for k in c.cases if SPLIT_OF[k] == split]:
-                            def gt(view, vec, ex=truth[split]):
-                                return ex.search(Query(vector=vec), view, K)
-
-                            rows, server = measure_case(backend, c, case, b, queries, gt, admits_top(split))
+                            rows, server = measure_case(backend, c, case, b, queries, *refs(split, case))
                             acc = results.setdefault((c.id, case), ([], []))
                             acc[0].extend(rows)
                             acc[1].append(server)
@@ -547,15 +709,18 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
                         if d:
                             deltas.append({"backend": fam, "index_units": len(us), **d,
                                            "engine": engine_label(first.backend, vers), "encoder": enc.id})
+                if backend is not None:
                     backend.close()
             for c in fam_cfgs:
                 for case in c.cases:
                     if (c.id, case) in results:
                         rows, server = results[(c.id, case)]
                         per_query += rows
-                        summary.append(summarise(c, case, rows, sel(case, SPLIT_OF[case]), server,
-                                                 engine_label(c.backend, vers)))
-        wall["indexes_and_queries"] = time.perf_counter() - t_meas
+                        s_ = sel(case, SPLIT_OF[case])
+                        summary.append(summarise(c, case, rows, s_, server, engine_label(c.backend, vers)))
+                        survivors.append(survivors_row(c, case, rows, s_, engine_label(c.backend, vers)))
+        wall["builds"] = t_build
+        wall["queries"] = time.perf_counter() - t_meas - t_build
 
         lex_rows, fan = [], []
         if stage.get("lexical", True):
@@ -570,15 +735,17 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
             wall["fanout"] = time.perf_counter() - t
         order = {c.id: i for i, c in enumerate(cfgs)}
         summary.sort(key=lambda r: (order[r["config"]], CASES.index(r["case"])))
+        survivors.sort(key=lambda r: (order[r["config"]], CASES.index(r["case"])))
         t = time.perf_counter()
         diag = diagnostics(vecs, qs, summary, stage, seed)
         wall["diagnostics"] = time.perf_counter() - t
         wall["total"] = time.perf_counter() - t_all
         diag.update({"query_embedding_ms": {"p50": pct(q_ms, 50), "p95": pct(q_ms, 95), "n": len(q_ms)},
                      "wall_s": {k: round(v, 1) for k, v in wall.items()}, "encoder": enc.describe(),
-                     "versions": info["versions"]})
+                     "versions": info["versions"], "builds": builds_log})
 
         write_csv(out / "recall.csv", summary)
+        write_csv(out / "survivors.csv", survivors)
         write_csv(out / "per_query.csv", [{**{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()},
                                            "engine": engine_label(r["config"] and _backend_of(cfgs, r["config"]), vers)}
                                           for r in per_query])
@@ -587,8 +754,8 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
         write_csv(out / "lexical.csv", lex_rows)
         write_csv(out / "fanout.csv", fan)
         (out / "diagnostics.json").write_text(json.dumps(diag, indent=2))
-        print_report(summary, footprints, deltas, lex_rows, fan, diag)
-        return {"summary": summary, "footprint": footprints, "delta": deltas, "lexical": lex_rows, "fanout": fan,
+        print_report(summary, footprints, deltas, lex_rows, fan, diag, survivors)
+        return {"summary": summary, "survivors": survivors, "footprint": footprints, "delta": deltas, "lexical": lex_rows, "fanout": fan,
                 "diagnostics": diag, "per_query": per_query}
     finally:
         services.down(only=started)
@@ -627,6 +794,8 @@ def _footprint(backend, cfg: Config, fam: str, units: int, build_s: float, mem0:
     mem1 = _server_memory(cfg.backend)
     if mem0 is not None and mem1 is not None:
         fp["server_memory_growth_bytes"] = mem1 - mem0
+    if cfg.backend == "pgvector":  # the heap is ~2x at fillfactor 50 (room for HOT updates); the HNSW index is not
+        fp["fillfactor"] = backend.fillfactor or 100
     storage = {"exact": "memory", "redis_qe": "memory", "vectorset": "memory", "pgvector": "disk"}[cfg.backend]
     return {"backend": fam, "units": units, "build_s": round(build_s, 2), "storage": storage, **fp,
             "engine": engine_label(cfg.backend, vers)}
@@ -768,15 +937,17 @@ def fanout_side(data: Path, qs, units, vecs, queries, seed: int, vers) -> tuple[
 # -------------------------------------------------------------------------------- report
 
 
-def print_report(summary, footprints, deltas, lex, fan, diag) -> None:
+def print_report(summary, footprints, deltas, lex, fan, diag, survivors=()) -> None:
     print(f"\nrecall@10 against exact (mean over builds [min, max]), encoder {diag['encoder']['encoder_id']}")
     print(f"{'config':<30} {'case':<10} {'s':>7} {'recall':>7} {'range':>13} {'short':>6} {'p50 ms':>8} "
-          f"{'server':>8} {'Ks':>6} {'local':>6}  plans")
+          f"{'server':>8}  plans")
     for r in summary:
         srv = "-" if r["server_p50_ms"] is None else f"{r['server_p50_ms']:.2f}"
         print(f"{r['config']:<30} {r['case']:<10} {r['selectivity']:>7.4f} {r['recall_at_10']:>7.3f} "
               f"[{r['recall_min']:.2f},{r['recall_max']:.2f}] {r['short_lists']:>6.1f} {r['p50_ms']:>8.2f} "
-              f"{srv:>8} {r['global_pred']:>6.2f} {r['local_pred']:>6.2f}  {r['plans'] or ''}")
+              f"{srv:>8}  {r['plans'] or ''}")
+    if survivors:
+        print("\n" + render_survivors(survivors))
     for title, rows in (("footprint (bytes, after every index of the backend exists)", footprints),
                         ("write-path delta on each backend's loaded index (ms)", deltas),
                         ("lexical: one FTS5 index with an owner column vs per-view BM25 (top-10 overlap)", lex),

@@ -82,6 +82,13 @@ class ExactBackend(Backend):
                 if r is not None:
                     self._alive[r] = False
 
+    def set_visibility(self, changes: dict[str, str]) -> dict:
+        """Change units' visibility in place (uid -> visibility)."""
+        with self._lock:
+            for uid, vis in changes.items():
+                self._public[self._row[uid]] = vis == "public"
+        return {"updated": len(changes)}
+
     def mask(self, view: View | None) -> np.ndarray:
         """The view as a boolean mask over rows (the compiled predicate)."""
         n = self._n

@@ -79,7 +79,7 @@ class PgVector(Backend):
     def __init__(self, table: str | None = None, dsn: str | None = None, dim: int = 384, m: int = 16,
                  ef_construction: int = 200, ef_search: int = 40, iterative_scan: str = "off",
                  max_scan_tuples: int | None = None, owner_btree: bool = False, overfetch: int | None = None,
-                 drop_existing: bool = False,
+                 fillfactor: int | None = None, drop_existing: bool = False,
                  drop_on_close: bool | None = None, **_):
         from ... import services
 
@@ -95,6 +95,7 @@ class PgVector(Backend):
         self.ef_search, self.iterative_scan, self.max_scan_tuples = ef_search, iterative_scan, max_scan_tuples
         self.owner_btree, self.drop_on_close = owner_btree, bool(drop_on_close)
         self.overfetch = overfetch  # over-fetch then rerank: inner LIMIT overfetch, outer LIMIT k
+        self.fillfactor = fillfactor  # heap pages left this full: room for HOT updates (set_visibility)
         self._local = threading.local()
         self._conns: list = []
         self._conns_lock = threading.Lock()
@@ -104,7 +105,8 @@ class PgVector(Backend):
                 c.execute(f"DROP TABLE IF EXISTS {table}")
             c.execute(f"CREATE TABLE IF NOT EXISTS {table} (uid text PRIMARY KEY, org text NOT NULL, "
                       f"owner text NOT NULL, visibility text NOT NULL, time double precision NOT NULL, "
-                      f"embedding vector({dim}) NOT NULL)")
+                      f"embedding vector({dim}) NOT NULL)"
+                      + (f" WITH (fillfactor = {int(fillfactor)})" if fillfactor else ""))
             self._ensure_indexes(c)
 
     # -- connections: one per thread ---------------------------------------------------
@@ -206,6 +208,48 @@ class PgVector(Backend):
             rows = c.execute(f"EXPLAIN (ANALYZE, TIMING OFF, COSTS) {sql}", args).fetchall()
         return "\n".join(r[0] for r in rows)
 
+    def post_filter_survivors(self, query: Query, view: View | None, k_prime: int) -> dict:
+        """What the post-filter kept: the same search with LIMIT k_prime, EXPLAIN ANALYZE'd. With the
+        HNSW plan and iterative scan off, the index yields at most ef_search candidates whatever the
+        LIMIT, so the rows returned are the survivors of the filter before truncation to k:
+        {"survivors", "candidates" (survivors + rows removed by the filter), "plan"}; survivors and
+        candidates are None when the planner chose a plan without the HNSW index (a pre-filter)."""
+        import json
+
+        where, args = compile_view(view)
+        q = vector_text(query.need_vector(self.name))
+        sql = (f"SELECT uid FROM {self.table} WHERE {where} ORDER BY embedding <=> %s::vector LIMIT %s")
+        with self._conn() as c, c.transaction():
+            self._settings(c)
+            raw = c.execute(f"EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) {sql}", [*args, q, int(k_prime)]).fetchone()[0]
+        plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+        nodes, types = [plan], []
+        while nodes:
+            n = nodes.pop()
+            types.append(n["Node Type"] + (f" on {n['Index Name']}" if "Index Name" in n else ""))
+            if n.get("Index Name") == f"{self.table}_hnsw":
+                kept = int(n["Actual Rows"])
+                return {"survivors": kept, "candidates": kept + int(n.get("Rows Removed by Filter", 0)),
+                        "plan": types[-1]}
+            nodes += n.get("Plans", [])
+        return {"survivors": None, "candidates": None, "plan": "; ".join(types)}
+
+    def set_visibility(self, changes: dict[str, str]) -> dict:
+        """Change units' visibility in place (uid -> visibility). Visibility is in no index, so with room
+        on the heap pages (see `fillfactor`) PostgreSQL updates the rows HOT: the HNSW graph is not
+        touched. Returns {"updated", "hot"} as counted by PostgreSQL for this transaction."""
+        by_vis: dict[str, list[str]] = {}
+        for uid, vis in changes.items():
+            by_vis.setdefault(vis, []).append(uid)
+        with self._write_lock, self._conn() as c, c.transaction():
+            for vis, uids in by_vis.items():
+                c.execute(f"UPDATE {self.table} SET visibility = %s WHERE uid = ANY(%s)", (vis, uids))
+            upd, hot = c.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relid = %s::regclass",
+                                 (self.table,)).fetchone()
+        with self._conn() as c, c.transaction():
+            c.execute(f"ANALYZE {self.table}")
+        return {"updated": int(upd), "hot": int(hot)}
+
     # -- bookkeeping ------------------------------------------------------------------
     def __len__(self) -> int:
         with self._conn() as c, c.transaction():
@@ -231,7 +275,7 @@ class PgVector(Backend):
         return {"backend": self.name, "table": self.table, "m": self.m, "ef_construction": self.ef_construction,
                 "ef_search": self.ef_search, "iterative_scan": self.iterative_scan,
                 "max_scan_tuples": self.max_scan_tuples or "default", "owner_btree": self.owner_btree,
-                "overfetch": self.overfetch}
+                "overfetch": self.overfetch, "fillfactor": self.fillfactor or "default"}
 
     def drop(self) -> None:
         with self._conn() as c, c.transaction():

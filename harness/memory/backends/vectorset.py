@@ -106,6 +106,30 @@ class VectorSet(Backend):
             pipe.execute_command("VREM", self.key(org), uid)
         pipe.execute()
 
+    def set_visibility(self, changes: dict[str, str]) -> dict:
+        """Change units' visibility in place (uid -> visibility): VSETATTR rewrites the JSON attributes
+        only, the graph is not touched."""
+        import json as _json
+
+        keys = {}
+        for uid in changes:
+            keys.setdefault(self.key(uid.rsplit("|", 3)[0]), []).append(uid)
+        n = 0
+        for key, uids in keys.items():
+            for i in range(0, len(uids), 500):
+                part = uids[i:i + 500]
+                pipe = self.r.pipeline(transaction=False)
+                for uid in part:
+                    pipe.execute_command("VGETATTR", key, uid)
+                attrs = pipe.execute()
+                pipe = self.r.pipeline(transaction=False)
+                for uid, raw in zip(part, attrs):
+                    a = _json.loads(raw)
+                    a["visibility"] = changes[uid]
+                    pipe.execute_command("VSETATTR", key, uid, _json.dumps(a, ensure_ascii=False))
+                n += sum(1 for x in pipe.execute() if x)
+        return {"updated": n}
+
     def _vsim(self, key: str, vec: np.ndarray, k: int, flt: str | None) -> list[Hit]:
         args = ["VSIM", key, "FP32", vec.astype(np.float32).tobytes(), "WITHSCORES", "COUNT", str(k)]
         if self.ef:
