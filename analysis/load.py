@@ -39,8 +39,28 @@ RUN_COLUMNS = [
     "tool_calls", "tokens", "prompt", "hit", "miss", "output", "reasoning", "cost", "cost_paid", "time",
     "retrieval_s", "empty_results", "error_results", "ev_first", "ev_any", "dec_calls", "dec_prefix",
     "dec_results", "dec_output", "dec_input", "config_hash", "data_sha256", "seed", "prereg_sha256",
-    "code_commit", "code_dirty",
+    "code_commit", "code_dirty", "overrides", "searches", "k_set", "k1", "k_sum",
 ]
+
+
+def tool_choices(tools: list[dict]) -> dict:
+    """How the model filled its tool calls: calls that overrode a schema default, and for
+    memory_search the k it asked for (absent = the tool's default)."""
+    out = {"overrides": 0, "searches": 0, "k_set": 0, "k1": 0, "k_sum": 0}
+    for t in tools:
+        out["overrides"] += bool(t.get("overrode_defaults"))
+        if t["name"] != "memory_search":
+            continue
+        out["searches"] += 1
+        try:
+            k = json.loads(t["arguments"] or "{}").get("k")
+        except (json.JSONDecodeError, AttributeError):
+            k = None
+        if isinstance(k, int) and not isinstance(k, bool):
+            out["k_set"] += 1
+            out["k1"] += k == 1
+            out["k_sum"] += k
+    return out
 
 
 class AnalysisError(RuntimeError):
@@ -290,6 +310,7 @@ def run_rows(folder: Folder) -> list[dict]:
             "dec_output": dec["output"], "dec_input": dec["input"],
             "config_hash": r["config_hash"], "data_sha256": r["data_sha256"], "seed": r["seed"],
             "prereg_sha256": r["prereg_sha256"], "code_commit": code["commit"], "code_dirty": code["dirty"],
+            **tool_choices(r["tools"]),
         })
     return rows
 

@@ -155,6 +155,7 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     res.tables["table6"] = T.cost_table(folders, res.ledgers)
     res.tables["tokens"] = T.tokens_table(runs, folders)
     res.tables["evidence"] = T.evidence_table(runs, folders)
+    res.tables["tool_use"] = T.tool_use_table(runs, folders)
     scale = [T.scale_table(runs, s_f, m_f, st) for s_f, m_f in _stage_pairs(folders)]
     res.tables["scale"] = pd.concat(scale, ignore_index=True) if scale else pd.DataFrame()
     res.tables["judgement_problems"] = pd.DataFrame(
@@ -206,7 +207,7 @@ CSV_FILES = {  # table key -> file name
     "table2": "table2.csv", "table3": "table3.csv", "table3_components": "table3_components.csv",
     "table3_exploratory": "table3_exploratory.csv", "table4": "table4.csv",
     "replay_mismatches": "replay_mismatches.csv", "table5": "table5.csv", "table6": "table6.csv",
-    "tokens": "tokens.csv", "evidence": "evidence.csv", "scale": "scale.csv",
+    "tokens": "tokens.csv", "evidence": "evidence.csv", "tool_use": "tool_use.csv", "scale": "scale.csv",
     "judgement_problems": "judgement_problems.csv", "ledger_checks": "ledger_checks.csv",
     "data_quality": "data_quality.csv", "coverage": "coverage.csv", "shards": "shards.csv",
     "backends": "backends_recall.csv", "backends_paper": "backends_paper.csv",

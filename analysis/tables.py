@@ -515,6 +515,27 @@ def tokens_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def tool_use_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFrame:
+    """Per condition: how often the model used its tools and how it filled them (the k it asked
+    memory_search for; calls that overrode a default), beside judged accuracy."""
+    rows = []
+    for f in folders:
+        for variant in folder_variants(runs, f.name):
+            for c in conditions_in(runs, f.name, variant, f.condition_order()):
+                d = select(runs, f.name, variant, c)
+                calls, searches, k_set = int(d["tool_calls"].sum()), int(d["searches"].sum()), int(d["k_set"].sum())
+                rows.append({
+                    "folder": f.name, "variant": variant, "condition": c, "n": len(d), "repeat": 0,
+                    "tool_use_rate": float((d["tool_calls"] > 0).mean()), "tool_calls_mean": float(d["tool_calls"].mean()),
+                    "override_share": d["overrides"].sum() / calls if calls else math.nan,
+                    "searches": searches, "k_set_share": k_set / searches if searches else math.nan,
+                    "k1_share": d["k1"].sum() / searches if searches else math.nan,
+                    "k_mean_when_set": d["k_sum"].sum() / k_set if k_set else math.nan,
+                    "accuracy": float(d["correct"].mean()),
+                })
+    return pd.DataFrame(rows)
+
+
 def evidence_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFrame:
     """Share of runs whose first search / any search returned an evidence session (None = not applicable)."""
     rows = []

@@ -267,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         prep = prepare(cfg)
         plan = prep.pop("plan")
         report["prepare"] = prep
+        report["forecast"] = forecast_rows(cfg, plan)  # what dry_run=true would have printed, before any run
         rd = RunDir.for_stage(cfg)
         cmd = [py, "-m", "harness.run", *overrides]
         passes = [drive(cmd, out / "driver.log", rd.records_dir, len(plan.runs), o["kill_at"])]
@@ -283,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         report["accounting"] = accounting(rd, agent_stats, stage_wall, o["concurrency"],
                                           1.0 * o["latency_scale"], [r.run_id for r in plan.runs], o["latency_scale"])
         report["memory"] = memory_sessions(rd, plan.runs, cfg)
+        report["metered"] = metered_rows(rd, cfg)
         report["memory"]["after_ready"] = after_ready(rd, report["memory"]["sessions"])
         if len(passes) > 1:  # a killed pass waited for runs it never recorded: no per-run share
             for k in ("share_per_run", "share_prepared", "share_per_run_x1", "share_prepared_x1",
@@ -336,6 +338,27 @@ def expected_full(r: dict, o: dict) -> dict:
     per_run_harness = (a["busy_s"] - a["upstream_wait_s"]) / runs
     out["stage wall (runs / concurrency x per-run time)"] = FULL["runs"] * (per_run_wait + per_run_harness) / o["concurrency"]
     out["analysis (linear in runs)"] = r["analysis"]["wall_s"] * FULL["runs"] / runs
+    return out
+
+
+def forecast_rows(cfg, plan) -> dict:
+    from harness.run.forecast import forecast
+
+    rows, said = forecast(cfg, plan)
+    prices = dict(cfg.model.prices)
+    return {"source": said, "rows": {r.condition: {"calls": r.calls, "prompt": r.hit + r.miss, "output": r.output,
+                                                   "cost_list": r.cost(prices)} for r in rows}}
+
+
+def metered_rows(rd, cfg) -> dict:
+    """Per condition, what the ledger-backed records say was spent by the agents (list price)."""
+    out: dict[str, dict] = {}
+    for r in rd.records():
+        m = out.setdefault(r.condition, {"calls": 0, "prompt": 0, "output": 0, "cost_list": 0.0})
+        m["calls"] += r.model_calls
+        m["prompt"] += r.tokens.prompt
+        m["output"] += r.tokens.output
+        m["cost_list"] += r.cost_list
     return out
 
 
@@ -413,6 +436,19 @@ def render(r: dict) -> str:
               "", f"{'per condition, per run':<26}{'calls':>7}{'tools':>7}{'setup ms':>10}{'loop outside calls ms':>23}",
               *[f"  {c:<24}{v['calls_per_run']:>7.1f}{v['tools_per_run']:>7.1f}{v['setup_ms_per_run']:>10.0f}"
                 f"{v['outside_calls_ms_per_run']:>23.0f}" for c, v in a["per_condition"].items()],
+              "", f"forecast (dry_run=true, from {r['forecast']['source']}) against the metered agents' spend "
+              "(the fake upstream's conversations, list prices):",
+              f"  {'condition':<24}{'calls fc/metered':>20}{'prompt tok fc/metered':>28}{'USD fc/metered':>22}",
+              *[f"  {c:<24}{f['calls']:>9,.0f} /{r['metered'].get(c, {}).get('calls', 0):>8,}"
+                f"{f['prompt']:>14,.0f} /{r['metered'].get(c, {}).get('prompt', 0):>12,}"
+                f"{f['cost_list']:>11.3f} /{r['metered'].get(c, {}).get('cost_list', 0.0):>9.3f}"
+                for c, f in r["forecast"]["rows"].items()],
+              f"  {'total':<24}{sum(f['calls'] for f in r['forecast']['rows'].values()):>9,.0f} /"
+              f"{sum(m['calls'] for m in r['metered'].values()):>8,}"
+              f"{sum(f['prompt'] for f in r['forecast']['rows'].values()):>14,.0f} /"
+              f"{sum(m['prompt'] for m in r['metered'].values()):>12,}"
+              f"{sum(f['cost_list'] for f in r['forecast']['rows'].values()):>11.3f} /"
+              f"{sum(m['cost_list'] for m in r['metered'].values()):>9.3f}",
               "", "expected at full size (180 questions, 2,040 runs, latency x1):",
               f"  stage wall {e['stage wall (runs / concurrency x per-run time)'] / 60:.0f} min, "
               f"analysis <= {e['analysis (linear in runs)']:.0f} s (proportional to runs: an upper bound, start-up is most of it), embedding "

@@ -473,3 +473,37 @@ def test_default_runs_skip_the_pilot_and_foreign_output_is_kept(tmp_path, monkey
     (foreign / "notes.txt").write_text("keep me")
     assert A.main([f"prereg={pre}", "out=mine"]) == 2
     assert (foreign / "notes.txt").read_text() == "keep me"
+
+
+def test_tool_use_table_counts_the_k_the_model_chose_and_overridden_defaults(tmp_path):
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    # (arguments, overrode_defaults) of each run's memory_search calls; one run also reads a round
+    runs = {"q0": [('{"query": "dog", "k": 1}', {"k": 1}), ('{"query": "dog name"}', {})],
+            "q1": [('{"query": "car", "k": 5}', {"k": 5})],
+            "q2": [('{"query": "trip"}', {}), ('{"query": "trip", "k": 1}', {"k": 1}), ("not json", None)],
+            "q3": []}
+    for i, (q, calls) in enumerate(runs.items()):
+        tools = [{"arguments": a, "overrode_defaults": o} for a, o in calls]
+        if q == "q1":
+            tools.append({"name": "memory_read", "arguments": '{"session": "s1", "round": 2, "window": 0}',
+                          "overrode_defaults": {"window": 0}})
+        st.add("tool_hybrid", q, tool_calls=len(tools), tools=tools, correct=i % 2 == 0)
+        st.add("none", q, correct=False)
+    st.write()
+    out = analyse(tmp_path, pre)
+    t = row(csv(out, "tool_use.csv"), condition="tool_hybrid")
+    searches = [c for calls in runs.values() for c in calls]
+    ks = [json.loads(a)["k"] for a, _ in searches if a.startswith("{") and "k" in json.loads(a)]
+    assert t["n"] == 4 and t["tool_use_rate"] == pytest.approx(3 / 4)
+    assert t["tool_calls_mean"] == pytest.approx((len(searches) + 1) / 4)
+    assert t["searches"] == len(searches)
+    assert t["k_set_share"] == pytest.approx(len(ks) / len(searches))
+    assert t["k1_share"] == pytest.approx(ks.count(1) / len(searches))
+    assert t["k_mean_when_set"] == pytest.approx(sum(ks) / len(ks))
+    overrides = sum(bool(o) for _, o in searches) + 1  # the memory_read call set window
+    assert t["override_share"] == pytest.approx(overrides / (len(searches) + 1))
+    assert t["accuracy"] == pytest.approx(0.5)
+    n = row(csv(out, "tool_use.csv"), condition="none")
+    assert n["tool_use_rate"] == 0 and n["searches"] == 0 and math.isnan(n["k1_share"])
+    assert "## Tool use and the arguments the model chose" in (out / "report.md").read_text()
