@@ -5,11 +5,14 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from harness.data import QUESTION_TYPES, DataError, load
 from harness.data.synth import generate, write
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +175,106 @@ def test_s_shaped_filler_is_real_conversation_text_and_seeded():
     # the templated size is unchanged: other tests script against its questions
     assert all(t["content"] not in messages for r in generate(0, "tiny") for s in r["haystack_sessions"]
                for t in s if t["role"] == "user")
+
+
+# sha256 of every record of generate(seed, size) without its `question` field, as
+# json.dumps([{k: v for k, v in r.items() if k != "question"} for r in records], sort_keys=True,
+# ensure_ascii=False), computed with harness/data/synth.py at commit 7455cf6 (before the questions
+# had several wordings; chitchat-dataset 0.9.0). The chunks of these histories sit in embedding
+# caches that take about 40 CPU minutes to rebuild: a change here must be deliberate.
+HISTORIES_SHA256 = {
+    ("tiny", 0): "cba6e2cf91b9a51c1904add443b4cf57231db560f1fe565f63ea05d701e68b6a",
+    ("s", 0): "897b480be847cc574f4d0ae164e7c0721714bab7c49cb09db20f151e184d164d",
+}
+
+
+def _without_questions_sha256(records):
+    import hashlib
+
+    rows = [{k: v for k, v in r.items() if k != "question"} for r in records]
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def s_records():
+    return generate(0, "s")
+
+
+@pytest.mark.parametrize("size,seed", sorted(HISTORIES_SHA256))
+def test_question_wordings_leave_the_histories_unchanged(size, seed, s_records):
+    recs = s_records if (size, seed) == ("s", 0) else generate(seed, size)
+    assert _without_questions_sha256(recs) == HISTORIES_SHA256[(size, seed)]
+
+
+def test_questions_are_distinct_like_real_benchmarks(s_records):
+    """The backend study wants distinct queries (>= 0.9 of them); its corpus is the `main`
+    sample (30 per type, drawn by id) or, from the command line, the first N in file order."""
+    import yaml
+
+    from harness.data.samples import draw
+
+    texts = [r["question"] for r in s_records]
+    assert len(texts) == 240
+    assert len(set(texts)) / len(texts) >= 0.95  # one template per scenario gave 65 / 240
+    assert len(set(texts[:180])) / 180 >= 0.95
+    samples = yaml.safe_load((REPO / "conf" / "config.yaml").read_text())["samples"]
+    main = set(draw([(r["question_id"], r["question_type"]) for r in s_records], samples, 0, ["main"])["main"]["ids"])
+    sampled = [r["question"] for r in s_records if r["question_id"] in main]
+    assert len(sampled) == 180 and len(set(sampled)) / 180 >= 0.95
+    for size in ["tiny", "xs"]:
+        small = [r["question"] for r in generate(0, size)]
+        assert len(set(small)) == len(small)  # test_judge and test_transcripts map tiny's questions to golds
+
+
+def test_questions_name_only_what_their_history_holds(s_records):
+    """A question that names a city, breed, employer... (or another word for one) names the
+    scenario's own; abstention questions may name others, since they ask about what is absent."""
+    import re
+
+    from harness.data import synth
+
+    names = {v: {v} for seq in (synth.CITIES, synth.UNIS, synth.HOODS, synth.BREEDS, synth.ACTIVITIES, synth.EVENTS,
+                                synth.COMPANIES, synth.ROLES, synth.INSTRUMENTS, synth.COUNTRIES) for v in seq}
+    for alias in (synth.ACTIVITY_ALIAS, synth.EVENT_ALIAS, synth.COUNTRY_OF, synth.INSTRUMENT_ALIAS, synth.REGION_OF,
+                  synth.ROLE_ALIAS):
+        for orig, other in alias.items():
+            names.setdefault(other, set()).add(orig)
+    checked = 0
+    for r in s_records:
+        if r["question_id"].endswith("_abs"):
+            continue
+        ev = " ".join(t["content"] for sid, s in zip(r["haystack_session_ids"], r["haystack_sessions"])
+                      if sid in r["answer_session_ids"] for t in s)
+        for name, origins in names.items():
+            if re.search(rf"\b{re.escape(name)}\b", r["question"]):
+                checked += 1
+                assert any(o in ev for o in origins), (r["question"], name)
+    assert checked > 60
+
+
+def test_paraphrases_still_avoid_the_evidence_words(s_records):
+    """Over S, a third of the factual questions share no content word with their evidence
+    (one template per scenario gave 0.27; the plain wordings always share one)."""
+    stop = {"what", "did", "i", "my", "the", "a", "is", "of", "in", "to", "do", "you", "for", "how", "which", "me"}
+    facts = [r for r in s_records
+             if not r["question_id"].endswith("_abs") and r["question_type"] != "single-session-preference"]
+    disjoint = 0
+    for r in facts:
+        words = {w.strip("?.,'").lower() for w in r["question"].split()} - stop
+        ev = " ".join(t["content"] for sid, s in zip(r["haystack_session_ids"], r["haystack_sessions"])
+                      if sid in r["answer_session_ids"] for t in s if t.get("has_answer")).lower()
+        disjoint += not any(w and w in ev for w in words)
+    assert disjoint / len(facts) >= 1 / 3
+
+
+def test_conf_paths_name_the_current_file_version():
+    """conf/data points at the file name the generator uses, so a changed generator writes a new file."""
+    import yaml
+
+    from harness.data.synth import file_name
+
+    confs = sorted((REPO / "conf" / "data").glob("synth_*.yaml"))
+    assert confs
+    for p in confs:
+        c = yaml.safe_load(p.read_text())
+        assert c["path"].endswith("/" + file_name(c["size"], c["seed"])), p

@@ -217,7 +217,7 @@ def stage_runs(tmp_path_factory):
     """One Org + LongMemEval stage (variant '', private, public) run against a scripted agent that
     answers some questions with the gold answer, declines others and fails on one."""
     root = tmp_path_factory.mktemp("judge_stage")
-    data_path = root / "cache" / "data" / "synth_tiny_seed0.json"
+    data_path = root / "cache" / "data" / "synth_tiny_seed0_q2.json"
     state = {}
 
     def agent(req):

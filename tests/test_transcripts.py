@@ -53,7 +53,7 @@ def stages(tmp_path_factory):
     def agent(req):
         """Searches with the question, then answers with the gold answer for half the questions."""
         if "golds" not in state:
-            data = json.loads((root / "cache" / "data" / "synth_tiny_seed0.json").read_text())
+            data = json.loads((root / "cache" / "data" / "synth_tiny_seed0_q2.json").read_text())
             state["golds"] = {d["question"]: (d["question_id"], d["question_type"], str(d["answer"])) for d in data}
             plan = json.loads((root / "runs" / "smoke" / "smoke" / "stage.json").read_text())["plan"]["runs"]
             state["fail"] = sorted(r.split(".", 2)[2].rpartition(".r")[0] for r in plan)[0]
