@@ -9,7 +9,7 @@ with the margins below. `--data FILE` measures a LongMemEval-format corpus (e.g.
 S histories) the same way, for comparison.
 
     python -m harness.memory.calibrate                      # real text (chitchat), ~3,000 chunks
-    python -m harness.memory.calibrate --data .cache/data/synth_s_seed0_chat.json --histories 5
+    python -m harness.memory.calibrate --data .cache/data/synth_s_seed0_chat_q2.json --histories 5
 
 Measures (the same functions the study uses): nearest-neighbour cosine within a fixed pool of
 chunks (harness.memory.study.nn_cosines), distinct query texts, and unfiltered recall@10 of the
