@@ -47,7 +47,7 @@ analyze: setup
 	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(ARGS); rc=$$?; \
 	$(PY) -m analysis.personal $(if $(RUNS),runs=$(RUNS)) && exit $$rc
 
-# export the runs (RUNS=..., default every stage under runs/ but the pilot) as Inspect logs and open
+# export the runs (RUNS=..., default every stage under runs/ but the pilots) as Inspect logs and open
 # Inspect's viewer on them, on loopback only
 view: setup
 	$(PY) -m analysis.export_inspect $(if $(RUNS),runs=$(RUNS)) out=$(VIEW_DIR) $(ARGS)

@@ -12,7 +12,7 @@ for Org private runs, the count of private units retrieved under a view as the
 A failed run keeps its error; a run started but never recorded is a sample with an error.
 
 Arguments (key=value): runs= as for analysis.run (default every stage folder under runs/
-but the pilot), out= (default inspect_logs; replaced as a whole, never a folder this
+but the pilots), out= (default inspect_logs; replaced as a whole, never a folder this
 command did not write), judge= (default: the stage's judge or the only judgements file).
 """
 

@@ -113,6 +113,11 @@ class Folder:
             return {}
         return yaml.safe_load(p.read_text(encoding="utf-8")) or {}
 
+    @property
+    def is_pilot(self) -> bool:
+        """pilot and pilot_local: checks before a study, never in its results (Appendix A)."""
+        return self.stage.startswith("pilot")
+
     def condition_order(self) -> list[str]:
         """Conditions in the order the stage config defines them, then any others sorted."""
         declared = list((self.config().get("stage") or {}).get("conditions") or {})
@@ -133,8 +138,8 @@ def _stage_dirs(path: Path) -> list[Path]:
 def find_folders(paths: Iterable[str | Path] | None, runs_root: str | Path = "runs") -> list[Folder]:
     """Stage folders to analyse, sorted by name.
 
-    No paths: every stage folder under `runs_root` except the pilot (never in any result,
-    Appendix A). A path may be a stage folder, a folder of labels, or a runs root; a pilot
+    No paths: every stage folder under `runs_root` except the pilots (pilot, pilot_local:
+    never in any result, Appendix A). A path may be a stage folder, a folder of labels, or a runs root; a pilot
     named explicitly is analysed (the report says it is the pilot).
     """
     explicit = bool(paths)
@@ -157,7 +162,7 @@ def find_folders(paths: Iterable[str | Path] | None, runs_root: str | Path = "ru
                         "problem": exc.problem, "consequence": "folder left out"})
             continue
         f = Folder(d, info, name=f"{d.parent.name}/{d.name}")
-        if not explicit and f.stage == "pilot":
+        if not explicit and f.is_pilot:
             continue
         out.setdefault(f.name, f)
     folders = [out[k] for k in sorted(out)]

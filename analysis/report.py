@@ -266,7 +266,7 @@ def _provenance(res: Any) -> str:
         code = ", ".join(commits) if commits else (
             f"{str(stage_code.get('commit') or '?')[:12]}" + ("+dirty" if stage_code.get("dirty") else ""))
         data = f.info.get("data") or {}
-        rows.append([f.name + (" **(pilot: not a result)**" if f.stage == "pilot" else ""), f.stage, f.kind,
+        rows.append([f.name + (" **(pilot: not a result)**" if f.is_pilot else ""), f.stage, f.kind,
                      integer(len(recs)), f"`{str(f.info.get('config_hash') or DASH)[:16]}`",
                      f"`{str(data.get('sha256') or DASH)[:16]}`", text(data.get("kind")),
                      f"`{pr[:12]}`" if pr else DASH, text(f.info.get("seed")),

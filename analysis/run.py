@@ -6,7 +6,7 @@ Nothing in it is typed by hand, and two runs on the same inputs write identical 
 
 Arguments (key=value; bare paths are added to runs):
   runs=PATH[,PATH]  stage folders (runs/<stage>/<label>), folders of labels, or a runs root.
-                    Default: every stage folder under runs/ except the pilot.
+                    Default: every stage folder under runs/ except the pilots (pilot, pilot_local).
   out=DIR           output folder (default results). It is replaced as a whole; a folder
                     not written by this command is never overwritten.
   prereg=FILE       hypotheses file (default conf/prereg/hypotheses.yaml)

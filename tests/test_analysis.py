@@ -459,7 +459,7 @@ def test_two_runs_write_identical_bytes_and_the_cli_works(tmp_path):
 
 def test_default_runs_skip_the_pilot_and_foreign_output_is_kept(tmp_path, monkeypatch):
     pre = prereg_file(tmp_path)
-    for stage in ("main", "pilot"):
+    for stage in ("main", "pilot", "pilot_local"):
         s = Stage(tmp_path / "runs", stage, prereg_sha=sha256_file(pre))
         s.add("session_search", "q0")
         s.write()
@@ -468,6 +468,8 @@ def test_default_runs_skip_the_pilot_and_foreign_output_is_kept(tmp_path, monkey
     assert set(pd.read_csv(tmp_path / "res" / "runs.csv")["stage"]) == {"main"}
     assert A.main([f"prereg={pre}", "out=res2", "runs=runs/pilot/pilot"]) == 0
     assert "pilot: not a result" in (tmp_path / "res2" / "report.md").read_text()
+    assert A.main([f"prereg={pre}", "out=res3", "runs=runs/pilot_local/pilot_local"]) == 0
+    assert set(pd.read_csv(tmp_path / "res3" / "runs.csv")["stage"]) == {"pilot_local"}
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
