@@ -39,7 +39,7 @@ RUN_COLUMNS = [
     "tool_calls", "tokens", "prompt", "hit", "miss", "output", "reasoning", "cost", "cost_paid", "time",
     "retrieval_s", "empty_results", "error_results", "ev_first", "ev_any", "dec_calls", "dec_prefix",
     "dec_results", "dec_output", "dec_input", "config_hash", "data_sha256", "seed", "prereg_sha256",
-    "code_commit", "code_dirty", "overrides", "searches", "k_set", "k1", "k_sum",
+    "code_commit", "code_dirty", "memory_preparing", "overrides", "searches", "k_set", "k1", "k_sum",
 ]
 
 
@@ -315,6 +315,7 @@ def run_rows(folder: Folder) -> list[dict]:
             "dec_output": dec["output"], "dec_input": dec["input"],
             "config_hash": r["config_hash"], "data_sha256": r["data_sha256"], "seed": r["seed"],
             "prereg_sha256": r["prereg_sha256"], "code_commit": code["commit"], "code_dirty": code["dirty"],
+            "memory_preparing": r.get("memory_preparing"),
             **tool_choices(r["tools"]),
         })
     return rows

@@ -153,3 +153,6 @@ def test_each_session_records_when_its_first_run_and_its_memory_were_ready(tmp_p
     assert s.started_runs == s.pending == len(recs) and s.stopped is None
     assert 0 <= s.first_run_started_s <= s.first_record_s <= s.wall_s
     assert "session: " in res.stderr and f"{chunks:,} chunks" in res.stderr
+    # the first run (no memory) started while the encoder was still loading and embedding
+    assert all(isinstance(r["memory_preparing"], bool) for r in recs.values())
+    assert any(r["memory_preparing"] for r in recs.values() if r["condition"] == "none")

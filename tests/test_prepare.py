@@ -107,3 +107,17 @@ def test_a_preparation_error_stops_the_stage_and_names_the_cause():
     stop = _run_pool(runner, pending, {}, concurrency=2, total=3, done=0)
     assert stop is not None and "harness error while preparing memory" in stop and "the encoder broke" in stop
     assert runner.started == [pending[0].run_id]  # q2's runs never started
+
+
+def test_memory_first_starts_no_run_before_every_question_is_ready():
+    gates = {"q1": threading.Event()}
+    none_q2, tool_q1 = RunSpec("none", "q2", "", 0), RunSpec("tool", "q1", "", 0)
+    runner = Runner(GatedEnv(gates))
+    runner.cfg = OmegaConf.merge(CFG, {"memory_first": True})
+    pool = threading.Thread(target=_run_pool, args=(runner, [none_q2, tool_q1], {}, 2, 2, 0))
+    pool.start()
+    pool.join(1.0)
+    assert runner.started == []  # the run without memory waits too: q1 is still embedding
+    gates["q1"].set()
+    pool.join(30)
+    assert not pool.is_alive() and runner.started == [none_q2.run_id, tool_q1.run_id]

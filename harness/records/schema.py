@@ -252,6 +252,9 @@ class RunRecord(_Provenance):
     cost_paid: float
     wall_s: float
     setup_s: float
+    # the stage was still embedding memory (harness.run.prepare) when this run started: on a CPU-only
+    # machine its times share the CPU with the encoder; None = written before the harness said
+    memory_preparing: bool | None = None
     retrieval_s: float
     empty_results: int
     error_results: int

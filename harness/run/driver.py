@@ -149,6 +149,7 @@ class StageRunner:
                                            max_retries=int(self.model_cfg.get("max_retries", 6)),
                                            backoff_s=float(self.model_cfg.get("backoff_s", 1.0)))
         status, error, answer, loop = "ok", None, "", None
+        preparing = self.preparer is not None and self.preparer.stats["all_ready_s"] is None
         t0 = time.perf_counter()
         try:  # preparing the run (stores, indexes, prefetch): a failure here is not the run's
             access = conditions.load(str(cond_cfg.module)).build(cond_cfg, ctx)
@@ -193,6 +194,7 @@ class StageRunner:
             "tokens": tok, "cost_list": sum(c["cost_list"] for c in calls),
             "cost_paid": sum(c["cost_paid"] for c in calls),
             "wall_s": round(loop_s + access.retrieval_s, 4), "setup_s": round(setup_s, 4),
+            "memory_preparing": preparing,
             "retrieval_s": round(access.retrieval_s + sum(t["retrieval_s"] for t in meter.tools), 6),
             "empty_results": sum(bool(t["empty"]) for t in meter.tools),
             "error_results": sum(bool(t["error"]) for t in meter.tools),
@@ -352,7 +354,9 @@ def _run_pool(runner: StageRunner, pending: list[RunSpec], attempts: dict[str, i
     """Run `pending`; returns why the stage stopped early, or None when every run was attempted.
 
     A free slot takes the first pending run (in the plan's order) that may start: one that
-    needs no memory space, or whose question's memory is ready (harness.run.prepare)."""
+    needs no memory space, or whose question's memory is ready (harness.run.prepare). With
+    `memory_first=true` no run starts before every question's memory is ready."""
+    first = bool(runner.cfg.get("memory_first", False))
     preparer = MemoryPreparer(runner.env, pending, needs_memory(runner.cfg)).start()
     runner.preparer = preparer
     bar = tqdm(total=total, initial=done, unit="run", dynamic_ncols=True, file=sys.stderr, position=0)
@@ -368,8 +372,9 @@ def _run_pool(runner: StageRunner, pending: list[RunSpec], attempts: dict[str, i
                 if preparer.error is not None:
                     stop.append(_preparer_stop(preparer.error))
                     break
+                may_start = not first or preparer.stats["all_ready_s"] is not None
                 i = next((i for i, s in enumerate(waiting) if preparer.ready(s)), None) \
-                    if len(running) < concurrency else None
+                    if len(running) < concurrency and may_start else None
                 if i is not None:
                     spec = waiting.pop(i)
                     running.add(pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1))
