@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from harness.memory.study import fanout_steps
+
 
 def rows(path):
     with open(path) as f:
@@ -107,7 +109,7 @@ def test_footprint_lexical_side_fanout_and_diagnostics(study):
     # agents whose views admit the same units share one per-view index
     assert int(lex["public50"]["views_built"]) == 6 - 3 + 1
     fan = rows(out / "fanout.csv")
-    assert [int(r["agents"]) for r in fan] == [1, 3, 6]
+    assert [int(r["agents"]) for r in fan] == fanout_steps(6) == [1, 6]  # 1, 10, 50, all: capped at 6 agents
     assert all(float(r["redis_per_agent_p50_ms"]) > 0 and float(r["fts5_owner_in_p50_ms"]) > 0 for r in fan)
     d = res["diagnostics"]
     assert d["queries"] == 6 and 0 < d["nn_pool"] <= 3000 and set(d["checks"]) >= {"nn_cosine_median"}
@@ -222,3 +224,8 @@ def test_write_path_delta_on_a_loaded_index(minilm_encoder):
     d = delta_on_index(b, minilm_encoder, "h000", 3, "test")
     assert d["rounds"] == 3 and len(b) == 0  # the probe units are removed again
     assert 0 < d["insert_p50_ms"] < d["delta_p50_ms"] and d["embed_p50_ms"] > 0
+
+
+def test_fanout_steps_are_the_papers_store_counts():
+    assert fanout_steps(180) == [1, 10, 50, 180]  # Figure 7
+    assert fanout_steps(30) == [1, 10, 30] and fanout_steps(1) == [1]

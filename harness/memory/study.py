@@ -245,7 +245,7 @@ def plan(stage: dict, n_histories: int, n_chunks: int | None, encoder_cached: fl
     # lexical: per-view FTS5 indexes one at a time; a 10% view holds ~0.1, a 50% view ~0.5 of the corpus
     lexical_s = (chunks * (5 + 0.35 * n) * float(rates.get("lexical_us_per_unit", 47)) / 1e6
                  if stage.get("lexical", True) else 0.0)
-    steps = sorted({1, max(1, round(0.1 * n)), max(1, round(0.5 * n)), n})
+    steps = fanout_steps(n)
     fanout_s = (chunks * (float(bms.get("redis_qe", 0.7)) + n * float(rates.get("fanout_filter_us_per_chunk", 8)) / 1000) / 1000
                 + min(30, n) * sum(steps) * float(rates.get("fanout_store_ms", 4)) / 1000) if stage.get("fanout", True) else 0.0
     stores_s = chunks * float(rates.get("stores_ms_per_chunk", 0.9)) / 1000 if stage.get("fanout", True) else 0.0
@@ -857,6 +857,11 @@ def lexical_side(splits, qs, queries, pub, vers) -> tuple[list[dict], list[dict]
 # -------------------------------------------------------------------------------- fan-out
 
 
+def fanout_steps(n: int) -> list[int]:
+    """How many agents' stores the fan-out searches: the paper's 1, 10, 50 and all (Figure 7)."""
+    return sorted({1, min(10, n), min(50, n), n})
+
+
 def fanout_side(data: Path, qs, units, vecs, queries, seed: int, vers) -> tuple[list[dict], list[dict]]:
     """Searching 1..N per-agent stores one by one vs one shared index with the agents as a list,
     lexical (the runtime's session stores vs FTS5 owner IN) and dense (one HNSW index per agent
@@ -865,7 +870,7 @@ def fanout_side(data: Path, qs, units, vecs, queries, seed: int, vers) -> tuple[
     from harness.memory.backends.fts5 import fts_query
 
     n = len(qs)
-    steps = sorted({1, max(1, round(0.1 * n)), max(1, round(0.5 * n)), n})
+    steps = fanout_steps(n)
     stores = None
     try:
         from harness.runtime.store import build_store, open_session_db
