@@ -177,6 +177,17 @@ class FakeUpstream:
                 self._send(200, {"object": "list", "data": [{"id": "deepseek-chat", "object": "model"}]})
 
             def do_POST(self):
+                # the upstream's time is the whole request (reading, parsing, latency, reply), as a real
+                # endpoint's would be: the fake's own JSON work must not count as the harness's
+                t0 = time.perf_counter()
+                kind, fault = self._answer()
+                with fake._lock:
+                    fake._stats.calls[kind] += 1
+                    fake._stats.waited_s[kind] += time.perf_counter() - t0
+                    if fault:
+                        fake._stats.faults[fault] += 1
+
+            def _answer(self) -> tuple[str, str | None]:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 req = json.loads(raw)
                 kind = fake.kind(req)
@@ -184,15 +195,12 @@ class FakeUpstream:
                 if kind == "preflight":
                     fault = None
                 time.sleep(latency)
-                with fake._lock:
-                    fake._stats.calls[kind] += 1
-                    fake._stats.waited_s[kind] += latency
-                    if fault:
-                        fake._stats.faults[fault] += 1
                 if fault == "429":
-                    return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}})
+                    self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}})
+                    return kind, fault
                 if fault == "5xx":
-                    return self._send(503, {"error": {"message": "server busy", "type": "server_error"}})
+                    self._send(503, {"error": {"message": "server busy", "type": "server_error"}})
+                    return kind, fault
                 if kind == "preflight":
                     msg = {"role": "assistant", "content": "OK"}
                 elif kind == "judge":
@@ -207,6 +215,7 @@ class FakeUpstream:
                                  "finish_reason": "tool_calls" if msg.get("tool_calls") else "stop"}],
                     "usage": fake.usage(req, out),
                 })
+                return kind, None
 
         self._srv = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256})(("127.0.0.1", 0), Handler)
         self._srv.daemon_threads = True

@@ -16,7 +16,8 @@ Knobs (key=value):
 
 Harness share (how much of the stage is ours, not the upstream's):
   per run   = 1 - (upstream wait + retry back-off) / sum over runs of (setup_s + wall_s)
-              where upstream wait is what the fake slept for agent calls (incl. refused calls)
+              where upstream wait is the agent calls' whole time inside the fake (its latency, reading,
+              parsing and answering; refused calls included)
               and back-off is the client's expected sleep (backoff_s per refused call);
   per run, memory prepared = the same without setup_s (the run's first touch of a question's
               index, its store lookup: preparation, which the issue measures apart);
