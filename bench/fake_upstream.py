@@ -26,6 +26,7 @@ import json
 import math
 import random
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -217,7 +218,12 @@ class FakeUpstream:
                 })
                 return kind, None
 
-        self._srv = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256})(("127.0.0.1", 0), Handler)
+        def handle_error(srv, request, client_address):  # a killed driver resets its connections: not news
+            if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+                ThreadingHTTPServer.handle_error(srv, request, client_address)
+
+        self._srv = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256, "handle_error": handle_error})(
+            ("127.0.0.1", 0), Handler)
         self._srv.daemon_threads = True
         threading.Thread(target=self._srv.serve_forever, daemon=True, name="fake-upstream").start()
         return self
