@@ -402,7 +402,7 @@ def render(r: dict) -> str:
                  f"{full_s(e['index builds'])}")
     rate = e["embedding rate chunks/s"]
     lines.append(f"  ({p['stores_built']} stores built, {m['embedded']:,} chunks embedded, "
-                 f"{m['chunks'] - m['embedded']:,} from the cache" + ("" if rate is None else f", {rate:.1f} chunks/s") + ")")
+                 f"{m['chunks'] - m['embedded']:,} cached or repeated texts" + ("" if rate is None else f", {rate:.1f} chunks/s") + ")")
     lines += ["", "time to first results (the driver's first session, from the start of its runs):",
               f"  first run started {sec(first and first['first_run_started_s'])}, first record "
               f"{sec(first and first['first_record_s'])}, first question's memory ready "

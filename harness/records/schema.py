@@ -363,7 +363,7 @@ class MemoryPrep(_Model):
     questions: int  # questions whose runs use the memory space
     ready: int
     chunks: int
-    embedded: int  # chunks that went through the model (the rest came from the cache)
+    embedded: int  # distinct texts that went through the model (the rest were cached or repeated)
     chunk_s: float
     embed_s: float
     first_ready_s: float | None

@@ -314,7 +314,7 @@ def describe_session(s: DriverSession) -> str:
     m = s.memory
     fmt = lambda x: "-" if x is None else f"{x:.1f} s"  # noqa: E731
     mem = (f"memory of {m.ready}/{m.questions} questions ready ({m.chunks:,} chunks, {m.embedded:,} embedded, "
-           f"the rest from the cache; first ready {fmt(m.first_ready_s)}, all {fmt(m.all_ready_s)}); "
+           f"the rest cached or repeated; first ready {fmt(m.first_ready_s)}, all {fmt(m.all_ready_s)}); "
            if m.questions else "")
     return (f"session: {s.started_runs} runs started in {s.wall_s:.1f} s; {mem}"
             f"first run started {fmt(s.first_run_started_s)}, first record {fmt(s.first_record_s)}")
