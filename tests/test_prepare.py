@@ -22,6 +22,9 @@ class GatedEncoder:
         self.stats = SimpleNamespace(embedded=0)
         self.calls: list[str] = []
 
+    def missing(self, texts):
+        return len(set(texts))
+
     def embed(self, texts, progress=None):
         qid = texts[0].split(":")[0]
         self.calls.append(qid)

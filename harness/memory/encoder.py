@@ -371,6 +371,10 @@ class HashEncoder:
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
 
+    def missing(self, texts: Sequence[str]) -> int:
+        """Nothing is cached: every distinct text is computed."""
+        return len(set(texts))
+
     def warm(self) -> None:
         pass  # nothing to load
 

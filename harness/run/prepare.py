@@ -71,7 +71,7 @@ class MemoryPreparer:
                 t = time.perf_counter()
                 texts = [u.text for u in self.env.units(spec)]
                 t1 = time.perf_counter()
-                missing = enc.missing(texts) if hasattr(enc, "missing") else len(set(texts))
+                missing = enc.missing(texts)
                 enc.embed(texts, progress=False)
                 t2 = time.perf_counter()
                 self.stats["chunks"] += len(texts)
