@@ -37,6 +37,22 @@ WRITER = textwrap.dedent("""
 """)
 
 
+OPENER = "import sys, pathlib; from harness.memory.encoder import VectorCache; " \
+         "VectorCache(pathlib.Path(sys.argv[1]), 'test-encoder', 8).close()"
+
+
+def test_shards_opening_one_new_cache_at_once_agree_on_its_encoder(tmp_path):
+    """Several shards may create the same cache file at the same moment; none may fail on the
+    encoder-id row another wrote first (CI once lost a writer to that race)."""
+    for r in range(4):
+        path = tmp_path / f"round{r}" / "enc.sqlite"
+        procs = [subprocess.Popen([sys.executable, "-c", OPENER, str(path)], cwd=REPO, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(6)]
+        errs = [p.communicate(timeout=120)[1] for p in procs]
+        assert all(p.returncode == 0 for p in procs), [e[-800:] for e in errs if e]
+        assert sqlite3.connect(path).execute("SELECT v FROM meta WHERE k='encoder_id'").fetchall() == [("test-encoder",)]
+
+
 def test_vector_cache_survives_concurrent_writer_processes(tmp_path):
     path = tmp_path / "shared" / "enc.sqlite"
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(i)], cwd=REPO, stdout=subprocess.PIPE,

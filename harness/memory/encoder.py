@@ -140,11 +140,12 @@ class VectorCache:
         self._db.execute("PRAGMA journal_mode=DELETE")
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
         self._db.execute("CREATE TABLE IF NOT EXISTS vectors (h BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
+        # another shard may be opening the same new file: the first id written wins, and every
+        # opener then reads back the one that is stored
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('encoder_id', ?)", (encoder_id,))
+        self._db.commit()
         row = self._db.execute("SELECT v FROM meta WHERE k = 'encoder_id'").fetchone()
-        if row is None:
-            self._db.execute("INSERT INTO meta VALUES ('encoder_id', ?)", (encoder_id,))
-            self._db.commit()
-        elif row[0] != encoder_id:
+        if row[0] != encoder_id:
             raise RuntimeError(f"{path} caches vectors of {row[0]!r}, not {encoder_id!r}")
 
     @staticmethod
