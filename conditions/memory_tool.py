@@ -30,6 +30,10 @@ def fmt_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime(DATE_FORMAT)
 
 
+def fmt_day(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
 def parse_day(value, end: bool) -> float | None:
     """'2023-05-30' or '2023/05/30' (a whole day, inclusive) -> epoch seconds."""
     if value in (None, ""):
@@ -92,12 +96,26 @@ class MemorySearch:
         t0 = time.perf_counter()
         results = self.ctx.space.search(query, view, k=k, scoring=self.scoring)
         took = time.perf_counter() - t0
+        text = format_results(results, self.show_owner)
+        if not results and (view.since is not None or view.until is not None):
+            text = self._outside_dates(view, since, until)
         return ToolResult(
-            text=format_results(results, self.show_owner), sessions=[r.unit.session for r in results],
+            text=text, sessions=[r.unit.session for r in results],
             retrieval_s=took, empty=not results,
             log={"kind": "search", "agent": self.agent, "query": query, "k": k, "since": since, "until": until,
                  "scoring": self.scoring, "view": view.describe(),
                  "units": [[r.unit.uid, r.unit.owner] for r in results]})
+
+
+    def _outside_dates(self, view: View, since, until) -> str:
+        """An empty date-filtered search says what dates the memory holds, so a model that
+        filtered on the wrong period (small models pass the current date) can widen it."""
+        times = [u.time for u in self.ctx.space.units(view.without_dates())]
+        asked = f"from {since or 'the start'} to {until or 'now'}"
+        if not times:
+            return f"No matching memories {asked}; your memory is empty."
+        return (f"No matching memories {asked}. Your memory holds exchanges from {fmt_day(min(times))} to "
+                f"{fmt_day(max(times))}; leave out since and until to search all of it.")
 
 
 class MemoryRead:

@@ -1,0 +1,59 @@
+"""The memory tool's date filters on a real memory space (exact index, hash encoder, generated data).
+
+Small models fill `since`/`until` with the current date, which empties every search; an empty
+dated search must say which dates the memory holds, computed from the view's own sessions, and
+searching that span must find what the dated search missed.
+"""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from conditions.memory_tool import MemorySearch
+from harness.data import synth
+from harness.data.longmemeval import load
+from harness.run.context import Environment, RunContext
+from harness.run.plan import RunSpec
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("memtool")
+    data = synth.write(tmp / "data", 0, "tiny")
+    qid = sorted(q.qid for q in load(data).values() if not q.abstention)[0]
+    cfg = {"index": {"name": "exact", "dim": 384}, "encoder": {"name": "hash"}, "cache_dir": str(tmp / ".cache")}
+    spec = RunSpec("tool_hybrid", qid, "", 0)
+    env = Environment(OmegaConf.create(cfg), SimpleNamespace(runs=[spec], data={"path": str(data)}))
+    yield RunContext(spec, env)
+    env.close()
+
+
+def test_a_search_dated_on_the_current_day_says_which_dates_the_memory_holds(ctx):
+    search = MemorySearch(ctx, ctx.view("own"), "hybrid", 8)
+    q = ctx.question
+    today = q.date.strftime("%Y-%m-%d")
+    days = sorted(s.date.strftime("%Y-%m-%d") for s in q.sessions)
+    assert days[-1] < today, "the generated history ends before the question"
+
+    dated = search(query=q.question, since=today, until=today)
+    assert dated.empty and not dated.sessions
+    assert dated.text == (f"No matching memories from {today} to {today}. Your memory holds exchanges from "
+                          f"{days[0]} to {days[-1]}; leave out since and until to search all of it.")
+
+    first, last = re.search(r"from (\S+) to (\S+);", dated.text).groups()
+    widened = search(query=q.question, since=first, until=last)
+    assert not widened.empty and widened.sessions == search(query=q.question).sessions
+
+    only_since = search(query=q.question, since=today)
+    assert only_since.text.startswith(f"No matching memories from {today} to now. Your memory holds")
+
+
+def test_an_empty_search_without_dates_stays_terse(ctx):
+    search = MemorySearch(ctx, ctx.view("own", agent="nobody"), "hybrid", 8)
+    assert search(query="anything").text == "No matching memories."
+    assert search(query="anything", until="2030-01-01").text == \
+        "No matching memories from the start to 2030-01-01; your memory is empty."
