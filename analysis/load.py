@@ -28,6 +28,7 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
+from analysis.literal import literal
 from harness.records.ledger import read_lines
 from harness.records.schema import RecordError, parse, read_json
 
@@ -40,22 +41,29 @@ RUN_COLUMNS = [
     "retrieval_s", "empty_results", "error_results", "ev_first", "ev_any", "dec_calls", "dec_prefix",
     "dec_results", "dec_output", "dec_input", "config_hash", "data_sha256", "seed", "prereg_sha256",
     "code_commit", "code_dirty", "memory_preparing", "overrides", "searches", "k_set", "k1", "k_sum",
+    "dated", "dated_empty", "literal",
 ]
 
 
 def tool_choices(tools: list[dict]) -> dict:
     """How the model filled its tool calls: calls that overrode a schema default, and for
-    memory_search the k it asked for (absent = the tool's default)."""
-    out = {"overrides": 0, "searches": 0, "k_set": 0, "k1": 0, "k_sum": 0}
+    memory_search the k it asked for (absent = the tool's default) and the searches it limited
+    to dates (since/until), with how many of those came back empty."""
+    out = {"overrides": 0, "searches": 0, "k_set": 0, "k1": 0, "k_sum": 0, "dated": 0, "dated_empty": 0}
     for t in tools:
         out["overrides"] += bool(t.get("overrode_defaults"))
         if t["name"] != "memory_search":
             continue
         out["searches"] += 1
         try:
-            k = json.loads(t["arguments"] or "{}").get("k")
-        except (json.JSONDecodeError, AttributeError):
-            k = None
+            args = json.loads(t["arguments"] or "{}")
+        except json.JSONDecodeError:
+            args = None
+        args = args if isinstance(args, dict) else {}
+        k = args.get("k")
+        if args.get("since") or args.get("until"):
+            out["dated"] += 1
+            out["dated_empty"] += bool(t.get("empty"))
         if isinstance(k, int) and not isinstance(k, bool):
             out["k_set"] += 1
             out["k1"] += k == 1
@@ -317,6 +325,8 @@ def run_rows(folder: Folder) -> list[dict]:
             "prereg_sha256": r["prereg_sha256"], "code_commit": code["commit"], "code_dirty": code["dirty"],
             "memory_preparing": r.get("memory_preparing"),
             **tool_choices(r["tools"]),
+            "literal": b(literal(r["gold"], r["answer"] if r["status"] == "ok" else None, r["qtype"],
+                                 r["abstention"])),
         })
     return rows
 

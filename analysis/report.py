@@ -474,13 +474,17 @@ def render(res: Any, files: dict) -> str:
     parts.append(f"{link('tool_use.csv')}. Per condition: runs that called a tool, tool calls per run, the share "
                  "of calls that set an argument to another value than its default, and for memory_search the "
                  "share of searches that set k, that asked for k = 1, and the mean k when set (absent = the "
-                 "tool's default); judged accuracy beside them.\n\n")
+                 "tool's default), the share limited to dates (since/until) and how many of those came back "
+                 "empty; judged accuracy beside them, and the judge-free literal check (the answer contains a "
+                 "short gold word for word; not for preference or abstention questions).\n\n")
     parts.append(simple_section(t["tool_use"], [
         ("folder", "folder", text), ("variant", "variant", text), ("condition", "condition", text),
         ("n", "n", integer), ("tool use", "tool_use_rate", share), ("tool calls", "tool_calls_mean", num),
         ("overrode a default", "override_share", share), ("searches", "searches", integer),
         ("k set", "k_set_share", share), ("k = 1", "k1_share", share), ("mean k when set", "k_mean_when_set", num),
-        ("accuracy", "accuracy", share)]))
+        ("dated", "dated_share", share), ("dated and empty", "dated_empty", integer), ("accuracy", "accuracy", share),
+        ("literal: hits / applicable", "literal_hits", integer), ("", "n_literal", integer),
+        ("literal rate", "literal_rate", share)]))
     parts.append("\n## S vs M histories (scale)\n\n")
     parts.append(f"{link('scale.csv')}; status: {_status_line(res, 'scale')}. Each condition of the scale stage on "
                  "its questions, at S (main stage) and M.\n\n")

@@ -517,13 +517,15 @@ def tokens_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFrame:
 
 def tool_use_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFrame:
     """Per condition: how often the model used its tools and how it filled them (the k it asked
-    memory_search for; calls that overrode a default), beside judged accuracy."""
+    memory_search for, date filters; calls that overrode a default), beside judged accuracy and
+    the judge-free literal check (analysis.literal) where it applies."""
     rows = []
     for f in folders:
         for variant in folder_variants(runs, f.name):
             for c in conditions_in(runs, f.name, variant, f.condition_order()):
                 d = select(runs, f.name, variant, c)
                 calls, searches, k_set = int(d["tool_calls"].sum()), int(d["searches"].sum()), int(d["k_set"].sum())
+                lit = d["literal"].dropna()
                 rows.append({
                     "folder": f.name, "variant": variant, "condition": c, "n": len(d), "repeat": 0,
                     "tool_use_rate": float((d["tool_calls"] > 0).mean()), "tool_calls_mean": float(d["tool_calls"].mean()),
@@ -531,7 +533,11 @@ def tool_use_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFram
                     "searches": searches, "k_set_share": k_set / searches if searches else math.nan,
                     "k1_share": d["k1"].sum() / searches if searches else math.nan,
                     "k_mean_when_set": d["k_sum"].sum() / k_set if k_set else math.nan,
+                    "dated_share": d["dated"].sum() / searches if searches else math.nan,
+                    "dated_empty": int(d["dated_empty"].sum()),
                     "accuracy": float(d["correct"].mean()),
+                    "literal_hits": int(lit.sum()), "n_literal": len(lit),
+                    "literal_rate": float(lit.mean()) if len(lit) else math.nan,
                 })
     return pd.DataFrame(rows)
 

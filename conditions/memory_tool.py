@@ -24,6 +24,9 @@ NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight
 MAX_K = 20
 READ_CHARS = 4000
 MAX_WINDOW = 5
+# small models otherwise filter on the current date, which is after every memory (README, pilot_local)
+LEAVE_DATES_OUT = ("Leave it out to search all your memory, unless the user asks about a particular period; "
+                   "every memory is older than the current date.")
 
 
 def fmt_time(epoch: float) -> str:
@@ -77,11 +80,9 @@ class MemorySearch:
                 "query": {"type": "string", "description": "What to look for."},
                 "k": {"type": "integer", "description": "How many results (default 8).", "default": self.default_k},
                 "since": {"type": "string", "description": ("Optional. Only exchanges on or after this date, "
-                                                            "YYYY-MM-DD. Leave it out unless the question is "
-                                                            "about a particular period.")},
+                                                            "YYYY-MM-DD. " + LEAVE_DATES_OUT)},
                 "until": {"type": "string", "description": ("Optional. Only exchanges on or before this date, "
-                                                            "YYYY-MM-DD. Leave it out unless the question is "
-                                                            "about a particular period.")},
+                                                            "YYYY-MM-DD. " + LEAVE_DATES_OUT)},
             }, "required": ["query"]}}}
 
     def __call__(self, query: str = "", k: int | None = None, since=None, until=None) -> ToolResult:
@@ -114,8 +115,8 @@ class MemorySearch:
         asked = f"from {since or 'the start'} to {until or 'now'}"
         if not times:
             return f"No matching memories {asked}; your memory is empty."
-        return (f"No matching memories {asked}. Your memory holds exchanges from {fmt_day(min(times))} to "
-                f"{fmt_day(max(times))}; leave out since and until to search all of it.")
+        return (f"No matching memories {asked}, but your memory holds exchanges from {fmt_day(min(times))} to "
+                f"{fmt_day(max(times))}. Search again without since and until.")
 
 
 class MemoryRead:

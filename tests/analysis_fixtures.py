@@ -90,7 +90,8 @@ class Stage:
             ts: str = ON_PEAK_TS, evidence: dict | None = None, decomposition: dict | None = None,
             tools: list | None = None, prefetch: list | None = None, judge_status: str = "ok",
             abstention: bool = False, module: str | None = None, attempt: int = 1, judged: bool = True,
-            asked_calls: list[tuple[int, int]] | None = None) -> dict:
+            asked_calls: list[tuple[int, int]] | None = None, gold: str = "gold",
+            answer: str = "an answer") -> dict:
         """One run; its model calls split `prompt`/`output` evenly (the remainder on the first call)."""
         if condition not in self.conditions:
             self.conditions.append(condition)
@@ -112,9 +113,9 @@ class Stage:
             "schema_version": 1, "run_id": rid, "condition": condition, "module": module or condition, "qid": qid, "qtype": qtype,
             "variant": variant, "repeat": repeat, "org": f"{qid}@{variant}" if variant else qid,
             "attempt": attempt, "status": status, "error": None if status == "ok" else "model: failed",
-            "question": f"question {qid}", "question_date": "2023/05/30 (Tue) 23:40", "gold": "gold",
+            "question": f"question {qid}", "question_date": "2023/05/30 (Tue) 23:40", "gold": gold,
             "abstention": abstention,
-            "answer": "" if status != "ok" else "an answer",
+            "answer": "" if status != "ok" else answer,
             "model_calls": len(call_list), "agent_calls": calls, "tool_calls": tool_calls,
             "tool_rounds": tool_calls if status == "ok" else None, "forced_answer": False if status == "ok" else None,
             "tokens": {"prompt": tok_p, "hit": tok_h, "miss": tok_p - tok_h, "output": tok_o, "reasoning": 0},

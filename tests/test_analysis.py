@@ -482,16 +482,25 @@ def test_tool_use_table_counts_the_k_the_model_chose_and_overridden_defaults(tmp
     st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
     # (arguments, overrode_defaults) of each run's memory_search calls; one run also reads a round
     runs = {"q0": [('{"query": "dog", "k": 1}', {"k": 1}), ('{"query": "dog name"}', {})],
-            "q1": [('{"query": "car", "k": 5}', {"k": 5})],
-            "q2": [('{"query": "trip"}', {}), ('{"query": "trip", "k": 1}', {"k": 1}), ("not json", None)],
+            "q1": [('{"query": "car", "k": 5, "since": "2023-05-30", "until": "2023-05-30"}', {"k": 5})],
+            "q2": [('{"query": "trip", "until": "2023-01-01"}', {}), ('{"query": "trip", "k": 1}', {"k": 1}),
+                   ("not json", None), ('["a list"]', None)],
             "q3": []}
+    empty = {'{"query": "car", "k": 5, "since": "2023-05-30", "until": "2023-05-30"}'}  # q1's dated search came back empty, q2's did not
+    # (gold, answer, qtype) per question: two literal hits out of three where the check applies
+    golds = {"q0": ("Jonah Ellery", "It was Jonah Ellery.", "single-session-assistant"),
+             "q1": ("3", "You own three.", "multi-session"),
+             "q2": ("civil engineering", "I don't know.", "single-session-user"),
+             "q3": ("The user would prefer tea", "tea", "single-session-preference")}
     for i, (q, calls) in enumerate(runs.items()):
-        tools = [{"arguments": a, "overrode_defaults": o} for a, o in calls]
+        tools = [{"arguments": a, "overrode_defaults": o, "empty": a in empty} for a, o in calls]
         if q == "q1":
             tools.append({"name": "memory_read", "arguments": '{"session": "s1", "round": 2, "window": 0}',
                           "overrode_defaults": {"window": 0}})
-        st.add("tool_hybrid", q, tool_calls=len(tools), tools=tools, correct=i % 2 == 0)
-        st.add("none", q, correct=False)
+        gold, answer, qtype = golds[q]
+        st.add("tool_hybrid", q, tool_calls=len(tools), tools=tools, correct=i % 2 == 0, gold=gold, answer=answer,
+               qtype=qtype)
+        st.add("none", q, correct=False, gold=gold, answer="I don't know", qtype=qtype)
     st.write()
     out = analyse(tmp_path, pre)
     t = row(csv(out, "tool_use.csv"), condition="tool_hybrid")
@@ -506,6 +515,9 @@ def test_tool_use_table_counts_the_k_the_model_chose_and_overridden_defaults(tmp
     overrides = sum(bool(o) for _, o in searches) + 1  # the memory_read call set window
     assert t["override_share"] == pytest.approx(overrides / (len(searches) + 1))
     assert t["accuracy"] == pytest.approx(0.5)
+    assert t["dated_share"] == pytest.approx(2 / len(searches)) and t["dated_empty"] == 1
+    assert (t["literal_hits"], t["n_literal"]) == (2, 3) and t["literal_rate"] == pytest.approx(2 / 3)
     n = row(csv(out, "tool_use.csv"), condition="none")
     assert n["tool_use_rate"] == 0 and n["searches"] == 0 and math.isnan(n["k1_share"])
+    assert (n["literal_hits"], n["n_literal"]) == (0, 3) and math.isnan(n["dated_share"])
     assert "## Tool use and the arguments the model chose" in (out / "report.md").read_text()

@@ -41,15 +41,15 @@ def test_a_search_dated_on_the_current_day_says_which_dates_the_memory_holds(ctx
 
     dated = search(query=q.question, since=today, until=today)
     assert dated.empty and not dated.sessions
-    assert dated.text == (f"No matching memories from {today} to {today}. Your memory holds exchanges from "
-                          f"{days[0]} to {days[-1]}; leave out since and until to search all of it.")
+    assert dated.text == (f"No matching memories from {today} to {today}, but your memory holds exchanges from "
+                          f"{days[0]} to {days[-1]}. Search again without since and until.")
 
-    first, last = re.search(r"from (\S+) to (\S+);", dated.text).groups()
+    first, last = re.search(r"holds exchanges from (\S+) to (\S+)\.", dated.text).groups()
     widened = search(query=q.question, since=first, until=last)
     assert not widened.empty and widened.sessions == search(query=q.question).sessions
 
     only_since = search(query=q.question, since=today)
-    assert only_since.text.startswith(f"No matching memories from {today} to now. Your memory holds")
+    assert only_since.text.startswith(f"No matching memories from {today} to now, but your memory holds")
 
 
 def test_an_empty_search_without_dates_stays_terse(ctx):
