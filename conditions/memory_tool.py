@@ -2,7 +2,8 @@
 
 memory_search(query, k=8, since, until) returns at most k results, one per round,
 each with its date, opaque session id, round number, owner (LongMemEval-Org only)
-and best-matching chunk; memory_read(session_id, round, window=1) returns whole
+and best-matching chunk (an empty search limited to dates names the dates the
+view's memory holds); memory_read(session_id, round, window=1) returns whole
 rounds, each message cut at 4,000 characters. Both only ever see the run's view:
 the predicate is evaluated in the index, and a read of a session outside the
 view is answered as if the session did not exist.
@@ -106,7 +107,6 @@ class MemorySearch:
             log={"kind": "search", "agent": self.agent, "query": query, "k": k, "since": since, "until": until,
                  "scoring": self.scoring, "view": view.describe(),
                  "units": [[r.unit.uid, r.unit.owner] for r in results]})
-
 
     def _outside_dates(self, view: View, since, until) -> str:
         """An empty date-filtered search says what dates the memory holds, so a model that
