@@ -486,7 +486,8 @@ def test_tool_use_table_counts_the_k_the_model_chose_and_overridden_defaults(tmp
             "q2": [('{"query": "trip", "until": "2023-01-01"}', {}), ('{"query": "trip", "k": 1}', {"k": 1}),
                    ("not json", None), ('["a list"]', None)],
             "q3": []}
-    empty = {'{"query": "car", "k": 5, "since": "2023-05-30", "until": "2023-05-30"}'}  # q1's dated search came back empty, q2's did not
+    # q1's dated search came back empty, q2's did not
+    empty = {'{"query": "car", "k": 5, "since": "2023-05-30", "until": "2023-05-30"}'}
     # (gold, answer, qtype) per question: two literal hits out of three where the check applies
     golds = {"q0": ("Jonah Ellery", "It was Jonah Ellery.", "single-session-assistant"),
              "q1": ("3", "You own three.", "multi-session"),

@@ -50,7 +50,8 @@ def test_shards_opening_one_new_cache_at_once_agree_on_its_encoder(tmp_path):
                                   text=True) for _ in range(6)]
         errs = [p.communicate(timeout=120)[1] for p in procs]
         assert all(p.returncode == 0 for p in procs), [e[-800:] for e in errs if e]
-        assert sqlite3.connect(path).execute("SELECT v FROM meta WHERE k='encoder_id'").fetchall() == [("test-encoder",)]
+        stored = sqlite3.connect(path).execute("SELECT v FROM meta WHERE k='encoder_id'").fetchall()
+        assert stored == [("test-encoder",)]
 
 
 def test_vector_cache_survives_concurrent_writer_processes(tmp_path):
