@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from conditions import Access
-from conditions.memory_tool import tools_for
+from conditions.memory_tool import check_guidance, tools_for
 from harness.data.longmemeval import DATE_FORMAT
 from harness.run.loop import run_loop
 from harness.run.prompts import system_prompt
@@ -48,7 +48,8 @@ class AskAgent:
         if not isinstance(question, str) or not question.strip():
             raise ToolError("question must be a non-empty string")
         t0 = time.perf_counter()
-        sub_cfg = {"scope": "own", "scoring": self.cfg.scoring, "k": self.cfg.get("k", 8)}
+        sub_cfg = {"scope": "own", "scoring": self.cfg.scoring, "k": self.cfg.get("k", 8),
+                   "guidance": self.cfg.get("guidance", "paper")}
         tools = tools_for(self.ctx, _Cfg(sub_cfg), agent=agent)
         system = system_prompt(self.ctx.question.date.strftime(DATE_FORMAT), ASKED_ACCESS, org=True)
         result = run_loop(self.ctx.run_agent(f"asked:{agent}"), system, question, tools,
@@ -68,5 +69,5 @@ class _Cfg(dict):
 
 def build(cfg, ctx) -> Access:
     return Access(text=str(cfg.access), tools=[*tools_for(ctx, cfg), AskAgent(ctx, cfg)],
-                  notes={"asked_agents": [str(a) for a in cfg.agents],
+                  notes={"guidance": check_guidance(cfg.get("guidance", "paper")), "asked_agents": [str(a) for a in cfg.agents],
                          "asked_max_rounds": int(cfg.get("asked_max_rounds", 6))})

@@ -2,11 +2,17 @@
 
 memory_search(query, k=8, since, until) returns at most k results, one per round,
 each with its date, opaque session id, round number, owner (LongMemEval-Org only)
-and best-matching chunk (an empty search limited to dates names the dates the
-view's memory holds); memory_read(session_id, round, window=1) returns whole
+and best-matching chunk; memory_read(session_id, round, window=1) returns whole
 rounds, each message cut at 4,000 characters. Both only ever see the run's view:
 the predicate is evaluated in the index, and a read of a session outside the
 view is answered as if the session did not exist.
+
+Guidance (`guidance:` in the condition's config, recorded in every record): `paper` is the
+tool of Appendix B as the study measured it; `assisted` adds two texts the 1.5B local model
+needs (README, pilot_local): the date parameters say every memory predates the current date,
+and an empty search limited to dates names the dates the view's memory holds and says to
+search again without them. Stages on the local model choose `assisted`; every other stage,
+and the paper preset, `paper`.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ from harness.run.tools import ToolError, ToolResult
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
 
+GUIDANCE = ("paper", "assisted")
 MAX_K = 20
 READ_CHARS = 4000
 MAX_WINDOW = 5
-# small models otherwise filter on the current date, which is after every memory (README, pilot_local)
+# assisted only: small models otherwise filter on the current date, which is after every memory
 LEAVE_DATES_OUT = ("Leave it out to search all your memory, unless the user asks about a particular period; "
                    "every memory is older than the current date.")
 
@@ -63,28 +70,63 @@ def format_results(results, show_owner: bool) -> str:
     return "\n\n".join(out)
 
 
+def check_guidance(value) -> str:
+    g = str(value)
+    if g not in GUIDANCE:
+        raise ValueError(f"memory tool guidance must be one of {', '.join(GUIDANCE)}, got {value!r}")
+    return g
+
+
+def search_schema(guidance: str, show_owner: bool, default_k: int) -> dict:
+    """memory_search's definition; `assisted` adds the date guidance (module doc)."""
+    dates = (" " + LEAVE_DATES_OUT) if check_guidance(guidance) == "assisted" else ""
+    return {"type": "function", "function": {
+        "name": MemorySearch.name,
+        "description": ("Search your memory of past conversations. Returns up to k past exchanges, best match "
+                        "first, each with its date, session id and round number"
+                        + (" and the assistant that holds it" if show_owner else "") + "."),
+        "parameters": {"type": "object", "properties": {
+            "query": {"type": "string", "description": "What to look for."},
+            "k": {"type": "integer", "description": "How many results (default 8).", "default": default_k},
+            "since": {"type": "string", "description": "Optional. Only exchanges on or after this date, YYYY-MM-DD."
+                                                       + dates},
+            "until": {"type": "string", "description": "Optional. Only exchanges on or before this date, YYYY-MM-DD."
+                                                       + dates},
+        }, "required": ["query"]}}}
+
+
+def read_schema() -> dict:
+    return {"type": "function", "function": {
+        "name": MemoryRead.name,
+        "description": "Read whole exchanges of a past session: the given round and `window` rounds on each side.",
+        "parameters": {"type": "object", "properties": {
+            "session_id": {"type": "string"},
+            "round": {"type": "integer", "description": "Round number as shown by memory_search."},
+            "window": {"type": "integer", "description": "Rounds on each side (default 1).", "default": 1},
+        }, "required": ["session_id", "round"]}}}
+
+
+def tool_texts(guidance: str, show_owner: bool, default_k: int = 8) -> list[dict]:
+    """Every text the model reads from this tool besides its results (for the fidelity manifest)."""
+    texts: list[dict] = [search_schema(guidance, show_owner, default_k), read_schema()]
+    if guidance == "assisted":
+        texts.append({"empty_dated_search": "No matching memories {asked}, but your memory holds exchanges from "
+                                            "{first} to {last}. Search again without since and until."})
+    return texts
+
+
 class MemorySearch:
     name = "memory_search"
 
-    def __init__(self, ctx, view: View, scoring: str, default_k: int = 8, agent: str | None = None):
+    def __init__(self, ctx, view: View, scoring: str, default_k: int = 8, agent: str | None = None,
+                 guidance: str = "paper"):
         self.ctx, self.view, self.scoring, self.default_k = ctx, view, scoring, default_k
+        self.guidance = check_guidance(guidance)
         self.show_owner = ctx.is_org
         self.agent = agent or view.agent
 
     def schema(self) -> dict:
-        return {"type": "function", "function": {
-            "name": self.name,
-            "description": ("Search your memory of past conversations. Returns up to k past exchanges, best match "
-                            "first, each with its date, session id and round number"
-                            + (" and the assistant that holds it" if self.show_owner else "") + "."),
-            "parameters": {"type": "object", "properties": {
-                "query": {"type": "string", "description": "What to look for."},
-                "k": {"type": "integer", "description": "How many results (default 8).", "default": self.default_k},
-                "since": {"type": "string", "description": ("Optional. Only exchanges on or after this date, "
-                                                            "YYYY-MM-DD. " + LEAVE_DATES_OUT)},
-                "until": {"type": "string", "description": ("Optional. Only exchanges on or before this date, "
-                                                            "YYYY-MM-DD. " + LEAVE_DATES_OUT)},
-            }, "required": ["query"]}}}
+        return search_schema(self.guidance, self.show_owner, self.default_k)
 
     def __call__(self, query: str = "", k: int | None = None, since=None, until=None) -> ToolResult:
         if not isinstance(query, str) or not query.strip():
@@ -99,13 +141,13 @@ class MemorySearch:
         results = self.ctx.space.search(query, view, k=k, scoring=self.scoring)
         took = time.perf_counter() - t0
         text = format_results(results, self.show_owner)
-        if not results and (view.since is not None or view.until is not None):
+        if not results and self.guidance == "assisted" and (view.since is not None or view.until is not None):
             text = self._outside_dates(view, since, until)
         return ToolResult(
             text=text, sessions=[r.unit.session for r in results],
             retrieval_s=took, empty=not results,
             log={"kind": "search", "agent": self.agent, "query": query, "k": k, "since": since, "until": until,
-                 "scoring": self.scoring, "view": view.describe(),
+                 "scoring": self.scoring, "guidance": self.guidance, "view": view.describe(),
                  "units": [[r.unit.uid, r.unit.owner] for r in results]})
 
     def _outside_dates(self, view: View, since, until) -> str:
@@ -127,14 +169,7 @@ class MemoryRead:
         self.agent = agent or view.agent
 
     def schema(self) -> dict:
-        return {"type": "function", "function": {
-            "name": self.name,
-            "description": "Read whole exchanges of a past session: the given round and `window` rounds on each side.",
-            "parameters": {"type": "object", "properties": {
-                "session_id": {"type": "string"},
-                "round": {"type": "integer", "description": "Round number as shown by memory_search."},
-                "window": {"type": "integer", "description": "Rounds on each side (default 1).", "default": 1},
-            }, "required": ["session_id", "round"]}}}
+        return read_schema()
 
     def __call__(self, session_id: str = "", round=None, window=1) -> ToolResult:
         try:
@@ -166,9 +201,10 @@ class MemoryRead:
 def tools_for(ctx, cfg, agent: str | None = None):
     ctx.space  # load the organisation's units now, so indexing is setup and not retrieval time
     view = ctx.view(str(cfg.get("scope", "own")), agent=agent)
-    return [MemorySearch(ctx, view, str(cfg.scoring), int(cfg.get("k", 8)), agent),
+    return [MemorySearch(ctx, view, str(cfg.scoring), int(cfg.get("k", 8)), agent, str(cfg.get("guidance", "paper"))),
             MemoryRead(ctx, view, agent)]
 
 
 def build(cfg, ctx) -> Access:
-    return Access(text=str(cfg.access), tools=tools_for(ctx, cfg))
+    return Access(text=str(cfg.access), tools=tools_for(ctx, cfg),
+                  notes={"guidance": check_guidance(cfg.get("guidance", "paper"))})

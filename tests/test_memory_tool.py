@@ -1,8 +1,9 @@
 """The memory tool's date filters on a real memory space (exact index, hash encoder, generated data).
 
-Small models fill `since`/`until` with the current date, which empties every search; an empty
-dated search must say which dates the memory holds, computed from the view's own sessions, and
-searching that span must find what the dated search missed.
+Small models fill `since`/`until` with the current date, which empties every search; with
+guidance `assisted` an empty dated search must say which dates the memory holds, computed from
+the view's own sessions, and searching that span must find what the dated search missed. With
+guidance `paper` (Appendix B's tool) neither the schema nor the reply carries that help.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def ctx(tmp_path_factory):
 
 
 def test_a_search_dated_on_the_current_day_says_which_dates_the_memory_holds(ctx):
-    search = MemorySearch(ctx, ctx.view("own"), "hybrid", 8)
+    search = MemorySearch(ctx, ctx.view("own"), "hybrid", 8, guidance="assisted")
     q = ctx.question
     today = q.date.strftime("%Y-%m-%d")
     days = sorted(s.date.strftime("%Y-%m-%d") for s in q.sessions)
@@ -53,7 +54,28 @@ def test_a_search_dated_on_the_current_day_says_which_dates_the_memory_holds(ctx
 
 
 def test_an_empty_search_without_dates_stays_terse(ctx):
-    search = MemorySearch(ctx, ctx.view("own", agent="nobody"), "hybrid", 8)
+    search = MemorySearch(ctx, ctx.view("own", agent="nobody"), "hybrid", 8, guidance="assisted")
     assert search(query="anything").text == "No matching memories."
     assert search(query="anything", until="2030-01-01").text == \
         "No matching memories from the start to 2030-01-01; your memory is empty."
+
+
+def test_paper_guidance_is_the_plain_tool_and_records_say_which(ctx):
+    q = ctx.question
+    today = q.date.strftime("%Y-%m-%d")
+    paper = MemorySearch(ctx, ctx.view("own"), "hybrid", 8)  # the default
+    assisted = MemorySearch(ctx, ctx.view("own"), "hybrid", 8, guidance="assisted")
+    dated = paper(query=q.question, since=today, until=today)
+    assert dated.empty and dated.text == "No matching memories."
+    assert dated.log["guidance"] == "paper" and assisted(query=q.question).log["guidance"] == "assisted"
+    p_since = paper.schema()["function"]["parameters"]["properties"]["since"]["description"]
+    a_since = assisted.schema()["function"]["parameters"]["properties"]["since"]["description"]
+    assert p_since == "Optional. Only exchanges on or after this date, YYYY-MM-DD."
+    assert a_since.startswith(p_since) and "older than the current date" in a_since
+    # the same search undated finds the same memories under either guidance
+    assert paper(query=q.question).sessions == assisted(query=q.question).sessions
+
+
+def test_an_unknown_guidance_is_refused(ctx):
+    with pytest.raises(ValueError, match="paper, assisted"):
+        MemorySearch(ctx, ctx.view("own"), "hybrid", 8, guidance="helpful")
