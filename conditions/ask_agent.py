@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from conditions import Access
-from conditions.memory_tool import check_guidance, tools_for
+from conditions.memory_tool import check_guidance, tool_texts, tools_for  # noqa: F401 - tool_texts: its descriptor
 from harness.data.longmemeval import DATE_FORMAT
 from harness.run.loop import run_loop
 from harness.run.prompts import system_prompt

@@ -10,6 +10,8 @@ from conditions import Access
 from conditions.session_search import store_notes
 from harness.runtime import SessionSearchTool, build_org_stores, fanout_paragraph, runtime_label
 
+NEEDS = ("runtime",)  # the runtime's stores and tool: the fidelity manifest names its version
+
 
 def build(cfg, ctx) -> Access:
     if not ctx.is_org:

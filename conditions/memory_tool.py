@@ -106,9 +106,15 @@ def read_schema() -> dict:
         }, "required": ["session_id", "round"]}}}
 
 
-def tool_texts(guidance: str, show_owner: bool, default_k: int = 8) -> list[dict]:
-    """Every text the model reads from this tool besides its results (for the fidelity manifest)."""
-    texts: list[dict] = [search_schema(guidance, show_owner, default_k), read_schema()]
+PAPER_K = 8
+
+
+def tool_texts(cfg, org: bool, paper: bool = False) -> list[dict]:
+    """Every text the model reads from these tools besides results, as this stage has them or (paper=True)
+    as the paper's condition does: the fidelity manifest hashes both (harness.run.fidelity)."""
+    guidance = "paper" if paper else check_guidance(cfg.get("guidance", "paper"))
+    k = PAPER_K if paper else int(cfg.get("k", PAPER_K))
+    texts: list[dict] = [search_schema(guidance, org, k), read_schema()]
     if guidance == "assisted":
         texts.append({"empty_dated_search": "No matching memories {asked}, but your memory holds exchanges from "
                                             "{first} to {last}. Search again without since and until."})

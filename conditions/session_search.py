@@ -9,6 +9,8 @@ and one neighbour on each side (<= 1,000 characters each), without bookends.
 from conditions import Access
 from harness.runtime import SessionSearchTool, build_store, runtime_label
 
+NEEDS = ("runtime",)  # the runtime's store and tool: the fidelity manifest names its version
+
 
 def store_notes(info) -> dict:
     return {"agent": info.agent, "sessions": info.sessions, "rounds": info.rounds, "bytes": info.bytes,

@@ -4,7 +4,7 @@ from conditions import Access
 from conditions.session_search import store_notes
 from harness.runtime import ShellTool, build_store, runtime_label, shell_paragraph
 
-NEEDS = ("sandbox",)  # checked before the first run (harness.run.preflight)
+NEEDS = ("sandbox", "runtime")  # checked before the first run (harness.run.preflight)
 
 
 def build(cfg, ctx) -> Access:

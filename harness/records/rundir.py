@@ -40,7 +40,8 @@ RECORD_KINDS = {"personal": "personal_record"}
 # settings that do not change what a stage's runs measure: speed, where caches live, what to
 # retry, the judge (each judgement records its own judge and prompt hash), and which shard
 # of the stage a driver runs (every shard shares the stage's stage.json)
-VOLATILE = ("concurrency", "dry_run", "cache_dir", "judge", "retry_failed", "shard", "budget_usd", "memory_first")
+VOLATILE = ("concurrency", "dry_run", "cache_dir", "judge", "retry_failed", "shard", "budget_usd", "memory_first",
+            "allow_deviation")
 # the same inside the model config: how patiently calls are retried
 VOLATILE_MODEL = ("max_retries", "backoff_s", "timeout_s")
 

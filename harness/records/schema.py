@@ -347,6 +347,8 @@ class StageInfo(_Open):
     created: str
     # a job of a Hydra sweep (-m): its overrides, from which its label was derived; None = not a sweep
     sweep: dict[str, Any] | None = None
+    # the fidelity manifest (harness.run.fidelity): each setting beside the paper's; None = written before it
+    fidelity: dict[str, Any] | None = None
 
 
 class Attempt(_Model):

@@ -40,6 +40,7 @@ from harness.records.ledger import Ledger, read_ledger
 from harness.records.ledger import mark_interrupted as mark_interrupted_lines
 from harness.records.provenance import code_revision, versions
 from harness.records.schema import SCHEMA_VERSION, DriverSession, MemoryPrep, RunRecord, StageInfo
+from harness.run import fidelity
 from harness.run.context import Environment, RunContext
 from harness.run.loop import TranscriptRecorder, run_loop
 from harness.run.budget import Budget, BudgetReached
@@ -67,6 +68,7 @@ def stage_info(cfg, plan: Plan) -> dict:
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "prereg": {"path": str(PREREG.relative_to(REPO)), "sha256": sha256_file(PREREG) if PREREG.exists() else None},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "fidelity": fidelity.record(cfg, plan),
     }
 
 

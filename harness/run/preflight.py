@@ -7,6 +7,10 @@ checks that cost nothing and names the model call it will make.
 
 What a condition needs is declared by the condition module itself (`NEEDS`), so a new
 condition never has to be taught to the preflight.
+
+Fidelity (harness.run.fidelity): with `preset=paper` every setting that differs from the
+paper (encoder weights absent or not bge, the official prompt file absent, another runtime,
+model or index) is one failed line, unless `allow_deviation=[key, ...]` names it.
 """
 
 from __future__ import annotations
@@ -105,8 +109,29 @@ def model_call(proxy_url: str, model_cfg, who: str) -> Check:
     return Check("model", True, f"{who}: {model_cfg.get('name')} ({model_cfg.get('model')}) answered one metered call")
 
 
+def fidelity_checks(cfg, plan) -> list[Check]:
+    """One line per setting the paper preset refuses; one line in all when nothing is refused."""
+    from harness.run import fidelity
+    from harness.run.plan import PlanError
+
+    rows = fidelity.manifest(cfg, plan)
+    try:
+        refused = fidelity.refusals(cfg, rows)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
+    differ = [r.key for r in rows if r.status == "differs"]
+    if fidelity.preset(cfg) is None:
+        return [Check("fidelity", True, "no preset: " + (f"differs from the paper in {', '.join(differ)}" if differ
+                                                        else "every setting is the paper's") + " (stage.json, report)")]
+    if refused:
+        return [Check("fidelity", False, f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it") for r in refused]
+    accepted = [k for k in differ if k in fidelity.allowed(cfg)]
+    return [Check("fidelity", True, f"preset {fidelity.preset(cfg)}: "
+                  + (f"accepted deviations {', '.join(accepted)}" if accepted else "every checked setting is the paper's"))]
+
+
 def static_checks(cfg, plan, judge_too: bool) -> list[Check]:
-    """Checks that cost nothing: data, keys, services, sandbox."""
+    """Checks that cost nothing: data, keys, services, sandbox, fidelity to the paper."""
     checks = [Check("data", True, f"{plan.data['questions']} questions validated, sha256 {plan.data['sha256'][:12]}")]
     checks.append(_key_check(cfg.model, "model"))
     if judge_too:
@@ -116,16 +141,18 @@ def static_checks(cfg, plan, judge_too: bool) -> list[Check]:
         checks.append(_services_check(cfg.index))
     if "sandbox" in need:
         checks.append(_sandbox_check())
-    return checks
+    return checks + fidelity_checks(cfg, plan)
 
 
 def raise_first_failure(checks: list[Check]) -> None:
     for c in checks:
         if c.ok is False:
-            raise EnvironmentFailure(f"preflight {c.name} failed: {c.detail}", _FIX.get(c.name, "see above"))
+            same = [d.detail for d in checks if d.name == c.name and d.ok is False]  # every refused part, one line each
+            raise EnvironmentFailure(f"preflight {c.name} failed: " + "\n  ".join(same), _FIX.get(c.name, "see above"))
 
 
 _FIX = {"key": "export the key named above (or choose another model=)",
         "services": "make services-up (or point the index at running servers)",
         "sandbox": "run as root with CAP_SYS_ADMIN, or leave the shell condition out",
-        "model": "check model.base_url, model.model and the key; then run the same command again"}
+        "model": "check model.base_url, model.model and the key; then run the same command again",
+        "fidelity": "fetch or choose the part named (each line says how), or accept it with allow_deviation=[...]"}
