@@ -99,7 +99,11 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
         try:
             from harness.run.forecast import render as forecast
 
+            from harness.run import fidelity
+
             print(plan.render())
+            print("fidelity manifest (stage.json; the report opens with it):")
+            print(fidelity.render(fidelity.manifest(cfg, plan)))
             print("\n".join(c.line() for c in checks))
             print(pf.Check("model", None, "at start: one metered call of one output token (role preflight)").line())
             print(forecast(cfg, plan))
