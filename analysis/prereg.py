@@ -30,7 +30,7 @@ import yaml
 
 from analysis import stats
 from analysis.load import REPO, Folder
-from analysis.tables import Settings, compare, select
+from analysis.tables.common import Settings, compare, select
 
 DEFAULT_PATH = REPO / "conf" / "prereg" / "hypotheses.yaml"
 FAMILIES = ("primary", "secondary")

@@ -1,0 +1,93 @@
+"""Table 3: every pre-registered test and its outcome, its components, and what the file does not pre-specify."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.markdown import DASH, ci, integer, is_missing, link, md_table, num, pval
+from analysis.tables import Table, register
+
+
+def table3_section(t3: pd.DataFrame, comps: pd.DataFrame, expl: pd.DataFrame) -> str:
+    rows = []
+    for _, r in t3.iterrows():
+        est = DASH if is_missing(r["estimate"]) else ci(r["estimate"], r["lo"], r["hi"], 3)
+        rows.append([r["id"], r["family"], r["tests"], r["folders"] or DASH, integer(r["n"]), est,
+                     pval(r["p"]), pval(r["p_holm"]) if r["in_holm"] else DASH, f"**{r['outcome']}**",
+                     r["status"] + (f" ({r['reason']})" if r["reason"] else "")])
+    out = md_table(["id", "family", "rule", "folders", "n", "estimate [95% CI]", "p", "p (Holm)", "outcome",
+                    "status"], rows) + "\n"
+    out += "\n" + "\n".join(f"- **{r['id']}**: {r['statement']}" for _, r in t3.iterrows()) + "\n"
+    crow = []
+    for _, c in comps.iterrows():
+        crow.append([f"{c['id']}.{int(c['component'])}", c["test"], c["folder"] or DASH, integer(c["n"]),
+                     DASH if is_missing(c["estimate"]) else ci(c["estimate"], c["lo"], c["hi"], 3),
+                     num(c["threshold"], 3), pval(c["p"]),
+                     DASH if is_missing(c["holds"]) else ("holds" if c["holds"] else "does not hold"),
+                     "; ".join(x for x in (c["note"], c["error"]) if isinstance(x, str) and x)])
+    out += "\nComponents (" + link("table3_components.csv") + "):\n\n" + md_table(
+        ["test", "rule", "folder", "n", "estimate [95% CI]", "threshold", "p", "result", "note"], crow) + "\n"
+    if expl is not None and not expl.empty:
+        erow = []
+        for _, e in expl.iterrows():
+            if e["analysis"] == "comparison":
+                what = f"{e['a']} vs {e['b']} ({e['folder']}{' ' + e['variant'] if e['variant'] else ''})"
+                res = (f"Δ acc {ci(e['acc_diff_pts'], e['acc_diff_lo'], e['acc_diff_hi'], 1, True)} pts, "
+                       f"McNemar p {pval(e['mcnemar_p'])}; tokens {ci(e['tokens_ratio'], e['tokens_ratio_lo'], e['tokens_ratio_hi'])}×")
+            else:
+                what, res = e["analysis"], "descriptive"
+            erow.append([what, res, f"{e['status']} ({e['reason']})"])
+        out += "\nAnalyses not in the pre-registration file (" + link("table3_exploratory.csv") + "):\n\n" + md_table(
+            ["analysis", "result", "status"], erow) + "\n"
+    return out
+
+
+def table3_report(res) -> str:
+    """Table 3 with the file's settings."""
+    t = res.tables
+    parts: list[str] = []
+    # Table 3
+    parts.append("\n## Table 3: pre-registered tests and outcomes\n\n")
+    parts.append(f"{link('table3.csv')}. Rules from `{res.prereg.path.name}` (sha256 `{res.prereg.sha256[:16]}`); "
+                 f"alpha {res.prereg.settings['alpha']}, seed {res.prereg.settings['seed']}, "
+                 f"{int(res.prereg.settings['primary_resamples']):,} resamples for primary and "
+                 f"{int(res.prereg.settings['resamples']):,} for secondary tests; Holm over "
+                 f"{', '.join(res.prereg.settings.get('holm_family') or [])}. A test is confirmatory only if its "
+                 "stage recorded this file's sha256 before its first model call.\n\n")
+    parts.append(table3_section(t["table3"], t["table3_components"], t["table3_exploratory"]))
+
+    return "".join(parts)
+
+
+def _outcomes(res) -> list:
+    from analysis import prereg as P
+
+    def run() -> list:
+        res.outcomes = P.evaluate(res.prereg, P.Context(res.runs, res.folders, res.table("table4"), res.first_calls))
+        return res.outcomes
+
+    return res.memo("outcomes", run)
+
+
+def _table3(res) -> pd.DataFrame:
+    from analysis import prereg as P
+
+    return P.table3(_outcomes(res), res.prereg)
+
+
+def _components(res) -> pd.DataFrame:
+    from analysis import prereg as P
+
+    return P.components_table(_outcomes(res))
+
+
+def _exploratory(res) -> pd.DataFrame:
+    from analysis import prereg as P
+    from analysis.tables import analyses_present
+
+    return P.exploratory_rows(res.table("comparisons"), res.folders, res.prereg, analyses_present(res))
+
+
+register(Table("table3", "table3.csv", _table3, table3_report, order=50))
+register(Table("table3_components", "table3_components.csv", _components, order=51))
+register(Table("table3_exploratory", "table3_exploratory.csv", _exploratory, order=52))
