@@ -471,7 +471,8 @@ class SessionSearchTool:
         retrieval_s = time.perf_counter() - t0
         if not isinstance(raw, str):  # the registry's multimodal envelope; never produced by this tool
             raw = json.dumps(raw, ensure_ascii=False)
-        probe = None if routed_error is not None else (lambda: self._probe(store).error(str(args.get("query") or "")))
+        query = str(args.get("query") or "")
+        probe = None if routed_error is not None else (lambda: self._probe(store).error(query))
         return make_result(raw, compact=self.compact, shape=self.shape, log=log, retrieval_s=retrieval_s,
                            fts5_probe=probe)
 
