@@ -10,6 +10,10 @@ ARGS   ?=
 # elsewhere use e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH  ?= torch==2.13.0
 TORCH_INDEX ?=
+# the runtime measured by the session-search conditions (pyproject accepts >=0.19,<0.22): 0.19.0 is what
+# the registry serves here; the study ran 0.21.5 (make setup HERMES_VERSION=0.21.5 where it installs)
+HERMES_VERSION ?= 0.19.0
+HERMES_STAMP := $(VENV)/.hermes-agent-$(HERMES_VERSION)
 
 .PHONY: setup system-deps test run judge analyze view agreement bench rehearsal services-up services-down services-status clean-runs
 
@@ -20,7 +24,7 @@ SYSTEM_PKGS := sqlite3 python3-seccomp chromium
 VIEW_DIR ?= inspect_logs
 VIEW_PORT ?= 7575
 
-setup: system-deps $(VENV)/.installed
+setup: system-deps $(VENV)/.installed $(HERMES_STAMP)
 
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -31,7 +35,15 @@ system-deps:
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(PIP) install -e '.[dev,services,local,personal,viewer,cluster]'
+	$(PIP) install -e '.[dev,services,local,personal,viewer,cluster]' "hermes-agent==$(HERMES_VERSION)"
+	touch $@
+
+# one stamp per runtime version: a second `make setup` is instant, another HERMES_VERSION reinstalls
+# (only when the installed version differs), and switching back reinstalls the earlier one
+$(HERMES_STAMP): $(VENV)/.installed
+	$(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('hermes-agent') != '$(HERMES_VERSION)')" \
+	  2>/dev/null || $(PIP) install "hermes-agent==$(HERMES_VERSION)"
+	rm -f $(VENV)/.hermes-agent-*
 	touch $@
 
 test: setup

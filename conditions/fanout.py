@@ -21,5 +21,6 @@ def build(cfg, ctx) -> Access:
     tool = SessionSearchTool(stores, home=ctx.agent)
     others = tuple(a for a in agents if a != ctx.agent)
     return Access(text=fanout_paragraph(others), tools=[tool], close=[tool.close],
-                  notes={"runtime": runtime_label(), "fanout_mode": tool.fanout_mode,
+                  notes={"runtime": runtime_label(), "session_search_shape": tool.shape,
+                         "fanout_mode": tool.fanout_mode,
                          "stores": {a: store_notes(s) for a, s in stores.items()}})

@@ -27,4 +27,5 @@ def build(cfg, ctx) -> Access:
                             sessions=a.sessions_of(ctx.agent))
     tool = SessionSearchTool(store, compact=bool(cfg.compact))
     return Access(text=str(cfg.access), tools=[tool], close=[tool.close],
-                  notes={"runtime": runtime_label(), "compact": bool(cfg.compact), "store": store_notes(store)})
+                  notes={"runtime": runtime_label(), "session_search_shape": tool.shape, "compact": bool(cfg.compact),
+                         "store": store_notes(store)})

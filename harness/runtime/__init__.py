@@ -1,6 +1,6 @@
 """The runtime's own memory: Hermes Agent session stores, its session_search tool, and a shell.
 
-hermes.py         loads the runtime once (HERMES_HOME, TZ=UTC) and reports its version
+hermes.py         loads the runtime once (HERMES_HOME, TZ=UTC); runtime_facts(): version and result shape
 store.py          builds and caches per-agent stores with the runtime's storage API
 session_search.py the runtime's tool, unmodified, plus the compact cut and fan-out
 sandbox.py        the namespace/cgroup/seccomp/rlimit sandbox for shell commands
@@ -11,7 +11,10 @@ access.py         the prompt's access paragraphs for these conditions
 """
 
 from .access import SESSION_SEARCH, access_paragraph, fanout_paragraph, shell_paragraph
-from .hermes import RuntimeSetupError, runtime_label, runtime_version
+from .hermes import (
+    PAPER_RUNTIME_VERSION, PAPER_SESSION_SEARCH_SHAPE, SHAPES, RuntimeSetupError, runtime_facts, runtime_label,
+    runtime_version, session_search_shape,
+)
 from .hermes import load as load_runtime
 from .sandbox import LIMITS, Limits, SandboxResult, SandboxUnavailable, check_sandbox, run_sandboxed
 from .session_search import SessionSearchTool, compact_result, fts5_error, profile_search_supported, runtime_schema
@@ -20,7 +23,8 @@ from .store import StoreInfo, build_org_stores, build_store, ensure_sandbox_copy
 
 __all__ = [
     "SESSION_SEARCH", "access_paragraph", "fanout_paragraph", "shell_paragraph",
-    "RuntimeSetupError", "load_runtime", "runtime_label", "runtime_version",
+    "PAPER_RUNTIME_VERSION", "PAPER_SESSION_SEARCH_SHAPE", "SHAPES", "RuntimeSetupError", "load_runtime",
+    "runtime_facts", "runtime_label", "runtime_version", "session_search_shape",
     "LIMITS", "Limits", "SandboxResult", "SandboxUnavailable", "check_sandbox", "run_sandboxed",
     "SessionSearchTool", "compact_result", "fts5_error", "profile_search_supported", "runtime_schema",
     "SessionDetector", "ShellTool",

@@ -8,7 +8,10 @@ main full-text indexes), time to build a store, search latency, and characters
 returned per search (default and compact), plus how often a query typed the way
 a model types it (the question verbatim) hits the swallowed FTS5 error. One
 question per type is taken in file order (then more, round robin, up to --n).
-Every number is labelled with the runtime version that produced it.
+Every number is labelled with the runtime version and session_search result
+shape that produced it (`runtime_facts()`): 0.19.0 expands up to three whole
+sessions, 0.21.5 hydrates the top one, so characters per search and which
+sessions a search shows are not comparable across shapes.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from pathlib import Path
 
 from harness.data.longmemeval import QUESTION_TYPES, iter_questions, sha256_file
 
-from .hermes import load, runtime_label
-from .session_search import SessionSearchTool
+from .hermes import load, runtime_facts, runtime_label
+from .session_search import SessionSearchTool, read_result
 from .shell import ShellTool
 from .store import build_store, open_session_db
 
@@ -45,6 +48,22 @@ def keywords(question: str, k: int = 3) -> list[str]:
         if w not in STOP and len(w) > 2 and w not in out:
             out.append(w)
     return sorted(out, key=len, reverse=True)[:k]
+
+
+def search_measures(text: str, evidence: set[str] | frozenset[str]) -> dict:
+    """What one session_search result measures, in either runtime's shape.
+
+    chars: characters the model reads; sessions: sessions the result shows
+    (an anchor-only result of 0.21.5 shows its matching message); hydrated:
+    those shown with a window; evidence / evidence_hydrated: whether an
+    evidence session is among them; messages / longest_message: what the
+    per-message cap (4,000 in 0.21.5, none in 0.19.0) leaves.
+    """
+    f = read_result(text)
+    ev = set(evidence)
+    return {"chars": len(text), "sessions": len(f.sessions), "hydrated": len(f.hydrated),
+            "evidence": bool(ev & set(f.sessions)), "evidence_hydrated": bool(ev & set(f.hydrated)),
+            "messages": f.messages, "longest_message": f.longest_message, "empty": f.empty, "shape": f.shape}
 
 
 def _pick(path: Path, n: int):
@@ -91,6 +110,7 @@ def measure(data: Path, n: int, root: Path, shell: bool = True) -> dict:
     hits = {"keywords": 0, "or": 0}
     verbatim_errors = verbatim_empty = 0
     shell_s: list[float] = []
+    per_search: dict[str, list[dict]] = {"default": [], "compact": []}
     for q in qs:
         info = build_store(q, sha, root=root)
         stores.append(info)
@@ -107,10 +127,13 @@ def measure(data: Path, n: int, root: Path, shell: bool = True) -> dict:
                     lat[variant].append(res.retrieval_s)
                     if not res.empty:
                         chars[variant].append(len(res.text))
+                    m = search_measures(res.text, q.evidence)
                     row["queries"].setdefault(name, {})[variant] = {
-                        "query": text, "chars": len(res.text), "sessions": len(res.sessions),
-                        "evidence": bool(set(res.sessions) & q.evidence), "empty": res.empty, "error": res.error,
-                        "ms": round(res.retrieval_s * 1000, 3)}
+                        "query": text, **{k: m[k] for k in ("chars", "sessions", "hydrated", "evidence",
+                                                            "evidence_hydrated", "longest_message")},
+                        "empty": res.empty, "error": res.error, "ms": round(res.retrieval_s * 1000, 3)}
+                    if not res.empty:
+                        per_search[variant].append(m)
                     if variant == "default":
                         if name == "verbatim":
                             verbatim_errors += res.error
@@ -141,6 +164,7 @@ def measure(data: Path, n: int, root: Path, shell: bool = True) -> dict:
     built = [s for s in stores if not s.cache_hit]
     return {
         "runtime": runtime_label(),
+        "runtime_facts": runtime_facts(),
         "data": str(data), "data_sha256": sha, "questions": len(qs),
         "store_bytes_per_round": sum(s.bytes for s in stores) / max(rounds, 1),
         "rounds_per_store": _summary([s.rounds for s in stores]),
@@ -150,6 +174,9 @@ def measure(data: Path, n: int, root: Path, shell: bool = True) -> dict:
         "fts_main_share": _summary([r["fts_main"] for r in per_q if "fts_main" in r]),
         "search_ms": {v: {k: round(x * 1000, 3) for k, x in _summary(lat[v]).items() if k != "n"} for v in lat},
         "chars_per_nonempty_search": {v: _summary(chars[v]) for v in chars},
+        "sessions_per_nonempty_search": {v: _summary([m["sessions"] for m in per_search[v]]) for v in per_search},
+        "hydrated_per_nonempty_search": {v: _summary([m["hydrated"] for m in per_search[v]]) for v in per_search},
+        "longest_message_chars": {v: _summary([m["longest_message"] for m in per_search[v]]) for v in per_search},
         "verbatim_question": {"empty": verbatim_empty, "fts5_error": verbatim_errors, "of": len(qs)},
         "evidence_in_first_result": {"keywords": hits["keywords"], "or": hits["or"], "of": len(qs)},
         "open_search_close_all_s": seq, "stores_opened": rt_calls,

@@ -16,6 +16,18 @@ choice of messages but cuts each to 1,000 characters. `messages_before` /
 `messages_after` then count the returned neighbours (0 or 1), in the runtime's
 sense of "messages before/after the anchor in the returned slice".
 
+Result shapes (see hermes.py): the installed runtime's shape is read from its
+code and named in every call's log (`session_search_shape`). 0.19.0 expands up
+to three sessions with no cap; 0.21.5 hydrates only the top session (window
+messages cut at 4,000 characters, bookends at 1,200) and gives lower-ranked
+sessions only their matching message, flagged `detail: "compact"`. The compact
+cut works on both: it keeps what the runtime returned around the match (for an
+anchor-only result, the anchor alone) and, in the newer shape, marks its own
+cuts the runtime's way (`content_truncated`, `original_content_chars`).
+`ToolResult.sessions` names every session a result shows (an anchor-only
+result shows its matching message); `log["hydrated"]` names those shown with
+a window.
+
 Counting swallowed errors: the runtime catches FTS5 syntax errors inside
 `SessionDB.search_messages` (a query with `?`, an apostrophe, a comma or a
 trailing full stop survives its sanitiser and breaks FTS5's query grammar) and
@@ -45,16 +57,21 @@ import sqlite3
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from harness.run.tools import ToolResult
 
-from .hermes import load, runtime_label
+from .hermes import (
+    SHAPE_CAPPED, SHAPE_EXPANDED, SHAPE_SUMMARIES, SHAPE_TOP_WINDOW, WINDOW_MESSAGE_CHARS, RuntimeSetupError, load,
+    runtime_label,
+)
 from .store import StoreInfo, open_session_db
 
 TOOL_NAME = "session_search"
 COMPACT_CHARS = 1000
+_MARKED_SHAPES = (SHAPE_CAPPED, SHAPE_TOP_WINDOW)  # shapes whose runtime flags a cut message
 
 
 def runtime_schema() -> dict:
@@ -73,6 +90,102 @@ def runtime_schema() -> dict:
     return {"type": "function", "function": copy.deepcopy({**entry.schema, "name": entry.name})}
 
 
+# ---------------------------------------------------------------- result shapes
+
+def _result_messages(r: dict) -> list[dict]:
+    return [m for key in ("bookend_start", "messages", "bookend_end") for m in (r.get(key) or [])
+            if isinstance(m, dict)]
+
+
+def result_shape(result: str | dict) -> str | None:
+    """The shape a discovery result shows by itself, or None when it cannot tell.
+
+    `detail` (top level or per result) exists only where the runtime hydrates
+    the top session alone (0.21.5); a message flagged `content_truncated`
+    without it is the capped all-sessions shape; a message longer than the
+    4,000-character cut is the uncapped 0.19-style expansion. A short result
+    without `detail` fits both older shapes (None), as do scroll, read and
+    browse results.
+    """
+    obj = result
+    if isinstance(result, str):
+        try:
+            obj = json.loads(result)
+        except ValueError:
+            return None
+    if not isinstance(obj, dict) or obj.get("mode") != "discover":
+        return None
+    results = [r for r in obj.get("results") or [] if isinstance(r, dict)]
+    if "detail" in obj or any("detail" in r for r in results):
+        return SHAPE_TOP_WINDOW
+    messages = [m for r in results for m in _result_messages(r)]
+    if any(m.get("content_truncated") for m in messages):
+        return SHAPE_CAPPED
+    if any(isinstance(m.get("content"), str) and len(m["content"]) > WINDOW_MESSAGE_CHARS + 1 for m in messages):
+        return SHAPE_EXPANDED
+    return None
+
+
+def hydrated(r: dict) -> bool:
+    """Does this discovery result carry a window around its match (not the matching message alone)?"""
+    if r.get("detail") == "compact":
+        return False
+    return len(r.get("messages") or []) > 1 or bool(r.get("bookend_start") or r.get("bookend_end"))
+
+
+@dataclass
+class ResultFacts:
+    """What the measurements read from one tool result (any shape)."""
+
+    mode: str | None
+    sessions: list[str]  # every session the result shows, in order (parent lineages too)
+    hydrated: list[str]  # those shown with a window of messages
+    count: int | None
+    empty: bool
+    error: bool  # not JSON, or the runtime's {"error": ...}
+    runtime_error: str | None
+    shape: str | None  # result_shape(); None when the result alone cannot tell
+    messages: int  # messages returned (window + bookends, or the scroll/read slice)
+    longest_message: int  # characters of the longest message content
+
+
+def read_result(text: str) -> ResultFacts:
+    """Parse a session_search result (default or compact, 0.19 or 0.21.5 shape) for the measurements."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        return ResultFacts(None, [], [], None, False, True, None, None, 0, 0)
+    if "error" in obj:
+        return ResultFacts(obj.get("mode"), [], [], None, True, True, str(obj.get("error")), None, 0, 0)
+    mode = obj.get("mode")
+    sessions: list[str] = []
+    full: list[str] = []
+    msgs: list[dict] = []
+    count = None
+    empty = False
+    if mode in ("discover", "browse"):
+        results = [r for r in obj.get("results") or [] if isinstance(r, dict)]
+        for r in results:
+            for key in ("session_id", "parent_session_id"):
+                if r.get(key) and r[key] not in sessions:
+                    sessions.append(r[key])
+            if mode == "discover" and hydrated(r) and r.get("session_id") and r["session_id"] not in full:
+                full.append(r["session_id"])
+            msgs += _result_messages(r)
+        count = obj.get("count", len(results))
+        empty = not results
+    elif mode in ("scroll", "read"):
+        if obj.get("session_id"):
+            sessions.append(obj["session_id"])
+            full.append(obj["session_id"])
+        msgs = [m for m in obj.get("messages") or [] if isinstance(m, dict)]
+        empty = not msgs
+    longest = max((len(m["content"]) for m in msgs if isinstance(m.get("content"), str)), default=0)
+    return ResultFacts(mode, sessions, full, count, empty, False, None, result_shape(obj), len(msgs), longest)
+
+
 # ---------------------------------------------------------------- compact output
 
 def _cut(text: Any) -> Any:
@@ -81,39 +194,57 @@ def _cut(text: Any) -> Any:
     return text
 
 
-def _neighbours(messages: list[dict], anchor_id: Any) -> tuple[list[dict], int, int]:
+def _cut_message(m: dict, mark: bool) -> dict:
+    """One message at most COMPACT_CHARS long; `mark`: flag the cut as the newer runtimes flag theirs."""
+    content = m.get("content")
+    out = {**m, "content": _cut(content)}
+    if mark and out["content"] is not content:
+        out["content_truncated"] = True
+        out.setdefault("original_content_chars", len(content))  # the runtime's count when it cut first
+    return out
+
+
+def _neighbours(messages: list[dict], anchor_id: Any, mark: bool = False) -> tuple[list[dict], int, int]:
     idx = next((i for i, m in enumerate(messages) if m.get("anchor") or m.get("id") == anchor_id), None)
     if idx is None:
         return [], 0, 0
     lo, hi = max(0, idx - 1), min(len(messages), idx + 2)
-    kept = [{**m, "content": _cut(m.get("content"))} for m in messages[lo:hi]]
+    kept = [_cut_message(m, mark) for m in messages[lo:hi]]
     return kept, idx - lo, hi - idx - 1
 
 
-def compact_result(raw: str) -> str:
-    """Cut a runtime result to match ± one neighbour, ≤ 1,000 characters each, no bookends."""
+def compact_result(raw: str, shape: str | None = None) -> str:
+    """Cut a runtime result to match ± one neighbour, ≤ 1,000 characters each, no bookends.
+
+    Works on every shape: a result that carries only its matching message
+    (0.21.5's lower-ranked sessions) keeps that message alone. `shape` is the
+    installed runtime's (SessionSearchTool passes it); None reads it from the
+    result. In the newer shapes a message this cut shortens is flagged
+    `content_truncated` with `original_content_chars`, as the runtime flags its own cuts.
+    """
     try:
         obj = json.loads(raw)
     except ValueError:
         return raw
     if not isinstance(obj, dict):
         return raw
+    mark = (shape or result_shape(obj)) in _MARKED_SHAPES
     mode = obj.get("mode")
     if mode == "discover" and isinstance(obj.get("results"), list):
         out = []
         for r in obj["results"]:
             r = dict(r)
-            kept, before, after = _neighbours(r.get("messages") or [], r.get("match_message_id"))
+            kept, before, after = _neighbours(r.get("messages") or [], r.get("match_message_id"), mark)
             r.pop("bookend_start", None)
             r.pop("bookend_end", None)
             r["messages"], r["messages_before"], r["messages_after"] = kept, before, after
             out.append(r)
         obj["results"] = out
     elif mode == "scroll" and isinstance(obj.get("messages"), list):
-        kept, before, after = _neighbours(obj["messages"], obj.get("around_message_id"))
+        kept, before, after = _neighbours(obj["messages"], obj.get("around_message_id"), mark)
         obj["messages"], obj["messages_before"], obj["messages_after"] = kept, before, after
     elif mode == "read" and isinstance(obj.get("messages"), list):
-        obj["messages"] = [{**m, "content": _cut(m.get("content"))} for m in obj["messages"]]
+        obj["messages"] = [_cut_message(m, mark) for m in obj["messages"]]
     else:
         return raw
     return json.dumps(obj, ensure_ascii=False)
@@ -131,7 +262,7 @@ class _FtsProbe:
     def error(self, query: str) -> str | None:
         rt = load()
         q = (query or "").strip()
-        if not q:
+        if not q or rt.sanitize_fts5_query is None or rt.contains_cjk is None:
             return None
         sanitized = rt.sanitize_fts5_query(q)
         if not sanitized or rt.contains_cjk(sanitized):  # CJK goes to trigram/LIKE, which do not raise here
@@ -224,6 +355,10 @@ class SessionSearchTool:
         self.fanout = len(self.paths) > 1
         self.runtime = runtime_label()
         self._rt = load()
+        self.shape = self._rt.shape  # the installed runtime's result shape, named in every log
+        if self.shape == SHAPE_SUMMARIES:
+            raise RuntimeSetupError(f"{self.runtime}'s session_search summarises with an auxiliary model; "
+                                    "install hermes-agent>=0.19 (make setup HERMES_VERSION=...)")
         self._schema = runtime_schema()
         self._dbs: dict[str, Any] = {}
         self._probes: dict[str, _FtsProbe] = {}
@@ -317,7 +452,8 @@ class SessionSearchTool:
         target = store = self.home
         args = dict(arguments)
         log: dict[str, Any] = {"tool": TOOL_NAME, "variant": "compact" if self.compact else "default",
-                               "runtime": self.runtime, "arguments": dict(arguments)}
+                               "runtime": self.runtime, "session_search_shape": self.shape,
+                               "arguments": dict(arguments)}
         routed_error = None
         if self.fanout:
             target, store, args, routed_error = self._route(args)
@@ -335,37 +471,42 @@ class SessionSearchTool:
         retrieval_s = time.perf_counter() - t0
         if not isinstance(raw, str):  # the registry's multimodal envelope; never produced by this tool
             raw = json.dumps(raw, ensure_ascii=False)
-        text = compact_result(raw) if self.compact else raw
+        query = str(args.get("query") or "")
+        probe = None if routed_error is not None else (lambda: self._probe(store).error(query))
+        return make_result(raw, compact=self.compact, shape=self.shape, log=log, retrieval_s=retrieval_s,
+                           fts5_probe=probe)
 
-        sessions: list[str] = []
-        empty = error = False
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
-            error = True
-        elif "error" in obj:
-            error = empty = True
-            log["runtime_error"] = obj.get("error")
-        else:
-            mode = obj.get("mode")
-            log["mode"] = mode
-            if mode in ("discover", "browse"):
-                for r in obj.get("results") or []:
-                    for key in ("session_id", "parent_session_id"):
-                        if r.get(key) and r[key] not in sessions:
-                            sessions.append(r[key])
-                log["count"] = obj.get("count", len(obj.get("results") or []))
-                empty = not obj.get("results")
-            elif mode in ("scroll", "read"):
-                if obj.get("session_id"):
-                    sessions.append(obj["session_id"])
-                empty = not obj.get("messages")
-            if mode == "discover" and empty:
-                fts_err = self._probe(store).error(str(args.get("query") or ""))
+
+def make_result(raw: str, *, compact: bool = False, shape: str | None = None, log: dict[str, Any] | None = None,
+                retrieval_s: float = 0.0, fts5_probe: Any = None) -> ToolResult:
+    """The ToolResult for what the runtime returned (`raw`): the compact cut, sessions, empty/error, log.
+
+    This is everything SessionSearchTool does after the runtime's call, so a
+    recorded result of any runtime version goes through the same code.
+    `fts5_probe()` returns the FTS5 error the runtime swallowed for an empty
+    discovery (or None); without one, no probe is made.
+    """
+    log = dict(log or {})
+    if shape is not None:
+        log.setdefault("session_search_shape", shape)
+    text = compact_result(raw, shape) if compact else raw
+    facts = read_result(text)
+    error, empty = facts.error, facts.empty
+    if facts.runtime_error is not None:
+        log["runtime_error"] = facts.runtime_error
+    elif facts.mode is not None or not error:
+        log["mode"] = facts.mode
+        if facts.mode in ("discover", "browse"):
+            log["count"] = facts.count
+        if facts.mode == "discover":
+            log["hydrated"] = facts.hydrated
+            seen = result_shape(raw)
+            if seen is not None and shape is not None and seen != shape:
+                log["result_shape"] = seen  # the result contradicts the installed runtime's code
+            if empty and fts5_probe is not None:
+                fts_err = fts5_probe()
                 if fts_err:
                     error = True
                     log["fts5_error"] = fts_err
-        log.update(raw_chars=len(raw), chars=len(text), sessions=sessions)
-        return ToolResult(text=text, sessions=sessions, retrieval_s=retrieval_s, empty=empty, error=error, log=log)
+    log.update(raw_chars=len(raw), chars=len(text), sessions=facts.sessions)
+    return ToolResult(text=text, sessions=facts.sessions, retrieval_s=retrieval_s, empty=empty, error=error, log=log)
