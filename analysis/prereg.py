@@ -4,7 +4,8 @@ The hypotheses live in conf/prereg/hypotheses.yaml as data (comparison, metric, 
 threshold); the driver records the file's SHA-256 in each stage's stage.json before
 the stage's first model call. Here:
 
-* one evaluator per rule type (``RULES``), never one function per hypothesis;
+* one class per rule type (``Rule`` subclasses registered by name in ``RULES``), never one
+  function per hypothesis;
 * a hypothesis's components must all hold; with several p-values its p is the
   intersection-union p (stats.intersection_union);
 * the primary hypotheses with a statistic form one Holm family (settings.holm_family);
@@ -22,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 import pandas as pd
@@ -172,30 +173,76 @@ def _need(ctx: Context, folder: Folder, variant: str, *conds: str) -> None:
 # ------------------------------------------------------------------------------ rules
 
 
-def _ratio(ctx: Context, h: dict, t: dict, st: Settings, c: Component, upper: bool) -> None:
-    f = ctx.folder(t["stage"])
-    _need(ctx, f, t["variant"], t["a"], t["b"])
-    p = compare(ctx.runs, f.name, t["variant"], t["a"], t["b"], st, metrics=[t["metric"]], keep_boot=True,
-                statistics=("ratio",))
-    if p.metrics is None:
-        raise NotEvaluable(f"no question run by both {t['a']} and {t['b']}")
-    e = p.metrics.ratio[t["metric"]]
-    thr = float(t["threshold"])
-    c.folder, c.n, c.estimate, c.lo, c.hi, c.threshold = f.name, p.n, e.estimate, e.lo, e.hi, thr
-    if upper:
-        c.p, c.holds, c.direction = e.p_value(thr, "less"), bool(e.hi < thr), bool(e.estimate < thr)
-    else:
-        c.p, c.holds, c.direction = e.p_value(thr, "greater"), bool(e.lo > thr), bool(e.estimate > thr)
-    if e.n_undefined:
-        c.note = f"{e.n_undefined} resamples with 0/0 left out"
+class Rule:
+    """One rule type of the hypotheses file; a new rule type is one subclass, registered by name.
+
+    ``evaluate(ctx, t, st, c)`` fills the component ``c`` (estimate, interval, threshold, p,
+    holds) from the test ``t`` (the file's fields, with the hypothesis's stage and variant);
+    ``describe(t)`` is the short text Table 3 shows. Flags: ``resampled`` -- its p comes from
+    the paired bootstrap (one-sided bootstrap p); ``ci_resampled`` -- its interval does (the
+    component then records the resamples and the seed); ``judged`` -- it decides something
+    against a threshold (``descriptive`` does not).
+    """
+
+    name: ClassVar[str] = ""
+    resampled: ClassVar[bool] = False
+    ci_resampled: ClassVar[bool] = False
+    judged: ClassVar[bool] = True
+
+    def evaluate(self, ctx: Context, t: dict, st: Settings, c: Component) -> None:
+        raise NotImplementedError
+
+    def describe(self, t: dict) -> str:
+        return f"{self.name} {t.get('source', '')}".strip()
 
 
-def rule_ratio_upper_below(ctx, h, t, st, c):
-    _ratio(ctx, h, t, st, c, upper=True)
+RULES: dict[str, Rule] = {}
 
 
-def rule_ratio_lower_above(ctx, h, t, st, c):
-    _ratio(ctx, h, t, st, c, upper=False)
+def register(cls: type[Rule]) -> type[Rule]:
+    if not cls.name or cls.name in RULES:
+        raise ValueError(f"rule class {cls.__name__}: name {cls.name!r} empty or taken")
+    RULES[cls.name] = cls()
+    return cls
+
+
+class _Ratio(Rule):
+    """a/b ratio of per-question means, paired bootstrap over the questions both ran."""
+
+    resampled = ci_resampled = True
+    upper: ClassVar[bool] = True  # decided on the upper bound (< threshold) or the lower one (> threshold)
+
+    def evaluate(self, ctx, t, st, c):
+        f = ctx.folder(t["stage"])
+        _need(ctx, f, t["variant"], t["a"], t["b"])
+        p = compare(ctx.runs, f.name, t["variant"], t["a"], t["b"], st, metrics=[t["metric"]], keep_boot=True,
+                    statistics=("ratio",))
+        if p.metrics is None:
+            raise NotEvaluable(f"no question run by both {t['a']} and {t['b']}")
+        e = p.metrics.ratio[t["metric"]]
+        thr = float(t["threshold"])
+        c.folder, c.n, c.estimate, c.lo, c.hi, c.threshold = f.name, p.n, e.estimate, e.lo, e.hi, thr
+        if self.upper:
+            c.p, c.holds, c.direction = e.p_value(thr, "less"), bool(e.hi < thr), bool(e.estimate < thr)
+        else:
+            c.p, c.holds, c.direction = e.p_value(thr, "greater"), bool(e.lo > thr), bool(e.estimate > thr)
+        if e.n_undefined:
+            c.note = f"{e.n_undefined} resamples with 0/0 left out"
+
+    def describe(self, t):
+        return f"{t['metric']} {t['a']}/{t['b']} {'<' if self.upper else '>'} {t['threshold']}"
+
+
+@register
+class RatioUpperBelow(_Ratio):
+    name = "ratio_upper_below"
+    upper = True
+
+
+@register
+class RatioLowerAbove(_Ratio):
+    name = "ratio_lower_above"
+    upper = False
 
 
 def _accuracy(ctx: Context, t: dict, st: Settings, c: Component):
@@ -210,29 +257,59 @@ def _accuracy(ctx: Context, t: dict, st: Settings, c: Component):
     return p.accuracy
 
 
-def rule_noninferiority(ctx, h, t, st, c):
-    pc = _accuracy(ctx, t, st, c)
-    margin = float(t["margin"])
-    ni = stats.non_inferiority(pc.accuracy, margin)
-    c.estimate, c.lo, c.hi, c.threshold = ni.estimate, ni.lo, ni.hi, -margin
-    c.p, c.holds, c.direction = ni.p, ni.holds, bool(ni.estimate > -margin)
+@register
+class NonInferiority(Rule):
+    """Accuracy a - b in points: holds if the lower CI bound > -margin."""
+
+    name = "noninferiority"
+    resampled = ci_resampled = True
+
+    def evaluate(self, ctx, t, st, c):
+        pc = _accuracy(ctx, t, st, c)
+        margin = float(t["margin"])
+        ni = stats.non_inferiority(pc.accuracy, margin)
+        c.estimate, c.lo, c.hi, c.threshold = ni.estimate, ni.lo, ni.hi, -margin
+        c.p, c.holds, c.direction = ni.p, ni.holds, bool(ni.estimate > -margin)
+
+    def describe(self, t):
+        return f"accuracy {t['a']} - {t['b']} > -{t['margin']} pts"
 
 
-def rule_accuracy_above(ctx, h, t, st, c):
-    pc = _accuracy(ctx, t, st, c)
-    e, thr = pc.accuracy, float(t.get("threshold", 0.0))
-    c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, thr
-    c.p, c.holds, c.direction = e.p_value(thr, "greater"), bool(e.lo > thr), bool(e.estimate > thr)
+@register
+class AccuracyAbove(Rule):
+    """Accuracy a - b in points: holds if the lower CI bound > threshold."""
+
+    name = "accuracy_above"
+    resampled = ci_resampled = True
+
+    def evaluate(self, ctx, t, st, c):
+        pc = _accuracy(ctx, t, st, c)
+        e, thr = pc.accuracy, float(t.get("threshold", 0.0))
+        c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, thr
+        c.p, c.holds, c.direction = e.p_value(thr, "greater"), bool(e.lo > thr), bool(e.estimate > thr)
+
+    def describe(self, t):
+        return f"accuracy {t['a']} - {t['b']} > {t.get('threshold', 0)} pts"
 
 
-def rule_mcnemar_superior(ctx, h, t, st, c):
-    pc = _accuracy(ctx, t, st, c)
-    e, m = pc.accuracy, pc.mcnemar
-    c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, ctx.alpha
-    c.p, c.direction = m.p, bool(m.a_only > m.b_only)
-    c.holds = bool(m.p <= ctx.alpha and m.a_only > m.b_only)
-    c.note = (f"discordant: {m.a_only} only {t['a']}, {m.b_only} only {t['b']}"
-              + (f"; {c.note}" if c.note else ""))
+@register
+class McNemarSuperior(Rule):
+    """a more accurate than b: exact McNemar p <= alpha and a_only > b_only (the CI is bootstrapped)."""
+
+    name = "mcnemar_superior"
+    ci_resampled = True
+
+    def evaluate(self, ctx, t, st, c):
+        pc = _accuracy(ctx, t, st, c)
+        e, m = pc.accuracy, pc.mcnemar
+        c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, ctx.alpha
+        c.p, c.direction = m.p, bool(m.a_only > m.b_only)
+        c.holds = bool(m.p <= ctx.alpha and m.a_only > m.b_only)
+        c.note = (f"discordant: {m.a_only} only {t['a']}, {m.b_only} only {t['b']}"
+                  + (f"; {c.note}" if c.note else ""))
+
+    def describe(self, t):
+        return f"accuracy {t['a']} > {t['b']} (exact McNemar)"
 
 
 def _count(ctx: Context, t: dict, c: Component) -> tuple[int, int, int]:
@@ -256,66 +333,107 @@ def _count(ctx: Context, t: dict, c: Component) -> tuple[int, int, int]:
     return count, missing, int(t["threshold"])
 
 
-def rule_count_at_most(ctx, h, t, st, c):
-    count, missing, thr = _count(ctx, t, c)
-    c.holds = True if count + missing <= thr else (False if count > thr else None)
-    c.direction = count <= thr
+class _Count(Rule):
+    """Number of runs of `condition` with `measure` true against a threshold; a missing judgement
+    counts as neither value and can make the rule undecidable (holds = None)."""
+
+    op: ClassVar[str] = "<="
+
+    def describe(self, t):
+        return f"{t.get('measure', 'leak')} runs of {t['condition']} {self.op} {t['threshold']}"
 
 
-def rule_count_at_least(ctx, h, t, st, c):
-    count, missing, thr = _count(ctx, t, c)
-    c.holds = True if count >= thr else (False if count + missing < thr else None)
-    c.direction = count >= thr
+@register
+class CountAtMost(_Count):
+    name = "count_at_most"
+    op = "<="
+
+    def evaluate(self, ctx, t, st, c):
+        count, missing, thr = _count(ctx, t, c)
+        c.holds = True if count + missing <= thr else (False if count > thr else None)
+        c.direction = count <= thr
 
 
-def rule_growth_ratio_at_least(ctx, h, t, st, c):
-    f0, f1 = ctx.folder(t["stage_from"]), ctx.folder(t["stage_to"])
-    metric = t.get("metric", "tokens")
-    for f in (f0, f1):
-        _need(ctx, f, "", t["a"], t["b"])
-    frames = []
-    for cond in (t["a"], t["b"]):
+@register
+class CountAtLeast(_Count):
+    name = "count_at_least"
+    op = ">="
+
+    def evaluate(self, ctx, t, st, c):
+        count, missing, thr = _count(ctx, t, c)
+        c.holds = True if count >= thr else (False if count + missing < thr else None)
+        c.direction = count >= thr
+
+
+@register
+class GrowthRatioAtLeast(Rule):
+    """(tokens of a at stage_to / at stage_from) / (same for b) on the questions all four ran;
+    decided on the estimate (the bootstrap CI is for information)."""
+
+    name = "growth_ratio_at_least"
+    ci_resampled = True
+
+    def evaluate(self, ctx, t, st, c):
+        f0, f1 = ctx.folder(t["stage_from"]), ctx.folder(t["stage_to"])
+        metric = t.get("metric", "tokens")
         for f in (f0, f1):
-            frames.append(select(ctx.runs, f.name, "", cond)[["qid", metric]].set_index("qid")[metric])
-    m = pd.concat(frames, axis=1, join="inner").sort_index()
-    if m.empty:
-        raise NotEvaluable("no question ran under both conditions at both stages")
-    v = m.to_numpy(float)  # columns: a@from, a@to, b@from, b@to
-    tot = v.sum(axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        est = (tot[1] / tot[0]) / (tot[3] / tot[2])
-        counts = stats.resample_counts(len(m), st.resamples, st.seed).astype(np.float64)
-        s = v.T @ counts
-        boot = (s[1] / s[0]) / (s[3] / s[2])
-    lo, hi, undefined = stats.percentile_ci(boot, st.confidence)
-    thr = float(t["threshold"])
-    c.folder = f"{f0.name} -> {f1.name}"
-    c.n, c.estimate, c.lo, c.hi, c.threshold = len(m), float(est), lo, hi, thr
-    c.holds = c.direction = bool(est >= thr)
-    c.note = (f"growth {t['a']} {tot[1] / tot[0]:.4g}x, {t['b']} {tot[3] / tot[2]:.4g}x; "
-              f"decided on the estimate (CI for information)")
+            _need(ctx, f, "", t["a"], t["b"])
+        frames = []
+        for cond in (t["a"], t["b"]):
+            for f in (f0, f1):
+                frames.append(select(ctx.runs, f.name, "", cond)[["qid", metric]].set_index("qid")[metric])
+        m = pd.concat(frames, axis=1, join="inner").sort_index()
+        if m.empty:
+            raise NotEvaluable("no question ran under both conditions at both stages")
+        v = m.to_numpy(float)  # columns: a@from, a@to, b@from, b@to
+        tot = v.sum(axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            est = (tot[1] / tot[0]) / (tot[3] / tot[2])
+            counts = stats.resample_counts(len(m), st.resamples, st.seed).astype(np.float64)
+            s = v.T @ counts
+            boot = (s[1] / s[0]) / (s[3] / s[2])
+        lo, hi, undefined = stats.percentile_ci(boot, st.confidence)
+        thr = float(t["threshold"])
+        c.folder = f"{f0.name} -> {f1.name}"
+        c.n, c.estimate, c.lo, c.hi, c.threshold = len(m), float(est), lo, hi, thr
+        c.holds = c.direction = bool(est >= thr)
+        c.note = (f"growth {t['a']} {tot[1] / tot[0]:.4g}x, {t['b']} {tot[3] / tot[2]:.4g}x; "
+                  f"decided on the estimate (CI for information)")
+
+    def describe(self, t):
+        return (f"{t.get('metric', 'tokens')} growth {t['stage_from']}->{t['stage_to']} {t['a']}/{t['b']} "
+                f">= {t['threshold']}")
 
 
-def rule_cv_highest(ctx, h, t, st, c):
-    f = ctx.folder(t["stage"])
-    _need(ctx, f, t["variant"], t["a"])
-    metric = t.get("metric", "tokens")
+@register
+class CvHighest(Rule):
+    """Coefficient of variation of a's per-question metric above that of every condition in `among`."""
 
-    def cv(cond: str) -> float:
-        x = select(ctx.runs, f.name, t["variant"], cond)[metric].to_numpy(float)
-        return stats.coefficient_of_variation(x) if len(x) > 1 else math.nan
+    name = "cv_highest"
 
-    have = set(ctx.runs.loc[ctx.runs["folder"] == f.name, "condition"])
-    others = {o: cv(o) for o in t["among"] if o in have and o != t["a"]}
-    if not others:
-        raise NotRun(f"none of {t['among']} run in {f.name}")
-    mine = cv(t["a"])
-    top = max(others.values())
-    c.folder, c.n, c.estimate, c.threshold = f.name, len(select(ctx.runs, f.name, t["variant"], t["a"])), mine, top
-    c.holds = c.direction = bool(mine > top)
-    missing = [o for o in t["among"] if o not in have]
-    c.note = "CV " + ", ".join(f"{o} {v:.3g}" for o, v in sorted(others.items())) + (
-        f"; not run: {', '.join(missing)}" if missing else "")
+    def evaluate(self, ctx, t, st, c):
+        f = ctx.folder(t["stage"])
+        _need(ctx, f, t["variant"], t["a"])
+        metric = t.get("metric", "tokens")
+
+        def cv(cond: str) -> float:
+            x = select(ctx.runs, f.name, t["variant"], cond)[metric].to_numpy(float)
+            return stats.coefficient_of_variation(x) if len(x) > 1 else math.nan
+
+        have = set(ctx.runs.loc[ctx.runs["folder"] == f.name, "condition"])
+        others = {o: cv(o) for o in t["among"] if o in have and o != t["a"]}
+        if not others:
+            raise NotRun(f"none of {t['among']} run in {f.name}")
+        mine = cv(t["a"])
+        top = max(others.values())
+        c.folder, c.n, c.estimate, c.threshold = f.name, len(select(ctx.runs, f.name, t["variant"], t["a"])), mine, top
+        c.holds = c.direction = bool(mine > top)
+        missing = [o for o in t["among"] if o not in have]
+        c.note = "CV " + ", ".join(f"{o} {v:.3g}" for o, v in sorted(others.items())) + (
+            f"; not run: {', '.join(missing)}" if missing else "")
+
+    def describe(self, t):
+        return f"CV of {t.get('metric', 'tokens')}: {t['a']} highest"
 
 
 def _study(ctx: Context, t: dict, c: Component) -> pd.DataFrame:
@@ -349,75 +467,71 @@ def _values(df: pd.DataFrame, col: str, where: str) -> np.ndarray:
         raise NotEvaluable(f"{where}: column {col!r} is not numeric") from None
 
 
-def rule_study_below(ctx, h, t, st, c):
-    df = _study(ctx, t, c)
-    v = _values(_rows(df, t.get("select"), c.folder), t["column"], c.folder)
-    c.n, c.estimate, c.threshold = len(v), float(v.max()), float(t["threshold"])
-    c.holds = c.direction = bool(v.max() < c.threshold)
+class _Study(Rule):
+    """Reads one CSV output of the backend study (stage `backends`, harness/memory/study.py)."""
+
+    def describe(self, t):
+        return f"{t['source']} {t.get('select', {})} {t['column']} {self.name[6:]} {t['threshold']}"
 
 
-def rule_study_above(ctx, h, t, st, c):
-    df = _study(ctx, t, c)
-    v = _values(_rows(df, t.get("select"), c.folder), t["column"], c.folder)
-    c.n, c.estimate, c.threshold = len(v), float(v.min()), float(t["threshold"])
-    c.holds = c.direction = bool(v.min() > c.threshold)
+@register
+class StudyBelow(_Study):
+    """Every selected row's value < threshold (the estimate is the largest)."""
+
+    name = "study_below"
+
+    def evaluate(self, ctx, t, st, c):
+        df = _study(ctx, t, c)
+        v = _values(_rows(df, t.get("select"), c.folder), t["column"], c.folder)
+        c.n, c.estimate, c.threshold = len(v), float(v.max()), float(t["threshold"])
+        c.holds = c.direction = bool(v.max() < c.threshold)
 
 
-def rule_study_ratio_at_most(ctx, h, t, st, c):
-    df = _rows(_study(ctx, t, c), t.get("select"), c.folder)
-    num = _values(_rows(df, t["numerator"], c.folder), t["column"], c.folder)
-    den = _values(_rows(df, t["denominator"], c.folder), t["column"], c.folder)
-    if len(num) != 1 or len(den) != 1:
-        raise NotEvaluable(f"{c.folder}: expected one row each for {t['numerator']} and {t['denominator']}")
-    c.n, c.estimate, c.threshold = 2, float(num[0] / den[0]), float(t["threshold"])
-    c.holds = c.direction = bool(c.estimate <= c.threshold)
-    c.note = f"{num[0]:.4g} / {den[0]:.4g}"
+@register
+class StudyAbove(_Study):
+    """Every selected row's value > threshold (the estimate is the smallest)."""
+
+    name = "study_above"
+
+    def evaluate(self, ctx, t, st, c):
+        df = _study(ctx, t, c)
+        v = _values(_rows(df, t.get("select"), c.folder), t["column"], c.folder)
+        c.n, c.estimate, c.threshold = len(v), float(v.min()), float(t["threshold"])
+        c.holds = c.direction = bool(v.min() > c.threshold)
 
 
-def rule_descriptive(ctx, h, t, st, c):
-    df = _study(ctx, t, c)
-    c.n = len(df)
-    c.note = f"{len(df)} rows, columns: {', '.join(df.columns)}"
+@register
+class StudyRatioAtMost(_Study):
+    """numerator row / denominator row of one column <= threshold."""
+
+    name = "study_ratio_at_most"
+
+    def evaluate(self, ctx, t, st, c):
+        df = _rows(_study(ctx, t, c), t.get("select"), c.folder)
+        num = _values(_rows(df, t["numerator"], c.folder), t["column"], c.folder)
+        den = _values(_rows(df, t["denominator"], c.folder), t["column"], c.folder)
+        if len(num) != 1 or len(den) != 1:
+            raise NotEvaluable(f"{c.folder}: expected one row each for {t['numerator']} and {t['denominator']}")
+        c.n, c.estimate, c.threshold = 2, float(num[0] / den[0]), float(t["threshold"])
+        c.holds = c.direction = bool(c.estimate <= c.threshold)
+        c.note = f"{num[0]:.4g} / {den[0]:.4g}"
 
 
-RULES: dict[str, Callable] = {
-    "ratio_upper_below": rule_ratio_upper_below,
-    "ratio_lower_above": rule_ratio_lower_above,
-    "noninferiority": rule_noninferiority,
-    "accuracy_above": rule_accuracy_above,
-    "mcnemar_superior": rule_mcnemar_superior,
-    "count_at_most": rule_count_at_most,
-    "count_at_least": rule_count_at_least,
-    "growth_ratio_at_least": rule_growth_ratio_at_least,
-    "cv_highest": rule_cv_highest,
-    "study_below": rule_study_below,
-    "study_above": rule_study_above,
-    "study_ratio_at_most": rule_study_ratio_at_most,
-    "descriptive": rule_descriptive,
-}
+@register
+class Descriptive(Rule):
+    """No decision: the study output is reported (rows and columns)."""
+
+    name = "descriptive"
+    judged = False
+
+    def evaluate(self, ctx, t, st, c):
+        df = _study(ctx, t, c)
+        c.n = len(df)
+        c.note = f"{len(df)} rows, columns: {', '.join(df.columns)}"
 
 
 def describe_test(t: dict) -> str:
-    r = t["rule"]
-    if r in ("ratio_upper_below", "ratio_lower_above"):
-        op = "<" if r == "ratio_upper_below" else ">"
-        return f"{t['metric']} {t['a']}/{t['b']} {op} {t['threshold']}"
-    if r == "noninferiority":
-        return f"accuracy {t['a']} - {t['b']} > -{t['margin']} pts"
-    if r == "accuracy_above":
-        return f"accuracy {t['a']} - {t['b']} > {t.get('threshold', 0)} pts"
-    if r == "mcnemar_superior":
-        return f"accuracy {t['a']} > {t['b']} (exact McNemar)"
-    if r in ("count_at_most", "count_at_least"):
-        op = "<=" if r == "count_at_most" else ">="
-        return f"{t.get('measure', 'leak')} runs of {t['condition']} {op} {t['threshold']}"
-    if r == "growth_ratio_at_least":
-        return f"{t.get('metric', 'tokens')} growth {t['stage_from']}->{t['stage_to']} {t['a']}/{t['b']} >= {t['threshold']}"
-    if r == "cv_highest":
-        return f"CV of {t.get('metric', 'tokens')}: {t['a']} highest"
-    if r.startswith("study_"):
-        return f"{t['source']} {t.get('select', {})} {t['column']} {r[6:]} {t['threshold']}"
-    return f"{r} {t.get('source', '')}".strip()
+    return RULES[t["rule"]].describe(t)
 
 
 # ------------------------------------------------------------------------------ status
@@ -455,9 +569,9 @@ def _verdict(comps: list[Component], family: str) -> tuple[str, bool | None]:
         return "not run", None
     if any(c.error for c in comps):
         return "not evaluable", None
-    if all(c.rule == "descriptive" for c in comps):
+    judged = [c for c in comps if RULES[c.rule].judged]
+    if not judged:
         return "descriptive", None
-    judged = [c for c in comps if c.rule != "descriptive"]
     if all(c.holds is True for c in judged):
         return "supported", True
     if any(c.holds is None for c in judged) and not any(c.holds is False for c in judged):
@@ -483,11 +597,11 @@ def evaluate(prereg: Prereg, ctx: Context) -> list[Outcome]:
             t = {"stage": h["stage"], "variant": h.get("variant", ""), **t}
             t["variant"] = t["variant"] or ""
             c = Component(h["id"], i, t["rule"], describe_test(t), variant=t["variant"])
-            if t["rule"] in ("ratio_upper_below", "ratio_lower_above", "noninferiority", "accuracy_above",
-                             "mcnemar_superior", "growth_ratio_at_least"):
+            rule = RULES[t["rule"]]
+            if rule.resampled or rule.ci_resampled:
                 c.resamples, c.seed = st.resamples, st.seed
             try:
-                RULES[t["rule"]](ctx, h, t, st, c)
+                rule.evaluate(ctx, t, st, c)
             except NotRun as exc:
                 c.error = f"not run: {exc}"
             except NotEvaluable as exc:
