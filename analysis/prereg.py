@@ -35,6 +35,8 @@ from analysis.tables import Settings, compare, select
 
 DEFAULT_PATH = REPO / "conf" / "prereg" / "hypotheses.yaml"
 FAMILIES = ("primary", "secondary")
+SOURCES = ("paper", "reconstructed")  # where a hypothesis or a threshold comes from
+QUOTE_SEP = " [...] "  # between two passages of the paper in one quote cell
 
 
 class NotRun(Exception):
@@ -87,15 +89,41 @@ def load(path: str | Path = DEFAULT_PATH) -> Prereg:
         if "tests" not in h:
             if "rule" not in h:
                 raise PreregError(f"{path}: {h['id']} has neither `rule` nor `tests`")
-            h["tests"] = [{k: v for k, v in h.items() if k not in ("id", "family", "statement", "stage", "tests")}]
-        for t in h["tests"]:
+            h["tests"] = [{k: v for k, v in h.items()
+                           if k not in ("id", "family", "statement", "stage", "tests", "origin")}]
+        h["origin"] = _origin(h.get("origin"), f"{path}: {h['id']}: origin")
+        for i, t in enumerate(h["tests"]):
             if t.get("rule") not in RULES:
                 raise PreregError(f"{path}: {h['id']}: unknown rule {t.get('rule')!r}; known: {sorted(RULES)}")
+            if RULES[t["rule"]].judged or "threshold_origin" in t:
+                t["threshold_origin"] = _origin(t.get("threshold_origin"),
+                                                f"{path}: {h['id']}: test {i} ({t['rule']}): threshold_origin")
         hyps.append(h)
     for hid in settings["holm_family"]:
         if hid not in seen:
             raise PreregError(f"{path}: holm_family names {hid}, which is not a hypothesis")
     return Prereg(path, hashlib.sha256(raw).hexdigest(), settings, list(data.get("analyses") or []), hyps)
+
+
+def _origin(o, where: str) -> dict:
+    """{source: paper, quote: "<the paper's words>" | [passages]} or {source: reconstructed, why: "..."};
+    a paper entry may add a `why` (what we read into the quote). Returns source, quote (list), why."""
+    if not isinstance(o, dict) or o.get("source") not in SOURCES:
+        raise PreregError(f"{where}: must be {{source: paper, quote: ...}} or {{source: reconstructed, why: ...}}, "
+                          f"got {o!r}")
+    quote = o.get("quote") or []
+    quote = [quote] if isinstance(quote, str) else list(quote)
+    why = o.get("why") or ""
+    if not all(isinstance(q, str) and q.strip() for q in quote) or not isinstance(why, str):
+        raise PreregError(f"{where}: quote must be a non-empty string or list of strings, why a string")
+    if o["source"] == "paper" and not quote:
+        raise PreregError(f"{where}: source paper needs the paper's words in `quote`")
+    if o["source"] == "reconstructed" and (quote or not why.strip()):
+        raise PreregError(f"{where}: source reconstructed needs `why` (what we chose and why) and no `quote`")
+    extra = set(o) - {"source", "quote", "why"}
+    if extra:
+        raise PreregError(f"{where}: unknown keys {sorted(extra)}")
+    return {"source": o["source"], "quote": [" ".join(q.split()) for q in quote], "why": " ".join(why.split())}
 
 
 # ------------------------------------------------------------------------------ results
@@ -121,6 +149,9 @@ class Component:
     resamples: float = math.nan
     seed: float = math.nan
     error: str = ""  # "not run: ..." / "not evaluable: ..."
+    threshold_source: str = "none"  # paper | reconstructed; none: a rule without threshold (descriptive)
+    threshold_quote: str = ""
+    threshold_why: str = ""
 
 
 @dataclass
@@ -139,6 +170,9 @@ class Outcome:
     status: str = "exploratory"
     reason: str = ""
     note: str = ""
+    source: str = ""  # the hypothesis: paper | reconstructed
+    quote: str = ""
+    why: str = ""
 
 
 @dataclass
@@ -597,6 +631,10 @@ def evaluate(prereg: Prereg, ctx: Context) -> list[Outcome]:
             t = {"stage": h["stage"], "variant": h.get("variant", ""), **t}
             t["variant"] = t["variant"] or ""
             c = Component(h["id"], i, t["rule"], describe_test(t), variant=t["variant"])
+            to = t.get("threshold_origin")
+            if to:
+                c.threshold_source, c.threshold_quote, c.threshold_why = (to["source"], QUOTE_SEP.join(to["quote"]),
+                                                                          to["why"])
             rule = RULES[t["rule"]]
             if rule.resampled or rule.ci_resampled:
                 c.resamples, c.seed = st.resamples, st.seed
@@ -609,7 +647,8 @@ def evaluate(prereg: Prereg, ctx: Context) -> list[Outcome]:
             comps.append(c)
         stages = h["stage"] if isinstance(h["stage"], list) else [h["stage"]]
         o = Outcome(h["id"], h["family"], str(h.get("statement", "")).strip(), [str(x) for x in stages],
-                    sorted(ctx.used), comps)
+                    sorted(ctx.used), comps, source=h["origin"]["source"], quote=QUOTE_SEP.join(h["origin"]["quote"]),
+                    why=h["origin"]["why"])
         ps = {f"{c.index}": c.p for c in comps if c.p is not None}
         if ps and not any(c.error for c in comps):
             o.p = next(iter(ps.values())) if len(ps) == 1 else stats.intersection_union(ps, ctx.alpha).p
@@ -658,6 +697,8 @@ def table3(outcomes: Sequence[Outcome], prereg: Prereg) -> pd.DataFrame:
         rows.append({
             "id": o.id, "family": o.family, "statement": o.statement, "stages": "+".join(o.stages),
             "folders": "; ".join(o.folders), "tests": " AND ".join(c.what for c in o.components),
+            "hypothesis_source": o.source, "hypothesis_quote": o.quote, "hypothesis_why": o.why,
+            "threshold_source": " AND ".join(c.threshold_source for c in o.components),
             "n": c0.n if c0 else math.nan, "estimate": c0.estimate if c0 else math.nan,
             "lo": c0.lo if c0 else math.nan, "hi": c0.hi if c0 else math.nan,
             "threshold": c0.threshold if c0 else math.nan,
@@ -682,7 +723,8 @@ def components_table(outcomes: Sequence[Outcome]) -> pd.DataFrame:
                          "variant": c.variant, "n": c.n, "estimate": c.estimate, "lo": c.lo, "hi": c.hi,
                          "threshold": c.threshold, "p": math.nan if c.p is None else c.p, "holds": c.holds,
                          "direction": c.direction, "resamples": c.resamples, "seed": c.seed,
-                         "note": c.note, "error": c.error})
+                         "note": c.note, "error": c.error, "threshold_source": c.threshold_source,
+                         "threshold_quote": c.threshold_quote, "threshold_why": c.threshold_why})
     return pd.DataFrame(rows)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -299,6 +301,78 @@ def test_a_changed_file_makes_tests_exploratory(tmp_path):
     assert t3.loc["H2b", "outcome"] == "supported"  # the rule is still evaluated and flagged
     rep = (out / "report.md").read_text()
     assert "*pre-specified*" not in rep
+
+
+def _expected_origins(data: dict) -> dict[str, tuple[str, list[str]]]:
+    """From the yaml as written: id -> (hypothesis source, [threshold source per component])."""
+    out = {}
+    for h in data["hypotheses"]:
+        tests = h.get("tests") or [h]
+        out[h["id"]] = (h["origin"]["source"],
+                        [t["threshold_origin"]["source"] if "threshold_origin" in t else "none" for t in tests])
+    return out
+
+
+def test_every_hypothesis_and_threshold_says_where_it_comes_from(tmp_path):
+    pre = prereg_file(tmp_path)
+    build_hypothesis_stages(tmp_path, sha256_file(pre))
+    out = analyse(tmp_path, pre)
+    t3, comps = csv(out, "table3.csv").set_index("id"), csv(out, "table3_components.csv")
+    expected = _expected_origins(yaml.safe_load(pre.read_text()))
+    assert set(expected) == set(t3.index)
+    for hid, (hsource, tsources) in expected.items():
+        assert hsource in ("paper", "reconstructed"), hid
+        assert t3.loc[hid, "hypothesis_source"] == hsource, hid
+        assert t3.loc[hid, "threshold_source"] == " AND ".join(tsources), hid
+        for i, src in enumerate(tsources):
+            c = row(comps, id=hid, component=i)
+            assert c["threshold_source"] == src, (hid, i)
+            if src == "paper":
+                assert isinstance(c["threshold_quote"], str) and c["threshold_quote"], (hid, i)
+            elif src == "reconstructed":
+                assert isinstance(c["threshold_why"], str) and c["threshold_why"], (hid, i)
+                assert not isinstance(c["threshold_quote"], str), (hid, i)  # no quote: not the paper's
+            else:
+                assert c["rule"] == "descriptive", (hid, i)  # only a rule without threshold has none
+    # the thresholds the paper states (Sections 5.1-5.2) are marked as the paper's, the others as ours
+    assert t3.loc["H1b", "threshold_source"] == "paper" and t3.loc["H1f", "threshold_source"] == "paper"
+    assert t3.loc["H1a", "threshold_source"] == "reconstructed"
+    assert t3.loc["H2c", "threshold_source"] == "reconstructed AND reconstructed AND reconstructed"
+    rep = (out / "report.md").read_text()
+    table3 = rep[rep.index("## Table 3"):rep.index("## Table 4")]
+    assert "| threshold from |" in table3
+    assert "Against the pre-registered threshold of 0.7" in table3  # H1b's quote, under the components
+
+
+PAPER = Path(os.environ.get("MEMSPACE_PAPER", "/work/shared/seeds/memory-as-a-shared-space.txt"))
+
+
+@pytest.mark.skipif(not PAPER.exists(), reason=f"the paper's text is not at {PAPER} (set MEMSPACE_PAPER)")
+def test_every_quote_is_the_papers_own_words():
+    from analysis import prereg as P
+
+    paper = " ".join(PAPER.read_text().split())
+    pre = P.load()
+    quotes = [(h["id"], q) for h in pre.hypotheses for q in h["origin"]["quote"]]
+    quotes += [(h["id"], q) for h in pre.hypotheses for t in h["tests"] for q in (t.get("threshold_origin") or {})
+               .get("quote", [])]
+    assert len(quotes) >= 10
+    for hid, q in quotes:
+        assert q in paper, (hid, q)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["hypotheses"][0].pop("origin"), "H1a: origin"),
+    (lambda d: d["hypotheses"][0].update(threshold_origin={"source": "reconstructed"}), "needs `why`"),
+    (lambda d: d["hypotheses"][0].update(threshold_origin={"source": "paper", "why": "x"}), "needs the paper's words"),
+    (lambda d: d["hypotheses"][3]["tests"][1].pop("threshold_origin"), "H1d: test 1 (accuracy_above)"),
+    (lambda d: d["hypotheses"][0].update(origin={"source": "guess", "why": "x"}), "must be"),
+])
+def test_a_rule_without_its_origin_is_refused(tmp_path, edit, message):
+    from analysis import prereg as P
+
+    with pytest.raises(P.PreregError, match=re.escape(message)):
+        P.load(prereg_file(tmp_path, edit=edit))
 
 
 def test_hash_recorded_after_the_first_call_is_exploratory(tmp_path):
