@@ -445,6 +445,36 @@ def test_growth_ratio_h1f_and_the_scale_table(tmp_path):
     assert (out / "figure5.png").exists()
 
 
+def test_h1g_compares_the_shell_with_the_design_notes_agentic_interfaces(tmp_path):
+    """Compact session search came after the internal review (Appendix A (iv)): not in H1g's set."""
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    prompts = {"shell": [1000, 5000, 1000, 9000, 2000, 500],
+               "session_search": [2000, 2500, 3000, 2000, 2600, 2400],
+               "tool_bm25": [1000, 1200, 900, 1500, 1100, 1000],
+               "tool_dense": [1500, 1400, 1600, 3000, 1500, 1200],
+               "tool_hybrid": [1200, 1300, 1000, 2500, 1400, 1100],
+               "session_search_compact": [100, 100, 100, 100, 100, 50_000]}  # the most variable of all
+    for cond, ps in prompts.items():
+        for i, p in enumerate(ps):
+            st.add(cond, f"q{i}", prompt=p, output=0, calls=2, correct=True)
+    st.write()
+    out = analyse(tmp_path, pre)
+
+    def cv(xs):
+        x = np.array(xs, float)
+        return x.std(ddof=1) / x.mean()
+
+    paper_set = ["session_search", "tool_bm25", "tool_dense", "tool_hybrid"]
+    assert cv(prompts["session_search_compact"]) > cv(prompts["shell"]) > max(cv(prompts[c]) for c in paper_set)
+    c = row(csv(out, "table3_components.csv"), id="H1g", component=3)
+    assert c["estimate"] == pytest.approx(cv(prompts["shell"]))
+    assert c["threshold"] == pytest.approx(max(cv(prompts[c]) for c in paper_set))
+    assert c["holds"] in (True, "True")  # with the compact variant in the set it would not
+    assert "session_search_compact" not in c["note"] and all(x in c["note"] for x in paper_set)
+    assert c["threshold_source"] == "paper"
+
+
 # ------------------------------------------------------------------------------ Tables 5, tokens, evidence
 
 
