@@ -481,11 +481,12 @@ def _study(ctx: Context, t: dict, c: Component) -> pd.DataFrame:
 
 
 def _rows(df: pd.DataFrame, sel: dict, where: str) -> pd.DataFrame:
+    """Rows whose column k equals v for every k: v of `sel` (a list v: any of its values)."""
     m = pd.Series(True, index=df.index)
     for k, v in (sel or {}).items():
         if k not in df.columns:
             raise NotEvaluable(f"{where} has no column {k!r}")
-        m &= df[k].astype(str) == str(v)
+        m &= df[k].astype(str).isin([str(x) for x in v]) if isinstance(v, list) else df[k].astype(str) == str(v)
     out = df[m]
     if out.empty:
         raise NotEvaluable(f"no row of {where} matches {sel}")
@@ -508,6 +509,14 @@ class _Study(Rule):
         return f"{t['source']} {t.get('select', {})} {t['column']} {self.name[6:]} {t['threshold']}"
 
 
+def _failing(rows: pd.DataFrame, bad: np.ndarray, col: str) -> str:
+    """'k of n rows fail: config=..., case=... (value); ...' naming the rows that break the rule."""
+    keys = [k for k in ("config", "case", "agents", "backend") if k in rows.columns][:2]
+    named = [", ".join(f"{k}={r[k]}" for k in keys) + f" ({r[col]})" for _, r in rows[bad].head(5).iterrows()]
+    more = "; ..." if int(bad.sum()) > 5 else ""
+    return f"{int(bad.sum())} of {len(rows)} rows fail: " + "; ".join(named) + more
+
+
 @register
 class StudyBelow(_Study):
     """Every selected row's value < threshold (the estimate is the largest)."""
@@ -515,10 +524,12 @@ class StudyBelow(_Study):
     name = "study_below"
 
     def evaluate(self, ctx, t, st, c):
-        df = _study(ctx, t, c)
-        v = _values(_rows(df, t.get("select"), c.folder), t["column"], c.folder)
+        rows = _rows(_study(ctx, t, c), t.get("select"), c.folder)
+        v = _values(rows, t["column"], c.folder)
         c.n, c.estimate, c.threshold = len(v), float(v.max()), float(t["threshold"])
         c.holds = c.direction = bool(v.max() < c.threshold)
+        if not c.holds:
+            c.note = _failing(rows, v >= c.threshold, t["column"])
 
 
 @register
@@ -528,10 +539,12 @@ class StudyAbove(_Study):
     name = "study_above"
 
     def evaluate(self, ctx, t, st, c):
-        df = _study(ctx, t, c)
-        v = _values(_rows(df, t.get("select"), c.folder), t["column"], c.folder)
+        rows = _rows(_study(ctx, t, c), t.get("select"), c.folder)
+        v = _values(rows, t["column"], c.folder)
         c.n, c.estimate, c.threshold = len(v), float(v.min()), float(t["threshold"])
         c.holds = c.direction = bool(v.min() > c.threshold)
+        if not c.holds:
+            c.note = _failing(rows, v <= c.threshold, t["column"])
 
 
 @register

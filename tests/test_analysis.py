@@ -533,6 +533,58 @@ def test_h3_reads_the_backend_study_outputs(tmp_path):
     assert row(comps, id="H3b", component=0)["estimate"] == pytest.approx(21.67 / 1.91)
 
 
+def backends_folder(tmp_path: Path, pre: Path, recall_csv: str) -> Path:
+    d = tmp_path / "runs" / "backends" / "backends"
+    d.mkdir(parents=True)
+    (d / "stage.json").write_text(json.dumps({
+        "schema_version": 1, "kind": "backends", "stage": "backends", "label": "backends", "config_hash": "x",
+        "seed": 0, "data": {"path": "d.json", "sha256": "d" * 64}, "plan": {}, "versions": {}, "model": None,
+        "code": {"commit": None, "dirty": None}, "created": "2026-10-09T00:00:00+00:00",
+        "prereg": {"sha256": sha256_file(pre)}}))
+    (d / "recall.csv").write_text(recall_csv)
+    return d
+
+
+RECALL_HEAD = "config,backend,case,selectivity,queries,builds,recall_at_10,short_lists,p50_ms,p95_ms\n"
+EXACT_ROWS = "exact,exact,all,1.0,180,1,1.0,0,17.28,80.5\n"  # exact search is slow and not an approximate index
+
+
+@pytest.mark.parametrize("worst, holds", [(22.62, True), (51.2, False)])
+def test_h3d_p95_of_every_approximate_configuration_below_50_ms(tmp_path, worst, holds):
+    pre = prereg_file(tmp_path)
+    backends_folder(tmp_path, pre, RECALL_HEAD + EXACT_ROWS
+                    + "redis_ef10,redis_qe,one,0.0056,180,3,0.999,0,0.89,1.4\n"
+                    + "redis_ef10,redis_qe,unfiltered,1.0,180,3,0.808,0,1.1,2.0\n"
+                    + "vset_q8,vectorset,public10,0.1,180,3,0.97,0,2.5,6.1\n"
+                    + f"pgvector_relaxed,pgvector,one,0.0056,180,3,0.992,0,6.52,{worst}\n"
+                    + "pgvector_off,pgvector,all,1.0,180,3,0.963,0,7.22,12.0\n")
+    out = analyse(tmp_path, pre)
+    t3, comps = csv(out, "table3.csv").set_index("id"), csv(out, "table3_components.csv")
+    c = row(comps, id="H3d", component=0)
+    assert c["n"] == 5  # the five approximate rows; the exact row (80.5 ms) is left out
+    assert c["estimate"] == pytest.approx(worst) and c["threshold"] == 50
+    assert t3.loc["H3d", "outcome"] == ("supported" if holds else "not supported")
+    assert t3.loc["H3d", "status"] == "confirmatory"
+    assert t3.loc["H3d", "hypothesis_source"] == "paper" and c["threshold_source"] == "paper"
+    assert "below the 50 ms of the design note" in c["threshold_quote"]
+    if not holds:
+        assert c["note"] == "1 of 5 rows fail: config=pgvector_relaxed, case=one (51.2)"
+    assert t3.loc["H3c", "outcome"] == "not run"  # the other backend rules are unaffected
+
+
+def test_h3d_selects_the_studys_approximate_backends_and_needs_its_columns(tmp_path):
+    from harness.memory.study import APPROXIMATE
+
+    data = yaml.safe_load((REPO / "conf" / "prereg" / "hypotheses.yaml").read_text())
+    h3d = next(h for h in data["hypotheses"] if h["id"] == "H3d")
+    assert sorted(h3d["select"]["backend"]) == sorted(APPROXIMATE)
+    pre = prereg_file(tmp_path)  # a recall.csv written before the study wrote p95_ms: not evaluable, not failed
+    backends_folder(tmp_path, pre, "config,backend,case,p50_ms\nredis_ef10,redis_qe,one,0.89\n")
+    t3 = csv(analyse(tmp_path, pre), "table3.csv").set_index("id")
+    assert t3.loc["H3d", "outcome"] == "not evaluable"
+    assert "no column 'p95_ms'" in t3.loc["H3d", "note"]
+
+
 # ------------------------------------------------------------------------------ the command
 
 
