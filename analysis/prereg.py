@@ -4,7 +4,8 @@ The hypotheses live in conf/prereg/hypotheses.yaml as data (comparison, metric, 
 threshold); the driver records the file's SHA-256 in each stage's stage.json before
 the stage's first model call. Here:
 
-* one evaluator per rule type (``RULES``), never one function per hypothesis;
+* one class per rule type (``Rule`` subclasses registered by name in ``RULES``), never one
+  function per hypothesis;
 * a hypothesis's components must all hold; with several p-values its p is the
   intersection-union p (stats.intersection_union);
 * the primary hypotheses with a statistic form one Holm family (settings.holm_family);
@@ -22,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,8 @@ from analysis.tables.common import Settings, compare, select
 
 DEFAULT_PATH = REPO / "conf" / "prereg" / "hypotheses.yaml"
 FAMILIES = ("primary", "secondary")
+SOURCES = ("paper", "reconstructed")  # where a hypothesis or a threshold comes from
+QUOTE_SEP = " [...] "  # between two passages of the paper in one quote cell
 
 
 class NotRun(Exception):
@@ -86,15 +89,41 @@ def load(path: str | Path = DEFAULT_PATH) -> Prereg:
         if "tests" not in h:
             if "rule" not in h:
                 raise PreregError(f"{path}: {h['id']} has neither `rule` nor `tests`")
-            h["tests"] = [{k: v for k, v in h.items() if k not in ("id", "family", "statement", "stage", "tests")}]
-        for t in h["tests"]:
+            h["tests"] = [{k: v for k, v in h.items()
+                           if k not in ("id", "family", "statement", "stage", "tests", "origin")}]
+        h["origin"] = _origin(h.get("origin"), f"{path}: {h['id']}: origin")
+        for i, t in enumerate(h["tests"]):
             if t.get("rule") not in RULES:
                 raise PreregError(f"{path}: {h['id']}: unknown rule {t.get('rule')!r}; known: {sorted(RULES)}")
+            if RULES[t["rule"]].judged or "threshold_origin" in t:
+                t["threshold_origin"] = _origin(t.get("threshold_origin"),
+                                                f"{path}: {h['id']}: test {i} ({t['rule']}): threshold_origin")
         hyps.append(h)
     for hid in settings["holm_family"]:
         if hid not in seen:
             raise PreregError(f"{path}: holm_family names {hid}, which is not a hypothesis")
     return Prereg(path, hashlib.sha256(raw).hexdigest(), settings, list(data.get("analyses") or []), hyps)
+
+
+def _origin(o, where: str) -> dict:
+    """{source: paper, quote: "<the paper's words>" | [passages]} or {source: reconstructed, why: "..."};
+    a paper entry may add a `why` (what we read into the quote). Returns source, quote (list), why."""
+    if not isinstance(o, dict) or o.get("source") not in SOURCES:
+        raise PreregError(f"{where}: must be {{source: paper, quote: ...}} or {{source: reconstructed, why: ...}}, "
+                          f"got {o!r}")
+    quote = o.get("quote") or []
+    quote = [quote] if isinstance(quote, str) else list(quote)
+    why = o.get("why") or ""
+    if not all(isinstance(q, str) and q.strip() for q in quote) or not isinstance(why, str):
+        raise PreregError(f"{where}: quote must be a non-empty string or list of strings, why a string")
+    if o["source"] == "paper" and not quote:
+        raise PreregError(f"{where}: source paper needs the paper's words in `quote`")
+    if o["source"] == "reconstructed" and (quote or not why.strip()):
+        raise PreregError(f"{where}: source reconstructed needs `why` (what we chose and why) and no `quote`")
+    extra = set(o) - {"source", "quote", "why"}
+    if extra:
+        raise PreregError(f"{where}: unknown keys {sorted(extra)}")
+    return {"source": o["source"], "quote": [" ".join(q.split()) for q in quote], "why": " ".join(why.split())}
 
 
 # ------------------------------------------------------------------------------ results
@@ -120,6 +149,9 @@ class Component:
     resamples: float = math.nan
     seed: float = math.nan
     error: str = ""  # "not run: ..." / "not evaluable: ..."
+    threshold_source: str = "none"  # paper | reconstructed; none: a rule without threshold (descriptive)
+    threshold_quote: str = ""
+    threshold_why: str = ""
 
 
 @dataclass
@@ -138,6 +170,9 @@ class Outcome:
     status: str = "exploratory"
     reason: str = ""
     note: str = ""
+    source: str = ""  # the hypothesis: paper | reconstructed
+    quote: str = ""
+    why: str = ""
 
 
 @dataclass
@@ -172,30 +207,76 @@ def _need(ctx: Context, folder: Folder, variant: str, *conds: str) -> None:
 # ------------------------------------------------------------------------------ rules
 
 
-def _ratio(ctx: Context, h: dict, t: dict, st: Settings, c: Component, upper: bool) -> None:
-    f = ctx.folder(t["stage"])
-    _need(ctx, f, t["variant"], t["a"], t["b"])
-    p = compare(ctx.runs, f.name, t["variant"], t["a"], t["b"], st, metrics=[t["metric"]], keep_boot=True,
-                statistics=("ratio",))
-    if p.metrics is None:
-        raise NotEvaluable(f"no question run by both {t['a']} and {t['b']}")
-    e = p.metrics.ratio[t["metric"]]
-    thr = float(t["threshold"])
-    c.folder, c.n, c.estimate, c.lo, c.hi, c.threshold = f.name, p.n, e.estimate, e.lo, e.hi, thr
-    if upper:
-        c.p, c.holds, c.direction = e.p_value(thr, "less"), bool(e.hi < thr), bool(e.estimate < thr)
-    else:
-        c.p, c.holds, c.direction = e.p_value(thr, "greater"), bool(e.lo > thr), bool(e.estimate > thr)
-    if e.n_undefined:
-        c.note = f"{e.n_undefined} resamples with 0/0 left out"
+class Rule:
+    """One rule type of the hypotheses file; a new rule type is one subclass, registered by name.
+
+    ``evaluate(ctx, t, st, c)`` fills the component ``c`` (estimate, interval, threshold, p,
+    holds) from the test ``t`` (the file's fields, with the hypothesis's stage and variant);
+    ``describe(t)`` is the short text Table 3 shows. Flags: ``resampled`` -- its p comes from
+    the paired bootstrap (one-sided bootstrap p); ``ci_resampled`` -- its interval does (the
+    component then records the resamples and the seed); ``judged`` -- it decides something
+    against a threshold (``descriptive`` does not).
+    """
+
+    name: ClassVar[str] = ""
+    resampled: ClassVar[bool] = False
+    ci_resampled: ClassVar[bool] = False
+    judged: ClassVar[bool] = True
+
+    def evaluate(self, ctx: Context, t: dict, st: Settings, c: Component) -> None:
+        raise NotImplementedError
+
+    def describe(self, t: dict) -> str:
+        return f"{self.name} {t.get('source', '')}".strip()
 
 
-def rule_ratio_upper_below(ctx, h, t, st, c):
-    _ratio(ctx, h, t, st, c, upper=True)
+RULES: dict[str, Rule] = {}
 
 
-def rule_ratio_lower_above(ctx, h, t, st, c):
-    _ratio(ctx, h, t, st, c, upper=False)
+def register(cls: type[Rule]) -> type[Rule]:
+    if not cls.name or cls.name in RULES:
+        raise ValueError(f"rule class {cls.__name__}: name {cls.name!r} empty or taken")
+    RULES[cls.name] = cls()
+    return cls
+
+
+class _Ratio(Rule):
+    """a/b ratio of per-question means, paired bootstrap over the questions both ran."""
+
+    resampled = ci_resampled = True
+    upper: ClassVar[bool] = True  # decided on the upper bound (< threshold) or the lower one (> threshold)
+
+    def evaluate(self, ctx, t, st, c):
+        f = ctx.folder(t["stage"])
+        _need(ctx, f, t["variant"], t["a"], t["b"])
+        p = compare(ctx.runs, f.name, t["variant"], t["a"], t["b"], st, metrics=[t["metric"]], keep_boot=True,
+                    statistics=("ratio",))
+        if p.metrics is None:
+            raise NotEvaluable(f"no question run by both {t['a']} and {t['b']}")
+        e = p.metrics.ratio[t["metric"]]
+        thr = float(t["threshold"])
+        c.folder, c.n, c.estimate, c.lo, c.hi, c.threshold = f.name, p.n, e.estimate, e.lo, e.hi, thr
+        if self.upper:
+            c.p, c.holds, c.direction = e.p_value(thr, "less"), bool(e.hi < thr), bool(e.estimate < thr)
+        else:
+            c.p, c.holds, c.direction = e.p_value(thr, "greater"), bool(e.lo > thr), bool(e.estimate > thr)
+        if e.n_undefined:
+            c.note = f"{e.n_undefined} resamples with 0/0 left out"
+
+    def describe(self, t):
+        return f"{t['metric']} {t['a']}/{t['b']} {'<' if self.upper else '>'} {t['threshold']}"
+
+
+@register
+class RatioUpperBelow(_Ratio):
+    name = "ratio_upper_below"
+    upper = True
+
+
+@register
+class RatioLowerAbove(_Ratio):
+    name = "ratio_lower_above"
+    upper = False
 
 
 def _accuracy(ctx: Context, t: dict, st: Settings, c: Component):
@@ -210,29 +291,59 @@ def _accuracy(ctx: Context, t: dict, st: Settings, c: Component):
     return p.accuracy
 
 
-def rule_noninferiority(ctx, h, t, st, c):
-    pc = _accuracy(ctx, t, st, c)
-    margin = float(t["margin"])
-    ni = stats.non_inferiority(pc.accuracy, margin)
-    c.estimate, c.lo, c.hi, c.threshold = ni.estimate, ni.lo, ni.hi, -margin
-    c.p, c.holds, c.direction = ni.p, ni.holds, bool(ni.estimate > -margin)
+@register
+class NonInferiority(Rule):
+    """Accuracy a - b in points: holds if the lower CI bound > -margin."""
+
+    name = "noninferiority"
+    resampled = ci_resampled = True
+
+    def evaluate(self, ctx, t, st, c):
+        pc = _accuracy(ctx, t, st, c)
+        margin = float(t["margin"])
+        ni = stats.non_inferiority(pc.accuracy, margin)
+        c.estimate, c.lo, c.hi, c.threshold = ni.estimate, ni.lo, ni.hi, -margin
+        c.p, c.holds, c.direction = ni.p, ni.holds, bool(ni.estimate > -margin)
+
+    def describe(self, t):
+        return f"accuracy {t['a']} - {t['b']} > -{t['margin']} pts"
 
 
-def rule_accuracy_above(ctx, h, t, st, c):
-    pc = _accuracy(ctx, t, st, c)
-    e, thr = pc.accuracy, float(t.get("threshold", 0.0))
-    c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, thr
-    c.p, c.holds, c.direction = e.p_value(thr, "greater"), bool(e.lo > thr), bool(e.estimate > thr)
+@register
+class AccuracyAbove(Rule):
+    """Accuracy a - b in points: holds if the lower CI bound > threshold."""
+
+    name = "accuracy_above"
+    resampled = ci_resampled = True
+
+    def evaluate(self, ctx, t, st, c):
+        pc = _accuracy(ctx, t, st, c)
+        e, thr = pc.accuracy, float(t.get("threshold", 0.0))
+        c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, thr
+        c.p, c.holds, c.direction = e.p_value(thr, "greater"), bool(e.lo > thr), bool(e.estimate > thr)
+
+    def describe(self, t):
+        return f"accuracy {t['a']} - {t['b']} > {t.get('threshold', 0)} pts"
 
 
-def rule_mcnemar_superior(ctx, h, t, st, c):
-    pc = _accuracy(ctx, t, st, c)
-    e, m = pc.accuracy, pc.mcnemar
-    c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, ctx.alpha
-    c.p, c.direction = m.p, bool(m.a_only > m.b_only)
-    c.holds = bool(m.p <= ctx.alpha and m.a_only > m.b_only)
-    c.note = (f"discordant: {m.a_only} only {t['a']}, {m.b_only} only {t['b']}"
-              + (f"; {c.note}" if c.note else ""))
+@register
+class McNemarSuperior(Rule):
+    """a more accurate than b: exact McNemar p <= alpha and a_only > b_only (the CI is bootstrapped)."""
+
+    name = "mcnemar_superior"
+    ci_resampled = True
+
+    def evaluate(self, ctx, t, st, c):
+        pc = _accuracy(ctx, t, st, c)
+        e, m = pc.accuracy, pc.mcnemar
+        c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, ctx.alpha
+        c.p, c.direction = m.p, bool(m.a_only > m.b_only)
+        c.holds = bool(m.p <= ctx.alpha and m.a_only > m.b_only)
+        c.note = (f"discordant: {m.a_only} only {t['a']}, {m.b_only} only {t['b']}"
+                  + (f"; {c.note}" if c.note else ""))
+
+    def describe(self, t):
+        return f"accuracy {t['a']} > {t['b']} (exact McNemar)"
 
 
 def _count(ctx: Context, t: dict, c: Component) -> tuple[int, int, int]:
@@ -256,66 +367,107 @@ def _count(ctx: Context, t: dict, c: Component) -> tuple[int, int, int]:
     return count, missing, int(t["threshold"])
 
 
-def rule_count_at_most(ctx, h, t, st, c):
-    count, missing, thr = _count(ctx, t, c)
-    c.holds = True if count + missing <= thr else (False if count > thr else None)
-    c.direction = count <= thr
+class _Count(Rule):
+    """Number of runs of `condition` with `measure` true against a threshold; a missing judgement
+    counts as neither value and can make the rule undecidable (holds = None)."""
+
+    op: ClassVar[str] = "<="
+
+    def describe(self, t):
+        return f"{t.get('measure', 'leak')} runs of {t['condition']} {self.op} {t['threshold']}"
 
 
-def rule_count_at_least(ctx, h, t, st, c):
-    count, missing, thr = _count(ctx, t, c)
-    c.holds = True if count >= thr else (False if count + missing < thr else None)
-    c.direction = count >= thr
+@register
+class CountAtMost(_Count):
+    name = "count_at_most"
+    op = "<="
+
+    def evaluate(self, ctx, t, st, c):
+        count, missing, thr = _count(ctx, t, c)
+        c.holds = True if count + missing <= thr else (False if count > thr else None)
+        c.direction = count <= thr
 
 
-def rule_growth_ratio_at_least(ctx, h, t, st, c):
-    f0, f1 = ctx.folder(t["stage_from"]), ctx.folder(t["stage_to"])
-    metric = t.get("metric", "tokens")
-    for f in (f0, f1):
-        _need(ctx, f, "", t["a"], t["b"])
-    frames = []
-    for cond in (t["a"], t["b"]):
+@register
+class CountAtLeast(_Count):
+    name = "count_at_least"
+    op = ">="
+
+    def evaluate(self, ctx, t, st, c):
+        count, missing, thr = _count(ctx, t, c)
+        c.holds = True if count >= thr else (False if count + missing < thr else None)
+        c.direction = count >= thr
+
+
+@register
+class GrowthRatioAtLeast(Rule):
+    """(tokens of a at stage_to / at stage_from) / (same for b) on the questions all four ran;
+    decided on the estimate (the bootstrap CI is for information)."""
+
+    name = "growth_ratio_at_least"
+    ci_resampled = True
+
+    def evaluate(self, ctx, t, st, c):
+        f0, f1 = ctx.folder(t["stage_from"]), ctx.folder(t["stage_to"])
+        metric = t.get("metric", "tokens")
         for f in (f0, f1):
-            frames.append(select(ctx.runs, f.name, "", cond)[["qid", metric]].set_index("qid")[metric])
-    m = pd.concat(frames, axis=1, join="inner").sort_index()
-    if m.empty:
-        raise NotEvaluable("no question ran under both conditions at both stages")
-    v = m.to_numpy(float)  # columns: a@from, a@to, b@from, b@to
-    tot = v.sum(axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        est = (tot[1] / tot[0]) / (tot[3] / tot[2])
-        counts = stats.resample_counts(len(m), st.resamples, st.seed).astype(np.float64)
-        s = v.T @ counts
-        boot = (s[1] / s[0]) / (s[3] / s[2])
-    lo, hi, undefined = stats.percentile_ci(boot, st.confidence)
-    thr = float(t["threshold"])
-    c.folder = f"{f0.name} -> {f1.name}"
-    c.n, c.estimate, c.lo, c.hi, c.threshold = len(m), float(est), lo, hi, thr
-    c.holds = c.direction = bool(est >= thr)
-    c.note = (f"growth {t['a']} {tot[1] / tot[0]:.4g}x, {t['b']} {tot[3] / tot[2]:.4g}x; "
-              f"decided on the estimate (CI for information)")
+            _need(ctx, f, "", t["a"], t["b"])
+        frames = []
+        for cond in (t["a"], t["b"]):
+            for f in (f0, f1):
+                frames.append(select(ctx.runs, f.name, "", cond)[["qid", metric]].set_index("qid")[metric])
+        m = pd.concat(frames, axis=1, join="inner").sort_index()
+        if m.empty:
+            raise NotEvaluable("no question ran under both conditions at both stages")
+        v = m.to_numpy(float)  # columns: a@from, a@to, b@from, b@to
+        tot = v.sum(axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            est = (tot[1] / tot[0]) / (tot[3] / tot[2])
+            counts = stats.resample_counts(len(m), st.resamples, st.seed).astype(np.float64)
+            s = v.T @ counts
+            boot = (s[1] / s[0]) / (s[3] / s[2])
+        lo, hi, undefined = stats.percentile_ci(boot, st.confidence)
+        thr = float(t["threshold"])
+        c.folder = f"{f0.name} -> {f1.name}"
+        c.n, c.estimate, c.lo, c.hi, c.threshold = len(m), float(est), lo, hi, thr
+        c.holds = c.direction = bool(est >= thr)
+        c.note = (f"growth {t['a']} {tot[1] / tot[0]:.4g}x, {t['b']} {tot[3] / tot[2]:.4g}x; "
+                  f"decided on the estimate (CI for information)")
+
+    def describe(self, t):
+        return (f"{t.get('metric', 'tokens')} growth {t['stage_from']}->{t['stage_to']} {t['a']}/{t['b']} "
+                f">= {t['threshold']}")
 
 
-def rule_cv_highest(ctx, h, t, st, c):
-    f = ctx.folder(t["stage"])
-    _need(ctx, f, t["variant"], t["a"])
-    metric = t.get("metric", "tokens")
+@register
+class CvHighest(Rule):
+    """Coefficient of variation of a's per-question metric above that of every condition in `among`."""
 
-    def cv(cond: str) -> float:
-        x = select(ctx.runs, f.name, t["variant"], cond)[metric].to_numpy(float)
-        return stats.coefficient_of_variation(x) if len(x) > 1 else math.nan
+    name = "cv_highest"
 
-    have = set(ctx.runs.loc[ctx.runs["folder"] == f.name, "condition"])
-    others = {o: cv(o) for o in t["among"] if o in have and o != t["a"]}
-    if not others:
-        raise NotRun(f"none of {t['among']} run in {f.name}")
-    mine = cv(t["a"])
-    top = max(others.values())
-    c.folder, c.n, c.estimate, c.threshold = f.name, len(select(ctx.runs, f.name, t["variant"], t["a"])), mine, top
-    c.holds = c.direction = bool(mine > top)
-    missing = [o for o in t["among"] if o not in have]
-    c.note = "CV " + ", ".join(f"{o} {v:.3g}" for o, v in sorted(others.items())) + (
-        f"; not run: {', '.join(missing)}" if missing else "")
+    def evaluate(self, ctx, t, st, c):
+        f = ctx.folder(t["stage"])
+        _need(ctx, f, t["variant"], t["a"])
+        metric = t.get("metric", "tokens")
+
+        def cv(cond: str) -> float:
+            x = select(ctx.runs, f.name, t["variant"], cond)[metric].to_numpy(float)
+            return stats.coefficient_of_variation(x) if len(x) > 1 else math.nan
+
+        have = set(ctx.runs.loc[ctx.runs["folder"] == f.name, "condition"])
+        others = {o: cv(o) for o in t["among"] if o in have and o != t["a"]}
+        if not others:
+            raise NotRun(f"none of {t['among']} run in {f.name}")
+        mine = cv(t["a"])
+        top = max(others.values())
+        c.folder, c.n, c.estimate, c.threshold = f.name, len(select(ctx.runs, f.name, t["variant"], t["a"])), mine, top
+        c.holds = c.direction = bool(mine > top)
+        missing = [o for o in t["among"] if o not in have]
+        c.note = "CV " + ", ".join(f"{o} {v:.3g}" for o, v in sorted(others.items())) + (
+            f"; not run: {', '.join(missing)}" if missing else "")
+
+    def describe(self, t):
+        return f"CV of {t.get('metric', 'tokens')}: {t['a']} highest"
 
 
 def _study(ctx: Context, t: dict, c: Component) -> pd.DataFrame:
@@ -329,11 +481,12 @@ def _study(ctx: Context, t: dict, c: Component) -> pd.DataFrame:
 
 
 def _rows(df: pd.DataFrame, sel: dict, where: str) -> pd.DataFrame:
+    """Rows whose column k equals v for every k: v of `sel` (a list v: any of its values)."""
     m = pd.Series(True, index=df.index)
     for k, v in (sel or {}).items():
         if k not in df.columns:
             raise NotEvaluable(f"{where} has no column {k!r}")
-        m &= df[k].astype(str) == str(v)
+        m &= df[k].astype(str).isin([str(x) for x in v]) if isinstance(v, list) else df[k].astype(str) == str(v)
     out = df[m]
     if out.empty:
         raise NotEvaluable(f"no row of {where} matches {sel}")
@@ -349,75 +502,83 @@ def _values(df: pd.DataFrame, col: str, where: str) -> np.ndarray:
         raise NotEvaluable(f"{where}: column {col!r} is not numeric") from None
 
 
-def rule_study_below(ctx, h, t, st, c):
-    df = _study(ctx, t, c)
-    v = _values(_rows(df, t.get("select"), c.folder), t["column"], c.folder)
-    c.n, c.estimate, c.threshold = len(v), float(v.max()), float(t["threshold"])
-    c.holds = c.direction = bool(v.max() < c.threshold)
+class _Study(Rule):
+    """Reads one CSV output of the backend study (stage `backends`, harness/memory/study.py)."""
+
+    def describe(self, t):
+        return f"{t['source']} {t.get('select', {})} {t['column']} {self.name[6:]} {t['threshold']}"
 
 
-def rule_study_above(ctx, h, t, st, c):
-    df = _study(ctx, t, c)
-    v = _values(_rows(df, t.get("select"), c.folder), t["column"], c.folder)
-    c.n, c.estimate, c.threshold = len(v), float(v.min()), float(t["threshold"])
-    c.holds = c.direction = bool(v.min() > c.threshold)
+def _failing(rows: pd.DataFrame, bad: np.ndarray, col: str) -> str:
+    """'k of n rows fail: config=..., case=... (value); ...' naming the rows that break the rule."""
+    keys = [k for k in ("config", "case", "agents", "backend") if k in rows.columns][:2]
+    named = [", ".join(f"{k}={r[k]}" for k in keys) + f" ({r[col]})" for _, r in rows[bad].head(5).iterrows()]
+    more = "; ..." if int(bad.sum()) > 5 else ""
+    return f"{int(bad.sum())} of {len(rows)} rows fail: " + "; ".join(named) + more
 
 
-def rule_study_ratio_at_most(ctx, h, t, st, c):
-    df = _rows(_study(ctx, t, c), t.get("select"), c.folder)
-    num = _values(_rows(df, t["numerator"], c.folder), t["column"], c.folder)
-    den = _values(_rows(df, t["denominator"], c.folder), t["column"], c.folder)
-    if len(num) != 1 or len(den) != 1:
-        raise NotEvaluable(f"{c.folder}: expected one row each for {t['numerator']} and {t['denominator']}")
-    c.n, c.estimate, c.threshold = 2, float(num[0] / den[0]), float(t["threshold"])
-    c.holds = c.direction = bool(c.estimate <= c.threshold)
-    c.note = f"{num[0]:.4g} / {den[0]:.4g}"
+@register
+class StudyBelow(_Study):
+    """Every selected row's value < threshold (the estimate is the largest)."""
+
+    name = "study_below"
+
+    def evaluate(self, ctx, t, st, c):
+        rows = _rows(_study(ctx, t, c), t.get("select"), c.folder)
+        v = _values(rows, t["column"], c.folder)
+        c.n, c.estimate, c.threshold = len(v), float(v.max()), float(t["threshold"])
+        c.holds = c.direction = bool(v.max() < c.threshold)
+        if not c.holds:
+            c.note = _failing(rows, v >= c.threshold, t["column"])
 
 
-def rule_descriptive(ctx, h, t, st, c):
-    df = _study(ctx, t, c)
-    c.n = len(df)
-    c.note = f"{len(df)} rows, columns: {', '.join(df.columns)}"
+@register
+class StudyAbove(_Study):
+    """Every selected row's value > threshold (the estimate is the smallest)."""
+
+    name = "study_above"
+
+    def evaluate(self, ctx, t, st, c):
+        rows = _rows(_study(ctx, t, c), t.get("select"), c.folder)
+        v = _values(rows, t["column"], c.folder)
+        c.n, c.estimate, c.threshold = len(v), float(v.min()), float(t["threshold"])
+        c.holds = c.direction = bool(v.min() > c.threshold)
+        if not c.holds:
+            c.note = _failing(rows, v <= c.threshold, t["column"])
 
 
-RULES: dict[str, Callable] = {
-    "ratio_upper_below": rule_ratio_upper_below,
-    "ratio_lower_above": rule_ratio_lower_above,
-    "noninferiority": rule_noninferiority,
-    "accuracy_above": rule_accuracy_above,
-    "mcnemar_superior": rule_mcnemar_superior,
-    "count_at_most": rule_count_at_most,
-    "count_at_least": rule_count_at_least,
-    "growth_ratio_at_least": rule_growth_ratio_at_least,
-    "cv_highest": rule_cv_highest,
-    "study_below": rule_study_below,
-    "study_above": rule_study_above,
-    "study_ratio_at_most": rule_study_ratio_at_most,
-    "descriptive": rule_descriptive,
-}
+@register
+class StudyRatioAtMost(_Study):
+    """numerator row / denominator row of one column <= threshold."""
+
+    name = "study_ratio_at_most"
+
+    def evaluate(self, ctx, t, st, c):
+        df = _rows(_study(ctx, t, c), t.get("select"), c.folder)
+        num = _values(_rows(df, t["numerator"], c.folder), t["column"], c.folder)
+        den = _values(_rows(df, t["denominator"], c.folder), t["column"], c.folder)
+        if len(num) != 1 or len(den) != 1:
+            raise NotEvaluable(f"{c.folder}: expected one row each for {t['numerator']} and {t['denominator']}")
+        c.n, c.estimate, c.threshold = 2, float(num[0] / den[0]), float(t["threshold"])
+        c.holds = c.direction = bool(c.estimate <= c.threshold)
+        c.note = f"{num[0]:.4g} / {den[0]:.4g}"
+
+
+@register
+class Descriptive(Rule):
+    """No decision: the study output is reported (rows and columns)."""
+
+    name = "descriptive"
+    judged = False
+
+    def evaluate(self, ctx, t, st, c):
+        df = _study(ctx, t, c)
+        c.n = len(df)
+        c.note = f"{len(df)} rows, columns: {', '.join(df.columns)}"
 
 
 def describe_test(t: dict) -> str:
-    r = t["rule"]
-    if r in ("ratio_upper_below", "ratio_lower_above"):
-        op = "<" if r == "ratio_upper_below" else ">"
-        return f"{t['metric']} {t['a']}/{t['b']} {op} {t['threshold']}"
-    if r == "noninferiority":
-        return f"accuracy {t['a']} - {t['b']} > -{t['margin']} pts"
-    if r == "accuracy_above":
-        return f"accuracy {t['a']} - {t['b']} > {t.get('threshold', 0)} pts"
-    if r == "mcnemar_superior":
-        return f"accuracy {t['a']} > {t['b']} (exact McNemar)"
-    if r in ("count_at_most", "count_at_least"):
-        op = "<=" if r == "count_at_most" else ">="
-        return f"{t.get('measure', 'leak')} runs of {t['condition']} {op} {t['threshold']}"
-    if r == "growth_ratio_at_least":
-        return f"{t.get('metric', 'tokens')} growth {t['stage_from']}->{t['stage_to']} {t['a']}/{t['b']} >= {t['threshold']}"
-    if r == "cv_highest":
-        return f"CV of {t.get('metric', 'tokens')}: {t['a']} highest"
-    if r.startswith("study_"):
-        return f"{t['source']} {t.get('select', {})} {t['column']} {r[6:]} {t['threshold']}"
-    return f"{r} {t.get('source', '')}".strip()
+    return RULES[t["rule"]].describe(t)
 
 
 # ------------------------------------------------------------------------------ status
@@ -455,9 +616,9 @@ def _verdict(comps: list[Component], family: str) -> tuple[str, bool | None]:
         return "not run", None
     if any(c.error for c in comps):
         return "not evaluable", None
-    if all(c.rule == "descriptive" for c in comps):
+    judged = [c for c in comps if RULES[c.rule].judged]
+    if not judged:
         return "descriptive", None
-    judged = [c for c in comps if c.rule != "descriptive"]
     if all(c.holds is True for c in judged):
         return "supported", True
     if any(c.holds is None for c in judged) and not any(c.holds is False for c in judged):
@@ -483,11 +644,15 @@ def evaluate(prereg: Prereg, ctx: Context) -> list[Outcome]:
             t = {"stage": h["stage"], "variant": h.get("variant", ""), **t}
             t["variant"] = t["variant"] or ""
             c = Component(h["id"], i, t["rule"], describe_test(t), variant=t["variant"])
-            if t["rule"] in ("ratio_upper_below", "ratio_lower_above", "noninferiority", "accuracy_above",
-                             "mcnemar_superior", "growth_ratio_at_least"):
+            to = t.get("threshold_origin")
+            if to:
+                c.threshold_source, c.threshold_quote, c.threshold_why = (to["source"], QUOTE_SEP.join(to["quote"]),
+                                                                          to["why"])
+            rule = RULES[t["rule"]]
+            if rule.resampled or rule.ci_resampled:
                 c.resamples, c.seed = st.resamples, st.seed
             try:
-                RULES[t["rule"]](ctx, h, t, st, c)
+                rule.evaluate(ctx, t, st, c)
             except NotRun as exc:
                 c.error = f"not run: {exc}"
             except NotEvaluable as exc:
@@ -495,7 +660,8 @@ def evaluate(prereg: Prereg, ctx: Context) -> list[Outcome]:
             comps.append(c)
         stages = h["stage"] if isinstance(h["stage"], list) else [h["stage"]]
         o = Outcome(h["id"], h["family"], str(h.get("statement", "")).strip(), [str(x) for x in stages],
-                    sorted(ctx.used), comps)
+                    sorted(ctx.used), comps, source=h["origin"]["source"], quote=QUOTE_SEP.join(h["origin"]["quote"]),
+                    why=h["origin"]["why"])
         ps = {f"{c.index}": c.p for c in comps if c.p is not None}
         if ps and not any(c.error for c in comps):
             o.p = next(iter(ps.values())) if len(ps) == 1 else stats.intersection_union(ps, ctx.alpha).p
@@ -544,6 +710,8 @@ def table3(outcomes: Sequence[Outcome], prereg: Prereg) -> pd.DataFrame:
         rows.append({
             "id": o.id, "family": o.family, "statement": o.statement, "stages": "+".join(o.stages),
             "folders": "; ".join(o.folders), "tests": " AND ".join(c.what for c in o.components),
+            "hypothesis_source": o.source, "hypothesis_quote": o.quote, "hypothesis_why": o.why,
+            "threshold_source": " AND ".join(c.threshold_source for c in o.components),
             "n": c0.n if c0 else math.nan, "estimate": c0.estimate if c0 else math.nan,
             "lo": c0.lo if c0 else math.nan, "hi": c0.hi if c0 else math.nan,
             "threshold": c0.threshold if c0 else math.nan,
@@ -568,7 +736,8 @@ def components_table(outcomes: Sequence[Outcome]) -> pd.DataFrame:
                          "variant": c.variant, "n": c.n, "estimate": c.estimate, "lo": c.lo, "hi": c.hi,
                          "threshold": c.threshold, "p": math.nan if c.p is None else c.p, "holds": c.holds,
                          "direction": c.direction, "resamples": c.resamples, "seed": c.seed,
-                         "note": c.note, "error": c.error})
+                         "note": c.note, "error": c.error, "threshold_source": c.threshold_source,
+                         "threshold_quote": c.threshold_quote, "threshold_why": c.threshold_why})
     return pd.DataFrame(rows)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -301,6 +303,78 @@ def test_a_changed_file_makes_tests_exploratory(tmp_path):
     assert "*pre-specified*" not in rep
 
 
+def _expected_origins(data: dict) -> dict[str, tuple[str, list[str]]]:
+    """From the yaml as written: id -> (hypothesis source, [threshold source per component])."""
+    out = {}
+    for h in data["hypotheses"]:
+        tests = h.get("tests") or [h]
+        out[h["id"]] = (h["origin"]["source"],
+                        [t["threshold_origin"]["source"] if "threshold_origin" in t else "none" for t in tests])
+    return out
+
+
+def test_every_hypothesis_and_threshold_says_where_it_comes_from(tmp_path):
+    pre = prereg_file(tmp_path)
+    build_hypothesis_stages(tmp_path, sha256_file(pre))
+    out = analyse(tmp_path, pre)
+    t3, comps = csv(out, "table3.csv").set_index("id"), csv(out, "table3_components.csv")
+    expected = _expected_origins(yaml.safe_load(pre.read_text()))
+    assert set(expected) == set(t3.index)
+    for hid, (hsource, tsources) in expected.items():
+        assert hsource in ("paper", "reconstructed"), hid
+        assert t3.loc[hid, "hypothesis_source"] == hsource, hid
+        assert t3.loc[hid, "threshold_source"] == " AND ".join(tsources), hid
+        for i, src in enumerate(tsources):
+            c = row(comps, id=hid, component=i)
+            assert c["threshold_source"] == src, (hid, i)
+            if src == "paper":
+                assert isinstance(c["threshold_quote"], str) and c["threshold_quote"], (hid, i)
+            elif src == "reconstructed":
+                assert isinstance(c["threshold_why"], str) and c["threshold_why"], (hid, i)
+                assert not isinstance(c["threshold_quote"], str), (hid, i)  # no quote: not the paper's
+            else:
+                assert c["rule"] == "descriptive", (hid, i)  # only a rule without threshold has none
+    # the thresholds the paper states (Sections 5.1-5.2) are marked as the paper's, the others as ours
+    assert t3.loc["H1b", "threshold_source"] == "paper" and t3.loc["H1f", "threshold_source"] == "paper"
+    assert t3.loc["H1a", "threshold_source"] == "reconstructed"
+    assert t3.loc["H2c", "threshold_source"] == "reconstructed AND reconstructed AND reconstructed"
+    rep = (out / "report.md").read_text()
+    table3 = rep[rep.index("## Table 3"):rep.index("## Table 4")]
+    assert "| threshold from |" in table3
+    assert "Against the pre-registered threshold of 0.7" in table3  # H1b's quote, under the components
+
+
+PAPER = Path(os.environ.get("MEMSPACE_PAPER", "/work/shared/seeds/memory-as-a-shared-space.txt"))
+
+
+@pytest.mark.skipif(not PAPER.exists(), reason=f"the paper's text is not at {PAPER} (set MEMSPACE_PAPER)")
+def test_every_quote_is_the_papers_own_words():
+    from analysis import prereg as P
+
+    paper = " ".join(PAPER.read_text().split())
+    pre = P.load()
+    quotes = [(h["id"], q) for h in pre.hypotheses for q in h["origin"]["quote"]]
+    quotes += [(h["id"], q) for h in pre.hypotheses for t in h["tests"] for q in (t.get("threshold_origin") or {})
+               .get("quote", [])]
+    assert len(quotes) >= 10
+    for hid, q in quotes:
+        assert q in paper, (hid, q)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["hypotheses"][0].pop("origin"), "H1a: origin"),
+    (lambda d: d["hypotheses"][0].update(threshold_origin={"source": "reconstructed"}), "needs `why`"),
+    (lambda d: d["hypotheses"][0].update(threshold_origin={"source": "paper", "why": "x"}), "needs the paper's words"),
+    (lambda d: d["hypotheses"][3]["tests"][1].pop("threshold_origin"), "H1d: test 1 (accuracy_above)"),
+    (lambda d: d["hypotheses"][0].update(origin={"source": "guess", "why": "x"}), "must be"),
+])
+def test_a_rule_without_its_origin_is_refused(tmp_path, edit, message):
+    from analysis import prereg as P
+
+    with pytest.raises(P.PreregError, match=re.escape(message)):
+        P.load(prereg_file(tmp_path, edit=edit))
+
+
 def test_hash_recorded_after_the_first_call_is_exploratory(tmp_path):
     pre = prereg_file(tmp_path)
     st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre), created="2026-10-08T11:00:00+00:00")
@@ -371,6 +445,36 @@ def test_growth_ratio_h1f_and_the_scale_table(tmp_path):
     assert (out / "figure5.png").exists()
 
 
+def test_h1g_compares_the_shell_with_the_design_notes_agentic_interfaces(tmp_path):
+    """Compact session search came after the internal review (Appendix A (iv)): not in H1g's set."""
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    prompts = {"shell": [1000, 5000, 1000, 9000, 2000, 500],
+               "session_search": [2000, 2500, 3000, 2000, 2600, 2400],
+               "tool_bm25": [1000, 1200, 900, 1500, 1100, 1000],
+               "tool_dense": [1500, 1400, 1600, 3000, 1500, 1200],
+               "tool_hybrid": [1200, 1300, 1000, 2500, 1400, 1100],
+               "session_search_compact": [100, 100, 100, 100, 100, 50_000]}  # the most variable of all
+    for cond, ps in prompts.items():
+        for i, p in enumerate(ps):
+            st.add(cond, f"q{i}", prompt=p, output=0, calls=2, correct=True)
+    st.write()
+    out = analyse(tmp_path, pre)
+
+    def cv(xs):
+        x = np.array(xs, float)
+        return x.std(ddof=1) / x.mean()
+
+    paper_set = ["session_search", "tool_bm25", "tool_dense", "tool_hybrid"]
+    assert cv(prompts["session_search_compact"]) > cv(prompts["shell"]) > max(cv(prompts[c]) for c in paper_set)
+    c = row(csv(out, "table3_components.csv"), id="H1g", component=3)
+    assert c["estimate"] == pytest.approx(cv(prompts["shell"]))
+    assert c["threshold"] == pytest.approx(max(cv(prompts[c]) for c in paper_set))
+    assert c["holds"] in (True, "True")  # with the compact variant in the set it would not
+    assert "session_search_compact" not in c["note"] and all(x in c["note"] for x in paper_set)
+    assert c["threshold_source"] == "paper"
+
+
 # ------------------------------------------------------------------------------ Tables 5, tokens, evidence
 
 
@@ -427,6 +531,58 @@ def test_h3_reads_the_backend_study_outputs(tmp_path):
     assert t3.loc["H3c", "outcome"] == "not run"  # footprint.csv missing: not run, not failed
     comps = csv(analyse(tmp_path, pre, out="r2"), "table3_components.csv")
     assert row(comps, id="H3b", component=0)["estimate"] == pytest.approx(21.67 / 1.91)
+
+
+def backends_folder(tmp_path: Path, pre: Path, recall_csv: str) -> Path:
+    d = tmp_path / "runs" / "backends" / "backends"
+    d.mkdir(parents=True)
+    (d / "stage.json").write_text(json.dumps({
+        "schema_version": 1, "kind": "backends", "stage": "backends", "label": "backends", "config_hash": "x",
+        "seed": 0, "data": {"path": "d.json", "sha256": "d" * 64}, "plan": {}, "versions": {}, "model": None,
+        "code": {"commit": None, "dirty": None}, "created": "2026-10-09T00:00:00+00:00",
+        "prereg": {"sha256": sha256_file(pre)}}))
+    (d / "recall.csv").write_text(recall_csv)
+    return d
+
+
+RECALL_HEAD = "config,backend,case,selectivity,queries,builds,recall_at_10,short_lists,p50_ms,p95_ms\n"
+EXACT_ROWS = "exact,exact,all,1.0,180,1,1.0,0,17.28,80.5\n"  # exact search is slow and not an approximate index
+
+
+@pytest.mark.parametrize("worst, holds", [(22.62, True), (51.2, False)])
+def test_h3d_p95_of_every_approximate_configuration_below_50_ms(tmp_path, worst, holds):
+    pre = prereg_file(tmp_path)
+    backends_folder(tmp_path, pre, RECALL_HEAD + EXACT_ROWS
+                    + "redis_ef10,redis_qe,one,0.0056,180,3,0.999,0,0.89,1.4\n"
+                    + "redis_ef10,redis_qe,unfiltered,1.0,180,3,0.808,0,1.1,2.0\n"
+                    + "vset_q8,vectorset,public10,0.1,180,3,0.97,0,2.5,6.1\n"
+                    + f"pgvector_relaxed,pgvector,one,0.0056,180,3,0.992,0,6.52,{worst}\n"
+                    + "pgvector_off,pgvector,all,1.0,180,3,0.963,0,7.22,12.0\n")
+    out = analyse(tmp_path, pre)
+    t3, comps = csv(out, "table3.csv").set_index("id"), csv(out, "table3_components.csv")
+    c = row(comps, id="H3d", component=0)
+    assert c["n"] == 5  # the five approximate rows; the exact row (80.5 ms) is left out
+    assert c["estimate"] == pytest.approx(worst) and c["threshold"] == 50
+    assert t3.loc["H3d", "outcome"] == ("supported" if holds else "not supported")
+    assert t3.loc["H3d", "status"] == "confirmatory"
+    assert t3.loc["H3d", "hypothesis_source"] == "paper" and c["threshold_source"] == "paper"
+    assert "below the 50 ms of the design note" in c["threshold_quote"]
+    if not holds:
+        assert c["note"] == "1 of 5 rows fail: config=pgvector_relaxed, case=one (51.2)"
+    assert t3.loc["H3c", "outcome"] == "not run"  # the other backend rules are unaffected
+
+
+def test_h3d_selects_the_studys_approximate_backends_and_needs_its_columns(tmp_path):
+    from harness.memory.study import APPROXIMATE
+
+    data = yaml.safe_load((REPO / "conf" / "prereg" / "hypotheses.yaml").read_text())
+    h3d = next(h for h in data["hypotheses"] if h["id"] == "H3d")
+    assert sorted(h3d["select"]["backend"]) == sorted(APPROXIMATE)
+    pre = prereg_file(tmp_path)  # a recall.csv written before the study wrote p95_ms: not evaluable, not failed
+    backends_folder(tmp_path, pre, "config,backend,case,p50_ms\nredis_ef10,redis_qe,one,0.89\n")
+    t3 = csv(analyse(tmp_path, pre), "table3.csv").set_index("id")
+    assert t3.loc["H3d", "outcome"] == "not evaluable"
+    assert "no column 'p95_ms'" in t3.loc["H3d", "note"]
 
 
 # ------------------------------------------------------------------------------ the command

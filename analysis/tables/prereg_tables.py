@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from analysis.markdown import DASH, ci, integer, is_missing, link, md_table, num, pval
@@ -9,24 +11,36 @@ from analysis.tables import Table, register
 
 
 def table3_section(t3: pd.DataFrame, comps: pd.DataFrame, expl: pd.DataFrame) -> str:
+    def origin(source: str, quote: Any, why: Any) -> str:  # "paper: “…”" / "reconstructed: why"
+        text = "; ".join(x for x in ((f"“{quote}”" if isinstance(quote, str) and quote else ""),
+                                     (why if isinstance(why, str) else "")) if x)
+        return f"{source}: {text}" if text else str(source)
+
     rows = []
     for _, r in t3.iterrows():
         est = DASH if is_missing(r["estimate"]) else ci(r["estimate"], r["lo"], r["hi"], 3)
-        rows.append([r["id"], r["family"], r["tests"], r["folders"] or DASH, integer(r["n"]), est,
-                     pval(r["p"]), pval(r["p_holm"]) if r["in_holm"] else DASH, f"**{r['outcome']}**",
+        rows.append([r["id"], r["family"], r["tests"], r["threshold_source"], r["folders"] or DASH, integer(r["n"]),
+                     est, pval(r["p"]), pval(r["p_holm"]) if r["in_holm"] else DASH, f"**{r['outcome']}**",
                      r["status"] + (f" ({r['reason']})" if r["reason"] else "")])
-    out = md_table(["id", "family", "rule", "folders", "n", "estimate [95% CI]", "p", "p (Holm)", "outcome",
-                    "status"], rows) + "\n"
-    out += "\n" + "\n".join(f"- **{r['id']}**: {r['statement']}" for _, r in t3.iterrows()) + "\n"
+    out = md_table(["id", "family", "rule", "threshold from", "folders", "n", "estimate [95% CI]", "p", "p (Holm)",
+                    "outcome", "status"], rows) + "\n"
+    out += "\n" + "\n".join(f"- **{r['id']}**: {r['statement']} (hypothesis from "
+                            f"{origin(r['hypothesis_source'], r['hypothesis_quote'], r['hypothesis_why'])})"
+                            for _, r in t3.iterrows()) + "\n"
     crow = []
     for _, c in comps.iterrows():
         crow.append([f"{c['id']}.{int(c['component'])}", c["test"], c["folder"] or DASH, integer(c["n"]),
                      DASH if is_missing(c["estimate"]) else ci(c["estimate"], c["lo"], c["hi"], 3),
-                     num(c["threshold"], 3), pval(c["p"]),
+                     num(c["threshold"], 3), c["threshold_source"], pval(c["p"]),
                      DASH if is_missing(c["holds"]) else ("holds" if c["holds"] else "does not hold"),
                      "; ".join(x for x in (c["note"], c["error"]) if isinstance(x, str) and x)])
     out += "\nComponents (" + link("table3_components.csv") + "):\n\n" + md_table(
-        ["test", "rule", "folder", "n", "estimate [95% CI]", "threshold", "p", "result", "note"], crow) + "\n"
+        ["test", "rule", "folder", "n", "estimate [95% CI]", "threshold", "threshold from", "p", "result", "note"],
+        crow) + "\n"
+    out += ("\nWhere each threshold comes from (paper: the paper's words; reconstructed: our choice):\n\n"
+            + "\n".join(f"- {c['id']}.{int(c['component'])} {c['test']}: "
+                         f"{origin(c['threshold_source'], c['threshold_quote'], c['threshold_why'])}"
+                         for _, c in comps.iterrows() if c["threshold_source"] != "none") + "\n")
     if expl is not None and not expl.empty:
         erow = []
         for _, e in expl.iterrows():
