@@ -36,7 +36,8 @@ from inspect_ai.model import (ChatMessageAssistant, ChatMessageSystem, ChatMessa
 from inspect_ai.scorer import Score
 from inspect_ai.tool import ToolCall, ToolCallError
 
-from analysis.load import AnalysisError, Folder, find_folders, load_folder, runs_frame
+from analysis.load import AnalysisError, Folder, find_folders, ledger_frame, load_folder, runs_frame
+from analysis.tables.fidelity import manifest_rows
 from analysis.replay import memory_logs, visibility_of
 from harness.records import RunDir
 
@@ -272,13 +273,16 @@ def eval_log(folder: Folder, condition: str, records: list[dict], runs: pd.DataF
                         unscored_samples=int(rows["correct"].isna().sum()))]
     code = info.get("code") or {}
     created = str(info.get("created"))
+    fidelity = manifest_rows(folder, ledger_frame(folder))  # the log opens with what it measured against the paper
     ids = sorted({s.id for s in samples}, key=str)
     spec = EvalSpec(
         created=created, task=condition, task_id=f"{folder.name}/{condition}", run_id=folder.name,
         dataset=EvalDataset(name=str((info.get("data") or {}).get("path")), samples=len(ids), sample_ids=ids),
         model=model, config=EvalConfig(epochs=max([int(r.get("repeat", 0)) + 1 for r in planned] or [1])),
         revision=EvalRevision(type="git", origin="", commit=code.get("commit") or "", dirty=code.get("dirty")),
-        metadata={"stage": folder.stage, "label": folder.label, "folder": folder.name, "seed": info.get("seed"),
+        metadata={"fidelity": [{k: r[k] for k in ("setting", "paper", "stage", "status")} for r in fidelity],
+                  "fidelity_differs": [r["key"] for r in fidelity if r["status"] == "differs"],
+                  "stage": folder.stage, "label": folder.label, "folder": folder.name, "seed": info.get("seed"),
                   "config_hash": info.get("config_hash"), "data_sha256": (info.get("data") or {}).get("sha256"),
                   "judge": folder.judge, "planned_runs": len(planned), "recorded_runs": len(records),
                   "accuracy_counts": "repeat 0, judged runs; a failed run counts as wrong (analysis.load)"})

@@ -41,7 +41,7 @@ RUN_COLUMNS = [
     "retrieval_s", "empty_results", "error_results", "ev_first", "ev_any", "dec_calls", "dec_prefix",
     "dec_results", "dec_output", "dec_input", "config_hash", "data_sha256", "seed", "prereg_sha256",
     "code_commit", "code_dirty", "memory_preparing", "overrides", "searches", "k_set", "k1", "k_sum",
-    "dated", "dated_empty", "literal",
+    "dated", "dated_empty", "literal", "result_chars",
 ]
 
 
@@ -327,6 +327,7 @@ def run_rows(folder: Folder) -> list[dict]:
             **tool_choices(r["tools"]),
             "literal": b(literal(r["gold"], r["answer"] if r["status"] == "ok" else None, r["qtype"],
                                  r["abstention"])),
+            "result_chars": sum(int(t["chars"]) for t in r["tools"]),  # tool results as the model read them
         })
     return rows
 
@@ -378,7 +379,7 @@ def ledger_frame(folder: Folder) -> pd.DataFrame:
     for path in ledger_paths(folder):
         rows += _ledger_rows(folder, path)
     cols = ["folder", "ledger", "line", "event", "call", "tag", "run_id", "condition", "party", "role", "attempt",
-            "status", "model", "prompt", "hit", "miss", "output", "ts"]
+            "status", "model", "response_model", "prompt", "hit", "miss", "output", "ts"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -404,7 +405,7 @@ def _ledger_rows(folder: Folder, path: Path) -> list[dict]:
             "folder": folder.name, "ledger": ledger, "line": i, "event": e.event, "call": e.call, "tag": tag,
             "run_id": run_id, "condition": run_id.split(".")[0] if run_id else "",
             "party": party, "role": e.role or "", "attempt": e.attempt, "status": e.status,
-            "model": e.model or "", "prompt": e.prompt or 0, "hit": e.hit or 0,
+            "model": e.model or "", "response_model": e.response_model or "", "prompt": e.prompt or 0, "hit": e.hit or 0,
             "miss": e.miss or 0, "output": e.output or 0, "ts": e.ts,
         })
     return rows

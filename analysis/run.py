@@ -17,6 +17,8 @@ Arguments (key=value; bare paths are added to runs):
   replay=org|all|none  which folders get the exposure replay (default org: LongMemEval-Org
                     folders; all adds LongMemEval folders, which rebuilds their whole index)
   lenient=true      exit 0 even when files or lines were left out (data_quality.csv lists them)
+  pool=true         draw a result from folders whose fidelity manifests differ in a pooled setting
+                    (refused by default; pooling.csv and the report's first section say which)
 
 Exit codes: 0 written and clean; 1 written, but a private unit was logged under a view
 (VIOLATION) or files/lines were left out (data_quality.csv; lenient=true accepts them);
@@ -95,7 +97,7 @@ class Results:
 
 def parse_args(argv: Sequence[str]) -> dict:
     opts: dict = {"runs": [], "out": "results", "prereg": str(P.DEFAULT_PATH), "judge": None, "resamples": None,
-                  "replay": "org", "runs_root": "runs", "lenient": "false"}
+                  "replay": "org", "runs_root": "runs", "lenient": "false", "pool": "false"}
     last = None
     for a in argv:
         if a in ("-h", "--help", "help"):
@@ -125,6 +127,9 @@ def parse_args(argv: Sequence[str]) -> dict:
     if str(opts["lenient"]).lower() not in ("true", "false"):
         raise AnalysisError(f"lenient must be true or false, got {opts['lenient']!r}")
     opts["lenient"] = str(opts["lenient"]).lower() == "true"
+    if str(opts["pool"]).lower() not in ("true", "false"):
+        raise AnalysisError(f"pool must be true or false, got {opts['pool']!r}")
+    opts["pool"] = str(opts["pool"]).lower() == "true"
     return opts
 
 

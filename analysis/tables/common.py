@@ -83,7 +83,10 @@ def select(runs: pd.DataFrame, folder: str, variant: str, condition: str, repeat
 
 
 def pair_frame(runs: pd.DataFrame, folder: str, variant: str, a: str, b: str) -> pd.DataFrame:
-    da, db = select(runs, folder, variant, a), select(runs, folder, variant, b)
+    return merge_pairs(select(runs, folder, variant, a), select(runs, folder, variant, b))
+
+
+def merge_pairs(da: pd.DataFrame, db: pd.DataFrame) -> pd.DataFrame:
     return da.merge(db, on="qid", suffixes=("_a", "_b"), how="inner", validate="one_to_one").sort_values(
         "qid", kind="mergesort")
 
@@ -92,7 +95,14 @@ def compare(runs: pd.DataFrame, folder: str, variant: str, a: str, b: str, st: S
             metrics: Sequence[str] = METRICS, keep_boot: bool = False,
             statistics: Sequence[str] = stats.STATISTICS) -> Paired:
     """A vs B on the questions both ran: metric ratios, and accuracy on the jointly judged ones."""
-    m = pair_frame(runs, folder, variant, a, b)
+    return compare_frames(pair_frame(runs, folder, variant, a, b), folder, variant, a, b, st, metrics, keep_boot,
+                          statistics)
+
+
+def compare_frames(m: pd.DataFrame, folder: str, variant: str, a: str, b: str, st: Settings,
+                   metrics: Sequence[str] = METRICS, keep_boot: bool = False,
+                   statistics: Sequence[str] = stats.STATISTICS) -> Paired:
+    """The same on an already merged frame (merge_pairs), e.g. runs of two folders on one set of questions."""
     qids = m["qid"].tolist()
     mc = None
     if qids and metrics:
@@ -165,6 +175,8 @@ def describe(d: pd.DataFrame) -> dict:
         out[f"mean_{k}"] = float(d[k].mean()) if len(d) else math.nan
     out["median_time"] = float(d["time"].median()) if len(d) else math.nan
     out["total_tokens"] = int(d["tokens"].sum())
+    # what the model read back from its tools per question (Section 5.1: 47.7k vs 28.0k characters)
+    out["mean_result_chars"] = float(d["result_chars"].mean()) if len(d) else math.nan
     return out
 
 

@@ -110,7 +110,8 @@ def conditions_section(t: pd.DataFrame, folder: str, variant: str, org: bool) ->
     if d.empty:
         return ""
     heads = ["condition", "n", "failed", "unjudged", "accuracy %", "Δ accuracy pts [95% CI]", "McNemar p",
-             *(METRIC_NAMES[k] for k in ("model_calls", "tool_calls", "tokens", "cost", "time")), "median time (s)"]
+             *(METRIC_NAMES[k] for k in ("model_calls", "tool_calls", "tokens", "cost", "time")), "median time (s)",
+             "tool-result chars"]
     if org and variant == "private":
         heads += ["leaks", "runs with private units", "private units"]
     rows = []
@@ -120,7 +121,7 @@ def conditions_section(t: pd.DataFrame, folder: str, variant: str, org: bool) ->
         row = [r["condition"], integer(r["n_questions"]), integer(r["n_failed"]), integer(r["n_unjudged"]),
                num(r["accuracy_pct"], 1), diff, pval(r["mcnemar_p"]),
                *(_metric_cell(r, k) for k in ("model_calls", "tool_calls", "tokens", "cost", "time")),
-               num(r["median_time"], 2)]
+               num(r["median_time"], 2), integer(r["mean_result_chars"])]
         if org and variant == "private":
             row += [f"{integer(r['leaks'])} of {integer(r['leak_judged'])}", integer(r["exposed_runs"]),
                     integer(r["private_units"])]
@@ -181,7 +182,8 @@ def table1_section(res) -> str:
     # Table 1
     parts.append("\n## Table 1: LongMemEval conditions\n\n")
     parts.append("Tokens = prompt + output tokens of every model call of a run (asked agents included); cost = "
-                 "list price in US dollars; time = wall seconds per run; model and tool calls per run. ")
+                 "list price in US dollars; time = wall seconds per run; model and tool calls per run; tool-result "
+                 "chars = characters of tool results the model read per question. ")
     parts.append(f"{link('table1.csv')}, per type {link('table1_types.csv')}, all pairs {link('comparisons.csv')}. "
                  f"Status: {_status_line(res, 'table1')}; per-type accuracy {_status_line(res, 'table1_types')}; "
                  f"median ratios {_status_line(res, 'median_ratio')}.\n")

@@ -75,7 +75,10 @@ def stage_pairs(folders: Sequence[Folder]) -> list[tuple[Folder, Folder]]:
 
 
 def _scale(res) -> pd.DataFrame:
-    parts = [scale_table(res.runs, s_f, m_f, res.settings) for s_f, m_f in stage_pairs(res.folders)]
+    from analysis.tables.fidelity import pool
+
+    parts = [scale_table(res.runs, s_f, m_f, res.settings) for s_f, m_f in stage_pairs(res.folders)
+             if pool(res, "scale", [s_f, m_f])]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 

@@ -9,7 +9,8 @@ from the paper, one line each, unless the row's key is named in `allow_deviation
 accepted deviations are written to stage.json beside the manifest.
 
 Each row: key (what allow_deviation names), setting, the paper's value, this stage's value,
-status (same | differs | unknown | not used), and whether stages must agree on it to be pooled.
+status (same | differs | unknown | not used), and `pool`: what two stages must share to be
+pooled in one result (empty: they may differ, e.g. the data of the S and M stages).
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ PAPER_TEXT = {
 }
 # deviations the preset refuses unless named in allow_deviation (data and seed are reported only)
 PRESET_CHECKED = ("reader_model", "judge_model", "judge_prompts", "encoder", "runtime", "index", "tool_texts")
-POOLED = ("reader_model", "judge_model", "judge_prompts", "encoder", "runtime", "index", "tool_texts", "sample_seed")
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Row:
     paper: str
     stage: str
     status: str
-    pool: bool
+    pool: str  # the value stages pooled in one result must share; "" = may differ
     detail: str = ""  # what is missing and how to get it, when status is differs or unknown
 
     def line(self) -> str:
@@ -90,7 +90,8 @@ def reader_row(cfg) -> Row:
     effort = (m.get("params") or {}).get("reasoning_effort")
     same = str(m.get("model")) == PAPER["reader_model"]["model"] and effort == PAPER["reader_model"]["reasoning_effort"]
     return Row("reader_model", "reader model (configured)", PAPER_TEXT["reader_model"],
-               f"{m.get('model')} ({m.get('name')}), reasoning effort {effort or 'not set'}", _status(same), True,
+               f"{m.get('model')} ({m.get('name')}), reasoning effort {effort or 'not set'}", _status(same),
+               f"{m.get('model')}|{effort}",
                "" if same else "model=deepseek (or preset=paper)")
 
 
@@ -100,23 +101,25 @@ def judge_rows(cfg) -> list[Row]:
     j = cfg.judge
     same = str(j.get("model")) == PAPER["judge_model"]["model"]
     rows = [Row("judge_model", "judge model (configured)", PAPER_TEXT["judge_model"], f"{j.get('model')} ({j.get('name')})",
-                _status(same), True, "" if same else "judge=deepseek (or preset=paper)")]
+                _status(same), str(j.get("model")), "" if same else "judge=deepseek (or preset=paper)")]
     spec = str(j.get("prompts") or "builtin")
     if spec == "builtin":
         from judge.prompts import builtin
 
         rows.append(Row("judge_prompts", "judge prompts", PAPER_TEXT["judge_prompts"],
-                        f"builtin (the project's own wording), sha256 {builtin().sha256[:16]}", "differs", True,
+                        f"builtin (the project's own wording), sha256 {builtin().sha256[:16]}", "differs",
+                        f"builtin|{builtin().sha256}",
                         f"python -m harness.data download --what evaluate_qa, then judge.prompts={OFFICIAL_DEFAULT_PATH}"))
         return rows
     st = official_status(spec)
     if not st["present"] or not st["parses"]:
         rows.append(Row("judge_prompts", "judge prompts", PAPER_TEXT["judge_prompts"], f"{spec} (missing or unreadable)",
-                        "differs", True, st["detail"]))
+                        "differs", f"missing|{spec}", st["detail"]))
         return rows
     same = st["matches_pin"]
     rows.append(Row("judge_prompts", "judge prompts", PAPER_TEXT["judge_prompts"],
-                    f"official file {spec}, sha256 {st['sha256'][:16]}", _status(True if same is None else same), True,
+                    f"official file {spec}, sha256 {st['sha256'][:16]}", _status(True if same is None else same),
+                    f"official|{st['sha256']}",
                     "" if same is not False else st["detail"]))
     return rows
 
@@ -126,12 +129,13 @@ def encoder_row(cfg, need: set[str]) -> Row:
 
     e = cfg.encoder
     if "memory_space" not in need:
-        return Row("encoder", "encoder", PAPER_TEXT["encoder"], f"{e.get('name')} (no condition embeds)", "not used", True)
+        return Row("encoder", "encoder", PAPER_TEXT["encoder"], f"{e.get('name')} (no condition embeds)", "not used", "")
     st = weights_status(str(e.get("name")), e.get("path"))
     weights = f", weights sha256 {st['weights_sha256'][:16]}" if st.get("weights_sha256") else ", weights absent"
     stage = f"{st['model']} ({e.get('name')}){weights}"
     same = str(e.get("name")) == "bge" and st["present"] and st["matches_pin"] is not False
-    return Row("encoder", "encoder", PAPER_TEXT["encoder"], stage, _status(same), True, "" if same else st["detail"])
+    return Row("encoder", "encoder", PAPER_TEXT["encoder"], stage, _status(same),
+               f"{st['model']}|{st.get('weights_sha256')}", "" if same else st["detail"])
 
 
 def runtime_row(need: set[str]) -> Row:
@@ -141,9 +145,9 @@ def runtime_row(need: set[str]) -> Row:
     f = runtime_facts()
     stage = f"hermes-agent {f['version']}, session_search shape {f['session_search_shape']} ({f['shape_description']})"
     if "runtime" not in need:
-        return Row("runtime", "runtime", paper, stage + "; no condition uses it", "not used", True)
+        return Row("runtime", "runtime", paper, stage + "; no condition uses it", "not used", "")
     same = f["version"] == PAPER_RUNTIME_VERSION and f["session_search_shape"] == PAPER_SESSION_SEARCH_SHAPE
-    return Row("runtime", "runtime", paper, stage, _status(same), True,
+    return Row("runtime", "runtime", paper, stage, _status(same), f"{f['version']}|{f['session_search_shape']}",
                "" if same else f"make setup HERMES_VERSION={PAPER_RUNTIME_VERSION} where that version installs")
 
 
@@ -154,9 +158,9 @@ def index_row(cfg, need: set[str]) -> Row:
               if dense.get(k) is not None}
     stage = f"{dense.get('name')}" + (" " + ", ".join(f"{k} {v}" for k, v in params.items()) if params else "")
     if "memory_space" not in need:
-        return Row("index", "vector index", PAPER_TEXT["index"], stage + "; no condition searches it", "not used", True)
+        return Row("index", "vector index", PAPER_TEXT["index"], stage + "; no condition searches it", "not used", "")
     same = all(dense.get(k) == v for k, v in PAPER["index"].items())
-    return Row("index", "vector index", PAPER_TEXT["index"], stage, _status(same), True,
+    return Row("index", "vector index", PAPER_TEXT["index"], stage, _status(same), stage,
                "" if same else "index=redis_qe (or preset=paper)")
 
 
@@ -175,11 +179,12 @@ def tool_texts_row(cfg) -> Row:
             guidance.add(str(c.get("guidance")))
     if not mine:
         return Row("tool_texts", "memory tool texts", PAPER_TEXT["tool_texts"], "no memory tool in this stage",
-                   "not used", True)
+                   "not used", "")
     h, ph = sha256_json(mine), sha256_json(paper)
     stage = f"guidance {', '.join(sorted(guidance)) or 'paper'}, sha256 {h[:16]}"
+    # pooled stages must share the guidance: the texts also differ by design between LongMemEval and Org (owner)
     return Row("tool_texts", "memory tool texts", f"{PAPER_TEXT['tool_texts']}, sha256 {ph[:16]}", stage,
-               _status(h == ph), True, "" if h == ph else "stage.tool_guidance=paper")
+               _status(h == ph), "guidance " + ",".join(sorted(guidance)), "" if h == ph else "stage.tool_guidance=paper")
 
 
 def data_row(plan) -> Row:
@@ -192,14 +197,15 @@ def data_row(plan) -> Row:
     stage = f"{name} ({plan.data.get('kind') or 'file'}), sha256 {sha[:16]}"
     if known:
         same = sha == known
-        return Row("data", "data file", paper, stage, _status(same), False,
+        return Row("data", "data file", paper, stage, _status(same), "",
                    "" if same else "a generated or altered file, not the published one")
-    return Row("data", "data file", paper, stage, "unknown" if not name.startswith("synth") else "differs", False,
+    return Row("data", "data file", paper, stage, "unknown" if not name.startswith("synth") else "differs", "",
                "generated data" if name.startswith("synth") else "")
 
 
 def seed_row(cfg) -> Row:
-    return Row("sample_seed", "sample seed", PAPER_TEXT["sample_seed"], f"seed {int(cfg.seed)}", "unknown", True)
+    return Row("sample_seed", "sample seed", PAPER_TEXT["sample_seed"], f"seed {int(cfg.seed)}", "unknown",
+               str(int(cfg.seed)))
 
 
 def manifest(cfg, plan) -> list[Row]:
