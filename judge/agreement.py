@@ -8,10 +8,12 @@ has its own cache identity, its own judgements file
 (runs/<stage>/<label>/judgements/<judge2 name>.jsonl, or `<name>.judge2.jsonl` when
 both judges share a config name) and its own ledger tag ("judge2:<run_id>").
 
-Writes results/agreement/<stage>/agreement.csv (one row per judged answer and kind:
-run_id, kind, condition, variant, qtype, label1, label2, ...) and disagreements.csv,
-and prints the agreement, Cohen's kappa and each disagreement. The main judge is run
-first (free when `make judge` already ran: cached or already judged).
+Writes runs/<stage>/<label>/agreement/agreement.csv (one row per judged answer and kind:
+run_id, kind, condition, variant, qtype, label1, label2, ...) and disagreements.csv, and
+prints the agreement, Cohen's kappa and each disagreement; `make analyze` recomputes the
+same from the two judgements files (analysis/tables/judge_agreement.py), pooled over
+stages, and keeps it in the report. The main judge is run first (free when `make judge`
+already ran: cached or already judged).
 """
 
 from __future__ import annotations
@@ -146,9 +148,11 @@ def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
                          "no agreement or kappa to report")
     stage = str(cfg.stage.name)
     label = str(cfg.stage.label)
-    out = Path(str(results_dir or cfg.get("results_dir") or "results")) / "agreement" / stage
-    if label != stage:
-        out = out / label
+    if results_dir or cfg.get("results_dir"):
+        out = Path(str(results_dir or cfg.get("results_dir"))) / "agreement" / stage
+        out = out / label if label != stage else out
+    else:  # beside the judgements, where `make analyze` (which replaces results/) never deletes it
+        out = rd.root / "agreement"
     _write_csv(out / "agreement.csv", rows, FIELDS)
     dis = [r for r in rows if isinstance(r["label1"], bool) and isinstance(r["label2"], bool)
            and r["label1"] != r["label2"]]

@@ -79,6 +79,7 @@ class Stage:
     data: dict = field(default_factory=lambda: {"path": "/nonexistent/data.json", "sha256": "d" * 64, "kind": "synth"})
     config_extra: dict = field(default_factory=dict)
     judge_prices: dict = field(default_factory=lambda: dict(PRICES))
+    fidelity: dict | None = None  # stage.json's fidelity manifest (harness.run.fidelity), when the test gives one
 
     @property
     def path(self) -> Path:
@@ -187,6 +188,8 @@ class Stage:
                 "model": {"name": "test", "model": "test-model", "prices": PRICES, "offpeak": OFFPEAK},
                 "prereg": {"path": "conf/prereg/hypotheses.yaml", "sha256": self.prereg_sha},
                 "code": {"commit": "abc123", "dirty": False}, "created": self.created}
+        if self.fidelity is not None:
+            info["fidelity"] = self.fidelity
         (p / "stage.json").write_text(json.dumps(info, indent=1, sort_keys=True))
         for r in self.records:
             RunRecord.model_validate(r)  # the fixture writes what the driver would: fail here if it drifts

@@ -486,6 +486,17 @@ def test_agreement_with_a_second_judge(stage):
     # the second judge's file is its own; the main judge's was made (or reused) first
     assert (stage_dir(stage) / "judgements" / "vllm.judge2.jsonl").exists()
     assert (stage_dir(stage) / "judgements" / "vllm.jsonl").exists()
+    # make analyze computes the same agreement from the two judgements files and keeps it in the report
+    from analysis import run as A
+
+    res_dir = stage / "analysed"
+    assert A.main([f"runs={stage_dir(stage)}", f"out={res_dir}", "resamples=50", "replay=none", "lenient=true"]) in (0, 1)
+    got = list(csv.DictReader(open(res_dir / "judge_agreement.csv")))
+    mine = next(g for g in got if g["kind"] == "all" and g["judge2"] == "vllm.judge2")
+    assert int(mine["n"]) == len(rows) and float(mine["agreement"]) == pytest.approx(a.agreement)
+    assert float(mine["kappa"]) == pytest.approx(a.kappa)
+    assert int(mine["only_main_yes"]) == len(dis) and int(mine["only_second_yes"]) == 0
+    assert "## Judge validation (Appendix E)" in (res_dir / "report.md").read_text()
 
 
 def test_two_servers_with_one_model_name_never_share_labels(stage):
