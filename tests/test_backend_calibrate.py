@@ -143,3 +143,39 @@ def test_a_stage_calibration_includes_the_recall_threshold(tmp_path):
     assert r["thresholds"]["unfiltered_recall"] == {
         "config": "redis_ef100", "min": round(got["redis_ef100"] - MARGINS["unfiltered_recall"], 2)}
 
+
+def backends_folder(tmp_path, name, diag):
+    import json
+    from types import SimpleNamespace
+
+    d = tmp_path / name
+    d.mkdir()
+    (d / "diagnostics.json").write_text(json.dumps(diag))
+    return SimpleNamespace(path=str(d), name=name, info={"kind": "backends"})
+
+
+def test_realistic_uses_the_thresholds_of_the_folders_own_encoder(tmp_path):
+    from analysis.backends import realistic
+
+    measures = {"nn_cosine_median": 0.80, "nn_cosine_above_095": 0.01, "distinct_queries": 180, "queries": 180,
+                "unfiltered_recall": {"redis_ef100": 0.97}}
+    bge_range = {"nn_cosine_median_max": 0.86, "nn_cosine_above_095_max": 0.06, "distinct_queries_min": 0.9,
+                 "unfiltered_recall": {"config": "redis_ef100", "min": 0.93}}
+    bge = {"encoder_id": "bge:BAAI/bge-small-en-v1.5:cls:seq512:fp32:norm:0123456789abcdef"}
+    ok, why = realistic(backends_folder(tmp_path, "a", {**measures, "encoder": bge, "thresholds": bge_range,
+                                                        "thresholds_encoder": bge["encoder_id"], "realistic": True}))
+    assert ok and "bge:" in why
+    # the same corpus against MiniLM's range (median 0.80 > 0.70) would have suppressed the figures
+    ok, why = realistic(backends_folder(tmp_path, "b", {**measures, "encoder": bge, "thresholds": minilm_recorded(),
+                                                        "thresholds_encoder": bge["encoder_id"]}))
+    assert not ok and "nn_cosine_median" in why
+    # a range calibrated with another encoder never counts
+    ok, why = realistic(backends_folder(tmp_path, "c", {**measures, "encoder": bge, "thresholds": bge_range,
+                                                        "thresholds_encoder": "minilm:x"}))
+    assert not ok and "not this folder's encoder" in why
+    # folders from before per-encoder ranges were checked against MiniLM's: fine for MiniLM, not for bge
+    ok, why = realistic(backends_folder(tmp_path, "d", {**measures, "encoder": bge, "thresholds": bge_range}))
+    assert not ok and "rerun the stage" in why
+    old = {**measures, "nn_cosine_median": 0.62, "encoder": {"encoder_id": "minilm:abc"},
+           "thresholds": {k: v for k, v in minilm_recorded().items() if k != "encoder_id"}}
+    assert realistic(backends_folder(tmp_path, "e", old))[0] is True
