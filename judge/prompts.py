@@ -320,7 +320,8 @@ def official_status(path: str | Path | None = None) -> dict:
     except PromptFileError as exc:
         why = f"does not parse: {exc}"
     if out["matches_pin"]:
-        return {**out, "detail": f"{p} is LongMemEval's {OFFICIAL_FILE} at {OFFICIAL_COMMIT[:7]} (sha256 matches) and {why}"}
+        return {**out, "detail": f"{p} is LongMemEval's {OFFICIAL_FILE} at {OFFICIAL_COMMIT[:7]} "
+                                 f"(sha256 matches) and {why}"}
     return {**out, "detail": f"{p} differs from LongMemEval's {OFFICIAL_FILE} at {OFFICIAL_COMMIT[:7]} (sha256 "
                              f"{out['sha256'][:12]}, pinned {OFFICIAL_SHA256[:12]}: another version or an edited copy) "
                              f"and {why}; fetch the pinned file: {OFFICIAL_FETCH}"}

@@ -203,7 +203,8 @@ def test_official_file_errors_are_clear(tmp_path):
 def test_official_status_present_absent_tampered_and_unparsable(tmp_path, monkeypatch):
     keys = {"path", "present", "sha256", "pinned_sha256", "matches_pin", "parses", "detail"}
     st = P.official_status(tmp_path / "nowhere" / "evaluate_qa.py")
-    assert set(st) == keys and (st["present"], st["sha256"], st["matches_pin"], st["parses"]) == (False, None, None, False)
+    assert set(st) == keys
+    assert (st["present"], st["sha256"], st["matches_pin"], st["parses"]) == (False, None, None, False)
     assert "download --what evaluate_qa --out data/longmemeval" in st["detail"]
     assert P.official_status()["path"] == str((P.REPO / P.OFFICIAL_DEFAULT_PATH).resolve())
     assert P.OFFICIAL_DEFAULT_PATH == "data/longmemeval/evaluate_qa.py"

@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="hub revision (longmemeval: main; bge: the pinned commit) or git commit (evaluate_qa: the "
                         "pinned one); a revision other than the pinned one is trust-on-first-download")
     d.add_argument("--endpoint", default=None, help="hub base URL (default HF_ENDPOINT or https://huggingface.co)")
-    d.add_argument("--base-url", default=None, help="evaluate_qa: raw-file base URL (default https://raw.githubusercontent.com)")
+    d.add_argument("--base-url", default=None,
+                   help="evaluate_qa: raw-file base URL (default https://raw.githubusercontent.com)")
     pe = sub.add_parser("personal", help="write personalization trials (second seed paper) and check them")
     pe.add_argument("--out", default=None, help="default data/personal/personal_trials_n<N>_seed<S>.json")
     pe.add_argument("--n", type=int, default=150)

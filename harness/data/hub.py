@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .longmemeval import sha256_file
@@ -57,7 +57,7 @@ def verify(path: Path, filename: str) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def record(out_dir: Path, entries: dict[str, dict]) -> Path:
@@ -173,8 +173,14 @@ def download_evaluate_qa(out_dir: str | Path = "data/longmemeval", commit: str |
     `base_url` replaces https://raw.githubusercontent.com (the URL is <base>/<owner>/<repo>/<commit>/<path>).
     At the pinned commit the file must have OFFICIAL_SHA256, or it is deleted and refused; another
     commit is recorded as trust-on-first-download."""
-    from judge.prompts import (OFFICIAL_COMMIT, OFFICIAL_FILE, OFFICIAL_REPO, OFFICIAL_SHA256, PromptFileError,
-                               parse_official)
+    from judge.prompts import (
+        OFFICIAL_COMMIT,
+        OFFICIAL_FILE,
+        OFFICIAL_REPO,
+        OFFICIAL_SHA256,
+        PromptFileError,
+        parse_official,
+    )
 
     commit = commit or OFFICIAL_COMMIT
     base = (base_url or GITHUB_RAW).rstrip("/")
@@ -202,7 +208,8 @@ def download_evaluate_qa(out_dir: str | Path = "data/longmemeval", commit: str |
     finally:
         tmp.unlink(missing_ok=True)
     record(out_dir, {"evaluate_qa.py": {
-        "what": f"LongMemEval official answer-check prompts ({OFFICIAL_FILE}, MIT)", "source": f"github {OFFICIAL_REPO}",
+        "what": f"LongMemEval official answer-check prompts ({OFFICIAL_FILE}, MIT)",
+        "source": f"github {OFFICIAL_REPO}",
         "url": url, "revision": commit, "commit": commit if len(commit) == 40 else None, "sha256": digest,
         "bytes": target.stat().st_size, "pinned_sha256": want, "parses": parses, "fetched": _now()}})
     return {"path": str(target), "url": url, "commit": commit, "sha256": digest, "pinned": want is not None,

@@ -37,7 +37,7 @@ import json
 import random
 import re
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -185,7 +185,7 @@ def for_encoder(enc, params: dict | None = None, recorded=(), cache_dir: str | P
     units, queries, src = chat_corpus(int(params["chunks"]), int(params["queries"]), int(params["seed"]))
     m = {**src, **measure(units, queries, enc, None, int(params["seed"]), int(params["pool"]), recall=recall)}
     d = {"encoder_id": enc.id, "params": params, "margins": MARGINS, "measurement": m, "thresholds": thresholds(m),
-         "calibrated": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+         "calibrated": datetime.now(UTC).isoformat(timespec="seconds")}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".partial")
     tmp.write_text(json.dumps(d, indent=2))
