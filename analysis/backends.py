@@ -2,8 +2,9 @@
 
 Reads only the stage folder the study wrote (stage.json, recall.csv, survivors.csv, fanout.csv,
 footprint.csv, delta.csv, diagnostics.json). Figures are drawn only when the corpus diagnostics are in the
-realistic range the stage config set (nearest-neighbour cosine, distinct queries, unfiltered
-HNSW recall); otherwise the report says why there is no figure. The paper's Section 5.4
+realistic range calibrated with the folder's own encoder (nearest-neighbour cosine, distinct queries,
+unfiltered HNSW recall; the thresholds and the encoder id they were calibrated with are in
+diagnostics.json); otherwise the report says why there is no figure. The paper's Section 5.4
 values sit in one table beside ours, marked as the paper's, with our encoder and engines.
 """
 
@@ -130,12 +131,32 @@ def survivors_table(folders) -> pd.DataFrame:
 
 
 def realistic(folder) -> tuple[bool, str]:
+    """Whether the folder's corpus diagnostics are in the realistic range of the folder's encoder.
+
+    The checks are recomputed from the recorded measures and thresholds; thresholds calibrated with
+    another encoder than the one that embedded the corpus never count. A folder from before the
+    per-encoder ranges (no `thresholds_encoder`) was checked against MiniLM's range, which holds only
+    for a MiniLM folder."""
+    from harness.memory.study import realism_checks
+
     d = read(folder)["diagnostics"]
     if d is None:
         return False, "no diagnostics.json: the corpus was never checked"
-    if d.get("realistic") is True:
-        return True, "corpus diagnostics in the realistic range"
-    return False, f"corpus diagnostics outside the realistic range: {d.get('checks')}"
+    enc = (d.get("encoder") or {}).get("encoder_id")
+    calibrated = d.get("thresholds_encoder")
+    if calibrated is None:
+        if not str(enc).startswith("minilm:"):
+            return False, (f"corpus checked against MiniLM's realistic range, not one calibrated with this folder's "
+                           f"encoder {enc}: rerun the stage (its range is per encoder)")
+        calibrated = enc
+    if calibrated != enc:
+        return False, f"realistic range calibrated with encoder {calibrated}, not this folder's encoder {enc}"
+    checks = realism_checks(d, d.get("thresholds") or {})
+    if not checks:
+        return False, "no realistic range recorded: the corpus was never checked"
+    if all(v is True for v in checks.values()):
+        return True, f"corpus diagnostics in the realistic range of encoder {enc}"
+    return False, f"corpus diagnostics outside the realistic range of encoder {enc}: {checks}"
 
 
 def figure2(folder, path: Path) -> Path | None:

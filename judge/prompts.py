@@ -3,7 +3,9 @@
 Two sources of template text, same rules:
 
 * ``builtin``: the project's own wording of LongMemEval's rules (below);
-* a path: LongMemEval's ``src/evaluation/evaluate_qa.py`` from the user's copy. The
+* a path: LongMemEval's ``src/evaluation/evaluate_qa.py`` from the user's copy (or the one
+  ``python -m harness.data download --what evaluate_qa --out data/longmemeval`` fetches at the
+  pinned commit OFFICIAL_COMMIT into OFFICIAL_DEFAULT_PATH, checked against OFFICIAL_SHA256). The
   file is *parsed* with ``ast`` (never imported or executed): the if/elif chain of
   ``get_anscheck_prompt`` gives one template per question type, the ``else`` of
   ``if not abstention`` the abstention template, and each branch's
@@ -37,6 +39,16 @@ BASE_TYPES = ("single-session-user", "single-session-assistant", "multi-session"
 ROLES = ("question", "answer", "response")  # what fills a template's three slots
 ABSTENTION = "abstention"
 OFFICIAL_FUNCTION = "get_anscheck_prompt"
+
+REPO = Path(__file__).resolve().parents[1]
+# The official prompt file: LongMemEval (github.com/xiaowu0162/LongMemEval, MIT) at a pinned commit.
+# The file last changed in d6dc8b5 (2024-11-24); its text is never shipped here, only its hash.
+OFFICIAL_REPO = "xiaowu0162/LongMemEval"
+OFFICIAL_FILE = "src/evaluation/evaluate_qa.py"
+OFFICIAL_COMMIT = "9e0b455f4ef0e2ab8f2e582289761153549043fc"
+OFFICIAL_SHA256 = "ecce9c4c79dc89d99534ac17b383a5cbb5b9f0c69ee98adaf0684742e3d95251"
+OFFICIAL_DEFAULT_PATH = "data/longmemeval/evaluate_qa.py"  # relative to the repository root
+OFFICIAL_FETCH = "python -m harness.data download --what evaluate_qa --out data/longmemeval"
 
 # The explanation put in the abstention template for the Org private variant (Appendix E).
 ORG_PRIVATE_EXPLANATION = (
@@ -284,6 +296,35 @@ def parse_official(path: str | Path) -> PromptSet:
     by_type = {t: by_type[t] for t in QUESTION_TYPES}
     return PromptSet(f"file:{p}", hashlib.sha256(raw).hexdigest(), by_type,
                      Template(ABSTENTION, abst_text, abst_order))
+
+
+def official_status(path: str | Path | None = None) -> dict:
+    """Whether the official prompt file is here, is the pinned one and parses; never downloads.
+
+    path None = OFFICIAL_DEFAULT_PATH under the repository root. Returns {"path", "present", "sha256",
+    "pinned_sha256", "matches_pin" (None when absent), "parses" (parse_official succeeds), "detail" (one
+    line: what is missing or wrong, and the command that fetches the file)}.
+    """
+    p = (REPO / OFFICIAL_DEFAULT_PATH) if path is None else Path(path).expanduser()
+    p = p.resolve()
+    out = {"path": str(p), "present": p.is_file(), "sha256": None, "pinned_sha256": OFFICIAL_SHA256,
+           "matches_pin": None, "parses": False}
+    if not out["present"]:
+        return {**out, "detail": f"no copy of LongMemEval's {OFFICIAL_FILE} at {p}; fetch it: {OFFICIAL_FETCH} "
+                                 f"(or keep judge.prompts=builtin, the project's own wording)"}
+    out["sha256"] = hashlib.sha256(p.read_bytes()).hexdigest()
+    out["matches_pin"] = out["sha256"] == OFFICIAL_SHA256
+    try:
+        n = len(parse_official(p).templates())
+        out["parses"], why = True, f"parses into {n} templates"
+    except PromptFileError as exc:
+        why = f"does not parse: {exc}"
+    if out["matches_pin"]:
+        return {**out, "detail": f"{p} is LongMemEval's {OFFICIAL_FILE} at {OFFICIAL_COMMIT[:7]} "
+                                 f"(sha256 matches) and {why}"}
+    return {**out, "detail": f"{p} differs from LongMemEval's {OFFICIAL_FILE} at {OFFICIAL_COMMIT[:7]} (sha256 "
+                             f"{out['sha256'][:12]}, pinned {OFFICIAL_SHA256[:12]}: another version or an edited copy) "
+                             f"and {why}; fetch the pinned file: {OFFICIAL_FETCH}"}
 
 
 # ------------------------------------------------------------------------------ per-record choice

@@ -199,6 +199,33 @@ def test_official_file_errors_are_clear(tmp_path):
     assert P.load("builtin").source == "builtin" and P.load(None).source == "builtin"
 
 
+
+def test_official_status_present_absent_tampered_and_unparsable(tmp_path, monkeypatch):
+    keys = {"path", "present", "sha256", "pinned_sha256", "matches_pin", "parses", "detail"}
+    st = P.official_status(tmp_path / "nowhere" / "evaluate_qa.py")
+    assert set(st) == keys
+    assert (st["present"], st["sha256"], st["matches_pin"], st["parses"]) == (False, None, None, False)
+    assert "download --what evaluate_qa --out data/longmemeval" in st["detail"]
+    assert P.official_status()["path"] == str((P.REPO / P.OFFICIAL_DEFAULT_PATH).resolve())
+    assert P.OFFICIAL_DEFAULT_PATH == "data/longmemeval/evaluate_qa.py"
+
+    p = write_synthetic(tmp_path)
+    digest = hashlib.sha256(p.read_bytes()).hexdigest()
+    st = P.official_status(p)  # a parsable file that is not the pinned one
+    assert st["present"] is True and st["sha256"] == digest and st["pinned_sha256"] == P.OFFICIAL_SHA256
+    assert st["matches_pin"] is False and st["parses"] is True and "differs from" in st["detail"]
+    monkeypatch.setattr(P, "OFFICIAL_SHA256", digest)  # as if this synthetic file were the pinned one
+    st = P.official_status(str(p))
+    assert st["matches_pin"] is True and st["parses"] is True and "sha256 matches" in st["detail"]
+    assert not (tmp_path / "EXECUTED").exists()  # parsed, never executed
+    p.write_text(p.read_text().replace("SYN-BASE", "EDITED"))  # tampered
+    st = P.official_status(p)
+    assert st["matches_pin"] is False and st["parses"] is True
+    broken = write_synthetic(tmp_path, drop=("knowledge-update",), name="broken.py")
+    st = P.official_status(broken)
+    assert st["present"] is True and st["parses"] is False and "does not parse" in st["detail"]
+    assert "knowledge-update" in st["detail"]
+
 # ------------------------------------------------------------------------------ end to end
 
 GROUPS = ("stage.groups=[{sample:smoke,conditions:[none]},{variant:private,sample:smoke_org,conditions:[none]},"

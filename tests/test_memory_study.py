@@ -4,6 +4,7 @@ that the analysis reads, cases that test what they claim, and a dry run that doe
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 
@@ -162,6 +163,14 @@ def test_survivors_against_proposition_2(study):
 def test_make_analyze_draws_figures_2_and_7_from_the_stage_folder(study, tmp_path):
     out, res = study
     assert res["diagnostics"]["realistic"] is True  # hash vectors are spread; the check itself is tested below
+    # the range is the stage encoder's own, calibrated on real text with it, and the folder says so
+    diag = res["diagnostics"]
+    assert diag["thresholds_encoder"] == diag["encoder"]["encoder_id"] == "hash:384:nosalt"
+    assert diag["thresholds_source"] in ("calibrated", "cache")
+    cal = json.loads((out / "calibration.json").read_text())
+    assert cal["encoder_id"] == "hash:384:nosalt" and cal["thresholds"] == diag["thresholds"]
+    assert cal["measurement"]["source"] == "chitchat-dataset" and cal["params"]["chunks"] == 3000
+    assert diag["thresholds"]["nn_cosine_median_max"] < 0.4  # random vectors' range, not MiniLM's 0.70
     proc = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={out}", f"out={tmp_path / 'r'}",
                            "resamples=50"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr + proc.stdout

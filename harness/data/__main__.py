@@ -1,4 +1,6 @@
-"""`python -m harness.data check PATH | synth --out DIR --seed N --size S | download --split S --out DIR
+"""`python -m harness.data check PATH | synth --out DIR --seed N --size S
+| download --split S --out DIR | download --what bge --out data/models
+| download --what evaluate_qa --out data/longmemeval
 | personal --out FILE --n N --seed S | check-personal FILE`."""
 
 from __future__ import annotations
@@ -77,10 +79,20 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", required=True)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--size", choices=["tiny", "xs", "s", "m"], default="tiny")
-    d = sub.add_parser("download", help="fetch a cleaned LongMemEval file from the hub (needs internet)")
-    d.add_argument("--split", choices=["s", "m", "oracle"], required=True)
-    d.add_argument("--out", default="data/longmemeval")
-    d.add_argument("--revision", default="main")
+    d = sub.add_parser("download", help="fetch a cleaned LongMemEval file, the bge weights or the official judge "
+                                        "prompts, pinned and hash-checked (needs internet)")
+    d.add_argument("--what", choices=["longmemeval", "bge", "evaluate_qa"], default=None,
+                   help="longmemeval (with --split; the default), bge (BAAI/bge-small-en-v1.5 into "
+                        "<out>/bge-small-en-v1.5, default out data/models), evaluate_qa (LongMemEval's "
+                        "src/evaluation/evaluate_qa.py into <out>/evaluate_qa.py, default out data/longmemeval)")
+    d.add_argument("--split", choices=["s", "m", "oracle"], default=None)
+    d.add_argument("--out", default=None)
+    d.add_argument("--revision", default=None,
+                   help="hub revision (longmemeval: main; bge: the pinned commit) or git commit (evaluate_qa: the "
+                        "pinned one); a revision other than the pinned one is trust-on-first-download")
+    d.add_argument("--endpoint", default=None, help="hub base URL (default HF_ENDPOINT or https://huggingface.co)")
+    d.add_argument("--base-url", default=None,
+                   help="evaluate_qa: raw-file base URL (default https://raw.githubusercontent.com)")
     pe = sub.add_parser("personal", help="write personalization trials (second seed paper) and check them")
     pe.add_argument("--out", default=None, help="default data/personal/personal_trials_n<N>_seed<S>.json")
     pe.add_argument("--n", type=int, default=150)
@@ -104,11 +116,42 @@ def main(argv: list[str] | None = None) -> int:
         path = write(args.out, args.seed, args.size)
         print(path)
         return check(str(path))
-    from .hub import download
+    return download_cmd(ap, args)
 
-    info = download(args.split, args.out, args.revision)
-    print(info)
-    return check(info["path"])
+
+def download_cmd(ap, args) -> int:
+    import json
+
+    from .hub import ChecksumError, download, download_bge, download_evaluate_qa
+
+    what = args.what or ("longmemeval" if args.split else None)
+    if what is None:
+        ap.error("download: give --split s|m|oracle, or --what bge|evaluate_qa")
+    if what == "longmemeval" and not args.split:
+        ap.error("download --what longmemeval needs --split s|m|oracle")
+    try:
+        if what == "longmemeval":
+            info = download(args.split, args.out or "data/longmemeval", args.revision or "main", endpoint=args.endpoint)
+            print(info)
+            return check(info["path"])
+        if what == "bge":
+            from harness.memory.encoder import weights_status
+
+            info = download_bge(args.out or "data/models", args.revision, endpoint=args.endpoint)
+            print(json.dumps(info, indent=2))
+            status = weights_status("bge", info["path"])
+            print(status["detail"])
+            return 0 if status["matches_pin"] or not info["pinned"] else 1
+        from judge.prompts import official_status
+
+        info = download_evaluate_qa(args.out or "data/longmemeval", args.revision, base_url=args.base_url)
+        print(json.dumps(info, indent=2))
+        status = official_status(info["path"])
+        print(status["detail"])
+        return 0 if status["parses"] else 1
+    except ChecksumError as exc:
+        print(f"REFUSED {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ with the margins below. `--data FILE` measures a LongMemEval-format corpus (e.g.
 S histories) the same way, for comparison.
 
     python -m harness.memory.calibrate                      # real text (chitchat), ~3,000 chunks
+    python -m harness.memory.calibrate --encoder bge --for-stage   # the backend stage's per-encoder cache, now
     python -m harness.memory.calibrate --data .cache/data/synth_s_seed0_chat_q2.json --histories 5
 
 Measures (the same functions the study uses): nearest-neighbour cosine within a fixed pool of
@@ -18,15 +19,25 @@ Queries: for chitchat, messages with a question mark from conversations outside 
 --data, the file's questions. Recall depends on corpus size (it falls as the graph grows: the
 paper saw 0.81 / ~0.98 at EF 10 / 100 on 123k chunks); the threshold is on EF 100, where a
 text-like corpus stays high at any size we run.
+
+The range is per encoder: cosines are a property of the vector space (bge-small-en-v1.5's
+nearest-neighbour cosines sit higher than MiniLM's), so thresholds measured with one encoder
+would wrongly pass or suppress a corpus embedded with another. `for_encoder(enc)` gives the
+backend stage its encoder's thresholds: an entry recorded in the stage config for that encoder
+id (MiniLM's issue-11 measurement), else a cached calibration for that id
+(.cache/calibration/, MEMSPACE_CACHE moves .cache), else it calibrates now on the same real
+text with that encoder and caches the result. The stage writes what it used to its folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
+import re
 import sys
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +47,8 @@ from harness.memory.study import K, corpus_diagnostics
 # threshold = real-text value +/- margin (cosines absolute; shares absolute)
 MARGINS = {"nn_cosine_median": 0.05, "nn_cosine_above_095": 0.05, "distinct_queries": 0.10, "unfiltered_recall": 0.05}
 POOL = 3000  # chunks in the nearest-neighbour pool (the study's `nn_pool`)
+# what a per-encoder calibration measures (conf/stage/backends.yaml `realism.calibration` may change it)
+CALIBRATION = {"source": "chitchat-dataset", "chunks": POOL, "queries": 180, "seed": 0, "pool": POOL}
 
 
 def chat_corpus(chunks: int, queries: int, seed: int):
@@ -106,24 +119,78 @@ def unfiltered_recall(units, vecs: np.ndarray, qvecs: np.ndarray, efs=(10, 100))
 
 
 def thresholds(real: dict) -> dict:
-    """The study's realistic range from a real-text measurement, with MARGINS."""
-    return {"nn_cosine_median_max": round(real["nn_cosine_median"] + MARGINS["nn_cosine_median"], 2),
-            "nn_cosine_above_095_max": round(real["nn_cosine_above_095"] + MARGINS["nn_cosine_above_095"], 2),
-            "distinct_queries_min": round(real["distinct_queries"] / real["queries"] - MARGINS["distinct_queries"], 2),
-            "unfiltered_recall": {"config": "redis_ef100",
-                                  "min": round(real["unfiltered_recall"]["redis_ef100"] - MARGINS["unfiltered_recall"], 2)}}
+    """The study's realistic range from a real-text measurement, with MARGINS (no recall threshold
+    when the measurement has no unfiltered recall)."""
+    out = {"nn_cosine_median_max": round(real["nn_cosine_median"] + MARGINS["nn_cosine_median"], 2),
+           "nn_cosine_above_095_max": round(real["nn_cosine_above_095"] + MARGINS["nn_cosine_above_095"], 2),
+           "distinct_queries_min": round(real["distinct_queries"] / real["queries"] - MARGINS["distinct_queries"], 2)}
+    recall = (real.get("unfiltered_recall") or {}).get("redis_ef100")
+    if recall is not None:
+        out["unfiltered_recall"] = {"config": "redis_ef100", "min": round(recall - MARGINS["unfiltered_recall"], 2)}
+    return out
 
 
-def measure(units, queries, encoder_name: str, cache_dir: str | None, seed: int, pool: int = POOL) -> dict:
+def measure(units, queries, encoder, cache_dir: str | None, seed: int, pool: int = POOL, recall: bool = True) -> dict:
+    """The diagnostics of `units` embedded with `encoder` (an encoder, or a name to load); `recall=False`
+    skips the unfiltered Redis recall (no server needed)."""
     from harness.memory.encoder import load_encoder
 
-    enc = load_encoder(encoder_name, cache_dir=cache_dir)
+    enc = load_encoder(encoder, cache_dir=cache_dir) if isinstance(encoder, str) else encoder
     vecs = enc.embed([u.text for u in units], progress=True)
-    qvecs = enc.embed(list(dict.fromkeys(queries)))
     d = corpus_diagnostics(vecs, queries, pool, seed)
-    d["unfiltered_recall"] = unfiltered_recall(units, vecs, qvecs)
+    if recall:
+        qvecs = enc.embed(list(dict.fromkeys(queries)))
+        d["unfiltered_recall"] = unfiltered_recall(units, vecs, qvecs)
     d.update({"chunks": len(units), "encoder": enc.id})
     return d
+
+
+def calibration_dir() -> Path:
+    from harness.memory.encoder import cache_root
+
+    return cache_root().parent / "calibration"
+
+
+def cache_path(encoder_id: str, params: dict, cache_dir: str | Path | None = None) -> Path:
+    """One file per encoder id and calibration (its parameters and margins enter the name)."""
+    key = hashlib.sha256(json.dumps({"encoder_id": encoder_id, "params": params, "margins": MARGINS},
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", encoder_id.split(":", 1)[0])
+    return Path(cache_dir or calibration_dir()) / f"{safe}-{key}.json"
+
+
+def for_encoder(enc, params: dict | None = None, recorded=(), cache_dir: str | Path | None = None,
+                recall: bool = True) -> dict:
+    """The realistic range for `enc` (an Encoder or HashEncoder): {"encoder_id", "source", "thresholds",
+    "params", "measurement", "cache"}.
+
+    source: "recorded" (an entry of `recorded` -- the stage config's `realism.recorded` -- carries this
+    encoder id), "cache" (calibrated before for this id with these parameters), or "calibrated" (now:
+    chitchat text with the study's chunker, embedded with `enc`; written to the cache)."""
+    params = {**CALIBRATION, **{k: v for k, v in (params or {}).items() if k in CALIBRATION}}
+    for r in recorded or ():
+        r = dict(r)
+        if r.get("encoder_id") == enc.id:
+            th = {k: v for k, v in r.items() if k not in ("encoder_id", "note")}
+            return {"encoder_id": enc.id, "source": "recorded", "thresholds": th, "params": params,
+                    "measurement": None, "cache": None, "note": r.get("note")}
+    path = cache_path(enc.id, params, cache_dir)
+    if path.exists():
+        try:
+            d = json.loads(path.read_text())
+            if d.get("encoder_id") == enc.id and d.get("params") == params and "thresholds" in d:
+                return {**d, "source": "cache", "cache": str(path)}
+        except ValueError:
+            pass  # a torn file: calibrate again
+    units, queries, src = chat_corpus(int(params["chunks"]), int(params["queries"]), int(params["seed"]))
+    m = {**src, **measure(units, queries, enc, None, int(params["seed"]), int(params["pool"]), recall=recall)}
+    d = {"encoder_id": enc.id, "params": params, "margins": MARGINS, "measurement": m, "thresholds": thresholds(m),
+         "calibrated": datetime.now(UTC).isoformat(timespec="seconds")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    tmp.write_text(json.dumps(d, indent=2))
+    tmp.replace(path)
+    return {**d, "source": "calibrated", "cache": str(path)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +203,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-dir", default=None, help="embedding cache folder (default .cache/embeddings)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="write the measurement (and thresholds) as JSON")
+    ap.add_argument("--for-stage", action="store_true",
+                    help="the backend stage's thresholds for --encoder (recorded, cached, or calibrated now and "
+                         "cached), with the stage config's calibration parameters")
     args = ap.parse_args(argv)
+    if args.for_stage:
+        from harness.memory.encoder import load_encoder
+        from harness.memory.study import default_stage
+
+        real = default_stage().get("realism") or {}
+        d = for_encoder(load_encoder(args.encoder, cache_dir=args.cache_dir), real.get("calibration"),
+                        real.get("recorded") or ())
+        print(json.dumps(d, indent=2))
+        if args.out:
+            args.out.write_text(json.dumps(d, indent=2))
+        return 0
     if args.data:
         units, queries, src = file_corpus(args.data, args.histories, args.queries)
     else:

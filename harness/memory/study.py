@@ -35,10 +35,15 @@ per agent) against one shared index (FTS5 with owner IN; Redis with a TAG list),
 the lexical side (one FTS5 index with an owner column against exact per-view BM25,
 built one view at a time so memory stays bounded), and corpus diagnostics (nearest-
 neighbour cosine, distinct queries, unfiltered HNSW recall) checked against a
-realistic range before the figures count.
+realistic range before the figures count. The range is the stage's own encoder's: calibrated on
+real chitchat text with that encoder (harness.memory.calibrate.for_encoder: recorded in the stage
+config for its id, cached by id, or calibrated at the start of the stage), because cosines are a
+property of the vector space.
 
 Everything goes into one stage folder, runs/<stage>/<label>/: stage.json (through
-the record schema), the CSVs (every row names its engine and version), diagnostics.json.
+the record schema), the CSVs (every row names its engine and version), diagnostics.json (with the
+thresholds and the encoder id they were calibrated with), calibration.json (where the thresholds
+came from and the calibration's own measurement).
 
     python -m harness.memory.study --out runs/backends/x [--data FILE] [--histories 12] [--builds 3]
 """
@@ -534,6 +539,25 @@ def corpus_diagnostics(vecs: np.ndarray, query_texts: Sequence[str], pool: int, 
             "distinct_queries": len(set(query_texts)), "queries": len(query_texts)}
 
 
+THRESHOLD_KEYS = ("nn_cosine_median_max", "nn_cosine_above_095_max", "distinct_queries_min", "unfiltered_recall")
+
+
+def stage_realism(stage: dict, enc) -> dict:
+    """The realistic range this stage applies, for its own encoder: {"encoder_id", "source", "thresholds", ...}.
+
+    `stage.realism` holds `calibration` (the parameters) and `recorded` (thresholds measured once and kept
+    in the config, per encoder id); see harness.memory.calibrate.for_encoder. Thresholds written directly
+    under `stage.realism` (the keys of THRESHOLD_KEYS) are applied as given, whatever the encoder."""
+    real = dict(stage.get("realism") or {})
+    fixed = {k: real[k] for k in THRESHOLD_KEYS if k in real}
+    if fixed:
+        return {"encoder_id": enc.id, "source": "stage config (fixed thresholds, applied to any encoder)",
+                "thresholds": fixed, "params": None, "measurement": None, "cache": None}
+    from harness.memory.calibrate import for_encoder
+
+    return for_encoder(enc, real.get("calibration"), real.get("recorded") or ())
+
+
 def realism_checks(d: dict, real: dict) -> dict:
     """Each measure against its threshold (conf/stage/backends.yaml `realism`, set by harness.memory.calibrate)."""
     checks = {}
@@ -550,13 +574,21 @@ def realism_checks(d: dict, real: dict) -> dict:
     return checks
 
 
-def diagnostics(vecs, qs, summary, stage: dict, seed: int) -> dict:
+def diagnostics(vecs, qs, summary, stage: dict, seed: int, realism: dict | None = None) -> dict:
+    """The corpus diagnostics checked against `realism` (stage_realism's answer; default: thresholds
+    written directly under stage.realism, for no encoder in particular)."""
     d = corpus_diagnostics(vecs, [q.question for q in qs], int(stage.get("nn_pool", 3000)), seed)
     d["unfiltered_recall"] = {r["config"]: r["recall_at_10"] for r in summary if r["case"] == "unfiltered"}
-    real = stage.get("realism") or {}
+    if realism is None:
+        real = stage.get("realism") or {}
+        realism = {"encoder_id": None, "source": "stage config", "thresholds": {k: real[k] for k in THRESHOLD_KEYS
+                                                                               if k in real}}
+    real = realism["thresholds"]
     d["checks"] = realism_checks(d, real)
     d["realistic"] = all(v is True for v in d["checks"].values()) if d["checks"] else None
     d["thresholds"] = real
+    d["thresholds_encoder"] = realism.get("encoder_id")  # the encoder the thresholds were calibrated with
+    d["thresholds_source"] = realism.get("source")
     return d
 
 
@@ -613,6 +645,12 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
         print(render_plan(p), flush=True)
         print(f"corpus: {n} histories = agents, {len(units)} chunks; encoder {enc.id}"
               + ("" if enc.describe()["study_encoder"] else " (NOT the study's encoder)"), flush=True)
+
+        t = time.perf_counter()
+        realism = stage_realism(stage, enc)  # this encoder's realistic range (may calibrate now, then cached)
+        wall["calibration"] = time.perf_counter() - t
+        (out / "calibration.json").write_text(json.dumps(realism, indent=2))
+        print(f"realistic range for encoder {enc.id} ({realism['source']}): {realism['thresholds']}", flush=True)
 
         t = time.perf_counter()
         vecs = enc.embed([u.text for u in units], progress=True)
@@ -737,7 +775,7 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
         summary.sort(key=lambda r: (order[r["config"]], CASES.index(r["case"])))
         survivors.sort(key=lambda r: (order[r["config"]], CASES.index(r["case"])))
         t = time.perf_counter()
-        diag = diagnostics(vecs, qs, summary, stage, seed)
+        diag = diagnostics(vecs, qs, summary, stage, seed, realism)
         wall["diagnostics"] = time.perf_counter() - t
         wall["total"] = time.perf_counter() - t_all
         diag.update({"query_embedding_ms": {"p50": pct(q_ms, 50), "p95": pct(q_ms, 95), "n": len(q_ms)},
