@@ -107,8 +107,8 @@ def judge_rows(cfg) -> list[Row]:
         from judge.prompts import builtin
 
         rows.append(Row("judge_prompts", "judge prompts", PAPER_TEXT["judge_prompts"],
-                        f"builtin (the project's own wording), sha256 {builtin().sha256[:16]}", "differs",
-                        f"builtin|{builtin().sha256}",
+                        f"builtin (the project's own wording), sha256 {builtin().source_sha256[:16]}", "differs",
+                        f"builtin|{builtin().source_sha256}",
                         f"python -m harness.data download --what evaluate_qa, then judge.prompts={OFFICIAL_DEFAULT_PATH}"))
         return rows
     st = official_status(spec)
