@@ -63,16 +63,17 @@ def test_the_paper_preset_refuses_each_differing_part_on_its_own_line_unless_all
     assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-2000:]
     failed = [line for line in squeeze(res.stdout).splitlines() if line.startswith("preflight fidelity FAILED")]
     keys = sorted(line.split("FAILED")[1].split(":")[0].strip() for line in failed)
-    # bge weights absent, the official prompt file absent, the runtime that installs here is not 0.21.5;
-    # the reader, judge, index and tool texts are the paper's
-    assert keys == ["encoder", "judge_prompts", "runtime"], failed
+    # bge weights absent, the official prompt file absent, the runtime that installs here is not 0.21.5,
+    # generated data; the reader, judge, index and tool texts are the paper's
+    assert keys == ["data", "encoder", "judge_prompts", "runtime"], failed
     assert all("allow_deviation=[" in line for line in failed)
     st = fidelity_lines(res.stdout)
     assert st["reader_model"] == st["judge_model"] == st["index"] == st["tool_texts"] == "same"
 
-    ok = harness(*args, "allow_deviation=[encoder,judge_prompts,runtime]", env=env)
+    ok = harness(*args, "allow_deviation=[encoder,judge_prompts,runtime,data]", env=env)
     assert ok.returncode == 0, ok.stdout[-3000:]
-    assert "preflight fidelity ok preset paper: accepted deviations judge_prompts, encoder, runtime" in squeeze(ok.stdout)
+    assert "preflight fidelity ok preset paper: accepted deviations judge_prompts, encoder, runtime, data" in \
+        squeeze(ok.stdout)
 
     bad = harness(*args, "allow_deviation=[encoders]", env=env)
     assert bad.returncode == 2 and "allow_deviation names encoders" in bad.stderr
@@ -156,12 +157,12 @@ def test_a_preset_stage_records_its_manifest_and_every_output_opens_with_it(tmp_
         env["DEEPSEEK_BASE_URL"] = fake.base_url
         res = harness("stage=main", "preset=paper", "data=synth_tiny", "encoder=minilm", f"runs_dir={tmp_path}/runs",
                       "stage.groups=[{sample:smoke,conditions:[none,tool_hybrid]}]", "samples.smoke.limit=2",
-                      "allow_deviation=[encoder,judge_prompts,runtime]", "judge.prompts=builtin", "concurrency=2",
+                      "allow_deviation=[encoder,judge_prompts,runtime,data]", "judge.prompts=builtin", "concurrency=2",
                       env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     folder = tmp_path / "runs" / "main" / "main"
     fid = json.loads((folder / "stage.json").read_text())["fidelity"]
-    assert fid["preset"] == "paper" and fid["accepted"] == ["judge_prompts", "encoder", "runtime"]
+    assert fid["preset"] == "paper" and fid["accepted"] == ["judge_prompts", "encoder", "runtime", "data"]
     status = {r["key"]: r["status"] for r in fid["rows"]}
     assert status["reader_model"] == "same" and status["index"] == "same" and status["encoder"] == "differs"
     assert status["tool_texts"] == "same"
@@ -173,7 +174,7 @@ def test_a_preset_stage_records_its_manifest_and_every_output_opens_with_it(tmp_
     report = (out / "report.md").read_text()
     first = report.split("\n## ")[1]
     assert first.startswith("Fidelity to the paper") and "preset paper; accepted deviations: judge_prompts,encoder" \
-        ",runtime" in first
+        ",runtime,data" in first
     assert "| encoder | BAAI/bge-small-en-v1.5 (384-d, fp32, CLS pooling) | sentence-transformers/all-MiniLM-L6-v2" \
         in first
     fcsv = pd.read_csv(out / "fidelity.csv", keep_default_na=False)
@@ -189,3 +190,16 @@ def test_a_preset_stage_records_its_manifest_and_every_output_opens_with_it(tmp_
     meta = log.eval.metadata
     assert next(iter(meta)) == "fidelity" and "encoder" in meta["fidelity_differs"]
     assert {r["setting"] for r in meta["fidelity"]} >= {"encoder", "runtime", "vector index", "memory tool texts"}
+
+
+def test_the_backend_study_under_the_preset_refuses_generated_data_and_a_stand_in_encoder(tmp_path):
+    args = ["stage=backends", "preset=paper", "dry_run=true", "data=synth_tiny"]
+    make = harness("stage=smoke", "dry_run=true")  # the smoke dry run writes the generated tiny file
+    assert make.returncode == 0
+    res = harness(*args, "encoder=minilm")
+    assert res.returncode == 3, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "data: data file" in res.stderr and "encoder: encoder" in res.stderr
+    ok = harness(*args, "encoder=minilm", "allow_deviation=[data,encoder]")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    st = fidelity_lines(ok.stdout)
+    assert st == {"encoder": "differs", "data": "differs", "sample_seed": "unknown"}

@@ -596,9 +596,11 @@ def diagnostics(vecs, qs, summary, stage: dict, seed: int, realism: dict | None 
 
 
 def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] | None = None,
-        encoder_name: str = "minilm", seed: int = 0, stage: dict | None = None, cfg=None) -> dict:
+        encoder_name: str = "minilm", seed: int = 0, stage: dict | None = None, cfg=None,
+        fidelity: dict | None = None) -> dict:
     """Run the study into `out` (a stage folder). `stage` is the stage section (default: the stage config);
-    `cfg` the resolved Hydra config when run as a stage (its hash guards the folder)."""
+    `cfg` the resolved Hydra config when run as a stage (its hash guards the folder); `fidelity` its
+    manifest (harness.run.fidelity), written into stage.json."""
     from omegaconf import OmegaConf
 
     from harness import services
@@ -640,7 +642,7 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
                 "versions": {**{k: (None if v is None else str(v)) for k, v in vers.items()},
                              "encoder": enc.id},
                 "code": code_revision(REPO), "model": None, "prereg": _prereg(), "encoder": enc.describe(),
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "fidelity": fidelity}
         RunDir(out).open(cfg, info)
         print(render_plan(p), flush=True)
         print(f"corpus: {n} histories = agents, {len(units)} chunks; encoder {enc.id}"
@@ -1030,13 +1032,28 @@ def run_study(cfg) -> dict | None:
     spec = cfg.samples[str(stage["sample"])]
     n = int(spec.get("limit") or 6 * int(spec.get("per_type") or 30))  # six question types
     n = min(n, int(hist)) if hist else n
+    from harness.data.source import cached_sha256
+    from harness.run import fidelity
+
+    def manifest(path: Path) -> list:
+        data = {"path": str(path), "sha256": cached_sha256(path, Path(str(cfg.cache_dir))), "kind": cfg.data.get("kind")}
+        rows = fidelity.backend_manifest(cfg, data)
+        print("fidelity manifest (stage.json; the report opens with it):\n" + fidelity.render(rows), flush=True)
+        return rows
+
     if cfg.get("dry_run"):
         print(render_plan(plan(stage, n, None)))
+        known = Path(str(cfg.data.path))
+        if known.is_file():  # a generated file is not written by a dry run
+            fidelity.raise_refusals(cfg, manifest(known))
         return None
     path = source.resolve(cfg.data)
+    rows = manifest(path)
+    fidelity.raise_refusals(cfg, rows)
     qids = draw(scan(path), cfg.samples, int(cfg.seed), names=[str(stage["sample"])])[str(stage["sample"])]["ids"]
     out = Path(str(cfg.runs_dir)) / str(stage["name"]) / str(stage["label"])
-    return run(path, out, int(hist) if hist else None, qids, str(cfg.encoder.name), int(cfg.seed), stage=stage, cfg=cfg)
+    return run(path, out, int(hist) if hist else None, qids, str(cfg.encoder.name), int(cfg.seed), stage=stage, cfg=cfg,
+               fidelity=fidelity.record(cfg, rows=rows))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,8 +45,9 @@ PAPER_TEXT = {
     "data": "the published cleaned LongMemEval file",
     "sample_seed": "a seeded shuffle (the seed is not stated)",
 }
-# deviations the preset refuses unless named in allow_deviation (data and seed are reported only)
-PRESET_CHECKED = ("reader_model", "judge_model", "judge_prompts", "encoder", "runtime", "index", "tool_texts")
+# deviations the preset refuses unless named in allow_deviation (the seed is reported only; data is refused
+# when it is generated or differs from the published file, not when no published hash is known, as for M)
+PRESET_CHECKED = ("reader_model", "judge_model", "judge_prompts", "encoder", "runtime", "index", "tool_texts", "data")
 
 
 @dataclass
@@ -133,9 +134,11 @@ def encoder_row(cfg, need: set[str]) -> Row:
     st = weights_status(str(e.get("name")), e.get("path"))
     weights = f", weights sha256 {st['weights_sha256'][:16]}" if st.get("weights_sha256") else ", weights absent"
     stage = f"{st['model']} ({e.get('name')}){weights}"
-    same = str(e.get("name")) == "bge" and st["present"] and st["matches_pin"] is not False
+    bge = str(e.get("name")) == "bge"
+    same = bge and st["present"] and st["matches_pin"] is not False
+    fix = st["detail"] if bge else "encoder=bge, after python -m harness.data download --what bge --out data/models"
     return Row("encoder", "encoder", PAPER_TEXT["encoder"], stage, _status(same),
-               f"{st['model']}|{st.get('weights_sha256')}", "" if same else st["detail"])
+               f"{st['model']}|{st.get('weights_sha256')}", "" if same else fix)
 
 
 def runtime_row(need: set[str]) -> Row:
@@ -214,11 +217,29 @@ def manifest(cfg, plan) -> list[Row]:
             tool_texts_row(cfg), data_row(plan), seed_row(cfg)]
 
 
-def record(cfg, plan) -> dict:
+def backend_manifest(cfg, data: dict) -> list[Row]:
+    """The backend study's rows (no model, no judge, every index): its encoder, data and seed."""
+    from types import SimpleNamespace
+
+    return [encoder_row(cfg, {"memory_space"}), data_row(SimpleNamespace(data=data)), seed_row(cfg)]
+
+
+def record(cfg, plan=None, rows: list[Row] | None = None) -> dict:
     """What stage.json keeps: the preset, the rows, and the deviations the user accepted."""
-    rows = manifest(cfg, plan)
+    rows = manifest(cfg, plan) if rows is None else rows
     return {"preset": preset(cfg), "allow_deviation": allowed(cfg), "rows": [asdict(r) for r in rows],
             "accepted": [r.key for r in rows if r.status == "differs" and r.key in allowed(cfg)]}
+
+
+def raise_refusals(cfg, rows: list[Row]) -> None:
+    """For a stage without the agents' preflight (the backend study): stop on what the preset refuses."""
+    from harness.failures import EnvironmentFailure
+
+    refused = refusals(cfg, rows)
+    if refused:
+        raise EnvironmentFailure("preflight fidelity failed: " + "\n  ".join(
+            f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it" for r in refused),
+            "fetch or choose the part named (each line says how), or accept it with allow_deviation=[...]")
 
 
 def preset(cfg) -> str | None:
