@@ -45,14 +45,23 @@ RUN_COLUMNS = [
 ]
 
 
-def tool_choices(tools: list[dict]) -> dict:
-    """How the model filled its tool calls: calls that overrode a schema default, and for
-    memory_search the k it asked for (absent = the tool's default) and the searches it limited
-    to dates (since/until), with how many of those came back empty."""
+_SEARCH_TOOLS: dict[str, set[str]] = {}
+
+
+def tool_choices(tools: list[dict], module: str | None = None) -> dict:
+    """How the model filled its tool calls: calls that overrode a schema default, and for the
+    searches of the run's condition (its SEARCH_TOOLS, e.g. memory_search) the k it asked for
+    (absent = the tool's default) and the searches it limited to dates (since/until), with how
+    many of those came back empty."""
+    import conditions
+
+    if module not in _SEARCH_TOOLS:
+        _SEARCH_TOOLS[module] = conditions.search_tools(module)
+    searching = _SEARCH_TOOLS[module]
     out = {"overrides": 0, "searches": 0, "k_set": 0, "k1": 0, "k_sum": 0, "dated": 0, "dated_empty": 0}
     for t in tools:
         out["overrides"] += bool(t.get("overrode_defaults"))
-        if t["name"] != "memory_search":
+        if t["name"] not in searching:
             continue
         out["searches"] += 1
         try:
@@ -125,6 +134,18 @@ class Folder:
     def is_pilot(self) -> bool:
         """pilot and pilot_local: checks before a study, never in its results (Appendix A)."""
         return self.stage.startswith("pilot")
+
+    def condition_conf(self, name: str) -> dict:
+        """A condition's settings as the stage ran it, over the tree's conf/condition/<name>.yaml (so a
+        folder written before a key existed, such as `reference` or `compare_with`, reads today's)."""
+        if not hasattr(self, "_cond_conf"):
+            self._cond_conf: dict[str, dict] = {}
+        if name not in self._cond_conf:
+            p = REPO / "conf" / "condition" / f"{name}.yaml"
+            base = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p.exists() else {}
+            ran = ((self.config().get("stage") or {}).get("conditions") or {}).get(name) or {}
+            self._cond_conf[name] = {**base, **ran}
+        return self._cond_conf[name]
 
     def condition_order(self) -> list[str]:
         """Conditions in the order the stage config defines them, then any others sorted."""
@@ -324,7 +345,7 @@ def run_rows(folder: Folder) -> list[dict]:
             "config_hash": r["config_hash"], "data_sha256": r["data_sha256"], "seed": r["seed"],
             "prereg_sha256": r["prereg_sha256"], "code_commit": code["commit"], "code_dirty": code["dirty"],
             "memory_preparing": r.get("memory_preparing"),
-            **tool_choices(r["tools"]),
+            **tool_choices(r["tools"], r.get("module")),
             "literal": b(literal(r["gold"], r["answer"] if r["status"] == "ok" else None, r["qtype"],
                                  r["abstention"])),
             "result_chars": sum(int(t["chars"]) for t in r["tools"]),  # tool results as the model read them

@@ -63,8 +63,24 @@ def memory_logs(record: dict) -> list[dict]:
     return out
 
 
-def is_fanout(record: dict) -> bool:
-    return str(record.get("module") or "") == "fanout" or record.get("condition") == "fanout"
+def _module(record: dict):
+    import conditions
+
+    try:
+        return conditions.load(str(record.get("module") or record.get("condition")))
+    except (ImportError, TypeError):  # a folder written by a condition this tree no longer has
+        return None
+
+
+def _any_replay(kind: str):
+    import conditions
+
+    return next((m.REPLAY[kind] for m in conditions.modules() if kind in (getattr(m, "REPLAY", None) or {})), None)
+
+
+def not_replayed(record: dict) -> str | None:
+    """Why a run's memory calls are not replayed (its condition's NOT_REPLAYED), or None."""
+    return getattr(_module(record), "NOT_REPLAYED", None)
 
 
 def visibility_of(owner: str, org_run: bool) -> str:
@@ -113,7 +129,7 @@ class FolderReplay:
     folder: str
     status: str  # replayed | not replayed: <why>
     calls: list[CallReplay] = field(default_factory=list)
-    runs: dict[str, dict] = field(default_factory=dict)  # run_id -> {condition, variant, fanout, n_calls}
+    runs: dict[str, dict] = field(default_factory=dict)  # run_id -> {condition, variant, not_replayed, n_calls}
 
 
 # ------------------------------------------------------------------------------ space
@@ -171,20 +187,21 @@ def _view(v: dict):
 
 
 def _replay_call(env, record: dict, log: dict) -> tuple[list[list[str]], dict[str, str]]:
-    from conditions.memory_tool import MemoryRead
     from harness.run.context import RunContext
 
     spec = _spec(record)
     space = env.space_for(spec)
     view = _view(log["view"])
-    if log["kind"] == "search":
+    if log["kind"] == "search":  # the memory space's own retrieval
         results = space.search(str(log["query"]), view, k=int(log["k"]), scoring=str(log["scoring"]))
         return ([[r.unit.uid, r.unit.owner] for r in results], {r.unit.uid: r.unit.visibility for r in results})
-    # read: the memory tool's own read under the logged (date-free) view
+    # any other kind is re-executed the way the run's condition says (its REPLAY, e.g. memory_read)
+    mod = _module(record)  # a module this tree cannot load: any tree condition that replays the kind
+    replay = (getattr(mod, "REPLAY", None) or {}).get(log["kind"]) if mod else _any_replay(log["kind"])
+    if replay is None:
+        raise ReplayUnavailable(f"condition module {record.get('module')!r} has no replay for {log['kind']!r} calls")
     ctx = RunContext(spec, env)
-    tool = MemoryRead(ctx, view, agent=log.get("agent"))
-    res = tool(session_id=log.get("session"), round=log.get("round"), window=log.get("window", 1))
-    units = [list(u) for u in res.log.get("units", [])]
+    units = replay(ctx, view, log)
     return units, {uid: visibility_of(owner, ctx.is_org) for uid, owner in units}
 
 
@@ -198,9 +215,10 @@ def replay_folder(folder_name: str, folder_path: Path, stage_info: dict, records
     out = FolderReplay(folder_name, "replayed")
     todo: list[tuple[dict, int, dict]] = []
     for r in records:
-        logs = [] if is_fanout(r) else memory_logs(r)
+        why = not_replayed(r)
+        logs = [] if why else memory_logs(r)
         out.runs[r["run_id"]] = {"condition": r["condition"], "variant": r.get("variant") or "",
-                                 "fanout": is_fanout(r), "n_calls": len(logs)}
+                                 "not_replayed": why, "n_calls": len(logs)}
         for i, log in enumerate(logs):
             todo.append((r, i, log))
             v = log.get("view") or {}

@@ -2,7 +2,18 @@
 
 A condition module defines `build(cfg, ctx) -> Access`: the access paragraph of the
 system prompt and the tools of one run. The driver knows nothing else about it,
-so a new condition is one module and one config file.
+so a new condition is one module and one config file. What the rest of the harness
+needs to know about a condition it reads from the module (each optional):
+
+  NEEDS          what the preflight must check (memory_space, sandbox, runtime)
+  FORECAST       its typical run for the cost forecast (or forecast(cfg) -> dict)
+  SEARCH_TOOLS   tool names whose calls the tool_use table counts as searches
+  REPLAY         log kind -> how the exposure replay re-executes it (a `search` is the space's own)
+  NOT_REPLAYED   why its memory calls are not replayed (fan-out: the runtime's stores)
+  tool_texts(cfg, org, paper=False)  the texts the model reads from its tools (fidelity manifest)
+
+and from its yaml: `reference: true` (the condition every other one of a table is compared
+with) and `compare_with: [...]` (further pairs the tables report, this condition first).
 """
 
 from __future__ import annotations
@@ -27,8 +38,29 @@ class Access:
     close: list[Callable[[], None]] = field(default_factory=list)  # run after the loop (open stores, ...)
 
 
+def modules() -> list:
+    """Every condition module of the tree (a plugin's is named by its dotted path in its yaml)."""
+    import pkgutil
+
+    return [load(m.name) for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
+
+
+def search_tools(module: str | None = None) -> set[str]:
+    """The tool names a condition module declares as searches (SEARCH_TOOLS); for a module this tree
+    cannot load (a folder from elsewhere), every tree condition's."""
+    try:
+        return set(getattr(load(str(module)), "SEARCH_TOOLS", ())) if module else _all_search_tools()
+    except ImportError:
+        return _all_search_tools()
+
+
+def _all_search_tools() -> set[str]:
+    return {t for m in modules() for t in getattr(m, "SEARCH_TOOLS", ())}
+
+
 def load(module: str):
-    mod = importlib.import_module(f"conditions.{module}")
+    """`memory_tool` is conditions/memory_tool.py; a dotted name (`mypkg.toy`) is a module outside the tree."""
+    mod = importlib.import_module(module if "." in module else f"conditions.{module}")
     if not hasattr(mod, "build"):
-        raise TypeError(f"conditions.{module} has no build(cfg, ctx)")
+        raise TypeError(f"{mod.__name__} has no build(cfg, ctx)")
     return mod

@@ -13,13 +13,14 @@ from __future__ import annotations
 import time
 
 from conditions import Access
-from conditions.memory_tool import check_guidance, tool_texts, tools_for  # noqa: F401 - tool_texts: its descriptor
+from conditions.memory_tool import REPLAY, SEARCH_TOOLS, check_guidance, tool_texts, tools_for  # noqa: F401 - descriptors
 from harness.data.longmemeval import DATE_FORMAT
 from harness.run.loop import run_loop
 from harness.run.prompts import system_prompt
 from harness.run.tools import ToolError, ToolResult
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
+FORECAST = {"calls": 12, "result_chars": 4_000, "schema_chars": 1_600}  # asked agents' loops included
 
 ASKED_ACCESS = ("Use memory_search to find relevant past exchanges (each result shows its date, session and round) "
                 "and memory_read to see a whole exchange or the rounds around it.")

@@ -11,6 +11,9 @@ from conditions.session_search import store_notes
 from harness.runtime import SessionSearchTool, build_org_stores, fanout_paragraph, runtime_label
 
 NEEDS = ("runtime",)  # the runtime's stores and tool: the fidelity manifest names its version
+FORECAST = {"calls": 4, "result_chars": 16_000, "schema_chars": 5_800}  # harness.run.forecast
+# the exposure replay re-runs memory-space retrievals; fan-out reads the runtime's stores instead
+NOT_REPLAYED = "fan-out searches the runtime's stores"
 
 
 def build(cfg, ctx) -> Access:

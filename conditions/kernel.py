@@ -12,6 +12,7 @@ from conditions import Access
 from harness.kernel import Kernel, WriteBarrier
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
+FORECAST = {"calls": 1, "result_chars": 0, "schema_chars": 0}  # harness.run.forecast: the block is injected
 
 
 def build(cfg, ctx) -> Access:

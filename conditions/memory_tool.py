@@ -27,6 +27,8 @@ from harness.memory.views import View
 from harness.run.tools import ToolError, ToolResult
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
+FORECAST = {"calls": 3, "result_chars": 6_000, "schema_chars": 1_200}  # harness.run.forecast
+SEARCH_TOOLS = ("memory_search",)  # the tool_use table counts these calls as searches (analysis.load)
 
 GUIDANCE = ("paper", "assisted")
 MAX_K = 20
@@ -202,6 +204,17 @@ class MemoryRead:
                           log={"kind": "read", "agent": self.agent, "session": session_id, "round": rnd,
                                "window": window, "view": self.view.describe(),
                                "units": [[f"{self.view.org}|{session_id}|{r.number}|*", owner] for r in rounds]})
+
+
+def replay_read(ctx, view: View, log: dict) -> list[list[str]]:
+    """The exposure replay of a logged memory_read: the same read under the logged view (analysis.replay)."""
+    res = MemoryRead(ctx, view, agent=log.get("agent"))(session_id=log.get("session"), round=log.get("round"),
+                                                       window=log.get("window", 1))
+    return [list(u) for u in res.log.get("units", [])]
+
+
+# log kind -> how the replay re-executes it; a `search` is the memory space's own (analysis.replay)
+REPLAY = {"read": replay_read}
 
 
 def tools_for(ctx, cfg, agent: str | None = None):

@@ -6,6 +6,8 @@ from conditions import Access
 from conditions.memory_tool import format_results
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
+# harness.run.forecast: one call; the eight results are in the prompt
+FORECAST = {"calls": 1, "result_chars": 0, "schema_chars": 0, "prefix_chars": 6_500}
 
 
 def build(cfg, ctx) -> Access:

@@ -12,6 +12,11 @@ from harness.runtime import SessionSearchTool, build_store, runtime_label
 NEEDS = ("runtime",)  # the runtime's store and tool: the fidelity manifest names its version
 
 
+def forecast(cfg) -> dict:
+    """harness.run.forecast's typical run: 0.19.0's search returns 8-31k characters; the compact cut ~3k."""
+    return {"calls": 3, "result_chars": 3_000 if cfg.get("compact") else 16_000, "schema_chars": 5_800}
+
+
 def store_notes(info) -> dict:
     return {"agent": info.agent, "sessions": info.sessions, "rounds": info.rounds, "bytes": info.bytes,
             "build_s": info.build_s, "cache_hit": info.cache_hit}

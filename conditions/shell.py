@@ -5,6 +5,7 @@ from conditions.session_search import store_notes
 from harness.runtime import ShellTool, build_store, runtime_label, shell_paragraph
 
 NEEDS = ("sandbox", "runtime")  # checked before the first run (harness.run.preflight)
+FORECAST = {"calls": 5, "result_chars": 2_500, "schema_chars": 900}  # harness.run.forecast
 
 
 def build(cfg, ctx) -> Access:

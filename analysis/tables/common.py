@@ -24,12 +24,6 @@ from analysis import stats
 from analysis.load import Folder
 
 METRICS = ("model_calls", "tool_calls", "tokens", "cost", "time")
-LME_REFERENCE = "session_search"
-# further pairs the paper reports (Section 5.1-5.2); exploratory unless a hypothesis names them
-LME_EXTRA_PAIRS = [("tool_hybrid", "tool_bm25"), ("tool_hybrid", "tool_dense"), ("tool_dense", "tool_bm25"),
-                   ("tool_hybrid", "session_search_compact"), ("tool_hybrid", "prefetch"), ("tool_hybrid", "full")]
-ORG_REFERENCE = "shared"
-ORG_EXTRA_PAIRS = [("no_view_policy", "no_view")]
 QTYPE_ORDER = ("single-session-user", "single-session-assistant", "single-session-preference", "multi-session",
                "temporal-reasoning", "knowledge-update")
 ORG_AGENTS = ("a0", "a1", "a2", "a3", "a4", "a5")
@@ -206,6 +200,14 @@ def per_type_rows(d: pd.DataFrame, folder: str, variant: str, cond: str) -> list
                      "n_judged": int(j.sum()), "n_correct": int(g.loc[j, "correct"].sum()),
                      "accuracy_pct": float(g.loc[j, "correct"].mean() * 100) if j.any() else math.nan})
     return rows
+
+
+def reference_and_pairs(folder: Folder, conds: Sequence[str]) -> tuple[str | None, list[tuple[str, str]]]:
+    """The condition every other one is compared with (`reference: true` in its yaml) and the further
+    pairs the conditions ask for (`compare_with`), in the folder's condition order."""
+    ref = next((c for c in conds if folder.condition_conf(c).get("reference")), None)
+    pairs = [(c, o) for c in conds for o in folder.condition_conf(c).get("compare_with") or [] if o in conds]
+    return ref, pairs
 
 
 def each_condition(runs: pd.DataFrame, folders: Sequence[Folder]) -> Iterator[tuple[Folder, str, str, pd.DataFrame]]:

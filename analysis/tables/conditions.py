@@ -24,10 +24,6 @@ from analysis.markdown import (
 )
 from analysis.tables import Table, register
 from analysis.tables.common import (
-    LME_EXTRA_PAIRS,
-    LME_REFERENCE,
-    ORG_EXTRA_PAIRS,
-    ORG_REFERENCE,
     Settings,
     compare,
     conditions_in,
@@ -35,6 +31,7 @@ from analysis.tables.common import (
     folder_variants,
     pair_columns,
     pair_rows,
+    reference_and_pairs,
     per_type_rows,
     select,
 )
@@ -61,12 +58,11 @@ def condition_tables(runs: pd.DataFrame, folders: Sequence[Folder], st: Settings
         for variant in folder_variants(runs, f.name):
             conds = conditions_in(runs, f.name, variant, order)
             org = bool(variant)
-            ref = ORG_REFERENCE if org else LME_REFERENCE
+            ref, extra = reference_and_pairs(f, conds)
             wanted: list[tuple[str, str]] = []
             if ref in conds:
                 wanted += [(ref, c) if org else (c, ref) for c in conds if c != ref]
-            extra = ORG_EXTRA_PAIRS if org else LME_EXTRA_PAIRS
-            wanted += [p for p in extra if p[0] in conds and p[1] in conds and p not in wanted]
+            wanted += [p for p in extra if p not in wanted]
             done = {p: compare(runs, f.name, variant, p[0], p[1], st) for p in wanted}
             for p in wanted:
                 for r in pair_rows(done[p]):

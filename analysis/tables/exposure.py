@@ -21,9 +21,9 @@ def exposure_table(runs: pd.DataFrame, replays: Iterable[FolderReplay]) -> pd.Da
         by_cond: dict[tuple[str, str], dict] = {}
         for run_id, info in sorted(rep.runs.items()):
             key = (info["variant"], info["condition"])
-            e = by_cond.setdefault(key, {"runs": 0, "fanout": False, "calls": [], "run_ids": set()})
+            e = by_cond.setdefault(key, {"runs": 0, "not_replayed": None, "calls": [], "run_ids": set()})
             e["runs"] += 1
-            e["fanout"] |= info["fanout"]
+            e["not_replayed"] = e["not_replayed"] or info["not_replayed"]
         for c in rep.calls:
             by_cond[(c.variant, c.condition)]["calls"].append(c)
         for (variant, cond), e in sorted(by_cond.items()):
@@ -37,7 +37,7 @@ def exposure_table(runs: pd.DataFrame, replays: Iterable[FolderReplay]) -> pd.Da
             priv_runs_logged = {c.run_id for c in calls if c.private_units("logged") > 0}
             under_view = sum(c.private_units("replayed") for c in calls if c.scope in ("shared", "own"))
             under_view_logged = sum(c.private_units("logged") for c in calls if c.scope in ("shared", "own"))
-            status = ("not replayed (fan-out searches the runtime's stores)" if e["fanout"] else
+            status = (f"not replayed ({e['not_replayed']})" if e["not_replayed"] else
                       "no memory-tool calls" if not calls else rep.status)
             row = {"folder": rep.folder, "variant": variant, "condition": cond, "runs": e["runs"],
                    "runs_with_calls": len(runs_with_calls), "calls": len(calls),

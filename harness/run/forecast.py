@@ -26,20 +26,19 @@ from harness.endpoints.pricing import list_cost
 CHARS_PER_TOKEN = 4
 OUTPUT_TOKENS = 60  # per call: a short answer or one tool call
 
-# module -> (model calls per run, characters each tool result adds, characters of tool schemas)
-TYPICAL = {
-    "none": (1, 0, 0),
-    "full": (1, 0, 0),
-    "prefetch": (1, 0, 0),  # the eight results are in the prompt: see PREFETCH_CHARS
-    "kernel": (1, 0, 0),
-    "session_search": (3, 16_000, 5_800),  # the runtime's tool: 8-31k characters per search
-    "fanout": (4, 16_000, 5_800),
-    "shell": (5, 2_500, 900),
-    "memory_tool": (3, 6_000, 1_200),
-    "ask_agent": (12, 4_000, 1_600),
-}
-PREFETCH_CHARS = 6_500
-COMPACT_RESULT_CHARS = 3_000
+# a condition module's typical run (its FORECAST, or forecast(cfg)); a module that declares none gets this
+DEFAULT_SHAPE = {"calls": 3, "result_chars": 6_000, "schema_chars": 1_200}
+
+
+def shape(cond_cfg) -> dict:
+    """calls per run, characters each tool result adds, characters of tool schemas, and what the first
+    prompt holds besides the question (`prefix: history` or `prefix_chars`), from the condition itself;
+    the condition's config may override any of them under `forecast:`."""
+    import conditions
+
+    mod = conditions.load(str(cond_cfg.module))
+    own = mod.forecast(cond_cfg) if callable(getattr(mod, "forecast", None)) else getattr(mod, "FORECAST", DEFAULT_SHAPE)
+    return {**DEFAULT_SHAPE, **own, **dict(cond_cfg.get("forecast") or {})}
 
 
 @dataclass
@@ -91,20 +90,14 @@ def _conversation(prefix_chars: float, calls: int, result_chars: float) -> tuple
 
 
 def _from_data(cond: str, cond_cfg, qids: list[str], questions, system_chars: int) -> Row:
-    module = str(cond_cfg.module)
-    calls, result, schema = TYPICAL.get(module, (3, 6_000, 1_200))
-    own = cond_cfg.get("forecast") or {}
-    calls, result, schema = int(own.get("calls", calls)), own.get("result_chars", result), own.get("schema_chars", schema)
-    if module == "session_search" and cond_cfg.get("compact"):
-        result = own.get("result_chars", COMPACT_RESULT_CHARS)
+    sh = shape(cond_cfg)
+    calls, result, schema = int(sh["calls"]), sh["result_chars"], sh["schema_chars"]
     hit = miss = out = 0.0
     for qid in qids:
         q = questions[qid]
-        prefix = system_chars + len(q.question) + schema
-        if module == "full":
+        prefix = system_chars + len(q.question) + schema + int(sh.get("prefix_chars") or 0)
+        if sh.get("prefix") == "history":
             prefix += sum(len(t.content) + 40 for s in q.sessions for t in s.turns)
-        elif module == "prefetch":
-            prefix += PREFETCH_CHARS
         h, m, o = _conversation(prefix, calls, result)
         hit, miss, out = hit + h, miss + m, out + o
     return Row(cond, len(qids), calls * len(qids), hit, miss, out, "data (typical conversation shape)")
