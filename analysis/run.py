@@ -243,12 +243,15 @@ def exit_code(res: Results, lenient: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from harness.plugins import PluginError
+
     try:
         opts = parse_args(argv)
+        registry.discover()  # a plugin that does not import is named before any folder is read
         res = analyse(opts)
         res.command = "python -m analysis.run " + " ".join(argv)
         out = write(res, Path(opts["out"]))
-    except (AnalysisError, P.PreregError) as exc:
+    except (AnalysisError, P.PreregError, PluginError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(summary(res, out))

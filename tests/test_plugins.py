@@ -1,0 +1,110 @@
+"""Extension points are one file each, found by registration: a package outside the tree adds a
+condition (one module + one yaml) and a table (one module), and each appears in a stage's
+records, results/, the report, the pre-registration status and the Inspect export."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from tests.fake_model import FakeModel
+
+REPO = Path(__file__).resolve().parents[1]
+
+CONDITION = '''
+from conditions import Access
+from harness.run.tools import ToolResult
+
+SEARCH_TOOLS = ("toy_lookup",)  # the tool_use table counts its calls as searches
+FORECAST = {"calls": 2, "result_chars": 100, "schema_chars": 200}
+
+
+class Lookup:
+    name = "toy_lookup"
+
+    def schema(self):
+        return {"type": "function", "function": {"name": self.name, "description": "Look something up.",
+                "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                               "required": ["query"]}}}
+
+    def __call__(self, query: str = ""):
+        return ToolResult(text=f"toy memory about {query}")
+
+
+def build(cfg, ctx):
+    return Access(text=str(cfg.access), tools=[Lookup()])
+'''
+
+TABLE = '''
+import pandas as pd
+
+from analysis.tables import Table, register
+
+
+def build(res):
+    return pd.DataFrame([{"folder": f.name, "toy_runs": sum(r["condition"] == "toy" for r in f.records)}
+                         for f in res.folders])
+
+
+def section(res):
+    return "\\n## Toy table\\n\\n" + "".join(f"- {r.folder}: {r.toy_runs} toy runs\\n"
+                                          for r in res.table("toy").itertuples())
+
+
+register(Table("toy", "toy.csv", build, section, prereg=("toy",), order=115))
+'''
+
+
+def test_a_condition_and_a_table_from_outside_the_tree(tmp_path):
+    pkg = tmp_path / "plug" / "toyplug"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cond.py").write_text(CONDITION)
+    (pkg / "table.py").write_text(TABLE)
+    conf = tmp_path / "plug" / "conf" / "condition"
+    conf.mkdir(parents=True)
+    (conf / "toy.yaml").write_text('module: toyplug.cond\naccess: "Use toy_lookup to look things up."\n')
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'plug'}{os.pathsep}{REPO}", "MEMSPACE_PLUGINS": "toyplug.table"}
+    runs = tmp_path / "runs"
+    with FakeModel() as fake:  # calls the first tool offered, then answers
+        res = subprocess.run(
+            [sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm", f"model.base_url={fake.base_url}",
+             f"hydra.searchpath=[file://{tmp_path / 'plug' / 'conf'}]", "+condition@stage.conditions.toy=toy",
+             "stage.groups=[{sample:smoke,conditions:[none,toy]}]", "stage.judge_after_run=false",
+             f"runs_dir={runs}"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    folder = runs / "smoke" / "smoke"
+    recs = [json.loads(p.read_text()) for p in (folder / "records").glob("toy.*.json")]
+    assert len(recs) == 3 and all(r["module"] == "toyplug.cond" and r["tools"][0]["name"] == "toy_lookup"
+                                  for r in recs)
+
+    out = tmp_path / "results"
+    ana = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={out}", "resamples=50",
+                          "lenient=true"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert ana.returncode == 0, ana.stderr[-3000:]
+    assert pd.read_csv(out / "toy.csv").to_dict("records") == [{"folder": "smoke/smoke", "toy_runs": 3}]
+    report = (out / "report.md").read_text()
+    assert "## Toy table\n\n- smoke/smoke: 3 toy runs" in report and "[`toy.csv`](toy.csv)" in report
+    tool_use = pd.read_csv(out / "tool_use.csv")
+    assert tool_use.set_index("condition").loc["toy", "searches"] == 3  # its SEARCH_TOOLS, not a name list
+    expl = pd.read_csv(out / "table3_exploratory.csv")
+    assert "toy" in set(expl["analysis"])  # a table the pre-registration does not name is exploratory
+    assert "toy" in set(pd.read_csv(out / "table1.csv")["condition"])
+
+    logs = tmp_path / "logs"
+    exp = subprocess.run([sys.executable, "-m", "analysis.export_inspect", f"runs={folder}", f"out={logs}"],
+                         capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert exp.returncode == 0, exp.stderr[-3000:]
+    assert any("_toy_" in p.name for p in logs.glob("*.eval"))
+
+
+def test_a_plugin_that_does_not_import_is_named(tmp_path):
+    env = {**os.environ, "MEMSPACE_PLUGINS": "no_such_plugin_pkg"}
+    res = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={tmp_path}", f"out={tmp_path / 'r'}"],
+                         capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert res.returncode != 0 and "plugin 'no_such_plugin_pkg'" in res.stderr
