@@ -72,13 +72,6 @@ def _status(same: bool | None) -> str:
     return "unknown" if same is None else "same" if same else "differs"
 
 
-def _needs(cfg) -> set[str]:
-    out: set[str] = set()
-    for c in (cfg.stage.get("conditions") or {}).values():
-        out |= set(getattr(conditions.load(str(c.module)), "NEEDS", ()))
-    return out
-
-
 def _is_org(cfg) -> bool:
     return any(g.get("variant") for g in cfg.stage.get("groups") or [])
 
@@ -212,7 +205,9 @@ def seed_row(cfg) -> Row:
 
 
 def manifest(cfg, plan) -> list[Row]:
-    need = _needs(cfg)
+    from harness.run.preflight import needs
+
+    need = needs(cfg)
     return [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need), index_row(cfg, need),
             tool_texts_row(cfg), data_row(plan), seed_row(cfg)]
 
