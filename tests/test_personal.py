@@ -8,6 +8,7 @@ script, never by patching the code under test.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -222,3 +223,16 @@ def test_compare_against_independent_computations():
     se = np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))  # the bootstrap CI ~ normal theory
     assert c["ci_low"] == pytest.approx(c["diff"] - 1.96 * se, abs=0.15)
     assert c["ci_high"] == pytest.approx(c["diff"] + 1.96 * se, abs=0.15)
+
+
+def test_a_dry_run_of_the_personal_stage_plans_and_starts_nothing(tmp_path):
+    """`dry_run=true` used to run all 600 trials of stage=personal; it prints the plan and stops."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=personal", "dry_run=true",
+                          f"runs_dir={tmp_path / 'runs'}", "model.base_url=http://127.0.0.1:9/v1"],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "total runs 600 (dry run: nothing started)" in res.stdout
+    assert not (tmp_path / "runs").exists()  # no stage folder, no record, no ledger

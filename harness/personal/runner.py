@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from datetime import datetime, timezone
 from pathlib import Path
@@ -164,6 +165,12 @@ def run_personal(cfg) -> RunDir:
     path = trials_path(cfg)
     trials = trials_data.load(path)["trials"]
     runs = plan(cfg, trials)
+    if cfg.get("dry_run"):  # the plan only: no folder, no service, no model call
+        by = Counter(c for _, c in runs)
+        print(f"stage {cfg.stage.name}  label {cfg.stage.label}  trials {path} ({len(trials)})\n"
+              + "\n".join(f"  {c:<24}{n:>6} runs" for c, n in sorted(by.items()))
+              + f"\ntotal runs {len(runs)} (dry run: nothing started)")
+        return None
     rd = RunDir.for_stage(cfg)
     info = rd.open(cfg, stage_info(cfg, path, runs)).model_dump(mode="json")
     if info["data"]["sha256"] != sha256_file(path):
