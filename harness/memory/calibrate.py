@@ -13,7 +13,7 @@ S histories) the same way, for comparison.
     python -m harness.memory.calibrate --data .cache/data/synth_s_seed0_chat_q2.json --histories 5
 
 Measures (the same functions the study uses): nearest-neighbour cosine within a fixed pool of
-chunks (harness.memory.study.nn_cosines), distinct query texts, and unfiltered recall@10 of the
+chunks (bench.backends.diagnostics.nn_cosines), distinct query texts, and unfiltered recall@10 of the
 Redis HNSW index (M 16, EF_CONSTRUCTION 200) at EF_RUNTIME 10 and 100 against exact search.
 Queries: for chitchat, messages with a question mark from conversations outside the corpus; for
 --data, the file's questions. Recall depends on corpus size (it falls as the graph grows: the
@@ -42,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.memory.study import K, corpus_diagnostics
+from bench.backends.cases import K
+from bench.backends.diagnostics import corpus_diagnostics
 
 # threshold = real-text value +/- margin (cosines absolute; shares absolute)
 MARGINS = {"nn_cosine_median": 0.05, "nn_cosine_above_095": 0.05, "distinct_queries": 0.10, "unfiltered_recall": 0.05}
@@ -80,7 +81,7 @@ def file_corpus(path: Path, histories: int, queries: int):
     import itertools
 
     from harness.data.longmemeval import iter_questions
-    from harness.memory.study import ORG, agent_of
+    from bench.backends.cases import ORG, agent_of
     from harness.memory.units import units_of_sessions
 
     qs = list(itertools.islice(iter_questions(path), max(histories, queries)))
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.for_stage:
         from harness.memory.encoder import load_encoder
-        from harness.memory.study import default_stage
+        from bench.backends.cases import default_stage
 
         real = default_stage().get("realism") or {}
         d = for_encoder(load_encoder(args.encoder, cache_dir=args.cache_dir), real.get("calibration"),

@@ -25,6 +25,7 @@ attributes, so the preflight, the personalization runner, the replay and the bac
     isolation_keys       the config keys naming its private index (what a replay renames, so it never
                          drops a live stage's index); private_params(name) names one for the study
     query_settings       the attributes a study configuration may change at query time
+    study_build_defaults build parameters the backend study uses unless a configuration sets them
 and, for the study's probes, methods with neutral defaults: engine_versions()/engine_label()
 (classmethods; versions read from the running server), server_counter(), server_memory(),
 probe(), query_filter(), candidates(), probes_per_query(), post_filter_survivors(),
@@ -72,6 +73,7 @@ class Backend(ABC):
     storage: str = "memory"  # memory | disk
     isolation_keys: tuple[str, ...] = ()  # config keys naming its private index (renamed by a replay)
     query_settings: tuple[str, ...] = ()  # attributes a study configuration may set at query time
+    study_build_defaults: dict = {}  # build parameters the backend study uses unless a configuration sets them
     in_space: bool = True  # False: for the backend study only, never a memory space's index
 
     # -- how the backend is isolated and named ------------------------------------------
@@ -108,7 +110,8 @@ class Backend(ABC):
         """(calls, microseconds) of the engine's own search counter, or None: server-side timing."""
         return None
 
-    def server_memory(self) -> int | None:
+    @classmethod
+    def server_memory(cls) -> int | None:
         """Bytes the server holds (before/after a build: the growth), or None for an in-process index."""
         return None
 
@@ -126,9 +129,11 @@ class Backend(ABC):
         """{"server_ms", "plan"} of one query as the engine executed it (None where it does not say)."""
         return {"server_ms": None, "plan": None}
 
-    def query_filter(self, view: View | None, plan: str | None) -> str:
-        """How the engine applied this view to this query (only a post-filter has survivors to count)."""
-        return "no filter" if view is None else self.filter_mode
+    @classmethod
+    def query_filter(cls, view: View | None, plan: str | None, query: dict) -> str:
+        """How the engine applied this view to one query, given the plan probe() read and the
+        configuration's query settings (only a post-filter has survivors to count)."""
+        return "no filter" if view is None else cls.filter_mode
 
     def post_filter_survivors(self, query: Query, view: View | None, k_prime: int) -> dict:
         return {"survivors": None, "candidates": None}

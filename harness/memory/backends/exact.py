@@ -27,7 +27,8 @@ class ExactBackend(Backend):
     def engine_label(cls, versions: dict) -> str:
         return f"numpy {versions.get('py:numpy')}"
 
-    def query_filter(self, view: View | None, plan: str | None) -> str:
+    @classmethod
+    def query_filter(cls, view: View | None, plan: str | None, query: dict) -> str:
         return "no filter" if view is None else "pre-filter"
 
     def __init__(self, dim: int = 384, **_ignored):

@@ -94,11 +94,13 @@ class PgVector(Backend):
     isolation_keys = ("table",)
     query_settings = ("ef_search", "iterative_scan", "max_scan_tuples", "owner_btree", "overfetch")
 
+    # heap pages half full: the 50% split's visibility change is then a HOT update that leaves the
+    # HNSW graph alone (on full pages every changed row is re-inserted into the graph)
+    study_build_defaults = {"fillfactor": 50}
+
     @classmethod
     def private_params(cls, name: str) -> dict:
-        # heap pages half full: the 50% split's visibility change is then a HOT update that leaves the
-        # HNSW graph alone (on full pages every changed row is re-inserted into the graph)
-        return {"table": name.lower(), "drop_existing": True, "drop_on_close": True, "fillfactor": 50}
+        return {"table": name.lower(), "drop_existing": True, "drop_on_close": True}
 
     @classmethod
     def engine_versions(cls) -> dict:
@@ -131,12 +133,13 @@ class PgVector(Backend):
         ms, text = self.statement(query, view, k)
         return {"server_ms": ms, "plan": plan_summary(text)}
 
-    def query_filter(self, view: View | None, plan: str | None) -> str:
+    @classmethod
+    def query_filter(cls, view: View | None, plan: str | None, query: dict) -> str:
         if view is None:
             return "no filter"
         if "hnsw" not in (plan or ""):
             return "pre-filter"  # the planner chose an exact scan (e.g. through the owner b-tree)
-        return "post-filter" if self.iterative_scan == "off" else "iterative scan"
+        return "post-filter" if query.get("iterative_scan", "off") == "off" else "iterative scan"
 
     def prepare_queries(self) -> None:
         with self._conn() as c, c.transaction():

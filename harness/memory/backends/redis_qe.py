@@ -132,7 +132,8 @@ class RedisQE(Backend):
     def probe(self, query: Query, view: View | None, k: int) -> dict:
         return {"server_ms": None, "plan": self.executed_policy(query, view, k)}
 
-    def query_filter(self, view: View | None, plan: str | None) -> str:
+    @classmethod
+    def query_filter(cls, view: View | None, plan: str | None, query: dict) -> str:
         if view is None:
             return "no filter"
         return {"ADHOC_BF": "pre-filter", "BATCHES": "batches"}.get(plan or "", plan or "?")
