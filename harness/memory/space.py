@@ -318,7 +318,7 @@ def space_from_config(index_cfg, encoder=None, encoder_cfg=None, cache_dir: str 
     if not cls.in_space:
         raise ValueError(f"{name} breaks Proposition 1; it exists for the backend study only")
     if cls.kind == "hybrid":
-        dense_cfg = cfg.get("dense", "exact")
+        dense_cfg = cfg.get("dense", getattr(cls, "default_dense", None))
         dense = make_backend(dense_cfg)
     elif cls.kind == "lexical":
         dense = None

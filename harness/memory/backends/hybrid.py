@@ -46,14 +46,16 @@ class Hybrid(Backend):
 
     kind = "hybrid"
     parts = ("dense", "lexical")  # config keys holding the fused backends (services, replay names)
+    default_dense = "exact"  # the dense side when a config names none
 
     @classmethod
     def service_configs(cls, cfg: dict) -> list[tuple[str, dict]]:
         return _parts_services(cfg, cls.parts)
 
-    def __init__(self, lexical: Backend | dict | str = "fts5", dense: Backend | dict | str = "exact",
+    def __init__(self, lexical: Backend | dict | str = "fts5", dense: Backend | dict | str | None = None,
                  depth: int = DEPTH, rrf_k: int = RRF_K, **_):
         self.lexical = lexical if isinstance(lexical, Backend) else make_backend(lexical)
+        dense = self.default_dense if dense is None else dense
         self.dense = dense if isinstance(dense, Backend) else make_backend(dense)
         self.depth, self.rrf_k = depth, rrf_k
 
