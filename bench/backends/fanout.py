@@ -80,7 +80,8 @@ def fanout_side(data: Path, qs, units, vecs, queries, seed: int, vers) -> tuple[
                      "fts5_owner_in_p50_ms": p(lex_shared, 50), "fts5_owner_in_p95_ms": p(lex_shared, 95),
                      "redis_per_agent_p50_ms": p(dense_stores, 50), "redis_per_agent_p95_ms": p(dense_stores, 95),
                      "redis_tag_list_p50_ms": p(dense_shared, 50), "redis_tag_list_p95_ms": p(dense_shared, 95),
-                     "engine_lexical": engine_label(LEXICAL_PER_VIEW, vers), "engine_dense": engine_label(FANOUT_DENSE, vers)})
+                     "engine_lexical": engine_label(LEXICAL_PER_VIEW, vers),
+                     "engine_dense": engine_label(FANOUT_DENSE, vers)})
     for name in per_agent.values():
         rq.drop_index(name)
     rq.close()

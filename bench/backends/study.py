@@ -18,14 +18,15 @@ from typing import Sequence
 from harness.data.longmemeval import sha256_file
 from harness.memory.bench import pct
 
-from .cases import (CASES, K, PUBLIC_SHARE, REPO, SPLIT_OF, TRUTH, Config, agent_of, build_seed, build_units, default_stage,
-                    load_histories, parse_configs, public_agents, view_for)
+from .cases import (CASES, K, PUBLIC_SHARE, REPO, SPLIT_OF, TRUTH, Config, agent_of, build_seed, build_units,
+                    default_stage, load_histories, parse_configs, public_agents, view_for)
 from .diagnostics import diagnostics, stage_realism
 from .engines import (apply_query, engine_label, engine_versions, footprint_row, k_prime_of, make_index,
                       query_defaults, server_memory)
 from .fanout import fanout_side
 from .lexical import lexical_side
-from .measure import delta_on_index, local_prediction, measure_case, render_survivors, summarise, survivors_row, write_csv
+from .measure import (delta_on_index, local_prediction, measure_case, render_survivors, summarise, survivors_row,
+                      write_csv)
 from .plan import plan, render_plan
 
 def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] | None = None,
