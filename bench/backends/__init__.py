@@ -36,7 +36,7 @@ the lexical side (one FTS5 index with an owner column against exact per-view BM2
 built one view at a time so memory stays bounded), and corpus diagnostics (nearest-
 neighbour cosine, distinct queries, unfiltered HNSW recall) checked against a
 realistic range before the figures count. The range is the stage's own encoder's: calibrated on
-real chitchat text with that encoder (harness.memory.calibrate.for_encoder: recorded in the stage
+real chitchat text with that encoder (bench.backends.calibrate.for_encoder: recorded in the stage
 config for its id, cached by id, or calibrated at the start of the stage), because cosines are a
 property of the vector space.
 
@@ -51,6 +51,7 @@ Modules, by concern (ann-benchmarks: the runner knows no engine; each engine's p
 its backend in harness/memory/backends/):
 
     cases.py        corpus, agents, the views as cases, configurations (data)
+    calibrate.py    the realistic range measured on real chitchat text, per encoder (cached by id)
     plan.py         what the stage will do and how long it should take
     engines.py      what the study asks of each backend: private index, query settings, versions, footprint
     measure.py      one case on one built index: recall, latency, server time, plans, survivors, delta

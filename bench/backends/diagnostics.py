@@ -10,7 +10,7 @@ def nn_cosines(vecs: np.ndarray, pool: int, seed: int) -> np.ndarray:
     """Cosine of each chunk of a seeded random pool of `pool` chunks to its nearest other chunk in the pool.
 
     Within a fixed-size pool, not the whole corpus: the nearest neighbour of a chunk gets closer as
-    the corpus grows, so only a fixed pool makes a 3,000-chunk calibration (harness.memory.calibrate)
+    the corpus grows, so only a fixed pool makes a 3,000-chunk calibration (bench.backends.calibrate)
     comparable with a 123,000-chunk stage."""
     x = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     rng = np.random.default_rng(seed)
@@ -39,20 +39,20 @@ def stage_realism(stage: dict, enc) -> dict:
     """The realistic range this stage applies, for its own encoder: {"encoder_id", "source", "thresholds", ...}.
 
     `stage.realism` holds `calibration` (the parameters) and `recorded` (thresholds measured once and kept
-    in the config, per encoder id); see harness.memory.calibrate.for_encoder. Thresholds written directly
+    in the config, per encoder id); see bench.backends.calibrate.for_encoder. Thresholds written directly
     under `stage.realism` (the keys of THRESHOLD_KEYS) are applied as given, whatever the encoder."""
     real = dict(stage.get("realism") or {})
     fixed = {k: real[k] for k in THRESHOLD_KEYS if k in real}
     if fixed:
         return {"encoder_id": enc.id, "source": "stage config (fixed thresholds, applied to any encoder)",
                 "thresholds": fixed, "params": None, "measurement": None, "cache": None}
-    from harness.memory.calibrate import for_encoder
+    from bench.backends.calibrate import for_encoder
 
     return for_encoder(enc, real.get("calibration"), real.get("recorded") or ())
 
 
 def realism_checks(d: dict, real: dict) -> dict:
-    """Each measure against its threshold (conf/stage/backends.yaml `realism`, set by harness.memory.calibrate)."""
+    """Each measure against its threshold (conf/stage/backends.yaml `realism`, set by bench.backends.calibrate)."""
     checks = {}
     if "nn_cosine_median_max" in real:
         checks["nn_cosine_median"] = d["nn_cosine_median"] <= float(real["nn_cosine_median_max"])
