@@ -137,7 +137,7 @@ def realistic(folder) -> tuple[bool, str]:
     another encoder than the one that embedded the corpus never count. A folder from before the
     per-encoder ranges (no `thresholds_encoder`) was checked against MiniLM's range, which holds only
     for a MiniLM folder."""
-    from harness.memory.study import realism_checks
+    from bench.backends.diagnostics import realism_checks
 
     d = read(folder)["diagnostics"]
     if d is None:

@@ -32,7 +32,6 @@ from harness.data.org import VISIBILITY
 from harness.data.longmemeval import sha256_file
 
 MEMORY_KINDS = ("search", "read")
-_INDEX_NAME_KEYS = ("index", "table", "prefix")  # redis_qe, pgvector, vectorset
 
 
 class ReplayUnavailable(RuntimeError):
@@ -136,17 +135,27 @@ class FolderReplay:
 
 
 def replay_index_config(index_cfg: dict) -> dict:
-    """The stage's index config under replay-only names, so the stage's own index is never touched."""
+    """The stage's index config under replay-only names, so the stage's own index is never touched.
+
+    Each backend names the config keys that isolate its private index (`isolation_keys`); a part of a
+    composite index (a nested config with a `name`, e.g. hybrid's `dense`) is renamed the same way."""
+    from harness.memory.backends.base import backend_class
+
     cfg = copy.deepcopy(index_cfg)
 
     def rename(d: dict) -> None:
-        for k in _INDEX_NAME_KEYS:
+        try:
+            keys = backend_class(str(d.get("name"))).isolation_keys
+        except KeyError:
+            raise ReplayUnavailable(f"the stage's index backend {d.get('name')!r} is not registered here") from None
+        for k in keys:
             if isinstance(d.get(k), str) and d[k]:
                 d[k] = f"{d[k]}_replay"
+        for v in d.values():
+            if isinstance(v, dict) and v.get("name"):
+                rename(v)
 
     rename(cfg)
-    if isinstance(cfg.get("dense"), dict):
-        rename(cfg["dense"])
     return cfg
 
 

@@ -173,7 +173,7 @@ def main(cfg: DictConfig) -> None:
         if cfg.stage.kind == "backends":
             if Shard.parse(cfg.get("shard")):
                 raise ShardError("the backends study is not sharded (no model calls); run it without shard=")
-            from harness.memory.study import run_study
+            from bench.backends.study import run_study
 
             run_study(cfg)
             return

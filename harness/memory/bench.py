@@ -37,6 +37,22 @@ from harness.memory.views import View
 REPO = Path(__file__).resolve().parents[2]
 
 
+# a timed index beyond the backends' own names: a backend with other settings (the menu's data)
+VARIANTS = {"pgvector_relaxed": ("pgvector", {"iterative_scan": "relaxed_order"})}
+
+
+def resolve(name: str) -> tuple[str, dict]:
+    """(backend, settings) of a timed index: a variant, or a backend by its own name."""
+    return VARIANTS.get(name, (name, {}))
+
+
+def hybrid_dense() -> str:
+    """The dense side hybrid fuses with in the agent runs (conf/index/hybrid.yaml), also the write path's."""
+    import yaml
+
+    return str(yaml.safe_load((REPO / "conf" / "index" / "hybrid.yaml").read_text())["dense"]["name"])
+
+
 def pct(xs, q):
     return float(np.percentile(np.asarray(xs, dtype=float), q)) if len(xs) else float("nan")
 
@@ -97,34 +113,29 @@ def bench_embedding(encoder_name: str, texts: list[str]) -> list[dict]:
 
 
 def build_spaces(encoder, units, which: list[str]):
-    from harness.memory.backends.base import make_backend
+    from harness.memory.backends.base import backend_class, make_backend
     from harness.memory.backends.fts5 import FTS5PerView
     from harness.memory.space import MemorySpace
 
-    dense_cfg = {
-        "exact": ("exact", {}),
-        "redis_qe": ("redis_qe", {"index": "bench_lat", "drop_existing": True, "drop_on_close": True}),
-        "vectorset": ("vectorset", {"prefix": "bench:lat", "drop_existing": True, "drop_on_close": True}),
-        "pgvector": ("pgvector", {"table": "bench_lat", "drop_existing": True, "drop_on_close": True}),
-        "pgvector_relaxed": ("pgvector", {"table": "bench_lat_r", "drop_existing": True, "drop_on_close": True,
-                                          "iterative_scan": "relaxed_order"}),
-    }
     encoder.embed([u.text for u in units])  # once, through the cache; every space then reads it
     spaces = {}
     for name in which:
-        b, p = dense_cfg[name]
-        sp = MemorySpace(encoder, make_backend(b, **p), FTS5PerView())
+        b, p = resolve(name)
+        params = {**p, **backend_class(b).private_params(f"bench_lat_{name}")}  # its own index, dropped on close
+        sp = MemorySpace(encoder, make_backend(b, **params), FTS5PerView())
         sp.add_units(units)
         spaces[name] = sp
     return spaces
 
 
 def bench_search(encoder, units, queries: list[str], which: list[str], k: int = 8) -> list[dict]:
-    from harness.memory.backends.base import Query
+    from harness.memory.backends.base import Query, backend_class
 
-    dense = [w for w in which if w not in ("fts5", "hybrid")]
-    if ("hybrid" in which or "fts5" in which) and "redis_qe" not in dense:
-        dense.append("redis_qe")  # hybrid fuses per-view FTS5 with redis_qe, as in the agent runs
+    kind = {w: backend_class(resolve(w)[0]).kind for w in which}
+    hd = hybrid_dense()
+    dense = [w for w in which if kind[w] == "dense"]
+    if any(kind[w] != "dense" for w in which) and hd not in dense:
+        dense.append(hd)  # hybrid fuses per-view FTS5 with this dense index, as in the agent runs
     spaces = build_spaces(encoder, units, dense)
     view = View("bench", "a0", "own")
     n_view = sum(1 for u in units if view.admits(u))
@@ -133,10 +144,10 @@ def bench_search(encoder, units, queries: list[str], which: list[str], k: int = 
     rows = []
     plan = []
     for name in which:
-        if name == "fts5":
-            sp, scoring = spaces["redis_qe"], "bm25"
-        elif name == "hybrid":
-            sp, scoring = spaces["redis_qe"], "hybrid"
+        if kind[name] == "lexical":
+            sp, scoring = spaces[hd], "bm25"
+        elif kind[name] == "hybrid":
+            sp, scoring = spaces[hd], "hybrid"
         else:
             sp, scoring = spaces[name], "dense"
         for q in queries[:3]:
@@ -153,12 +164,12 @@ def bench_search(encoder, units, queries: list[str], which: list[str], k: int = 
                 t = time.perf_counter()
                 backend.search(qq, view, k)
                 index_ms.append((time.perf_counter() - t) * 1000)
-        rows.append({"index": name if name != "hybrid" else "hybrid (fts5 + redis_qe, RRF 50/50)",
+        rows.append({"index": name if kind[name] != "hybrid" else f"{name} (fts5 + {hd}, RRF 50/50)",
                      "scoring": scoring, "view_units": n_view, "queries": len(queries),
                      "p50_ms": pct(ms, 50), "p95_ms": pct(ms, 95),
                      "index_p50_ms": pct(index_ms, 50) if index_ms else None,
                      "short_lists": sum(1 for n in n_res if n < k)})
-        if name == "pgvector":
+        if not plan and kind[name] == "dense" and hasattr(sp.dense, "explain"):  # the engine shows its plan
             qq = Query(vector=encoder.embed_query(queries[0]))
             plan = [ln.strip() for ln in sp.dense.explain(qq, view, k).splitlines() if "Scan" in ln]
     for sp in {id(s): s for s in spaces.values()}.values():
@@ -168,7 +179,7 @@ def bench_search(encoder, units, queries: list[str], which: list[str], k: int = 
 
 def bench_delta(encoder_name: str, n: int, dense: str) -> dict:
     """Commit rounds never seen before (private cache) and time commit -> searchable."""
-    from harness.memory.backends.base import make_backend
+    from harness.memory.backends.base import backend_class, make_backend
     from harness.memory.backends.fts5 import FTS5PerView
     from harness.memory.encoder import Encoder
     from harness.memory.space import MemorySpace
@@ -176,8 +187,7 @@ def bench_delta(encoder_name: str, n: int, dense: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         enc = Encoder(encoder_name, cache_dir=tmp)
         enc.forward(["warm up"])
-        params = {"redis_qe": {"index": "bench_delta", "drop_existing": True, "drop_on_close": True},
-                  "exact": {}}[dense]
+        params = backend_class(dense).private_params("bench_delta")
         sp = MemorySpace(enc, make_backend(dense, **params), FTS5PerView())
         for agent in ("a0", "a1", "a2"):  # three views whose lexical indexes a public round must enter
             sp.search("warm", View("w", agent, "shared"), scoring="bm25")
@@ -242,9 +252,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   {r['index']:<38} {r['scoring']:<7} {r['p50_ms']:>8.2f} {r['p95_ms']:>8.2f} {ip:>10} "
                   f"{r['short_lists']:>6}")
         if plan:
-            print("   pgvector plan (one-agent view): " + " / ".join(plan))
-        d = bench_delta(args.encoder, args.delta_rounds, "redis_qe")
-        print(f"\n3. write path: commit -> searchable (redis_qe + per-view FTS5), {d['rounds']} unseen rounds")
+            print("   plan of the first index that explains itself (one-agent view): " + " / ".join(plan))
+        hd = hybrid_dense()
+        d = bench_delta(args.encoder, args.delta_rounds, hd)
+        print(f"\n3. write path: commit -> searchable ({hd} + per-view FTS5), {d['rounds']} unseen rounds")
         print(f"   delta p50 {d['delta_p50_ms']:.1f} ms  p95 {d['delta_p95_ms']:.1f} ms   (median parts: embed "
               f"{d['embed_p50_ms']:.1f} ms, vector insert {d['insert_dense_p50_ms']:.2f} ms, lexical insert "
               f"{d['insert_lexical_p50_ms']:.2f} ms into {d['lexical_views_per_round']:.0f} views; "

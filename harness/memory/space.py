@@ -25,7 +25,7 @@ import numpy as np
 
 from harness.data.longmemeval import Session
 
-from .backends.base import Backend, Hit, Query, make_backend
+from .backends.base import Backend, Hit, Query, backend_class, make_backend
 from .backends.fts5 import FTS5PerView
 from .backends.hybrid import DEPTH, RRF_K, rrf
 from .units import Round, Unit, chunk_text, rounds_of
@@ -297,9 +297,10 @@ def _plain(cfg) -> dict:
 def space_from_config(index_cfg, encoder=None, encoder_cfg=None, cache_dir: str | None = None) -> MemorySpace:
     """Build a space from conf/index/<name>.yaml (+ conf/encoder/<name>.yaml).
 
-    index exact|redis_qe|vectorset|pgvector: that dense backend + per-view FTS5;
-    index hybrid: its `dense` entry + per-view FTS5, fused with its depth/rrf_k;
-    index fts5: lexical only (dense and hybrid scoring raise).
+    a dense index (kind "dense": exact, redis_qe, ...): that backend + per-view FTS5;
+    a hybrid index (kind "hybrid"): its `dense` entry + per-view FTS5, fused with its depth/rrf_k;
+    a lexical index (kind "lexical"): lexical only (dense and hybrid scoring raise);
+    a backend with in_space = False (the study's one shared FTS5 index) is refused.
     """
     from .encoder import from_config as encoder_from_config
 
@@ -313,13 +314,14 @@ def space_from_config(index_cfg, encoder=None, encoder_cfg=None, cache_dir: str 
         encoder = encoder_from_config(ecfg)
     name = cfg["name"]
     depth, rrf_k = cfg.get("depth", DEPTH), cfg.get("rrf_k", RRF_K)
-    if name == "hybrid":
-        dense_cfg = cfg.get("dense", "exact")
+    cls = backend_class(name)
+    if not cls.in_space:
+        raise ValueError(f"{name} breaks Proposition 1; it exists for the backend study only")
+    if cls.kind == "hybrid":
+        dense_cfg = cfg.get("dense", getattr(cls, "default_dense", None))
         dense = make_backend(dense_cfg)
-    elif name == "fts5":
+    elif cls.kind == "lexical":
         dense = None
-    elif name == "fts5_shared":
-        raise ValueError("fts5_shared breaks Proposition 1; it exists for the backend study only")
     else:
         dense = make_backend(cfg)
     return MemorySpace(encoder, dense, FTS5PerView(), depth=depth, rrf_k=rrf_k)

@@ -42,14 +42,21 @@ from . import assistant, record
 from .identity import IdentityResolver
 from .method import RunCtx, Shared
 
-NEEDS = {"pgvector": "postgres", "redis_qe": "redis", "vectorset": "redis"}  # index -> the service it reads
+def index_services(index_cfg) -> set[str]:
+    """The services the stage's index reads, as its backend declares them (`service`)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from harness.memory.backends.base import backend_class
+
+    cfg = OmegaConf.to_container(index_cfg, resolve=True) if isinstance(index_cfg, DictConfig) else dict(index_cfg)
+    return {service for service, _ in backend_class(str(cfg["name"])).service_configs(cfg)}
 
 
 def _services(cfg) -> None:
     """Start (and leave running, like `make services-up`) only what this stage reads: Mem0 uses PostgreSQL."""
     from harness import services
 
-    needed = {NEEDS.get(str(cfg.index.name))}
+    needed = index_services(cfg.index)
     if any(str(cfg.stage.conditions[c].module) == "mem0_default" for c in cfg.stage.methods):
         needed.add("postgres")
     s = services.settings()

@@ -57,31 +57,56 @@ def _key_check(model_cfg, who: str) -> Check:
     return Check("key", True, f"{who}: ${env} is set")
 
 
+def _reach_redis(cfg, s) -> str:
+    import redis
+
+    url = cfg.get("url") or f"redis://127.0.0.1:{s.redis_port}"
+    redis.Redis.from_url(str(url), socket_connect_timeout=3).ping()
+    return f"Redis at {url} answers"
+
+
+def _reach_postgres(cfg, s) -> str:
+    import psycopg
+
+    dsn = cfg.get("dsn") or s.pg_dsn
+    with psycopg.connect(str(dsn), connect_timeout=3):
+        pass
+    return "PostgreSQL answers"
+
+
+REACH = {"redis": _reach_redis, "postgres": _reach_postgres}  # service -> how to reach it
+
+
 def _services_check(index_cfg) -> Check:
-    """Reach the servers the stage's index lives on (the hybrid index: its dense side)."""
+    """Reach the servers the stage's index lives on: the services its backend declares (`service`;
+    a composite backend such as hybrid: its parts')."""
+    from omegaconf import DictConfig, OmegaConf
+
     from harness import services
+    from harness.memory.backends.base import backend_class
 
-    cfg = index_cfg.get("dense") if index_cfg.get("name") == "hybrid" else index_cfg
+    cfg = OmegaConf.to_container(index_cfg, resolve=True) if isinstance(index_cfg, DictConfig) else dict(index_cfg)
     name = str(cfg.get("name"))
-    s = services.settings()
     try:
-        if name in ("redis_qe", "vectorset"):
-            import redis
-
-            url = cfg.get("url") or f"redis://127.0.0.1:{s.redis_port}"
-            redis.Redis.from_url(str(url), socket_connect_timeout=3).ping()
-            return Check("services", True, f"index {name}: Redis at {url} answers")
-        if name == "pgvector":
-            import psycopg
-
-            dsn = cfg.get("dsn") or s.pg_dsn
-            with psycopg.connect(str(dsn), connect_timeout=3):
-                pass
-            return Check("services", True, f"index {name}: PostgreSQL answers")
-    except Exception as exc:  # noqa: BLE001 - reported as the failed check
-        env = classify(exc) or EnvironmentFailure(f"index {name}: {exc}", "start the services (make services-up)")
-        return Check("services", False, str(env))
-    return Check("services", True, f"index {name}: in process, no server needed")
+        needed = backend_class(name).service_configs(cfg)
+    except KeyError as exc:
+        return Check("services", False, f"index {name}: {exc.args[0]}")
+    if not needed:
+        return Check("services", True, f"index {name}: in process, no server needed")
+    s = services.settings()
+    said = []
+    for service, part in needed:
+        part_name = str(part.get("name", name))
+        try:
+            if service not in REACH:
+                return Check("services", False, f"index {part_name}: unknown service {service!r} "
+                                                f"(known: {', '.join(sorted(REACH))})")
+            said.append(f"index {part_name}: {REACH[service](part, s)}")
+        except Exception as exc:  # noqa: BLE001 - reported as the failed check
+            env = classify(exc) or EnvironmentFailure(f"index {part_name}: {exc}",
+                                                      "start the services (make services-up)")
+            return Check("services", False, str(env))
+    return Check("services", True, "; ".join(said))
 
 
 def _sandbox_check() -> Check:

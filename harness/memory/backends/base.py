@@ -10,6 +10,26 @@ visibility and time with every unit so the engine itself evaluates the view.
 Scores are "higher is better" everywhere (cosine similarity for dense, -bm25 for
 lexical); ties are broken by unit id so results are deterministic.
 Hydra's conf/index/<name>.yaml names a backend by `name`; `make_backend` builds it.
+
+Backends are discovered, not listed: every module of this package is imported (pkgutil) and so are
+the plugins (`harness.plugins.load()`: entry points of group `memspace_harness`, $MEMSPACE_PLUGINS);
+a module registers its class with `@register(name)`. A backend describes itself with class
+attributes, so the preflight, the personalization runner, the replay and the backend study
+(bench/backends) read them and spell no backend names:
+
+    service              None | "redis" | "postgres": the server it lives on
+    filter_mode          how it applies a view: "pre-filter" | "post-filter" | "exact" | "lexical"
+    in_place_visibility  set_visibility() changes a unit's visibility without re-inserting it
+    approximate          an approximate index (built several times by the study); exact is not
+    storage              "memory" | "disk": where its footprint lies
+    isolation_keys       the config keys naming its private index (what a replay renames, so it never
+                         drops a live stage's index); private_params(name) names one for the study
+    query_settings       the attributes a study configuration may change at query time
+    study_build_defaults build parameters the backend study uses unless a configuration sets them
+and, for the study's probes, methods with neutral defaults: engine_versions()/engine_label()
+(classmethods; versions read from the running server), server_counter(), server_memory(),
+probe(), query_filter(), candidates(), probes_per_query(), post_filter_survivors(),
+prepare_queries(), full_footprint(); service_configs() for composite backends.
 """
 
 from __future__ import annotations
@@ -46,6 +66,84 @@ class Hit:
 class Backend(ABC):
     name: str = "?"
     kind: str = "dense"  # dense | lexical | hybrid
+    service: str | None = None  # None (in process) | "redis" | "postgres"
+    filter_mode: str = "pre-filter"  # pre-filter | post-filter | exact | lexical
+    in_place_visibility: bool = False  # set_visibility() keeps the index structure
+    approximate: bool = False
+    storage: str = "memory"  # memory | disk
+    isolation_keys: tuple[str, ...] = ()  # config keys naming its private index (renamed by a replay)
+    query_settings: tuple[str, ...] = ()  # attributes a study configuration may set at query time
+    study_build_defaults: dict = {}  # build parameters the backend study uses unless a configuration sets them
+    in_space: bool = True  # False: for the backend study only, never a memory space's index
+
+    # -- how the backend is isolated and named ------------------------------------------
+    @classmethod
+    def private_params(cls, name: str) -> dict[str, Any]:
+        """Build parameters that give the backend its own index called `name`, dropped on close."""
+        return {}
+
+    @classmethod
+    def service_configs(cls, cfg: dict) -> list[tuple[str, dict]]:
+        """(service, the index config that reaches it) for every server an index config of this backend
+        reads: its own, or (a composite backend such as hybrid) its parts'."""
+        return [(cls.service, cfg)] if cls.service else []
+
+    def candidate_list(self) -> int | None:
+        """The candidate list the built index uses now (checked against candidates() of the configuration)."""
+        return None
+
+    # -- provenance ---------------------------------------------------------------------
+    @classmethod
+    def engine_versions(cls) -> dict[str, Any]:
+        """Versions read from the engine itself (the running server, the library), not from clients."""
+        return {}
+
+    @classmethod
+    def engine_label(cls, versions: dict) -> str:
+        return cls.name
+
+    # -- the backend study's probes (neutral defaults) ------------------------------------
+    def set_visibility(self, changes: dict[str, str]) -> dict:
+        raise NotImplementedError(f"{self.name} cannot change visibility in place: rebuild it")
+
+    def server_counter(self) -> tuple[int, int] | None:
+        """(calls, microseconds) of the engine's own search counter, or None: server-side timing."""
+        return None
+
+    @classmethod
+    def server_memory(cls) -> int | None:
+        """Bytes the server holds (before/after a build: the growth), or None for an in-process index."""
+        return None
+
+    @classmethod
+    def probes_per_query(cls, query: dict) -> int:
+        """Extra statements probe() and post_filter_survivors() send per measured query (the plan)."""
+        return 0
+
+    @classmethod
+    def candidates(cls, query: dict) -> int | None:
+        """K' of Proposition 2 when the engine hands a fixed candidate list to the filter, else None."""
+        return None
+
+    def probe(self, query: Query, view: View | None, k: int) -> dict[str, Any]:
+        """{"server_ms", "plan"} of one query as the engine executed it (None where it does not say)."""
+        return {"server_ms": None, "plan": None}
+
+    @classmethod
+    def query_filter(cls, view: View | None, plan: str | None, query: dict) -> str:
+        """How the engine applied this view to one query, given the plan probe() read and the
+        configuration's query settings (only a post-filter has survivors to count)."""
+        return "no filter" if view is None else cls.filter_mode
+
+    def post_filter_survivors(self, query: Query, view: View | None, k_prime: int) -> dict:
+        return {"survivors": None, "candidates": None}
+
+    def prepare_queries(self) -> None:
+        """Called after a configuration's query settings are set (e.g. indexes they need, statistics)."""
+
+    def full_footprint(self) -> dict[str, Any]:
+        """footprint() with every index of the configuration family in place."""
+        return self.footprint()
 
     @abstractmethod
     def add(self, units: Sequence[Unit], vectors: np.ndarray | None = None) -> None:
@@ -124,11 +222,39 @@ def make_backend(name_or_cfg, **params) -> Backend:
         params = {**cfg, **params}
     else:
         name = name_or_cfg
+    return backend_class(name)(**params)
+
+
+def backend_class(name: str):
+    """The registered class of `name` (its descriptive attributes need no instance and no server)."""
     _load_all()
     if name not in REGISTRY:
         raise KeyError(f"unknown index backend {name!r}; known: {sorted(REGISTRY)}")
-    return REGISTRY[name](**params)
+    return REGISTRY[name]
+
+
+def backends() -> dict[str, Callable[..., Backend]]:
+    """Every registered backend, by name (the package's modules and the plugins)."""
+    _load_all()
+    return dict(REGISTRY)
+
+
+_discovered = False
 
 
 def _load_all() -> None:
-    from . import exact, fts5, hybrid, pgvector, redis_qe, vectorset  # noqa: F401  (registration)
+    """Import every module of this package (each registers its class) and the plugins."""
+    global _discovered
+    if not _discovered:
+        import importlib
+        import pkgutil
+
+        from . import __path__ as pkg_path
+
+        for mod in pkgutil.iter_modules(pkg_path):
+            if mod.name != "base" and not mod.name.startswith("_"):
+                importlib.import_module(f"{__package__}.{mod.name}")
+        _discovered = True
+    from harness import plugins
+
+    plugins.load()

@@ -20,6 +20,16 @@ from .base import Backend, Hit, Query, check_units, register
 @register("exact")
 class ExactBackend(Backend):
     kind = "dense"
+    filter_mode = "exact"  # the view is a mask before a brute-force scan
+    in_place_visibility = True
+
+    @classmethod
+    def engine_label(cls, versions: dict) -> str:
+        return f"numpy {versions.get('py:numpy')}"
+
+    @classmethod
+    def query_filter(cls, view: View | None, plan: str | None, query: dict) -> str:
+        return "no filter" if view is None else "pre-filter"
 
     def __init__(self, dim: int = 384, **_ignored):
         self.dim = dim

@@ -112,8 +112,22 @@ class _SQLite:
             return None
 
 
+class _Lexical:
+    """What both FTS5 backends say about themselves: in process, lexical, SQLite's version."""
+
+    filter_mode = "lexical"
+
+    @classmethod
+    def engine_versions(cls) -> dict:
+        return {"sqlite": sqlite3.sqlite_version}
+
+    @classmethod
+    def engine_label(cls, versions: dict) -> str:
+        return f"SQLite {versions.get('sqlite')} FTS5"
+
+
 @register("fts5")
-class FTS5PerView(Backend, _SQLite):
+class FTS5PerView(_Lexical, Backend, _SQLite):
     """One FTS5 table per view key; the memory space's lexical index."""
 
     kind = "lexical"
@@ -248,10 +262,11 @@ class FTS5PerView(Backend, _SQLite):
 
 
 @register("fts5_shared")
-class FTS5Shared(Backend, _SQLite):
+class FTS5Shared(_Lexical, Backend, _SQLite):
     """One FTS5 table for all units with an owner column; the view is a WHERE clause (collection-wide BM25)."""
 
     kind = "lexical"
+    in_space = False  # collection-wide BM25 statistics: Proposition 1 excludes it from the agent runs
 
     def __init__(self, path: str | None = None, **_ignored):
         _SQLite.__init__(self, path)

@@ -28,15 +28,34 @@ def rrf(lists: Sequence[Sequence[Hit]], c: int = RRF_K) -> list[Hit]:
     return [Hit(u, s) for u, s in sorted(score.items(), key=lambda p: (-p[1], p[0]))]
 
 
+def _parts_services(cfg: dict, keys) -> list[tuple[str, dict]]:
+    from .base import backend_class
+
+    out = []
+    for key in keys:
+        part = cfg.get(key) if isinstance(cfg, dict) else None
+        part = {"name": part} if isinstance(part, str) else part
+        if isinstance(part, dict) and part.get("name"):
+            out += backend_class(str(part["name"])).service_configs(part)
+    return out
+
+
 @register("hybrid")
 class Hybrid(Backend):
     """A lexical and a dense backend fused by RRF; `add` feeds both."""
 
     kind = "hybrid"
+    parts = ("dense", "lexical")  # config keys holding the fused backends (services, replay names)
+    default_dense = "exact"  # the dense side when a config names none
 
-    def __init__(self, lexical: Backend | dict | str = "fts5", dense: Backend | dict | str = "exact",
+    @classmethod
+    def service_configs(cls, cfg: dict) -> list[tuple[str, dict]]:
+        return _parts_services(cfg, cls.parts)
+
+    def __init__(self, lexical: Backend | dict | str = "fts5", dense: Backend | dict | str | None = None,
                  depth: int = DEPTH, rrf_k: int = RRF_K, **_):
         self.lexical = lexical if isinstance(lexical, Backend) else make_backend(lexical)
+        dense = self.default_dense if dense is None else dense
         self.dense = dense if isinstance(dense, Backend) else make_backend(dense)
         self.depth, self.rrf_k = depth, rrf_k
 

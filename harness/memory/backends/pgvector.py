@@ -31,6 +31,17 @@ _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,50}$")  # + "_hnsw" stays within 63
 BULK_MIN = 2000  # an empty table receiving at least this many rows is loaded first, indexed after
 
 
+DEFAULT_EF_SEARCH = 40  # pgvector's default
+
+
+def plan_summary(plan: str) -> str:
+    """The scan line of an EXPLAIN: which index (or none) answered the query."""
+    for line in plan.splitlines():
+        if "Scan" in line:
+            return line.strip().lstrip("->").strip().split("  (cost")[0]
+    return plan.splitlines()[0] if plan else ""
+
+
 def vector_text(v: np.ndarray) -> str:
     return "[" + ",".join(repr(float(x)) for x in np.asarray(v, dtype=np.float32)) + "]"
 
@@ -75,6 +86,73 @@ def _copy_binary(units: Sequence[Unit], vectors: np.ndarray) -> bytes:
 @register("pgvector")
 class PgVector(Backend):
     kind = "dense"
+    service = "postgres"
+    filter_mode = "post-filter"  # the WHERE clause is applied after the HNSW index scan
+    in_place_visibility = True  # an UPDATE of visibility is a HOT update on half-full pages
+    approximate = True
+    storage = "disk"
+    isolation_keys = ("table",)
+    query_settings = ("ef_search", "iterative_scan", "max_scan_tuples", "owner_btree", "overfetch")
+
+    # heap pages half full: the 50% split's visibility change is then a HOT update that leaves the
+    # HNSW graph alone (on full pages every changed row is re-inserted into the graph)
+    study_build_defaults = {"fillfactor": 50}
+
+    @classmethod
+    def private_params(cls, name: str) -> dict:
+        return {"table": name.lower(), "drop_existing": True, "drop_on_close": True}
+
+    @classmethod
+    def engine_versions(cls) -> dict:
+        import psycopg
+
+        from ... import services
+
+        with psycopg.connect(services.settings().pg_dsn) as c:
+            pg = c.execute("SHOW server_version").fetchone()[0]
+            row = c.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        return {"postgresql": pg, "pgvector": row[0] if row else None}
+
+    @classmethod
+    def engine_label(cls, versions: dict) -> str:
+        return f"PostgreSQL {versions.get('postgresql')} + pgvector {versions.get('pgvector')}"
+
+    @classmethod
+    def candidates(cls, query: dict) -> int | None:
+        return int(query.get("ef_search", DEFAULT_EF_SEARCH))  # ef_search: the candidates the filter sees
+
+    def candidate_list(self) -> int | None:
+        return int(self.ef_search)
+
+    @classmethod
+    def probes_per_query(cls, query: dict) -> int:
+        # EXPLAIN ANALYZE, and with iterative scan off the post-filter survivors statement
+        return 1 + (query.get("iterative_scan", "off") == "off")
+
+    def probe(self, query: Query, view: View | None, k: int) -> dict:
+        ms, text = self.statement(query, view, k)
+        return {"server_ms": ms, "plan": plan_summary(text)}
+
+    @classmethod
+    def query_filter(cls, view: View | None, plan: str | None, query: dict) -> str:
+        if view is None:
+            return "no filter"
+        if "hnsw" not in (plan or ""):
+            return "pre-filter"  # the planner chose an exact scan (e.g. through the owner b-tree)
+        return "post-filter" if query.get("iterative_scan", "off") == "off" else "iterative scan"
+
+    def prepare_queries(self) -> None:
+        with self._conn() as c, c.transaction():
+            self._ensure_indexes(c)
+            c.execute(f"ANALYZE {self.table}")
+
+    def full_footprint(self) -> dict:
+        """With the owner b-tree too; the heap is ~2x at fillfactor 50 (room for HOT updates), the HNSW
+        index is not."""
+        self.owner_btree = True
+        with self._conn() as c, c.transaction():
+            self._ensure_indexes(c)
+        return {**self.footprint(), "fillfactor": self.fillfactor or 100}
 
     def __init__(self, table: str | None = None, dsn: str | None = None, dim: int = 384, m: int = 16,
                  ef_construction: int = 200, ef_search: int = 40, iterative_scan: str = "off",

@@ -68,9 +68,75 @@ def _s(x) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
 
 
+def _redis():
+    import redis
+
+    from ... import services
+
+    return redis.Redis.from_url(services.settings().redis_url)
+
+
+def redis_modules() -> tuple[dict, dict]:
+    """({module: version number}, {"redis_server": version}) read from the running server."""
+    r = _redis()
+    try:
+        server = r.info("server")["redis_version"]
+        mods = {m[b"name"].decode(): int(m[b"ver"]) for m in r.execute_command("MODULE", "LIST")}
+    finally:
+        r.close()
+    return mods, {"redis_server": server}
+
+
+def redis_used_memory() -> int:
+    r = _redis()
+    try:
+        return int(r.info("memory")["used_memory"])
+    finally:
+        r.close()
+
+
 @register("redis_qe")
 class RedisQE(Backend):
     kind = "dense"
+    service = "redis"
+    filter_mode = "pre-filter"  # the view is the KNN query's pre-filter
+    approximate = True
+    isolation_keys = ("index",)
+    query_settings = ("ef_runtime", "hybrid_policy", "batch_size")
+
+    @classmethod
+    def private_params(cls, name: str) -> dict:
+        return {"index": name, "drop_existing": True, "drop_on_close": True}
+
+    @classmethod
+    def engine_versions(cls) -> dict:
+        mods, v = redis_modules()
+        s = mods.get("search")
+        return {**v, "redisearch": f"{s // 10000}.{s // 100 % 100}.{s % 100}" if s else None}
+
+    @classmethod
+    def engine_label(cls, versions: dict) -> str:
+        return f"Redis {versions.get('redis_server')} + RediSearch {versions.get('redisearch')}"
+
+    @classmethod
+    def server_memory(cls) -> int | None:
+        return redis_used_memory()
+
+    def server_counter(self) -> tuple[int, int] | None:
+        return self.server_usec()
+
+    @classmethod
+    def probes_per_query(cls, query: dict) -> int:
+        return 1  # FT.PROFILE
+
+    def probe(self, query: Query, view: View | None, k: int) -> dict:
+        return {"server_ms": None, "plan": self.executed_policy(query, view, k)}
+
+    @classmethod
+    def query_filter(cls, view: View | None, plan: str | None, query: dict) -> str:
+        if view is None:
+            return "no filter"
+        return {"ADHOC_BF": "pre-filter", "BATCHES": "batches"}.get(plan or "", plan or "?")
 
     def __init__(self, index: str | None = None, url: str | None = None, dim: int = 384, m: int = 16,
                  ef_construction: int = 200, ef_runtime: int = 10, hybrid_policy: str | None = None,

@@ -54,6 +54,36 @@ def compile_view(view: View) -> str | None:
 @register("vectorset")
 class VectorSet(Backend):
     kind = "dense"
+    service = "redis"
+    filter_mode = "in-search filter"  # VSIM FILTER: the expression is evaluated during the graph search
+    in_place_visibility = True  # VSETATTR changes the attributes, not the graph
+    approximate = True
+    isolation_keys = ("prefix",)
+    query_settings = ("ef", "filter_ef")
+
+    @classmethod
+    def private_params(cls, name: str) -> dict:
+        return {"prefix": name.replace("_", ":"), "drop_existing": True, "drop_on_close": True}
+
+    @classmethod
+    def engine_versions(cls) -> dict:
+        from .redis_qe import redis_modules
+
+        mods, v = redis_modules()
+        vs = mods.get("vectorset")
+        # vector sets ship inside Redis 8 and report the server's version number
+        return {**v, "vectorset": (f"{vs // 10000}.{vs // 100 % 100}.{vs % 100}" if vs else None)
+                if "vectorset" in mods else None}
+
+    @classmethod
+    def engine_label(cls, versions: dict) -> str:
+        return f"Redis {versions.get('redis_server')} vector sets {versions.get('vectorset')}"
+
+    @classmethod
+    def server_memory(cls) -> int | None:
+        from .redis_qe import redis_used_memory
+
+        return redis_used_memory()
 
     def __init__(self, prefix: str | None = None, url: str | None = None, quant: str = "Q8", m: int = 16,
                  ef_construction: int = 200, ef: int | None = None, filter_ef: int | None = None,
