@@ -405,7 +405,7 @@ def main_entry(cfg) -> int:
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from harness.cli.run import sweep_label
+    from harness.run.sweep import sweep_label
 
     sweep_label(cfg)  # in a sweep (-m), judge each job's folder
     code = main_entry(cfg)
@@ -414,7 +414,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from harness.cli.run import multirun_flag_first
+    from harness.run.sweep import multirun_flag_first
 
     sys.argv = multirun_flag_first(sys.argv)
     main()
