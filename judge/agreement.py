@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 from harness.failures import EnvironmentFailure
 from harness.records import RunDir
 from judge import prompts as P
-from judge.run import judge_stage, load_judgements
+from judge.answer_check import judge_stage, load_judgements
 
 PER_STRATUM = 3
 FIELDS = ["run_id", "kind", "condition", "variant", "qtype", "qid", "label1", "label2", "status1", "status2"]

@@ -113,7 +113,7 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
             shared = endpoint if _same_endpoint(cfg.judge, cfg.model) else None
         labels = None
         if judge_after:
-            from judge.run import judge_stage
+            from judge.answer_check import judge_stage
 
             judge_stage(cfg, rd, endpoint=shared, budget=budget)
             labels = {rid: j.label for (rid, kind), j in rd.judgements(str(cfg.judge.name)).items() if kind == "correct"}
