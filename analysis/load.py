@@ -74,6 +74,8 @@ def tool_choices(tools: list[dict]) -> dict:
 class AnalysisError(RuntimeError):
     """Bad input that the user must fix (no folders, ambiguous judge, unreadable file)."""
 
+    exit_code = 2  # harness.failures.BAD_INPUT
+
 
 @dataclass
 class Folder:

@@ -15,43 +15,32 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from harness.failures import EnvironmentFailure
+from harness.failures import BAD_INPUT, STOPPED, returns_exit_code
 from harness.records import RunDir
-from harness.records.schema import RecordError
-from judge import prompts as P
 from judge.answer_check import identity, judge_model_config, judge_stage, judgements_path, load_judgements  # noqa: F401  (the old judge.run names)
 from judge.common import judgements_dir  # noqa: F401
 
 
+@returns_exit_code  # 2 bad input, 3 stopped, 4 budget (harness.failures)
 def main_entry(cfg) -> int:
     rd = RunDir.for_stage(cfg)
     if not rd.records_dir.exists():
         print(f"error: {rd.root} has no records; run the stage first (make run STAGE={cfg.stage.name})",
               file=sys.stderr)
-        return 2
+        return BAD_INPUT
     if cfg.stage.kind == "personal":  # the second seed paper's rubric, not LongMemEval's answer check
         from judge.rubric import judge_personal
 
         summary = judge_personal(cfg, rd)
-        return 3 if summary["written"].get("failed") else 0
-    from harness.run.budget import Budget, BudgetReached
+        return STOPPED if summary["written"].get("failed") else 0
+    from harness.run.budget import Budget
 
     budget = None
     if cfg.get("budget_usd") is not None:  # the stage's cap covers the judge's calls too
         budget = Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"),
                         judge_model_config(cfg.judge).get("prices"), rd.ledger_paths())
-    try:
-        summary = judge_stage(cfg, rd, budget=budget)
-    except (P.PromptFileError, RecordError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except EnvironmentFailure as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
-        return 3
-    except BudgetReached as exc:
-        print(f"{exc}; raise budget_usd and run the same command to go on", file=sys.stderr)
-        return 4
-    return 3 if summary["failed"] else 0
+    summary = judge_stage(cfg, rd, budget=budget)
+    return STOPPED if summary["failed"] else 0
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

@@ -26,14 +26,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from harness.data.longmemeval import DataError
-from harness.data.samples import SampleError
-from harness.failures import EnvironmentFailure
-from harness.records import StageMismatch
-from harness.records.schema import RecordError
-from harness.records.shards import DriverLock, Shard, ShardBusy, ShardError
+from harness.failures import STOPPED, exits_with_code
+from harness.records.shards import DriverLock, Shard, ShardError
 from harness.run.budget import Budget, BudgetReached
-from harness.run.plan import PlanError, build
+from harness.run.plan import build
 from harness.run.sweep import multirun_flag_first, sweep_label  # noqa: F401  (kept importable here)
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -72,7 +68,7 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
             sys.stderr.close()
         failed = [c for c in checks if c.ok is False]
         if failed:
-            sys.exit(3)
+            sys.exit(STOPPED)
         return
     for c in checks:
         print(c.line(), file=sys.stderr)
@@ -122,7 +118,7 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
 
 @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    try:
+    with exits_with_code():  # 2 bad input, 3 stopped, 4 budget (harness.failures)
         sweep = sweep_label(cfg)
         if cfg.stage.kind == "backends":
             if Shard.parse(cfg.get("shard")):
@@ -137,22 +133,6 @@ def main(cfg: DictConfig) -> None:
             run_personal(cfg)
             return
         run_agents(cfg, sweep)
-    except (DataError, SampleError, PlanError, StageMismatch, RecordError, ShardError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except (EnvironmentFailure, ShardBusy) as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
-        sys.exit(3)
-    except BudgetReached as exc:
-        print(f"{exc}; raise budget_usd and run the same command to go on", file=sys.stderr)
-        sys.exit(4)
-    except RuntimeError as exc:
-        from harness.run.driver import StageStopped
-
-        if isinstance(exc, StageStopped):
-            print(f"stopped: {exc}", file=sys.stderr)
-            sys.exit(3)
-        raise
 
 
 if __name__ == "__main__":
