@@ -38,7 +38,7 @@ from harness.records.schema import SCHEMA_VERSION
 from harness.records import RunDir, StageMismatch
 
 from . import assistant, record
-from .identity import IdentityResolver
+from harness.kernel.identity import IdentityResolver
 from .method import RunCtx, Shared
 
 NEEDS = {"pgvector": "postgres", "redis_qe": "redis", "vectorset": "redis"}  # index -> the service it reads
