@@ -36,6 +36,7 @@ from inspect_ai.model import (ChatMessageAssistant, ChatMessageSystem, ChatMessa
 from inspect_ai.scorer import Score
 from inspect_ai.tool import ToolCall, ToolCallError
 
+from harness.failures import announce
 from analysis.load import AnalysisError, Folder, find_folders, ledger_frame, load_folder, runs_frame
 from analysis.tables.fidelity import manifest_rows
 from analysis.replay import memory_logs, visibility_of
@@ -364,8 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise AnalysisError(f"no stage folders with runs under {opts['runs'] or opts['runs_root']}")
         written = export(folders, Path(opts["out"]))
     except AnalysisError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return announce(exc)  # error: ..., exit 2 (harness.failures)
     for f in folders:
         for p in f.problems:
             print(f"left out: {p['file']}: {p['problem']}", file=sys.stderr)

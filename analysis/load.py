@@ -5,7 +5,7 @@ Everything the analysis reports comes from three sources per stage folder
 metering ledger. Rules applied here, and nowhere else:
 
 * Correctness comes from the judge's latest "correct" judgement of the run
-  (judge.run.load_judgements). A failed run counts as wrong (Appendix F(vi)) whatever
+  (judge.answer_check.load_judgements). A failed run counts as wrong (Appendix F(vi)) whatever
   the judge file says. A run with no usable judgement gets correct = NaN and a
   `correct_source` saying why ("missing", "judge_failed", ...); it is reported and
   left out of accuracy, never counted as right or wrong. An "unparsable" reply keeps
@@ -82,6 +82,8 @@ def tool_choices(tools: list[dict], module: str | None = None) -> dict:
 
 class AnalysisError(RuntimeError):
     """Bad input that the user must fix (no folders, ambiguous judge, unreadable file)."""
+
+    exit_code = 2  # harness.failures.BAD_INPUT
 
 
 @dataclass

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from harness.failures import announce
 from analysis.load import AnalysisError, find_folders
 from judge.rubric import DIMENSIONS, load_rubric
 from harness.records import RunDir
@@ -249,8 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         tables = analyse(folders, Path(opts["out"]), opts["judge"], int(opts["resamples"]))
     except AnalysisError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return announce(exc)  # error: ..., exit 2 (harness.failures)
     print(f"{opts['out']}/personal.md: {', '.join(f'{k} ({len(v)} rows)' for k, v in tables.items())}")
     return 0
 

@@ -50,6 +50,8 @@ class NotEvaluable(Exception):
 class PreregError(ValueError):
     """The hypotheses file is malformed."""
 
+    exit_code = 2  # harness.failures.BAD_INPUT
+
 
 # ------------------------------------------------------------------------------ the file
 

@@ -36,6 +36,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from harness.failures import announce
 from analysis import prereg as P
 from analysis import report
 from analysis import tables as registry
@@ -252,8 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         res.command = "python -m analysis.run " + " ".join(argv)
         out = write(res, Path(opts["out"]))
     except (AnalysisError, P.PreregError, PluginError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return announce(exc)  # error: ..., exit 2 (harness.failures)
     print(summary(res, out))
     code = exit_code(res, opts["lenient"])
     if code and not violations(res.tables["table4"]):

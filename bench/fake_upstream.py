@@ -1,6 +1,20 @@
-"""A latency-simulating OpenAI-compatible upstream for the rehearsal (bench/rehearsal.py).
+"""The one scripted OpenAI-compatible upstream, for the rehearsal and the tests (not a model).
 
-Not a model: a seeded stand-in for a hosted API, so a paper-size stage can run
+ScriptedUpstream is the HTTP side every fake shares: real HTTP on loopback, GET /v1/models,
+POST answered by the subclass's `respond`, the chat-completion envelope, error bodies and
+DeepSeek-style usage fields. Two upstreams are built on it:
+
+* FakeModel: the tests' scripted server (tests/fake_model.py re-exports it). Its policy:
+  with tools offered and no tool result yet in the conversation, it calls the first tool (a
+  search gets the user's question as query); otherwise it answers; `script` replaces the
+  policy. Faults come from a seeded draw (429, 500, or a hang longer than the client's
+  timeout) or from an explicit schedule (the first requests) or `always` (every later
+  request): also 401, 403, 404, a 200 reply with no choices ("empty") and a 200 body that
+  is not JSON ("nonjson"). Usage numbers derive from the request size (half of the prompt a
+  cache hit), so token accounting can be checked exactly; every request is kept.
+* FakeUpstream: the rehearsal's latency-simulating upstream (bench/rehearsal.py), below.
+
+FakeUpstream is not a model: a seeded stand-in for a hosted API, so a paper-size stage can run
 offline and the harness's own share of the wall time can be told apart from
 waiting. Real HTTP on loopback. Per call:
 
@@ -49,6 +63,180 @@ def _words(text: str, rng: random.Random, n: int) -> list[str]:
     return rng.sample(ws, min(n, len(ws))) if ws else []
 
 
+def is_preflight(req: dict) -> bool:
+    """The stage's preflight call (harness.run.preflight): one user message, answered "OK"."""
+    return (req.get("messages") or []) == [{"role": "user", "content": PREFLIGHT_PROMPT}]
+
+
+def completion(msg: dict, model: str, usage: dict, id_: str = "chatcmpl-fake") -> dict:
+    """An OpenAI chat-completion body carrying one message."""
+    return {"id": id_, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls" if msg.get("tool_calls") else "stop"}],
+            "usage": usage}
+
+
+def usage_of(prompt: int, completion_tokens: int, hit: int) -> dict:
+    """DeepSeek-style usage: prompt_cache_hit_tokens + prompt_cache_miss_tokens = prompt_tokens."""
+    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens,
+            "prompt_cache_hit_tokens": hit, "prompt_cache_miss_tokens": prompt - hit}
+
+
+def error(message: str, type_: str) -> dict:
+    return {"error": {"message": message, "type": type_}}
+
+
+class ScriptedUpstream:
+    """A loopback OpenAI-compatible server; subclasses say what a POST gets (`respond`).
+
+    `respond(handler, raw)` answers through handler.send(status, obj) or handler.send_raw(status,
+    bytes, content type); `get(path)` gives a GET's (status, obj), by default the model list
+    of `models`."""
+
+    models: tuple[str, ...] = ("fake",)
+    thread_name = "fake-upstream"
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._srv: ThreadingHTTPServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._srv.server_address[1]}/v1"
+
+    def get(self, path: str) -> tuple[int, dict]:
+        return 200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
+
+    def respond(self, handler, raw: bytes) -> None:
+        raise NotImplementedError
+
+    def start(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args):
+                pass
+
+            def send(self, status: int, obj: dict) -> None:
+                self.send_raw(status, json.dumps(obj).encode(), "application/json")
+
+            def send_raw(self, status: int, body: bytes, ctype: str) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a hang longer than its timeout, a killed driver)
+
+            def do_GET(self):
+                self.send(*fake.get(self.path))
+
+            def do_POST(self):
+                fake.respond(self, self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
+        def handle_error(srv, request, client_address):  # a killed driver resets its connections: not news
+            if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+                ThreadingHTTPServer.handle_error(srv, request, client_address)
+
+        self._srv = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256, "handle_error": handle_error})(
+            ("127.0.0.1", 0), Handler)
+        self._srv.daemon_threads = True
+        threading.Thread(target=self._srv.serve_forever, daemon=True, name=self.thread_name).start()
+        return self
+
+    def stop(self) -> None:
+        if self._srv:
+            self._srv.shutdown()
+            self._srv.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ------------------------------------------------------------------------------ the tests' scripted model
+
+class FakeModel(ScriptedUpstream):
+    """The tests' scripted server (see the module docstring)."""
+
+    def __init__(self, delay_s: float = 0.0, p429: float = 0.0, p500: float = 0.0, phang: float = 0.0,
+                 hang_s: float = 30.0, seed: int = 0, script=None, answer: str = "I don't know.",
+                 schedule: list[str] | None = None, always: str | None = None):
+        super().__init__()
+        self.delay_s, self.p429, self.p500, self.phang, self.hang_s = delay_s, p429, p500, phang, hang_s
+        self.rng = random.Random(seed)
+        self.script = script  # optional callable(request_json) -> message dict, overrides the policy
+        self.answer = answer
+        self.schedule = list(schedule or [])  # faults for the first requests, in order ("ok" for none)
+        self.always = always  # the fault of every request after the schedule (None: the seeded draw)
+        self.requests: list[dict] = []
+        self.faults: list[str] = []
+
+    def _next_fault(self) -> str | None:
+        if self.schedule:
+            f = self.schedule.pop(0)
+            return None if f == "ok" else f
+        if self.always:
+            return self.always
+        roll = self.rng.random()
+        for name, p in (("429", self.p429), ("500", self.p500), ("hang", self.phang)):
+            if roll < p:
+                return name
+            roll -= p
+        return None
+
+    def policy(self, req: dict) -> dict:
+        if self.script:
+            return self.script(req)
+        tools = req.get("tools") or []
+        messages = req["messages"]
+        if tools and req.get("tool_choice") != "none" and not any(m["role"] == "tool" for m in messages):
+            fn = tools[0]["function"]
+            props = fn.get("parameters", {}).get("properties", {})
+            question = next(m["content"] for m in messages if m["role"] == "user")
+            args = {"query": question} if "query" in props else {k: "x" for k in fn.get("parameters", {}).get("required", [])}
+            return {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{len(self.requests)}", "type": "function",
+                "function": {"name": fn["name"], "arguments": json.dumps(args)}}]}
+        return {"role": "assistant", "content": self.answer}
+
+    def respond(self, handler, raw: bytes) -> None:
+        req = json.loads(raw)
+        with self._lock:
+            self.requests.append({"body": req, "headers": dict(handler.headers)})
+            fault = self._next_fault()
+        if fault:
+            self.faults.append(fault)
+        if fault == "429":
+            return handler.send(429, error("rate limited", "rate_limit"))
+        if fault == "500":
+            return handler.send(500, error("boom", "server_error"))
+        if fault in ("401", "403", "404"):
+            kind = {"401": "invalid_api_key", "403": "permission_denied", "404": "model_not_found"}[fault]
+            return handler.send(int(fault), error(f"fake {kind}", kind))
+        if fault == "empty":
+            return handler.send(200, {"id": "x", "object": "chat.completion", "created": 0,
+                                      "model": req.get("model", "fake"), "choices": []})
+        if fault == "nonjson":
+            return handler.send_raw(200, b"<html>gateway says hi</html>", "text/html")
+        if fault == "hang":
+            time.sleep(self.hang_s)
+            return handler.send(500, error("late", "server_error"))
+        time.sleep(self.delay_s)
+        # the stage's preflight call gets a plain answer; scripts see only the runs' calls
+        msg = {"role": "assistant", "content": "OK"} if is_preflight(req) else self.policy(req)
+        pt = prompt_tokens(req["messages"], req.get("tools"))
+        handler.send(200, completion(msg, req.get("model", "fake"), usage_of(pt, 7, pt // 2)))
+
+
+# ------------------------------------------------------------------------------ the rehearsal's upstream
+
 @dataclass
 class Stats:
     calls: dict = field(default_factory=lambda: {"agent": 0, "judge": 0, "preflight": 0})
@@ -57,9 +245,12 @@ class Stats:
     tool_calls: int = 0
 
 
-class FakeUpstream:
+class FakeUpstream(ScriptedUpstream):
+    models = ("deepseek-chat",)
+
     def __init__(self, seed: int = 0, scale: float = 1.0, median_s: float = 1.5, sigma: float = 0.7,
                  p429: float = 0.01, p5xx: float = 0.01, max_tool_calls: int = 3, query_salt: str = ""):
+        super().__init__()
         self.seed, self.scale, self.median_s, self.sigma = seed, scale, median_s, sigma
         self.p429, self.p5xx, self.max_tool_calls = p429, p5xx, max_tool_calls
         # a word added to every search query: a real model's queries are new, so they miss the
@@ -69,12 +260,6 @@ class FakeUpstream:
         self._seen: dict[str, int] = {}  # request body hash -> times seen (a retry draws anew)
         self._prefix: dict[str, int] = {}  # conversation -> prompt tokens of its last call
         self._systems: set[str] = set()
-        self._lock = threading.Lock()
-        self._srv: ThreadingHTTPServer | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._srv.server_address[1]}/v1"
 
     def stats(self) -> dict:
         with self._lock:
@@ -100,7 +285,7 @@ class FakeUpstream:
     @staticmethod
     def kind(req: dict) -> str:
         msgs = req.get("messages") or []
-        if msgs == [{"role": "user", "content": PREFLIGHT_PROMPT}]:
+        if is_preflight(req):
             return "preflight"
         last = str((msgs[-1] if msgs else {}).get("content") or "")
         if not req.get("tools") and last.rstrip().endswith("yes or no only."):
@@ -118,9 +303,7 @@ class FakeUpstream:
                 prev = len(system) // 4 if system in self._systems else 0
             self._systems.add(system)
             self._prefix[conv] = pt
-        hit = min(pt, prev // 64 * 64)
-        return {"prompt_tokens": pt, "completion_tokens": completion, "total_tokens": pt + completion,
-                "prompt_cache_hit_tokens": hit, "prompt_cache_miss_tokens": pt - hit}
+        return usage_of(pt, completion, min(pt, prev // 64 * 64))
 
     def agent_message(self, req: dict, rng: random.Random) -> dict:
         msgs = req.get("messages") or []
@@ -153,88 +336,37 @@ class FakeUpstream:
         return {"role": "assistant", "content": answer}
 
     # -- the server -----------------------------------------------------------------------
-    def start(self) -> "FakeUpstream":
-        fake = self
+    def respond(self, handler, raw: bytes) -> None:
+        # the upstream's time is the whole request (reading, parsing, latency, reply), as a real
+        # endpoint's would be: the fake's own JSON work must not count as the harness's
+        t0 = time.perf_counter()
+        kind, fault = self._answer(handler, raw)
+        with self._lock:
+            self._stats.calls[kind] += 1
+            self._stats.waited_s[kind] += time.perf_counter() - t0
+            if fault:
+                self._stats.faults[fault] += 1
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status: int, obj: dict):
-                body = json.dumps(obj).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the driver was killed mid-call
-
-            def do_GET(self):
-                self._send(200, {"object": "list", "data": [{"id": "deepseek-chat", "object": "model"}]})
-
-            def do_POST(self):
-                # the upstream's time is the whole request (reading, parsing, latency, reply), as a real
-                # endpoint's would be: the fake's own JSON work must not count as the harness's
-                t0 = time.perf_counter()
-                kind, fault = self._answer()
-                with fake._lock:
-                    fake._stats.calls[kind] += 1
-                    fake._stats.waited_s[kind] += time.perf_counter() - t0
-                    if fault:
-                        fake._stats.faults[fault] += 1
-
-            def _answer(self) -> tuple[str, str | None]:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                req = json.loads(raw)
-                kind = fake.kind(req)
-                rng, latency, fault = fake.draw(raw)
-                if kind == "preflight":
-                    fault = None
-                time.sleep(latency)
-                if fault == "429":
-                    self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}})
-                    return kind, fault
-                if fault == "5xx":
-                    self._send(503, {"error": {"message": "server busy", "type": "server_error"}})
-                    return kind, fault
-                if kind == "preflight":
-                    msg = {"role": "assistant", "content": "OK"}
-                elif kind == "judge":
-                    msg = {"role": "assistant", "content": rng.choice(["yes", "no"])}
-                else:
-                    msg = fake.agent_message(req, rng)
-                out = len(json.dumps(msg)) // 4 + 1
-                self._send(200, {
-                    "id": f"chatcmpl-{rng.getrandbits(48):012x}", "object": "chat.completion",
-                    "created": int(time.time()), "model": req.get("model", "deepseek-chat"),
-                    "choices": [{"index": 0, "message": msg,
-                                 "finish_reason": "tool_calls" if msg.get("tool_calls") else "stop"}],
-                    "usage": fake.usage(req, out),
-                })
-                return kind, None
-
-        def handle_error(srv, request, client_address):  # a killed driver resets its connections: not news
-            if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
-                ThreadingHTTPServer.handle_error(srv, request, client_address)
-
-        self._srv = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256, "handle_error": handle_error})(
-            ("127.0.0.1", 0), Handler)
-        self._srv.daemon_threads = True
-        threading.Thread(target=self._srv.serve_forever, daemon=True, name="fake-upstream").start()
-        return self
-
-    def stop(self) -> None:
-        if self._srv:
-            self._srv.shutdown()
-            self._srv.server_close()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
+    def _answer(self, handler, raw: bytes) -> tuple[str, str | None]:
+        req = json.loads(raw)
+        kind = self.kind(req)
+        rng, latency, fault = self.draw(raw)
+        if kind == "preflight":
+            fault = None
+        time.sleep(latency)
+        if fault == "429":
+            handler.send(429, error("rate limited", "rate_limit"))
+            return kind, fault
+        if fault == "5xx":
+            handler.send(503, error("server busy", "server_error"))
+            return kind, fault
+        if kind == "preflight":
+            msg = {"role": "assistant", "content": "OK"}
+        elif kind == "judge":
+            msg = {"role": "assistant", "content": rng.choice(["yes", "no"])}
+        else:
+            msg = self.agent_message(req, rng)
+        out = len(json.dumps(msg)) // 4 + 1
+        handler.send(200, completion(msg, req.get("model", "deepseek-chat"), self.usage(req, out),
+                                     f"chatcmpl-{rng.getrandbits(48):012x}"))
+        return kind, None

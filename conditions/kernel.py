@@ -3,7 +3,7 @@
 The kernel retrieves under the agent's view (own OR shared), re-checks visibility,
 de-duplicates, keeps at most `cap` memories scoring at least `threshold`, writes
 them as statements within a token budget, and prepends the block to the user's
-message. See harness/kernel.py.
+message. The kernel is harness/kernel/ (injection.py).
 """
 
 import time

@@ -5,7 +5,7 @@ resolution + per-user write barrier); AssistantAgent gets the kernel's block and
 no retrieval. `sharing` sets each memory type's policy: Phase 2 shares profile and task
 items, Phase 1 (`kernel_private.yaml`) keeps everything private; conversation items stay
 private by default. Settings (barrier, timeout, budget, cap, threshold, format, write
-delay) come from the condition's yaml. See harness/personal/kernel_memory.py.
+delay) come from the condition's yaml. The kernel is harness/kernel/ (memory.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 from harness.memory.space import space_from_config
 from harness.personal import assistant, writers
-from harness.personal.kernel_memory import KernelMemory
+from harness.kernel import KernelMemory
 from harness.personal.method import Injected, Method, RunCtx
 
 

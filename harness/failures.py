@@ -7,9 +7,16 @@ services of the index down, a shell sandbox this machine cannot build. Recording
 failed would count the environment's fault as wrong answers and, since recorded runs never
 run again, burn the stage. So an environment failure stops the stage instead: the affected
 runs stay unrecorded and run on resume, and the message says what to fix.
+
+Every command ends the same way on such exceptions (exit_code, announce): 2 bad input, 3
+stopped by the environment, 4 the budget reached; each exception class carries its code.
 """
 
 from __future__ import annotations
+
+import contextlib
+import functools
+import sys
 
 
 class EnvironmentFailure(RuntimeError):
@@ -33,3 +40,63 @@ def classify(exc: BaseException) -> EnvironmentFailure | None:
         return EnvironmentFailure(f"PostgreSQL unreachable: {exc}",
                                   "start the services (make services-up) or check the PostgreSQL URL")
     return None
+
+
+# ------------------------------------------------------------------------------ exit codes
+
+BAD_INPUT = 2  # bad configuration, data, records or prompts: fix the input
+STOPPED = 3  # the environment stopped the step (or a shard is held): fix the cause, run the same command
+BUDGET = 4  # the spending cap is reached: raise budget_usd, run the same command
+
+EnvironmentFailure.exit_code = STOPPED
+
+
+def exit_code(exc: BaseException) -> int | None:
+    """The exit code a command ends with when `exc` stops it, or None (a bug: let it raise).
+
+    Each exception class says its own code in a class attribute `exit_code` (BAD_INPUT,
+    STOPPED or BUDGET), so this mapping names no class and imports nothing."""
+    code = getattr(type(exc), "exit_code", None)
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def announce(exc: BaseException) -> int | None:
+    """Print the one line a command ends with for `exc` and return its exit code (None: not ours)."""
+    code = exit_code(exc)
+    if code is None:
+        return None
+    if code == BUDGET:
+        line = f"{exc}; raise budget_usd and run the same command to go on"
+    elif code == STOPPED:
+        line = f"stopped: {exc}"
+    else:
+        line = f"error: {exc}"
+    print(line, file=sys.stderr)
+    return code
+
+
+def returns_exit_code(fn):
+    """Wrap a command body: an exception with an exit code is announced and its code returned."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            code = announce(exc)
+            if code is None:
+                raise
+            return code
+    return wrapper
+
+
+@contextlib.contextmanager
+def exits_with_code():
+    """Around a command's main (a context manager, so Hydra still sees the command's own function):
+    an exception with an exit code is announced and the process exits with its code."""
+    try:
+        yield
+    except Exception as exc:
+        code = announce(exc)
+        if code is None:
+            raise
+        sys.exit(code)

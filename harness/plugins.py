@@ -19,7 +19,7 @@ _loaded: set[str] = set()
 
 
 class PluginError(ImportError):
-    pass
+    exit_code = 2  # bad input (harness.failures): name a module that imports
 
 
 def load() -> list[str]:

@@ -28,10 +28,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from harness.failures import EnvironmentFailure
+from harness.failures import exits_with_code
 from harness.records import RunDir
 from judge import prompts as P
-from judge.run import judge_stage, load_judgements
+from judge.answer_check import judge_stage, load_judgements
 
 PER_STRATUM = 3
 FIELDS = ["run_id", "kind", "condition", "variant", "qtype", "qid", "label1", "label2", "status1", "status2"]
@@ -184,14 +184,8 @@ def report(stats: dict, rows: list[dict], dis: list[dict], name1: str, name2: st
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    try:
+    with exits_with_code():  # 2 bad input, 3 stopped, 4 budget (harness.failures)
         run_agreement(cfg)
-    except P.PromptFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except EnvironmentFailure as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
-        sys.exit(3)
 
 
 if __name__ == "__main__":

@@ -100,6 +100,8 @@ BUILTIN_BY_TYPE = {**{t: "base" for t in BASE_TYPES}, "temporal-reasoning": "tem
 class PromptFileError(ValueError):
     """The given evaluate_qa.py does not have the shape this parser reads; says what is missing."""
 
+    exit_code = 2  # harness.failures.BAD_INPUT
+
 
 @dataclass(frozen=True)
 class Template:

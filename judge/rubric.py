@@ -6,7 +6,7 @@ that sees the trial's ground truth (profile and task), the query and the reply. 
 1 + 4 x the share of the trial's keywords the reply names (integration: the smaller of
 the two shares), as in the paper's Eq. 4.
 
-Like the LongMemEval judge (judge/run.py): the model is swappable (`judge=...`), replies
+Like the LongMemEval answer check (judge/answer_check.py), over the same judge/common.py: the model is swappable (`judge=...`), replies
 are cached by (judge identity, prompt sha256) in the shared cache, every call goes
 through the metering proxy into the stage's ledger with role "judge" and tag
 "judge:<run_id>", and nothing is dropped: a reply without three scores is recorded as
@@ -30,24 +30,22 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from datetime import datetime, timezone
 from pathlib import Path
 
 import openai
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from harness.data import personal as trials_data
-from harness.endpoints.client import Agent, Meter, ModelCallFailed
-from harness.endpoints.proxy import MeteringProxy
-from harness.endpoints.registry import open_endpoint
-from harness.records.ledger import Ledger, read_ledger
+from harness.endpoints.client import Meter, ModelCallFailed
 from harness.records import RunDir
+from harness.records.ledger import Ledger, read_ledger
+from judge import common as C
 from judge.cache import JudgeCache
-from judge.run import _concurrency, identity, judgements_dir
+from judge.common import identity, judgements_dir, now
 
 DIMENSIONS = ("profile_usage", "task_usage", "integration")
 RUBRIC_PARAMS = {"temperature": 0, "max_tokens": 60, "response_format": {"type": "json_object"}}
-ROLE = "judge"
+ROLE = C.ROLE
 TEMPLATE = """You are grading how well an assistant personalised its reply to a user.
 
 What the system knew about the user:
@@ -67,10 +65,6 @@ Score the reply from 1 (not at all) to 5 (fully) on three dimensions:
 - integration: does it combine profile and task into one coherent, specific recommendation?
 A generic reply that could be given to anyone scores 1 on all three.
 Reply with only a JSON object: {{"profile_usage": <1-5>, "task_usage": <1-5>, "integration": <1-5>}}"""
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def describe_profile(p: dict) -> str:
@@ -123,9 +117,7 @@ def combine(llm: dict, kw: dict, hybrid: bool) -> dict:
 
 
 def rubric_config(judge_cfg) -> dict:
-    jc = OmegaConf.to_container(judge_cfg, resolve=True) if isinstance(judge_cfg, DictConfig) else dict(judge_cfg)
-    jc["params"] = {**RUBRIC_PARAMS, **(jc.get("judge_params") or {})}  # official-style: not the agents' params
-    return jc
+    return C.model_config(judge_cfg, RUBRIC_PARAMS)  # official-style: not the agents' params
 
 
 def lines_path(rd: RunDir, name: str) -> Path:
@@ -146,7 +138,7 @@ class _Rubric:
         self.counts: dict[str, int] = {}
 
     def write(self, line: dict) -> None:
-        line["ts"] = _now()
+        line["ts"] = now()
         self.out.append(line)
         with self.lock:
             self.counts[line["status"]] = self.counts.get(line["status"], 0) + 1
@@ -154,8 +146,7 @@ class _Rubric:
     def base(self, rec: dict, prompt: str | None) -> dict:
         return {"run_id": rec["run_id"], "kind": "rubric", "condition": rec.get("condition"),
                 "trial_id": rec.get("trial_id"), "model": (rec.get("model") or {}).get("name"),
-                "judge": {"name": self.name, "model": self.jc.get("model"), "provider": self.jc.get("provider"),
-                          "identity": self.ident, "params": self.jc.get("params")},
+                "judge": C.judge_block(self.name, self.jc, self.ident, with_base_url=False),
                 "hybrid": self.hybrid, "prompt": prompt,
                 "prompt_sha256": hashlib.sha256(prompt.encode()).hexdigest() if prompt else None}
 
@@ -183,9 +174,8 @@ class _Rubric:
 
     def call(self, rec: dict, trial: dict, proxy_url: str) -> None:
         prompt = prompt_for(rec, trial)
-        meter = Meter(self.jc["prices"], self.jc.get("offpeak"))
-        agent = Agent(proxy_url, self.jc, f"judge:{rec['run_id']}", 1, meter, role=ROLE,
-                      max_retries=int(self.jc.get("max_retries", 6)), backoff_s=float(self.jc.get("backoff_s", 1.0)))
+        meter = C.meter(self.jc)
+        agent = C.agent(proxy_url, self.jc, f"judge:{rec['run_id']}", 1, meter)
         try:
             msg = agent.complete([{"role": "user", "content": prompt}])
         except (ModelCallFailed, openai.OpenAIError) as exc:
@@ -209,7 +199,7 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
     for path in {r["data_path"] for r in records}:
         trials.update({t["trial_id"]: t for t in trials_data.load(path)["trials"]})
     existing = load_rubric(rd, name)
-    cache = JudgeCache(Path(str(cfg.cache_dir)) / "judge_cache.sqlite")
+    cache = C.open_cache(cfg)
     job = _Rubric(rd, jc, name, hybrid, cache)
     try:
         todo = []
@@ -224,11 +214,8 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
             ledger = Ledger(rd.ledger_path)
             try:
                 with ExitStack() as stack:
-                    if endpoint is None:
-                        endpoint = stack.enter_context(open_endpoint(OmegaConf.create(jc)))
-                    proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
-                                                              float(jc.get("timeout_s", 600)), str(jc.get("model"))))
-                    with ThreadPoolExecutor(max_workers=_concurrency(cfg, jc)) as pool:
+                    proxy = C.open_proxy(stack, endpoint, OmegaConf.create(jc), jc, ledger)
+                    with ThreadPoolExecutor(max_workers=C.concurrency(cfg, jc)) as pool:
                         for f in [pool.submit(job.call, rec, trials[rec["trial_id"]], proxy.base_url) for rec in todo]:
                             f.result()
             finally:

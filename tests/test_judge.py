@@ -517,7 +517,8 @@ def test_agreement_with_a_second_judge(stage):
     from analysis import run as A
 
     res_dir = stage / "analysed"
-    assert A.main([f"runs={stage_dir(stage)}", f"out={res_dir}", "resamples=50", "replay=none", "lenient=true"]) in (0, 1)
+    assert A.main([f"runs={stage_dir(stage)}", f"out={res_dir}", "judge=vllm", "resamples=50", "replay=none",
+                   "lenient=true"]) in (0, 1)
     got = list(csv.DictReader(open(res_dir / "judge_agreement.csv")))
     mine = next(g for g in got if g["kind"] == "all" and g["judge2"] == "vllm.judge2")
     assert int(mine["n"]) == len(rows) and float(mine["agreement"]) == pytest.approx(a.agreement)

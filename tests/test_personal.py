@@ -16,7 +16,7 @@ from scipy import stats
 
 from harness.data import personal as P
 from harness.data.__main__ import main as data_main
-from harness.personal.identity import IdentityResolver
+from harness.kernel.identity import IdentityResolver
 from harness.personal.runner import run_personal
 from harness.records.ledger import read_ledger
 from tests.fake_model import FakeModel

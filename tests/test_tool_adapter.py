@@ -7,13 +7,12 @@ HTTP client, error handling and retry are exercised exactly as in a run.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import openai
 import pytest
 
+from bench.fake_upstream import ScriptedUpstream
 from harness.endpoints.tool_adapter import (
     ADAPTER_NAME,
     FINGERPRINT_SUFFIX,
@@ -37,43 +36,28 @@ SEARCH = {"type": "function", "function": {
 # --------------------------------------------------------------------------- scripted upstream
 
 
-class FakeUpstream:
-    """A loopback OpenAI-ish server that replays scripted (status, body) replies and records requests."""
+class FakeUpstream(ScriptedUpstream):
+    """bench/fake_upstream.py's loopback server replaying scripted (status, body) replies; records requests."""
+
+    models = ("fake-model",)
 
     def __init__(self):
+        super().__init__()
         self.requests: list[dict] = []
         self.script: list[tuple[int, dict]] = []
-        outer = self
+        self.start()
 
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
+    def get(self, path: str) -> tuple[int, dict]:
+        if path == "/v1/models":
+            return super().get(path)
+        if path == "/health":
+            return 200, {"status": "ok"}
+        return 404, {"error": "nope"}
 
-            def _reply(self, code, obj):
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                if self.path == "/v1/models":
-                    self._reply(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
-                elif self.path == "/health":
-                    self._reply(200, {"status": "ok"})
-                else:
-                    self._reply(404, {"error": "nope"})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "body": body})
-                code, obj = outer.script.pop(0) if outer.script else (500, {"error": {"message": "script empty"}})
-                self._reply(code, obj)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+    def respond(self, handler, raw: bytes) -> None:
+        self.requests.append({"path": handler.path, "body": json.loads(raw)})
+        code, obj = self.script.pop(0) if self.script else (500, {"error": {"message": "script empty"}})
+        handler.send(code, obj)
 
     def reply(self, content, finish="stop", usage=None, code=200):
         """Queue a llama.cpp-shaped chat reply carrying `content`."""
@@ -86,8 +70,7 @@ class FakeUpstream:
             "timings": {"cache_n": 96, "prompt_n": 24, "predicted_n": 17}}))
 
     def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.stop()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ nothing, and stops. `--cfg job` prints the resolved configuration.
 
 Sweeps: `-m model=a,b seed=0,1` runs one stage per combination (in sequence, or on a
 cluster with `hydra/launcher=slurm`); each job's label is the stage label plus its
-overrides (sweep_label), so each combination has its own run folder. `shard=I/N` makes
+overrides (harness.run.sweep.sweep_label), so each combination has its own run folder. `shard=I/N` makes
 this driver own every N-th run of the plan (harness.records.shards); `-m shard=0/4,1/4,2/4,3/4`
 runs one stage as four jobs sharing one folder. A sharded driver does not judge: judge once
 every shard is done (`make judge`).
@@ -19,8 +19,6 @@ run the same command again).
 
 from __future__ import annotations
 
-import hashlib
-import re
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -28,14 +26,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from harness.data.longmemeval import DataError
-from harness.data.samples import SampleError
-from harness.failures import EnvironmentFailure
-from harness.records import StageMismatch
-from harness.records.schema import RecordError
-from harness.records.shards import DriverLock, Shard, ShardBusy, ShardError
+from harness.failures import STOPPED, exits_with_code
+from harness.records.shards import DriverLock, Shard, ShardError
 from harness.run.budget import Budget, BudgetReached
-from harness.run.plan import PlanError, build
+from harness.run.plan import build
+from harness.run.sweep import multirun_flag_first, sweep_label  # noqa: F401  (kept importable here)
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -44,44 +39,6 @@ def _same_endpoint(a, b) -> bool:
     from harness.endpoints.registry import identity
 
     return identity(a) == identity(b)
-
-
-def sweep_label(cfg) -> dict | None:
-    """In a multirun job, set stage.label to `<label>+<overrides>` and return what stage.json records
-    (e.g. smoke+model-deepseek+seed-0; `make judge` with the same -m arguments finds the same folders).
-
-    The overrides are the job's, sorted, without the keys listed under
-    hydra.job.config.override_dirname.exclude_keys (shard, where things live, speed): the
-    shards of one combination share one folder, and a relaunch with the same command finds it.
-    A long value (a path, a list) is cut and tagged with its hash.
-    """
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized():
-        return None
-    hc = HydraConfig.get()
-    if hc.mode != RunMode.MULTIRUN:
-        return None
-    dirname = str(hc.job.override_dirname or "")
-    base = str(cfg.stage.label)
-    excluded = set(hc.job.config.override_dirname.exclude_keys)
-    parts = []
-    for o in sorted(str(o) for o in hc.overrides.task):
-        key, _, value = o.partition("=")
-        if key.lstrip("+~") in excluded:
-            continue
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", value)
-        if len(safe) > 24:  # a long value (a path, a list) is shortened; stage.json keeps it whole
-            safe = safe[:12] + "~" + hashlib.sha256(value.encode()).hexdigest()[:8]
-        value = safe
-        parts.append(f"{re.sub(r'[^A-Za-z0-9._-]', '_', key)}-{value}")
-    if parts:
-        suffix = "+".join(parts)
-        if len(suffix) > 150:
-            suffix = suffix[:120] + "~" + hashlib.sha256(suffix.encode()).hexdigest()[:12]
-        cfg.stage.label = f"{base}+{suffix}"
-    return {"overrides": [str(o) for o in hc.overrides.task], "override_dirname": dirname, "base_label": base}
 
 
 def run_agents(cfg, sweep: dict | None = None) -> None:
@@ -111,7 +68,7 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
             sys.stderr.close()
         failed = [c for c in checks if c.ok is False]
         if failed:
-            sys.exit(3)
+            sys.exit(STOPPED)
         return
     for c in checks:
         print(c.line(), file=sys.stderr)
@@ -152,23 +109,16 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
             shared = endpoint if _same_endpoint(cfg.judge, cfg.model) else None
         labels = None
         if judge_after:
-            from judge.run import judge_stage
+            from judge.answer_check import judge_stage
 
             judge_stage(cfg, rd, endpoint=shared, budget=budget)
             labels = {rid: j.label for (rid, kind), j in rd.judgements(str(cfg.judge.name)).items() if kind == "correct"}
     print(summary(rd, labels, str(cfg.judge.name) if judge_after else None), file=sys.stderr)
 
 
-def multirun_flag_first(argv: list[str]) -> list[str]:
-    """Hydra's parser takes -m/--multirun only before the overrides; `make run STAGE=x ARGS="-m ..."`
-    puts it after stage=x, so move it to the front."""
-    flags = [a for a in argv[1:] if a in ("-m", "--multirun")]
-    return argv[:1] + flags + [a for a in argv[1:] if a not in ("-m", "--multirun")]
-
-
 @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    try:
+    with exits_with_code():  # 2 bad input, 3 stopped, 4 budget (harness.failures)
         sweep = sweep_label(cfg)
         if cfg.stage.kind == "backends":
             if Shard.parse(cfg.get("shard")):
@@ -183,22 +133,6 @@ def main(cfg: DictConfig) -> None:
             run_personal(cfg)
             return
         run_agents(cfg, sweep)
-    except (DataError, SampleError, PlanError, StageMismatch, RecordError, ShardError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except (EnvironmentFailure, ShardBusy) as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
-        sys.exit(3)
-    except BudgetReached as exc:
-        print(f"{exc}; raise budget_usd and run the same command to go on", file=sys.stderr)
-        sys.exit(4)
-    except RuntimeError as exc:
-        from harness.run.driver import StageStopped
-
-        if isinstance(exc, StageStopped):
-            print(f"stopped: {exc}", file=sys.stderr)
-            sys.exit(3)
-        raise
 
 
 if __name__ == "__main__":

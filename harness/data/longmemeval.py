@@ -30,6 +30,8 @@ ROLES = ("user", "assistant")
 class DataError(ValueError):
     """A record breaks the LongMemEval format; names the record and the field."""
 
+    exit_code = 2  # harness.failures.BAD_INPUT
+
     def __init__(self, index: int, qid: str | None, field_name: str, problem: str):
         self.index, self.qid, self.field, self.problem = index, qid, field_name, problem
         if index < 0:  # a problem with the file, not with one record

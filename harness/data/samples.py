@@ -18,7 +18,7 @@ from .longmemeval import QUESTION_TYPES
 
 
 class SampleError(ValueError):
-    pass
+    exit_code = 2  # harness.failures.BAD_INPUT
 
 
 def seeded_order(index: Iterable[tuple[str, str]], seed: int) -> list[str]:

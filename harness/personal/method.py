@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .identity import IdentityResolver
+from harness.kernel.identity import IdentityResolver
 
 
 @dataclass

@@ -39,7 +39,7 @@ from harness.records.schema import SCHEMA_VERSION
 from harness.records import RunDir, StageMismatch
 
 from . import assistant, record
-from .identity import IdentityResolver
+from harness.kernel.identity import IdentityResolver
 from .method import RunCtx, Shared
 
 def index_services(index_cfg) -> set[str]:

@@ -19,7 +19,7 @@ import re
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
-from .items import MemoryItem
+from harness.kernel.items import MemoryItem
 
 PROFILE_FIELDS = ("preferences", "tools", "language", "response_style")
 TASK_FIELDS = ("project", "goals", "blockers", "next_steps")

@@ -60,7 +60,7 @@ def config_hash(cfg) -> str:
 
 
 class StageMismatch(RuntimeError):
-    pass
+    exit_code = 2  # harness.failures.BAD_INPUT
 
 
 def atomic_write(path: Path, text: str) -> None:

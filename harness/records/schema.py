@@ -25,6 +25,8 @@ SCHEMA_VERSION = 1
 class RecordError(ValueError):
     """A file that does not validate: names the file, the line (for JSON lines) and the fields."""
 
+    exit_code = 2  # harness.failures.BAD_INPUT
+
     def __init__(self, path: str | Path, problem: str, line: int | None = None):
         self.path, self.problem, self.line = str(path), problem, line
         where = f"{path}" + (f" line {line}" if line is not None else "")

@@ -50,9 +50,13 @@ _DIR = re.compile(r"^(\d+)of(\d+)$")
 class ShardError(ValueError):
     """A malformed `shard=` value."""
 
+    exit_code = 2  # harness.failures.BAD_INPUT
+
 
 class ShardBusy(RuntimeError):
     """Another live driver holds this shard, or a shard of another layout of the same stage."""
+
+    exit_code = 3  # harness.failures.STOPPED
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 import sys
 
-from harness.cli.run import main, multirun_flag_first
+from harness.cli.run import main
+from harness.run.sweep import multirun_flag_first
 
 sys.argv = multirun_flag_first(sys.argv)
 main()

@@ -16,7 +16,7 @@ from harness.records.ledger import read_ledger
 
 
 class BudgetReached(RuntimeError):
-    pass
+    exit_code = 4  # harness.failures.BUDGET
 
 
 def _usd(prices: dict | None, e: dict) -> float:

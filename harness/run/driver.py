@@ -55,6 +55,8 @@ PREREG = REPO / "conf" / "prereg" / "hypotheses.yaml"
 class StageStopped(RuntimeError):
     """The stage stopped before every run was recorded; the message says why and what to fix."""
 
+    exit_code = 3  # harness.failures.STOPPED
+
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")

@@ -19,7 +19,7 @@ from harness.data.samples import draw
 
 
 class PlanError(ValueError):
-    pass
+    exit_code = 2  # harness.failures.BAD_INPUT
 
 
 @dataclass(frozen=True, order=True)

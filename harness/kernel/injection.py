@@ -1,4 +1,4 @@
-"""Kernel-managed injection (the second seed paper): the kernel, not the agent, reads memory.
+"""Injection: the kernel, not the agent, reads memory and places it in the prompt.
 
 The assistant gets no memory tool. Before its turn the kernel waits on the
 user's write barrier, retrieves candidates from the memory space, keeps only
@@ -7,67 +7,24 @@ most `cap` memories scoring at least `threshold`, writes each as a sentence,
 truncates the block to a token budget and prepends it to the prompt under
 `===== MEMORY CONTEXT =====`.
 
-Visibility: visible(m, a) = owner(m) = a OR sharing(m) = shared, where our units'
-"public" is the paper's "shared"; any other or missing value means private.
-Visibility never fails open; the barrier does (after `timeout_s`).
+Visibility (harness.kernel.visibility) never fails open; the barrier
+(harness.kernel.barrier) does (after `timeout_s`).
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from harness.data.longmemeval import DATE_FORMAT
 from harness.memory.views import View
 
+from .barrier import WriteBarrier
+from .visibility import visible
+
 HEADER = "===== MEMORY CONTEXT ====="
 FOOTER = "===== END MEMORY CONTEXT ====="
 CHARS_PER_TOKEN = 4  # the budget is model-agnostic, so tokens are estimated from characters
-SHARED = {"shared", "public"}
-
-
-def visible(owner: str, sharing, agent: str) -> bool:
-    return owner == agent or (isinstance(sharing, str) and sharing.strip().lower() in SHARED)
-
-
-class WriteBarrier:
-    """Per-user write ordering: each write gets a sequence number; a read waits for the ones before it.
-
-    A read snapshots the highest number issued for its user and blocks until every
-    write up to it is released (committed or failed), or until `timeout_s` passes,
-    after which it proceeds (fail-open) and says so. Users never wait on each other.
-    """
-
-    def __init__(self, timeout_s: float = 5.0):
-        self.timeout_s = timeout_s
-        self._cond = threading.Condition()
-        self._issued: dict[str, int] = {}
-        self._pending: dict[str, set[int]] = {}
-
-    def begin(self, user: str) -> int:
-        with self._cond:
-            seq = self._issued.get(user, 0) + 1
-            self._issued[user] = seq
-            self._pending.setdefault(user, set()).add(seq)
-            return seq
-
-    def release(self, user: str, seq: int) -> None:
-        with self._cond:
-            self._pending.get(user, set()).discard(seq)
-            self._cond.notify_all()
-
-    def wait(self, user: str) -> dict:
-        t0 = time.monotonic()
-        with self._cond:
-            snapshot = self._issued.get(user, 0)
-
-            def drained() -> bool:
-                return not any(s <= snapshot for s in self._pending.get(user, ()))
-
-            done = self._cond.wait_for(drained, timeout=self.timeout_s)
-        return {"snapshot": snapshot, "waited_s": round(time.monotonic() - t0, 6), "timed_out": not done}
 
 
 @dataclass

@@ -17,6 +17,8 @@ from typing import Any
 
 from harness.memory.units import Unit
 
+from .visibility import is_shared
+
 TYPES = ("profile", "task_context", "conversation")
 FORMATS = ("statement", "json")
 
@@ -29,10 +31,6 @@ TASK_LINES = {
     "project": "The user is currently working on {v}.", "goals": "A goal of the user's current work: {v}.",
     "blockers": "The user is blocked by {v}.", "next_steps": "A next step the user has planned: {v}.",
 }
-
-
-def is_shared(sharing: Any) -> bool:
-    return isinstance(sharing, str) and sharing.strip().lower() == "shared"
 
 
 @dataclass(frozen=True)

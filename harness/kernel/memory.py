@@ -1,4 +1,4 @@
-"""Memory items on the project's memory space, written through the barrier and read through the kernel.
+"""The kernel memory: items on the project's memory space, written through the barrier, read through the kernel.
 
 Writes: a writer's message is *accepted* first (the kernel resolves the user and the
 barrier issues the next sequence number for that user), then extracted by a model
@@ -6,7 +6,7 @@ call, then committed (embedded and inserted into the vector index), and its numb
 released whether the commit succeeded or failed. An optional `write_delay_s` holds each
 commit back, like a slow index.
 
-Reads: `inject` is harness.kernel.Kernel.inject (barrier wait -> search under the
+Reads: `inject` is harness.kernel.injection.Kernel.inject (barrier wait -> search under the
 user's view -> visibility re-check -> dedupe -> threshold -> rank -> cap -> format ->
 budget), with this module's formatter. Each read remembers the snapshot it waited for
 and when its search began, so `missed` can count, once the trial's writes have ended,
@@ -21,20 +21,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from harness.kernel import Kernel, WriteBarrier, visible
 from harness.memory.views import View
 
+from .barrier import Unordered, WriteBarrier
 from .identity import IdentityResolver
+from .injection import Kernel
 from .items import MemoryItem, line
-
-
-class Unordered(WriteBarrier):
-    """The ablation: sequence numbers are still issued (so misses can be counted) but reads never wait."""
-
-    def wait(self, user: str) -> dict:
-        with self._cond:
-            snapshot = self._issued.get(user, 0)
-        return {"snapshot": snapshot, "waited_s": 0.0, "timed_out": False, "barrier": "off"}
+from .visibility import visible
 
 
 @dataclass

@@ -1,0 +1,24 @@
+"""The second seed paper's kernel in one package: it alone writes and reads memory for the agents.
+
+visibility  the rule: owner OR shared (our units' "public"); never fails open
+barrier     the per-user write barrier (WriteBarrier) and its no-wait ablation (Unordered)
+identity    user-identity resolution in the paper's priority order (IdentityResolver)
+items       a memory item (user, owner agent, type, sharing policy, content) and its formats
+injection   the read path: barrier wait, search under the view, visibility re-check, dedupe,
+            threshold, rank, cap, format, token budget (Kernel, Injection, statement)
+memory      the kernel memory of the personalization study: items written through the
+            barrier, read through Kernel, with the reads that missed a write counted
+
+The conditions (conditions/kernel.py on LongMemEval-Org, conditions/kernel_shared.py in the
+personalization study) only build on this package.
+"""
+
+from .barrier import Unordered, WriteBarrier
+from .identity import IdentityResolver
+from .injection import CHARS_PER_TOKEN, FOOTER, HEADER, Injection, Kernel, statement
+from .items import MemoryItem, line
+from .memory import KernelMemory
+from .visibility import SHARED, visible
+
+__all__ = ["CHARS_PER_TOKEN", "FOOTER", "HEADER", "Injection", "IdentityResolver", "Kernel", "KernelMemory",
+           "MemoryItem", "SHARED", "Unordered", "WriteBarrier", "line", "statement", "visible"]

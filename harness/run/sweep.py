@@ -1,0 +1,55 @@
+"""Hydra sweeps seen from a stage: each multirun job's own label, and the -m flag's position.
+
+Shared by every command that takes a stage (harness.cli.run, judge.run): a sweep's jobs find
+their folders the same way whether they run or judge, so this lives below both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+
+def sweep_label(cfg) -> dict | None:
+    """In a multirun job, set stage.label to `<label>+<overrides>` and return what stage.json records
+    (e.g. smoke+model-deepseek+seed-0; `make judge` with the same -m arguments finds the same folders).
+
+    The overrides are the job's, sorted, without the keys listed under
+    hydra.job.config.override_dirname.exclude_keys (shard, where things live, speed): the
+    shards of one combination share one folder, and a relaunch with the same command finds it.
+    A long value (a path, a list) is cut and tagged with its hash.
+    """
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return None
+    dirname = str(hc.job.override_dirname or "")
+    base = str(cfg.stage.label)
+    excluded = set(hc.job.config.override_dirname.exclude_keys)
+    parts = []
+    for o in sorted(str(o) for o in hc.overrides.task):
+        key, _, value = o.partition("=")
+        if key.lstrip("+~") in excluded:
+            continue
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", value)
+        if len(safe) > 24:  # a long value (a path, a list) is shortened; stage.json keeps it whole
+            safe = safe[:12] + "~" + hashlib.sha256(value.encode()).hexdigest()[:8]
+        value = safe
+        parts.append(f"{re.sub(r'[^A-Za-z0-9._-]', '_', key)}-{value}")
+    if parts:
+        suffix = "+".join(parts)
+        if len(suffix) > 150:
+            suffix = suffix[:120] + "~" + hashlib.sha256(suffix.encode()).hexdigest()[:12]
+        cfg.stage.label = f"{base}+{suffix}"
+    return {"overrides": [str(o) for o in hc.overrides.task], "override_dirname": dirname, "base_label": base}
+
+
+def multirun_flag_first(argv: list[str]) -> list[str]:
+    """Hydra's parser takes -m/--multirun only before the overrides; `make run STAGE=x ARGS="-m ..."`
+    puts it after stage=x, so move it to the front."""
+    flags = [a for a in argv[1:] if a in ("-m", "--multirun")]
+    return argv[:1] + flags + [a for a in argv[1:] if a not in ("-m", "--multirun")]

@@ -1,0 +1,310 @@
+"""The answer-check judge: LongMemEval's yes/no labels of an agent stage (`python -m judge.run`).
+
+Judges every record of runs/<stage>/<label>/ with LongMemEval's answer-check logic
+(judge/prompts.py) and appends one durable JSON line per judgement to
+runs/<stage>/<label>/judgements/<judge name>.jsonl; the latest line per
+(run_id, kind) wins.
+
+* Cost: every judge call goes through a metering proxy into the stage's own
+  ledger.jsonl with role "judge" and tag "judge:<run_id>", so judging shows up in
+  the cost table apart from the agents; each line also carries its tokens and cost
+  at the judge model's prices.
+* Never twice: replies are cached by (judge identity, prompt sha256) in
+  <cache_dir>/judge_cache.sqlite, shared across stages; a rerun that finds every
+  judgement done (or cached) starts no model and sends no request.
+* Never dropped: a reply with neither yes nor no is recorded as `unparsable` (its
+  label still follows the official rule), a call that fails after retries as
+  `failed` (label null, not cached, retried on the next run), a failed agent run as
+  `failed_run` (label false, no call). The summary lists the first two.
+* Crash-safe like runs: each judging attempt of a run is logged before its calls;
+  after a crash the next start marks unfinished attempts `interrupted` in the
+  ledger and judges what is missing under the next attempt number.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+
+import openai
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from harness.endpoints.client import Meter, ModelCallFailed
+from harness.failures import EnvironmentFailure
+from harness.records import RunDir, atomic_write
+from harness.records.ledger import Ledger
+from harness.records.schema import SCHEMA_VERSION, Judgement
+from judge import common as C
+from judge import prompts as P
+from judge.cache import JudgeCache
+from judge.common import end_torn_line, identity, judgements_dir, now  # noqa: F401  (identity: judge.answer_check.identity stays importable)
+
+JUDGE_PARAMS = {"temperature": 0, "max_tokens": 10}  # official: one user message, temperature 0, 10 tokens
+DONE = ("ok", "unparsable")
+ROLE = C.ROLE
+
+
+# ------------------------------------------------------------------------------ judge identity
+
+def judge_model_config(judge_cfg) -> dict:
+    """The judge's model config calling with the official parameters only (temperature 0, at
+    most 10 tokens), whatever its model config passes to agents (e.g. reasoning_effort), plus
+    what the user adds under `judge_params`."""
+    return C.model_config(judge_cfg, JUDGE_PARAMS)
+
+
+# ------------------------------------------------------------------------------ judgements files
+
+def judgements_path(run_dir, judge_name: str) -> Path:
+    return judgements_dir(run_dir) / f"{judge_name}.jsonl"
+
+
+def load_judgements(run_dir, judge_name: str) -> dict[tuple[str, str], dict]:
+    """(run_id, kind) -> the latest judgement line of that judge, validated (RunDir.judgements)."""
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    return {k: j.model_dump(mode="json") for k, j in rd.judgements(judge_name).items()}
+
+
+# ------------------------------------------------------------------------------ judging
+
+class _Judging:
+    def __init__(self, rd: RunDir, jc: dict, name: str, prompts: P.PromptSet, cache: JudgeCache,
+                 tag_prefix: str):
+        self.rd, self.jc, self.name, self.prompts, self.cache = rd, jc, name, prompts, cache
+        self.ident = identity(jc)
+        self.tag_prefix = tag_prefix
+        jdir = judgements_dir(rd)
+        jdir.mkdir(parents=True, exist_ok=True)
+        self.lines_path = judgements_path(rd, name)
+        self.attempts_path = jdir / f"{name}.attempts.jsonl"
+        end_torn_line(self.lines_path)
+        end_torn_line(self.attempts_path)
+        self.out = Ledger(self.lines_path)
+        self.attempt_log = Ledger(self.attempts_path)
+        self.counts: Counter = Counter()
+        self.problems: list[dict] = []
+        self.cost = {"list": 0.0, "paid": 0.0, "calls": 0}
+        self._lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
+        self.budget = None  # harness.run.budget.Budget of the stage, when it has a spending cap
+        self.over_budget = 0
+
+    def close(self) -> None:
+        self.out.close()
+        self.attempt_log.close()
+
+    def base(self, record: dict, item: P.Item | None, kind: str) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": record["run_id"], "kind": kind, "condition": record.get("condition"),
+            "variant": record.get("variant") or "", "qid": record.get("qid"), "qtype": record.get("qtype"),
+            "run_status": record.get("status"),
+            "judge": C.judge_block(self.name, self.jc, self.ident),
+            "prompt_source": self.prompts.source, "prompt_source_sha256": self.prompts.source_sha256,
+            "template": item.template if item else None, "answer_slot": item.answer_slot if item else None,
+        }
+
+    def write(self, line: dict) -> None:
+        line["ts"] = now()
+        self.out.append(Judgement.model_validate(line).model_dump(mode="json"))
+        with self._lock:
+            self.counts[(line["kind"], line["status"])] += 1
+            if line["status"] in ("failed", "unparsable"):
+                self.problems.append(line)
+
+    def offline(self, record: dict, item: P.Item) -> bool:
+        """Write the judgement without a model call if possible (failed run, cached reply)."""
+        if record.get("status") != "ok":
+            self.write({**self.base(record, item, item.kind), "prompt_sha256": None, "prompt": None,
+                        "reply": None, "label": False, "status": "failed_run", "cached": False, "attempt": 0,
+                        "usage": None, "cost_list": 0.0, "cost_paid": 0.0, "error": f"the agent run failed: {str(record.get('error') or '')[:300]}"})
+            return True
+        reply = self.cache.get(self.ident, item.prompt_sha256)
+        if reply is None:
+            return False
+        self._write_reply(record, item, reply, cached=True, attempt=0, meter=None)
+        return True
+
+    def _write_reply(self, record, item, reply: str, cached: bool, attempt: int, meter: Meter | None) -> None:
+        label, status = P.parse_reply(reply)
+        usage = {k: sum(c[k] for c in meter.calls) for k in ("prompt", "hit", "miss", "output")} if meter else None
+        cost_list = sum(c["cost_list"] for c in meter.calls) if meter else 0.0
+        cost_paid = sum(c["cost_paid"] for c in meter.calls) if meter else 0.0
+        self.write({**self.base(record, item, item.kind), "prompt_sha256": item.prompt_sha256, "prompt": item.prompt,
+                    "reply": reply, "label": label, "status": status, "cached": cached, "attempt": attempt,
+                    "usage": usage, "cost_list": cost_list, "cost_paid": cost_paid, "error": None})
+
+    def _key_lock(self, key: str) -> threading.Lock:
+        with self._lock:
+            return self._key_locks.setdefault(key, threading.Lock())
+
+    def judge_run(self, record: dict, items: list[P.Item], proxy_url: str, attempt: int, bar) -> None:
+        """All model judgements of one run under one attempt number (one tag)."""
+        self.attempt_log.append({"run": record["run_id"], "attempt": attempt, "ts": now()})
+        for item in items:
+            with self._key_lock(item.prompt_sha256):  # identical prompts in flight are asked once
+                reply = self.cache.get(self.ident, item.prompt_sha256)
+                if reply is not None:
+                    self._write_reply(record, item, reply, cached=True, attempt=attempt, meter=None)
+                elif self.budget is not None and self.budget.exhausted:
+                    with self._lock:
+                        self.over_budget += 1  # not judged: judged on the next run with a higher cap
+                else:
+                    self._call(record, item, proxy_url, attempt)
+            bar.update(1)
+
+    def _call(self, record: dict, item: P.Item, proxy_url: str, attempt: int) -> None:
+        meter = C.meter(self.jc)
+        agent = C.agent(proxy_url, self.jc, f"{self.tag_prefix}:{record['run_id']}", attempt, meter)
+        try:
+            msg = agent.complete([{"role": "user", "content": item.prompt}])
+        except EnvironmentFailure:
+            raise  # a refused key or a missing model is not this judgement's failure: judging stops
+        except (ModelCallFailed, openai.OpenAIError) as exc:
+            with self._lock:
+                self.cost["calls"] += len(meter.calls)
+            self.write({**self.base(record, item, item.kind), "prompt_sha256": item.prompt_sha256,
+                        "prompt": item.prompt, "reply": None, "label": None, "status": "failed", "cached": False,
+                        "attempt": attempt, "usage": None, "cost_list": 0.0, "cost_paid": 0.0,
+                        "error": f"{type(exc).__name__}: {exc}"[:1000]})
+            return
+        reply = (msg.content or "").strip()
+        self.cache.put(self.ident, item.prompt_sha256, reply, str(self.jc.get("model")))
+        with self._lock:
+            self.cost["calls"] += len(meter.calls)
+            self.cost["list"] += sum(c["cost_list"] for c in meter.calls)
+            self.cost["paid"] += sum(c["cost_paid"] for c in meter.calls)
+        self._write_reply(record, item, reply, cached=False, attempt=attempt, meter=meter)
+
+
+def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | None = None,
+                name: str | None = None, prompts: P.PromptSet | str | None = None, tag_prefix: str = "judge",
+                progress: bool = True, budget=None) -> dict:
+    """Judge every record of `run_dir` (or the run ids in `only`); returns a summary.
+
+    endpoint: an already open harness.endpoints.registry.Endpoint of the same model, e.g. the
+      local model that answered; otherwise the judge's endpoint is opened only if some
+      judgement needs a model call.
+    judge_cfg: the judge config (default cfg.judge); name: the judgements file stem
+      (default the judge config's name); prompts: a PromptSet or a `judge.prompts` value.
+    """
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    judge_cfg = cfg.judge if judge_cfg is None else judge_cfg
+    if not isinstance(judge_cfg, DictConfig):
+        judge_cfg = OmegaConf.create(dict(judge_cfg))
+    jc = judge_model_config(judge_cfg)
+    name = name or str(jc["name"])
+    if not isinstance(prompts, P.PromptSet):
+        prompts = P.load(prompts if prompts is not None else jc.get("prompts", "builtin"))
+    records = [r.model_dump(mode="json") for r in rd.records() if only is None or r.run_id in only]
+    existing = load_judgements(rd, name)
+    cache = C.open_cache(cfg)
+    job = _Judging(rd, jc, name, prompts, cache, tag_prefix)
+    job.budget = budget
+    pending: list[tuple[dict, list[P.Item]]] = []
+    skipped = 0
+    try:
+        for rec in sorted(records, key=lambda r: r["run_id"]):
+            todo = []
+            for item in P.items_for(rec, prompts):
+                old = existing.get((rec["run_id"], item.kind))
+                if old and (old["status"] == "failed_run" and rec.get("status") != "ok"
+                            or old["status"] in DONE and old.get("prompt_sha256") == item.prompt_sha256
+                            and (old.get("judge") or {}).get("identity") == job.ident):
+                    skipped += 1
+                    continue
+                if not job.offline(rec, item):
+                    todo.append(item)
+            if todo:
+                pending.append((rec, todo))
+        n_calls = sum(len(items) for _, items in pending)
+        ledger = Ledger(rd.ledger_path)
+        if budget is not None:
+            ledger.listeners.append(budget.add)
+        try:
+            interrupted = C.mark_unfinished(ledger, job.attempts_path, job.lines_path, tag_prefix)
+            if n_calls:
+                attempts = C.attempts(job.attempts_path)
+                with ExitStack() as stack:
+                    proxy = C.open_proxy(stack, endpoint, judge_cfg, jc, ledger)
+                    bar = tqdm(total=n_calls, unit="judgement", dynamic_ncols=True, file=sys.stderr,
+                               disable=not progress, desc=f"judge {name}")
+                    try:
+                        with ThreadPoolExecutor(max_workers=C.concurrency(cfg, jc), thread_name_prefix="judge") as pool:
+                            futures = [pool.submit(job.judge_run, rec, items, proxy.base_url,
+                                                   attempts.get(rec["run_id"], 0) + 1, bar)
+                                       for rec, items in pending]
+                            for f in futures:
+                                f.result()  # a storage error or a bug stops judging loudly
+                    finally:
+                        bar.close()
+        finally:
+            ledger.close()
+    finally:
+        job.close()
+        cache.close()
+    summary = _summary(rd, job, name, records, skipped, n_calls, interrupted, only)
+    atomic_write(judgements_dir(rd) / f"{name}.info.json", json.dumps(
+        {"judge": {k: v for k, v in jc.items() if k != "prompts"}, "identity": job.ident,
+         "prompts": prompts.describe(), "org_private_explanation": P.ORG_PRIVATE_EXPLANATION,
+         "last_summary": {k: v for k, v in summary.items() if k != "problems"}, "updated": now()},
+        indent=1, sort_keys=True, default=str))
+    report(summary)
+    if job.over_budget:
+        from harness.run.budget import BudgetReached
+
+        raise BudgetReached(f"stopped at budget: ${budget.spent:.4f} of ${budget.cap:.4f}; "
+                            f"{job.over_budget} judgements not made")
+    return summary
+
+
+def _summary(rd: RunDir, job: _Judging, name: str, records: list[dict], skipped: int, n_calls: int,
+             interrupted: int, only) -> dict:
+    latest = load_judgements(rd, name)
+    ids = {r["run_id"] for r in records}
+    mine = {k: v for k, v in latest.items() if k[0] in ids}
+    status = Counter(v["status"] for v in mine.values())
+    correct = [v for (_, kind), v in mine.items() if kind == "correct"]
+    leaks = [v for (_, kind), v in mine.items() if kind == "leak"]
+    planned = None
+    if only is None and rd.stage_path.exists():
+        planned = len(rd.stage().plan["runs"])
+    return {
+        "run_dir": str(rd.root), "judge": name, "identity": job.ident, "prompt_source": job.prompts.source,
+        "records": len(records), "planned_runs": planned, "judgements": len(mine),
+        "status": dict(sorted(status.items())), "failed": status.get("failed", 0),
+        "unparsable": status.get("unparsable", 0),
+        "accuracy": (sum(v["label"] is True for v in correct) / len(correct)) if correct else None,
+        "leaks": sum(v["label"] is True for v in leaks), "leak_judgements": len(leaks),
+        "this_session": {"already_done": skipped, "model_judgements": n_calls,
+                         "written": dict((f"{k}/{s}", n) for (k, s), n in sorted(job.counts.items())),
+                         "calls": job.cost["calls"], "cost_list": job.cost["list"], "cost_paid": job.cost["paid"],
+                         "interrupted_marked": interrupted},
+        "problems": [{k: v[k] for k in ("run_id", "kind", "status", "reply", "error")}
+                     for v in mine.values() if v["status"] in ("failed", "unparsable")],
+    }
+
+
+def report(s: dict) -> None:
+    t = s["this_session"]
+    planned = f" of {s['planned_runs']} planned" if s["planned_runs"] is not None else ""
+    acc = f"{s['accuracy']:.3f}" if s["accuracy"] is not None else "-"
+    print(f"{s['run_dir']}: judge {s['judge']} ({s['identity']}, prompts {s['prompt_source']}): "
+          f"{s['records']} records{planned}, {s['judgements']} judgements {s['status']}; "
+          f"accuracy {acc}, leaks {s['leaks']}/{s['leak_judgements']}", file=sys.stderr)
+    print(f"  this session: {t['already_done']} already judged, {t['model_judgements']} needed the model, "
+          f"{t['calls']} calls, ${t['cost_list']:.4f} at list price", file=sys.stderr)
+    if s["planned_runs"] is not None and s["records"] < s["planned_runs"]:
+        print(f"  note: {s['planned_runs'] - s['records']} planned runs have no record yet (not judged)",
+              file=sys.stderr)
+    for p in s["problems"]:
+        what = p["error"] if p["status"] == "failed" else f"reply {p['reply']!r}"
+        print(f"  {p['status']}: {p['run_id']} [{p['kind']}] {what}", file=sys.stderr)
+    if s["failed"]:
+        print(f"  {s['failed']} judgements failed: run the same command again to retry them", file=sys.stderr)

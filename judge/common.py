@@ -1,0 +1,132 @@
+"""What every judge shares: its identity, the reply cache, its calls, concurrency, files and attempts.
+
+The answer-check judge (judge/answer_check.py, LongMemEval's yes/no) and the rubric judge
+(judge/rubric.py, the personalization study's 1-5 scores) are peers over this module; neither
+imports the other.
+
+* Identity: a cached reply is keyed by the endpoint (provider, model, base URL) and the call
+  parameters, so two servers serving one model name never share labels.
+* Cache: <cache_dir>/judge_cache.sqlite, shared across stages and judges (judge/cache.py).
+* Calls: every judge call goes through a metering proxy into the stage's ledger with role
+  "judge" and a tag "<prefix>:<run_id>" under an attempt number.
+* Crash safety: a judge's attempts log says which run was being judged under which attempt;
+  attempts that wrote no judgement line are marked interrupted in the ledger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.endpoints.client import Agent, Meter
+from harness.endpoints.proxy import MeteringProxy
+from harness.endpoints.registry import identity as endpoint_identity
+from harness.endpoints.registry import open_endpoint
+from harness.records import RunDir
+from harness.records.ledger import Ledger, mark_interrupted, read_ledger
+from judge.cache import JudgeCache
+
+ROLE = "judge"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+# ------------------------------------------------------------------------------ judge identity
+
+def model_config(judge_cfg, params: dict) -> dict:
+    """The judge's model config calling with `params` only (a judge's official parameters), whatever
+    its model config passes to agents (e.g. reasoning_effort), plus what the user adds under
+    `judge_params`."""
+    jc = OmegaConf.to_container(judge_cfg, resolve=True) if isinstance(judge_cfg, DictConfig) else dict(judge_cfg)
+    jc["params"] = {**params, **(jc.get("judge_params") or {})}
+    return jc
+
+
+def identity(jc: dict) -> str:
+    """What a cached reply is keyed by besides the prompt: the endpoint (provider, model, base
+    URL) and the call parameters, so two servers serving one model name never share labels."""
+    params = json.dumps(jc.get("params") or {}, sort_keys=True)
+    return f"{endpoint_identity(jc)}:{hashlib.sha256(params.encode()).hexdigest()[:12]}"
+
+
+def judge_block(name: str, jc: dict, ident: str, with_base_url: bool = True) -> dict:
+    """The `judge` field of a judgement line."""
+    out = {"name": name, "model": jc.get("model"), "provider": jc.get("provider")}
+    if with_base_url:
+        out["base_url"] = jc.get("base_url")
+    return {**out, "identity": ident, "params": jc.get("params")}
+
+
+# ------------------------------------------------------------------------------ cache and calls
+
+def open_cache(cfg) -> JudgeCache:
+    return JudgeCache(Path(str(cfg.cache_dir)) / "judge_cache.sqlite")
+
+
+def concurrency(cfg, jc: dict) -> int:
+    """The stage's concurrency, capped by the judge endpoint's own limit (a local model's slots)."""
+    n = int(cfg.get("concurrency") or 1)
+    if jc.get("max_concurrency"):
+        n = min(n, int(jc["max_concurrency"]))
+    if jc.get("provider") == "local":
+        n = min(n, int(jc.get("parallel", 1)))
+    return max(1, n)
+
+
+def meter(jc: dict) -> Meter:
+    return Meter(jc["prices"], jc.get("offpeak"))
+
+
+def agent(proxy_url: str, jc: dict, tag: str, attempt: int, m: Meter) -> Agent:
+    """A judge's client: role "judge", the judge config's retries and backoff."""
+    return Agent(proxy_url, jc, tag, attempt, m, role=ROLE,
+                 max_retries=int(jc.get("max_retries", 6)), backoff_s=float(jc.get("backoff_s", 1.0)))
+
+
+def open_proxy(stack: ExitStack, endpoint, judge_cfg, jc: dict, ledger: Ledger) -> MeteringProxy:
+    """The metering proxy a judge calls through, opening the judge's endpoint if none is given."""
+    if endpoint is None:
+        endpoint = stack.enter_context(open_endpoint(judge_cfg))
+    return stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
+                                             float(jc.get("timeout_s", 600)), str(jc.get("model"))))
+
+
+# ------------------------------------------------------------------------------ files and attempts
+
+def judgements_dir(run_dir) -> Path:
+    return (run_dir.root if isinstance(run_dir, RunDir) else Path(run_dir)) / "judgements"
+
+
+def end_torn_line(path: Path) -> None:
+    """A line torn by a crash is ended, so the next appended line stays whole (and readable)."""
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb+") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+
+
+def attempts(path: Path) -> dict[str, int]:
+    """run id -> the highest attempt number in an attempts log."""
+    out: dict[str, int] = {}
+    for e in read_ledger(path):
+        out[e["run"]] = max(out.get(e["run"], 0), int(e["attempt"]))
+    return out
+
+
+def mark_unfinished(ledger: Ledger, attempts_path: Path, lines_path: Path, tag_prefix: str) -> int:
+    """Judging attempts that started but wrote no judgement line stay in the ledger, marked."""
+    tag = f"{tag_prefix}:{{}}".format
+    finished = {(tag(e["run_id"]), e.get("attempt")) for e in read_ledger(lines_path) if "run_id" in e}
+    started = {(tag(e["run"]), int(e["attempt"])) for e in read_ledger(attempts_path)}
+    return mark_interrupted(ledger, started, finished, "no judgement line", role=ROLE)

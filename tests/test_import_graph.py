@@ -1,0 +1,173 @@
+"""The import graph has no back-edges (ARCHITECTURE.md: "Compose at the edges").
+
+Every module of the project's packages imports; the module-level imports form no cycle; the
+judge never imports the command line (not even inside a function); a judge module never
+imports another judge module's private (underscore) name; and the kernel's conditions only
+build on harness.kernel. Imports are read with ast, so the graph is the source's, not what a
+test run happened to load.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "conditions", "judge", "analysis", "bench")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _imports(name: str, top_level_only: bool) -> list[tuple[str, list[str], int]]:
+    """(imported module, names taken from it, line) for each import statement of module `name`."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"), str(MODULES[name]))
+    package = name if _is_package(name) else name.rpartition(".")[0]
+    out = []
+
+    def visit(node, nested: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                if not top_level_only:
+                    visit(child, True)
+                continue
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue  # never executed
+            if isinstance(child, ast.Import):
+                out.extend((a.name, [], child.lineno) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (child.level - 1)]
+                    mod = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    mod = child.module or ""
+                out.append((mod, [a.name for a in child.names], child.lineno))
+            visit(child, nested)
+
+    visit(tree, False)
+    return out
+
+
+def _edges(name: str, top_level_only: bool) -> set[str]:
+    """The project modules `name` imports: `from a import b` is a.b when that is a module, else a."""
+    out = set()
+    for mod, names, _ in _imports(name, top_level_only):
+        subs = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in MODULES]
+        out.update(subs)
+        if mod in MODULES and (not names or len(subs) < len(names)):
+            out.add(mod)
+    out.discard(name)
+    return out
+
+
+@pytest.mark.parametrize("name", [m for m in MODULES if not m.endswith("__main__")])
+def test_every_module_imports(name):
+    importlib.import_module(name)
+
+
+def test_the_module_level_import_graph_has_no_cycle():
+    graph = {m: _edges(m, top_level_only=True) for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_judge_never_imports_the_command_line():
+    bad = [(m, mod, line) for m in MODULES if m == "judge" or m.startswith("judge.")
+           for mod, _, line in _imports(m, top_level_only=False)
+           if mod == "harness.cli" or mod.startswith("harness.cli.")]
+    assert not bad, f"judge modules importing harness.cli: {bad}"
+
+
+def test_no_judge_module_takes_another_judge_modules_private_name():
+    bad = [(m, mod, n, line) for m in MODULES if m.startswith("judge.")
+           for mod, names, line in _imports(m, top_level_only=False)
+           if mod.startswith("judge.") and mod != m for n in names if n.startswith("_")]
+    assert not bad, f"private names across judge modules: {bad}"
+
+
+def test_only_the_command_line_composes_it():
+    """Nothing below harness.cli imports it, except the `python -m harness.run` entry point."""
+    bad = [(m, mod, line) for m in MODULES if not m.startswith("harness.cli") and m != "harness.run.__main__"
+           for mod, _, line in _imports(m, top_level_only=False)
+           if mod == "harness.cli" or mod.startswith("harness.cli.")]
+    assert not bad, f"modules importing the command line: {bad}"
+
+
+def test_the_kernel_conditions_build_on_the_kernel_package():
+    for cond in ("conditions.kernel", "conditions.kernel_shared"):
+        mods = {mod for mod, _, _ in _imports(cond, top_level_only=False)}
+        assert any(m == "harness.kernel" or m.startswith("harness.kernel.") for m in mods), cond
+        assert not {"harness.personal.kernel_memory", "harness.personal.identity", "harness.personal.items"} & mods
+
+
+def test_one_exit_code_mapping():
+    from harness.failures import BAD_INPUT, BUDGET, STOPPED, EnvironmentFailure, exit_code
+    from harness.data.longmemeval import DataError
+    from harness.data.samples import SampleError
+    from harness.records import StageMismatch
+    from harness.records.schema import RecordError
+    from harness.records.shards import ShardBusy, ShardError
+    from harness.run.budget import BudgetReached
+    from harness.run.driver import StageStopped
+    from harness.run.plan import PlanError
+    from judge.prompts import PromptFileError
+
+    for cls in (DataError, SampleError, PlanError, StageMismatch, RecordError, ShardError, PromptFileError):
+        assert getattr(cls, "exit_code") == BAD_INPUT, cls
+    for cls in (EnvironmentFailure, ShardBusy, StageStopped):
+        assert getattr(cls, "exit_code") == STOPPED, cls
+    assert BudgetReached.exit_code == BUDGET
+    assert exit_code(EnvironmentFailure("x", "y")) == STOPPED and exit_code(BudgetReached("cap")) == BUDGET
+    assert exit_code(ValueError("a bug")) is None and exit_code(KeyError("a bug")) is None
+    # no command keeps its own except ladder: the codes are spelled only in harness/failures.py
+    ladders = [str(p.relative_to(ROOT)) for m, p in MODULES.items() if m != "harness.failures"
+               for code in ("sys.exit(2)", "sys.exit(3)", "sys.exit(4)") if code in p.read_text(encoding="utf-8")]
+    assert not ladders, ladders
