@@ -29,8 +29,10 @@ def fake_hub(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     import huggingface_hub.constants as hc
 
-    # the client reads HF_HOME once, at import: point its cache at this test's folder
+    # the client reads HF_HOME and HF_HUB_OFFLINE once, at import (an encoder loaded earlier in the session sets
+    # HF_HUB_OFFLINE=1 for its local directory): point its cache at this test's folder and let it go online
     monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", False)
     files: dict[str, bytes] = {}
     seen: list[str] = []
 
