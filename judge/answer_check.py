@@ -308,3 +308,16 @@ def report(s: dict) -> None:
         print(f"  {p['status']}: {p['run_id']} [{p['kind']}] {what}", file=sys.stderr)
     if s["failed"]:
         print(f"  {s['failed']} judgements failed: run the same command again to retry them", file=sys.stderr)
+
+
+def judge_command(cfg, rd) -> int:
+    """`make judge` for an agent stage: every record judged, under the stage's spending cap (exit 3 if some failed)."""
+    from harness.failures import STOPPED
+    from harness.run.budget import Budget
+
+    budget = None
+    if cfg.get("budget_usd") is not None:  # the stage's cap covers the judge's calls too
+        budget = Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"),
+                        judge_model_config(cfg.judge).get("prices"), rd.ledger_paths())
+    summary = judge_stage(cfg, rd, budget=budget)
+    return STOPPED if summary["failed"] else 0

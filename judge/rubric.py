@@ -293,3 +293,11 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def judge_command(cfg, rd) -> int:
+    """`make judge` for a personalization stage: the rubric on every record (exit 3 if some failed)."""
+    from harness.failures import STOPPED
+
+    summary = judge_personal(cfg, rd)
+    return STOPPED if summary["written"].get("failed") else 0

@@ -108,3 +108,10 @@ def test_a_plugin_that_does_not_import_is_named(tmp_path):
     res = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={tmp_path}", f"out={tmp_path / 'r'}"],
                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert res.returncode != 0 and "plugin 'no_such_plugin_pkg'" in res.stderr
+
+
+def test_a_stage_of_an_unknown_study_kind_is_refused_with_the_known_ones(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "stage.kind=survey", "dry_run=true",
+                          f"runs_dir={tmp_path}"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "stage.kind 'survey' is no registered study (known: agents, backends, personal)" in res.stderr
