@@ -37,7 +37,7 @@ from inspect_ai.scorer import Score
 from inspect_ai.tool import ToolCall, ToolCallError
 
 from harness.failures import announce
-from analysis.load import AnalysisError, Folder, find_folders, ledger_frame, load_folder, runs_frame
+from analysis.load import SCORE_PREFIX, AnalysisError, Folder, find_folders, ledger_frame, load_folder, runs_frame
 from analysis.tables.fidelity import manifest_rows
 from analysis.replay import memory_logs, visibility_of
 from harness.records import RunDir
@@ -197,6 +197,11 @@ def sample(record: dict, row: pd.Series, folder: Folder, rd: RunDir) -> EvalSamp
                          record["answer"], correct=False)
         if s is not None:
             scores["leak"] = s
+    for col in (c for c in row.index if c.startswith(SCORE_PREFIX)):  # registered judgement kinds (judge/kinds.py)
+        kind = col[len(SCORE_PREFIX):]
+        s = _judge_score(row[col], "judge", folder.judgements.get((record["run_id"], kind)), record["answer"])
+        if s is not None:
+            scores[kind] = s
     if org_run:
         scores["private_under_view"] = Score(value=len(under_view), explanation="\n".join(under_view) or "none",
                                              metadata={"units": under_view})

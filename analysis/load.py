@@ -308,8 +308,17 @@ def _label_of(record: dict, judgement: dict | None) -> tuple[float, str]:
 # ------------------------------------------------------------------------------ frames
 
 
+SCORE_PREFIX = "score_"  # a judgement kind besides correct/leak (judge/kinds.py): one column each in runs.csv
+
+
+def judged_kinds(folder: Folder) -> list[str]:
+    """The folder's judgement kinds other than LongMemEval's correct and leak, sorted."""
+    return sorted({k for _, k in folder.judgements} - {"correct", "leak"})
+
+
 def run_rows(folder: Folder) -> list[dict]:
     rows = []
+    extra = judged_kinds(folder)
     for r in folder.records:  # validated by the schema: every field below exists
         ok = r["status"] == "ok"
         if ok:
@@ -351,13 +360,16 @@ def run_rows(folder: Folder) -> list[dict]:
             "literal": b(literal(r["gold"], r["answer"] if r["status"] == "ok" else None, r["qtype"],
                                  r["abstention"])),
             "result_chars": sum(int(t["chars"]) for t in r["tools"]),  # tool results as the model read them
+            **{SCORE_PREFIX + k: _label_of(r, folder.judgements.get((r["run_id"], k)))[0] if ok else math.nan
+               for k in extra},  # a failed run: not judged (NaN); only correctness counts it wrong
         })
     return rows
 
 
 def runs_frame(folders: Iterable[Folder]) -> pd.DataFrame:
     rows = [row for f in folders for row in run_rows(f)]
-    df = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    scores = sorted({k for row in rows for k in row if k.startswith(SCORE_PREFIX)})
+    df = pd.DataFrame(rows, columns=RUN_COLUMNS + scores)
     return df.sort_values(["folder", "variant", "condition", "qid", "repeat"], kind="mergesort").reset_index(drop=True)
 
 

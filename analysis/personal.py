@@ -244,7 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif k in opts:
             opts[k] = v
     try:
-        folders = [f for f in find_folders(opts["runs"] or None) if f.info.get("kind") == "personal"]
+        from harness import studies
+
+        mine = studies.analysed_by("analysis.personal")
+        folders = [f for f in find_folders(opts["runs"] or None) if f.info.get("kind") in mine]
         if not folders:
             print("analysis.personal: no personalization stage folders; nothing to do", file=sys.stderr)
             return 0

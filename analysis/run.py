@@ -139,8 +139,10 @@ def parse_args(argv: Sequence[str]) -> dict:
 
 def analyse(opts: dict, progress: bool = True) -> Results:
     pre = P.load(opts["prereg"])
-    # the personalization study has its own tables (analysis/personal.py)
-    folders = [f for f in find_folders(opts["runs"] or None, opts["runs_root"]) if f.info.get("kind") != "personal"]
+    from harness import studies  # the folders of the studies this analysis reads (others: analysis/personal.py)
+
+    mine = studies.analysed_by("analysis.run")
+    folders = [f for f in find_folders(opts["runs"] or None, opts["runs_root"]) if (f.info.get("kind") or "agents") in mine]
     if not folders:
         raise AnalysisError(f"no stage folders under {opts['runs'] or opts['runs_root']}")
     for f in folders:

@@ -41,7 +41,7 @@ from harness.records import RunDir, atomic_write
 from harness.records.ledger import Ledger
 from harness.records.schema import SCHEMA_VERSION, Judgement
 from judge import common as C
-from judge import prompts as P
+from judge import kinds, prompts as P
 from judge.cache import JudgeCache
 from judge.common import end_torn_line, identity, judgements_dir, now  # noqa: F401  (identity: judge.answer_check.identity stays importable)
 
@@ -132,13 +132,14 @@ class _Judging:
         return True
 
     def _write_reply(self, record, item, reply: str, cached: bool, attempt: int, meter: Meter | None) -> None:
-        label, status = P.parse_reply(reply)
+        label, status, scores = kinds.read(item.kind, reply)
         usage = {k: sum(c[k] for c in meter.calls) for k in ("prompt", "hit", "miss", "output")} if meter else None
         cost_list = sum(c["cost_list"] for c in meter.calls) if meter else 0.0
         cost_paid = sum(c["cost_paid"] for c in meter.calls) if meter else 0.0
         self.write({**self.base(record, item, item.kind), "prompt_sha256": item.prompt_sha256, "prompt": item.prompt,
                     "reply": reply, "label": label, "status": status, "cached": cached, "attempt": attempt,
-                    "usage": usage, "cost_list": cost_list, "cost_paid": cost_paid, "error": None})
+                    "usage": usage, "cost_list": cost_list, "cost_paid": cost_paid, "error": None,
+                    **({"scores": scores} if scores else {})})
 
     def _key_lock(self, key: str) -> threading.Lock:
         with self._lock:
@@ -212,7 +213,7 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
     try:
         for rec in sorted(records, key=lambda r: r["run_id"]):
             todo = []
-            for item in P.items_for(rec, prompts):
+            for item in kinds.items_for(rec, prompts):  # every registered judgement kind (judge/kinds.py)
                 old = existing.get((rec["run_id"], item.kind))
                 if old and (old["status"] == "failed_run" and rec.get("status") != "ok"
                             or old["status"] in DONE and old.get("prompt_sha256") == item.prompt_sha256
@@ -308,3 +309,16 @@ def report(s: dict) -> None:
         print(f"  {p['status']}: {p['run_id']} [{p['kind']}] {what}", file=sys.stderr)
     if s["failed"]:
         print(f"  {s['failed']} judgements failed: run the same command again to retry them", file=sys.stderr)
+
+
+def judge_command(cfg, rd) -> int:
+    """`make judge` for an agent stage: every record judged, under the stage's spending cap (exit 3 if some failed)."""
+    from harness.failures import STOPPED
+    from harness.run.budget import Budget
+
+    budget = None
+    if cfg.get("budget_usd") is not None:  # the stage's cap covers the judge's calls too
+        budget = Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"),
+                        judge_model_config(cfg.judge).get("prices"), rd.ledger_paths())
+    summary = judge_stage(cfg, rd, budget=budget)
+    return STOPPED if summary["failed"] else 0

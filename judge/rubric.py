@@ -39,6 +39,7 @@ from harness.data import personal as trials_data
 from harness.endpoints.client import Meter, ModelCallFailed
 from harness.records import RunDir
 from harness.records.ledger import Ledger, read_ledger
+from harness.records.schema import parse as parse_record
 from judge import common as C
 from judge.cache import JudgeCache
 from judge.common import identity, judgements_dir, now
@@ -125,7 +126,10 @@ def lines_path(rd: RunDir, name: str) -> Path:
 
 
 def load_rubric(rd: RunDir, name: str) -> dict[str, dict]:
-    return {e["run_id"]: e for e in read_ledger(lines_path(rd, name)) if "run_id" in e}
+    """run_id -> the latest rubric line, each validated as a RubricJudgement (harness.records.schema)."""
+    path = lines_path(rd, name)
+    return {e["run_id"]: parse_record("rubric_judgement", e, path).model_dump(mode="json")
+            for e in read_ledger(path) if "run_id" in e}
 
 
 class _Rubric:
@@ -139,6 +143,7 @@ class _Rubric:
 
     def write(self, line: dict) -> None:
         line["ts"] = now()
+        parse_record("rubric_judgement", line, lines_path(self.rd, self.name))  # a writer's mistake fails here
         self.out.append(line)
         with self.lock:
             self.counts[line["status"]] = self.counts.get(line["status"], 0) + 1
@@ -293,3 +298,11 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def judge_command(cfg, rd) -> int:
+    """`make judge` for a personalization stage: the rubric on every record (exit 3 if some failed)."""
+    from harness.failures import STOPPED
+
+    summary = judge_personal(cfg, rd)
+    return STOPPED if summary["written"].get("failed") else 0

@@ -1,8 +1,9 @@
 """`python -m judge.run stage=NAME [judge=local|deepseek|...]` — what `make judge` calls.
 
-Judges a stage's records with the judge its study uses: LongMemEval's answer check for the
-agent stages (judge/answer_check.py), the rubric for the personalization study
-(judge/rubric.py). Both are peers over judge/common.py; this module only picks one.
+Judges a stage's records with the judge its study names (harness/studies/): LongMemEval's
+answer check for the agent stages (judge/answer_check.py), the rubric for the
+personalization study (judge/rubric.py). Both are peers over judge/common.py; this module
+only asks the study which.
 
 Exit codes: 0 done; 2 no records, bad prompts or records; 3 stopped on an environment
 failure, or some judgements failed (run the same command again); 4 the budget is reached.
@@ -13,9 +14,9 @@ from __future__ import annotations
 import sys
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from harness.failures import BAD_INPUT, STOPPED, returns_exit_code
+from harness.failures import BAD_INPUT, returns_exit_code
 from harness.records import RunDir
 from judge.answer_check import identity, judge_model_config, judge_stage, judgements_path, load_judgements  # noqa: F401  (the old judge.run names)
 from judge.common import judgements_dir  # noqa: F401
@@ -28,19 +29,9 @@ def main_entry(cfg) -> int:
         print(f"error: {rd.root} has no records; run the stage first (make run STAGE={cfg.stage.name})",
               file=sys.stderr)
         return BAD_INPUT
-    if cfg.stage.kind == "personal":  # the second seed paper's rubric, not LongMemEval's answer check
-        from judge.rubric import judge_personal
+    from harness import studies
 
-        summary = judge_personal(cfg, rd)
-        return STOPPED if summary["written"].get("failed") else 0
-    from harness.run.budget import Budget
-
-    budget = None
-    if cfg.get("budget_usd") is not None:  # the stage's cap covers the judge's calls too
-        budget = Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"),
-                        judge_model_config(cfg.judge).get("prices"), rd.ledger_paths())
-    summary = judge_stage(cfg, rd, budget=budget)
-    return STOPPED if summary["failed"] else 0
+    return studies.get(rd.stage().kind if rd.stage_path.exists() else cfg.stage.get("kind")).step("judge")(cfg, rd)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

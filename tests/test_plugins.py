@@ -1,6 +1,7 @@
 """Extension points are one file each, found by registration: a package outside the tree adds a
-condition (one module + one yaml) and a table (one module), and each appears in a stage's
-records, results/, the report, the pre-registration status and the Inspect export."""
+condition (one module + one yaml), a table (one module) and a judgement kind (one module), and
+each appears in a stage's records, judgements, results/, the report, the pre-registration status
+and the Inspect export. (A toy backend: tests/test_backend_plugins.py.)"""
 
 from __future__ import annotations
 
@@ -59,6 +60,24 @@ def section(res):
 register(Table("toy", "toy.csv", build, section, prereg=("toy",), order=115))
 '''
 
+KIND = '''
+from judge.kinds import Kind, register
+from judge.prompts import Item
+
+
+def items(record, prompts):
+    return [Item("brief", "toy", "answer", "Is this answer shorter than twenty words? Reply yes or no.\\n\\n"
+                 + str(record.get("answer") or ""))]
+
+
+register(Kind("brief", items))
+'''
+
+
+def judge_policy(req):
+    text = req["messages"][-1]["content"]
+    return {"role": "assistant", "content": "yes" if "shorter than twenty words" in text else "no"}
+
 
 def test_a_condition_and_a_table_from_outside_the_tree(tmp_path):
     pkg = tmp_path / "plug" / "toyplug"
@@ -66,10 +85,12 @@ def test_a_condition_and_a_table_from_outside_the_tree(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "cond.py").write_text(CONDITION)
     (pkg / "table.py").write_text(TABLE)
+    (pkg / "kind.py").write_text(KIND)
     conf = tmp_path / "plug" / "conf" / "condition"
     conf.mkdir(parents=True)
     (conf / "toy.yaml").write_text('module: toyplug.cond\naccess: "Use toy_lookup to look things up."\n')
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'plug'}{os.pathsep}{REPO}", "MEMSPACE_PLUGINS": "toyplug.table"}
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'plug'}{os.pathsep}{REPO}",
+           "MEMSPACE_PLUGINS": "toyplug.table,toyplug.kind"}
     runs = tmp_path / "runs"
     with FakeModel() as fake:  # calls the first tool offered, then answers
         res = subprocess.run(
@@ -83,6 +104,16 @@ def test_a_condition_and_a_table_from_outside_the_tree(tmp_path):
     assert len(recs) == 3 and all(r["module"] == "toyplug.cond" and r["tools"][0]["name"] == "toy_lookup"
                                   for r in recs)
 
+    with FakeModel(script=judge_policy) as judge:
+        jr = subprocess.run([sys.executable, "-m", "judge.run", "stage=smoke", "judge=vllm",
+                             f"judge.base_url={judge.base_url}", f"runs_dir={runs}"],
+                            capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert jr.returncode == 0, jr.stderr[-3000:]
+    lines = [json.loads(x) for x in (folder / "judgements" / "vllm.jsonl").read_text().splitlines()]
+    brief = [j for j in lines if j["kind"] == "brief"]
+    assert len(brief) == 6 and all(j["label"] is True and j["template"] == "toy" for j in brief)
+    assert {j["kind"] for j in lines} == {"correct", "brief"}
+
     out = tmp_path / "results"
     ana = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={out}", "resamples=50",
                           "lenient=true"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
@@ -95,12 +126,22 @@ def test_a_condition_and_a_table_from_outside_the_tree(tmp_path):
     expl = pd.read_csv(out / "table3_exploratory.csv")
     assert "toy" in set(expl["analysis"])  # a table the pre-registration does not name is exploratory
     assert "toy" in set(pd.read_csv(out / "table1.csv")["condition"])
+    runs_csv = pd.read_csv(out / "runs.csv")
+    assert runs_csv["score_brief"].tolist() == [1.0] * 6  # the kind's own column, from its judgements
+    other = pd.read_csv(out / "other_judgements.csv")
+    assert set(other["kind"]) == {"brief"} and other["yes_share"].tolist() == [1.0, 1.0]
+    assert "## Other judgements" in report
 
     logs = tmp_path / "logs"
     exp = subprocess.run([sys.executable, "-m", "analysis.export_inspect", f"runs={folder}", f"out={logs}"],
                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert exp.returncode == 0, exp.stderr[-3000:]
-    assert any("_toy_" in p.name for p in logs.glob("*.eval"))
+    toy_logs = [p for p in logs.glob("*.eval") if "_toy_" in p.name]
+    assert toy_logs
+    from inspect_ai.log import read_eval_log
+
+    samples = read_eval_log(str(toy_logs[0])).samples
+    assert samples and all(s.scores["brief"].value == "C" for s in samples)
 
 
 def test_a_plugin_that_does_not_import_is_named(tmp_path):
@@ -108,3 +149,10 @@ def test_a_plugin_that_does_not_import_is_named(tmp_path):
     res = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={tmp_path}", f"out={tmp_path / 'r'}"],
                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert res.returncode != 0 and "plugin 'no_such_plugin_pkg'" in res.stderr
+
+
+def test_a_stage_of_an_unknown_study_kind_is_refused_with_the_known_ones(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "stage.kind=survey", "dry_run=true",
+                          f"runs_dir={tmp_path}"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "stage.kind 'survey' is no registered study (known: agents, backends, personal)" in res.stderr

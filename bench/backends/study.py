@@ -281,7 +281,7 @@ def print_report(summary, footprints, deltas, lex, fan, diag, survivors=()) -> N
 # -------------------------------------------------------------------------------- entry points
 
 
-def run_study(cfg) -> dict | None:
+def run_study(cfg, sweep: dict | None = None) -> dict | None:
     """The `backends` stage (`make run STAGE=backends`): the stage's sample as the corpus and queries.
 
     Writes runs/<stage>/<label>/ (stage.json + CSVs), which `make analyze` reads (Figures 2 and 7,
@@ -291,7 +291,11 @@ def run_study(cfg) -> dict | None:
 
     from harness.data import source
     from harness.data.samples import draw
+    from harness.records.shards import Shard, ShardError
     from harness.run.plan import scan
+
+    if Shard.parse(cfg.get("shard")):
+        raise ShardError("the backends study is not sharded (no model calls); run it without shard=")
 
     stage = OmegaConf.to_container(cfg.stage, resolve=True)
     hist = stage.get("histories")

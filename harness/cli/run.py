@@ -27,7 +27,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from harness.failures import STOPPED, exits_with_code
-from harness.records.shards import DriverLock, Shard, ShardError
+from harness.records.shards import DriverLock, Shard
 from harness.run.budget import Budget, BudgetReached
 from harness.run.plan import build
 from harness.run.sweep import multirun_flag_first, sweep_label  # noqa: F401  (kept importable here)
@@ -119,20 +119,10 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
 @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     with exits_with_code():  # 2 bad input, 3 stopped, 4 budget (harness.failures)
+        from harness import studies
+
         sweep = sweep_label(cfg)
-        if cfg.stage.kind == "backends":
-            if Shard.parse(cfg.get("shard")):
-                raise ShardError("the backends study is not sharded (no model calls); run it without shard=")
-            from bench.backends.study import run_study
-
-            run_study(cfg)
-            return
-        if cfg.stage.kind == "personal":  # the second seed paper's own study
-            from harness.personal.runner import run_personal
-
-            run_personal(cfg)
-            return
-        run_agents(cfg, sweep)
+        studies.get(cfg.stage.get("kind")).step("run")(cfg, sweep)  # the stage's study (harness/studies/)
 
 
 if __name__ == "__main__":

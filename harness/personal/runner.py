@@ -168,7 +168,7 @@ class PersonalRunner:
         return rec
 
 
-def run_personal(cfg) -> RunDir:
+def run_personal(cfg, sweep: dict | None = None) -> RunDir | None:
     path = trials_path(cfg)
     trials = trials_data.load(path)["trials"]
     runs = plan(cfg, trials)

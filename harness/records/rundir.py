@@ -34,8 +34,6 @@ from harness.records.ledger import read_ledger
 from harness.records.schema import Judgement, StageInfo, dump, parse, read_json
 from harness.records.shards import Shard, layouts, shard_dir
 
-# which record model a stage's records/ holds, by the stage's kind (stage.json)
-RECORD_KINDS = {"personal": "personal_record"}
 
 # settings that do not change what a stage's runs measure: speed, where caches live, what to
 # retry, the judge (each judgement records its own judge and prompt hash), and which shard
@@ -168,8 +166,9 @@ class RunDir:
 
     @property
     def record_kind(self) -> str:
-        kind = self.stage().kind if self.stage_path.exists() else "agents"
-        return RECORD_KINDS.get(kind, "record")
+        from harness import studies  # which record schema a stage's records/ holds, by its study
+
+        return studies.get(self.stage().kind if self.stage_path.exists() else "agents").record
 
     def write_record(self, record: BaseModel | dict) -> None:
         """Validated before it is written: a writer's mistake fails here, not in a table later."""

@@ -430,7 +430,7 @@ class Judgement(_Model):
 
     schema_version: Literal[1]
     run_id: str
-    kind: Literal["correct", "leak"]
+    kind: str  # correct, leak (LongMemEval's answer check) or a judgement kind a module registers (judge/kinds.py)
     condition: str
     variant: str
     qid: str
@@ -453,6 +453,32 @@ class Judgement(_Model):
     cost_paid: float
     error: str | None
     ts: str
+    # open named scores beside the label (a kind may score more than yes/no); absent for a plain label
+    scores: dict[str, float] | None = None
+
+
+class RubricJudgement(_Model):
+    """judgements/<judge>.rubric.jsonl: the personalization study's rubric (1-5 per dimension), one line per run."""
+
+    run_id: str
+    kind: Literal["rubric"]
+    condition: str | None
+    trial_id: str | None
+    model: str | None
+    judge: dict[str, Any]
+    hybrid: bool
+    prompt: str | None
+    prompt_sha256: str | None
+    status: Literal["ok", "unparsable", "failed", "failed_run"]
+    llm: dict[str, int] | None
+    keyword: dict[str, float] | None
+    scores: dict[str, float] | None  # the named scores the tables read (DIMENSIONS of judge/rubric.py)
+    cached: bool
+    error: str | None
+    ts: str
+    reply: str | None = None
+    usage: dict[str, int] | None = None
+    cost_list: float = 0.0
 
 
 TranscriptMessage.model_rebuild()
@@ -496,7 +522,8 @@ def _explain(exc: ValidationError) -> str:
 
 
 _MODELS: dict[str, type[BaseModel]] = {"record": RunRecord, "personal_record": PersonalRecord, "stage": StageInfo,
-                                       "judgement": Judgement, "ledger": LedgerEvent, "attempt": Attempt,
+                                       "judgement": Judgement, "rubric_judgement": RubricJudgement,
+                                       "ledger": LedgerEvent, "attempt": Attempt,
                                        "session": DriverSession}
 
 

@@ -1,0 +1,77 @@
+"""Study kinds, one module each, registered: what `make run`, `make judge` and `make analyze` do with a stage.
+
+A stage's `stage.kind` names its study. The study says, once, where its run step is (plan,
+preflight and driver: it receives the config and the sweep), how its answers are judged
+(None: nothing to judge), which analysis reads its folders, and which record schema its
+records/ holds. The commands dispatch through this registry and spell no kind; a new study
+is one module here (or a plugin, harness.plugins) that calls `register`.
+
+Steps are named as "module:function" and imported when used, so the registry imports none
+of the heavy code it points to (and the harness never imports the judge or the analysis).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Study:
+    kind: str
+    run: str  # "module:function"(cfg, sweep) -> None
+    judge: str | None  # "module:function"(cfg, run_dir) -> exit code; None: no judge
+    analysis: str  # the module `make analyze` runs on its folders
+    record: str = "record"  # harness.records.schema name of its records
+    about: str = ""
+
+    def step(self, name: str) -> Callable[..., Any]:
+        target = getattr(self, name)
+        if target is None:
+            raise StudyError(f"study kind {self.kind!r} has no {name} step")
+        module, _, fn = target.partition(":")
+        return getattr(importlib.import_module(module), fn)
+
+
+class StudyError(ValueError):
+    exit_code = 2  # bad input (harness.failures)
+
+
+_REGISTRY: dict[str, Study] = {}
+
+
+def register(study: Study) -> Study:
+    old = _REGISTRY.get(study.kind)
+    if old is not None and old != study:
+        raise ValueError(f"study kind {study.kind!r} is registered twice")
+    _REGISTRY[study.kind] = study
+    return study
+
+
+def discover() -> None:
+    from harness import plugins
+
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+    plugins.load()
+
+
+def get(kind: str | None) -> Study:
+    discover()
+    kind = str(kind or "agents")
+    if kind not in _REGISTRY:
+        raise StudyError(f"stage.kind {kind!r} is no registered study (known: {', '.join(sorted(_REGISTRY))})")
+    return _REGISTRY[kind]
+
+
+def kinds() -> list[str]:
+    discover()
+    return sorted(_REGISTRY)
+
+
+def analysed_by(module: str) -> set[str]:
+    """The study kinds whose folders the analysis module `module` reads."""
+    discover()
+    return {k for k, s in _REGISTRY.items() if s.analysis == module}
