@@ -39,7 +39,7 @@ from inspect_ai.tool import ToolCall, ToolCallError
 from harness.failures import announce
 from analysis.load import SCORE_PREFIX, AnalysisError, Folder, find_folders, ledger_frame, load_folder, runs_frame
 from analysis.tables.fidelity import manifest_rows
-from analysis.replay import memory_logs, visibility_of
+from harness.run.replay import memory_logs, visibility_of
 from harness.records import RunDir
 
 MARKER = ".generated-by-export-inspect"

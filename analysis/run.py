@@ -50,7 +50,7 @@ from analysis.load import (
     load_folder,
     runs_frame,
 )
-from analysis.replay import FolderReplay, replay_folder
+from harness.run.replay import FolderReplay, replay_folder
 from analysis.tables.common import Settings
 from analysis.tables.exposure import violations
 

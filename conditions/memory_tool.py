@@ -207,13 +207,13 @@ class MemoryRead:
 
 
 def replay_read(ctx, view: View, log: dict) -> list[list[str]]:
-    """The exposure replay of a logged memory_read: the same read under the logged view (analysis.replay)."""
+    """The exposure replay of a logged memory_read: the same read under the logged view (harness.run.replay)."""
     res = MemoryRead(ctx, view, agent=log.get("agent"))(session_id=log.get("session"), round=log.get("round"),
                                                        window=log.get("window", 1))
     return [list(u) for u in res.log.get("units", [])]
 
 
-# log kind -> how the replay re-executes it; a `search` is the memory space's own (analysis.replay)
+# log kind -> how the replay re-executes it; a `search` is the memory space's own (harness.run.replay)
 REPLAY = {"read": replay_read}
 
 

@@ -45,7 +45,7 @@ PROBE = '''
 import json
 import numpy as np
 
-from analysis.replay import replay_index_config
+from harness.run.replay import replay_index_config
 from harness.memory.backends.base import Query, backend_class, backends, make_backend
 from harness.memory.space import space_from_config
 from harness.memory.units import Unit

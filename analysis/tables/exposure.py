@@ -8,7 +8,7 @@ from typing import Iterable
 import pandas as pd
 
 from analysis.markdown import DASH, integer, link, md_table
-from analysis.replay import FolderReplay, mismatch_rows, owner_counts
+from harness.run.replay import FolderReplay, mismatch_rows, owner_counts
 from analysis.tables import Table, register
 from analysis.tables.common import ORG_AGENTS
 from analysis.tables.status import status_line as _status_line
