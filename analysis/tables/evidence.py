@@ -10,24 +10,21 @@ import pandas as pd
 from analysis.load import Folder
 from analysis.markdown import integer, link, share, simple_section, text
 from analysis.tables import Table, register
-from analysis.tables.common import conditions_in, folder_variants, select
+from analysis.tables.common import each_condition
 from analysis.tables.status import status_line as _status_line
 
 
 def evidence_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFrame:
     """Share of runs whose first search / any search returned an evidence session (None = not applicable)."""
     rows = []
-    for f in folders:
-        for variant in folder_variants(runs, f.name):
-            for c in conditions_in(runs, f.name, variant, f.condition_order()):
-                d = select(runs, f.name, variant, c)
-                row = {"folder": f.name, "variant": variant, "condition": c, "n": len(d), "repeat": 0}
-                for k, col in (("first", "ev_first"), ("any", "ev_any")):
-                    a = d[col].notna()
-                    row[f"n_{k}_applicable"] = int(a.sum())
-                    row[f"{k}_hits"] = int(d.loc[a, col].sum())
-                    row[f"{k}_rate"] = float(d.loc[a, col].mean()) if a.any() else math.nan
-                rows.append(row)
+    for f, variant, c, d in each_condition(runs, folders):
+        row = {"folder": f.name, "variant": variant, "condition": c, "n": len(d), "repeat": 0}
+        for k, col in (("first", "ev_first"), ("any", "ev_any")):
+            a = d[col].notna()
+            row[f"n_{k}_applicable"] = int(a.sum())
+            row[f"{k}_hits"] = int(d.loc[a, col].sum())
+            row[f"{k}_rate"] = float(d.loc[a, col].mean()) if a.any() else math.nan
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

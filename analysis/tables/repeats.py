@@ -11,34 +11,32 @@ from analysis import stats
 from analysis.load import Folder
 from analysis.markdown import integer, link, num, share, simple_section, text
 from analysis.tables import Table, register
-from analysis.tables.common import conditions_in, folder_variants, select
+from analysis.tables.common import each_condition, select
 from analysis.tables.status import status_line as _status_line
 
 
 def agreement_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFrame:
     rows = []
-    for f in folders:
-        for variant in folder_variants(runs, f.name):
-            for c in conditions_in(runs, f.name, variant, f.condition_order()):
-                r0, r1 = select(runs, f.name, variant, c, 0), select(runs, f.name, variant, c, 1)
-                if r1.empty:
-                    continue
-                m = r0.merge(r1, on="qid", suffixes=("_0", "_1"), validate="one_to_one")
-                j = m[m["correct_0"].notna() & m["correct_1"].notna()]
-                a0, a1 = j["correct_0"].astype(bool), j["correct_1"].astype(bool)
-                n = len(j)
-                row = {"folder": f.name, "variant": variant, "condition": c, "n_questions": len(m),
-                       "n_judged_both": n, "n_unjudged": len(m) - n,
-                       "identical": int((a0 == a1).sum()), "both_correct": int((a0 & a1).sum()),
-                       "both_wrong": int((~a0 & ~a1).sum()), "r0_only": int((a0 & ~a1).sum()),
-                       "r1_only": int((~a0 & a1).sum())}
-                row["identical_share"] = row["identical"] / n if n else math.nan
-                row["both_correct_share"] = row["both_correct"] / n if n else math.nan
-                row["kappa"] = stats.agreement(a0.tolist(), a1.tolist()).kappa if n else math.nan
-                if len(m):
-                    t0, t1 = m["tokens_0"].to_numpy(float), m["tokens_1"].to_numpy(float)
-                    row["tokens_r1_over_r0"] = float(t1.sum() / t0.sum()) if t0.sum() else math.nan
-                rows.append(row)
+    for f, variant, c, r0 in each_condition(runs, folders):  # repeat 0 beside repeat 1
+        r1 = select(runs, f.name, variant, c, 1)
+        if r1.empty:
+            continue
+        m = r0.merge(r1, on="qid", suffixes=("_0", "_1"), validate="one_to_one")
+        j = m[m["correct_0"].notna() & m["correct_1"].notna()]
+        a0, a1 = j["correct_0"].astype(bool), j["correct_1"].astype(bool)
+        n = len(j)
+        row = {"folder": f.name, "variant": variant, "condition": c, "n_questions": len(m),
+               "n_judged_both": n, "n_unjudged": len(m) - n,
+               "identical": int((a0 == a1).sum()), "both_correct": int((a0 & a1).sum()),
+               "both_wrong": int((~a0 & ~a1).sum()), "r0_only": int((a0 & ~a1).sum()),
+               "r1_only": int((~a0 & a1).sum())}
+        row["identical_share"] = row["identical"] / n if n else math.nan
+        row["both_correct_share"] = row["both_correct"] / n if n else math.nan
+        row["kappa"] = stats.agreement(a0.tolist(), a1.tolist()).kappa if n else math.nan
+        if len(m):
+            t0, t1 = m["tokens_0"].to_numpy(float), m["tokens_1"].to_numpy(float)
+            row["tokens_r1_over_r0"] = float(t1.sum() / t0.sum()) if t0.sum() else math.nan
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

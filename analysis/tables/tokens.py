@@ -12,27 +12,24 @@ from analysis import stats
 from analysis.load import Folder
 from analysis.markdown import integer, link, num, simple_section, text
 from analysis.tables import Table, register
-from analysis.tables.common import conditions_in, folder_variants, select
+from analysis.tables.common import each_condition
 from analysis.tables.status import status_line as _status_line
 
 
 def tokens_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFrame:
     """Token decomposition (Proposition 3: prefix, tool results, output) and per-question variation."""
     rows = []
-    for f in folders:
-        for variant in folder_variants(runs, f.name):
-            for c in conditions_in(runs, f.name, variant, f.condition_order()):
-                d = select(runs, f.name, variant, c)
-                t = d["tokens"].to_numpy(float)
-                rows.append({
-                    "folder": f.name, "variant": variant, "condition": c, "n": len(d), "repeat": 0,
-                    "mean_agent_calls": float(d["dec_calls"].mean()), "mean_prefix": float(d["dec_prefix"].mean()),
-                    "mean_results": float(d["dec_results"].mean()), "mean_output": float(d["dec_output"].mean()),
-                    "mean_input": float(d["dec_input"].mean()), "mean_tokens": float(t.mean()),
-                    "median_tokens": float(np.median(t)),
-                    "cv_tokens": stats.coefficient_of_variation(t) if len(t) > 1 else math.nan,
-                    "asked_agent_tokens": float((d["tokens"] - d["dec_input"] - d["dec_output"]).mean()),
-                })
+    for f, variant, c, d in each_condition(runs, folders):
+        t = d["tokens"].to_numpy(float)
+        rows.append({
+            "folder": f.name, "variant": variant, "condition": c, "n": len(d), "repeat": 0,
+            "mean_agent_calls": float(d["dec_calls"].mean()), "mean_prefix": float(d["dec_prefix"].mean()),
+            "mean_results": float(d["dec_results"].mean()), "mean_output": float(d["dec_output"].mean()),
+            "mean_input": float(d["dec_input"].mean()), "mean_tokens": float(t.mean()),
+            "median_tokens": float(np.median(t)),
+            "cv_tokens": stats.coefficient_of_variation(t) if len(t) > 1 else math.nan,
+            "asked_agent_tokens": float((d["tokens"] - d["dec_input"] - d["dec_output"]).mean()),
+        })
     return pd.DataFrame(rows)
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 from analysis.load import Folder
 from analysis.markdown import integer, link, num, share, simple_section, text
 from analysis.tables import Table, register
-from analysis.tables.common import conditions_in, folder_variants, select
+from analysis.tables.common import each_condition
 
 
 def tool_use_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFrame:
@@ -18,25 +18,22 @@ def tool_use_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFram
     memory_search for, date filters; calls that overrode a default), beside judged accuracy and
     the judge-free literal check (analysis.literal) where it applies."""
     rows = []
-    for f in folders:
-        for variant in folder_variants(runs, f.name):
-            for c in conditions_in(runs, f.name, variant, f.condition_order()):
-                d = select(runs, f.name, variant, c)
-                calls, searches, k_set = int(d["tool_calls"].sum()), int(d["searches"].sum()), int(d["k_set"].sum())
-                lit = d["literal"].dropna()
-                rows.append({
-                    "folder": f.name, "variant": variant, "condition": c, "n": len(d), "repeat": 0,
-                    "tool_use_rate": float((d["tool_calls"] > 0).mean()), "tool_calls_mean": float(d["tool_calls"].mean()),
-                    "override_share": d["overrides"].sum() / calls if calls else math.nan,
-                    "searches": searches, "k_set_share": k_set / searches if searches else math.nan,
-                    "k1_share": d["k1"].sum() / searches if searches else math.nan,
-                    "k_mean_when_set": d["k_sum"].sum() / k_set if k_set else math.nan,
-                    "dated_share": d["dated"].sum() / searches if searches else math.nan,
-                    "dated_empty": int(d["dated_empty"].sum()),
-                    "accuracy": float(d["correct"].mean()),
-                    "literal_hits": int(lit.sum()), "n_literal": len(lit),
-                    "literal_rate": float(lit.mean()) if len(lit) else math.nan,
-                })
+    for f, variant, c, d in each_condition(runs, folders):
+        calls, searches, k_set = int(d["tool_calls"].sum()), int(d["searches"].sum()), int(d["k_set"].sum())
+        lit = d["literal"].dropna()
+        rows.append({
+            "folder": f.name, "variant": variant, "condition": c, "n": len(d), "repeat": 0,
+            "tool_use_rate": float((d["tool_calls"] > 0).mean()), "tool_calls_mean": float(d["tool_calls"].mean()),
+            "override_share": d["overrides"].sum() / calls if calls else math.nan,
+            "searches": searches, "k_set_share": k_set / searches if searches else math.nan,
+            "k1_share": d["k1"].sum() / searches if searches else math.nan,
+            "k_mean_when_set": d["k_sum"].sum() / k_set if k_set else math.nan,
+            "dated_share": d["dated"].sum() / searches if searches else math.nan,
+            "dated_empty": int(d["dated_empty"].sum()),
+            "accuracy": float(d["correct"].mean()),
+            "literal_hits": int(lit.sum()), "n_literal": len(lit),
+            "literal_rate": float(lit.mean()) if len(lit) else math.nan,
+        })
     return pd.DataFrame(rows)
 
 
