@@ -321,7 +321,7 @@ class PersonalRecord(_Provenance):
     unfinished_writes: int | None
     write_errors: list[Any]
     writes: list[Any]
-    calls: list[dict[str, Any]]
+    calls: list[ModelCall]  # the same call type as an agent run's (writers', assistant's, extractor's)
     calls_by_role: dict[str, int]
     tokens: dict[str, int]
     assistant_tokens: dict[str, Any]
