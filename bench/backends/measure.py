@@ -141,9 +141,15 @@ def render_survivors(rows) -> str:
     return "\n".join(out)
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
+def write_csv(path: Path, rows: list[dict], kind: str | None = None) -> None:
+    """Rows as CSV; with `kind`, each row is first validated as that schema type (harness.records.schema)."""
     if not rows:
         return
+    if kind:
+        from harness.records.schema import parse
+
+        for i, r in enumerate(rows, 1):
+            parse(kind, r, path, i)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()

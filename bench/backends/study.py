@@ -218,8 +218,8 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
                      "wall_s": {k: round(v, 1) for k, v in wall.items()}, "encoder": enc.describe(),
                      "versions": info["versions"], "builds": builds_log})
 
-        write_csv(out / "recall.csv", summary)
-        write_csv(out / "survivors.csv", survivors)
+        write_csv(out / "recall.csv", summary, "backend_recall")
+        write_csv(out / "survivors.csv", survivors, "backend_survivors")
         write_csv(out / "per_query.csv", [{**{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()},
                                            "engine": engine_label(r["config"] and _backend_of(cfgs, r["config"]), vers)}
                                           for r in per_query])

@@ -481,6 +481,33 @@ class RubricJudgement(_Model):
     cost_list: float = 0.0
 
 
+class BackendRecallRow(_Open):
+    """recall.csv of the backend study (bench/backends): one configuration under one view, over queries and builds."""
+
+    config: str
+    backend: str
+    case: str
+    selectivity: float
+    queries: int
+    builds: int
+    recall_at_10: float
+    short_lists: float
+    p50_ms: float
+    p95_ms: float
+
+
+class BackendSurvivorsRow(_Open):
+    """survivors.csv of the backend study: what a filter kept of the K' candidates, beside Proposition 2."""
+
+    config: str
+    backend: str
+    case: str
+    selectivity: float
+    k_prime: int
+    local_pred: float | None
+    global_pred: float
+
+
 TranscriptMessage.model_rebuild()
 
 
@@ -523,6 +550,7 @@ def _explain(exc: ValidationError) -> str:
 
 _MODELS: dict[str, type[BaseModel]] = {"record": RunRecord, "personal_record": PersonalRecord, "stage": StageInfo,
                                        "judgement": Judgement, "rubric_judgement": RubricJudgement,
+                                       "backend_recall": BackendRecallRow, "backend_survivors": BackendSurvivorsRow,
                                        "ledger": LedgerEvent, "attempt": Attempt,
                                        "session": DriverSession}
 
