@@ -39,10 +39,11 @@ class Access:
 
 
 def modules() -> list:
-    """Every condition module of the tree (a plugin's is named by its dotted path in its yaml)."""
+    """Every agent-run condition module of the tree (a plugin's is named by its dotted path in its yaml;
+    the personalization methods are conditions/personal/, another contract)."""
     import pkgutil
 
-    return [load(m.name) for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
+    return [load(m.name) for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_") and not m.ispkg]
 
 
 def search_tools(module: str | None = None) -> set[str]:
@@ -59,8 +60,14 @@ def _all_search_tools() -> set[str]:
 
 
 def load(module: str):
-    """`memory_tool` is conditions/memory_tool.py; a dotted name (`mypkg.toy`) is a module outside the tree."""
-    mod = importlib.import_module(module if "." in module else f"conditions.{module}")
+    """`memory_tool` is conditions/memory_tool.py, `personal.naive_concat` conditions/personal/naive_concat.py;
+    any other dotted name (`mypkg.toy`) is a module outside the tree."""
+    try:
+        mod = importlib.import_module(f"conditions.{module}")
+    except ModuleNotFoundError as exc:
+        if "." not in module or not str(exc.name or "").startswith("conditions"):
+            raise
+        mod = importlib.import_module(module)
     if not hasattr(mod, "build"):
         raise TypeError(f"{mod.__name__} has no build(cfg, ctx)")
     return mod

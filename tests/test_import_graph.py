@@ -142,7 +142,7 @@ def test_only_the_command_line_composes_it():
 
 
 def test_the_kernel_conditions_build_on_the_kernel_package():
-    for cond in ("conditions.kernel", "conditions.kernel_shared"):
+    for cond in ("conditions.kernel", "conditions.personal.kernel_shared"):
         mods = {mod for mod, _, _ in _imports(cond, top_level_only=False)}
         assert any(m == "harness.kernel" or m.startswith("harness.kernel.") for m in mods), cond
         assert not {"harness.personal.kernel_memory", "harness.personal.identity", "harness.personal.items"} & mods

@@ -9,7 +9,7 @@ injection   the read path: barrier wait, search under the view, visibility re-ch
 memory      the kernel memory of the personalization study: items written through the
             barrier, read through Kernel, with the reads that missed a write counted
 
-The conditions (conditions/kernel.py on LongMemEval-Org, conditions/kernel_shared.py in the
+The conditions (conditions/kernel.py on LongMemEval-Org, conditions/personal/kernel_shared.py in the
 personalization study) only build on this package.
 """
 
