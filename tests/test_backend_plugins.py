@@ -112,3 +112,58 @@ def test_an_unknown_backend_is_refused_by_name():
 
     with pytest.raises(KeyError, match="unknown index backend 'no_such_backend'"):
         make_backend("no_such_backend")
+
+
+IN_PROCESS = '''
+from harness.memory.backends.base import register
+from harness.memory.backends.exact import ExactBackend
+
+
+@register("toy_exact")
+class ToyExact(ExactBackend):
+    """Exact search under another name, in process: a stage can run on it."""
+'''
+
+
+def test_a_stage_runs_on_a_backend_from_outside_the_tree_and_every_output_names_it(tmp_path):
+    """One module (the backend) and one yaml (conf/index/toy_exact.yaml), both outside the tree: the
+    stage's records, its fidelity manifest, the report and the Inspect export name the index."""
+    from bench.fake_upstream import FakeModel
+
+    pkg = tmp_path / "plug"
+    pkg.mkdir()
+    (pkg / "toyback.py").write_text(IN_PROCESS)
+    conf = pkg / "conf" / "index"
+    conf.mkdir(parents=True)
+    (conf / "toy_exact.yaml").write_text("name: toy_exact\ndim: 384\n")
+    env = {**os.environ, "PYTHONPATH": f"{pkg}{os.pathsep}{REPO}", "MEMSPACE_PLUGINS": "toyback"}
+    runs = tmp_path / "runs"
+    with FakeModel() as fake:
+        res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm",
+                              f"model.base_url={fake.base_url}", f"hydra.searchpath=[file://{pkg / 'conf'}]",
+                              "index=toy_exact", "stage.groups=[{sample:smoke,conditions:[tool_dense]}]",
+                              "stage.judge_after_run=false", f"runs_dir={runs}"],
+                             capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "index toy_exact: in process" in res.stderr
+    folder = runs / "smoke" / "smoke"
+    recs = [json.loads(p.read_text()) for p in (folder / "records").glob("*.json")]
+    assert len(recs) == 3 and all(r["index"]["name"] == "toy_exact" and r["status"] == "ok" for r in recs)
+    assert all(r["tools"] and r["tools"][0]["sessions"] for r in recs)  # its searches found memories
+    fid = {r["key"]: r for r in json.loads((folder / "stage.json").read_text())["fidelity"]["rows"]}
+    assert fid["index"]["stage"] == "toy_exact" and fid["index"]["status"] == "differs"
+
+    out = tmp_path / "results"
+    ana = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={out}", "resamples=50",
+                          "lenient=true"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert ana.returncode == 0, ana.stderr[-3000:]
+    assert "| vector index | Redis query engine HNSW" in (out / "report.md").read_text()
+    assert "toy_exact" in (out / "fidelity.csv").read_text()
+    logs = tmp_path / "logs"
+    exp = subprocess.run([sys.executable, "-m", "analysis.export_inspect", f"runs={folder}", f"out={logs}"],
+                         capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert exp.returncode == 0, exp.stderr[-3000:]
+    from inspect_ai.log import read_eval_log
+
+    meta = read_eval_log(str(next(logs.glob("*.eval")))).eval.metadata
+    assert next(r for r in meta["fidelity"] if r["setting"] == "vector index")["stage"] == "toy_exact"
