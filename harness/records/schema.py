@@ -201,9 +201,9 @@ class CodeRevision(_Model):
 
 class Prices(_Open):
     currency: str
-    hit: float
-    miss: float
-    output: float
+    hit: float | None  # None: not known (conf/model/hosted.yaml); counted as 0, the preflight says so
+    miss: float | None
+    output: float | None
     usd_per_currency: float
 
 

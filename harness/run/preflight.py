@@ -66,6 +66,19 @@ def _key_check(model_cfg, who: str) -> Check:
     return Check("key", True, f"{who}: ${env} is set")
 
 
+def _prices_check(model_cfg, who: str, budget) -> Check | None:
+    """Null prices (a hosted endpoint whose prices are not set) count as 0: say so, and refuse a cap."""
+    from harness.endpoints.pricing import unknown_prices
+
+    missing = unknown_prices(model_cfg.get("prices"))
+    if not missing:
+        return None
+    what = f"{who}: {model_cfg.get('name')} has no list price for {', '.join(missing)} (null)"
+    if budget is not None:
+        return Check("prices", False, f"{what}: budget_usd={budget} cannot be kept")
+    return Check("prices", True, f"{what}: its cost counts as 0 in records and Table 6; set {who}.prices to count it")
+
+
 def _services_check(index_cfg) -> Check:
     """Reach the servers the stage's index lives on (the hybrid index: its dense side)."""
     from harness import services
@@ -277,6 +290,10 @@ def static_checks(cfg, plan, judge_too: bool) -> list[Check]:
     checks.append(_key_check(cfg.model, "model"))
     if judge_too:
         checks.append(_key_check(cfg.judge, "judge"))
+    for who, mc in (("model", cfg.model), ("judge", cfg.judge)) if judge_too else (("model", cfg.model),):
+        c = _prices_check(mc, who, cfg.get("budget_usd"))
+        if c is not None:
+            checks.append(c)
     need = needs(cfg)
     if "memory_space" in need:
         checks.append(_services_check(cfg.index))
@@ -294,6 +311,7 @@ def raise_first_failure(checks: list[Check]) -> None:
 
 _FIX = {"key": "export the key named above (or choose another model=)",
         "services": "make services-up (or point the index at running servers)",
+        "prices": "set the model's prices (model.prices.hit/miss/output), or run without budget_usd",
         "sandbox": "run as root with CAP_SYS_ADMIN, or leave the shell condition out",
         "model": "the line above says what the endpoint refused and how to fix it (model.base_url, model.model, the key, "
                  "model.accepts, the server's flags); then run the same command again",
