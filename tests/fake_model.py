@@ -7,6 +7,10 @@ query); otherwise it answers. Faults are injected from a seeded schedule: 429,
 first requests) or `always` (every later request): also 401, 403, 404, a 200
 reply with no choices ("empty") and a 200 body that is not JSON ("nonjson"). Usage numbers are derived from
 the request size so token accounting can be checked exactly.
+
+`refuse` (callable(request_json) -> (status, body[, headers]) or None) replays a real server's
+refusal for the requests it picks, preflight calls included (tests/endpoint_replies.py);
+`usage` (callable(prompt_tokens) -> usage dict or None) replaces the usage block, None leaves it out.
 """
 
 from __future__ import annotations
@@ -27,13 +31,15 @@ def prompt_tokens(messages: list[dict], tools: list | None) -> int:
 class FakeModel:
     def __init__(self, delay_s: float = 0.0, p429: float = 0.0, p500: float = 0.0, phang: float = 0.0,
                  hang_s: float = 30.0, seed: int = 0, script=None, answer: str = "I don't know.",
-                 schedule: list[str] | None = None, always: str | None = None):
+                 schedule: list[str] | None = None, always: str | None = None, refuse=None, usage=False):
         self.delay_s, self.p429, self.p500, self.phang, self.hang_s = delay_s, p429, p500, phang, hang_s
         self.rng = random.Random(seed)
         self.script = script  # optional callable(request_json) -> message dict, overrides the policy
         self.answer = answer
         self.schedule = list(schedule or [])  # faults for the first requests, in order ("ok" for none)
         self.always = always  # the fault of every request after the schedule (None: the seeded draw)
+        self.refuse = refuse
+        self.usage = usage  # False: the default block below
         self.requests: list[dict] = []
         self.faults: list[str] = []
         self._lock = threading.Lock()
@@ -81,11 +87,13 @@ class FakeModel:
             def log_message(self, *args):
                 pass
 
-            def _send(self, status: int, obj: dict):
+            def _send(self, status: int, obj: dict, headers: dict | None = None):
                 body = json.dumps(obj).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
@@ -112,6 +120,10 @@ class FakeModel:
                     fault = fake._next_fault()
                 if fault:
                     fake.faults.append(fault)
+                refused = fake.refuse(req) if fake.refuse else None
+                if refused is not None:
+                    fake.faults.append(f"refused {refused[0]}")
+                    return self._send(refused[0], refused[1], refused[2] if len(refused) > 2 else None)
                 if fault == "429":
                     return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}})
                 if fault == "500":
@@ -133,14 +145,21 @@ class FakeModel:
                 msg = {"role": "assistant", "content": "OK"} if preflight else fake.policy(req)
                 pt = prompt_tokens(req["messages"], req.get("tools"))
                 hit = pt // 2
-                self._send(200, {
+                reply = {
                     "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
                     "model": req.get("model", "fake"),
                     "choices": [{"index": 0, "message": msg,
                                  "finish_reason": "tool_calls" if msg.get("tool_calls") else "stop"}],
                     "usage": {"prompt_tokens": pt, "completion_tokens": 7, "total_tokens": pt + 7,
                               "prompt_cache_hit_tokens": hit, "prompt_cache_miss_tokens": pt - hit},
-                })
+                }
+                if fake.usage is not False:
+                    block = fake.usage(pt)
+                    if block is None:
+                        reply.pop("usage")
+                    else:
+                        reply["usage"] = block
+                self._send(200, reply)
 
         self._srv = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256})(("127.0.0.1", 0), Handler)
         self._srv.daemon_threads = True
