@@ -1,10 +1,13 @@
 """The metered client every model call of a stage goes through (agents, asked agents, judge).
 
-It talks to the metering proxy, retries what may pass (429, 5xx, timeouts, a 200 reply with
-no choices or a body that is not a chat completion), and sorts what does not pass into two
-kinds (harness.failures): the run's own failure (`ModelCallFailed`: retries exhausted, a
-request the endpoint rejects as bad) and the environment's (`EnvironmentFailure`: key
-refused, model not found, upstream unreachable), which stops the stage instead.
+It fits each request to the endpoint (`model.accepts`, harness.endpoints.fit), talks to the
+metering proxy, retries what may pass (429, 5xx, timeouts, a 200 reply with no choices or a
+body that is not a chat completion; a 429/503's `Retry-After` is honoured, at most the
+client's patience), and sorts what does not pass into two kinds (harness.failures): the run's
+own failure (`ModelCallFailed`: retries exhausted, a prompt over the context window, a
+rejection the body does not explain) and the environment's (`EnvironmentFailure`: key
+refused, model not found, upstream unreachable, a request the endpoint rejects as
+unsupported), which stops the stage instead.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ RECORD_KINDS = {"personal": "personal_record"}
 VOLATILE = ("concurrency", "dry_run", "cache_dir", "judge", "retry_failed", "shard", "budget_usd", "memory_first",
             "allow_deviation")
 # the same inside the model config: how patiently calls are retried
-VOLATILE_MODEL = ("max_retries", "backoff_s", "timeout_s")
+VOLATILE_MODEL = ("max_retries", "backoff_s", "timeout_s", "max_wait_s", "breaker_runs")
 
 
 def config_hash(cfg) -> str:
