@@ -297,7 +297,7 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
                                                               float(jc.get("timeout_s", 600)), str(jc.get("model"))))
                     from harness.run import preflight as pf  # the judge's request shape, before any judgement
 
-                    pf.raise_first_failure([pf.send(proxy.base_url, pf.judge_shape(judge_cfg))])
+                    pf.judge_preflight(proxy.base_url, judge_cfg, budget)
                     bar = tqdm(total=n_calls, unit="judgement", dynamic_ncols=True, file=sys.stderr,
                                disable=not progress, desc=f"judge {name}")
                     try:

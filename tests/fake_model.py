@@ -46,6 +46,11 @@ class FakeModel:
         self._srv: ThreadingHTTPServer | None = None
 
     @property
+    def run_requests(self) -> list[dict]:
+        """The requests other than the preflight's (harness.run.preflight: one per request shape)."""
+        return [r for r in self.requests if r["body"].get("messages") != [{"role": "user", "content": PREFLIGHT_PROMPT}]]
+
+    @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._srv.server_address[1]}/v1"
 

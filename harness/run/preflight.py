@@ -231,6 +231,25 @@ def model_call(proxy_url: str, model_cfg, who: str) -> Check:
     return send(proxy_url, Shape(who, "a plain request", dict(model_cfg), dict(model_cfg.get("params") or {})))
 
 
+def judge_preflight(proxy_url: str, judge_cfg, budget=None) -> None:
+    """Before judging (`make judge`, or after a stage's runs): the judge's request shape once. A
+    request the endpoint refuses stops judging (EnvironmentFailure); a call that fails otherwise
+    (a bad reply, retries exhausted) is left to the judgements, which record and retry their own."""
+    if budget is not None and budget.exhausted:
+        return
+    shape = judge_shape(judge_cfg)
+    mc = shape.model_cfg
+    agent = Agent(proxy_url, mc, ROLE, 1, Meter(mc["prices"], mc.get("offpeak")), role=ROLE,
+                  max_retries=min(2, int(mc.get("max_retries", 2))), backoff_s=float(mc.get("backoff_s", 1.0)),
+                  params={**shape.params, "max_tokens": 1})
+    try:
+        agent.complete([{"role": "user", "content": PROMPT}])
+    except EnvironmentFailure as exc:
+        raise EnvironmentFailure(f"preflight judge failed: {exc.what}", exc.fix) from exc
+    except ModelCallFailed:
+        pass
+
+
 def stage_calls(proxy_url: str, cfg, judge_too: bool, ledger=None, used: set[str] | None = None) -> list[Check]:
     """The model check: every request shape of the stage, through the stage's proxy; the judge's
     through the same proxy when it is the same endpoint, else through a proxy of its own on the
