@@ -228,6 +228,9 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
                         endpoint = stack.enter_context(open_endpoint(OmegaConf.create(jc)))
                     proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
                                                               float(jc.get("timeout_s", 600)), str(jc.get("model"))))
+                    from harness.run import preflight as pf  # the rubric's request shape, before any score
+
+                    pf.judge_preflight(proxy.base_url, None, config=jc)
                     with ThreadPoolExecutor(max_workers=_concurrency(cfg, jc)) as pool:
                         for f in [pool.submit(job.call, rec, trials[rec["trial_id"]], proxy.base_url) for rec in todo]:
                             f.result()

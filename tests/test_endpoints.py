@@ -293,3 +293,24 @@ def test_an_unexplained_rejection_after_a_success_fails_only_that_run(tmp_path):
     recs = records(tmp_path)
     failed = [r for r in recs.values() if r["status"] == "failed"]
     assert failed and all(r["failure_reason"] == "rejected" for r in failed)
+
+
+def test_the_rubric_judges_shape_is_checked_before_scoring(tmp_path):
+    from harness.run.preflight import judge_preflight
+
+    refusal = (400, {"error": {"message": "response_format of type json_object is not supported by this model",
+                               "type": "invalid_request_error", "param": "response_format"}})
+    jc = {"name": "rubric", "model": "m", "prices": PRICES, "timeout_s": 5, "backoff_s": 0.01,
+          "params": {"temperature": 0, "max_tokens": 60, "response_format": {"type": "json_object"}}}
+    for refuse in (lambda req: refusal if "response_format" in req else None, None):
+        with FakeModel(refuse=refuse) as fake:
+            ledger = Ledger(tmp_path / "ledger.jsonl")
+            with MeteringProxy(fake.base_url, ledger) as proxy:
+                if refuse:
+                    with pytest.raises(EnvironmentFailure, match="response_format"):
+                        judge_preflight(proxy.base_url, None, config=jc)
+                else:
+                    judge_preflight(proxy.base_url, None, config=jc)
+            ledger.close()
+        [req] = fake.requests
+        assert req["body"]["max_tokens"] == 1 and "JSON" in json.dumps(req["body"]["messages"])

@@ -231,19 +231,23 @@ def model_call(proxy_url: str, model_cfg, who: str) -> Check:
     return send(proxy_url, Shape(who, "a plain request", dict(model_cfg), dict(model_cfg.get("params") or {})))
 
 
-def judge_preflight(proxy_url: str, judge_cfg, budget=None) -> None:
-    """Before judging (`make judge`, or after a stage's runs): the judge's request shape once. A
+def judge_preflight(proxy_url: str, judge_cfg, budget=None, config: dict | None = None) -> None:
+    """Before judging (`make judge`, or after a stage's runs): the judge's request shape once
+    (`config`: a judge config with its call parameters already set, e.g. the rubric judge's). A
     request the endpoint refuses stops judging (EnvironmentFailure); a call that fails otherwise
     (a bad reply, retries exhausted) is left to the judgements, which record and retry their own."""
     if budget is not None and budget.exhausted:
         return
-    shape = judge_shape(judge_cfg)
+    shape = judge_shape(judge_cfg) if config is None else Shape("judge", "judge", config, dict(config.get("params") or {}))
     mc = shape.model_cfg
     agent = Agent(proxy_url, mc, ROLE, 1, Meter(mc["prices"], mc.get("offpeak")), role=ROLE,
                   max_retries=min(2, int(mc.get("max_retries", 2))), backoff_s=float(mc.get("backoff_s", 1.0)),
                   params={**shape.params, "max_tokens": 1})
+    messages = [{"role": "user", "content": PROMPT}]
+    if "response_format" in shape.params:  # OpenAI's JSON mode refuses a prompt that does not mention JSON
+        messages = [{"role": "system", "content": "Answer in JSON."}, *messages]
     try:
-        agent.complete([{"role": "user", "content": PROMPT}])
+        agent.complete(messages)
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"preflight judge failed: {exc.what}", exc.fix) from exc
     except ModelCallFailed:
