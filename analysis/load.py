@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 JUDGED_KINDS = ("correct", "leak")
 RUN_COLUMNS = [
     "folder", "stage", "label", "run_id", "condition", "variant", "qid", "qtype", "abstention", "repeat",
-    "attempt", "status", "correct", "correct_source", "leak", "leak_source", "model_calls", "agent_calls",
+    "attempt", "status", "failure_reason", "correct", "correct_source", "leak", "leak_source", "model_calls", "agent_calls",
     "tool_calls", "tokens", "prompt", "hit", "miss", "output", "reasoning", "cost", "cost_paid", "time",
     "retrieval_s", "empty_results", "error_results", "ev_first", "ev_any", "dec_calls", "dec_prefix",
     "dec_results", "dec_output", "dec_input", "config_hash", "data_sha256", "seed", "prereg_sha256",
@@ -342,7 +342,7 @@ def run_rows(folder: Folder) -> list[dict]:
             "folder": folder.name, "stage": folder.stage, "label": folder.label, "run_id": r["run_id"],
             "condition": r["condition"], "variant": r["variant"], "qid": r["qid"],
             "qtype": r["qtype"], "abstention": r["abstention"], "repeat": r["repeat"],
-            "attempt": r["attempt"], "status": r["status"],
+            "attempt": r["attempt"], "status": r["status"], "failure_reason": r.get("failure_reason"),
             "correct": correct, "correct_source": csrc, "leak": leak, "leak_source": lsrc,
             "model_calls": r["model_calls"], "agent_calls": r["agent_calls"], "tool_calls": r["tool_calls"],
             "tokens": tok["prompt"] + tok["output"], "prompt": tok["prompt"], "hit": tok["hit"], "miss": tok["miss"],
@@ -414,7 +414,7 @@ def ledger_frame(folder: Folder) -> pd.DataFrame:
     for path in ledger_paths(folder):
         rows += _ledger_rows(folder, path)
     cols = ["folder", "ledger", "line", "event", "call", "tag", "run_id", "condition", "party", "role", "attempt",
-            "status", "model", "response_model", "prompt", "hit", "miss", "output", "ts"]
+            "status", "model", "response_model", "prompt", "hit", "miss", "output", "ts", "usage_reported"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -442,6 +442,7 @@ def _ledger_rows(folder: Folder, path: Path) -> list[dict]:
             "party": party, "role": e.role or "", "attempt": e.attempt, "status": e.status,
             "model": e.model or "", "response_model": e.response_model or "", "prompt": e.prompt or 0, "hit": e.hit or 0,
             "miss": e.miss or 0, "output": e.output or 0, "ts": e.ts,
+            "usage_reported": e.usage_reported is not False,  # false: a 200 reply without usage (cost unknown)
         })
     return rows
 

@@ -119,13 +119,15 @@ class ScriptedUpstream:
             def log_message(self, *args):
                 pass
 
-            def send(self, status: int, obj: dict) -> None:
-                self.send_raw(status, json.dumps(obj).encode(), "application/json")
+            def send(self, status: int, obj: dict, headers: dict | None = None) -> None:
+                self.send_raw(status, json.dumps(obj).encode(), "application/json", headers)
 
-            def send_raw(self, status: int, body: bytes, ctype: str) -> None:
+            def send_raw(self, status: int, body: bytes, ctype: str, headers: dict | None = None) -> None:
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", ctype)
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
@@ -167,7 +169,7 @@ class FakeModel(ScriptedUpstream):
 
     def __init__(self, delay_s: float = 0.0, p429: float = 0.0, p500: float = 0.0, phang: float = 0.0,
                  hang_s: float = 30.0, seed: int = 0, script=None, answer: str = "I don't know.",
-                 schedule: list[str] | None = None, always: str | None = None):
+                 schedule: list[str] | None = None, always: str | None = None, refuse=None, usage=False):
         super().__init__()
         self.delay_s, self.p429, self.p500, self.phang, self.hang_s = delay_s, p429, p500, phang, hang_s
         self.rng = random.Random(seed)
@@ -175,8 +177,17 @@ class FakeModel(ScriptedUpstream):
         self.answer = answer
         self.schedule = list(schedule or [])  # faults for the first requests, in order ("ok" for none)
         self.always = always  # the fault of every request after the schedule (None: the seeded draw)
+        # a real server's refusal for the requests it picks, preflight calls included (tests/endpoint_replies.py):
+        # callable(request_json) -> (status, body[, headers]) or None
+        self.refuse = refuse
+        self.usage = usage  # callable(prompt_tokens) -> usage block, or None to leave it out; False: the default
         self.requests: list[dict] = []
         self.faults: list[str] = []
+
+    @property
+    def run_requests(self) -> list[dict]:
+        """The requests other than the preflight's (harness.run.preflight: one per request shape)."""
+        return [r for r in self.requests if not is_preflight(r["body"])]
 
     def _next_fault(self) -> str | None:
         if self.schedule:
@@ -213,6 +224,10 @@ class FakeModel(ScriptedUpstream):
             fault = self._next_fault()
         if fault:
             self.faults.append(fault)
+        refused = self.refuse(req) if self.refuse else None
+        if refused is not None:
+            self.faults.append(f"refused {refused[0]}")
+            return handler.send(refused[0], refused[1], refused[2] if len(refused) > 2 else None)
         if fault == "429":
             return handler.send(429, error("rate limited", "rate_limit"))
         if fault == "500":
@@ -232,7 +247,14 @@ class FakeModel(ScriptedUpstream):
         # the stage's preflight call gets a plain answer; scripts see only the runs' calls
         msg = {"role": "assistant", "content": "OK"} if is_preflight(req) else self.policy(req)
         pt = prompt_tokens(req["messages"], req.get("tools"))
-        handler.send(200, completion(msg, req.get("model", "fake"), usage_of(pt, 7, pt // 2)))
+        reply = completion(msg, req.get("model", "fake"), usage_of(pt, 7, pt // 2))
+        if self.usage is not False:
+            block = self.usage(pt)
+            if block is None:
+                reply.pop("usage")
+            else:
+                reply["usage"] = block
+        handler.send(200, reply)
 
 
 # ------------------------------------------------------------------------------ the rehearsal's upstream

@@ -234,6 +234,9 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
                 attempts = C.attempts(job.attempts_path)
                 with ExitStack() as stack:
                     proxy = C.open_proxy(stack, endpoint, judge_cfg, jc, ledger)
+                    from harness.run import preflight as pf  # the judge's request shape, before any judgement
+
+                    pf.judge_preflight(proxy.base_url, judge_cfg, budget)
                     bar = tqdm(total=n_calls, unit="judgement", dynamic_ncols=True, file=sys.stderr,
                                disable=not progress, desc=f"judge {name}")
                     try:

@@ -220,6 +220,9 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
             try:
                 with ExitStack() as stack:
                     proxy = C.open_proxy(stack, endpoint, OmegaConf.create(jc), jc, ledger)
+                    from harness.run import preflight as pf  # the rubric's request shape, before any score
+
+                    pf.judge_preflight(proxy.base_url, None, config=jc)
                     with ThreadPoolExecutor(max_workers=C.concurrency(cfg, jc)) as pool:
                         for f in [pool.submit(job.call, rec, trials[rec["trial_id"]], proxy.base_url) for rec in todo]:
                             f.result()

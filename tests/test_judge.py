@@ -325,7 +325,7 @@ def test_judging_a_stage_end_to_end_then_rerun_sends_nothing(stage):
     with FakeModel(script=judge_script) as fake:
         res = subprocess.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
-        first = len(fake.requests)
+        first = len(fake.run_requests)
         lines = read_ledger(stage_dir(stage) / "judgements" / "vllm.jsonl")
         got = load_judgements(stage_dir(stage), "vllm")
         exp = expected(stage)
@@ -349,7 +349,7 @@ def test_judging_a_stage_end_to_end_then_rerun_sends_nothing(stage):
         assert any(j["status"] == "failed_run" for j in got.values())
         assert sum(k[1] == "leak" and v for k, v in exp.items()) >= 1, "the scripted agent leaks at least once"
         # every request: one user message, temperature 0, at most 10 tokens; identical prompts asked once
-        bodies = [r["body"] for r in fake.requests]
+        bodies = [r["body"] for r in fake.run_requests]
         assert all(len(b["messages"]) == 1 and b["messages"][0]["role"] == "user" for b in bodies)
         assert all(b["temperature"] == 0 and b["max_tokens"] == 10 for b in bodies)
         prompts = {j["prompt_sha256"] for j in got.values() if j["prompt"]}
@@ -366,13 +366,13 @@ def test_judging_a_stage_end_to_end_then_rerun_sends_nothing(stage):
         # a second run: everything is already judged; zero requests, no new lines
         again = subprocess.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stderr
-        assert len(fake.requests) == first
+        assert len(fake.run_requests) == first
         assert len(read_ledger(stage_dir(stage) / "judgements" / "vllm.jsonl")) == len(lines)
         # with the judgements file gone, the cache answers: still zero requests, lines marked cached
         (stage_dir(stage) / "judgements" / "vllm.jsonl").unlink()
         third = subprocess.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
         assert third.returncode == 0, third.stderr
-        assert len(fake.requests) == first
+        assert len(fake.run_requests) == first
         redone = load_judgements(stage_dir(stage), "vllm")
         assert {k: v["label"] for k, v in redone.items()} == {k: v["label"] for k, v in got.items()}
         assert all(v["cached"] for v in redone.values() if v["status"] != "failed_run")
@@ -417,7 +417,7 @@ def test_killed_judging_resumes_with_one_judgement_per_run_and_kind(stage):
     assert {k: v["label"] for k, v in got.items()} == exp
     # nothing judged before the kill was asked again; at most the calls in flight were lost
     unique = len({j["prompt_sha256"] for j in lines if j["prompt"]})
-    assert unique <= len(fake.requests) <= unique + 3
+    assert unique <= len(fake.run_requests) <= unique + 3
     # attempts cut by the kill are marked interrupted in the ledger and judged again under a higher number
     ledger = read_ledger(stage_dir(stage) / "ledger.jsonl")
     interrupted = {(e["tag"], e["attempt"]) for e in ledger if e.get("event") == "interrupted"}
@@ -440,17 +440,17 @@ def test_failed_judge_calls_are_recorded_then_retried(stage):
     assert failed and all(j["label"] is None and "ModelCallFailed" in j["error"] for j in failed)
     assert {j["status"] for j in got.values()} == {"failed", "failed_run"}
     assert "failed" in res.stderr and "run the same command again" in res.stderr
-    assert len(bad.requests) == 2 * len(failed)  # each failed judgement: one call and one retry
+    assert len(bad.run_requests) == 2 * len(failed)  # each failed judgement: one call and one retry
     db = sqlite3.connect(stage / "cache" / "judge_cache.sqlite")
     assert db.execute("SELECT COUNT(*) FROM replies").fetchone()[0] == 0  # failures are never cached
     with FakeModel(script=lambda req: judge_script(req, None)) as good:
         res = subprocess.run(judge_cmd(stage, good), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
-        assert len(good.requests) == len({j["prompt_sha256"] for j in failed})
+        assert len(good.run_requests) == len({j["prompt_sha256"] for j in failed})
     got = load_judgements(stage_dir(stage), "vllm")
     assert {k: v["label"] for k, v in got.items()} == expected(stage)
     assert {j["status"] for j in got.values()} == {"ok", "failed_run"}
-    assert db.execute("SELECT COUNT(*) FROM replies").fetchone()[0] == len(good.requests)
+    assert db.execute("SELECT COUNT(*) FROM replies").fetchone()[0] == len(good.run_requests)
 
 
 def test_stratified_sample_is_seeded_and_takes_three_per_condition_and_type():
@@ -491,7 +491,7 @@ def test_agreement_with_a_second_judge(stage):
         assert res.returncode == 0, res.stderr
     ledger = read_ledger(stage_dir(stage) / "ledger.jsonl")
     second_calls = [e for e in ledger if e.get("event") == "response" and e["tag"].startswith("judge2:")]
-    assert len(second_calls) == len(two.requests) > 0
+    assert len(second_calls) == len(two.run_requests) > 0
     assert all(e["role"] == "judge" and e["model"] == "second" for e in second_calls)
     out = stage / "results" / "agreement" / "org"
     import csv
@@ -551,7 +551,7 @@ def test_the_judge_sends_only_the_official_parameters_unless_asked(stage):
         res = subprocess.run(judge_cmd(stage, fake, "+judge.params.reasoning_effort=low", "+judge.params.top_p=0.5"),
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
-        bodies = [r["body"] for r in fake.requests]
+        bodies = [r["body"] for r in fake.run_requests]
     assert bodies
     for body in bodies:
         extra = set(body) - {"model", "messages"}
@@ -561,7 +561,7 @@ def test_the_judge_sends_only_the_official_parameters_unless_asked(stage):
         res = subprocess.run(judge_cmd(stage, fake, "+judge.judge_params.reasoning_effort=low"),
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
-        assert fake.requests and all(r["body"]["reasoning_effort"] == "low" for r in fake.requests)
+        assert fake.run_requests and all(r["body"]["reasoning_effort"] == "low" for r in fake.run_requests)
 
 
 @pytest.mark.parametrize("fault", ["empty", "nonjson"])

@@ -76,9 +76,10 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame]) -> p
                            "prompt": e["prompt"] if e["status"] == 200 else 0, "hit": e["hit"] if e["status"] == 200 else 0,
                            "miss": e["miss"] if e["status"] == 200 else 0,
                            "output": e["output"] if e["status"] == 200 else 0, "list": lst, "paid": lst * factor,
-                           "cny": cny, "source": source, "superseded": superseded})
+                           "cny": cny, "source": source, "superseded": superseded,
+                           "no_usage": e["status"] == 200 and e.get("usage_reported") is False})
         pf = pd.DataFrame(priced, columns=["party", "condition", "ok", "prompt", "hit", "miss", "output", "list",
-                                           "paid", "cny", "source", "superseded"])
+                                           "paid", "cny", "source", "superseded", "no_usage"])
         un = unanswered.groupby(["party", "condition"]).size().to_dict() if len(unanswered) else {}
 
         def summarise(g: pd.DataFrame, party: str, condition: str) -> dict:
@@ -89,6 +90,7 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame]) -> p
             return {"folder": f.name, "party": party, "condition": condition, "calls": int(g["ok"].sum()),
                     "failed_calls": int((~g["ok"]).sum()), "unanswered_requests": int(n_un),
                     "calls_superseded_attempts": int((g["ok"] & g["superseded"]).sum()),
+                    "calls_without_usage": int(g["no_usage"].astype(bool).sum()),  # cost unknown, not zero
                     "prompt": int(g["prompt"].sum()), "hit": int(g["hit"].sum()), "miss": int(g["miss"].sum()),
                     "output": int(g["output"].sum()), "cost_list_usd": float(g["list"].sum()),
                     "cost_paid_usd": float(g["paid"].sum()),
@@ -110,8 +112,8 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame]) -> p
         rate = g["cny_per_usd"].dropna().unique()
         r = float(rate[0]) if len(rate) == 1 else math.nan
         row = {"folder": "all", "party": party, "condition": "all"}
-        for k in ("calls", "failed_calls", "unanswered_requests", "calls_superseded_attempts", "prompt", "hit",
-                  "miss", "output"):
+        for k in ("calls", "failed_calls", "unanswered_requests", "calls_superseded_attempts", "calls_without_usage",
+                  "prompt", "hit", "miss", "output"):
             row[k] = int(g[k].sum())
         for k in ("cost_list_usd", "cost_paid_usd"):
             row[k] = float(g[k].sum())
@@ -134,7 +136,7 @@ def table6_section(res) -> str:
     parts.append(simple_section(t6[t6["condition"] == "all"] if not t6.empty else t6, [
         ("folder", "folder", text), ("party", "party", text), ("calls", "calls", integer),
         ("failed", "failed_calls", integer), ("unanswered", "unanswered_requests", integer),
-        ("prompt tokens", "prompt", integer), ("cache hit", "hit", integer), ("miss", "miss", integer),
+        ("no usage (cost unknown)", "calls_without_usage", integer), ("prompt tokens", "prompt", integer), ("cache hit", "hit", integer), ("miss", "miss", integer),
         ("output", "output", integer), ("list USD", "cost_list_usd", money), ("paid USD", "cost_paid_usd", money),
         ("list CNY", "cost_list_cny", money), ("paid CNY", "cost_paid_cny", money),
         ("prices", "price_source", text)]))

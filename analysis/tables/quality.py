@@ -35,6 +35,20 @@ def ledger_checks(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame]) -
                                        "ledger_prompt", "record_output", "ledger_output"])
 
 
+def _failure_reasons(d) -> str:
+    """Failed runs by reason and condition (records' failure_reason), e.g. ': context_length full 3'."""
+    if "failure_reason" not in d:
+        return ""
+    f = d[d["status"] != "ok"]
+    if f.empty:
+        return ""
+    parts = []
+    for reason, g in f.groupby(f["failure_reason"].fillna("unknown"), sort=True):
+        by = ", ".join(f"{c} {n}" for c, n in sorted(g.groupby("condition").size().items()))
+        parts.append(f"{reason}: {by}")
+    return ": " + "; ".join(parts)
+
+
 def _quality(res: Any) -> str:
     lines = []
     runs = res.runs
@@ -43,6 +57,7 @@ def _quality(res: Any) -> str:
             continue
         d = runs[runs["folder"] == f.name]
         failed = int((d["status"] != "ok").sum())
+        why = _failure_reasons(d)
         unjudged = int(d["correct"].isna().sum())
         unparsable = int((d["correct_source"] == "judge_unparsable").sum())
         leak_missing = int(((d["variant"] == "private") & d["leak"].isna()).sum())
@@ -50,7 +65,7 @@ def _quality(res: Any) -> str:
         interrupted = 0 if led is None else int((led["event"] == "interrupted").sum())
         planned = len((f.info.get("plan") or {}).get("runs") or [])
         lines.append(f"- **{f.name}**: {len(d)} records" + (f" of {planned} planned" if planned else "")
-                     + f"; {failed} failed runs (counted as wrong); {unjudged} runs without a usable correctness "
+                     + f"; {failed} failed runs (counted as wrong{why}); {unjudged} runs without a usable correctness "
                      f"judgement (left out of accuracy); {unparsable} unparsable judge replies (official rule "
                      f"applied); {leak_missing} private-variant runs without a leak judgement; "
                      f"{interrupted} interrupted attempts in the ledger.")

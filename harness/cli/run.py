@@ -62,7 +62,7 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
             print("fidelity manifest (stage.json; the report opens with it):")
             print(fidelity.render(fidelity.manifest(cfg, plan)))
             print("\n".join(c.line() for c in checks))
-            print(pf.Check("model", None, "at start: one metered call of one output token (role preflight)").line())
+            print("\n".join(pf.dry_run_lines(cfg, judge_after, {r.condition for r in plan.runs})))
             print(forecast(cfg, plan))
         except BrokenPipeError:  # `| head`: the reader has what it wanted
             sys.stderr.close()
@@ -101,9 +101,9 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
             stack.callback(ledger.close)
             proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
                                                       float(cfg.model.get("timeout_s", 600)), str(cfg.model.model)))
-            check = pf.model_call(proxy.base_url, model_cfg, "model")
-            print(check.line(), file=sys.stderr)
-            pf.raise_first_failure([check])
+            calls = pf.stage_calls(proxy.base_url, cfg, judge_after, ledger, {r.condition for r in plan.runs})  # one per request shape
+            print("\n".join(c.line() for c in calls), file=sys.stderr)
+            pf.raise_first_failure(calls)
             run_stage(cfg, plan, rd, info, endpoint, ledger, proxy.base_url, pending, budget)
             ledger.close()  # the judge appends to the same ledger through its own proxy
             shared = endpoint if _same_endpoint(cfg.judge, cfg.model) else None

@@ -1,10 +1,13 @@
 """The metered client every model call of a stage goes through (agents, asked agents, judge).
 
-It talks to the metering proxy, retries what may pass (429, 5xx, timeouts, a 200 reply with
-no choices or a body that is not a chat completion), and sorts what does not pass into two
-kinds (harness.failures): the run's own failure (`ModelCallFailed`: retries exhausted, a
-request the endpoint rejects as bad) and the environment's (`EnvironmentFailure`: key
-refused, model not found, upstream unreachable), which stops the stage instead.
+It fits each request to the endpoint (`model.accepts`, harness.endpoints.fit), talks to the
+metering proxy, retries what may pass (429, 5xx, timeouts, a 200 reply with no choices or a
+body that is not a chat completion; a 429/503's `Retry-After` is honoured, at most the
+client's patience), and sorts what does not pass into two kinds (harness.failures): the run's
+own failure (`ModelCallFailed`: retries exhausted, a prompt over the context window, a
+rejection the body does not explain) and the environment's (`EnvironmentFailure`: key
+refused, model not found, upstream unreachable, a request the endpoint rejects as
+unsupported), which stops the stage instead.
 """
 
 from __future__ import annotations
@@ -18,17 +21,28 @@ from typing import Any
 
 import openai
 
+from harness.endpoints import fit as F
 from harness.endpoints.pricing import list_cost, paid_cost
 from harness.endpoints.proxy import ATTEMPT, ROLE, TAG, UNREACHABLE, usage_split
 from harness.failures import EnvironmentFailure
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
              openai.APIConnectionError)
-_DIRECT = {"temperature", "seed", "max_tokens", "top_p", "reasoning_effort"}
+_DIRECT = {"temperature", "seed", "max_tokens", "max_completion_tokens", "top_p", "reasoning_effort",
+           "response_format"}
 
 
 class ModelCallFailed(RuntimeError):
-    """The call failed after all retries, or the endpoint rejected it as bad: the run fails."""
+    """The call failed after all retries, or the endpoint rejected it as bad: the run fails.
+
+    `reason` says why, for the record (`failure_reason`) and the report: `retries` (429, 5xx,
+    timeouts, bad 200 replies until the retries ran out), `context_length` (the run's prompt
+    is longer than the model's window) or `rejected` (a rejection the body does not explain;
+    `signature` is what the driver's circuit breaker compares)."""
+
+    def __init__(self, message: str, reason: str = "retries", signature: str | None = None):
+        super().__init__(message)
+        self.reason, self.signature = reason, signature
 
 
 class BadReply(RuntimeError):
@@ -45,10 +59,11 @@ class Meter:
     tools: list[dict] = field(default_factory=list)
     adapter: dict | None = None
 
-    def add_call(self, usage: dict, latency: float, finish: str | None, role: str) -> None:
+    def add_call(self, usage: dict, latency: float, finish: str | None, role: str, sent: dict | None = None,
+                 dropped: list[str] | None = None) -> None:
         u = usage_split(usage)
         now = datetime.now(timezone.utc)
-        u.update(latency_s=round(latency, 4), finish=finish, role=role,
+        u.update(latency_s=round(latency, 4), finish=finish, role=role, sent=sent, dropped=list(dropped or []),
                  cost_list=list_cost(self.prices, u["hit"], u["miss"], u["output"]),
                  cost_paid=paid_cost(self.prices, self.offpeak, u["hit"], u["miss"], u["output"], now),
                  ts=now.isoformat(timespec="milliseconds"))
@@ -71,7 +86,50 @@ def environment_failure(exc: openai.APIError, model_cfg) -> EnvironmentFailure |
     if isinstance(exc, openai.APIStatusError) and _error_type(exc) == UNREACHABLE:
         return EnvironmentFailure(f"model={name}: cannot reach {where}: {exc.message}",
                                   "start the model server or check model.base_url and the network")
+    if isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 422):
+        body = exc.body if exc.body is not None else _response_text(exc)
+        if F.rejection_kind(exc.status_code, body, exc.message) == F.REQUEST:
+            return EnvironmentFailure(f"model={name}: the endpoint {where} rejects the request itself "
+                                      f"(HTTP {exc.status_code}), so every run would fail: {F.describe(body, exc.message)}",
+                                      F.fix_for(body, exc.message))
     return None
+
+
+def _response_text(exc: openai.APIStatusError) -> str:
+    try:
+        return exc.response.text
+    except Exception:  # noqa: BLE001 - a body that cannot be read is an empty one
+        return ""
+
+
+def retry_after(exc: BaseException, limit: float) -> float | None:
+    """Seconds a 429/503 asks to wait (`Retry-After`: seconds or an HTTP date), at most `limit`."""
+    resp = getattr(exc, "response", None)
+    if resp is None or getattr(exc, "status_code", None) not in (429, 503):
+        return None
+    value = (resp.headers.get("retry-after") or "").strip()
+    if not value:
+        return None
+    try:
+        wait = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        wait = (when - datetime.now(timezone.utc)).total_seconds()
+    return max(0.0, min(wait, limit))
+
+
+def _signature(status: int, text: str) -> str:
+    """A rejection with its numbers blanked out: the same refusal of different runs compares equal."""
+    import re
+
+    return f"{status}:{re.sub(r'[0-9]+', 'N', text)[:200]}"
 
 
 def _error_type(exc: openai.APIStatusError) -> str | None:
@@ -96,15 +154,26 @@ class Agent:
             timeout=float(model_cfg.get("timeout_s", 600)),
             default_headers={TAG: run_tag, ATTEMPT: str(attempt), ROLE: role})
 
-    def complete(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: str | None = None):
-        params = dict(self.params)
+    def request(self, tools: list[dict] | None = None, tool_choice: str | None = None) -> tuple[dict, dict, list[str]]:
+        """The call's keyword arguments, what is sent besides the messages (param names and values after
+        fitting to `model.accepts`; tools by name) and the parameters left out."""
+        fitted, dropped = F.fit(self.params, self.model_cfg.get("accepts"))
+        sent = dict(fitted)
+        params = dict(fitted)
         kwargs: dict[str, Any] = {k: params.pop(k) for k in list(params) if k in _DIRECT}
         if params:
             kwargs["extra_body"] = params
         if tools:
             kwargs["tools"] = tools
+            sent["tools"] = [t.get("function", {}).get("name") for t in tools]
             if tool_choice:
                 kwargs["tool_choice"] = tool_choice
+                sent["tool_choice"] = tool_choice
+        return kwargs, sent, dropped
+
+    def complete(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: str | None = None):
+        kwargs, sent, dropped = self.request(tools, tool_choice)
+        patience = float(self.model_cfg.get("max_wait_s") or self.model_cfg.get("timeout_s", 600))
         for attempt in range(self.max_retries + 1):
             t0 = time.perf_counter()
             try:
@@ -118,17 +187,25 @@ class Agent:
                     raise env from exc
                 if attempt == self.max_retries:
                     raise ModelCallFailed(f"{type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
-                time.sleep(self.backoff_s * (2 ** attempt) * (0.5 + random.random()))
+                wait = retry_after(exc, patience)
+                time.sleep(wait if wait is not None else self.backoff_s * (2 ** attempt) * (0.5 + random.random()))
                 continue
             except openai.APIStatusError as exc:
                 env = environment_failure(exc, self.model_cfg)
                 if env is not None:
                     raise env from exc
-                raise ModelCallFailed(f"the endpoint rejected the request (HTTP {exc.status_code}): "
-                                      f"{exc.message}") from exc
+                body = exc.body if exc.body is not None else _response_text(exc)
+                kind = F.rejection_kind(exc.status_code, body, exc.message)
+                text = F.describe(body, exc.message)
+                if kind == F.CONTEXT:
+                    raise ModelCallFailed(f"the prompt exceeds the model's context window (HTTP {exc.status_code}): "
+                                          f"{text}", reason="context_length") from exc
+                raise ModelCallFailed(f"the endpoint rejected the request (HTTP {exc.status_code}): {text}",
+                                      reason="rejected", signature=_signature(exc.status_code, text)) from exc
             choice = resp.choices[0]
             raw = resp.model_dump()
-            self.meter.add_call(raw.get("usage"), time.perf_counter() - t0, choice.finish_reason, self.role)
+            self.meter.add_call(raw.get("usage"), time.perf_counter() - t0, choice.finish_reason, self.role,
+                                sent=sent, dropped=dropped)
             if raw.get("adapter"):
                 self.meter.adapter = raw["adapter"]
             return choice.message

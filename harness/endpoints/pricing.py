@@ -11,7 +11,14 @@ from datetime import datetime, time, timezone
 
 
 def list_cost(prices, hit: int, miss: int, output: int) -> float:
-    return (hit * float(prices["hit"]) + miss * float(prices["miss"]) + output * float(prices["output"])) / 1e6
+    """A price that is not known (null) counts as 0; `unknown_prices` names it for the preflight."""
+    p = {k: float(prices.get(k) or 0.0) for k in ("hit", "miss", "output")}
+    return (hit * p["hit"] + miss * p["miss"] + output * p["output"]) / 1e6
+
+
+def unknown_prices(prices) -> list[str]:
+    """The prices a config leaves null (not known)."""
+    return [k for k in ("hit", "miss", "output") if not prices or prices.get(k) is None]
 
 
 def _parse(hhmm: str) -> time:

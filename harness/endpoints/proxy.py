@@ -41,10 +41,15 @@ def tagged_url(base_url: str, tag: str, attempt: int, role: str) -> str:
 def usage_split(usage: dict | None) -> dict:
     """Prompt tokens split into cache hit and miss, as each provider reports them.
 
-    DeepSeek reports `prompt_cache_hit_tokens` / `prompt_cache_miss_tokens`; OpenAI
-    (and llama.cpp) `prompt_tokens_details.cached_tokens`. When neither is present
-    every prompt token counts as a miss and `cache_reported` is false.
+    DeepSeek reports `prompt_cache_hit_tokens` / `prompt_cache_miss_tokens`; OpenAI, vLLM
+    (with prefix caching) and newer llama.cpp servers `prompt_tokens_details.cached_tokens`
+    (OpenAI's reasoning models also `completion_tokens_details.reasoning_tokens`); Ollama and
+    older llama.cpp servers plain `prompt_tokens` / `completion_tokens`. When no cache split is
+    present every prompt token counts as a miss and `cache_reported` is false. A reply without
+    a usage block is not free: `usage_reported` is false and its cost is unknown (Table 6 counts
+    such calls), never silently zero.
     """
+    reported_usage = isinstance(usage, dict) and bool(usage)
     usage = usage or {}
     prompt = int(usage.get("prompt_tokens") or 0)
     output = int(usage.get("completion_tokens") or 0)
@@ -59,7 +64,7 @@ def usage_split(usage: dict | None) -> dict:
     else:
         hit, reported = 0, False
     return {"prompt": prompt, "hit": hit, "miss": max(prompt - hit, 0), "output": output,
-            "reasoning": reasoning, "cache_reported": reported}
+            "reasoning": reasoning, "cache_reported": reported, "usage_reported": reported_usage}
 
 
 class MeteringProxy:
@@ -136,16 +141,18 @@ class MeteringProxy:
                 pass
         base = {"call": call_id, "tag": tag, "attempt": attempt, "role": role, "model": model, "path": path}
         if method == "POST":
-            self.ledger.append({**base, "event": "request", "ts": _now()})
+            self.ledger.append({**base, "event": "request", "ts": _now(), "sent": _sent(body)})
         headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         t0 = time.perf_counter()
         status, payload, ctype, err, etype = 502, b"", "application/json", None, "proxy_error"
+        retry_after = None
         try:
             resp = self._client.request(method, url, content=body, headers=headers)
             status, payload = resp.status_code, resp.content
             ctype = resp.headers.get("content-type", ctype)
+            retry_after = resp.headers.get("retry-after")
         except httpx.TimeoutException as exc:
             status, err = 504, f"upstream timeout: {type(exc).__name__}"
         except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:  # nothing listens there
@@ -172,8 +179,24 @@ class MeteringProxy:
         h.send_response(status)
         h.send_header("Content-Type", ctype)
         h.send_header("Content-Length", str(len(payload)))
+        if retry_after:  # a 429/503's wait reaches the client (harness.endpoints.client.retry_after)
+            h.send_header("Retry-After", retry_after)
         h.end_headers()
         h.wfile.write(payload)
+
+
+def _sent(body: bytes) -> dict | None:
+    """What a request sent besides its messages: parameter names and values, tools by name."""
+    try:
+        req = json.loads(body) if body else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(req, dict):
+        return None
+    out = {k: v for k, v in req.items() if k not in ("messages", "model", "tools")}
+    if req.get("tools"):
+        out["tools"] = [(t.get("function") or {}).get("name") for t in req["tools"] if isinstance(t, dict)]
+    return out
 
 
 class _Server(ThreadingHTTPServer):

@@ -71,6 +71,9 @@ class ModelCall(_Model):
     cost_list: float
     cost_paid: float
     ts: str
+    usage_reported: bool = True  # false: the reply had no usage block, its cost is unknown (not zero)
+    sent: dict[str, Any] | None = None  # parameters as sent after fitting to model.accepts; tools by name
+    dropped: list[str] = Field(default_factory=list)  # parameters model.accepts left out
 
 
 class MemoryView(_Model):
@@ -200,9 +203,9 @@ class CodeRevision(_Model):
 
 class Prices(_Open):
     currency: str
-    hit: float
-    miss: float
-    output: float
+    hit: float | None  # None: not known (conf/model/hosted.yaml); counted as 0, the preflight says so
+    miss: float | None
+    output: float | None
     usd_per_currency: float
 
 
@@ -239,6 +242,9 @@ class RunRecord(_Provenance):
     attempt: int = Field(ge=1)
     status: Literal["ok", "failed"]
     error: str | None
+    # why a failed run failed: retries (exhausted), context_length (the prompt exceeds the model's
+    # window), rejected (an endpoint rejection the body does not explain), loop (the conversation broke)
+    failure_reason: str | None = None
     question: str
     question_date: str
     gold: str
@@ -410,6 +416,8 @@ class LedgerEvent(_Model):
     output: int | None = None
     reasoning: int | None = None
     cache_reported: bool | None = None
+    usage_reported: bool | None = None
+    sent: dict[str, Any] | None = None  # request: the parameters sent besides the messages, tools by name
     response_model: str | None = None
     adapter: dict[str, Any] | None = None
     error: str | None = None

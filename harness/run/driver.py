@@ -14,6 +14,13 @@ all retries, or whose own conversation breaks the loop, is recorded as failed
 upstream unreachable, services down, no sandbox) or an error of the harness
 while preparing a run stops the stage: no new run starts, the affected runs stay
 unrecorded, and the same command resumes once the cause is fixed.
+
+An endpoint rejection every run gets (an unsupported parameter, tool calling not enabled)
+is an environment failure too (harness.endpoints.fit); one that depends on the run (its
+prompt exceeds the context window) fails that run with `failure_reason: context_length`.
+A rejection the body does not explain goes through a circuit breaker (`Breaker`): when the
+same rejection ends the first `model.breaker_runs` (3) runs of a stage before any run
+succeeded, the stage stops and those runs stay unrecorded.
 """
 
 from __future__ import annotations
@@ -115,6 +122,50 @@ def evidence(q, access_sessions: list[str], tools: list[dict]) -> dict:
             "evidence_sessions": sorted(ev)}
 
 
+class Breaker:
+    """Holds the records of runs an unexplained rejection ended while no run of the stage has
+    succeeded yet; `n` of them with the same rejection stop the stage (they stay unrecorded and
+    run again on resume). The first successful run disarms it and releases what it held."""
+
+    def __init__(self, n: int, armed: bool = True):
+        self.n, self.armed = n, armed and n > 0
+        self.held: list[tuple[RunRecord, str]] = []
+        self.tripped = False
+        self._lock = threading.Lock()
+
+    def admit(self, record: RunRecord, signature: str | None) -> list[RunRecord]:
+        """The records to write now; raises EnvironmentFailure when the breaker trips."""
+        with self._lock:
+            if self.tripped:
+                return []  # the stage is stopping: runs still in flight stay unrecorded too
+            if not self.armed:
+                return [record]
+            if record.status == "ok":
+                self.armed = False
+                out = [r for r, _ in self.held] + [record]
+                self.held.clear()
+                return out
+            if record.failure_reason != "rejected" or signature is None:
+                return [record]
+            self.held.append((record, signature))
+            same = [r for r, sig in self.held if sig == signature]
+            if len(same) < self.n:
+                return []
+            self.tripped = True
+        raise EnvironmentFailure(
+            f"the same endpoint rejection ended the first {len(same)} runs of this stage and no run has "
+            f"succeeded: {record.error}",
+            "fit the request to the endpoint (model.accepts, model.params) or fix the server; the runs it ended "
+            "stay unrecorded, and the same command runs them again")
+
+    def release(self) -> list[RunRecord]:
+        """At the stage's end: what is still held is recorded, unless the breaker tripped."""
+        with self._lock:
+            out = [] if self.tripped else [r for r, _ in self.held]
+            self.held.clear()
+            return out
+
+
 class StageRunner:
     def __init__(self, cfg, plan: Plan, rd: RunDir, info: StageInfo, proxy_url: str, endpoint_info: dict):
         self.cfg, self.plan, self.rd, self.info = cfg, plan, rd, info
@@ -128,13 +179,16 @@ class StageRunner:
         self.first: dict[str, float] = {}  # "run_started", "record" -> seconds after t0
         self.started_runs = 0
         self.preparer: MemoryPreparer | None = None
+        self.breaker = Breaker(int(self.model_cfg.get("breaker_runs", 3)))
+        self.signatures: dict[str, str | None] = {}
 
     def common(self) -> dict:
         return {"stage": self.plan.stage, "label": self.plan.label, "seed": self.plan.seed,
                 "config_hash": self.info.config_hash, "data_sha256": self.plan.data["sha256"],
                 "data_path": self.plan.data["path"], "versions": self.info.versions,
                 "code": self.info.code.model_dump(),
-                "model": {k: self.model_cfg.get(k) for k in ("name", "provider", "model", "params", "first_tool_choice")},
+                "model": {k: self.model_cfg.get(k) for k in ("name", "provider", "model", "params", "first_tool_choice",
+                                                            "accepts")},
                 "prices": self.model_cfg["prices"], "offpeak": self.model_cfg.get("offpeak"),
                 "index": OmegaConf.to_container(self.cfg.index, resolve=True),
                 "encoder": OmegaConf.to_container(self.cfg.encoder, resolve=True),
@@ -152,7 +206,7 @@ class StageRunner:
         ctx.run_agent = lambda role: Agent(self.proxy_url, self.model_cfg, spec.run_id, attempt, meter, role=role,
                                            max_retries=int(self.model_cfg.get("max_retries", 6)),
                                            backoff_s=float(self.model_cfg.get("backoff_s", 1.0)))
-        status, error, answer, loop = "ok", None, "", None
+        status, error, answer, loop, reason = "ok", None, "", None, None
         preparing = self.preparer is not None and self.preparer.stats["all_ready_s"] is None
         t0 = time.perf_counter()
         try:  # preparing the run (stores, indexes, prefetch): a failure here is not the run's
@@ -169,12 +223,14 @@ class StageRunner:
         except EnvironmentFailure:
             raise
         except ModelCallFailed as exc:
-            status, error = "failed", f"model: {exc}"
+            status, error, reason = "failed", f"model: {exc}", exc.reason
+            with self._lock:
+                self.signatures[spec.run_id] = exc.signature
         except Exception as exc:  # the run's own conversation broke the loop: recorded, never skipped
             env = classify(exc)
             if env is not None:
                 raise env from exc
-            status, error = "failed", "".join(traceback.format_exception(exc))[-4000:]
+            status, error, reason = "failed", "".join(traceback.format_exception(exc))[-4000:], "loop"
         finally:
             loop_s = time.perf_counter() - t1
             for close in access.close:
@@ -189,7 +245,7 @@ class StageRunner:
             "schema_version": SCHEMA_VERSION,
             "run_id": spec.run_id, "condition": spec.condition, "module": str(cond_cfg.module),
             "qid": spec.qid, "qtype": q.qtype, "variant": spec.variant, "repeat": spec.repeat, "org": spec.org,
-            "attempt": attempt, "status": status, "error": error,
+            "attempt": attempt, "status": status, "error": error, "failure_reason": reason,
             "question": q.question, "question_date": q.date.strftime(DATE_FORMAT), "gold": q.answer,
             "abstention": q.abstention, "answer": answer,
             "model_calls": len(calls), "agent_calls": sum(c["role"] == "agent" for c in calls),
@@ -219,13 +275,19 @@ class StageRunner:
         self._mark("run_started")
         self.rd.start_attempt(spec.run_id, attempt, _now())
         record = self.execute(spec, attempt)
+        with self._lock:
+            signature = self.signatures.pop(spec.run_id, None)
+        for r in self.breaker.admit(record, signature):
+            self.write(r)
+        return record
+
+    def write(self, record: RunRecord) -> None:
         self.rd.write_record(record)
         self._mark("record")
         with self._lock:
             self.totals["tokens"] += record.tokens.prompt + record.tokens.output
             self.totals["cost"] += record.cost_list
             self.totals["failed"] += record.status != "ok"
-        return record
 
     def _mark(self, what: str) -> None:
         with self._lock:
@@ -283,10 +345,13 @@ def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Le
     owned = {r.run_id for r in owned_runs(rd, plan)}
     mark_interrupted(rd, ledger, owned=owned)
     runner = StageRunner(cfg, plan, rd, info, proxy_url, endpoint.info)
+    runner.breaker.armed = runner.breaker.armed and not any(r.status == "ok" for r in rd.records())
     started = _now()
     stop = None
     try:
         stop = _run_pool(runner, pending, attempts, concurrency, len(owned), len(owned) - len(pending), budget)
+        for r in runner.breaker.release():  # failed runs the breaker held while no run had succeeded
+            runner.write(r)
     except BaseException as exc:
         stop = f"{type(exc).__name__}: {exc}"[:300]
         raise

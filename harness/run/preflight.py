@@ -8,6 +8,14 @@ checks that cost nothing and names the model call it will make.
 What a condition needs is declared by the condition module itself (`NEEDS`), so a new
 condition never has to be taught to the preflight.
 
+The model check sends what the stage will send (`request_shapes`): one metered request of at
+most one output token per distinct request shape — the agents' plain request, each distinct
+tool set with the tool_choice the loop sends first and the forced answer's tool_choice
+"none", and the judge's answer-check request when the stage judges after its runs (or at
+`make judge`) — each with the stage's parameters fitted to `model.accepts`. So a server
+without tool calling, or a parameter the endpoint rejects, stops the stage before its first
+run (harness.endpoints.fit names the parameter and the fix). The dry run lists the requests.
+
 Fidelity (harness.run.fidelity): with `preset=paper` every setting that differs from the
 paper (encoder weights absent or not bge, the official prompt file absent, another runtime,
 model or index) is one failed line, unless `allow_deviation=[key, ...]` names it.
@@ -15,8 +23,9 @@ model or index) is one failed line, unless `allow_deviation=[key, ...]` names it
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import conditions
 from harness.endpoints.client import Agent, Meter, ModelCallFailed
@@ -77,6 +86,19 @@ def _reach_postgres(cfg, s) -> str:
 REACH = {"redis": _reach_redis, "postgres": _reach_postgres}  # service -> how to reach it
 
 
+def _prices_check(model_cfg, who: str, budget) -> Check | None:
+    """Null prices (a hosted endpoint whose prices are not set) count as 0: say so, and refuse a cap."""
+    from harness.endpoints.pricing import unknown_prices
+
+    missing = unknown_prices(model_cfg.get("prices"))
+    if not missing:
+        return None
+    what = f"{who}: {model_cfg.get('name')} has no list price for {', '.join(missing)} (null)"
+    if budget is not None:
+        return Check("prices", False, f"{what}: budget_usd={budget} cannot be kept")
+    return Check("prices", True, f"{what}: its cost counts as 0 in records and Table 6; set {who}.prices to count it")
+
+
 def _services_check(index_cfg) -> Check:
     """Reach the servers the stage's index lives on: the services its backend declares (`service`;
     a composite backend such as hybrid: its parts')."""
@@ -119,19 +141,174 @@ def _sandbox_check() -> Check:
     return Check("sandbox", True, "shell sandbox builds and runs a probe command")
 
 
-def model_call(proxy_url: str, model_cfg, who: str) -> Check:
-    """One metered call of at most one output token, under role `preflight`."""
-    meter = Meter(model_cfg["prices"], model_cfg.get("offpeak"))
-    params = {**(model_cfg.get("params") or {}), "max_tokens": 1}
-    agent = Agent(proxy_url, model_cfg, ROLE, 1, meter, role=ROLE, max_retries=min(2, int(model_cfg.get("max_retries", 2))),
-                  backoff_s=float(model_cfg.get("backoff_s", 1.0)), params=params)
+@dataclass
+class Shape:
+    """One distinct request shape of a stage: who sends it, with which parameters and tools."""
+
+    who: str  # model | judge
+    what: str  # e.g. "agents, tools memory_search+memory_read, tool_choice none"
+    model_cfg: dict
+    params: dict
+    tools: list[dict] | None = None
+    tool_choice: str | None = None
+    conditions: list[str] = field(default_factory=list)
+
+    def sent(self) -> dict:
+        """What this request sends besides the prompt, after fitting to the endpoint's `accepts`."""
+        from harness.endpoints.fit import fit
+
+        out, dropped = fit({**self.params, "max_tokens": 1}, self.model_cfg.get("accepts"))
+        if self.tools:
+            out["tools"] = [t["function"]["name"] for t in self.tools]
+            if self.tool_choice:
+                out["tool_choice"] = self.tool_choice
+        return out | ({"not sent": dropped} if dropped else {})
+
+
+PROBE_TOOL = {"type": "function", "function": {
+    "name": "probe", "description": "A stand-in for this condition's tools (the preflight's request shape).",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+
+
+def _condition_tools(name: str, c, org: bool) -> list[dict] | None:
+    """The tool definitions a condition's agent is offered, as far as the module declares them
+    (`tool_texts`); a condition with tools but no declared texts gets a probe tool."""
+    mod = conditions.load(str(c.module))
+    if hasattr(mod, "tool_texts"):
+        schemas = [t for t in mod.tool_texts(c, org) if isinstance(t, dict) and t.get("type") == "function"]
+        if schemas:
+            return schemas
+    fc = mod.forecast(c) if hasattr(mod, "forecast") else getattr(mod, "FORECAST", {})
+    return [PROBE_TOOL] if (fc or {}).get("schema_chars") else None
+
+
+def request_shapes(cfg, judge_too: bool, used: set[str] | None = None) -> list[Shape]:
+    """Every distinct request the stage's runs (and its judge) will send, once each; `used`: the
+    conditions the plan runs (default: every condition of the stage)."""
+    from omegaconf import OmegaConf
+
+    from harness.run.fidelity import _is_org
+
+    mc = OmegaConf.to_container(cfg.model, resolve=True)
+    params = dict(mc.get("params") or {})
+    org = _is_org(cfg)
+    shapes: dict[str, Shape] = {}
+
+    def add(what: str, tools, choice, cond: str) -> None:
+        key = json.dumps([tools, choice], sort_keys=True)
+        if key not in shapes:
+            shapes[key] = Shape("model", what, mc, params, tools, choice)
+        shapes[key].conditions.append(cond)
+
+    for name, c in sorted((cfg.stage.get("conditions") or {}).items()):
+        if used is not None and name not in used:
+            continue
+        tools = _condition_tools(name, c, org)
+        if not tools:
+            add("agents, no tools", None, None, name)
+            continue
+        names = "+".join(t["function"]["name"] for t in tools)
+        first = mc.get("first_tool_choice")
+        add(f"agents, tools {names}" + (f", tool_choice {first}" if first else ""), tools, first, name)
+        add(f"agents' forced answer, tools {names}, tool_choice none", tools, "none", name)
+    out = list(shapes.values())
+    if judge_too:
+        out.append(judge_shape(cfg.judge))
+    return out
+
+
+def judge_shape(judge_cfg) -> Shape:
+    """The judge's answer-check request (judge.answer_check.judge_model_config: its official parameters)."""
+    from judge.answer_check import judge_model_config
+
+    jc = judge_model_config(judge_cfg)
+    return Shape("judge", "judge, answer check", jc, dict(jc.get("params") or {}))
+
+
+def dry_run_lines(cfg, judge_too: bool, used: set[str] | None = None) -> list[str]:
+    """What the model check would send, one line per request (nothing is sent)."""
+    shapes = request_shapes(cfg, judge_too, used)
+    lines = [Check("model", None, f"at start: {len(shapes)} metered call(s) of one output token "
+                                  f"(role preflight), one per request shape:").line()]
+    for s in shapes:
+        where = f" [{', '.join(s.conditions)}]" if s.conditions else ""
+        lines.append(f"      {s.who}: {s.what}{where}: {json.dumps(s.sent(), sort_keys=True)}")
+    return lines
+
+
+def send(proxy_url: str, shape: Shape) -> Check:
+    """One metered call of at most one output token in this shape, under role `preflight`."""
+    mc = shape.model_cfg
+    meter = Meter(mc["prices"], mc.get("offpeak"))
+    agent = Agent(proxy_url, mc, ROLE, 1, meter, role=ROLE, max_retries=min(2, int(mc.get("max_retries", 2))),
+                  backoff_s=float(mc.get("backoff_s", 1.0)), params={**shape.params, "max_tokens": 1})
     try:
-        agent.complete([{"role": "user", "content": PROMPT}])
+        agent.complete([{"role": "user", "content": PROMPT}], shape.tools, tool_choice=shape.tool_choice)
     except EnvironmentFailure as exc:
-        return Check("model", False, f"{who}: {exc}")
+        return Check("model", False, f"{shape.who} ({shape.what}): {exc}")
     except ModelCallFailed as exc:
-        return Check("model", False, f"{who}: model={model_cfg.get('name')} does not answer: {exc}")
-    return Check("model", True, f"{who}: {model_cfg.get('name')} ({model_cfg.get('model')}) answered one metered call")
+        return Check("model", False, f"{shape.who} ({shape.what}): model={mc.get('name')} does not answer: {exc}")
+    return Check("model", True, f"{shape.who}: {mc.get('name')} ({mc.get('model')}) answered {shape.what}")
+
+
+def model_call(proxy_url: str, model_cfg, who: str) -> Check:
+    """One plain metered call of at most one output token, under role `preflight`."""
+    return send(proxy_url, Shape(who, "a plain request", dict(model_cfg), dict(model_cfg.get("params") or {})))
+
+
+def judge_preflight(proxy_url: str, judge_cfg, budget=None, config: dict | None = None) -> None:
+    """Before judging (`make judge`, or after a stage's runs): the judge's request shape once
+    (`config`: a judge config with its call parameters already set, e.g. the rubric judge's). A
+    request the endpoint refuses stops judging (EnvironmentFailure); a call that fails otherwise
+    (a bad reply, retries exhausted) is left to the judgements, which record and retry their own."""
+    if budget is not None and budget.exhausted:
+        return
+    shape = judge_shape(judge_cfg) if config is None else Shape("judge", "judge", config, dict(config.get("params") or {}))
+    mc = shape.model_cfg
+    agent = Agent(proxy_url, mc, ROLE, 1, Meter(mc["prices"], mc.get("offpeak")), role=ROLE,
+                  max_retries=min(2, int(mc.get("max_retries", 2))), backoff_s=float(mc.get("backoff_s", 1.0)),
+                  params={**shape.params, "max_tokens": 1})
+    messages = [{"role": "user", "content": PROMPT}]
+    if "response_format" in shape.params:  # OpenAI's JSON mode refuses a prompt that does not mention JSON
+        messages = [{"role": "system", "content": "Answer in JSON."}, *messages]
+    try:
+        agent.complete(messages)
+    except EnvironmentFailure as exc:
+        raise EnvironmentFailure(f"preflight judge failed: {exc.what}", exc.fix) from exc
+    except ModelCallFailed:
+        pass
+
+
+def stage_calls(proxy_url: str, cfg, judge_too: bool, ledger=None, used: set[str] | None = None) -> list[Check]:
+    """The model check: every request shape of the stage, through the stage's proxy; the judge's
+    through the same proxy when it is the same endpoint, else through a proxy of its own on the
+    stage's ledger (a local judge on another endpoint is checked when judging starts)."""
+    from harness.endpoints.registry import identity
+
+    checks = []
+    for shape in request_shapes(cfg, judge_too, used):
+        if shape.who == "judge" and identity(cfg.judge) != identity(cfg.model):
+            if str(cfg.judge.get("provider")) == "local" or ledger is None:
+                continue
+            checks.append(_via_own_proxy(cfg.judge, shape, ledger))
+        else:
+            checks.append(send(proxy_url, shape))
+        if checks[-1].ok is False:
+            break  # the first refusal says what to fix; the rest need not be paid for
+    return checks
+
+
+def _via_own_proxy(judge_cfg, shape: Shape, ledger) -> Check:
+    from harness.endpoints.proxy import MeteringProxy
+    from harness.endpoints.registry import open_endpoint
+
+    try:
+        with open_endpoint(judge_cfg) as ep, MeteringProxy(ep.base_url, ledger, ep.key,
+                                                           float(judge_cfg.get("timeout_s", 600)),
+                                                           str(judge_cfg.get("model"))) as proxy:
+            return send(proxy.base_url, shape)
+    except EnvironmentFailure as exc:
+        return Check("model", False, f"judge: {exc}")
 
 
 def fidelity_checks(cfg, plan) -> list[Check]:
@@ -161,6 +338,10 @@ def static_checks(cfg, plan, judge_too: bool) -> list[Check]:
     checks.append(_key_check(cfg.model, "model"))
     if judge_too:
         checks.append(_key_check(cfg.judge, "judge"))
+    for who, mc in (("model", cfg.model), ("judge", cfg.judge)) if judge_too else (("model", cfg.model),):
+        c = _prices_check(mc, who, cfg.get("budget_usd"))
+        if c is not None:
+            checks.append(c)
     need = needs(cfg)
     if "memory_space" in need:
         checks.append(_services_check(cfg.index))
@@ -178,6 +359,8 @@ def raise_first_failure(checks: list[Check]) -> None:
 
 _FIX = {"key": "export the key named above (or choose another model=)",
         "services": "make services-up (or point the index at running servers)",
+        "prices": "set the model's prices (model.prices.hit/miss/output), or run without budget_usd",
         "sandbox": "run as root with CAP_SYS_ADMIN, or leave the shell condition out",
-        "model": "check model.base_url, model.model and the key; then run the same command again",
+        "model": "the line above says what the endpoint refused and how to fix it (model.base_url, model.model, the key, "
+                 "model.accepts, the server's flags); then run the same command again",
         "fidelity": "fetch or choose the part named (each line says how), or accept it with allow_deviation=[...]"}
