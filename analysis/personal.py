@@ -218,7 +218,13 @@ def analyse(folders, out: Path, judge: str | None = None, resamples: int = RESAM
     runs = runs_frame(folders, judge)
     if runs.empty:
         raise AnalysisError("no personalization records")
-    tables = {"table2_scores": table2(runs), "table4_kernel_vs_concat": table4(runs, resamples),
+    from analysis.tables.fidelity import manifest_rows
+
+    fidelity = pd.DataFrame([{k: r.get(k) for k in ("folder", "setting", "paper", "stage", "status")}
+                             for f in folders for r in manifest_rows(f, None)], columns=["folder", "setting", "paper",
+                                                                                        "stage", "status"])
+    # the report opens with what each folder measured against the second paper (harness.run.fidelity)
+    tables = {"fidelity": fidelity, "table2_scores": table2(runs), "table4_kernel_vs_concat": table4(runs, resamples),
               "table5_words": table5(runs), "latency_tokens": latency_tokens(runs), "exposure": exposure(runs),
               "barrier": barrier(runs)}
     if not out.parent.exists():  # results/ made here is one `make analyze` may rewrite later

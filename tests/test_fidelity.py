@@ -203,3 +203,13 @@ def test_the_backend_study_under_the_preset_refuses_generated_data_and_a_stand_i
     assert ok.returncode == 0, ok.stderr[-2000:]
     st = fidelity_lines(ok.stdout)
     assert st == {"encoder": "differs", "data": "differs", "sample_seed": "unknown"}
+
+
+def test_the_personalization_stage_declares_itself_against_the_second_paper(tmp_path):
+    res = harness("stage=personal", "dry_run=true", f"runs_dir={tmp_path}/runs")
+    assert res.returncode == 0, res.stderr[-2000:]
+    st = fidelity_lines(res.stdout)
+    # the local model and judge are not the paper's; MiniLM's stand-in threshold -1 is declared, not silent
+    assert st["reader_model"] == st["judge_model"] == st["kernel_threshold"] == "differs"
+    assert st["kernel_cap"] == st["kernel_budget_tokens"] == st["kernel_barrier_timeout_s"] == st["trials"] == "same"
+    assert not (tmp_path / "runs").exists()

@@ -37,6 +37,7 @@ from harness.endpoints.proxy import MeteringProxy
 from harness.records.ledger import Ledger
 from harness.records.schema import SCHEMA_VERSION
 from harness.records import RunDir, StageMismatch
+from harness.run import fidelity
 
 from . import assistant, record
 from harness.kernel.identity import IdentityResolver
@@ -98,7 +99,8 @@ def stage_info(cfg, path: Path, runs: list[tuple[dict, str]]) -> dict:
             "plan": {"runs": [f"{t['trial_id']}__{c}" for t, c in runs]},
             "versions": _versions(), "code": code_revision(Path(__file__).parent),
             "model": OmegaConf.to_container(cfg.model, resolve=True),
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "fidelity": fidelity.record(cfg, rows=fidelity.personal_manifest(cfg))}  # against the second paper
 
 
 class PersonalRunner:
@@ -173,6 +175,8 @@ def run_personal(cfg, sweep: dict | None = None) -> RunDir | None:
     trials = trials_data.load(path)["trials"]
     runs = plan(cfg, trials)
     if cfg.get("dry_run"):  # the plan only: no folder, no service, no model call
+        print("fidelity manifest (the second paper's study; stage.json):\n"
+              + fidelity.render(fidelity.personal_manifest(cfg)))
         by = Counter(c for _, c in runs)
         print(f"stage {cfg.stage.name}  label {cfg.stage.label}  trials {path} ({len(trials)})\n"
               + "\n".join(f"  {c:<24}{n:>6} runs" for c, n in sorted(by.items()))

@@ -212,6 +212,34 @@ def manifest(cfg, plan) -> list[Row]:
             tool_texts_row(cfg), data_row(plan), seed_row(cfg)]
 
 
+# The second paper's study (Sections 4.1-4.2): its assistant models, its judge and the kernel's settings
+PERSONAL_MODELS = ("gpt-4o", "llama3.1:8b", "qwen2.5:7b")
+PERSONAL_KERNEL = {"threshold": 0.3, "cap": 10, "budget_tokens": 2000, "barrier_timeout_s": 5.0}
+
+
+def personal_manifest(cfg) -> list[Row]:
+    """The personalization stage's rows, against the second paper (not the first)."""
+    m, j = cfg.model, cfg.judge
+    model = str(m.get("model"))
+    rows = [Row("reader_model", "assistant model", "GPT-4o, Llama-3.1:8B or Qwen-2.5:7B", f"{model} ({m.get('name')})",
+                _status(model.lower() in PERSONAL_MODELS), model, "" if model.lower() in PERSONAL_MODELS else
+                "one of the paper's three assistant models"),
+            Row("judge_model", "judge model", "GPT-5.4", f"{j.get('model')} ({j.get('name')})",
+                _status(str(j.get("model")).lower().startswith("gpt-5.4")), str(j.get("model")),
+                "the paper's judge, distinct from every assistant")]
+    conds = cfg.stage.get("conditions") or {}
+    k = conds.get("kernel_shared") or {}
+    for key, want in PERSONAL_KERNEL.items():
+        got = k.get(key)
+        rows.append(Row(f"kernel_{key}", f"kernel {key.replace('_', ' ')}", str(want), str(got),
+                        _status(None if got is None else float(got) == want), str(got),
+                        "" if got is not None and float(got) == want else "conf/condition/kernel_shared.yaml "
+                        "(the personal stages set threshold -1 for the MiniLM stand-in)"))
+    n = int((cfg.stage.get("trials") or {}).get("n") or 0)
+    rows.append(Row("trials", "trials per condition", "150", str(n), _status(n == 150), "", ""))
+    return rows
+
+
 def backend_manifest(cfg, data: dict) -> list[Row]:
     """The backend study's rows (no model, no judge, every index): its encoder, data and seed."""
     from types import SimpleNamespace
