@@ -26,7 +26,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 from harness.memory.views import View
 
@@ -61,7 +60,6 @@ class Read:
     expected: int = 0  # min(cap, visible): what a search that loses nothing returns of them
     found: int = 0  # how many of those the search returned
     plan: dict | None = None  # how the index ran the search (Backend.last_plan)
-    explain: Callable[[], str] | None = None  # the engine's plan of it, read when described (Backend.last_explainer)
 
     @property
     def short(self) -> int:
@@ -69,9 +67,6 @@ class Read:
         return self.expected - min(self.found, self.expected)
 
     def describe(self) -> dict:
-        """The read's index check, with the engine's plan (EXPLAINed now, after the timed read, once)."""
-        if self.explain is not None:
-            self.plan, self.explain = {**(self.plan or {}), "scan": self.explain()}, None
         return {"visible": self.visible, "expected": self.expected, "returned": self.found, "short": self.short,
                 "plan": self.plan}
 
@@ -143,8 +138,7 @@ class KernelMemory:
         inj = self.kernel.inject(user, agent, query)
         b = inj.log["barrier"]
         read = Read(user, agent, int(b["snapshot"]), t0 + float(b["waited_s"]), b,
-                    {uid for uid, _owner in inj.log["units"]}, plan=self.space.dense.last_plan(),
-                    explain=self.space.dense.last_explainer())
+                    {uid for uid, _owner in inj.log["units"]}, plan=self.space.dense.last_plan())
         before = self._visible_before(read)
         read.visible, read.expected = len(before), min(self.kernel.cap, len(before))
         read.found = len(before & read.returned)

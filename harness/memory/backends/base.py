@@ -144,11 +144,6 @@ class Backend(ABC):
         backend's filter mode and query settings, which fix the plan. pgvector says which path it took."""
         return {"path": self.filter_mode, **{k: getattr(self, k, None) for k in self.query_settings}}
 
-    def last_explainer(self) -> Callable[[], str] | None:
-        """A callable giving the engine's own plan of the thread's last search, run after it (never on the
-        timed path), or None where the plan is fixed by the settings."""
-        return None
-
     def prepare_queries(self) -> None:
         """Called after a configuration's query settings are set (e.g. indexes they need, statistics)."""
 
