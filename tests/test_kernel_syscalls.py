@@ -11,7 +11,7 @@ import time
 import pytest
 
 from harness.kernel import IdentityResolver, KernelMemory, MemoryItem
-from harness.kernel.syscalls import Syscalls, interface, modules
+from harness.kernel.syscalls import Syscalls, interface, modules, syscall
 from harness.memory.backends.exact import ExactBackend
 from harness.memory.encoder import HashEncoder
 from harness.memory.space import MemorySpace
@@ -33,12 +33,15 @@ def test_the_interface_describes_every_call_of_the_layer():
     assert not undeclared, f"calls without @syscall (missing from Table 7): {undeclared}"
     agent_calls = [c["name"] for c in interface() if c["caller"] == "agent"]
     assert agent_calls == ["open_session", "write_begin", "write_commit", "write_abort", "write", "retrieve"]
-    assert calls["write_begin"]["operations"] == ["identity.resolve", "barrier.acquire"]
+    assert calls["write_begin"]["operations"] == ["identity.resolve", "barrier.begin"]
     assert calls["retrieve"]["arguments"] == ["agent", "query", "user=None"]
-    assert {"barrier.wait_until_drained", "visibility.visible"} <= set(calls["retrieve"]["operations"])
+    assert {"barrier.wait", "visibility.visible"} <= set(calls["retrieve"]["operations"])
     for c in interface():
         assert c["summary"] and c["guarantees"]
         assert all(op.split(".")[0] in modules() for op in c["operations"])
+    assert modules()["barrier"]["implementation"] == "harness.kernel.barrier.WriteBarrier"
+    with pytest.raises(ValueError, match="no operation"):  # an operation the module does not have
+        syscall(operations=["barrier.acquire"], guarantees="-")
     interface()[0]["operations"].append("x")  # a copy: the table cannot be changed from outside
     assert "x" not in interface()[0]["operations"]
 

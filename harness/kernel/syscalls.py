@@ -22,16 +22,24 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .injection import Injection
+from harness.memory.space import MemorySpace
+
+from . import visibility
+from .barrier import WriteBarrier
+from .identity import IdentityResolver
+from .injection import Injection, Kernel
 from .items import MemoryItem
 from .memory import KernelMemory, Read
 
+# module -> (the object whose operations the calls route to, what it is); operations name its real methods
 MODULES = {
-    "identity": "IdentityResolver: the user of a request, in the paper's priority order (Section 3.1)",
-    "barrier": "WriteBarrier: per-user sequence numbers; reads wait for earlier writes, fail-open (A.7)",
-    "space": "the memory space: one dense index over every user's items, searched under a view",
-    "visibility": "visible(m, a): owner = a OR sharing = shared; never fails open (Section 3.3)",
-    "injection": "dedupe, threshold, rank, cap, statement format, token budget, the MEMORY CONTEXT block (A.8)",
+    "identity": (IdentityResolver, "the user of a request, in the paper's priority order (Section 3.1)"),
+    "barrier": (WriteBarrier, "per-user sequence numbers: begin = the paper's acquire, wait = snapshot + "
+                              "wait_until_drained (fail-open after the timeout), release (A.7)"),
+    "space": (MemorySpace, "the memory space: one dense index over every user's items, searched under a view"),
+    "visibility": (visibility, "visible(m, a): owner = a OR sharing = shared; never fails open (Section 3.3)"),
+    "injection": (Kernel, "the read path: dedupe, threshold, rank, cap, statement format, token budget, "
+                          "the MEMORY CONTEXT block (A.8)"),
 }
 
 _CALLS: list[dict] = []
@@ -40,8 +48,9 @@ _CALLS: list[dict] = []
 def syscall(*, operations: Sequence[str], guarantees: str, caller: str = "agent") -> Callable:
     """Declare a method of Syscalls as a call of the interface (in definition order)."""
     for op in operations:
-        if op.split(".", 1)[0] not in MODULES:
-            raise ValueError(f"{op!r}: unknown kernel module (known: {', '.join(MODULES)})")
+        module, _, name = op.partition(".")
+        if module not in MODULES or not hasattr(MODULES[module][0], name):
+            raise ValueError(f"{op!r} is no operation of the kernel's modules ({', '.join(MODULES)})")
 
     def deco(fn):
         params = [p for p in inspect.signature(fn).parameters.values() if p.name != "self"]
@@ -92,7 +101,7 @@ class Syscalls:
         """Register a session of a user."""
         self._memory.resolver.register_session(session_id, user_id)
 
-    @syscall(operations=["identity.resolve", "barrier.acquire"],
+    @syscall(operations=["identity.resolve", "barrier.begin"],
              guarantees="every retrieve for the resolved user issued after this call waits until the write "
                         "is committed or aborted (or the barrier times out, fail-open, and says so)")
     def write_begin(self, agent: str, user: str | None = None) -> Ticket:
@@ -120,7 +129,7 @@ class Syscalls:
         """Give up an accepted write (the extraction failed)."""
         self._memory.fail(ticket.user, ticket.seq, error)
 
-    @syscall(operations=["identity.resolve", "barrier.acquire", "space.add_units", "barrier.release"],
+    @syscall(operations=["identity.resolve", "barrier.begin", "space.add_units", "barrier.release"],
              guarantees="write_begin + write_commit (or write_abort if `extract` raises) in one call")
     def write(self, agent: str, extract: Callable[[Ticket], Sequence[MemoryItem]],
               user: str | None = None) -> list[MemoryItem]:
@@ -134,8 +143,7 @@ class Syscalls:
         self.write_commit(ticket, items)
         return items
 
-    @syscall(operations=["identity.resolve", "barrier.snapshot", "barrier.wait_until_drained", "space.search",
-                         "visibility.visible", "injection.format"],
+    @syscall(operations=["identity.resolve", "barrier.wait", "space.search", "visibility.visible", "injection.inject"],
              guarantees="never returns an item the agent may not see (another agent's private item, another "
                         "user's item); sees every write for the user accepted before it unless the barrier "
                         "timed out (fail-open, in read.barrier); a search returning fewer of the visible items "
@@ -146,7 +154,7 @@ class Syscalls:
         return Retrieval(resolved, rule, inj, read)
 
     # -- the harness's bookkeeping (not agent calls) ----------------------------------------
-    @syscall(operations=["barrier.snapshot"], caller="harness",
+    @syscall(operations=[], caller="harness",
              guarantees="after the user's writes have ended: the writes accepted before the read that it did "
                         "not see (what the barrier exists to prevent)")
     def audit(self, read: Read) -> dict:
@@ -184,6 +192,7 @@ def interface() -> list[dict]:
     return [dict(c, arguments=list(c["arguments"]), operations=list(c["operations"])) for c in _CALLS]
 
 
-def modules() -> dict[str, str]:
-    """The kernel modules the operations name, with what each one is."""
-    return dict(MODULES)
+def modules() -> dict[str, dict]:
+    """The kernel modules the operations name: the implementing class or module, and what it is."""
+    return {m: {"implementation": f"{obj.__module__}.{obj.__qualname__}" if isinstance(obj, type) else obj.__name__,
+                "what": what} for m, (obj, what) in MODULES.items()}
