@@ -37,7 +37,7 @@ def test_the_interface_describes_every_call_of_the_layer():
     assert calls["retrieve"]["arguments"] == ["agent", "query", "user=None"]
     assert {"barrier.wait", "visibility.visible"} <= set(calls["retrieve"]["operations"])
     for c in interface():
-        assert c["summary"] and c["guarantees"]
+        assert c["summary"] and c["guarantee"]
         assert all(op.split(".")[0] in modules() for op in c["operations"])
     assert modules()["barrier"]["implementation"] == "harness.kernel.barrier.WriteBarrier"
     with pytest.raises(ValueError, match="no operation"):  # an operation the module does not have

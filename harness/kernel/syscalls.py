@@ -10,7 +10,7 @@ The assistant's context comes from `retrieve`: identity, barrier wait, search un
 view, the visibility re-check, dedupe, threshold, rank, cap, format and token budget.
 
 Each call is declared with `@syscall`: the kernel module operations it routes to and what it
-guarantees. `interface()` lists them (name, caller, arguments, operations, guarantee), so
+guarantees. `interface()` lists them (name, caller, arguments, summary, operations, guarantee), so
 Table 7 is generated from the code that runs, and a call added here is in the table at once.
 The harness's own bookkeeping (what a read missed, what a user's writes did) is declared too,
 with caller "harness": agents never call it.
@@ -59,7 +59,7 @@ def syscall(*, operations: Sequence[str], guarantees: str, caller: str = "agent"
             "arguments": [p.name + ("" if p.default is inspect.Parameter.empty else f"={p.default!r}")
                           for p in params],
             "summary": (inspect.getdoc(fn) or "").split("\n")[0], "operations": list(operations),
-            "guarantees": guarantees})
+            "guarantee": guarantees})
         return fn
 
     return deco
@@ -188,7 +188,8 @@ class Syscalls:
 
 def interface() -> list[dict]:
     """Every call of the interface: name, caller (agent | harness), arguments, summary, the kernel module
-    operations it routes to, and what it guarantees. Table 7 is rendered from this."""
+    operations it routes to, and what it guarantees (`guarantee`). Table 7 is rendered from this
+    (analysis/personal/table7.py)."""
     return [dict(c, arguments=list(c["arguments"]), operations=list(c["operations"])) for c in _CALLS]
 
 
