@@ -162,6 +162,13 @@ class Folder:
 def _stage_dirs(path: Path) -> list[Path]:
     if (path / "stage.json").exists():
         return [path]
+    from analysis import publish  # a published dataset (make publish): its folders, rebuilt and checked
+
+    if publish.is_published(path):
+        try:
+            return publish.stage_dirs(path)
+        except publish.PublishError as exc:
+            raise AnalysisError(str(exc)) from None
     found = sorted({p.parent for p in path.glob("*/stage.json")} | {p.parent for p in path.glob("*/*/stage.json")})
     return found
 
@@ -170,8 +177,9 @@ def find_folders(paths: Iterable[str | Path] | None, runs_root: str | Path = "ru
     """Stage folders to analyse, sorted by name.
 
     No paths: every stage folder under `runs_root` except the pilots (pilot, pilot_local:
-    never in any result, Appendix A). A path may be a stage folder, a folder of labels, or a runs root; a pilot
-    named explicitly is analysed (the report says it is the pilot).
+    never in any result, Appendix A). A path may be a stage folder, a folder of labels, a runs root, or a
+    dataset written by `make publish` (its folders rebuilt from its tables); a pilot named explicitly is
+    analysed (the report says it is the pilot).
     """
     explicit = bool(paths)
     roots = [Path(p) for p in paths] if explicit else [Path(runs_root)]
