@@ -113,7 +113,9 @@ def test_every_table_loads_with_datasets_and_the_card_holds_the_manifest(publish
 
 
 def test_reanalysis_of_the_dataset_is_byte_for_byte_and_it_exports_to_inspect(published, tmp_path):
-    common = ["replay=none", "resamples=20", "lenient=true"]
+    from tests.test_analysis import prereg_file
+
+    common = ["replay=none", f"prereg={prereg_file(tmp_path)}", "lenient=true"]
     assert A.main([f"runs={','.join(map(str, published['folders']))}", f"out={tmp_path / 'a'}", *common]) == 0
     assert A.main([f"runs={published['out']}", f"out={tmp_path / 'b'}", *common]) == 0
     files_a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
