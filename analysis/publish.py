@@ -354,7 +354,8 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
             rec = records[rel]
             fmt = json_style(text, json.loads(text)) if isinstance(rec, dict) else None
             if isinstance(rec, dict):
-                published = _dump_json(rec, fmt or _JSON_STYLES[0])
+                if fmt or rec != json.loads(text):  # written anew only when rebuilt from rows or changed
+                    published = _dump_json(rec, fmt or _JSON_STYLES[0])
                 _add_record(ex, name, rel, rec)
             if fmt is None:
                 content = published

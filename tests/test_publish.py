@@ -10,8 +10,10 @@ Hub, and give a results page that Chromium shows with a row and a link.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
+import io
 import json
 import math
 import threading
@@ -25,6 +27,7 @@ import yaml
 
 from analysis import publish as P
 from analysis import run as A
+from harness.cli import publish as publish_cli
 from tests.analysis_fixtures import Stage, sha256_file
 
 URL = "http://127.0.0.1:9/v1"
@@ -76,9 +79,10 @@ def published(tmp_path_factory):
             r["transcript"] = _transcript(r["question"], sha[public if variant == "public" else private])
     folders = [_with_prompts(lme, {"p": public}), _with_prompts(org, {"p": public, "q": private})]
     out = root / "dataset"
-    said: list[str] = []
-    P.publish(folders, out, say=said.append)
-    return {"root": root, "folders": folders, "out": out, "said": "\n".join(said), "private": private}
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):  # what `make publish RUNS=a,b OUT=DIR` runs
+        assert publish_cli.main([f"runs={folders[0]},{folders[1]}", f"out={out}"]) == 0
+    return {"root": root, "folders": folders, "out": out, "said": said.getvalue(), "private": private}
 
 
 def _all_text(out: Path) -> str:
@@ -176,6 +180,14 @@ def test_a_changed_table_is_refused_naming_it(published, tmp_path, capsys):
         P.rebuild(bad, tmp_path / "rebuilt")
 
 
+def test_bad_arguments_exit_2(published, tmp_path, capsys):
+    assert publish_cli.main([f"runs={published['folders'][0]}"]) == 2
+    assert publish_cli.main([f"runs={tmp_path / 'nothing'}", f"out={tmp_path / 'x'}"]) == 2
+    assert publish_cli.main([f"runs={published['folders'][0]}", f"out={published['folders'][1]}"]) == 2  # not ours
+    err = capsys.readouterr().err
+    assert "out=DIR is required" in err and "no such folder" in err and "holds no dataset card" in err
+
+
 def test_a_personalization_stage_is_refused_by_kind(published, tmp_path):
     folder = _copy(published["folders"][0], tmp_path / "personal" / "p")
     info = json.loads((folder / "stage.json").read_text())
@@ -268,3 +280,20 @@ def test_results_page_shows_a_row_and_links_it_into_the_inspect_viewer(published
     assert log.startswith("http://127.0.0.1:7575/#/logs/") and (tmp_path / "site" / "logs" / log.rsplit("/", 1)[1]).exists()
     keys = [float(k) for k in sorted_acc if k]
     assert keys == sorted(keys) and len(keys) == len(cells)
+
+
+def test_files_the_tables_cannot_rewrite_go_along_as_text_and_rebuild_exactly(published, tmp_path):
+    """A torn last ledger line (a killed driver) and a record written with another indent: kept as written."""
+    folder = _copy(published["folders"][0], tmp_path / "runs" / "smoke" / "odd")
+    ledger = folder / "ledger.jsonl"
+    ledger.write_text(ledger.read_text() + '{"event": "request", "tag": "none.lme.q9')
+    rec = sorted((folder / "records").glob("*.json"))[0]
+    rec.write_text(json.dumps(json.loads(rec.read_text()), indent=4))
+    ex = P.publish([folder], tmp_path / "ds", say=lambda s: None)
+    assert sorted(ex.verbatim) == ["smoke/odd/ledger.jsonl", f"smoke/odd/records/{rec.name}"]
+    (root,) = P.rebuild(tmp_path / "ds", tmp_path / "rebuilt")
+    assert (root / "ledger.jsonl").read_bytes() == ledger.read_bytes()
+    text = (root / "records" / rec.name).read_text()
+    assert text.startswith("{\n    ") and json.loads(text) == {**json.loads(rec.read_text()),
+                                                             "data_path": "<local path>/synth_tiny.json"}
+    assert {p.name for p in (root / "records").iterdir()} == {p.name for p in (folder / "records").iterdir()}
