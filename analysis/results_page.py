@@ -4,7 +4,7 @@ One HTML file (index.html) from one or more published datasets (analysis/publish
 per stage folder x condition x variant with the reader model, accuracy and its Wilson 95%
 interval over the judged runs (a failed run counts wrong, as in the analysis), tokens per
 run, cost at list price, and whether the stage's fidelity manifest is the paper's (same) or
-not (differs: the settings named). Every column sorts by a click on its heading (a few lines
+not (differs: the settings named; not known: settings the manifest could not compare). Every column sorts by a click on its heading (a few lines
 of script in the page; nothing fetched). Each row links into Inspect's viewer at
 `viewer` (default http://127.0.0.1:7575/, what `make view` serves) on the stage's log for that
 condition; the logs are written beside the page (out/logs: `make view VIEW_DIR=out/logs`).
@@ -37,7 +37,10 @@ def manifest_status(info: dict) -> str:
     if not rows:
         return "not recorded"
     differs = [str(r.get("key")) for r in rows if r.get("status") == "differs"]
-    return "same" if not differs else "differs: " + ", ".join(differs)
+    unknown = [str(r.get("key")) for r in rows if r.get("status") not in ("same", "differs")]
+    if differs:
+        return "differs: " + ", ".join(differs)
+    return "not known: " + ", ".join(unknown) if unknown else "same"
 
 
 def rows(folders, viewer: str, logs: dict[tuple[str, str], str]) -> list[dict]:
