@@ -158,6 +158,7 @@ def test_smoke_folders_never_enter_a_paper_table_unless_asked(tmp_path, capsys):
     kept = select(None, root)
     assert [f.name for f in kept] == ["personal/m"]
     assert "skipped smoke folder personal_smoke/smoke" in capsys.readouterr().err
+    assert [f.name for f in select([root])] == ["personal/m"]  # a runs root: skipped, not refused
     with pytest.raises(AnalysisError, match="smoke=true"):
         select([root / "personal_smoke" / "smoke"])
     assert main([f"runs={root / 'personal_smoke' / 'smoke'}", f"out={tmp_path / 'r'}"]) == 2

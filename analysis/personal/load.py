@@ -46,11 +46,12 @@ def select(paths, runs_root: str | Path = "runs", smoke: bool = False, log=print
 
     mine = studies.analysed_by("analysis.personal")
     folders = [f for f in find_folders(paths or None, runs_root) if f.info.get("kind") in mine]
+    named = {Path(p).resolve() for p in paths or ()}
     kept = []
     for f in folders:
         if purpose(f) != "smoke" or smoke:
             kept.append(f)
-        elif paths:
+        elif f.path.resolve() in named:
             raise AnalysisError(f"{f.name} is a smoke stage (it checks the pipeline; its numbers are no paper "
                                 "table); smoke=true analyses it, and the report says SMOKE")
         else:
@@ -60,14 +61,19 @@ def select(paths, runs_root: str | Path = "runs", smoke: bool = False, log=print
 
 
 def reported_models(folder: Folder) -> tuple[dict[str, str], str]:
-    """run_id -> the model the endpoint named in the run's assistant reply, and the folder's (joined)."""
+    """run_id -> the model the endpoint named in the run's assistant replies (else in any of the run's
+    replies: every call of a run goes to the stage's one model), and the folder's (joined)."""
     led = ledger_frame(folder)
     if led.empty:
         return {}, ""
-    d = led[(led["event"] == "response") & (led["role"] == "assistant") & (led["status"] == 200)
+    d = led[(led["event"] == "response") & (led["party"] == "agents") & (led["status"] == 200)
             & (led["response_model"] != "")]
-    per_run = {rid: ", ".join(sorted(set(g["response_model"]))) for rid, g in d.groupby("run_id")}
-    return per_run, ", ".join(sorted(set(d["response_model"])))
+    per_run = {}
+    for rid, g in d.groupby("run_id"):
+        own = g[g["role"] == "assistant"]
+        per_run[rid] = ", ".join(sorted(set((own if len(own) else g)["response_model"])))
+    own = d[d["role"] == "assistant"]
+    return per_run, ", ".join(sorted(set((own if len(own) else d)["response_model"])))
 
 
 def judge_name(folder: Folder, judge: str | None) -> str | None:

@@ -13,7 +13,7 @@ from analysis.personal import Table, register
 
 from .common import DIMENSION_NAMES, DIMENSIONS, mean_sd, method_order
 
-COLUMNS = ("model", "condition", "n", "failed", *(f"{d}_{s}" for d in DIMENSIONS for s in ("mean", "sd", "n")))
+COLUMNS = ("model", "condition", "folders", "scoring", "n", "failed", *(f"{d}_{s}" for d in DIMENSIONS for s in ("mean", "sd", "n")))
 
 
 def build(st) -> pd.DataFrame:
@@ -22,7 +22,10 @@ def build(st) -> pd.DataFrame:
     for model, g in runs.groupby("model", sort=True):
         for cond in method_order(g.condition):
             c = g[g.condition == cond]
-            row = {"model": model, "condition": cond, "n": len(c), "failed": int((c.status != "ok").sum())}
+            hybrid = set(c.hybrid.dropna())
+            row = {"model": model, "condition": cond, "folders": "; ".join(sorted(set(c.folder))),
+                   "scoring": ", ".join(sorted("hybrid" if h else "llm" for h in hybrid)) or "unjudged",
+                   "n": len(c), "failed": int((c.status != "ok").sum())}
             for d in DIMENSIONS:
                 x = c[d].dropna().astype(float)
                 row[f"{d}_mean"], row[f"{d}_sd"], row[f"{d}_n"] = x.mean(), x.std(ddof=1), len(x)
@@ -37,8 +40,13 @@ def section(st) -> str:
     body = [[r.model, r.condition, f"{r.n}" + (f" ({r.failed} failed)" if r.failed else ""),
              *(mean_sd(runs.loc[(runs.model == r.model) & (runs.condition == r.condition), d]) for d in DIMENSIONS)]
             for r in t.itertuples()]
+    pooled = t[t.folders.str.contains(";")]
+    note = ("" if pooled.empty else "**Pooled over several folders of one model:** " + "; ".join(
+        f"{r.model} / {r.condition}: {r.folders}" for r in pooled.itertuples()) + ".\n\n")
+    scoring = ", ".join(sorted(set(t.scoring))) if len(t) else "–"
     return ("## Table 2: scores per model x method (mean ± SD)\n\n[`table2_scores.csv`](table2_scores.csv); "
-            "rubric 1-5 per dimension.\n\n" + (md_table(head, body) if body else "(no judged study folder)") + "\n")
+            f"rubric 1-5 per dimension; scores as the judge recorded them ({scoring}: hybrid = (keyword + LLM) / 2, "
+            "Appendix A.10).\n\n" + note + (md_table(head, body) if body else "(no judged study folder)") + "\n")
 
 
 register(Table("table2", "table2_scores.csv", build, section, order=20, columns=COLUMNS))
