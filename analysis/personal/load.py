@@ -115,6 +115,7 @@ def runs_frame(folders, judge: str | None = None) -> pd.DataFrame:
                 "tokens_prompt": r["tokens"]["prompt"], "tokens_output": r["tokens"]["output"],
                 "cost_list": r["cost_list"], "n_injected": r["n_injected"], "n_candidates": r["n_candidates"],
                 "injected_scores": [i.get("score") for i in r["injected"]],
+                "below_threshold": ((r.get("method_log") or {}).get("dropped") or {}).get("below_threshold"),
                 "injected_types": [i.get("memory_type") for i in r["injected"]],
                 "foreign_items": r["foreign_items"], "exposure_private": r["exposure_private"],
                 "conversation_retrieved": r["conversation_retrieved"],

@@ -10,7 +10,7 @@ the kernel keeps the items scoring at least the threshold, best first, up to the
 the budget, so a higher threshold keeps exactly the injected items that score at least it
 (each injected item's cosine is in the record). A threshold below the stage's is not
 computable (what the stage's threshold dropped was not scored in the record) and its row
-says so.
+says so; `candidates_below_ran` counts what the stage's own threshold dropped (the kernel's log).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from .common import PAPER_THRESHOLD
 
 GRID = (-1.0, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 TYPES = ("profile", "task_context", "conversation")
-COLUMNS = ("model", "condition", "ran_threshold", "encoder", "threshold", "computable", "reads", "items_at_ran",
+COLUMNS = ("model", "condition", "ran_threshold", "encoder", "candidates_below_ran", "threshold", "computable", "reads",
+           "items_at_ran",
            "items_kept", "items_dropped", "dropped_share", "reads_left_empty", "mean_kept",
            *(f"dropped_{t}" for t in TYPES))
 
@@ -39,7 +40,9 @@ def build(st) -> pd.DataFrame:
         total = int(sum(len(s) for s in scores))
         for t in sorted(set(GRID) | {float(ran)}):
             base = {"model": model, "condition": cond, "ran_threshold": float(ran),
-                    "encoder": ", ".join(sorted(set(g.encoder.dropna()))), "threshold": t, "reads": len(g),
+                    "encoder": ", ".join(sorted(set(g.encoder.dropna()))),
+                    "candidates_below_ran": pd.to_numeric(g.below_threshold, errors="coerce").sum(min_count=1),
+                    "threshold": t, "reads": len(g),
                     "items_at_ran": total, "computable": t >= float(ran)}
             if t < float(ran):
                 rows.append(base)
