@@ -220,3 +220,23 @@ def test_human_validation_sample_is_blind_seeded_separated_and_agreement_is_righ
     with pytest.raises(AnalysisError, match="not scored"):
         (out / "blank.csv").write_text("position,item,score\n1,x,\n")
         validation.read_ratings(out / "blank.csv")
+
+
+def test_the_three_paper_presets_get_their_own_folders_endpoints_and_prices(monkeypatch):
+    from hydra import compose, initialize_config_dir
+
+    from tests.personal_helpers import CONF
+
+    monkeypatch.setenv("LLAMA31_8B_BASE_URL", "http://127.0.0.1:1/v1")
+    monkeypatch.delenv("QWEN25_7B_BASE_URL", raising=False)
+    monkeypatch.setenv("OLLAMA_BASE_URL", "http://127.0.0.1:2/v1")
+    got = {}
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        for preset in ("gpt4o", "llama31_8b", "qwen25_7b"):
+            cfg = compose(config_name="config", overrides=["stage=personal", f"model={preset}"])
+            got[preset] = (str(cfg.stage.label), str(cfg.model.base_url), float(cfg.model.prices.output))
+        smoke = compose(config_name="config", overrides=["stage=personal_smoke"])
+    assert got["gpt4o"][0] == "gpt-4o" and got["gpt4o"][2] == 10.0  # list price, USD per million output tokens
+    assert got["llama31_8b"] == ("llama3.1:8b", "http://127.0.0.1:1/v1", 0.0)
+    assert got["qwen25_7b"] == ("qwen2.5:7b", "http://127.0.0.1:2/v1", 0.0)  # falls back to OLLAMA_BASE_URL
+    assert smoke.stage.purpose == "smoke"

@@ -4,7 +4,7 @@
         [duplicates=6] [seed=0] [dimension=integration] [out=DIR]
     python -m analysis.personal.validation agree ratings=DIR/ratings.csv [key=DIR/key.csv]
 
-`sample` draws `per_method` judged, successful runs of each method (the paper: 6 x 4 = 24
+`sample` draws `per_method` judged, successful runs of each of the paper's four methods (6 x 4 = 24
 unique items, GPT-4o), adds `duplicates` second copies of some of them at positions at
 least a quarter of the sheet apart (the intra-rater check), shuffles everything with
 `seed` and writes into DIR (default <folder>/validation/):
@@ -41,7 +41,7 @@ from harness.failures import announce
 from harness.records import RunDir
 from judge.rubric import DIMENSIONS, describe_profile, describe_task, load_rubric
 
-from .common import method_order
+from .common import METHODS, method_order
 
 SHEET_COLUMNS = ("position", "item", "profile", "task", "query", "reply", "score")
 KEY_COLUMNS = ("item", "run_id", "condition", "trial_id", "copy", "position")
@@ -108,7 +108,8 @@ def sample(folder: Path, judge: str | None = None, per_method: int = 6, duplicat
               .get(dimension) is not None]
     rng = np.random.default_rng(seed)
     chosen: list[dict] = []
-    for cond in method_order({r["condition"] for r in judged}):
+    present = {r["condition"] for r in judged}
+    for cond in [m for m in METHODS if m in present] or method_order(present):  # the paper's four methods
         pool = [r for r in judged if r["condition"] == cond]
         if len(pool) < per_method:
             raise AnalysisError(f"{folder}: {cond} has {len(pool)} judged runs, fewer than per_method={per_method}")
