@@ -179,7 +179,8 @@ def test_human_validation_sample_is_blind_seeded_separated_and_agreement_is_righ
     assert (again / "sheet.csv").read_text() == sheet and (again / "key.csv").read_text() == (out / "key.csv").read_text()
     assert (validation.sample(d, seed=8, out=tmp_path / "other") / "sheet.csv").read_text() != sheet
     assert not any(m in sheet for m in METHODS) and "__" not in sheet  # blind: no method, no run id
-    key = list(csv.DictReader(open(out / "key.csv")))
+    with open(out / "key.csv") as fh:
+        key = list(csv.DictReader(fh))
     assert len(key) == 30 and sum(k["copy"] == "2" for k in key) == 6
     assert {m: sum(k["condition"] == m and k["copy"] == "1" for k in key) for m in METHODS} == dict.fromkeys(METHODS, 6)
     pos = {}
@@ -189,7 +190,8 @@ def test_human_validation_sample_is_blind_seeded_separated_and_agreement_is_righ
     # the rater: the judge's score, one point off on every kernel_shared item, and one duplicate off by 2
     judge = {f"{r['trial_id']}__{r['condition']}": r["llm"]["integration"] for r in runs}
     flipped = next(k["run_id"] for k in key if k["copy"] == "2")
-    rows = list(csv.DictReader(open(out / "sheet.csv")))
+    with open(out / "sheet.csv") as fh:
+        rows = list(csv.DictReader(fh))
     by_item = {k["item"]: k for k in key}
     for row in rows:
         k = by_item[row["item"]]
@@ -202,7 +204,7 @@ def test_human_validation_sample_is_blind_seeded_separated_and_agreement_is_righ
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    table, intra, info = validation.agree(out / "ratings.csv")
+    table, intra, _ = validation.agree(out / "ratings.csv")
     t = table.set_index("method")
     assert t.loc["naive_concat", "exact"] == 1.0 and t.loc["kernel_shared", "exact"] == 0.0
     assert t.loc["kernel_shared", "within_one"] == 1.0 and t.loc["kernel_shared", "mae"] == 1.0

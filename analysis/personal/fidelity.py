@@ -21,12 +21,12 @@ def build(st) -> pd.DataFrame:
 
 def section(st) -> str:
     t = st.table("fidelity")
-    parts = ["## Fidelity to the paper\n\n[`fidelity.csv`](fidelity.csv): each folder's manifest (stage.json), "
-             "the paper's value beside the stage's.\n"]
+    parts = [("## Fidelity to the paper\n\n[`fidelity.csv`](fidelity.csv): each folder's manifest (stage.json), "
+              "the paper's value beside the stage's.\n")]
     for folder, d in t.groupby("folder", sort=True):
         parts.append(f"\n### {folder} ({d['purpose'].iloc[0]})\n\n" + md_table(
             ["setting", "paper", "this stage", "same / differs"],
-            [[r.setting, text(r.paper), text(r.stage), f"**{r.status}**" if r.status == "differs" else r.status]
+            [[r.setting, text(r.paper), text(r.stage), (f"**{r.status}**" if r.status == "differs" else r.status)]
              for r in d.itertuples()]) + "\n")
     return "".join(parts)
 

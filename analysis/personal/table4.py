@@ -48,9 +48,9 @@ def section(st) -> str:
     t = st.table("table4")
     head = ["model", "dimension", f"{KERNEL} vs baseline", "difference [95% CI]", "Welch t", "p", "U", "p",
             "rank-biserial"]
-    parts = ["## Table 4 and Section 4.4: kernel_shared vs each baseline\n\n"
-             "[`table4_kernel_vs_baselines.csv`](table4_kernel_vs_baselines.csv); independent samples; "
-             "bold: p < 0.05 under both Welch's t and Mann-Whitney U.\n"]
+    parts = [("## Table 4 and Section 4.4: kernel_shared vs each baseline\n\n"
+              "[`table4_kernel_vs_baselines.csv`](table4_kernel_vs_baselines.csv); independent samples; "
+              "bold: p < 0.05 under both Welch's t and Mann-Whitney U.\n")]
     for base in BASELINES:
         d = t[t.baseline == base]
         title = "Table 4: vs naive_concat" if base == "naive_concat" else f"Section 4.4: vs {base}"
