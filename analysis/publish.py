@@ -40,6 +40,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +49,7 @@ from typing import Any, Iterable
 import yaml
 
 from harness.records import privacy
-from harness.records.ledger import read_lines
+from harness.records.ledger import parse_lines
 from harness.records.schema import (Attempt, Judgement, LedgerEvent, ModelCall, RunRecord, ToolCall, Transcript,
                                     read_json)
 
@@ -106,7 +107,7 @@ KEY_TYPES = {"folder": "string", "file": "string", "line": "int64", "run_id": "s
 def _scalar(annotation: Any) -> str | None:
     """The parquet type of a schema field that is one scalar (None: stored as JSON text)."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return _scalar(args[0]) if len(args) == 1 else None
     if typing.get_origin(annotation) is typing.Literal:
         kinds = {type(a) for a in typing.get_args(annotation)}
@@ -293,10 +294,8 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
                     ex.private.scan_object(obj)
             elif rel.endswith(".yaml"):
                 ex.private.scan_object(yaml.safe_load(text))
-            if rel.endswith(("lock", "sessions.jsonl")):
-                for obj in _objects(text, rel + ".jsonl"):
-                    if obj.get("host"):
-                        ex.hosts.add(str(obj["host"]))
+            if rel.endswith(("lock", "sessions.jsonl")):  # one JSON object per line: who ran the stage
+                ex.hosts |= {str(o["host"]) for o in _objects(text, "lines.jsonl") if o.get("host")}
     for name, root in folders.items():
         _add_folder(ex, name, root, {rel: ex.private.redact(t) for (n, rel), t in texts.items() if n == name},
                     private_transcripts)
@@ -364,7 +363,7 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
             if rel != f"prompts/{sha256(text)}.txt":
                 content = text  # a prompt file whose name is not its hash: kept as written
         elif table in ("ledger", "attempts", "judgements"):
-            lines, problems = read_lines_text(text)
+            lines, problems = parse_lines(text.encode("utf-8"), rel)
             objs = [o for _, o in lines]
             fmt = lines_style(text, objs) if not problems else None
             for i, obj in lines:
@@ -378,16 +377,6 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
         rows["files"].append({"folder": name, "path": rel, "sha256": sha256(published),
                               "bytes": len(published.encode("utf-8")), "table": table,
                               "format": json.dumps(fmt, sort_keys=True) if fmt else None, "content": content})
-
-
-def read_lines_text(text: str) -> tuple[list[tuple[int, dict]], list]:
-    """harness.records.ledger.read_lines on text in memory (one rule for torn and corrupted lines)."""
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="", suffix=".jsonl", delete=False) as f:
-        f.write(text)
-    try:
-        return read_lines(f.name)
-    finally:
-        Path(f.name).unlink()
 
 
 def _prompt_shas(transcript: Any) -> set[str]:
