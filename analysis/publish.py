@@ -413,8 +413,8 @@ def _add_data(ex: Export, name: str) -> None:
                                  "bytes": len(text.encode("utf-8")), "table": None, "format": None, "content": text})
     else:
         ex.left_out.append(f"{name}: the data file ({data.get('kind') or 'unknown kind'}, sha256 "
-                           f"{data.get('sha256')}); the exposure replay needs it at data/{path.name} of the rebuilt "
-                           f"folder")
+                           f"{data.get('sha256')}); for the exposure replay put it at data/{path.name} of this "
+                           f"dataset's folder")
 
 
 # ------------------------------------------------------------------------------ what leaves
@@ -703,6 +703,12 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
         dest.parent.mkdir(parents=True, exist_ok=True)
         with open(dest, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
+    for root in roots:  # data that did not go along, put beside the card by its user (the replay checks its sha256)
+        name = Path(str((json.loads((root / "stage.json").read_text(encoding="utf-8")).get("data") or {}).get("path")
+                        or "")).name
+        if name and not (root / "data" / name).exists() and (folder / "data" / name).is_file():
+            (root / "data").mkdir(exist_ok=True)
+            (root / "data" / name).symlink_to((folder / "data" / name).resolve())
     return roots
 
 

@@ -297,3 +297,17 @@ def test_files_the_tables_cannot_rewrite_go_along_as_text_and_rebuild_exactly(pu
     assert text.startswith("{\n    ") and json.loads(text) == {**json.loads(rec.read_text()),
                                                              "data_path": "<local path>/synth_tiny.json"}
     assert {p.name for p in (root / "records").iterdir()} == {p.name for p in (folder / "records").iterdir()}
+
+
+def test_data_that_is_not_ours_stays_behind_and_is_found_beside_the_card(published, tmp_path):
+    folder = _copy(published["folders"][0], tmp_path / "runs" / "main" / "main")
+    info = json.loads((folder / "stage.json").read_text())
+    data_file = Path(info["data"]["path"])
+    (folder / "stage.json").write_text(json.dumps({**info, "data": {**info["data"], "kind": "longmemeval"}}))
+    ex = P.publish([folder], tmp_path / "ds", say=lambda s: None)
+    assert not any(f["path"].startswith("data/") for f in ex.rows["files"])
+    assert any("the data file (longmemeval" in x for x in P.read_card(tmp_path / "ds")["left_out"])
+    (tmp_path / "ds" / "data").mkdir()
+    (tmp_path / "ds" / "data" / data_file.name).write_bytes(data_file.read_bytes())
+    (root,) = P.rebuild(tmp_path / "ds", tmp_path / "rebuilt")
+    assert (root / "data" / data_file.name).read_bytes() == data_file.read_bytes()
