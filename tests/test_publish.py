@@ -196,7 +196,7 @@ def test_a_personalization_stage_is_refused_by_kind(published, tmp_path):
         P.collect([folder])
 
 
-def test_push_uploads_every_file_to_a_private_dataset_repository(published):
+def test_push_uploads_every_file_to_a_private_dataset_repository(published, tmp_path, monkeypatch, capsys):
     """huggingface_hub's own client, pointed at a loopback Hub that checks the card's YAML and records the commit."""
     seen: dict[str, list] = {"create": [], "commit": []}
 
@@ -236,14 +236,18 @@ def test_push_uploads_every_file_to_a_private_dataset_repository(published):
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        url = P.push(published["out"], "me/results", token="hf_test", endpoint=f"http://127.0.0.1:{srv.server_address[1]}")
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    out = tmp_path / "ds"
+    try:  # the whole runs root: every stage folder below it, as a sweep family would be
+        code = publish_cli.main([f"runs={published['root'] / 'runs'}", f"out={out}", "push=me/results",
+                                 f"endpoint=http://127.0.0.1:{srv.server_address[1]}"])
     finally:
         srv.shutdown()
-    assert url.endswith("/commit/" + "a" * 40)
+    assert code == 0 and capsys.readouterr().out.rstrip().endswith("/commit/" + "a" * 40)
+    assert P.read_card(out)["tables"] == P.read_card(published["out"])["tables"]  # the same two folders
     assert seen["create"] == [{"name": "results", "organization": "me", "visibility": "private", "type": "dataset"}]
     sent = sorted(op["value"]["path"] for op in seen["commit"] if op["key"] == "file")
-    local = sorted(str(p.relative_to(published["out"])) for p in published["out"].rglob("*") if p.is_file())
+    local = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert sent == local and "README.md" in sent and "ledger/train.parquet" in sent
 
 
