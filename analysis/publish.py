@@ -293,7 +293,10 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
                 for obj in _objects(text, rel):
                     ex.private.scan_object(obj)
             elif rel.endswith(".yaml"):
-                ex.private.scan_object(yaml.safe_load(text))
+                try:
+                    ex.private.scan_object(yaml.safe_load(text))
+                except yaml.YAMLError:
+                    pass  # its text is still scanned for paths and keys above
             if rel.endswith(("lock", "sessions.jsonl")):  # one JSON object per line: who ran the stage
                 ex.hosts |= {str(o["host"]) for o in _objects(text, "lines.jsonl") if o.get("host")}
     for name, root in folders.items():

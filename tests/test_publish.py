@@ -315,3 +315,18 @@ def test_data_that_is_not_ours_stays_behind_and_is_found_beside_the_card(publish
     (tmp_path / "ds" / "data" / data_file.name).write_bytes(data_file.read_bytes())
     (root,) = P.rebuild(tmp_path / "ds", tmp_path / "rebuilt")
     assert (root / "data" / data_file.name).read_bytes() == data_file.read_bytes()
+
+
+def test_what_counts_as_private():
+    from harness.records.privacy import Private, without_urls
+
+    found = Private()
+    found.scan_object({"model": {"base_url": "https://api.example.com/v1", "api_key": "EMPTY"},
+                       "judge": {"api_key": KEY}, "note": "http://example.org/not-an-endpoint"})
+    found.scan_text('{"path": "/chat/completions", "bin": "/usr/bin/sqlite3", "cache": "/tmp/u/x/cache"}')
+    text = found.redact('see https://api.example.com/v1 and http://example.org/not-an-endpoint with EMPTY and '
+                        f'{KEY}, /usr/bin/sqlite3 /chat/completions /tmp/u/x/cache/enc')
+    assert text == ("see <endpoint url> and http://example.org/not-an-endpoint with EMPTY and <key>, /usr/bin/sqlite3 "
+                    "/chat/completions <local path>/cache/enc")
+    assert without_urls("openai_compatible:m@http://10.0.0.2:8000/v1:0123abcd4567") == \
+        "openai_compatible:m@<endpoint url>:0123abcd4567"

@@ -9,8 +9,9 @@ and one drawn from the original folder are the same bytes.
 Found by reading the folder, not guessed: endpoint URLs are the values of `base_url` keys
 (config.yaml, stage.json, records, judgements); keys are the values of this process's
 environment variables named like keys (`*_KEY`, `*_TOKEN`, `*_SECRET`, `*PASSWORD*`) and of
-`api_key`-like fields; local paths are absolute paths whose top directory exists here
-(`/tmp/...`, `/home/...`; an API path such as `/chat/completions` is not one).
+`api_key`-like fields (8 characters or more: `EMPTY` is no key); local paths are absolute paths
+whose top directory exists here (`/tmp/...`, `/home/...`; not `/usr/...` or `/etc/...`, the same
+everywhere, nor an API path such as `/chat/completions`).
 """
 
 from __future__ import annotations
@@ -43,9 +44,12 @@ def is_redacted(value: Any) -> bool:
     return isinstance(value, str) and (value.startswith(LOCAL) or URL in value or KEY in value)
 
 
+SYSTEM_DIRS = {"usr", "bin", "sbin", "lib", "lib64", "etc", "proc", "dev", "sys"}  # the same on every machine
+
+
 def _is_local(path: str) -> bool:
     parts = PurePosixPath(path).parts
-    return len(parts) >= 3 and Path("/", parts[1]).is_dir()
+    return len(parts) >= 3 and parts[1] not in SYSTEM_DIRS and Path("/", parts[1]).is_dir()
 
 
 @dataclass
@@ -66,7 +70,7 @@ class Private:
         elif isinstance(obj, str) and obj:
             if key == "base_url" and _URL_RE.fullmatch(obj):
                 self.urls.add(obj)
-            elif key and _KEY_FIELD.match(key) and not key.endswith("_env"):
+            elif key and _KEY_FIELD.match(key) and len(obj) >= 8:  # not a placeholder such as EMPTY
                 self.keys.add(obj)
 
     def scan_text(self, text: str) -> None:
