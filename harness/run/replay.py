@@ -174,8 +174,8 @@ def _open_environment(folder_path: Path, stage_info: dict, records: list[dict]):
     data_path = Path(str(data.get("path") or ""))
     if not data_path.is_file() and (folder_path / "data" / data_path.name).is_file():
         data_path = folder_path / "data" / data_path.name  # a folder rebuilt from a published dataset carries it
-    if is_redacted(str(cfg.get("cache_dir"))):  # a published folder: its cache path was left out
-        cfg.cache_dir = str(folder_path / ".cache")
+    if is_redacted(str(cfg.get("cache_dir"))):  # a published folder: its cache path was left out; the default's
+        cfg.cache_dir = ".cache"                    # (conf/config.yaml) holds what this machine embedded before
     if not data_path.is_file():
         raise ReplayUnavailable(f"the stage's data file {data_path} is not here")
     want = data.get("sha256")
