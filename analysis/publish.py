@@ -42,16 +42,25 @@ import shutil
 import tempfile
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
 from harness.records import privacy
 from harness.records.ledger import parse_lines
-from harness.records.schema import (Attempt, Judgement, LedgerEvent, ModelCall, RunRecord, ToolCall, Transcript,
-                                    read_json)
+from harness.records.schema import (
+    Attempt,
+    Judgement,
+    LedgerEvent,
+    ModelCall,
+    RunRecord,
+    ToolCall,
+    Transcript,
+    read_json,
+)
 
 CARD = "README.md"
 CARD_KEY = "memspace"  # the card's YAML block this harness writes and reads
@@ -512,10 +521,10 @@ def card(ex: Export, hashes: dict[str, str]) -> str:
     header = {"license": LICENSE, "pretty_name": "memspace-harness stage results: " + ", ".join(ex.folders),
               "tags": ["agent-memory", "evaluation", "longmemeval"], "configs": configs, CARD_KEY: meta}
     body = ["# " + header["pretty_name"], "",
-            "Written by `make publish` of memspace-harness. Load a table with "
+            ("Written by `make publish` of memspace-harness. Load a table with "
             "`datasets.load_dataset(DIR, NAME)`; re-analyse with `make analyze RUNS=DIR`, which rebuilds the stage "
             "folders from these tables, checks every table against the sha256 in this card's header and every "
-            "file against the `files` table, and writes the same results as the original folders.", "",
+            "file against the `files` table, and writes the same results as the original folders."), "",
             "## Tables", ""]
     for t in TABLES:
         if t.name in hashes:
@@ -524,9 +533,9 @@ def card(ex: Export, hashes: dict[str, str]) -> str:
             body.append(f"- `{t.name}`: no rows in these stages (no config)")
     body += ["", "## Left out", ""] + [f"- {x}" for x in card_left_out(ex)]
     for name, st in meta["stages"].items():
-        body += ["", f"## {name}", "", f"- study kind: `{st['kind']}`; seed {st['seed']}; config sha256 "
-                 f"`{st['config_hash']}`", f"- code revision: `{(st['code'] or {}).get('commit')}` "
-                 f"(uncommitted changes: {(st['code'] or {}).get('dirty')})",
+        body += ["", f"## {name}", "", (f"- study kind: `{st['kind']}`; seed {st['seed']}; config sha256 "
+                 f"`{st['config_hash']}`"), (f"- code revision: `{(st['code'] or {}).get('commit')}` "
+                 f"(uncommitted changes: {(st['code'] or {}).get('dirty')})"),
                  f"- data: {st['data'].get('kind')}, sha256 `{st['data'].get('sha256')}`",
                  f"- reader: {st['model'].get('name')} ({st['model'].get('model')}); prices {st['prices']}",
                  f"- pre-registration: `{meta['prereg'][name].get('path')}` sha256 "

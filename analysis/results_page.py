@@ -17,10 +17,9 @@ from __future__ import annotations
 import html
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
 from analysis import export_inspect
@@ -64,7 +63,7 @@ def rows(folders, viewer: str, logs: dict[tuple[str, str], str]) -> list[dict]:
 
 def _num(x: float, fmt: str) -> tuple[str, str]:
     """(shown text, sort key) of a number; NaN shows a dash and sorts last."""
-    return ("–", "") if x != x else (format(x, fmt), repr(float(x)))
+    return ("–", "") if math.isnan(x) else (format(x, fmt), repr(float(x)))
 
 
 def render(table: list[dict], sources: list[str]) -> str:
@@ -72,7 +71,7 @@ def render(table: list[dict], sources: list[str]) -> str:
     body = []
     for r in table:
         acc, acc_key = _num(r["accuracy"], ".1%")
-        interval = "–" if r["lo"] != r["lo"] else f"{r['lo']:.1%} – {r['hi']:.1%}"
+        interval = "–" if math.isnan(r["lo"]) else f"{r['lo']:.1%} – {r['hi']:.1%}"
         tok, tok_key = _num(r["tokens"], ",.0f")
         cost, cost_key = _num(r["cost"], ".4f")
         cells = [(r["stage"], r["stage"]), (r["model"], r["model"]),

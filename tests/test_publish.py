@@ -291,7 +291,7 @@ def test_files_the_tables_cannot_rewrite_go_along_as_text_and_rebuild_exactly(pu
     folder = _copy(published["folders"][0], tmp_path / "runs" / "smoke" / "odd")
     ledger = folder / "ledger.jsonl"
     ledger.write_text(ledger.read_text() + '{"event": "request", "tag": "none.lme.q9')
-    rec = sorted((folder / "records").glob("*.json"))[0]
+    rec = min((folder / "records").glob("*.json"))
     rec.write_text(json.dumps(json.loads(rec.read_text()), indent=4))
     ex = P.publish([folder], tmp_path / "ds", say=lambda s: None)
     assert sorted(ex.verbatim) == ["smoke/odd/ledger.jsonl", f"smoke/odd/records/{rec.name}"]

@@ -20,7 +20,7 @@ Exit codes: 0 written; 2 bad arguments, a folder this cannot publish, or an unre
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from harness.failures import announce
 
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if opts.get("push") and not _flag(opts, "dry_run"):
             print(f"uploading {opts['out']} to the dataset repository {opts['push']} (private)")
             print("pushed: " + P.push(opts["out"], opts["push"], endpoint=opts.get("endpoint") or None))
-    except Exception as exc:  # noqa: BLE001 — ours carry an exit code; anything else is a bug and raises
+    except Exception as exc:  # ours carry an exit code (announce); anything else is a bug and raises
         code = announce(exc)
         if code is None:
             raise

@@ -28,8 +28,8 @@ LOCAL = "<local path>"
 
 _URL_RE = re.compile(r"https?://[^\s\"'`<>\\]+")
 _PATH_RE = re.compile(r"(?<![\w.:/<>~-])/[A-Za-z0-9_.+-]+(?:/[^\s\"'`\\,;:()<>\[\]{}|]+)+")
-_KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
-_KEY_FIELD = re.compile(r"^(api_?key|token|secret|password|authorization)$", re.I)
+_KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+_KEY_FIELD = re.compile(r"^(api_?key|token|secret|password|authorization)$", re.IGNORECASE)
 
 
 _IDENTITY_URL = re.compile(r"https?://[^\s\"'`<>\\]+?(?=:[0-9a-f]{6,}$|$)")
