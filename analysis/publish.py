@@ -693,24 +693,33 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
             roots.append(root)
         key = (f["folder"], f["path"])
         fmt = json.loads(f["format"]) if f["format"] else None
+        where = f"{folder}: {f['folder']}/{f['path']}"
+        objs: Any = None  # what the file's rows say, for a file kept as text: they must agree with it
+        if f["table"] == "runs" and key in runs:
+            r = runs[key]
+            objs = from_row(BY_NAME["runs"], r, nested.get((f["folder"], r["run_id"]),
+                                                           {"calls": [], "tools": [], "transcript": None}))
+        elif f["table"] in ("ledger", "attempts", "judgements"):
+            rows = sorted(by_file.get(key, {}).get(f["table"], []), key=lambda r: r["line"])
+            objs = [from_row(BY_NAME[f["table"]], r) for r in rows]
         if f["content"] is not None:
             text = f["content"]
-        elif f["table"] == "runs":
-            r = runs.get(key)
-            if r is None:
-                raise PublishError(f"{folder}: table 'runs' has no row for {f['folder']}/{f['path']}")
-            parts = nested.get((f["folder"], r["run_id"]), {"calls": [], "tools": [], "transcript": None})
-            text = _dump_json(from_row(BY_NAME["runs"], r, parts), fmt)
+            if f["table"] == "runs" and objs is not None and _parsed(text) != objs or \
+                    f["table"] in ("ledger", "attempts", "judgements") and \
+                    [o for _, o in parse_lines(text.encode("utf-8"), f["path"])[0]] != objs:
+                raise PublishError(f"{where}: table {f['table']!r} does not match the file's text kept in `files`: "
+                                   f"the table was changed; refused")
         elif f["table"] == "prompts":
             text = prompts.get(key)
             if text is None:
-                raise PublishError(f"{folder}: table 'prompts' has no row for {f['folder']}/{f['path']}")
+                raise PublishError(f"{where}: table 'prompts' has no row for it")
+        elif objs is None:
+            raise PublishError(f"{where}: table {f['table']!r} has no row for it")
         else:
-            rows = sorted(by_file.get(key, {}).get(f["table"], []), key=lambda r: r["line"])
-            text = _dump_lines([from_row(BY_NAME[f["table"]], r) for r in rows], fmt)
+            text = _dump_json(objs, fmt) if f["table"] == "runs" else _dump_lines(objs, fmt)
         if sha256(text) != f["sha256"]:
-            raise PublishError(f"{folder}: {f['folder']}/{f['path']} rebuilt from table {f['table'] or 'files'!r} "
-                               f"does not match its sha256 in `files`: the table was changed; refused")
+            raise PublishError(f"{where}: rebuilt from table {f['table'] or 'files'!r}, it does not match its sha256 "
+                               f"in `files`: the table was changed; refused")
         dest = root / f["path"]
         dest.parent.mkdir(parents=True, exist_ok=True)
         with open(dest, "w", encoding="utf-8", newline="") as fh:
@@ -722,6 +731,13 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
             (root / "data").mkdir(exist_ok=True)
             (root / "data" / name).symlink_to((folder / "data" / name).resolve())
     return roots
+
+
+def _parsed(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
 
 
 _REBUILT: dict[Path, list[Path]] = {}

@@ -78,6 +78,8 @@ def published(tmp_path_factory):
             r = org.add("shared", qid, variant=variant, correct=ok, leak=False if variant == "private" else None)
             r["transcript"] = _transcript(r["question"], sha[public if variant == "public" else private])
     folders = [_with_prompts(lme, {"p": public}), _with_prompts(org, {"p": public, "q": private})]
+    with open(folders[0] / "ledger.jsonl", "a") as f:  # a driver killed mid-line: a data-quality row in the results
+        f.write('{"event": "request", "tag": "none.lme.q6')
     out = root / "dataset"
     said = io.StringIO()
     with contextlib.redirect_stdout(said):  # what `make publish RUNS=a,b OUT=DIR` runs
@@ -127,6 +129,7 @@ def test_reanalysis_of_the_dataset_is_byte_for_byte_and_it_exports_to_inspect(pu
     assert files_a == files_b and len(files_a) > 20
     differ = [str(f) for f in files_a if (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()]
     assert differ == []
+    assert "smoke/smoke/ledger.jsonl,19,torn last line" in (tmp_path / "b" / "data_quality.csv").read_text()
     assert "runs=smoke/smoke,smoke_org/smoke_org" in (tmp_path / "b" / "report.md").read_text()
 
     from inspect_ai.log import read_eval_log
@@ -162,10 +165,11 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_a_changed_table_is_refused_naming_it(published, tmp_path, capsys):
+@pytest.mark.parametrize("folder", ["smoke/smoke", "smoke_org/smoke_org"])  # its ledger kept as text (a torn line), rebuilt
+def test_a_changed_table_is_refused_naming_it(published, tmp_path, capsys, folder):
     bad = _copy(published["out"], tmp_path / "bad")
     t = pq.read_table(bad / "ledger" / "train.parquet").to_pylist()
-    i = next(i for i, r in enumerate(t) if r["event"] == "response" and r["file"] == "ledger.jsonl")
+    i = next(i for i, r in enumerate(t) if r["event"] == "response" and r["folder"] == folder)
     t[i]["prompt"] += 1  # one response's prompt tokens
     pq.write_table(pa.Table.from_pylist(t, schema=pq.read_schema(bad / "ledger" / "train.parquet")),
                    bad / "ledger" / "train.parquet")
@@ -176,7 +180,7 @@ def test_a_changed_table_is_refused_naming_it(published, tmp_path, capsys):
     card = (bad / "README.md").read_text()
     old = P.read_card(bad)["tables"]["ledger"]
     (bad / "README.md").write_text(card.replace(old, P.sha256((bad / "ledger" / "train.parquet").read_bytes())))
-    with pytest.raises(P.PublishError, match=r"smoke/smoke/ledger.jsonl rebuilt from table 'ledger' does not match"):
+    with pytest.raises(P.PublishError, match=rf"{folder}/ledger.jsonl: (rebuilt from )?table 'ledger'.* does not match"):
         P.rebuild(bad, tmp_path / "rebuilt")
 
 
