@@ -139,7 +139,7 @@ def parse_args(argv: Sequence[str]) -> dict:
 
 def analyse(opts: dict, progress: bool = True) -> Results:
     pre = P.load(opts["prereg"])
-    from harness import studies  # the folders of the studies this analysis reads (others: analysis/personal.py)
+    from harness import studies  # the folders of the studies this analysis reads (others: analysis/personal/)
 
     mine = studies.analysed_by("analysis.run")
     folders = [f for f in find_folders(opts["runs"] or None, opts["runs_root"]) if (f.info.get("kind") or "agents") in mine]
@@ -244,6 +244,23 @@ def exit_code(res: Results, lenient: bool) -> int:
     return 0
 
 
+def command_line(argv: Sequence[str], folders: Sequence[Folder]) -> str:
+    """The command as the report prints it: the folders it read by name, no output folder, no local
+    path (harness.records.privacy), so the report of a published dataset equals the original's."""
+    parts, named = ["python -m analysis.run"], False
+    for a in argv:
+        key, eq, value = a.partition("=")
+        if not eq or key == "runs":
+            if not named:
+                parts.append("runs=" + ",".join(f.name for f in folders))
+                named = True
+        elif key in ("prereg", "runs_root"):
+            parts.append(f"{key}={Path(value).name}")
+        elif key != "out":
+            parts.append(a)
+    return " ".join(parts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from harness.plugins import PluginError
@@ -252,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts = parse_args(argv)
         registry.discover()  # a plugin that does not import is named before any folder is read
         res = analyse(opts)
-        res.command = "python -m analysis.run " + " ".join(argv)
+        res.command = command_line(argv, res.folders)
         out = write(res, Path(opts["out"]))
     except (AnalysisError, P.PreregError, PluginError) as exc:
         return announce(exc)  # error: ..., exit 2 (harness.failures)

@@ -162,6 +162,7 @@ def replay_index_config(index_cfg: dict) -> dict:
 def _open_environment(folder_path: Path, stage_info: dict, records: list[dict]):
     from omegaconf import OmegaConf
 
+    from harness.records.privacy import is_redacted
     from harness.run.context import Environment
     from harness.run.plan import RunSpec
 
@@ -171,6 +172,10 @@ def _open_environment(folder_path: Path, stage_info: dict, records: list[dict]):
     cfg = OmegaConf.load(cfg_path)
     data = stage_info.get("data") or {}
     data_path = Path(str(data.get("path") or ""))
+    if not data_path.is_file() and (folder_path / "data" / data_path.name).is_file():
+        data_path = folder_path / "data" / data_path.name  # a folder rebuilt from a published dataset carries it
+    if is_redacted(str(cfg.get("cache_dir"))):  # a published folder: its cache path was left out; the default's
+        cfg.cache_dir = ".cache"                    # (conf/config.yaml) holds what this machine embedded before
     if not data_path.is_file():
         raise ReplayUnavailable(f"the stage's data file {data_path} is not here")
     want = data.get("sha256")
