@@ -92,3 +92,12 @@ def test_an_aborted_or_refused_write_releases_its_number():
     assert not got.read.barrier["timed_out"] and got.read.barrier["waited_s"] < 1.0
     assert [bool(w["failed"]) for w in k.writes("u1")] == [True, True, True]
     k.close()
+
+
+def test_table7_is_rendered_from_this_layer():
+    from analysis.personal import table7
+
+    t = table7.build(None)
+    assert list(t.name) == [c["name"] for c in interface()]
+    row = t[t.name == "retrieve"].iloc[0]
+    assert row.arguments == "agent, query, user=None" and "barrier.wait" in row.operations and row.caller == "agent"
