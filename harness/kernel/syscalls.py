@@ -19,8 +19,8 @@ with caller "harness": agents never call it.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from harness.memory.space import MemorySpace
 
@@ -34,12 +34,12 @@ from .memory import KernelMemory, Read
 # module -> (the object whose operations the calls route to, what it is); operations name its real methods
 MODULES = {
     "identity": (IdentityResolver, "the user of a request, in the paper's priority order (Section 3.1)"),
-    "barrier": (WriteBarrier, "per-user sequence numbers: begin = the paper's acquire, wait = snapshot + "
-                              "wait_until_drained (fail-open after the timeout), release (A.7)"),
+    "barrier": (WriteBarrier, ("per-user sequence numbers: begin = the paper's acquire, wait = snapshot + "
+                               "wait_until_drained (fail-open after the timeout), release (A.7)")),
     "space": (MemorySpace, "the memory space: one dense index over every user's items, searched under a view"),
     "visibility": (visibility, "visible(m, a): owner = a OR sharing = shared; never fails open (Section 3.3)"),
-    "injection": (Kernel, "the read path: dedupe, threshold, rank, cap, statement format, token budget, "
-                          "the MEMORY CONTEXT block (A.8)"),
+    "injection": (Kernel, ("the read path: dedupe, threshold, rank, cap, statement format, token budget, "
+                           "the MEMORY CONTEXT block (A.8)")),
 }
 
 _CALLS: list[dict] = []

@@ -274,9 +274,10 @@ class PgVector(Backend):
         count, and the k nearest of them by exact distance: exact when the count is within the limit."""
         where, args = compile_view(view)
         q = vector_text(vec)
-        return (f"WITH v AS MATERIALIZED (SELECT uid, embedding FROM {self.table} WHERE {where} LIMIT %s) "
-                f"SELECT uid, embedding <=> %s::vector AS d, (SELECT count(*) FROM v) AS n FROM v "
-                f"ORDER BY d, uid LIMIT %s", [*args, self.exact_max_rows + 1, q, k])
+        sql = (f"WITH v AS MATERIALIZED (SELECT uid, embedding FROM {self.table} WHERE {where} LIMIT %s) "
+               f"SELECT uid, embedding <=> %s::vector AS d, (SELECT count(*) FROM v) AS n FROM v "
+               f"ORDER BY d, uid LIMIT %s")
+        return sql, [*args, self.exact_max_rows + 1, q, k]
 
     def _hnsw_plan(self) -> dict:
         return {"path": "hnsw", "ef_search": int(self.ef_search), "iterative_scan": self.iterative_scan,
