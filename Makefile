@@ -90,6 +90,7 @@ bench: setup
 	$(PY) -m harness.memory.bench $(ARGS)
 	$(PY) -m analysis.bench_stats
 	$(PY) -m harness.endpoints.bench_proxy
+	$(PY) -m bench.kernel_scale
 
 # the main stage rehearsed offline (bench/rehearsal.py; a benchmark, not a test): generated S data, the
 # real driver, judge and analysis against a latency-simulating fake upstream. The full size embeds
