@@ -273,6 +273,31 @@ def read_judgements(folder: Folder, judge: str) -> dict[tuple[str, str], dict]:
     return out
 
 
+def judge_variants(folder: Folder) -> dict[str, dict[tuple[str, str], dict]]:
+    """Every judge that graded this folder -> its (run_id, kind) -> latest judgement line.
+
+    A judge is a judgements file (a model: judgements/<name>.jsonl) and, when one file holds
+    lines of several prompt sources (judge.prompts changed between two `make judge`), each
+    source apart: `<name> [prompts <file>]`. Lines that do not fit the schema are left out here
+    (read_judgements names them for the main judge)."""
+    from harness.records.schema import RecordError
+
+    out: dict[str, dict[tuple[str, str], dict]] = {}
+    for name in judge_names(folder):
+        lines, _ = read_lines(folder.path / "judgements" / f"{name}.jsonl")
+        by_source: dict[str, dict[tuple[str, str], dict]] = {}
+        for i, obj in lines:
+            try:
+                j = parse("judgement", obj, folder.path / "judgements" / f"{name}.jsonl", i).model_dump(mode="json")
+            except RecordError:
+                continue
+            by_source.setdefault(str(j.get("prompt_source") or ""), {})[(j["run_id"], j["kind"])] = j
+        for src, got in sorted(by_source.items()):
+            label = name if len(by_source) == 1 else f"{name} [prompts {Path(src.split(':', 1)[-1]).name or src}]"
+            out[label] = got
+    return out
+
+
 def read_judge_info(folder: Folder, judge: str) -> dict | None:
     p = folder.path / "judgements" / f"{judge}.info.json"
     if not p.exists():

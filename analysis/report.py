@@ -12,6 +12,7 @@ from typing import Any
 from analysis import tables as registry
 from analysis.markdown import link
 from analysis.tables.exposure import violations
+from analysis.tables.judge_robustness import flips
 
 
 def render(res: Any) -> str:
@@ -24,7 +25,9 @@ def render(res: Any) -> str:
              "table). Failed runs count as wrong; runs without a usable judgement are left out and counted "
              "below.\n",
              *(["\n## VIOLATIONS\n\n", "".join(f"- **{v}**\n" for v in violations(t["table4"]))]
-               if violations(t["table4"]) else [])]
+               if violations(t["table4"]) else []),
+             *(["\n## Conclusions that flip under another judge\n\n", "".join(f"- **{x}**\n" for x in flips(res)),
+                "\nSee *Conclusions under each judge* below.\n"] if flips(res) else [])]
     for table in registry.tables():
         if table.section:
             parts.append(table.section(res))

@@ -232,6 +232,9 @@ def summary(res: Results, out: Path) -> str:
     for o in res.outcomes:
         p = "" if o.p is None else f" p={o.p:.4g}" + ("" if o.p_holm is None else f" (Holm {o.p_holm:.4g})")
         lines.append(f"  {o.id:4s} {o.outcome}{p} [{o.status}]")
+    from analysis.tables.judge_robustness import flips
+
+    lines += [f"FLIPS: {x}" for x in flips(res)]
     lines.append(f"wrote {out}/report.md")
     return "\n".join(lines)
 
