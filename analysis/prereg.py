@@ -101,6 +101,13 @@ def load(path: str | Path = DEFAULT_PATH) -> Prereg:
                 t["threshold_origin"] = _origin(t.get("threshold_origin"),
                                                 f"{path}: {h['id']}: test {i} ({t['rule']}): threshold_origin")
         hyps.append(h)
+    powered = [(h["id"], t) for h in hyps for t in h["tests"] if "power_at" in t]
+    for hid, t in powered:
+        if isinstance(t["power_at"], bool) or not isinstance(t["power_at"], (int, float)):
+            raise PreregError(f"{path}: {hid}: power_at must be a number (a ratio, or accuracy points), "
+                              f"got {t['power_at']!r}")
+    if powered:  # where the effects the power is computed at come from (analysis/power.py)
+        settings["power_origin"] = _origin(settings.get("power_origin"), f"{path}: settings.power_origin")
     for hid in settings["holm_family"]:
         if hid not in seen:
             raise PreregError(f"{path}: holm_family names {hid}, which is not a hypothesis")

@@ -7,10 +7,13 @@ never pasted from a run of the analysis."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import norm
 
 from analysis import run as A
 from tests.analysis_fixtures import JUDGE, Stage, run_id, sha256_file
@@ -95,3 +98,103 @@ def test_two_prompt_sources_in_one_file_are_two_judges_and_a_sample_counts_only_
     assert f"{JUDGE} [prompts evaluate_qa.py]" in labels and f"{JUDGE} [prompts builtin]" in labels
     only = row(t[t["kind"] == "comparison"], labels=f"{JUDGE} [prompts evaluate_qa.py]")
     assert only["n"] == 2 and only["estimate"] == pytest.approx(-100.0)  # its sample: 2 paired questions
+
+
+# ------------------------------------------------------------------------------ 4. power before paying
+
+
+def test_power_and_sample_size_match_statsmodels():
+    from statsmodels.stats.power import NormalIndPower
+
+    from analysis import power as W
+
+    sm = NormalIndPower()
+    for distance, sd, n in ((0.013, 0.55, 180), (0.3, 1.0, 40), (0.05, 0.4, 500)):
+        es = distance / sd
+        assert W.power(distance, sd, n, 0.025) == pytest.approx(
+            sm.power(effect_size=es, nobs1=n, alpha=0.025, ratio=0, alternative="larger"), rel=1e-9)
+        n80 = sm.solve_power(effect_size=es, alpha=0.025, power=0.8, ratio=0, alternative="larger")
+        assert W.n_for(distance, sd, 0.025) == math.ceil(n80)
+    assert W.n_for(-0.01, 0.5, 0.025) == math.inf  # an effect on the wrong side of the threshold: never
+
+
+def test_power_from_a_pilot_of_known_variance_and_its_cost(tmp_path):
+    """A pilot with 10 paired questions: 4 discordant (3 for the hybrid tool), tokens chosen by hand."""
+    from analysis import power as W
+    from analysis import prereg as P
+    from harness.run.forecast import pilot_runs
+
+    st = Stage(tmp_path / "runs", "pilot", label="p")
+    tok_ss = [1000, 1200, 800, 1500, 900, 1100, 1000, 1300, 700, 1000]
+    tok_hy = [500, 700, 300, 900, 600, 400, 500, 800, 300, 500]
+    hy_only, ss_only = {"q0", "q1", "q2"}, {"q3"}
+    for i in range(10):
+        q = f"q{i}"
+        st.add("session_search", q, correct=q not in hy_only, prompt=tok_ss[i] - 100, output=100)
+        st.add("tool_hybrid", q, correct=q not in ss_only, prompt=tok_hy[i] - 50, output=50)
+    st.write()
+    pilot = pilot_runs(tmp_path / "runs", "test-model")
+    assert pilot and len(pilot["runs"]) == 20
+    pre = P.load()
+    costs = {"session_search": 0.01, "tool_hybrid": 0.004}
+    rows = {(c.hypothesis, c.rule): c for c in W.comparisons(
+        pre, "main", {("", "tool_hybrid", "session_search"): 180}, costs, pilot)}
+    # H1c: non-inferiority at 3 points, powered at the pre-registered -1.7 points; psi = 4/10 from the pilot
+    h1c = rows[("H1c", "noninferiority")]
+    assert h1c.effect == -1.7 and h1c.effect_from.startswith("pre-registered") and h1c.spread == pytest.approx(0.4)
+    delta = -0.017
+    sd = math.sqrt(0.4 - delta ** 2)
+    z = 1.959963984540054
+    assert h1c.power == pytest.approx(float(norm.cdf((delta + 0.03) * math.sqrt(180) / sd - z)), rel=1e-9)
+    assert h1c.n80 == math.ceil(((z + 0.8416212335729143) * sd / (delta + 0.03)) ** 2)
+    # H1b: tokens ratio < 0.7 at the pre-registered 0.51, the log-ratio sd from the pilot (delta method)
+    h1b = rows[("H1b", "ratio_upper_below")]
+    a, b = np.array(tok_hy, float), np.array(tok_ss, float)
+    sd_log = np.std(a / a.mean() - b / b.mean(), ddof=1)
+    assert h1b.spread == pytest.approx(sd_log, rel=1e-12)
+    assert h1b.power == pytest.approx(float(norm.cdf(math.log(0.7 / 0.51) * math.sqrt(180) / sd_log - z)), rel=1e-9)
+    assert h1b.cost_per_question == pytest.approx(0.014)
+    text = W.render(rows.values())
+    line = next(x for x in text.splitlines() if x.startswith("H1b"))
+    assert f"{h1b.power:.2f}" in line and f"{h1b.n80:,.0f}" in line and f"${0.014 * h1b.n80:.4f}" in line
+    # without a pilot: the stated assumption, and it says so
+    h1c0 = next(c for c in W.comparisons(pre, "main", {("", "tool_hybrid", "session_search"): 180}, costs, None)
+                if c.hypothesis == "H1c")
+    assert h1c0.spread == W.ASSUMPTIONS["discordant"] and h1c0.spread_from.startswith("assumed")
+
+
+def test_power_at_must_be_a_number(tmp_path):
+    from analysis import prereg as P
+
+    bad = prereg_file(tmp_path, edit=lambda d: d["hypotheses"][0].update(power_at="big"))
+    with pytest.raises(P.PreregError, match="power_at must be a number"):
+        P.load(bad)
+
+
+def test_dollars_per_correct_answer_in_tables_1_2_and_6(tmp_path):
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for i in range(10):
+        st.add("session_search", f"q{i}", correct=i < 6, prompt=1000, output=100)
+        st.add("tool_hybrid", f"q{i}", correct=i < 9, prompt=500, output=50)
+    st.judge_call(run_id("tool_hybrid", "q0"), prompt=2000, output=10)
+    st.write()
+    org = Stage(tmp_path / "runs", "org", prereg_sha=sha256_file(pre))
+    for i in range(4):
+        org.add("shared", f"p{i}", variant="public", correct=i < 3, prompt=2000, output=0)
+        org.add("isolated", f"p{i}", variant="public", correct=False, prompt=100, output=0)
+    org.write()
+    out = analyse(tmp_path, pre)
+    per_run = {"session_search": (1000 * 0.30 + 100 * 1.20) / 1e6, "tool_hybrid": (500 * 0.30 + 50 * 1.20) / 1e6}
+    t1 = csv(out, "table1.csv")
+    assert row(t1, condition="session_search")["usd_per_correct"] == pytest.approx(10 * per_run["session_search"] / 6)
+    assert row(t1, condition="tool_hybrid")["usd_per_correct"] == pytest.approx(10 * per_run["tool_hybrid"] / 9)
+    t2 = csv(out, "table2.csv")
+    assert row(t2, condition="shared")["usd_per_correct"] == pytest.approx(4 * 2000 * 0.30 / 1e6 / 3)
+    assert pd.isna(row(t2, condition="isolated")["usd_per_correct"])  # no correct answer: undefined, not 0
+    t6 = csv(out, "table6.csv")
+    agents = row(t6, folder="main/main", party="agents", condition="tool_hybrid")
+    assert agents["correct_answers"] == 9 and agents["usd_per_correct"] == pytest.approx(10 * per_run["tool_hybrid"] / 9)
+    judge = row(t6, folder="main/main", party="judge", condition="all")
+    assert judge["correct_answers"] == 15 and judge["usd_per_correct"] == pytest.approx((2000 * 0.30 + 10 * 1.20) / 1e6 / 15)
+    assert "USD per correct" in (out / "report.md").read_text()
