@@ -27,10 +27,12 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from statistics import NormalDist
+
 import numpy as np
-from scipy.stats import norm
 
 TARGET = 0.8
+N = NormalDist()  # the standard normal (the stdlib's: a dry run need not import scipy)
 RULES = ("ratio_upper_below", "ratio_lower_above", "noninferiority", "accuracy_above", "mcnemar_superior")
 ACCURACY_RULES = ("noninferiority", "accuracy_above", "mcnemar_superior")
 # without a pilot: what the spread is assumed to be (stated in every line that uses it)
@@ -43,7 +45,7 @@ def power(distance: float, sd: float, n: int, alpha1: float) -> float:
     """Power of the one-sided normal test at level alpha1 with n questions."""
     if n <= 0 or sd <= 0 or not math.isfinite(distance):
         return math.nan
-    return float(norm.cdf(distance * math.sqrt(n) / sd - norm.ppf(1 - alpha1)))
+    return float(N.cdf(distance * math.sqrt(n) / sd - N.inv_cdf(1 - alpha1)))
 
 
 def n_for(distance: float, sd: float, alpha1: float, target: float = TARGET) -> float:
@@ -52,7 +54,7 @@ def n_for(distance: float, sd: float, alpha1: float, target: float = TARGET) -> 
         return math.nan
     if distance <= 0:
         return math.inf
-    return float(math.ceil(((norm.ppf(1 - alpha1) + norm.ppf(target)) * sd / distance) ** 2))
+    return float(math.ceil(((N.inv_cdf(1 - alpha1) + N.inv_cdf(target)) * sd / distance) ** 2))
 
 
 def log_ratio_sd(a: Sequence[float], b: Sequence[float]) -> float:
