@@ -53,10 +53,10 @@ run: setup
 	$(PY) -m harness.run stage=$(STAGE) $(ARGS)
 
 judge: setup
-	$(PY) -m judge.run stage=$(STAGE) $(ARGS)
+	$(PY) -m judge.run stage=$(STAGE) $(if $(errata),+errata=$(errata)) $(ARGS)
 
 analyze: setup
-	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(ARGS); rc=$$?; \
+	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(if $(errata),errata=$(errata)) $(ARGS); rc=$$?; \
 	$(PY) -m analysis.personal $(if $(RUNS),runs=$(RUNS)) && exit $$rc
 
 # export the runs (RUNS=..., default every stage under runs/ but the pilots) as Inspect logs and open

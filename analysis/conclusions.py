@@ -66,12 +66,14 @@ def main_outcomes(res: Any) -> list:
     return list(res.outcomes)
 
 
-def conclusions(res: Any, runs: pd.DataFrame, labels: str, main: bool = False) -> list[dict]:
-    """The rows of every label-dependent conclusion computed on `runs` (labels: who gave them)."""
-    judged = {h["id"] for h in res.prereg.hypotheses if P.reads_judgements(h)}
+def conclusions(res: Any, runs: pd.DataFrame, labels: str, main: bool = False, outcomes: list | None = None
+                ) -> list[dict]:
+    """The rows of every label-dependent conclusion computed on `runs` (labels: who gave them).
+    `outcomes` given (e.g. every hypothesis evaluated on fewer questions): every hypothesis is a row."""
+    judged = {h["id"] for h in res.prereg.hypotheses if outcomes is not None or P.reads_judgements(h)}
     if main:
         outcomes = main_outcomes(res)
-    else:
+    elif outcomes is None:
         ctx = P.Context(runs, res.folders, res.table("table4"), res.first_calls)
         outcomes = P.reevaluate(res.prereg, ctx, main_outcomes(res))
     rows = outcome_rows(outcomes, judged, labels, main)

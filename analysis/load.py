@@ -234,7 +234,13 @@ def judge_names(folder: Folder) -> list[str]:
     jdir = folder.path / "judgements"
     if not jdir.exists():
         return []
-    return sorted(p.stem for p in jdir.glob("*.jsonl") if not p.name.endswith(".attempts.jsonl"))
+    return sorted(p.stem for p in jdir.glob("*.jsonl") if not p.name.endswith(".attempts.jsonl")
+                  and not any(m in p.name for m in SIDE_JUDGEMENTS))
+
+
+# judgements files that are not a judge of the stage's answers: against corrected gold (analysis/errata.py)
+# and of the judge probe's planted answers (judge/probe.py)
+SIDE_JUDGEMENTS = (".errata-", ".probe")
 
 
 def choose_judge(folder: Folder, wanted: str | None) -> str | None:

@@ -198,3 +198,127 @@ def test_dollars_per_correct_answer_in_tables_1_2_and_6(tmp_path):
     judge = row(t6, folder="main/main", party="judge", condition="all")
     assert judge["correct_answers"] == 15 and judge["usd_per_correct"] == pytest.approx((2000 * 0.30 + 10 * 1.20) / 1e6 / 15)
     assert "USD per correct" in (out / "report.md").read_text()
+
+
+# ------------------------------------------------------------------------------ 3. gold errata
+
+ERRATA = """errata_format: 1
+name: test-errata
+version: "1"
+entries:
+  - {qid: q00, action: answer, answer: "forty-two", source: "https://example.org/report/1", reasoning: "the gold is 41 by mistake"}
+  - {qid: q01, action: exclude, source: "https://example.org/report/2", reasoning: "no answer is supported"}
+  - {qid: q02, action: evidence, evidence: null, source: "https://example.org/report/3", reasoning: "wrong session"}
+notes:
+  - {source: "https://example.org/report/4", reasoning: "which file a table used"}
+"""
+
+
+def test_an_errata_file_that_changes_one_questions_gold_flips_exactly_that_conclusion(tmp_path):
+    from harness.data import errata as E
+
+    pre = prereg_file(tmp_path)
+    st = main_stage(tmp_path, sha256_file(pre))
+    st.add("tool_hybrid", "q20", correct=True, prompt=500, output=50, calls=3,
+           evidence={"any": True, "first_search": True, "evidence_sessions": ["s"]})
+    st.write()
+    path = tmp_path / "errata.yaml"
+    path.write_text(ERRATA)
+    er = E.load(path)
+    # judgements against the corrected gold of q00: the hybrid tool's answer is now wrong, session search's right
+    lines = [{**j, "judge": {**j["judge"], "name": f"{JUDGE}.{er.tag}"}} for j in st.judgements
+             if j["qid"] == "q00"]
+    for j in lines:
+        if j["condition"] == "tool_hybrid":
+            j.update(label=False, reply="no")
+    (st.path / "judgements" / f"{er.judgements_name(JUDGE)}.jsonl").write_text(
+        "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+    out = analyse(tmp_path, pre, f"errata={path}", f"errata_sha256={er.sha256[:12]}")
+    aff = csv(out, "errata.csv").set_index("qid")
+    assert set(aff.index) == {"q00", "q01", "q02"}
+    assert aff.loc["q00", "changed_labels"] == 1 and aff.loc["q00", "corrected_correct"] == 1
+    assert aff.loc["q01", "action"] == "exclude"
+    t1o, t1c = csv(out, "table1.csv"), csv(out / "corrected", "table1.csv")
+    assert row(t1o, condition="tool_hybrid")["n_questions"] == 21
+    hy = row(t1c, condition="tool_hybrid")
+    assert hy["n_questions"] == 20 and hy["accuracy_pct"] == pytest.approx(100 * 19 / 20)  # q01 out, q00 wrong
+    assert row(t1c, condition="tool_hybrid")["acc_diff_pts"] == pytest.approx(-100 / 19)  # 19 paired questions
+    c = csv(out, "errata_conclusions.csv")
+    assert row(c, conclusion="H1c", labels="corrected gold")["estimate"] == pytest.approx(-100 / 19)
+    assert row(c, conclusion="H1c", labels="corrected gold")["robust"] == "flips under corrected gold"
+    assert row(c, conclusion="H1b", labels="corrected gold")["robust"] == "holds under all"
+    rep = (out / "report.md").read_text()
+    assert er.sha256 in rep and "https://example.org/report/4" in rep
+    assert "Conclusions that change under the corrected gold" in rep[:rep.index("## Table 1")]
+    assert "Gold: corrected: test-errata" in (out / "corrected" / "report.md").read_text()
+    # pinned by hash: a changed file is refused with exit 2
+    assert A.main([f"runs={tmp_path / 'runs'}", f"out={tmp_path / 'r2'}", f"prereg={pre}", f"errata={path}",
+                   "errata_sha256=0000"]) == 2
+
+
+def test_make_judge_with_errata_judges_the_corrected_questions_against_the_corrected_gold(tmp_path):
+    """In process, the judge on the scripted upstream: only q00's runs are judged again, with the new gold in
+    the prompt, metered under their own tag and cached."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.records import RunDir
+    from judge.answer_check import judge_command, load_judgements
+    from tests.analysis_fixtures import answered_record
+    from tests.fake_model import FakeModel
+
+    rec_dir = tmp_path / "runs" / "smoke" / "smoke" / "records"
+    rec_dir.mkdir(parents=True)
+    for qid, answer in (("q00", "It is forty-two."), ("q05", "It is seven.")):
+        rid = f"none.lme.{qid}.r0"
+        rec = answered_record(rid, qid, "single-session-user", "", f"What is {qid}?", "41" if qid == "q00" else "seven",
+                              answer)
+        (rec_dir / f"{rid}.json").write_text(json.dumps(rec))
+    path = tmp_path / "errata.yaml"
+    path.write_text(ERRATA)
+    prompts = []
+
+    def grader(req):
+        p = req["messages"][0]["content"]
+        prompts.append(p)
+        yes = ("forty-two" in p and "Correct answer: forty-two" in p) or "Correct answer: seven" in p
+        return {"role": "assistant", "content": "yes" if yes else "no"}
+
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with FakeModel(script=grader) as fake:
+        with initialize_config_dir(config_dir=conf, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[
+                "stage=smoke", "judge=vllm", f"judge.base_url={fake.base_url}", "judge.backoff_s=0.01",
+                f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache", f"+errata={path}"])
+        rd = RunDir.for_stage(cfg)
+        assert judge_command(cfg, rd) == 0
+        n_first = len(fake.run_requests)
+        assert judge_command(cfg, rd) == 0  # again: every judgement cached or done, nothing sent
+        assert len(fake.run_requests) == n_first
+    from harness.data import errata as E
+
+    er = E.load(path)
+    main = load_judgements(rd.root, "vllm")
+    corr = load_judgements(rd.root, er.judgements_name("vllm"))
+    assert main[("none.lme.q00.r0", "correct")]["label"] is False  # against the official 41
+    assert set(corr) == {("none.lme.q00.r0", "correct")} and corr[("none.lme.q00.r0", "correct")]["label"] is True
+    assert "forty-two" in corr[("none.lme.q00.r0", "correct")]["prompt"]
+    from harness.records.ledger import read_ledger
+
+    tags = {e["tag"] for e in read_ledger(rd.ledger_path) if e.get("role") == "judge"}
+    assert f"judge-{er.tag}:none.lme.q00.r0" in tags  # metered apart, in the stage's ledger (and its budget)
+
+
+def test_the_shipped_longmemeval_errata_load_and_name_their_public_sources(tmp_path):
+    from harness.data import errata as E
+
+    er = E.load(Path(__file__).resolve().parents[1] / "data" / "errata" / "longmemeval.yaml")
+    issues = {s.rsplit("/", 1)[-1] for e in er.entries.values() for s in (e.source, *e.sources)}
+    issues |= {n["source"].rsplit("/", 1)[-1] for n in er.notes}
+    assert {"19", "37", "50", "27"} <= issues
+    assert all(e.source.startswith("https://github.com/xiaowu0162/LongMemEval/issues/") for e in er.entries.values())
+    assert er.entries["370a8ff4"].action == "answer" and "81 days" in er.entries["370a8ff4"].answer
+    with pytest.raises(E.ErrataError, match="action must be one of"):
+        bad = Path(er.path).read_text().replace("action: exclude", "action: guess", 1)
+        p = tmp_path / "bad.yaml"
+        p.write_text(bad)
+        E.load(p)
