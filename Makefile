@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 HERMES_VERSION ?= 0.19.0
 HERMES_STAMP := $(VENV)/.hermes-agent-$(HERMES_VERSION)
 
-.PHONY: setup system-deps test run judge analyze view agreement bench rehearsal services-up services-down services-status clean-runs
+.PHONY: setup system-deps test run judge analyze view agreement probe bench rehearsal services-up services-down services-status clean-runs
 
 # Debian packages the shell sandbox needs inside its /usr: the sqlite3 command and the seccomp
 # bindings of the system Python (installed when missing and we are root; else the preflight says so),
@@ -68,6 +68,10 @@ view: setup
 
 agreement: setup
 	$(PY) -m judge.agreement stage=$(STAGE) $(if $(JUDGE2),+judge@judge2=$(JUDGE2)) $(ARGS)
+
+# the judge probe: planted right and wrong answers from the stage's questions, graded by the judge (judge/probe.py)
+probe: setup
+	$(PY) -m judge.probe stage=$(STAGE) $(ARGS)
 
 bench: setup
 	$(PY) -m harness.memory.bench $(ARGS)

@@ -186,7 +186,8 @@ class _Judging:
 
 def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | None = None,
                 name: str | None = None, prompts: P.PromptSet | str | None = None, tag_prefix: str = "judge",
-                progress: bool = True, budget=None, gold: dict[str, str] | None = None) -> dict:
+                progress: bool = True, budget=None, gold: dict[str, str] | None = None,
+                records: list[dict] | None = None) -> dict:
     """Judge every record of `run_dir` (or the run ids in `only`); returns a summary.
 
     endpoint: an already open harness.endpoints.registry.Endpoint of the same model, e.g. the
@@ -195,6 +196,7 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
     judge_cfg: the judge config (default cfg.judge); name: the judgements file stem
       (default the judge config's name); prompts: a PromptSet or a `judge.prompts` value.
     gold: question id -> the gold to judge against instead of the record's (corrected gold, errata).
+    records: judge these (record-shaped dicts, e.g. the probe's planted answers) instead of the stage's.
     """
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     judge_cfg = cfg.judge if judge_cfg is None else judge_cfg
@@ -204,7 +206,11 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
     name = name or str(jc["name"])
     if not isinstance(prompts, P.PromptSet):
         prompts = P.load(prompts if prompts is not None else jc.get("prompts", "builtin"))
-    records = [r.model_dump(mode="json") for r in rd.records() if only is None or r.run_id in only]
+    if records is not None:
+        only = {r["run_id"] for r in records} if only is None else only
+        records = [dict(r) for r in records if r["run_id"] in only]
+    else:
+        records = [r.model_dump(mode="json") for r in rd.records() if only is None or r.run_id in only]
     for r in records:
         if gold and r["qid"] in gold:
             r["gold"] = gold[r["qid"]]

@@ -322,3 +322,66 @@ def test_the_shipped_longmemeval_errata_load_and_name_their_public_sources(tmp_p
         p = tmp_path / "bad.yaml"
         p.write_text(bad)
         E.load(p)
+
+
+# ------------------------------------------------------------------------------ 2. judge error, measured
+
+
+def test_the_probe_measures_a_scripted_judges_known_false_positive_rate(tmp_path):
+    """A judge that accepts any number in place of the gold's: its false positives are exactly the planted
+    changed numbers, its false negatives the reordered gold; graded through the stage's ledger and cache."""
+    import re
+
+    from hydra import compose, initialize_config_dir
+    from statsmodels.stats.proportion import proportion_confint
+
+    from harness.records import RunDir
+    from harness.records.ledger import read_ledger
+    from judge.probe import run_probe
+    from tests.fake_model import FakeModel
+
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for qid, gold, ok in (("q0", "12 apples", True), ("q1", "May 3", True), ("q2", "Alice and Bob", False),
+                          ("q3_abs", "The user never said.", True)):
+        st.add("tool_hybrid", qid, gold=gold, correct=ok, abstention=qid.endswith("_abs"))
+    st.write()
+
+    def lenient(req):
+        p = req["messages"][0]["content"]
+        response = re.search(r"Model response: (.*?)\n\n", p, re.S).group(1)
+        if "Explanation: " in p:
+            return {"role": "assistant", "content": "yes" if "don't have" in response else "no"}
+        gold = re.search(r"Correct answer: (.*?)\n\nModel response", p, re.S).group(1)
+        digits = lambda x: re.sub(r"\d+", "#", x.lower())  # noqa: E731
+        return {"role": "assistant", "content": "yes" if digits(gold) in digits(response) else "no"}
+
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with FakeModel(script=lenient) as fake:
+        with initialize_config_dir(config_dir=conf, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[
+                "stage=main", "judge=vllm", "judge.name=testjudge", f"judge.base_url={fake.base_url}",
+                "judge.backoff_s=0.01", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache"])
+        rd = RunDir.for_stage(cfg)
+        s = run_probe(cfg, rd)
+        assert s["failed"] == 0 and s["judgements"] == 15  # 7 planted wrong + 8 planted right
+        sent = len(fake.run_requests)
+        run_probe(cfg, rd)
+        assert len(fake.run_requests) == sent  # cached: a second probe sends nothing
+    tags = {e["tag"] for e in read_ledger(rd.ledger_path) if e.get("role") == "judge"}
+    assert "judge-probe:probe.changed_number.q0.r0" in tags
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_error.csv")
+    ssu = row(t, qtype="single-session-user")
+    assert (ssu["planted_wrong"], ssu["false_positives"], ssu["planted_right"], ssu["false_negatives"]) == (6, 2, 7, 1)
+    lo, hi = proportion_confint(2, 6, alpha=0.05, method="wilson")
+    assert ssu["fp_rate"] == pytest.approx(2 / 6) and (ssu["fp_lo"], ssu["fp_hi"]) == pytest.approx((lo, hi))
+    assert ssu["main_judge"] in (True, "True") and ssu["accuracy"] == pytest.approx(2 / 3)
+    assert ssu["accuracy_corrected"] == pytest.approx((2 / 3 - 2 / 6) / (1 - 2 / 6 - 1 / 7))
+    ab = row(t, qtype="abstention")
+    assert (ab["planted_wrong"], ab["false_positives"], ab["planted_right"], ab["false_negatives"]) == (1, 0, 1, 0)
+    # the probe's judgements are not a judge of the stage's answers: no second judge appears
+    assert csv(out, "judge_robustness.csv").empty
+    t6 = csv(out, "table6.csv")
+    assert "judge-probe" in set(t6["party"])  # its calls are in the stage's costs
+    assert "## Judge error (the probe)" in (out / "report.md").read_text()
