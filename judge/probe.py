@@ -27,7 +27,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from harness.failures import BAD_INPUT, exits_with_code
+from harness.failures import STOPPED, exits_with_code
 from harness.records import RunDir
 
 WRONG = ("other_gold", "changed_number", "changed_date", "confident_answer")
@@ -139,9 +139,7 @@ def main(cfg: DictConfig) -> None:
         s = run_probe(cfg)
         if s["failed"]:
             print(f"{s['failed']} probe judgements failed: run the same command again", file=sys.stderr)
-            sys.exit(3)
-        if not s["judgements"]:
-            sys.exit(BAD_INPUT)
+            sys.exit(STOPPED)
 
 
 if __name__ == "__main__":
