@@ -224,3 +224,36 @@ def draw_figure6(t2: pd.DataFrame, folder: str):
     fig.suptitle(f"LongMemEval-Org: {folder}")
     fig.tight_layout()
     return fig
+
+
+def figure_recall(summary: pd.DataFrame, path: Path) -> Path | None:
+    fig = draw_figure_recall(summary)
+    return None if fig is None else _save(fig, path)
+
+
+def draw_figure_recall(summary: pd.DataFrame):
+    """Accuracy against the recall the runs' own searches got (vs exact search under the same view):
+    one point per condition and index (colour and marker per index, the condition in the legend)."""
+    d = summary[summary["mean_recall"].notna()]
+    if d.empty:
+        return None
+    _fresh()
+    fig, ax = plt.subplots(figsize=(7.2, 4.0))
+    indexes = list(dict.fromkeys(d["index"]))
+    for _, r in d.iterrows():
+        st = _style(indexes.index(r["index"]))
+        label = f"{r['condition']} · {r['index']} (n={int(r['n_judged'])})"
+        if pd.isna(r["accuracy_pct"]):
+            ax.plot([], [], linestyle="none", label=f"{r['condition']} · {r['index']} (not judged)", **st)
+            continue
+        ax.errorbar([r["mean_recall"] * 100], [r["accuracy_pct"]], yerr=_yerr([r["accuracy_pct"]], [r["n_judged"]]),
+                    linestyle="none", capsize=3, markersize=5, label=label, **st)
+    ax.set_xlim(-3, 103)
+    ax.set_ylim(-3, 103)
+    ax.set_xlabel("recall of the run's searches against exact search, same view (%, mean over runs)")
+    ax.set_ylabel("accuracy (%), 95% Wilson interval")
+    ax.set_title("Retrieval recall and answer accuracy, per condition and index")
+    ax.grid(True, alpha=0.3)
+    _legend(ax)
+    fig.tight_layout()
+    return fig

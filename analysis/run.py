@@ -53,7 +53,7 @@ from analysis.load import (
     load_folder,
     runs_frame,
 )
-from harness.run.replay import FolderReplay, replay_folder
+from harness.run.replay import FolderReplay, recall_folder, replay_folder
 from analysis.tables.common import Settings
 from analysis.tables.exposure import violations
 
@@ -71,6 +71,7 @@ class Results:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     outcomes: list[P.Outcome] = field(default_factory=list)
     replays: list[FolderReplay] = field(default_factory=list)
+    recalls: dict[str, tuple[str, list[dict]]] = field(default_factory=dict)  # folder -> (status, search rows)
     figures: dict[str, str] = field(default_factory=dict)  # file -> caption
     first_calls: dict[str, str | None] = field(default_factory=dict)
     ledgers: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -178,6 +179,7 @@ def analyse(opts: dict, progress: bool = True) -> Results:
         if not wanted and rep.status == "not replayed: replay switched off":
             rep.status = f"not replayed: replay={opts['replay']}" + ("" if f.is_org else " (LongMemEval folder)")
         res.replays.append(rep)
+        res.recalls[f.name] = recall_folder(f.name, f.path, f.info, f.records, enabled=wanted, progress=progress)
     for t in registry.tables():  # every registered table, each built once (a table asks for the ones it reads)
         res.table(t.name)
     return res
