@@ -182,7 +182,8 @@ def render(rows: Iterable[Comparison]) -> str:
     if not rows:
         return "power: no pre-registered comparison in this stage's plan"
     lines = ["power of the planned sample for each pre-registered comparison (analysis/power.py; normal approximation "
-             "of the rule's interval bound; cost at list price, both conditions):",
+             "of the rule's interval bound; cost at list price, both conditions; exploratory: the effects are "
+             "pre-registered where it says so, the power analysis is not):",
              f"{'test':<46}{'n':>6}{'effect':>10}{'power':>8}{'n for 80%':>11}{'cost (n)':>11}{'cost (n80)':>12}"
              "  effect from; spread from"]
     for c in rows:

@@ -179,7 +179,10 @@ def analyse(opts: dict, progress: bool = True) -> Results:
         if not wanted and rep.status == "not replayed: replay switched off":
             rep.status = f"not replayed: replay={opts['replay']}" + ("" if f.is_org else " (LongMemEval folder)")
         res.replays.append(rep)
-        res.recalls[f.name] = recall_folder(f.name, f.path, f.info, f.records, enabled=wanted, progress=progress)
+        status, rows = recall_folder(f.name, f.path, f.info, f.records, enabled=wanted, progress=progress)
+        if not wanted and status == "not compared: replay switched off":
+            status = f"not compared: replay={opts['replay']}" + ("" if f.is_org else " (LongMemEval folder)")
+        res.recalls[f.name] = (status, rows)
     for t in registry.tables():  # every registered table, each built once (a table asks for the ones it reads)
         res.table(t.name)
     return res

@@ -21,7 +21,6 @@ from analysis import conclusions as C
 from analysis.load import _label_of, judge_variants
 from analysis.markdown import DASH, ci, integer, link, md_table
 from analysis.tables import Table, register
-from analysis.tables.status import status_line
 
 COLUMNS = (*C.COLUMNS, "robust")
 MAIN = "main"
@@ -93,8 +92,8 @@ def flips(res: Any) -> list[str]:
 
 def section(res: Any) -> str:
     t = res.table("judge_robustness")
-    head = (f"\n## Conclusions under each judge\n\n{link('judge_robustness.csv')}; status: "
-            f"{status_line(res, 'judge_robustness') if not t.empty else '*exploratory*'}. Every hypothesis that "
+    head = (f"\n## Conclusions under each judge\n\n{link('judge_robustness.csv')}; status: *exploratory* (not in "
+            "the pre-registration file; the tests it repeats are). Every hypothesis that "
             "reads judgements and every paired accuracy comparison, recomputed with each judge's labels (a judge "
             "model or prompt source); a judge counts only the runs it labelled (n). A conclusion flips when another "
             "judge decides it differently; comparisons: a > b / a < b when the 95% interval excludes 0.\n\n")
