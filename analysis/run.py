@@ -179,9 +179,12 @@ def analyse(opts: dict, progress: bool = True) -> Results:
         if not wanted and rep.status == "not replayed: replay switched off":
             rep.status = f"not replayed: replay={opts['replay']}" + ("" if f.is_org else " (LongMemEval folder)")
         res.replays.append(rep)
-        status, rows = recall_folder(f.name, f.path, f.info, f.records, enabled=wanted, progress=progress)
-        if not wanted and status == "not compared: replay switched off":
-            status = f"not compared: replay={opts['replay']}" + ("" if f.is_org else " (LongMemEval folder)")
+        # the runs' searches against exact search (retrieval_recall.csv): every folder unless replay=none (it
+        # rebuilds only the exact dense index, from the encoder's cache)
+        status, rows = recall_folder(f.name, f.path, f.info, f.records, enabled=opts["replay"] != "none",
+                                     progress=progress)
+        if status == "not compared: replay switched off":
+            status = "not compared: replay=none"
         res.recalls[f.name] = (status, rows)
     for t in registry.tables():  # every registered table, each built once (a table asks for the ones it reads)
         res.table(t.name)

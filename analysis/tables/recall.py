@@ -6,7 +6,8 @@ k and scoring; a run's recall is the share of the exact top-k units its searches
 over its searches. Per condition and index: the mean recall of the runs that searched, the accuracy,
 and the accuracy of runs whose searches found everything against those that missed some: the link
 between the backend study (Section 5.4) and the accuracy tables. The comparison runs where the
-exposure replay does (`replay=`; a LongMemEval folder needs replay=all). Exploratory.
+analysis runs (`replay=none` skips it); a stage whose index is exact is its own ground truth (recall 1
+without a rebuild). Exploratory.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def section(res: Any) -> str:
             f"{status_line(res, 'retrieval_recall') if not t.empty else '*exploratory*'}. Every memory search of a "
             "run issued again with exact dense search under the same view, query, k and scoring; recall = the "
             "share of the exact top-k its searches returned (all its searches together).\n\n")
-    not_done = [f"- {name}: {st}" for name, (st, _) in sorted(res.recalls.items()) if st != "compared"]
+    not_done = [f"- {name}: {st}" for name, (st, _) in sorted(res.recalls.items()) if not st.startswith("compared")]
     if t.empty:
         return head + "No memory search was compared.\n" + ("\n".join(not_done) + "\n" if not_done else "")
     rows = [[r["folder"], r["index"], r["condition"] + (f" ({r['variant']})" if r["variant"] else ""),

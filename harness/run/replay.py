@@ -303,6 +303,15 @@ def recall_folder(folder_name: str, folder_path: Path, stage_info: dict, records
         return "not compared: no memory searches", []
     if not enabled:
         return "not compared: replay switched off", []
+    index = _stage_index(folder_path)
+    if index is None:
+        return "not compared: the stage's config.yaml names no index", []
+    if _is_exact(index):  # the stage searched exactly: each search is its own ground truth
+        return "compared: the stage's index is exact (recall 1 by construction)", [
+            {"folder": folder_name, "run_id": r["run_id"], "condition": r["condition"],
+             "variant": r.get("variant") or "", "call": i, "k": int(log["k"]), "scoring": str(log["scoring"]),
+             "returned": len(log.get("units") or []), "exact": len(log.get("units") or []),
+             "found": len(log.get("units") or []), "error": ""} for r, i, log in todo]
     rows: list[dict] = []
     env = None
     try:
@@ -335,6 +344,21 @@ def recall_folder(folder_name: str, folder_path: Path, stage_info: dict, records
             except Exception:
                 pass
     return "compared", rows
+
+
+def _stage_index(folder_path: Path) -> dict | None:
+    import yaml
+
+    p = folder_path / "config.yaml"
+    cfg = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p.exists() else {}
+    return cfg.get("index") if isinstance(cfg.get("index"), dict) else None
+
+
+def _is_exact(index: dict) -> bool:
+    """An exact dense index, alone or as a hybrid's dense part (a lexical-only index is compared: cheap)."""
+    if index.get("name") == "exact":
+        return True
+    return index.get("name") == "hybrid" and (index.get("dense") or {}).get("name") == "exact"
 
 
 def owner_counts(units: Iterable[list[str]]) -> Counter:
