@@ -47,6 +47,9 @@ def section(res: Any) -> str:
         [[r.folder, r.qid, r.action, integer(r.runs), integer(r.official_correct), integer(r.corrected_correct),
           integer(r.corrected_unjudged), integer(r.changed_labels)] for r in a.itertuples()]) + "\n"
         if not a.empty else "No analysed run answers a corrected question.\n"))
+    if not a.empty and a["corrected_unjudged"].sum():
+        out.append(f"\n{int(a['corrected_unjudged'].sum())} run(s) of corrected questions are not yet judged against "
+                   f"the corrected answer (left out under the corrected gold): `make judge STAGE=... errata={er.path}`.\n")
     flips = changes(res)
     out.append("\n" + ("**Conclusions that change under the corrected gold:** " + "; ".join(flips) + ".\n" if flips
                        else "No conclusion changes under the corrected gold.\n"))
