@@ -92,8 +92,11 @@ def pilot_runs(runs_dir: Path, model: str) -> dict | None:
     folder, recs = _pilot(runs_dir, model)
     if not recs:
         return None
+    from analysis.load import SIDE_JUDGEMENTS
+
     rd = RunDir(folder)
-    names = sorted(p.stem for p in (folder / "judgements").glob("*.jsonl") if not p.name.endswith(".attempts.jsonl"))
+    names = sorted(p.stem for p in (folder / "judgements").glob("*.jsonl") if not p.name.endswith(".attempts.jsonl")
+                   and not any(m in p.name for m in SIDE_JUDGEMENTS))  # the answers' judge, not a probe or errata
     labels = {k: j.label for k, j in rd.judgements(names[0]).items()} if names else {}
     runs = {}
     for r in recs:
