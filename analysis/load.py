@@ -249,7 +249,13 @@ def judge_names(folder: Folder) -> list[str]:
     jdir = folder.path / "judgements"
     if not jdir.exists():
         return []
-    return sorted(p.stem for p in jdir.glob("*.jsonl") if not p.name.endswith(".attempts.jsonl"))
+    return sorted(p.stem for p in jdir.glob("*.jsonl") if not p.name.endswith(".attempts.jsonl")
+                  and not any(m in p.name for m in SIDE_JUDGEMENTS))
+
+
+# judgements files that are not a judge of the stage's answers: against corrected gold (analysis/errata.py)
+# and of the judge probe's planted answers (judge/probe.py)
+SIDE_JUDGEMENTS = (".errata-", ".probe")
 
 
 def choose_judge(folder: Folder, wanted: str | None) -> str | None:
@@ -285,6 +291,31 @@ def read_judgements(folder: Folder, judge: str) -> dict[tuple[str, str], dict]:
             folder.problem(path, exc.problem, i)
             continue
         out[(j.run_id, j.kind)] = j.model_dump(mode="json")
+    return out
+
+
+def judge_variants(folder: Folder) -> dict[str, dict[tuple[str, str], dict]]:
+    """Every judge that graded this folder -> its (run_id, kind) -> latest judgement line.
+
+    A judge is a judgements file (a model: judgements/<name>.jsonl) and, when one file holds
+    lines of several prompt sources (judge.prompts changed between two `make judge`), each
+    source apart: `<name> [prompts <file>]`. Lines that do not fit the schema are left out here
+    (read_judgements names them for the main judge)."""
+    from harness.records.schema import RecordError
+
+    out: dict[str, dict[tuple[str, str], dict]] = {}
+    for name in judge_names(folder):
+        lines, _ = read_lines(folder.path / "judgements" / f"{name}.jsonl")
+        by_source: dict[str, dict[tuple[str, str], dict]] = {}
+        for i, obj in lines:
+            try:
+                j = parse("judgement", obj, folder.path / "judgements" / f"{name}.jsonl", i).model_dump(mode="json")
+            except RecordError:
+                continue
+            by_source.setdefault(str(j.get("prompt_source") or ""), {})[(j["run_id"], j["kind"])] = j
+        for src, got in sorted(by_source.items()):
+            label = name if len(by_source) == 1 else f"{name} [prompts {Path(src.split(':', 1)[-1]).name or src}]"
+            out[label] = got
     return out
 
 
