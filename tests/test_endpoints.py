@@ -314,3 +314,25 @@ def test_the_rubric_judges_shape_is_checked_before_scoring(tmp_path):
             ledger.close()
         [req] = fake.requests
         assert req["body"]["max_tokens"] == 1 and "JSON" in json.dumps(req["body"]["messages"])
+
+
+# ------------------------------------------------------------------ the Org stage against the same servers
+
+def org_cmd(fake, tmp, model="vllm"):
+    return [sys.executable, "-m", "harness.run", "stage=smoke_org", f"model={model}", f"model.base_url={fake.base_url}",
+            "model.api_key_env=null", "model.backoff_s=0.01", "stage.judge_after_run=false",
+            f"runs_dir={tmp}/runs", f"cache_dir={tmp}/cache", "concurrency=2"]
+
+
+@pytest.mark.parametrize("refusal, named", [
+    (lambda req: R.VLLM_NO_TOOLS if req.get("tools") else None, "--enable-auto-tool-choice"),
+    (reasoning_refusal, "max_tokens"),
+], ids=["vllm_without_tool_calling", "reasoning_model"])
+def test_the_org_stage_stops_at_the_preflight_before_any_run(tmp_path, refusal, named):
+    """Org's own tools (memory_search through a view, ask_agent) are request shapes of their own."""
+    with FakeModel(refuse=refusal) as fake:
+        res = run(org_cmd(fake, tmp_path))
+    assert res.returncode == 3, res.stderr
+    assert named in res.stderr and "preflight model failed" in res.stderr
+    assert not list((tmp_path / "runs").rglob("records/*.json"))
+    assert fake.requests and all(is_preflight(r["body"]) for r in fake.requests)
