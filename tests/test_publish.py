@@ -241,6 +241,11 @@ def test_push_uploads_every_file_to_a_private_dataset_repository(published, tmp_
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     monkeypatch.setenv("HF_TOKEN", "hf_test")
+    # an encoder loaded earlier in the same test process sets HF_HUB_OFFLINE=1, and the client reads it at import
+    import huggingface_hub.constants as hc
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", False)
     out = tmp_path / "ds"
     try:  # the whole runs root: every stage folder below it, as a sweep family would be
         code = publish_cli.main([f"runs={published['root'] / 'runs'}", f"out={out}", "push=me/results",
