@@ -46,8 +46,10 @@ $(HERMES_STAMP): $(VENV)/.installed
 	rm -f $(VENV)/.hermes-agent-*
 	touch $@
 
+# two test processes (pytest-xdist), one per core, a file per process at a time; TEST_WORKERS=0: one process
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 run: setup
 	$(PY) -m harness.run stage=$(STAGE) $(ARGS)

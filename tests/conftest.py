@@ -16,6 +16,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("services") and "services" not in item.fixturenames:
             item.fixturenames.append("services")
+    # the files with real-model tests (minutes each) first: with `-n 2 --dist loadfile` (make test) they
+    # are handed out first and run beside the short ones, instead of one of them ending the suite alone
+    slow = {item.path for item in items if item.get_closest_marker("model")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the order within each file is kept
+
+
+def _xdist_controller(config) -> bool:
+    return getattr(config.option, "numprocesses", None) not in (None, 0) and not hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session):
+    """Under pytest-xdist the controller starts the services once, before any worker, so two workers
+    never race to initialise the same data directory; each worker's fixture then finds them running."""
+    if _xdist_controller(session.config):
+        from harness import services as svc
+
+        session.config._memspace_started = svc.up(svc.settings())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    started = getattr(session.config, "_memspace_started", None)
+    if started:
+        from harness import services as svc
+
+        svc.down(svc.settings(), only=started)
 
 
 @pytest.fixture(scope="session")
