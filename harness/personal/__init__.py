@@ -7,5 +7,6 @@ writers     ProfileAgent, TaskAgent, ConversationExtractor: model calls that ext
 assistant   AssistantAgent: answers with whatever the method injected; no retrieval of its own
 method      what a method (conditions/<name>.py) gives the runner
 record      the flat record of one trial x method, built in one function
-runner      the stage: trials x methods, concurrent, crash-safe, metered
+step        the run step the one driver (harness.run.driver) runs: plan, preflight shapes, one trial x method
+forecast    what a stage will cost (dry_run=true)
 """
