@@ -177,10 +177,12 @@ class PersonalStep(RunStep):
             if c is not None:
                 checks.append(c)
         needed = self.services()
-        if needed:
-            if not self.cfg.dry_run:  # the project's own servers start as with `make services-up`
-                _start_services(needed)
-            checks.append(_reach(needed))
+        if needed and not self.cfg.dry_run:  # the project's own servers start as with `make services-up`
+            _start_services(needed)
+        if index_services(self.cfg.index):
+            checks.append(pf._services_check(self.cfg.index))  # the index's servers, as its config names them
+        if "postgres" in needed - index_services(self.cfg.index):
+            checks.append(_reach_postgres())  # Mem0's vector store: the project's PostgreSQL
         rows = self.fidelity_rows()
         refused = fidelity.refusals(self.cfg, rows) if fidelity.preset(self.cfg) else []
         checks += [pf.Check("fidelity", False, f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it")
@@ -332,17 +334,12 @@ def _start_services(needed: set[str]) -> None:
         services.redis_up(s)
 
 
-def _reach(needed: set[str]):
+def _reach_postgres():
     from harness import services
     from harness.run.preflight import REACH, Check
 
-    s = services.settings()
-    said = []
-    for name in sorted(needed):
-        try:
-            said.append(REACH[name]({}, s))
-        except Exception as exc:  # noqa: BLE001 - reported as the failed check
-            env = classify(exc) or EnvironmentFailure(f"{name}: {exc}", "start the services (make services-up)")
-            return Check("services", False, str(env))
-    return Check("services", True, "; ".join(said))
-
+    try:
+        return Check("services", True, "Mem0: " + REACH["postgres"]({}, services.settings()))
+    except Exception as exc:  # noqa: BLE001 - reported as the failed check
+        env = classify(exc) or EnvironmentFailure(f"PostgreSQL: {exc}", "start the services (make services-up)")
+        return Check("services", False, f"Mem0: {env}")
