@@ -69,6 +69,10 @@ def test_barrier_saves_late_writes_and_the_ablation_misses_them(tmp_path):
             assert r["missed_writes"] == 0 and not r["barrier"]["timed_out"]
             assert r["barrier"]["waited_s"] >= 2.5
             assert {i["memory_type"] for i in r["injected"]} == {"profile", "task_context"}
+            # the paper's latency is the answer call: the barrier's wait is reported beside it, not in it
+            assert r["barrier_wait_s"] == pytest.approx(r["barrier"]["waited_s"], abs=1e-5)
+            assert r["answer_s"] < 1.0 < r["barrier_wait_s"] < r["wall_s"]
+            assert r["retrieval_s"] < 1.0
         else:
             assert r["missed_writes"] == 2 and r["n_injected"] == 0  # profile + task; conversation is private
         assert r["conversation_injected"] == 0 and r["foreign_items"] == 0

@@ -169,6 +169,19 @@ def test_retry_failed_reruns_only_failed_runs_and_the_rubric_never_scores_a_fail
             assert r["finished"] == first[k]["finished"]  # the ok runs were not run again
     lines = load_rubric(rd, "openai_reasoning")
     assert all(lines[k]["status"] == "ok" and lines[k]["scores"]["integration"] == 2.0 for k in again)
+    # the Inspect export: one log per method, a sample per trial with the assistant's call and its scores
+    from inspect_ai.log import read_eval_log
+
+    from analysis.export_inspect import main as export
+
+    assert export([f"runs={rd.root}", f"out={tmp_path / 'logs'}"]) == 0
+    logs = [read_eval_log(str(p)) for p in sorted((tmp_path / "logs").glob("*.eval"))]
+    assert sorted(log.eval.task for log in logs) == sorted(METHODS)
+    for log in logs:
+        assert len(log.samples) == 2 and log.eval.metadata["kind"] == "personal"
+        for smp in log.samples:
+            assert smp.scores["integration"].value == 2.0 and smp.metadata["answer_s"] > 0
+            assert [m.role for m in smp.messages] == ["system", "system", "user", "assistant"]
 
 
 @pytest.mark.services
