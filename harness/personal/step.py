@@ -177,12 +177,16 @@ class PersonalStep(RunStep):
             if c is not None:
                 checks.append(c)
         needed = self.services()
-        if needed and not self.cfg.dry_run:  # the project's own servers start as with `make services-up`
-            _start_services(needed)
-        if index_services(self.cfg.index):
-            checks.append(pf._services_check(self.cfg.index))  # the index's servers, as its config names them
-        if "postgres" in needed - index_services(self.cfg.index):
-            checks.append(_reach_postgres())  # Mem0's vector store: the project's PostgreSQL
+        if needed and self.cfg.dry_run:  # nothing is started or reached for a plan
+            checks.append(pf.Check("services", None, f"{', '.join(sorted(needed))}: started if they are the "
+                                                     "project's own (make services-up) and reached when the stage runs"))
+        elif needed:
+            _start_services(needed)  # the project's own servers, as `make services-up` starts them
+            own = index_services(self.cfg.index)
+            if own:
+                checks.append(pf._services_check(self.cfg.index))  # the index's servers, as its config names them
+            if "postgres" in needed - own:
+                checks.append(_reach_postgres())  # Mem0's vector store: the project's PostgreSQL
         rows = self.fidelity_rows()
         refused = fidelity.refusals(self.cfg, rows) if fidelity.preset(self.cfg) else []
         checks += [pf.Check("fidelity", False, f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it")
