@@ -29,7 +29,6 @@ from omegaconf import DictConfig, OmegaConf
 from harness.failures import STOPPED, exits_with_code
 from harness.records.shards import DriverLock, Shard
 from harness.run.budget import Budget, BudgetReached
-from harness.run.plan import build
 from harness.run.sweep import multirun_flag_first, sweep_label  # noqa: F401  (kept importable here)
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

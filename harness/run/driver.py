@@ -68,7 +68,6 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-_now = now
 
 
 def stage_info(cfg, plan, fidelity_record: dict, **extra) -> dict:
@@ -204,7 +203,7 @@ class StageRunner:
 
     def run_one(self, spec, attempt: int) -> BaseModel:
         self._mark("run_started")
-        self.rd.start_attempt(spec.run_id, attempt, _now())
+        self.rd.start_attempt(spec.run_id, attempt, now())
         record, signature = self.step.execute(spec, attempt)
         for r in self.breaker.admit(record, signature):
             self.write(r)
@@ -228,7 +227,7 @@ class StageRunner:
         prep = self.preparer.stats if self.preparer is not None else {
             "questions": 0, "ready": 0, "chunks": 0, "embedded": 0, "chunk_s": 0.0, "embed_s": 0.0,
             "first_ready_s": None, "all_ready_s": None}
-        return DriverSession(started=started, ended=_now(), host=socket.gethostname(), pid=os.getpid(),
+        return DriverSession(started=started, ended=now(), host=socket.gethostname(), pid=os.getpid(),
                              pending=pending, started_runs=self.started_runs, stopped=stop,
                              wall_s=round(time.perf_counter() - self.t0, 3),
                              first_run_started_s=self.first.get("run_started"),
@@ -271,12 +270,12 @@ def run_stage(cfg, step: RunStep, rd: RunDir, ledger: Ledger, pending: list, bud
     for r in rd.records():  # retry_failed: the failed attempt's calls stay in the ledger, marked
         if r.run_id in ids:
             ledger.append({"event": "interrupted", "tag": r.run_id, "attempt": r.attempt,
-                           "reason": "failed run attempted again (retry_failed=true)", "ts": _now()})
+                           "reason": "failed run attempted again (retry_failed=true)", "ts": now()})
     owned = {r.run_id for r in owned_runs(rd, plan)}
     mark_interrupted(rd, ledger, owned=owned)
     runner = StageRunner(cfg, plan, rd, step)
     runner.breaker.armed = runner.breaker.armed and not any(r.status == "ok" for r in rd.records())
-    started = _now()
+    started = now()
     stop = None
     try:
         stop = _run_pool(runner, pending, attempts, concurrency, len(owned), len(owned) - len(pending), budget)
