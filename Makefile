@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 HERMES_VERSION ?= 0.19.0
 HERMES_STAMP := $(VENV)/.hermes-agent-$(HERMES_VERSION)
 
-.PHONY: setup system-deps test run judge analyze view agreement bench rehearsal services-up services-down services-status clean-runs
+.PHONY: setup system-deps test run judge analyze personal-paper view agreement bench rehearsal services-up services-down services-status clean-runs
 
 # Debian packages the shell sandbox needs inside its /usr: the sqlite3 command and the seccomp
 # bindings of the system Python (installed when missing and we are root; else the preflight says so),
@@ -57,7 +57,15 @@ judge: setup
 
 analyze: setup
 	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(ARGS); rc=$$?; \
-	$(PY) -m analysis.personal $(if $(RUNS),runs=$(RUNS)) && exit $$rc
+	$(PY) -m analysis.personal $(if $(RUNS),runs=$(RUNS)) $(PERSONAL_ARGS) && exit $$rc
+
+# the second paper's study as published: stage=personal on its three assistant models (conf/model/gpt4o,
+# llama31_8b, qwen25_7b), one folder each, then the rubric judge on each (JUDGE=... picks the judge)
+PERSONAL_MODELS ?= gpt4o,llama31_8b,qwen25_7b
+JUDGE ?=
+personal-paper: setup
+	$(PY) -m harness.run -m stage=personal model=$(PERSONAL_MODELS) $(ARGS)
+	$(PY) -m judge.run -m stage=personal model=$(PERSONAL_MODELS) $(if $(JUDGE),judge=$(JUDGE)) $(ARGS)
 
 # export the runs (RUNS=..., default every stage under runs/ but the pilots) as Inspect logs and open
 # Inspect's viewer on them, on loopback only

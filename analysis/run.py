@@ -139,7 +139,7 @@ def parse_args(argv: Sequence[str]) -> dict:
 
 def analyse(opts: dict, progress: bool = True) -> Results:
     pre = P.load(opts["prereg"])
-    from harness import studies  # the folders of the studies this analysis reads (others: analysis/personal.py)
+    from harness import studies  # the folders of the studies this analysis reads (others: analysis/personal/)
 
     mine = studies.analysed_by("analysis.run")
     folders = [f for f in find_folders(opts["runs"] or None, opts["runs_root"]) if (f.info.get("kind") or "agents") in mine]

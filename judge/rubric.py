@@ -17,15 +17,12 @@ judge model config's, fitted to its `accepts` (harness.endpoints.fit) like the a
 check's: a reasoning model's judge sends no temperature and `max_completion_tokens`.
 Lines go to runs/<stage>/<label>/judgements/<judge>.rubric.jsonl; the latest per run wins.
 
-`python -m judge.rubric agree RUN_DIR RATINGS.csv [--judge NAME]` compares human
-ratings (columns run_id, dimension, score) with the judge: exact match, within one
-point, MAE and Spearman rho (the paper's Section 4.3 figures).
+The human validation of this judge (Section 4.3, Appendix A.1: a blinded sample, then
+agreement by method) is analysis/personal/validation.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
 import hashlib
 import json
 import re
@@ -249,71 +246,6 @@ def _current(old: dict, rec: dict, trial: dict, hybrid: bool, ident: str) -> boo
     sha = hashlib.sha256(prompt_for(rec, trial).encode()).hexdigest()
     return old["status"] in ("ok", "unparsable") and old.get("hybrid") == hybrid \
         and (old.get("judge") or {}).get("identity") == ident and old.get("prompt_sha256") == sha
-
-
-# ------------------------------------------------------------------------------ human ratings
-
-def agreement(human: list[float], judge: list[float]) -> dict:
-    """Exact match, within one point, MAE and Spearman rho of paired ratings (Section 4.3)."""
-    from scipy.stats import spearmanr
-
-    if len(human) != len(judge) or not human:
-        raise ValueError("need the same, non-zero number of human and judge ratings")
-    diffs = [abs(h - j) for h, j in zip(human, judge)]
-    rho = spearmanr(human, judge)
-    return {"n": len(human), "exact": sum(d == 0 for d in diffs) / len(diffs),
-            "within_one": sum(d <= 1 for d in diffs) / len(diffs), "mae": sum(diffs) / len(diffs),
-            "spearman_rho": float(rho.statistic), "spearman_p": float(rho.pvalue)}
-
-
-def read_ratings(path: str | Path) -> list[dict]:
-    """A CSV with columns run_id, dimension (profile_usage | task_usage | integration), score (1-5)."""
-    out = []
-    with open(path, newline="", encoding="utf-8") as f:
-        for i, row in enumerate(csv.DictReader(f), start=2):
-            dim, score = (row.get("dimension") or "").strip(), (row.get("score") or "").strip()
-            if dim not in DIMENSIONS:
-                raise ValueError(f"{path}:{i}: dimension must be one of {DIMENSIONS}, got {dim!r}")
-            if not score.isdigit() or not 1 <= int(score) <= 5:
-                raise ValueError(f"{path}:{i}: score must be an integer 1-5, got {score!r}")
-            out.append({"run_id": row["run_id"].strip(), "dimension": dim, "score": int(score)})
-    return out
-
-
-def compare_ratings(run_dir, ratings_csv: str | Path, judge_name: str) -> dict:
-    """Per dimension and overall; ratings of runs the judge has not scored are listed, not dropped silently."""
-    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    lines = load_rubric(rd, judge_name)
-    rows = read_ratings(ratings_csv)
-    pairs: dict[str, tuple[list, list]] = {}
-    missing = []
-    for r in rows:
-        line = lines.get(r["run_id"])
-        if not line or not line.get("scores"):
-            missing.append(r["run_id"])
-            continue
-        for key in (r["dimension"], "all"):
-            h, j = pairs.setdefault(key, ([], []))
-            h.append(r["score"])
-            j.append(line["scores"][r["dimension"]])
-    return {"by_dimension": {k: agreement(*v) for k, v in pairs.items()}, "unscored": sorted(set(missing))}
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m judge.rubric")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("agree", help="compare human ratings (CSV) with the rubric judge")
-    a.add_argument("run_dir")
-    a.add_argument("ratings")
-    a.add_argument("--judge", default="local")
-    args = ap.parse_args(argv)
-    out = compare_ratings(args.run_dir, args.ratings, args.judge)
-    print(json.dumps(out, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def judge_command(cfg, rd) -> int:
