@@ -150,7 +150,8 @@ class ScriptedUpstream:
         self._srv = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256, "handle_error": handle_error})(
             ("127.0.0.1", 0), Handler)
         self._srv.daemon_threads = True
-        threading.Thread(target=self._srv.serve_forever, daemon=True, name=self.thread_name).start()
+        threading.Thread(target=self._srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+                         name=self.thread_name).start()
         return self
 
     def stop(self) -> None:
