@@ -38,6 +38,7 @@ from harness.records.provenance import versions
 from harness.records.schema import parse
 from harness.run import fidelity
 from harness.run.driver import RunStep, stage_info
+from harness.run.plan import PlanError
 
 from . import assistant, record
 from .method import RunCtx, Shared
@@ -84,16 +85,14 @@ def trials_path(cfg) -> Path:
 
 def plan(cfg) -> PersonalPlan:
     """Every (trial, method) once, in a seeded shuffle so methods and users interleave."""
+    for c in cfg.stage.methods:
+        if c not in (cfg.stage.get("conditions") or {}):
+            raise PlanError(f"stage {cfg.stage.name!r} runs method {c!r} but does not define it "
+                            f"(add '/condition@stage.conditions.{c}: {c}' to its defaults)")
     path = trials_path(cfg)
     trials = trials_data.load(path)["trials"]
     pairs = [(t, str(c)) for t in trials for c in cfg.stage.methods]
-    random.Random(int(cfg.seed)).shuffle(pairs)
-    for c in cfg.stage.methods:
-        if c not in (cfg.stage.get("conditions") or {}):
-            from harness.run.plan import PlanError
-
-            raise PlanError(f"stage {cfg.stage.name!r} runs method {c!r} but does not define it "
-                            f"(add '/condition@stage.conditions.{c}: {c}' to its defaults)")
+    random.Random(int(cfg.seed)).shuffle(pairs)  # the same order and run ids as before the one driver
     return PersonalPlan(str(cfg.stage.name), str(cfg.stage.label), int(cfg.seed),
                         {"path": str(path), "sha256": sha256_file(path), "n": len(trials)},
                         [TrialRun(t["trial_id"], c) for t, c in pairs], {t["trial_id"]: t for t in trials})
@@ -288,7 +287,10 @@ class PersonalStep(RunStep):
                     raise env from exc
                 status, error, reason = "failed", "".join(traceback.format_exception(exc))[-4000:], "method"
             wall = time.perf_counter() - t0
-            finish = method.finish()  # waits for the writers
+            try:
+                finish = method.finish()  # waits for the writers
+            except Exception as exc:  # a stopped PostgreSQL while counting what the read missed
+                raise classify(exc) or exc
         finally:
             method.close()
         if seen:  # a writer met a refused key, an unknown model, an unreachable server
