@@ -218,8 +218,9 @@ class PersonalStep(RunStep):
         return render(self.cfg, self.plan)
 
     def concurrency(self) -> int:
-        n = int(self.cfg.stage.get("concurrency") or self.cfg.concurrency)
-        return max(1, min(n, int(self.cfg.model.get("max_concurrency") or n)))
+        """Trials in flight (`stage.concurrency`), so one user's writers run while another's assistant
+        reads; not capped by model.max_concurrency, a limit on calls the endpoint queues anyway."""
+        return max(1, int(self.cfg.stage.get("concurrency") or self.cfg.concurrency))
 
     # --- the runs -------------------------------------------------------------------------
     def start(self, rd, info, endpoint, proxy_url: str) -> None:
