@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 HERMES_VERSION ?= 0.19.0
 HERMES_STAMP := $(VENV)/.hermes-agent-$(HERMES_VERSION)
 
-.PHONY: setup system-deps test run judge analyze personal-paper view agreement bench rehearsal services-up services-down services-status clean-runs
+.PHONY: setup system-deps test run judge analyze personal-paper publish results-page view agreement probe bench rehearsal services-up services-down services-status clean-runs
 
 # Debian packages the shell sandbox needs inside its /usr: the sqlite3 command and the seccomp
 # bindings of the system Python (installed when missing and we are root; else the preflight says so),
@@ -53,10 +53,10 @@ run: setup
 	$(PY) -m harness.run stage=$(STAGE) $(ARGS)
 
 judge: setup
-	$(PY) -m judge.run stage=$(STAGE) $(ARGS)
+	$(PY) -m judge.run stage=$(STAGE) $(if $(errata),+errata=$(errata)) $(ARGS)
 
 analyze: setup
-	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(ARGS); rc=$$?; \
+	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(if $(errata),errata=$(errata)) $(ARGS); rc=$$?; \
 	$(PY) -m analysis.personal $(if $(RUNS),runs=$(RUNS)) $(PERSONAL_ARGS) && exit $$rc
 
 # the second paper's study as published: stage=personal on its three assistant models (conf/model/gpt4o,
@@ -66,6 +66,15 @@ JUDGE ?=
 personal-paper: setup
 	$(PY) -m harness.run -m stage=personal model=$(PERSONAL_MODELS) $(ARGS)
 	$(PY) -m judge.run -m stage=personal model=$(PERSONAL_MODELS) $(if $(JUDGE),judge=$(JUDGE)) $(ARGS)
+
+# write stage folders (RUNS=a,b) as one dataset in the Hugging Face Hub's layout (OUT=DIR), listing first
+# what leaves the machine; ARGS="push=OWNER/NAME" uploads it (private), ARGS="dry_run=true" only lists
+publish: setup
+	$(PY) -m harness.cli.publish $(if $(RUNS),runs=$(RUNS)) $(if $(OUT),out=$(OUT)) $(ARGS)
+
+# a static, sortable results page from published datasets (DATASETS=a,b) into OUT (default results_page)
+results-page: setup
+	$(PY) -m analysis.results_page $(if $(DATASETS),datasets=$(DATASETS)) $(if $(OUT),out=$(OUT)) $(ARGS)
 
 # export the runs (RUNS=..., default every stage under runs/ but the pilots) as Inspect logs and open
 # Inspect's viewer on them, on loopback only
@@ -77,10 +86,15 @@ view: setup
 agreement: setup
 	$(PY) -m judge.agreement stage=$(STAGE) $(if $(JUDGE2),+judge@judge2=$(JUDGE2)) $(ARGS)
 
+# the judge probe: planted right and wrong answers from the stage's questions, graded by the judge (judge/probe.py)
+probe: setup
+	$(PY) -m judge.probe stage=$(STAGE) $(ARGS)
+
 bench: setup
 	$(PY) -m harness.memory.bench $(ARGS)
 	$(PY) -m analysis.bench_stats
 	$(PY) -m harness.endpoints.bench_proxy
+	$(PY) -m bench.kernel_scale
 
 # the main stage rehearsed offline (bench/rehearsal.py; a benchmark, not a test): generated S data, the
 # real driver, judge and analysis against a latency-simulating fake upstream. The full size embeds

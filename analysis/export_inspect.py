@@ -307,7 +307,7 @@ def eval_log(folder: Folder, condition: str, records: list[dict], runs: pd.DataF
                    completed_samples=len(records), scores=scores), stats=stats, samples=samples, error=error)
 
 
-def _file_name(folder: Folder, condition: str) -> str:
+def log_file_name(folder: Folder, condition: str) -> str:
     created = datetime.fromisoformat(str(folder.info.get("created"))).astimezone(timezone.utc)
     # Inspect's own pattern, <time>_<task>_<id>.eval, which its log list parses (no "_" inside the parts)
     return (f"{created.strftime('%Y-%m-%dT%H-%M-%S+00-00')}_{condition.replace('_', '-')}_"
@@ -331,7 +331,7 @@ def export(folders: Sequence[Folder], out: Path, personal: Sequence[Path] = (), 
         for f in folders:
             for cond in f.condition_order():
                 recs = [r for r in f.records if r["condition"] == cond]
-                name = _file_name(f, cond)
+                name = log_file_name(f, cond)
                 write_eval_log(eval_log(f, cond, recs, runs), str(tmp / name))
                 written.append(out / name)
         for path in personal:

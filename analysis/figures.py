@@ -224,3 +224,39 @@ def draw_figure6(t2: pd.DataFrame, folder: str):
     fig.suptitle(f"LongMemEval-Org: {folder}")
     fig.tight_layout()
     return fig
+
+
+def figure_recall(summary: pd.DataFrame, path: Path) -> Path | None:
+    fig = draw_figure_recall(summary)
+    return None if fig is None else _save(fig, path)
+
+
+def draw_figure_recall(summary: pd.DataFrame):
+    """Accuracy against the recall the runs' own searches got (vs exact search under the same view):
+    one point per condition (marker) and index (colour; smaller markers for later indexes, so points
+    with equal values stay visible)."""
+    d = summary[summary["mean_recall"].notna()]
+    if d.empty:
+        return None
+    _fresh()
+    fig, ax = plt.subplots(figsize=(9.0, 4.4))
+    indexes = list(dict.fromkeys(d["index"]))
+    conds = list(dict.fromkeys(d["condition"]))
+    for _, r in d.iterrows():
+        i, c = indexes.index(r["index"]), conds.index(r["condition"])
+        st = {"marker": MARKERS[c % len(MARKERS)], "color": f"C{i % 10}",
+              "markersize": max(3.0, 9.0 - 2.5 * i), "linestyle": "none"}
+        if pd.isna(r["accuracy_pct"]):
+            ax.plot([], [], label=f"{r['condition']} · {r['index']} (not judged)", **st)
+            continue
+        ax.errorbar([r["mean_recall"] * 100], [r["accuracy_pct"]], yerr=_yerr([r["accuracy_pct"]], [r["n_judged"]]),
+                    capsize=3, label=f"{r['condition']} · {r['index']} (n={int(r['n_judged'])})", **st)
+    ax.set_xlim(-3, 103)
+    ax.set_ylim(-3, 103)
+    ax.set_xlabel("recall of the runs' searches vs exact search, same view (%, mean)")
+    ax.set_ylabel("accuracy (%), 95% Wilson interval")
+    ax.set_title("Retrieval recall and accuracy")
+    ax.grid(True, alpha=0.3)
+    _legend(ax)
+    fig.tight_layout()
+    return fig

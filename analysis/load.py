@@ -100,7 +100,13 @@ class Folder:
     problems: list[dict] = field(default_factory=list)  # data quality: files or lines left out, and why
 
     def problem(self, path: str | Path, what: str, line: int | None = None, left_out: str = "left out") -> None:
-        self.problems.append({"folder": self.name, "file": str(path), "line": line, "problem": what,
+        """A file or line left out; the file is named as `<stage>/<label>/<file>`, as tables name folders, so
+        results do not depend on where the folder lies (nor show a local path; a published copy reads the same)."""
+        try:
+            shown = f"{self.name}/{Path(path).relative_to(self.path).as_posix()}"
+        except ValueError:
+            shown = str(path)
+        self.problems.append({"folder": self.name, "file": shown, "line": line, "problem": what,
                               "consequence": left_out})
 
     @property
@@ -162,6 +168,14 @@ class Folder:
 def _stage_dirs(path: Path) -> list[Path]:
     if (path / "stage.json").exists():
         return [path]
+    # a published dataset (make publish): its folders, rebuilt and checked
+    from analysis import publish
+
+    if publish.is_published(path):
+        try:
+            return publish.stage_dirs(path)
+        except publish.PublishError as exc:
+            raise AnalysisError(str(exc)) from None
     found = sorted({p.parent for p in path.glob("*/stage.json")} | {p.parent for p in path.glob("*/*/stage.json")})
     return found
 
@@ -170,8 +184,9 @@ def find_folders(paths: Iterable[str | Path] | None, runs_root: str | Path = "ru
     """Stage folders to analyse, sorted by name.
 
     No paths: every stage folder under `runs_root` except the pilots (pilot, pilot_local:
-    never in any result, Appendix A). A path may be a stage folder, a folder of labels, or a runs root; a pilot
-    named explicitly is analysed (the report says it is the pilot).
+    never in any result, Appendix A). A path may be a stage folder, a folder of labels, a runs root, or a
+    dataset written by `make publish` (its folders rebuilt from its tables); a pilot named explicitly is
+    analysed (the report says it is the pilot).
     """
     explicit = bool(paths)
     roots = [Path(p) for p in paths] if explicit else [Path(runs_root)]
@@ -189,7 +204,7 @@ def find_folders(paths: Iterable[str | Path] | None, runs_root: str | Path = "ru
         try:
             info = read_json("stage", d / "stage.json").model_dump(mode="json")
         except RecordError as exc:
-            bad.append({"folder": f"{d.parent.name}/{d.name}", "file": exc.path, "line": None,
+            bad.append({"folder": f"{d.parent.name}/{d.name}", "file": f"{d.parent.name}/{d.name}/stage.json", "line": None,
                         "problem": exc.problem, "consequence": "folder left out"})
             continue
         f = Folder(d, info, name=f"{d.parent.name}/{d.name}")
@@ -234,7 +249,13 @@ def judge_names(folder: Folder) -> list[str]:
     jdir = folder.path / "judgements"
     if not jdir.exists():
         return []
-    return sorted(p.stem for p in jdir.glob("*.jsonl") if not p.name.endswith(".attempts.jsonl"))
+    return sorted(p.stem for p in jdir.glob("*.jsonl") if not p.name.endswith(".attempts.jsonl")
+                  and not any(m in p.name for m in SIDE_JUDGEMENTS))
+
+
+# judgements files that are not a judge of the stage's answers: against corrected gold (analysis/errata.py)
+# and of the judge probe's planted answers (judge/probe.py)
+SIDE_JUDGEMENTS = (".errata-", ".probe")
 
 
 def choose_judge(folder: Folder, wanted: str | None) -> str | None:
@@ -270,6 +291,31 @@ def read_judgements(folder: Folder, judge: str) -> dict[tuple[str, str], dict]:
             folder.problem(path, exc.problem, i)
             continue
         out[(j.run_id, j.kind)] = j.model_dump(mode="json")
+    return out
+
+
+def judge_variants(folder: Folder) -> dict[str, dict[tuple[str, str], dict]]:
+    """Every judge that graded this folder -> its (run_id, kind) -> latest judgement line.
+
+    A judge is a judgements file (a model: judgements/<name>.jsonl) and, when one file holds
+    lines of several prompt sources (judge.prompts changed between two `make judge`), each
+    source apart: `<name> [prompts <file>]`. Lines that do not fit the schema are left out here
+    (read_judgements names them for the main judge)."""
+    from harness.records.schema import RecordError
+
+    out: dict[str, dict[tuple[str, str], dict]] = {}
+    for name in judge_names(folder):
+        lines, _ = read_lines(folder.path / "judgements" / f"{name}.jsonl")
+        by_source: dict[str, dict[tuple[str, str], dict]] = {}
+        for i, obj in lines:
+            try:
+                j = parse("judgement", obj, folder.path / "judgements" / f"{name}.jsonl", i).model_dump(mode="json")
+            except RecordError:
+                continue
+            by_source.setdefault(str(j.get("prompt_source") or ""), {})[(j["run_id"], j["kind"])] = j
+        for src, got in sorted(by_source.items()):
+            label = name if len(by_source) == 1 else f"{name} [prompts {Path(src.split(':', 1)[-1]).name or src}]"
+            out[label] = got
     return out
 
 

@@ -101,6 +101,13 @@ def load(path: str | Path = DEFAULT_PATH) -> Prereg:
                 t["threshold_origin"] = _origin(t.get("threshold_origin"),
                                                 f"{path}: {h['id']}: test {i} ({t['rule']}): threshold_origin")
         hyps.append(h)
+    powered = [(h["id"], t) for h in hyps for t in h["tests"] if "power_at" in t]
+    for hid, t in powered:
+        if isinstance(t["power_at"], bool) or not isinstance(t["power_at"], (int, float)):
+            raise PreregError(f"{path}: {hid}: power_at must be a number (a ratio, or accuracy points), "
+                              f"got {t['power_at']!r}")
+    if powered:  # where the effects the power is computed at come from (analysis/power.py)
+        settings["power_origin"] = _origin(settings.get("power_origin"), f"{path}: settings.power_origin")
     for hid in settings["holm_family"]:
         if hid not in seen:
             raise PreregError(f"{path}: holm_family names {hid}, which is not a hypothesis")
@@ -224,6 +231,7 @@ class Rule:
     resampled: ClassVar[bool] = False
     ci_resampled: ClassVar[bool] = False
     judged: ClassVar[bool] = True
+    reads_judgements: ClassVar[bool] = False  # its result depends on a judge's labels (accuracy, leaks)
 
     def evaluate(self, ctx: Context, t: dict, st: Settings, c: Component) -> None:
         raise NotImplementedError
@@ -299,6 +307,7 @@ class NonInferiority(Rule):
 
     name = "noninferiority"
     resampled = ci_resampled = True
+    reads_judgements = True
 
     def evaluate(self, ctx, t, st, c):
         pc = _accuracy(ctx, t, st, c)
@@ -317,6 +326,7 @@ class AccuracyAbove(Rule):
 
     name = "accuracy_above"
     resampled = ci_resampled = True
+    reads_judgements = True
 
     def evaluate(self, ctx, t, st, c):
         pc = _accuracy(ctx, t, st, c)
@@ -334,6 +344,7 @@ class McNemarSuperior(Rule):
 
     name = "mcnemar_superior"
     ci_resampled = True
+    reads_judgements = True
 
     def evaluate(self, ctx, t, st, c):
         pc = _accuracy(ctx, t, st, c)
@@ -374,6 +385,7 @@ class _Count(Rule):
     counts as neither value and can make the rule undecidable (holds = None)."""
 
     op: ClassVar[str] = "<="
+    reads_judgements = True
 
     def describe(self, t):
         return f"{t.get('measure', 'leak')} runs of {t['condition']} {self.op} {t['threshold']}"
@@ -683,6 +695,34 @@ def evaluate(prereg: Prereg, ctx: Context) -> list[Outcome]:
             o.reason = "; ".join(reasons)
         out.append(o)
     _holm(prereg, out, ctx.alpha)
+    return out
+
+
+def reads_judgements(h: dict) -> bool:
+    """Whether some test of the hypothesis reads a judge's labels (its outcome can change with the judge)."""
+    return any(RULES[t["rule"]].reads_judgements for t in h["tests"])
+
+
+def reevaluate(prereg: Prereg, ctx: Context, base: Sequence[Outcome]) -> list[Outcome]:
+    """The outcomes on other labels (another judge, corrected gold) in `ctx.runs`: every hypothesis
+    that reads judgements is evaluated again, the others are copied from `base` (their numbers do
+    not depend on labels), and Holm is applied to the mix, as `evaluate` would."""
+    import copy
+    import dataclasses
+
+    judged = [h for h in prereg.hypotheses if reads_judgements(h)]
+    sub = dataclasses.replace(prereg, hypotheses=judged, settings={**prereg.settings, "holm_family": []})
+    fresh = {o.id: o for o in evaluate(sub, ctx)}
+    out = []
+    for o in base:
+        if o.id in fresh:
+            out.append(fresh[o.id])
+            continue
+        c = copy.deepcopy(o)
+        c.p_holm, c.in_holm, c.note = None, False, ""
+        c.outcome, c.supported = _verdict(c.components, c.family)
+        out.append(c)
+    _holm(prereg, out, float(prereg.settings["alpha"]))
     return out
 
 

@@ -12,6 +12,8 @@ from typing import Any
 from analysis import tables as registry
 from analysis.markdown import link
 from analysis.tables.exposure import violations
+from analysis.tables.errata import changes
+from analysis.tables.judge_robustness import flips
 
 
 def render(res: Any) -> str:
@@ -23,8 +25,14 @@ def render(res: Any) -> str:
              "table, at full precision; " + link("runs.csv") + " has one row per run (the data behind every "
              "table). Failed runs count as wrong; runs without a usable judgement are left out and counted "
              "below.\n",
+             *([f"\n**Gold: {res.gold}.** Every table below is under the corrected gold (the official report is "
+                "`../report.md`).\n"] if getattr(res, "gold", "official") != "official" else []),
              *(["\n## VIOLATIONS\n\n", "".join(f"- **{v}**\n" for v in violations(t["table4"]))]
-               if violations(t["table4"]) else [])]
+               if violations(t["table4"]) else []),
+             *(["\n## Conclusions that flip under another judge\n\n", "".join(f"- **{x}**\n" for x in flips(res)),
+                "\nSee *Conclusions under each judge* below.\n"] if flips(res) else []),
+             *(["\n## Conclusions that change under the corrected gold\n\n", "".join(f"- **{x}**\n" for x in changes(res)),
+                "\nSee *Gold errata* below.\n"] if getattr(res, "errata", None) is not None and changes(res) else [])]
     for table in registry.tables():
         if table.section:
             parts.append(table.section(res))

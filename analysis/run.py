@@ -17,6 +17,9 @@ Arguments (key=value; bare paths are added to runs):
   replay=org|all|none  which folders get the exposure replay (default org: LongMemEval-Org
                     folders; all adds LongMemEval folders, which rebuilds their whole index)
   lenient=true      exit 0 even when files or lines were left out (data_quality.csv lists them)
+  errata=FILE       also every table under the corrected gold of this errata file (data/errata/, harness/data/
+                    errata.py) into OUT/corrected/; the report lists the affected questions and the conclusions
+                    that change. errata_sha256=HEX pins the file (refused when it differs)
   pool=true         draw a result from folders whose fidelity manifests differ in a pooled setting
                     (refused by default; pooling.csv and the report's first section say which)
 
@@ -32,7 +35,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -50,7 +53,7 @@ from analysis.load import (
     load_folder,
     runs_frame,
 )
-from harness.run.replay import FolderReplay, replay_folder
+from harness.run.replay import FolderReplay, recall_folder, replay_folder
 from analysis.tables.common import Settings
 from analysis.tables.exposure import violations
 
@@ -68,6 +71,7 @@ class Results:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     outcomes: list[P.Outcome] = field(default_factory=list)
     replays: list[FolderReplay] = field(default_factory=list)
+    recalls: dict[str, tuple[str, list[dict]]] = field(default_factory=dict)  # folder -> (status, search rows)
     figures: dict[str, str] = field(default_factory=dict)  # file -> caption
     first_calls: dict[str, str | None] = field(default_factory=dict)
     ledgers: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -76,6 +80,8 @@ class Results:
     replay_mode: str = "org"
     notes: list[str] = field(default_factory=list)  # why a figure was or was not drawn
     options: dict = field(default_factory=dict)  # the command's arguments, for tables that read one
+    errata: Any = None  # harness.data.errata.Errata of errata=FILE
+    gold: str = "official"  # which gold every table of this Results is under
     _memo: dict = field(default_factory=dict)
 
     def table(self, name: str) -> pd.DataFrame:
@@ -98,7 +104,8 @@ class Results:
 
 def parse_args(argv: Sequence[str]) -> dict:
     opts: dict = {"runs": [], "out": "results", "prereg": str(P.DEFAULT_PATH), "judge": None, "resamples": None,
-                  "replay": "org", "runs_root": "runs", "lenient": "false", "pool": "false"}
+                  "replay": "org", "runs_root": "runs", "lenient": "false", "pool": "false",
+                  "errata": None, "errata_sha256": None}
     last = None
     for a in argv:
         if a in ("-h", "--help", "help"):
@@ -151,6 +158,10 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     st = Settings(int(s["seed"]), int(opts["resamples"] or s["resamples"]), float(s["confidence"]))
     runs = runs_frame(folders)
     res = Results(folders, pre, st, runs, replay_mode=opts["replay"], options=opts)
+    if opts.get("errata"):
+        from harness.data import errata as E
+
+        res.errata = E.load(opts["errata"], opts.get("errata_sha256"))
     res.ledgers = {f.name: ledger_frame(f) for f in folders}
     res.first_calls = {f.name: first_call_ts(res.ledgers[f.name]) for f in folders}
     from harness.records.provenance import code_revision
@@ -168,6 +179,13 @@ def analyse(opts: dict, progress: bool = True) -> Results:
         if not wanted and rep.status == "not replayed: replay switched off":
             rep.status = f"not replayed: replay={opts['replay']}" + ("" if f.is_org else " (LongMemEval folder)")
         res.replays.append(rep)
+        # the runs' searches against exact search (retrieval_recall.csv): every folder unless replay=none (it
+        # rebuilds only the exact dense index, from the encoder's cache)
+        status, rows = recall_folder(f.name, f.path, f.info, f.records, enabled=opts["replay"] != "none",
+                                     progress=progress)
+        if status == "not compared: replay switched off":
+            status = "not compared: replay=none"
+        res.recalls[f.name] = (status, rows)
     for t in registry.tables():  # every registered table, each built once (a table asks for the ones it reads)
         res.table(t.name)
     return res
@@ -186,13 +204,13 @@ def write(res: Results, out: Path) -> Path:
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
-        for t in registry.tables():
-            if t.csv:
-                res.table(t.name).to_csv(tmp / t.csv, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
-        for t in registry.tables():
-            if t.draw:
-                res.figures.update(t.draw(res, tmp))
-        (tmp / "report.md").write_text(report.render(res), encoding="utf-8")
+        _write_into(res, tmp)
+        if res.errata is not None:  # every table under the corrected gold (analysis/errata.py)
+            from analysis.errata import corrected
+
+            alt = corrected(res)[0]
+            (tmp / "corrected").mkdir()
+            _write_into(alt, tmp / "corrected")
         (tmp / MARKER).write_text("This folder is rewritten by `make analyze`; do not edit.\n", encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)
@@ -201,6 +219,16 @@ def write(res: Results, out: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp)
     return out
+
+
+def _write_into(res: Results, folder: Path) -> None:
+    for t in registry.tables():
+        if t.csv:
+            res.table(t.name).to_csv(folder / t.csv, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+    for t in registry.tables():
+        if t.draw:
+            res.figures.update(t.draw(res, folder))
+    (folder / "report.md").write_text(report.render(res), encoding="utf-8")
 
 
 def summary(res: Results, out: Path) -> str:
@@ -232,6 +260,16 @@ def summary(res: Results, out: Path) -> str:
     for o in res.outcomes:
         p = "" if o.p is None else f" p={o.p:.4g}" + ("" if o.p_holm is None else f" (Holm {o.p_holm:.4g})")
         lines.append(f"  {o.id:4s} {o.outcome}{p} [{o.status}]")
+    from analysis.tables.judge_robustness import flips
+
+    from analysis.tables.errata import changes
+
+    lines += [f"FLIPS: {x}" for x in flips(res)]
+    if res.errata is not None:
+        n = len(res.tables["errata"])
+        lines.append(f"errata {res.errata.path} (sha256 {res.errata.sha256[:16]}): {n} question(s) of these folders "
+                     f"affected; every table under the corrected gold in {out}/corrected/")
+        lines += [f"CHANGES UNDER CORRECTED GOLD: {x}" for x in changes(res)] or ["no conclusion changes under the corrected gold"]
     lines.append(f"wrote {out}/report.md")
     return "\n".join(lines)
 
@@ -244,17 +282,35 @@ def exit_code(res: Results, lenient: bool) -> int:
     return 0
 
 
+def command_line(argv: Sequence[str], folders: Sequence[Folder]) -> str:
+    """The command as the report prints it: the folders it read by name, no output folder, no local
+    path (harness.records.privacy), so the report of a published dataset equals the original's."""
+    parts, named = ["python -m analysis.run"], False
+    for a in argv:
+        key, eq, value = a.partition("=")
+        if not eq or key == "runs":
+            if not named:
+                parts.append("runs=" + ",".join(f.name for f in folders))
+                named = True
+        elif key in ("prereg", "runs_root"):
+            parts.append(f"{key}={Path(value).name}")
+        elif key != "out":
+            parts.append(a)
+    return " ".join(parts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from harness.data.errata import ErrataError
     from harness.plugins import PluginError
 
     try:
         opts = parse_args(argv)
         registry.discover()  # a plugin that does not import is named before any folder is read
         res = analyse(opts)
-        res.command = "python -m analysis.run " + " ".join(argv)
+        res.command = command_line(argv, res.folders)
         out = write(res, Path(opts["out"]))
-    except (AnalysisError, P.PreregError, PluginError) as exc:
+    except (AnalysisError, P.PreregError, PluginError, ErrataError) as exc:
         return announce(exc)  # error: ..., exit 2 (harness.failures)
     print(summary(res, out))
     code = exit_code(res, opts["lenient"])

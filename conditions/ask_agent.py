@@ -13,7 +13,8 @@ from __future__ import annotations
 import time
 
 from conditions import Access
-from conditions.memory_tool import REPLAY, SEARCH_TOOLS, check_guidance, tool_texts, tools_for  # noqa: F401 - descriptors
+from conditions import memory_tool
+from conditions.memory_tool import REPLAY, SEARCH_TOOLS, check_guidance, tools_for  # noqa: F401 - descriptors
 from harness.data.longmemeval import DATE_FORMAT
 from harness.run.loop import run_loop
 from harness.run.prompts import system_prompt
@@ -26,6 +27,22 @@ ASKED_ACCESS = ("Use memory_search to find relevant past exchanges (each result 
                 "and memory_read to see a whole exchange or the rounds around it.")
 
 
+def ask_schema(agents: list[str]) -> dict:
+    return {"type": "function", "function": {
+        "name": AskAgent.name,
+        "description": ("Ask another assistant of the organisation a question. It searches its own memory "
+                        "and answers in its own words."),
+        "parameters": {"type": "object", "properties": {
+            "agent": {"type": "string", "enum": agents},
+            "question": {"type": "string", "description": "What to ask, self-contained."},
+        }, "required": ["agent", "question"]}}}
+
+
+def tool_texts(cfg, org: bool, paper: bool = False) -> list[dict]:
+    """The memory tool's texts and ask_agent's schema: its request carries all three tools."""
+    return [*memory_tool.tool_texts(cfg, org, paper), ask_schema([str(a) for a in cfg.agents])]
+
+
 class AskAgent:
     name = "ask_agent"
 
@@ -34,14 +51,7 @@ class AskAgent:
         self.agents = [str(a) for a in cfg.agents]
 
     def schema(self) -> dict:
-        return {"type": "function", "function": {
-            "name": self.name,
-            "description": ("Ask another assistant of the organisation a question. It searches its own memory "
-                            "and answers in its own words."),
-            "parameters": {"type": "object", "properties": {
-                "agent": {"type": "string", "enum": self.agents},
-                "question": {"type": "string", "description": "What to ask, self-contained."},
-            }, "required": ["agent", "question"]}}}
+        return ask_schema(self.agents)
 
     def __call__(self, agent: str = "", question: str = "") -> ToolResult:
         if agent not in self.agents:

@@ -186,7 +186,8 @@ class _Judging:
 
 def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | None = None,
                 name: str | None = None, prompts: P.PromptSet | str | None = None, tag_prefix: str = "judge",
-                progress: bool = True, budget=None) -> dict:
+                progress: bool = True, budget=None, gold: dict[str, str] | None = None,
+                records: list[dict] | None = None) -> dict:
     """Judge every record of `run_dir` (or the run ids in `only`); returns a summary.
 
     endpoint: an already open harness.endpoints.registry.Endpoint of the same model, e.g. the
@@ -194,6 +195,8 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
       judgement needs a model call.
     judge_cfg: the judge config (default cfg.judge); name: the judgements file stem
       (default the judge config's name); prompts: a PromptSet or a `judge.prompts` value.
+    gold: question id -> the gold to judge against instead of the record's (corrected gold, errata).
+    records: judge these (record-shaped dicts, e.g. the probe's planted answers) instead of the stage's.
     """
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     judge_cfg = cfg.judge if judge_cfg is None else judge_cfg
@@ -203,7 +206,14 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
     name = name or str(jc["name"])
     if not isinstance(prompts, P.PromptSet):
         prompts = P.load(prompts if prompts is not None else jc.get("prompts", "builtin"))
-    records = [r.model_dump(mode="json") for r in rd.records() if only is None or r.run_id in only]
+    if records is not None:
+        only = {r["run_id"] for r in records} if only is None else only
+        records = [dict(r) for r in records if r["run_id"] in only]
+    else:
+        records = [r.model_dump(mode="json") for r in rd.records() if only is None or r.run_id in only]
+    for r in records:
+        if gold and r["qid"] in gold:
+            r["gold"] = gold[r["qid"]]
     existing = load_judgements(rd, name)
     cache = C.open_cache(cfg)
     job = _Judging(rd, jc, name, prompts, cache, tag_prefix)
@@ -324,4 +334,17 @@ def judge_command(cfg, rd) -> int:
         budget = Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"),
                         judge_model_config(cfg.judge).get("prices"), rd.ledger_paths())
     summary = judge_stage(cfg, rd, budget=budget)
-    return STOPPED if summary["failed"] else 0
+    failed = summary["failed"]
+    if cfg.get("errata"):  # the runs of corrected questions, judged again against the corrected gold
+        from harness.data import errata as E
+
+        er = E.load(str(cfg.errata), cfg.get("errata_sha256"))
+        answers = er.answers()
+        only = {r.run_id for r in rd.records() if r.qid in answers}
+        if only:
+            name = er.judgements_name(str(cfg.judge.name))
+            failed += judge_stage(cfg, rd, budget=budget, only=only, name=name, gold=answers,
+                                  tag_prefix=f"judge-{er.tag}")["failed"]
+        else:
+            print(f"errata {er.path}: no run of this stage answers a corrected question", file=sys.stderr)
+    return STOPPED if failed else 0

@@ -55,7 +55,7 @@ def test_a_record_missing_a_field_is_named_left_out_and_fails_the_exit(tmp_path,
     code, out, printed = analyse(tmp_path, capsys=capsys)
     assert code == 1
     dq = quality(out)
-    assert len(dq) == 1 and dq.iloc[0]["file"] == str(p) and f"'{field}'" in dq.iloc[0]["problem"]
+    assert len(dq) == 1 and dq.iloc[0]["file"] == f"main/main/records/{p.name}" and f"'{field}'" in dq.iloc[0]["problem"]
     assert f"'{field}'" in printed and "DATA QUALITY" in printed
     runs = pd.read_csv(out / "runs.csv")
     assert rid not in set(runs["run_id"]) and len(runs) == 7  # left out, not counted as a failed run
@@ -80,7 +80,7 @@ def test_duplicated_run_id_is_named_not_a_pandas_error(tmp_path, capsys):
     code, out, printed = analyse(tmp_path, capsys=capsys)
     assert code == 1
     dq = quality(out)
-    assert list(dq["file"]) == [str(copy)] and "not 'tool_bm25.lme.q0.r0 (copy)'" in dq.iloc[0]["problem"]
+    assert list(dq["file"]) == [f"main/main/records/{copy.name}"] and "not 'tool_bm25.lme.q0.r0 (copy)'" in dq.iloc[0]["problem"]
     assert len(pd.read_csv(out / "runs.csv")) == 8
 
 
@@ -95,8 +95,8 @@ def test_corrupted_ledger_line_is_named_by_line_and_counted(tmp_path, capsys):
     code, out, printed = analyse(tmp_path, capsys=capsys)
     assert code == 1
     dq = quality(out)
-    assert len(dq) == 1 and dq.iloc[0]["file"] == str(ledger) and int(dq.iloc[0]["line"]) == 6
-    assert "corrupted line" in dq.iloc[0]["problem"] and f"{ledger} line 6" in printed
+    assert len(dq) == 1 and dq.iloc[0]["file"] == "main/main/ledger.jsonl" and int(dq.iloc[0]["line"]) == 6
+    assert "corrupted line" in dq.iloc[0]["problem"] and "main/main/ledger.jsonl line 6" in printed
 
 
 def test_unknown_judge_is_an_error_listing_the_judges_found(tmp_path, capsys):

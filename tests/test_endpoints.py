@@ -111,6 +111,28 @@ def test_client_sorts_a_request_rejection_as_the_environments_and_context_as_the
                 assert got.value.reason == "rejected" and got.value.signature
 
 
+def test_a_prompt_ollama_cut_silently_fails_its_run_and_is_still_metered(tmp_path):
+    """Ollama at its default context answers a long prompt having read only its last 2,048 tokens."""
+    ctx = 2048
+    cut = lambda pt: {**R.USAGE["ollama"], "prompt_tokens": min(pt, ctx)}  # noqa: E731
+    long = [{"role": "user", "content": "The user said: " + "I moved to Lisbon in May. " * 2000}]
+    short = [{"role": "user", "content": "Reply with OK."}]
+    with FakeModel(usage=cut) as fake:
+        proxy, ledger, meter, agent = _agent(fake, tmp_path, {"truncates_silently": True})
+        unchecked = Agent(proxy.base_url, {"name": "t", "model": "m", "timeout_s": 5}, "run2", 1, Meter(PRICES))
+        try:
+            agent.complete(short)  # a prompt inside the context: no cut
+            with pytest.raises(ModelCallFailed) as got:
+                agent.complete(long)
+            unchecked.complete(long)  # an endpoint not declared to cut is taken at its word
+        finally:
+            proxy.stop()
+            ledger.close()
+    assert got.value.reason == "context_length" and "OLLAMA_CONTEXT_LENGTH" in str(got.value)
+    assert len(fake.requests) == 3  # the cut call was answered once, never retried
+    assert [c["prompt"] for c in meter.calls] == [prompt_tokens(short, None), ctx]  # the cut call is metered
+
+
 def test_accepts_fits_the_call_and_the_record_says_what_was_sent(tmp_path):
     with FakeModel(usage=lambda pt: R.USAGE["openai_reasoning"]) as fake:
         proxy, ledger, meter, agent = _agent(
@@ -314,3 +336,25 @@ def test_the_rubric_judges_shape_is_checked_before_scoring(tmp_path):
             ledger.close()
         [req] = fake.requests
         assert req["body"]["max_tokens"] == 1 and "JSON" in json.dumps(req["body"]["messages"])
+
+
+# ------------------------------------------------------------------ the Org stage against the same servers
+
+def org_cmd(fake, tmp, model="vllm"):
+    return [sys.executable, "-m", "harness.run", "stage=smoke_org", f"model={model}", f"model.base_url={fake.base_url}",
+            "model.api_key_env=null", "model.backoff_s=0.01", "stage.judge_after_run=false",
+            f"runs_dir={tmp}/runs", f"cache_dir={tmp}/cache", "concurrency=2"]
+
+
+@pytest.mark.parametrize("refusal, named", [
+    (lambda req: R.VLLM_NO_TOOLS if req.get("tools") else None, "--enable-auto-tool-choice"),
+    (reasoning_refusal, "max_tokens"),
+], ids=["vllm_without_tool_calling", "reasoning_model"])
+def test_the_org_stage_stops_at_the_preflight_before_any_run(tmp_path, refusal, named):
+    """Org's own tools (memory_search through a view, ask_agent) are request shapes of their own."""
+    with FakeModel(refuse=refusal) as fake:
+        res = run(org_cmd(fake, tmp_path))
+    assert res.returncode == 3, res.stderr
+    assert named in res.stderr and "preflight model failed" in res.stderr
+    assert not list((tmp_path / "runs").rglob("records/*.json"))
+    assert fake.requests and all(is_preflight(r["body"]) for r in fake.requests)

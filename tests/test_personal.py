@@ -118,10 +118,10 @@ def test_concurrent_users_never_see_each_other_and_the_request_id_is_what_preven
 def test_mem0_default_through_the_real_library_and_kernel_on_the_same_postgres(tmp_path):
     with FakeModel(script=Script()) as fake:
         rd = run_personal(stage_cfg(tmp_path, fake.base_url,
-                                    ["naive_concat", "vanilla_rag", "mem0_default", "kernel_shared"], n=2,
-                                    extra=["index=pgvector"]))
+                                    ["naive_concat", "vanilla_rag", "mem0_default", "kernel_shared", "mem0_user"], n=2,
+                                    extra=["index=pgvector_kernel"]))
     recs = records(rd)
-    assert len(recs) == 8 and all(r["status"] == "ok" for r in recs.values()), \
+    assert len(recs) == 10 and all(r["status"] == "ok" for r in recs.values()), \
         [r["error"] for r in recs.values() if r["error"]]
     for r in recs.values():
         if r["condition"] == "mem0_default":
@@ -131,9 +131,17 @@ def test_mem0_default_through_the_real_library_and_kernel_on_the_same_postgres(t
             assert "Everything the user has told you" in r["block"]
         if r["condition"] == "kernel_shared":
             assert r["index"]["name"] == "pgvector" and r["n_injected"] == 2
+            assert r["short_read"] == 0 and r["method_log"]["read"]["plan"]["path"] == "exact"
+        if r["condition"] == "mem0_user":  # scoped to the user: the writers' facts (no barrier: maybe none yet)
+            assert r["method_log"]["filters"] == {"user_id": r["user_id"]}
+            assert {i["user_id"] for i in r["injected"]} <= {r["user_id"]}
+            assert {i["owner"] for i in r["injected"]} <= {"profile_agent", "task_agent", "conversation_extractor"}
+            assert not r["write_errors"] and sum(w["items"] for w in r["writes"]) >= 1
+        if r["condition"] == "mem0_default":  # scoped to the assistant agent, which writes nothing
+            assert r["n_injected"] == 0
     ledger = [e for e in read_ledger(rd.ledger_path) if e.get("event") == "response"]
     mem0_calls = [e for e in ledger if e["role"] == "mem0"]
-    assert mem0_calls and all(e["tag"].endswith("__mem0_default") for e in mem0_calls)
+    assert mem0_calls and all(e["tag"].endswith(("__mem0_default", "__mem0_user")) for e in mem0_calls)
 
 
 # ------------------------------------------------------------------------------ judge

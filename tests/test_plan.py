@@ -46,6 +46,10 @@ def test_main_plan_on_a_longmemeval_format_file(synth_s):
     # interleaved: the first 50 runs already mix many conditions
     assert len(set(conds[:50])) >= 6
     assert "sample main: 180 questions" in res.stdout and "sample full: 60 questions" in res.stdout
+    # power before paying: each pre-registered comparison of the stage at its planned 180 paired questions
+    power = res.stdout[res.stdout.index("power of the planned sample"):].splitlines()
+    h1c = next(x for x in power if x.startswith("H1c"))
+    assert h1c.split()[-1] != "" and " 180 " in h1c and "pre-registered (power_at)" in h1c and "assumed" in h1c
 
 
 def test_org_plan_uses_both_variants(synth_s):

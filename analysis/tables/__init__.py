@@ -44,10 +44,11 @@ _REGISTRY: dict[str, Table] = {}
 
 def register(table: Table) -> Table:
     """Add a table; a second table of the same name or CSV file is an error, never a silent replacement."""
-    import inspect
+    import sys
 
-    mod = inspect.getmodule(inspect.stack()[1][0])
-    table = Table(**{**table.__dict__, "module": getattr(mod, "__name__", "")})
+    # the caller's module by its frame (inspect.stack() reads every frame's source: seconds in a long process)
+    module = sys._getframe(1).f_globals.get("__name__", "")
+    table = Table(**{**table.__dict__, "module": module})
     old = _REGISTRY.get(table.name)
     if old is not None and old.module != table.module:
         raise ValueError(f"table {table.name!r} is registered twice ({old.module} and {table.module})")

@@ -18,6 +18,7 @@ from analysis.markdown import (
     is_missing,
     link,
     md_table,
+    money,
     num,
     pval,
     share,
@@ -107,7 +108,7 @@ def conditions_section(t: pd.DataFrame, folder: str, variant: str, org: bool) ->
         return ""
     heads = ["condition", "n", "failed", "unjudged", "accuracy %", "Δ accuracy pts [95% CI]", "McNemar p",
              *(METRIC_NAMES[k] for k in ("model_calls", "tool_calls", "tokens", "cost", "time")), "median time (s)",
-             "tool-result chars"]
+             "tool-result chars", "USD per correct"]
     if org and variant == "private":
         heads += ["leaks", "runs with private units", "private units"]
     rows = []
@@ -117,7 +118,7 @@ def conditions_section(t: pd.DataFrame, folder: str, variant: str, org: bool) ->
         row = [r["condition"], integer(r["n_questions"]), integer(r["n_failed"]), integer(r["n_unjudged"]),
                num(r["accuracy_pct"], 1), diff, pval(r["mcnemar_p"]),
                *(_metric_cell(r, k) for k in ("model_calls", "tool_calls", "tokens", "cost", "time")),
-               num(r["median_time"], 2), integer(r["mean_result_chars"])]
+               num(r["median_time"], 2), integer(r["mean_result_chars"]), money(r["usd_per_correct"])]
         if org and variant == "private":
             row += [f"{integer(r['leaks'])} of {integer(r['leak_judged'])}", integer(r["exposed_runs"]),
                     integer(r["private_units"])]

@@ -51,8 +51,29 @@ def _prices_for(book: dict[str, dict], party: str, model: str, folder: Folder) -
     return None, "unknown"
 
 
-def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Table 6: every metered call summed by party (agents / each judge) and condition, list and paid."""
+def _per_correct(df: pd.DataFrame, runs: pd.DataFrame | None) -> pd.DataFrame:
+    """Correct answers (every repeat) of each row's folder and condition, and list dollars per correct answer."""
+    if runs is None or df.empty:
+        return df
+    ok = runs[runs["correct"] == 1]
+    by = ok.groupby(["folder", "condition"]).size().to_dict()
+    per_folder = ok.groupby("folder").size().to_dict()
+
+    def n(r) -> int:
+        if r["folder"] == "all":
+            return len(ok)
+        return per_folder.get(r["folder"], 0) if r["condition"] == "all" else by.get((r["folder"], r["condition"]), 0)
+
+    df["correct_answers"] = [n(r) for _, r in df.iterrows()]
+    df["usd_per_correct"] = [r["cost_list_usd"] / r["correct_answers"] if r["correct_answers"] else math.nan
+                             for _, r in df.iterrows()]
+    return df
+
+
+def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame], runs: pd.DataFrame | None = None
+               ) -> pd.DataFrame:
+    """Table 6: every metered call summed by party (agents / each judge) and condition, list and paid, and
+    list dollars per correct answer (the party's cost over the condition's correct answers)."""
     rows = []
     for f in folders:
         led = ledgers.get(f.name)
@@ -120,7 +141,7 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame]) -> p
         row.update(cost_list_cny=row["cost_list_usd"] * r, cost_paid_cny=row["cost_paid_usd"] * r, cny_per_usd=r,
                    price_source="; ".join(sorted(set("; ".join(g["price_source"]).split("; ")))))
         df = pd.concat([df, pd.DataFrame([row])], ignore_index=True)
-    return df
+    return _per_correct(df, runs)
 
 
 def table6_section(res) -> str:
@@ -139,10 +160,11 @@ def table6_section(res) -> str:
         ("no usage (cost unknown)", "calls_without_usage", integer), ("prompt tokens", "prompt", integer), ("cache hit", "hit", integer), ("miss", "miss", integer),
         ("output", "output", integer), ("list USD", "cost_list_usd", money), ("paid USD", "cost_paid_usd", money),
         ("list CNY", "cost_list_cny", money), ("paid CNY", "cost_paid_cny", money),
+        ("correct answers", "correct_answers", integer), ("list USD per correct", "usd_per_correct", money),
         ("prices", "price_source", text)]))
 
     return "".join(parts)
 
 
-register(Table("table6", "table6.csv", lambda res: cost_table(res.folders, res.ledgers), table6_section,
+register(Table("table6", "table6.csv", lambda res: cost_table(res.folders, res.ledgers, res.runs), table6_section,
                prereg=("table6",), order=80))

@@ -69,6 +69,13 @@ def table3_report(res) -> str:
                  f"{', '.join(res.prereg.settings.get('holm_family') or [])}. A test is confirmatory only if its "
                  "stage recorded this file's sha256 before its first model call.\n\n")
     parts.append(table3_section(t["table3"], t["table3_components"], t["table3_exploratory"]))
+    from analysis.tables.judge_robustness import flips
+
+    ids = set(t["table3"]["id"]) if not t["table3"].empty else set()
+    mine = [x for x in flips(res) if x.split(":")[0] in ids]
+    if mine:
+        parts.append("\n**Outcomes that flip under another judge** (see *Conclusions under each judge*): "
+                     + "; ".join(mine) + ".\n")
 
     return "".join(parts)
 

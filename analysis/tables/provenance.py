@@ -6,6 +6,7 @@ from typing import Any
 
 from analysis.markdown import DASH, integer, md_table, text
 from analysis.tables import Table, register
+from harness.records.privacy import without_urls  # an endpoint's URL is never printed (nor published)
 
 
 def _provenance(res: Any) -> str:
@@ -40,7 +41,7 @@ def _provenance(res: Any) -> str:
         prompts = info.get("prompts") or {}
         sources = sorted({str(j.get("prompt_source")) for j in js})
         jrows.append([f.name, text(f.judge) if f.judge else "**none**", text(judge.get("model")),
-                      text(judge.get("identity")), ", ".join(sources) or DASH,
+                      text(without_urls(str(judge.get("identity") or ""))), ", ".join(sources) or DASH,
                       f"`{str(prompts.get('source_sha256') or first.get('prompt_source_sha256') or DASH)[:16]}`",
                       ", ".join(f"{k} {v}" for k, v in sorted(status.items(), key=lambda kv: str(kv[0]))) or DASH])
     if jrows:

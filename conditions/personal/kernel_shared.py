@@ -1,11 +1,14 @@
 """kernel_shared (second seed paper): writers write tagged items; the kernel alone reads and injects.
 
-ProfileAgent, TaskAgent and the ConversationExtractor write through the kernel (identity
-resolution + per-user write barrier); AssistantAgent gets the kernel's block and does
-no retrieval. `sharing` sets each memory type's policy: Phase 2 shares profile and task
+ProfileAgent, TaskAgent and the ConversationExtractor write through the kernel's system calls
+(harness/kernel/syscalls.py: write_begin/write_commit, with identity resolution and the per-user
+write barrier inside); AssistantAgent gets the block of the kernel's `retrieve` and does no
+retrieval itself. `sharing` sets each memory type's policy: Phase 2 shares profile and task
 items, Phase 1 (`kernel_private.yaml`) keeps everything private; conversation items stay
 private by default. Settings (barrier, timeout, budget, cap, threshold, format, write
-delay) come from the condition's yaml. The kernel is harness/kernel/ (memory.py).
+delay) come from the condition's yaml. The kernel is harness/kernel/ (memory.py behind syscalls.py).
+The record keeps the read's index check (method_log.read: visible, expected, returned, short, and
+the index's plan); `short` > 0 is a read the index truncated.
 """
 
 from __future__ import annotations
@@ -15,16 +18,18 @@ import time
 from harness.memory.space import space_from_config
 from harness.personal import assistant, writers
 from harness.kernel import KernelMemory
+from harness.kernel.syscalls import Syscalls
 from harness.personal.method import Injected, Method, RunCtx
 
 
-def memory_for(cfg, ctx: RunCtx) -> KernelMemory:
-    def make() -> KernelMemory:
+def kernel_for(cfg, ctx: RunCtx) -> Syscalls:
+    """The condition's kernel (one memory space for every user of the stage), reached by its system calls."""
+    def make() -> Syscalls:
         sh = ctx.shared
         space = space_from_config(sh.cfg.index, encoder=sh.encoder)
-        return KernelMemory(space, sh.resolver, bool(cfg.barrier), float(cfg.barrier_timeout_s),
-                            int(cfg.budget_tokens), int(cfg.cap), float(cfg.threshold), int(cfg.candidates),
-                            str(cfg.format), float(cfg.write_delay_s))
+        return Syscalls(KernelMemory(space, sh.resolver, bool(cfg.barrier), float(cfg.barrier_timeout_s),
+                                     int(cfg.budget_tokens), int(cfg.cap), float(cfg.threshold), int(cfg.candidates),
+                                     str(cfg.format), float(cfg.write_delay_s)))
 
     return ctx.shared.once(f"kernel:{ctx.condition}", make)
 
@@ -32,7 +37,7 @@ def memory_for(cfg, ctx: RunCtx) -> KernelMemory:
 class KernelShared(Method):
     def __init__(self, cfg, ctx: RunCtx):
         self.cfg, self.ctx = cfg, ctx
-        self.memory = memory_for(cfg, ctx)
+        self.kernel = kernel_for(cfg, ctx)
         self.attach = bool(cfg.get("attach_user_id", True))
         self.futures = []
         self.read = None
@@ -42,20 +47,20 @@ class KernelShared(Method):
         for name in self.cfg.writers:
             w = writers.WRITERS[str(name)]
             sharing = self.cfg.sharing.get(w.memory_type)
-            self.futures.append(writers.submit(w, self.memory, self.ctx.agent(w.name, json=True), t, sharing,
+            self.futures.append(writers.submit(w, self.kernel, self.ctx.agent(w.name, json=True), t, sharing,
                                                self.ctx.shared.pool, self.attach))
 
     def inject(self) -> Injected:
         t = self.ctx.trial
         t0 = time.perf_counter()
-        user, rule, inj, self.read = self.memory.inject(assistant.NAME, t["user_id"] if self.attach else None,
-                                                        t["query"])
+        got = self.kernel.retrieve(assistant.NAME, t["query"], t["user_id"] if self.attach else None)
         dt = time.perf_counter() - t0
-        items = [self.memory.item(r.unit.uid).describe(r.score) for r in inj.memories]
-        cands = [it.describe() for it in self.memory.candidates(inj)]
-        log = {"resolved_user": user, "identity_rule": rule, "barrier": inj.log["barrier"],
+        self.read, inj = got.read, got.injection
+        items = [self.kernel.item(r.unit.uid).describe(r.score) for r in inj.memories]
+        cands = [it.describe() for it in self.kernel.candidates(got)]
+        log = {"resolved_user": got.user, "identity_rule": got.rule, "barrier": inj.log["barrier"],
                "dropped": inj.log["dropped"], "threshold": inj.log["threshold"], "cap": inj.log["cap"],
-               "budget_tokens": inj.log["budget_tokens"], "view": inj.log["view"]}
+               "budget_tokens": inj.log["budget_tokens"], "view": inj.log["view"], "read": self.read.describe()}
         return Injected(inj.block, items, cands, dt, log)
 
     def finish(self) -> dict:
@@ -65,10 +70,10 @@ class KernelShared(Method):
                 f.result()
             except Exception as exc:  # recorded: a failed write is released and counted, never hidden
                 errors.append(f"{type(exc).__name__}: {exc}"[:300])
-        out = {"write_errors": errors, "writes": self.memory.writes(self.read.user if self.read else
+        out = {"write_errors": errors, "writes": self.kernel.writes(self.read.user if self.read else
                                                                      self.ctx.trial["user_id"])}
         if self.read is not None:
-            out["reads"] = self.memory.missed(self.read)
+            out["reads"] = self.kernel.audit(self.read)
         return out
 
 

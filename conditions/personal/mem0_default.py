@@ -57,7 +57,7 @@ def mem0_config(cfg, ctx: RunCtx, meter: Meter) -> dict:
         "embedder": {"provider": "huggingface", "config": {"model": minilm_dir(), "embedding_dims": 384}},
         "vector_store": {"provider": "pgvector", "config": {
             "connection_string": _pg_url(), "collection_name": f"mem0_{ctx.shared.token}_{ctx.condition}",
-            "embedding_model_dims": 384, "hnsw": True}},
+            "embedding_model_dims": 384, "hnsw": bool(cfg.get("hnsw", True))}},
         "history_db_path": os.path.join(str(ctx.shared.cfg.cache_dir), "mem0", f"history_{ctx.shared.token}.db"),
     }
 

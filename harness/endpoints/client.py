@@ -138,6 +138,27 @@ def _error_type(exc: openai.APIStatusError) -> str | None:
     return err.get("type") if isinstance(err, dict) else None
 
 
+CUT_BELOW = 0.4  # reported prompt tokens under this share of the characters' estimate: the server cut it
+CUT_MIN_TOKENS = 1000  # shorter prompts are never checked (templates and tokenizers vary too much)
+
+
+def silently_cut(messages: list[dict], tools: list[dict] | None, usage: dict | None, model_cfg) -> str | None:
+    """For an endpoint that cuts a prompt past its context instead of refusing it (`truncates_silently`:
+    Ollama at its default context): why this reply answered less than was sent, or None. The estimate
+    is four characters a token, and a cut is called only when the server counted under 40% of it."""
+    if not model_cfg.get("truncates_silently") or not isinstance(usage, dict):
+        return None
+    counted = usage.get("prompt_tokens")
+    if not isinstance(counted, int):
+        return None
+    sent = (len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools or []))) // 4
+    if sent < CUT_MIN_TOKENS or counted >= CUT_BELOW * sent:
+        return None
+    return (f"the endpoint answered a prompt of about {sent:,} tokens having read {counted:,} of them: it cut "
+            f"the prompt to its context window without refusing (Ollama: start the server with "
+            f"OLLAMA_CONTEXT_LENGTH above {sent:,})")
+
+
 class Agent:
     """Talks to one endpoint (normally the metering proxy) on behalf of one run."""
 
@@ -206,6 +227,9 @@ class Agent:
             raw = resp.model_dump()
             self.meter.add_call(raw.get("usage"), time.perf_counter() - t0, choice.finish_reason, self.role,
                                 sent=sent, dropped=dropped)
+            cut = silently_cut(messages, tools, raw.get("usage"), self.model_cfg)
+            if cut:
+                raise ModelCallFailed(cut, reason="context_length")
             if raw.get("adapter"):
                 self.meter.adapter = raw["adapter"]
             return choice.message

@@ -7,10 +7,13 @@ items       a memory item (user, owner agent, type, sharing policy, content) and
 injection   the read path: barrier wait, search under the view, visibility re-check, dedupe,
             threshold, rank, cap, format, token budget (Kernel, Injection, statement)
 memory      the kernel memory of the personalization study: items written through the
-            barrier, read through Kernel, with the reads that missed a write counted
+            barrier, read through Kernel, with the reads that missed a write counted and
+            the reads the index truncated (short reads)
+syscalls    the system-call interface the agents write and read through (write_begin/commit/
+            abort, retrieve; identity and barrier inside), describing itself for Table 7
 
 The conditions (conditions/kernel.py on LongMemEval-Org, conditions/personal/kernel_shared.py in the
-personalization study) only build on this package.
+personalization study, the latter through syscalls only) only build on this package.
 """
 
 from .barrier import Unordered, WriteBarrier

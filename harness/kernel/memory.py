@@ -13,6 +13,12 @@ and when its search began, so `missed` can count, once the trial's writes have e
 the writes accepted before the read that the read did not see — the reads the barrier exists to prevent: a write is missed when it committed items the reader
 may see (its own or shared) and none of them came back from the read's search. With the barrier off (`Unordered`) the read does
 not wait, and the count shows what that costs.
+
+Each read is also checked against the index: the items the reader may see that were committed
+before its search began are counted, and a search that returned fewer of them than
+min(cap, that count) is a short read (`Read.short`): the index, not the barrier, lost memories
+(an HNSW post-filter over many users' items does; bench/kernel_scale.py measures it per index).
+The index's plan for the read (`Backend.last_plan`) is kept with it.
 """
 
 from __future__ import annotations
@@ -50,12 +56,28 @@ class Read:
     search_start: float  # time.monotonic() when the search began (after any wait)
     barrier: dict = field(default_factory=dict)
     returned: set = field(default_factory=set)  # uids the search returned
+    visible: int = 0  # items the reader may see, committed before the search began
+    expected: int = 0  # min(cap, visible): what a search that loses nothing returns of them
+    found: int = 0  # how many of those the search returned
+    plan: dict | None = None  # how the index ran the search (Backend.last_plan)
+
+    @property
+    def short(self) -> int:
+        """How many of the expected items the index did not return (0: a full read)."""
+        return self.expected - min(self.found, self.expected)
+
+    def describe(self) -> dict:
+        return {"visible": self.visible, "expected": self.expected, "returned": self.found, "short": self.short,
+                "plan": self.plan}
 
 
 class KernelMemory:
     def __init__(self, space, resolver: IdentityResolver, barrier: bool = True, timeout_s: float = 5.0,
                  budget_tokens: int = 2000, cap: int = 10, threshold: float = 0.3, candidates: int = 30,
                  fmt: str = "statement", write_delay_s: float = 0.0):
+        if getattr(space, "dense", None) is None:
+            raise ValueError("the kernel ranks by cosine similarity: give it a dense index (exact, pgvector, "
+                             "redis_qe, vectorset or hybrid), not a lexical one")
         self.space, self.resolver, self.fmt, self.write_delay_s = space, resolver, fmt, float(write_delay_s)
         self.barrier = (WriteBarrier if barrier else Unordered)(float(timeout_s))
         self.kernel = Kernel(space, self.barrier, int(budget_tokens), int(cap), float(threshold), "dense",
@@ -65,12 +87,13 @@ class KernelMemory:
         self._lock = threading.Lock()
 
     # -- writes --------------------------------------------------------------------------
-    def accept(self, agent: str, request_user: str | None) -> tuple[str, int]:
-        user, _ = self.resolver.resolve(agent, request_user)
+    def accept(self, agent: str, request_user: str | None) -> tuple[str, int, str]:
+        """(resolved user, barrier sequence number, identity rule) of a new write."""
+        user, rule = self.resolver.resolve(agent, request_user)
         seq = self.barrier.begin(user)
         with self._lock:
             self._writes[(user, seq)] = Write(user, seq, agent, time.monotonic())
-        return user, seq
+        return user, seq, rule
 
     def commit(self, user: str, seq: int, items: list[MemoryItem]) -> None:
         """Index the items (after the configured delay) and release the number; a failure still releases."""
@@ -115,8 +138,18 @@ class KernelMemory:
         inj = self.kernel.inject(user, agent, query)
         b = inj.log["barrier"]
         read = Read(user, agent, int(b["snapshot"]), t0 + float(b["waited_s"]), b,
-                    {uid for uid, _owner in inj.log["units"]})
+                    {uid for uid, _owner in inj.log["units"]}, plan=self.space.dense.last_plan())
+        before = self._visible_before(read)
+        read.visible, read.expected = len(before), min(self.kernel.cap, len(before))
+        read.found = len(before & read.returned)
         return user, rule, inj, read
+
+    def _visible_before(self, read: Read) -> set[str]:
+        """uids of the reader's user that the reader may see, from writes committed before its search began."""
+        with self._lock:
+            ws = [w for (u, _), w in self._writes.items()
+                  if u == read.user and w.committed is not None and w.committed <= read.search_start]
+        return {uid for w in ws for uid, owner, sharing in w.units if visible(owner, sharing, read.agent)}
 
     def candidates(self, inj) -> list[MemoryItem]:
         """Every item the index returned for a read (before the kernel's checks), for the exposure audit."""

@@ -15,7 +15,10 @@ waits for, so it is not comparable across methods).
 transcript: the assistant's call as sent (its system prompt in prompts/<sha256>.txt, the
 injected block as a second system message) and its answer.
 What was injected: block, block_chars, injected (items), n_injected, candidates (what
-the store returned before the kernel's checks), n_candidates.
+the store returned before the kernel's checks), n_candidates, short_read (kernel methods: how many
+of min(cap, the reader's visible committed items) the index did not return -- 0 is a full read,
+> 0 an index that lost memories, e.g. an HNSW post-filter over many users; None for methods
+without that check; the details and the index's plan are in method_log.read).
 Privacy and identity: resolved_user, identity_rule, foreign_items (injected items of
 another user: must be 0), exposure_private (retrieval-eligible items owned by another
 agent whose policy is not "shared": must be 0), conversation_retrieved /
@@ -61,6 +64,7 @@ def build(*, provenance: dict, trial: dict, condition: str, cond_cfg: dict, atte
         "barrier_wait_s": round(waited, 6), "wall_s": round(wall_s, 4), "transcript": transcript,
         "block": injected.block if injected else "", "block_chars": len(injected.block) if injected else 0,
         "injected": inj_items, "n_injected": len(inj_items), "candidates": cands, "n_candidates": len(cands),
+        "short_read": (log.get("read") or {}).get("short"),
         "resolved_user": log.get("resolved_user", user), "identity_rule": log.get("identity_rule", "request"),
         "foreign_items": sum(1 for i in inj_items if i.get("user_id") not in (None, user)),
         "exposure_private": len(others_private(cands)),

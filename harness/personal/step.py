@@ -312,21 +312,27 @@ class PersonalStep(RunStep):
 
     # --- after ----------------------------------------------------------------------------
     def summary(self, rd, labels=None, judge_name=None) -> str:
-        """Per method: runs, failures, injected items, missed writes, timeouts, foreign items, exposure, latency."""
+        """Per method: runs, failures, injected items, short reads (the index returned fewer of the user's visible
+        items than it should), missed writes, timeouts, foreign items, exposure, latency."""
         rows: dict[str, list[dict]] = {}
         for r in (x.model_dump(mode="json") for x in rd.records()):
             rows.setdefault(r["condition"], []).append(r)
-        lines = [f"{'method':<22}{'runs':>5}{'failed':>7}{'injected':>9}{'missed':>7}{'timeouts':>9}"
+        lines = [f"{'method':<22}{'runs':>5}{'failed':>7}{'injected':>9}{'short':>6}{'missed':>7}{'timeouts':>9}"
                  f"{'foreign':>8}{'exposed':>8}{'words':>7}{'answer s':>9}{'barrier s':>10}"]
         for cond, rs in sorted(rows.items()):
             n = len(rs)
             lines.append(f"{cond:<22}{n:>5}{sum(r['status'] != 'ok' for r in rs):>7}"
-                         f"{sum(r['n_injected'] for r in rs) / n:>9.1f}{sum(r['missed_writes'] or 0 for r in rs):>7}"
+                         f"{sum(r['n_injected'] for r in rs) / n:>9.1f}{sum(bool(r.get('short_read')) for r in rs):>6}"
+                         f"{sum(r['missed_writes'] or 0 for r in rs):>7}"
                          f"{sum(bool((r['barrier'] or {}).get('timed_out')) for r in rs):>9}"
                          f"{sum(r['foreign_items'] for r in rs):>8}{sum(r['exposure_private'] for r in rs):>8}"
                          f"{sum(r['answer_words'] for r in rs) / n:>7.0f}{sum(r['answer_s'] for r in rs) / n:>9.2f}"
                          f"{sum(r['barrier_wait_s'] or 0 for r in rs) / n:>10.2f}")
         lines.append("answer s: the assistant's answer call (the paper's latency); barrier s: the read's wait")
+        short = sum(bool(r.get("short_read")) for rs in rows.values() for r in rs)
+        if short:
+            lines.append(f"WARNING: {short} short reads: the index returned fewer of a user's visible memories than "
+                         "min(cap, visible) (method_log.read in the records; bench/kernel_scale.py)")
         return "\n".join(lines)
 
 

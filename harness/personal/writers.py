@@ -7,9 +7,10 @@ Each asks for one JSON object (`response_format` json_object, which the local mo
 serves with a grammar); a reply that is not such an object yields no items and is
 counted as a failed write, never dropped silently.
 
-`submit` is the asynchronous write path: the kernel accepts the write first (identity
-resolution + barrier sequence number), then the extraction and the commit run on the
-writers' pool, and the number is released whatever happens.
+`submit` is the asynchronous write path through the kernel's system calls: `write_begin`
+accepts the write first (identity resolution + barrier sequence number), then the extraction
+and `write_commit` run on the writers' pool (`write_abort` if extraction fails), and the
+number is released whatever happens.
 """
 
 from __future__ import annotations
@@ -88,18 +89,19 @@ def parse_object(reply: str) -> dict:
 JSON_PARAMS = {"response_format": {"type": "json_object"}}
 
 
-def submit(writer: Writer, memory, agent, trial: dict, sharing, pool: Executor, attach_user_id: bool = True) -> Future:
-    """Accept now, extract + commit on the pool; the future yields the items written."""
-    user, seq = memory.accept(writer.name, trial["user_id"] if attach_user_id else None)
+def submit(writer: Writer, kernel, agent, trial: dict, sharing, pool: Executor, attach_user_id: bool = True) -> Future:
+    """Accept now (the kernel's write_begin), extract + commit on the pool; the future yields the items written.
+    `kernel` is the system-call interface (harness.kernel.syscalls.Syscalls)."""
+    ticket = kernel.write_begin(writer.name, trial["user_id"] if attach_user_id else None)
 
     def run() -> list[MemoryItem]:
         try:
             msg = agent.complete(writer.prompt(trial["messages"][writer.message]))
-            items = writer.items(msg.content or "", user, sharing, seq)
+            items = writer.items(msg.content or "", ticket.user, sharing, ticket.seq)
         except BaseException as exc:
-            memory.fail(user, seq, f"{type(exc).__name__}: {exc}")
+            kernel.write_abort(ticket, f"{type(exc).__name__}: {exc}")
             raise
-        memory.commit(user, seq, items)
+        kernel.write_commit(ticket, items)
         return items
 
     return pool.submit(run)

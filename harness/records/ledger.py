@@ -51,7 +51,11 @@ def read_lines(path: str | Path) -> tuple[list[tuple[int, dict]], list[RecordErr
     p = Path(path)
     if not p.exists():
         return [], []
-    raw = p.read_bytes()
+    return parse_lines(p.read_bytes(), p)
+
+
+def parse_lines(raw: bytes, p: str | Path) -> tuple[list[tuple[int, dict]], list[RecordError]]:
+    """read_lines on a file's bytes already in memory (`p` names it in the problems)."""
     lines = raw.decode("utf-8", errors="replace").split("\n")
     torn_last = bool(raw) and not raw.endswith(b"\n")
     if not torn_last:

@@ -318,6 +318,7 @@ class PersonalRecord(_Provenance):
     n_injected: int
     candidates: list[dict[str, Any]]
     n_candidates: int
+    short_read: int | None = None  # candidates the index failed to return of min(cap, visible); None: not checked
     resolved_user: str | None
     identity_rule: str | None
     foreign_items: int

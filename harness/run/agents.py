@@ -38,8 +38,14 @@ def decomposition(calls: list[dict]) -> dict:
             "output": sum(c["output"] for c in own), "input": sum(c["prompt"] for c in own)}
 
 
-def evidence(q, access_sessions: list[str], tools: list[dict]) -> dict:
-    searches = [t for t in tools if (t.get("log") or {}).get("kind") != "read" and t["name"] != "ask_agent"]
+def evidence(q, access_sessions: list[str], tools: list[dict], search_tools: set[str] | None = None) -> dict:
+    """Whether the run reached its evidence sessions, at all and with its first search. The searches
+    are the tools the condition declares (SEARCH_TOOLS); a condition declaring none: every tool call
+    that is not a read."""
+    if search_tools:
+        searches = [t for t in tools if t["name"] in search_tools]
+    else:
+        searches = [t for t in tools if (t.get("log") or {}).get("kind") != "read"]
     ev = q.evidence
     hit_any = bool(ev & set(access_sessions)) or any(ev & set(t["sessions"]) for t in tools)
     first = None
@@ -182,7 +188,7 @@ class AgentStep(RunStep):
             "retrieval_s": round(access.retrieval_s + sum(t["retrieval_s"] for t in meter.tools), 6),
             "empty_results": sum(bool(t["empty"]) for t in meter.tools),
             "error_results": sum(bool(t["error"]) for t in meter.tools),
-            "evidence": evidence(q, access.sessions, meter.tools),
+            "evidence": evidence(q, access.sessions, meter.tools, conditions.search_tools(str(cond_cfg.module))),
             "decomposition": decomposition(calls),
             "calls": calls, "tools": meter.tools, "prefetch": access.log,
             "condition_notes": access.notes,

@@ -159,9 +159,27 @@ def replay_index_config(index_cfg: dict) -> dict:
     return cfg
 
 
-def _open_environment(folder_path: Path, stage_info: dict, records: list[dict]):
+def exact_index_config(index_cfg: dict) -> dict:
+    """The stage's index with its dense part replaced by exact search (the ground truth), same dimensions;
+    a lexical index is already exact."""
+    from harness.memory.backends.base import backend_class
+
+    cfg = copy.deepcopy(index_cfg)
+    cls = backend_class(str(cfg.get("name")))
+    if cls.kind == "lexical":
+        return cfg
+    if cls.kind == "hybrid":
+        dense = cfg.get("dense") or {}
+        cfg["dense"] = {"name": "exact", "dim": int(dense.get("dim") or cfg.get("dim") or 384)}
+        return cfg
+    return {"name": "exact", "dim": int(cfg.get("dim") or 384),
+            **{k: cfg[k] for k in ("depth", "rrf_k") if k in cfg}}
+
+
+def _open_environment(folder_path: Path, stage_info: dict, records: list[dict], index: dict | None = None):
     from omegaconf import OmegaConf
 
+    from harness.records.privacy import is_redacted
     from harness.run.context import Environment
     from harness.run.plan import RunSpec
 
@@ -171,12 +189,17 @@ def _open_environment(folder_path: Path, stage_info: dict, records: list[dict]):
     cfg = OmegaConf.load(cfg_path)
     data = stage_info.get("data") or {}
     data_path = Path(str(data.get("path") or ""))
+    if not data_path.is_file() and (folder_path / "data" / data_path.name).is_file():
+        data_path = folder_path / "data" / data_path.name  # a folder rebuilt from a published dataset carries it
+    if is_redacted(str(cfg.get("cache_dir"))):  # a published folder: its cache path was left out; the default's
+        cfg.cache_dir = ".cache"                    # (conf/config.yaml) holds what this machine embedded before
     if not data_path.is_file():
         raise ReplayUnavailable(f"the stage's data file {data_path} is not here")
     want = data.get("sha256")
     if want and sha256_file(data_path) != want:
         raise ReplayUnavailable(f"the data file {data_path} changed since the stage ran (sha256 differs)")
-    cfg.index = OmegaConf.create(replay_index_config(OmegaConf.to_container(cfg.index, resolve=True)))
+    stage_index = OmegaConf.to_container(cfg.index, resolve=True)
+    cfg.index = OmegaConf.create(replay_index_config(index(stage_index) if index else stage_index))
     specs = sorted({RunSpec(r["condition"], str(r["qid"]), r.get("variant") or "", int(r.get("repeat") or 0))
                     for r in records})
     plan = SimpleNamespace(runs=specs, data={"path": str(data_path), "sha256": want}, stage=stage_info.get("stage"))
@@ -270,6 +293,77 @@ def replay_folder(folder_name: str, folder_path: Path, stage_info: dict, records
         for c in out.calls:
             c.replayed, c.visibility = None, {}
     return out
+
+
+def recall_folder(folder_name: str, folder_path: Path, stage_info: dict, records: Iterable[dict],
+                  enabled: bool = True, progress: bool = True) -> tuple[str, list[dict]]:
+    """Each logged search of the folder's runs against exact search under the same view, query, k and
+    scoring (the stage's space rebuilt with exact dense search): (status, one row per search call with
+    the units the run got, the exact top-k and how many of those it got). Never raises for a missing
+    service or file; the status says why nothing was compared."""
+    records = sorted(records, key=lambda r: r["run_id"])
+    todo = [(r, i, log) for r in records if not not_replayed(r)
+            for i, log in enumerate(memory_logs(r)) if log.get("kind") == "search"]
+    if not todo:
+        return "not compared: no memory searches", []
+    if not enabled:
+        return "not compared: replay switched off", []
+    index = _stage_index(folder_path)
+    if index is None:
+        return "not compared: the stage's config.yaml names no index", []
+    if _is_exact(index):  # the stage searched exactly: each search is its own ground truth
+        return "compared: the stage's index is exact (recall 1 by construction)", [
+            {"folder": folder_name, "run_id": r["run_id"], "condition": r["condition"],
+             "variant": r.get("variant") or "", "call": i, "k": int(log["k"]), "scoring": str(log["scoring"]),
+             "returned": len(log.get("units") or []), "exact": len(log.get("units") or []),
+             "found": len(log.get("units") or []), "error": ""} for r, i, log in todo]
+    rows: list[dict] = []
+    env = None
+    try:
+        env = _open_environment(folder_path, stage_info, [r for r, _, _ in todo], index=exact_index_config)
+        for org_spec in sorted({_spec(r).org: _spec(r) for r, _, _ in todo}.items()):
+            env.space_for(org_spec[1])
+        for n, (r, i, log) in enumerate(todo):
+            got = [u[0] for u in log.get("units") or []]
+            row = {"folder": folder_name, "run_id": r["run_id"], "condition": r["condition"],
+                   "variant": r.get("variant") or "", "call": i, "k": int(log["k"]), "scoring": str(log["scoring"]),
+                   "returned": len(got), "exact": None, "found": None, "error": ""}
+            try:
+                exact = env.space_for(_spec(r)).search(str(log["query"]), _view(log["view"]), k=int(log["k"]),
+                                                       scoring=str(log["scoring"]))
+                ids = [x.unit.uid for x in exact]
+                row.update(exact=len(ids), found=len(set(ids) & set(got)))
+            except Exception as exc:  # one bad log must not hide the others; it is reported
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            rows.append(row)
+            if progress and n and n % 500 == 0:
+                print(f"  exact search {folder_name}: {n}/{len(todo)} calls", file=sys.stderr)
+    except ReplayUnavailable as exc:
+        return f"not compared: {exc}", []
+    except Exception as exc:  # services down, backend errors: reported, never fatal
+        return f"not compared: {type(exc).__name__}: {exc}", []
+    finally:
+        if env is not None:
+            try:
+                env.close()
+            except Exception:
+                pass
+    return "compared", rows
+
+
+def _stage_index(folder_path: Path) -> dict | None:
+    import yaml
+
+    p = folder_path / "config.yaml"
+    cfg = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p.exists() else {}
+    return cfg.get("index") if isinstance(cfg.get("index"), dict) else None
+
+
+def _is_exact(index: dict) -> bool:
+    """An exact dense index, alone or as a hybrid's dense part (a lexical-only index is compared: cheap)."""
+    if index.get("name") == "exact":
+        return True
+    return index.get("name") == "hybrid" and (index.get("dense") or {}).get("name") == "exact"
 
 
 def owner_counts(units: Iterable[list[str]]) -> Counter:

@@ -29,7 +29,8 @@ attributes, so the preflight, the personalization runner, the replay and the bac
 and, for the study's probes, methods with neutral defaults: engine_versions()/engine_label()
 (classmethods; versions read from the running server), server_counter(), server_memory(),
 probe(), query_filter(), candidates(), probes_per_query(), post_filter_survivors(),
-prepare_queries(), full_footprint(); service_configs() for composite backends.
+prepare_queries(), full_footprint(); service_configs() for composite backends; last_plan() says how the
+calling thread's last search ran (the kernel records it with every read).
 """
 
 from __future__ import annotations
@@ -137,6 +138,11 @@ class Backend(ABC):
 
     def post_filter_survivors(self, query: Query, view: View | None, k_prime: int) -> dict:
         return {"survivors": None, "candidates": None}
+
+    def last_plan(self) -> dict | None:
+        """How the calling thread's last search ran (records keep it beside each read); by default the
+        backend's filter mode and query settings, which fix the plan. pgvector says which path it took."""
+        return {"path": self.filter_mode, **{k: getattr(self, k, None) for k in self.query_settings}}
 
     def prepare_queries(self) -> None:
         """Called after a configuration's query settings are set (e.g. indexes they need, statistics)."""
