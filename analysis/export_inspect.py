@@ -10,6 +10,7 @@ the analysis counts: a failed run is wrong, an unjudged run has no score), the l
 for Org private runs, the count of private units retrieved under a view as the
 `private_under_view` score, usage as model usage, and our measurements as metadata.
 A failed run keeps its error; a run started but never recorded is a sample with an error.
+The personalization study's folders go through analysis.inspect_personal (one log per method).
 
 Arguments (key=value): runs= as for analysis.run (default every stage folder under runs/
 but the pilots), out= (default inspect_logs; replaced as a whole, never a folder this
@@ -313,12 +314,15 @@ def log_file_name(folder: Folder, condition: str) -> str:
             f"{folder.stage.replace('_', '-')}-{folder.label.replace('_', '-')}.eval")
 
 
-def export(folders: Sequence[Folder], out: Path) -> list[Path]:
-    """Write every log into a fresh folder, then put it in place of `out`."""
+def export(folders: Sequence[Folder], out: Path, personal: Sequence[Path] = (), judge: str | None = None) -> list[Path]:
+    """Write every log into a fresh folder, then put it in place of `out` (`personal`: the
+    personalization study's folders, analysis.inspect_personal)."""
+    from analysis.inspect_personal import eval_logs
+
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise AnalysisError(f"{out} exists and was not written by analysis.export_inspect; choose another out=")
-    runs = runs_frame(folders)
+    runs = runs_frame(folders) if folders else None
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -329,6 +333,10 @@ def export(folders: Sequence[Folder], out: Path) -> list[Path]:
                 recs = [r for r in f.records if r["condition"] == cond]
                 name = log_file_name(f, cond)
                 write_eval_log(eval_log(f, cond, recs, runs), str(tmp / name))
+                written.append(out / name)
+        for path in personal:
+            for name, log in eval_logs(path, judge):
+                write_eval_log(log, str(tmp / name))
                 written.append(out / name)
         (tmp / MARKER).write_text("Rewritten by `python -m analysis.export_inspect` (make view); do not edit.\n")
         if out.exists():
@@ -364,17 +372,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
         t0 = time.perf_counter()
-        folders = [load_folder(f, opts["judge"]) for f in find_folders(opts["runs"] or None, opts["runs_root"])]
+        found = find_folders(opts["runs"] or None, opts["runs_root"])
+        personal = [f.path for f in found if f.info.get("kind") == "personal"]  # their own records (inspect_personal)
+        folders = [load_folder(f, opts["judge"]) for f in found if f.info.get("kind") != "personal"]
         folders = [f for f in folders if f.records or f.info.get("plan", {}).get("runs")]
-        if not folders:
+        if not folders and not personal:
             raise AnalysisError(f"no stage folders with runs under {opts['runs'] or opts['runs_root']}")
-        written = export(folders, Path(opts["out"]))
+        written = export(folders, Path(opts["out"]), personal, opts["judge"])
     except AnalysisError as exc:
         return announce(exc)  # error: ..., exit 2 (harness.failures)
     for f in folders:
         for p in f.problems:
             print(f"left out: {p['file']}: {p['problem']}", file=sys.stderr)
-    print(f"wrote {len(written)} Inspect log(s) for {len(folders)} stage folder(s) to {opts['out']} "
+    print(f"wrote {len(written)} Inspect log(s) for {len(folders) + len(personal)} stage folder(s) to {opts['out']} "
           f"in {time.perf_counter() - t0:.1f} s")
     return 0
 

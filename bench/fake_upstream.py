@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness.run.preflight import PROMPT as PREFLIGHT_PROMPT
+from harness.run.preflight import JSON_HINT, PROMPT as PREFLIGHT_PROMPT
 from harness.runtime.sandbox import STORE_MOUNT
 
 WORD = re.compile(r"[A-Za-z]{5,}")
@@ -64,8 +64,11 @@ def _words(text: str, rng: random.Random, n: int) -> list[str]:
 
 
 def is_preflight(req: dict) -> bool:
-    """The stage's preflight call (harness.run.preflight): one user message, answered "OK"."""
-    return (req.get("messages") or []) == [{"role": "user", "content": PREFLIGHT_PROMPT}]
+    """The stage's preflight call (harness.run.preflight): one user message (in JSON mode after a
+    system line asking for JSON), answered "OK"."""
+    msgs = req.get("messages") or []
+    return bool(msgs) and msgs[-1] == {"role": "user", "content": PREFLIGHT_PROMPT} and \
+        all(m == {"role": "system", "content": JSON_HINT} for m in msgs[:-1])
 
 
 def completion(msg: dict, model: str, usage: dict, id_: str = "chatcmpl-fake") -> dict:
@@ -147,7 +150,8 @@ class ScriptedUpstream:
         self._srv = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 256, "handle_error": handle_error})(
             ("127.0.0.1", 0), Handler)
         self._srv.daemon_threads = True
-        threading.Thread(target=self._srv.serve_forever, daemon=True, name=self.thread_name).start()
+        threading.Thread(target=self._srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+                         name=self.thread_name).start()
         return self
 
     def stop(self) -> None:

@@ -135,7 +135,7 @@ def prepare(cfg) -> dict:
 def memory_sessions(rd, planned_runs: list, cfg) -> dict:
     """The driver's memory preparation (sessions.jsonl), and the index builds: the setup time of
     the first run of each question among the runs that read the memory space."""
-    from harness.run.driver import needs_memory
+    from harness.run.agents import needs_memory
 
     sessions = rd.sessions()
     needs = needs_memory(cfg)

@@ -11,7 +11,10 @@ are cached by (judge identity, prompt sha256) in the shared cache, every call go
 through the metering proxy into the stage's ledger with role "judge" and tag
 "judge:<run_id>", and nothing is dropped: a reply without three scores is recorded as
 `unparsable`, a call that fails as `failed` (retried next time), a failed run as
-`failed_run` (floor scores of 1, like a failed LongMemEval run counting as wrong).
+`failed_run`: not judged and given no scores (an empty answer is no answer to score; the
+tables count failed runs apart), and the summary counts them. The call's parameters are the
+judge model config's, fitted to its `accepts` (harness.endpoints.fit) like the answer
+check's: a reasoning model's judge sends no temperature and `max_completion_tokens`.
 Lines go to runs/<stage>/<label>/judgements/<judge>.rubric.jsonl; the latest per run wins.
 
 The human validation of this judge (Section 4.3, Appendix A.1: a blinded sample, then
@@ -162,10 +165,10 @@ class _Rubric:
                     "cost_list": sum(c["cost_list"] for c in meter.calls) if meter else 0.0})
 
     def offline(self, rec: dict, trial: dict) -> bool:
-        if rec.get("status") != "ok":
+        if rec.get("status") != "ok":  # never scored as if it were an answer
             self.write({**self.base(rec, None), "status": "failed_run", "llm": None, "keyword": None,
-                        "scores": {d: 1.0 for d in DIMENSIONS}, "cached": False,
-                        "error": f"the run failed: {str(rec.get('error') or '')[:300]}"})
+                        "scores": None, "cached": False,
+                        "error": f"the run failed, not judged: {str(rec.get('error') or '')[:300]}"})
             return True
         prompt = prompt_for(rec, trial)
         reply = self.cache.get(self.ident, hashlib.sha256(prompt.encode()).hexdigest())
@@ -207,8 +210,7 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
         todo = []
         for rec in records:
             old = existing.get(rec["run_id"])
-            if old and old["status"] in ("ok", "unparsable", "failed_run") and old.get("hybrid") == hybrid \
-                    and (old.get("judge") or {}).get("identity") == job.ident:
+            if old and _current(old, rec, trials[rec["trial_id"]], hybrid, job.ident):
                 continue
             if not job.offline(rec, trials[rec["trial_id"]]):
                 todo.append(rec)
@@ -228,11 +230,22 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
     finally:
         job.out.close()
         cache.close()
+    failed_runs = sum(r["status"] != "ok" for r in records)
     summary = {"run_dir": str(rd.root), "judge": name, "identity": job.ident, "hybrid": hybrid,
-               "records": len(records), "model_calls": len(todo), "written": dict(job.counts)}
+               "records": len(records), "failed_runs": failed_runs, "model_calls": len(todo),
+               "written": dict(job.counts)}
     print(f"{rd.root}: rubric judge {name} ({job.ident}, hybrid={hybrid}): {len(records)} records, "
-          f"{len(todo)} needed the model, written {job.counts}", file=sys.stderr)
+          f"{failed_runs} failed runs not judged, {len(todo)} needed the model, written {job.counts}", file=sys.stderr)
     return summary
+
+
+def _current(old: dict, rec: dict, trial: dict, hybrid: bool, ident: str) -> bool:
+    """Is the latest line still this record's judgement? (A failed run retried and now answered is not.)"""
+    if rec.get("status") != "ok":
+        return old["status"] == "failed_run"
+    sha = hashlib.sha256(prompt_for(rec, trial).encode()).hexdigest()
+    return old["status"] in ("ok", "unparsable") and old.get("hybrid") == hybrid \
+        and (old.get("judge") or {}).get("identity") == ident and old.get("prompt_sha256") == sha
 
 
 def judge_command(cfg, rd) -> int:

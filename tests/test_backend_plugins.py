@@ -50,7 +50,7 @@ from harness.memory.backends.base import Query, backend_class, backends, make_ba
 from harness.memory.space import space_from_config
 from harness.memory.units import Unit
 from harness.memory.views import View
-from harness.personal.runner import index_services
+from harness.personal.step import index_services
 from harness.run.preflight import _services_check
 
 out = {"registered": "toy_store" in backends(), "builtin": sorted(n for n in backends() if n != "toy_store")}

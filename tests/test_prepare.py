@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 from omegaconf import OmegaConf
 
-from harness.run.driver import _run_pool, needs_memory
+from harness.run.agents import needs_memory
+from harness.run.driver import _run_pool
 from harness.run.plan import RunSpec
 from harness.run.prepare import MemoryPreparer
 
@@ -83,6 +84,10 @@ class Runner:
         self.totals = {"tokens": 0, "cost": 0.0, "failed": 0}
         self.started: list[str] = []
         self.on_start = on_start or {}
+
+    def prepare(self, pending):  # what AgentStep.prepare does
+        self.preparer = MemoryPreparer(self.env, pending, needs_memory(self.cfg)).start()
+        return self.preparer
 
     def run_one(self, spec, attempt):
         self.started.append(spec.run_id)

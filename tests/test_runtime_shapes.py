@@ -18,7 +18,7 @@ import pytest
 from harness.endpoints.client import Meter
 from harness.records.provenance import versions
 from harness.records.schema import ToolCall
-from harness.run.driver import evidence
+from harness.run.agents import evidence
 from harness.run.loop import call_tool
 from harness.runtime import (
     PAPER_RUNTIME_VERSION, PAPER_SESSION_SEARCH_SHAPE, SHAPES, SessionSearchTool, build_store, compact_result,

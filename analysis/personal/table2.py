@@ -1,7 +1,7 @@
 """Table 2: mean +- SD of each rubric dimension per assistant model x method (150 trials each in the paper).
 
-A failed run keeps the judge's floor score (judge/rubric.py) and is counted in `failed`;
-a reply the judge could not score has no score and is left out of that cell's n.
+A failed run is not judged (judge/rubric.py: no score) and is counted in `failed`, not in
+a cell's n; a reply the judge could not score has no score and is left out of that cell's n.
 """
 
 from __future__ import annotations

@@ -107,6 +107,9 @@ class Mem0Default(Method):
             try:
                 written.append(len((f.result() or {}).get("results", [])))
             except Exception as exc:  # Mem0 raises on a failed LLM call: recorded, never hidden
+                env = _environment(exc, self.ctx.shared.model_cfg)
+                if env is not None:  # a refused key or a stopped PostgreSQL is the stage's, not a failed write
+                    raise env from exc
                 errors.append(f"{type(exc).__name__}: {exc}"[:300])
         return {"write_errors": errors, "writes": [{"items": n} for n in written]}
 
@@ -114,6 +117,18 @@ class Mem0Default(Method):
         closer = getattr(self.mem, "close", None)
         if closer:
             closer()
+
+
+def _environment(exc: BaseException, model_cfg: dict):
+    """The environment failure behind an exception Mem0 raised (its own OpenAI client, its PostgreSQL)."""
+    import openai
+
+    from harness.endpoints.client import environment_failure
+    from harness.failures import classify
+
+    if isinstance(exc, openai.APIError):
+        return environment_failure(exc, model_cfg)
+    return classify(exc)
 
 
 class _Dropper:

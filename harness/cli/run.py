@@ -29,7 +29,6 @@ from omegaconf import DictConfig, OmegaConf
 from harness.failures import STOPPED, exits_with_code
 from harness.records.shards import DriverLock, Shard
 from harness.run.budget import Budget, BudgetReached
-from harness.run.plan import build
 from harness.run.sweep import multirun_flag_first, sweep_label  # noqa: F401  (kept importable here)
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -41,39 +40,64 @@ def _same_endpoint(a, b) -> bool:
     return identity(a) == identity(b)
 
 
-def run_agents(cfg, sweep: dict | None = None) -> None:
+def run_agents(cfg, sweep: dict | None = None):
+    """The agent stages (harness.run.agents), judged after their runs when the stage says so."""
+    from harness.run.agents import AgentStep
+
+    return drive(AgentStep(cfg), cfg, sweep, judge_after=_answer_check)
+
+
+def run_personal(cfg, sweep: dict | None = None):
+    """The personalization study (harness.personal.step); judged with `make judge` (the rubric)."""
+    from harness.personal.step import PersonalStep
+
+    return drive(PersonalStep(cfg), cfg, sweep)
+
+
+def _answer_check(cfg, rd, endpoint, budget):
+    from judge.answer_check import judge_stage
+
+    judge_stage(cfg, rd, endpoint=endpoint, budget=budget)
+    return {rid: j.label for (rid, kind), j in rd.judgements(str(cfg.judge.name)).items() if kind == "correct"}
+
+
+def drive(step, cfg, sweep: dict | None = None, judge_after=None):
+    """One stage of any study through the one driver: plan, preflight, the runs, (the judge).
+
+    `step` is the study's run step (harness.run.driver.RunStep); `judge_after(cfg, rd,
+    endpoint, budget) -> labels` judges after the runs when the stage asks for it
+    (`stage.judge_after_run`). Returns the stage's RunDir (None for a dry run)."""
     from harness.endpoints.proxy import MeteringProxy
     from harness.endpoints.registry import open_endpoint
     from harness.records.ledger import Ledger
+    from harness.run import fidelity
     from harness.run import preflight as pf
-    from harness.run.driver import open_stage, pending_runs, run_stage, summary
+    from harness.run.driver import open_stage, pending_runs, run_stage
 
-    plan = build(cfg)
+    plan = step.plan
     shard = Shard.parse(cfg.get("shard"))
-    judge_after = bool(cfg.stage.get("judge_after_run", False)) and shard is None
-    checks = pf.static_checks(cfg, plan, judge_after)
-    if cfg.dry_run:
+    judge_after = judge_after if bool(cfg.stage.get("judge_after_run", False)) and shard is None else None
+    judging = judge_after is not None
+    checks = step.static_checks(judging)
+    shapes = step.request_shapes(judging)
+    if cfg.dry_run:  # the plan, the checks that cost nothing, the requests it would send, the forecast
         try:
-            from harness.run.forecast import render as forecast
-
-            from harness.run import fidelity
-
-            print(plan.render())
+            print(step.render_plan())
             print("fidelity manifest (stage.json; the report opens with it):")
-            print(fidelity.render(fidelity.manifest(cfg, plan)))
+            print(fidelity.render(step.fidelity_rows()))
             print("\n".join(c.line() for c in checks))
-            print("\n".join(pf.dry_run_lines(cfg, judge_after, {r.condition for r in plan.runs})))
-            print(forecast(cfg, plan))
+            print("\n".join(pf.dry_run_lines(shapes)))
+            print(step.forecast())
+            print(f"dry run: nothing started ({len(plan.runs)} runs planned)")
         except BrokenPipeError:  # `| head`: the reader has what it wanted
             sys.stderr.close()
-        failed = [c for c in checks if c.ok is False]
-        if failed:
+        if [c for c in checks if c.ok is False]:
             sys.exit(STOPPED)
-        return
+        return None
     for c in checks:
         print(c.line(), file=sys.stderr)
     pf.raise_first_failure(checks)
-    rd, info = open_stage(cfg, plan, sweep)
+    rd, info = open_stage(cfg, plan, step.stage_info(), sweep)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     shared = None
     with ExitStack() as stack:
@@ -101,19 +125,16 @@ def run_agents(cfg, sweep: dict | None = None) -> None:
             stack.callback(ledger.close)
             proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
                                                       float(cfg.model.get("timeout_s", 600)), str(cfg.model.model)))
-            calls = pf.stage_calls(proxy.base_url, cfg, judge_after, ledger, {r.condition for r in plan.runs})  # one per request shape
+            calls = pf.stage_calls(proxy.base_url, cfg, shapes, ledger)  # one per request shape
             print("\n".join(c.line() for c in calls), file=sys.stderr)
             pf.raise_first_failure(calls)
-            run_stage(cfg, plan, rd, info, endpoint, ledger, proxy.base_url, pending, budget)
+            step.start(rd, info, endpoint, proxy.base_url)
+            run_stage(cfg, step, rd, ledger, pending, budget)
             ledger.close()  # the judge appends to the same ledger through its own proxy
             shared = endpoint if _same_endpoint(cfg.judge, cfg.model) else None
-        labels = None
-        if judge_after:
-            from judge.answer_check import judge_stage
-
-            judge_stage(cfg, rd, endpoint=shared, budget=budget)
-            labels = {rid: j.label for (rid, kind), j in rd.judgements(str(cfg.judge.name)).items() if kind == "correct"}
-    print(summary(rd, labels, str(cfg.judge.name) if judge_after else None), file=sys.stderr)
+        labels = judge_after(cfg, rd, shared, budget) if judging else None
+    print(step.summary(rd, labels, str(cfg.judge.name) if judging else None), file=sys.stderr)
+    return rd
 
 
 @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")

@@ -103,7 +103,8 @@ class MeteringProxy:
 
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metering-proxy", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="metering-proxy", daemon=True)  # stop() returns at once
         self._thread.start()
         return self
 

@@ -5,7 +5,8 @@ memory) is harness/kernel/; this package holds the study around it.
 
 writers     ProfileAgent, TaskAgent, ConversationExtractor: model calls that extract and write
 assistant   AssistantAgent: answers with whatever the method injected; no retrieval of its own
-method      what a method (conditions/<name>.py) gives the runner
+method      what a method (conditions/personal/<name>.py) gives the run step
 record      the flat record of one trial x method, built in one function
-runner      the stage: trials x methods, concurrent, crash-safe, metered
+step        the run step the one driver (harness.run.driver) runs: plan, preflight shapes, one trial x method
+forecast    what a stage will cost (dry_run=true)
 """

@@ -1,4 +1,4 @@
-"""What a personalization method (conditions/<name>.py, `build(cfg, ctx) -> Method`) gives the runner.
+"""What a personalization method (conditions/personal/<name>.py, `build(cfg, ctx) -> Method`) gives the run step.
 
 One Method per trial x method run: `write()` hands the user's messages to its writers
 (asynchronously: it returns at once), `inject()` gives the block the assistant will

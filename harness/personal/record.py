@@ -5,9 +5,15 @@ versions, code, model, prices/offpeak, encoder, index.
 The trial: run_id (trial_id__condition), trial_id, user_id, condition, module, attempt,
 status ("ok" | "failed": a failed run is recorded, never skipped), error, query, answer,
 answer_words.
-Time (seconds): wall_s (write acceptance to answer, i.e. what the user waits for after
-their query), answer_s (the assistant's call), retrieval_s (the method's read, including
-any barrier wait).
+status ("ok" | "failed"), failure_reason (retries | context_length | rejected | method) and error.
+Time (seconds): answer_s is THE LATENCY the paper compares (Section 4.5: the assistant's
+end-to-end answer call, retries included); beside it, retrieval_s (the method's read
+without the barrier's wait), barrier_wait_s (how long the read waited for the user's
+writes; 0 for methods without a barrier) and wall_s (the trial's whole span, write
+acceptance to answer: for the memory methods it holds the writers' extraction the barrier
+waits for, so it is not comparable across methods).
+transcript: the assistant's call as sent (its system prompt in prompts/<sha256>.txt, the
+injected block as a second system message) and its answer.
 What was injected: block, block_chars, injected (items), n_injected, candidates (what
 the store returned before the kernel's checks), n_candidates, short_read (kernel methods: how many
 of min(cap, the reader's visible committed items) the index did not return -- 0 is a full read,
@@ -32,11 +38,13 @@ from harness.records.schema import SCHEMA_VERSION
 
 
 def build(*, provenance: dict, trial: dict, condition: str, cond_cfg: dict, attempt: int, status: str,
-          error: str | None, injected, answer: str, answer_s: float, retrieval_s: float, wall_s: float,
-          finish: dict, calls: list[dict]) -> dict:
+          error: str | None, injected, answer: str, answer_s: float, wall_s: float,
+          finish: dict, calls: list[dict], failure_reason: str | None = None, transcript: dict | None = None) -> dict:
     inj_items = injected.items if injected else []
     cands = injected.candidates if injected else []
     log = injected.log if injected else {}
+    read_s = injected.retrieval_s if injected else 0.0  # the method's read, any barrier wait inside it
+    waited = float((log.get("barrier") or {}).get("waited_s") or 0.0)
     user = trial["user_id"]
 
     def others_private(items):
@@ -50,9 +58,10 @@ def build(*, provenance: dict, trial: dict, condition: str, cond_cfg: dict, atte
         **provenance, "schema_version": SCHEMA_VERSION,
         "run_id": f"{trial['trial_id']}__{condition}", "trial_id": trial["trial_id"], "user_id": user,
         "condition": condition, "module": cond_cfg.get("module"), "condition_config": cond_cfg,
-        "attempt": attempt, "status": status, "error": error,
+        "attempt": attempt, "status": status, "error": error, "failure_reason": failure_reason,
         "query": trial["query"], "answer": answer, "answer_words": len(answer.split()),
-        "wall_s": round(wall_s, 4), "answer_s": round(answer_s, 4), "retrieval_s": round(retrieval_s, 6),
+        "answer_s": round(answer_s, 4), "retrieval_s": round(max(0.0, read_s - waited), 6),
+        "barrier_wait_s": round(waited, 6), "wall_s": round(wall_s, 4), "transcript": transcript,
         "block": injected.block if injected else "", "block_chars": len(injected.block) if injected else 0,
         "injected": inj_items, "n_injected": len(inj_items), "candidates": cands, "n_candidates": len(cands),
         "short_read": (log.get("read") or {}).get("short"),

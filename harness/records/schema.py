@@ -160,7 +160,7 @@ class TranscriptMessage(_Model):
     the answer of an ask_agent call: the asked agent's own loop.
     """
 
-    role: Literal["user", "assistant", "tool"]
+    role: Literal["system", "user", "assistant", "tool"]  # system: one after the stored prompt (an injected block)
     content: str
     tool_calls: list[TranscriptToolCall] | None = None
     tool_call_id: str | None = None
@@ -301,12 +301,17 @@ class PersonalRecord(_Provenance):
     attempt: int = Field(ge=1)
     status: Literal["ok", "failed"]
     error: str | None
+    # why a failed run failed: retries, context_length, rejected (as an agent run's) or method (it broke)
+    failure_reason: str | None = None
     query: str
     answer: str
     answer_words: int
-    wall_s: float
-    answer_s: float
-    retrieval_s: float
+    answer_s: float  # the paper's latency: the assistant's answer call, end to end
+    retrieval_s: float  # the method's read, without the barrier's wait
+    # the read's wait for the user's writes (0 without a barrier); None: written before it was recorded
+    barrier_wait_s: float | None = None
+    wall_s: float  # write acceptance to answer: holds the writers' extraction for the memory methods
+    endpoint: dict[str, Any] | None = None  # what the endpoint reported (model id, server); None: written before
     block: str
     block_chars: int
     injected: list[dict[str, Any]]
@@ -336,6 +341,8 @@ class PersonalRecord(_Provenance):
     cost_paid: float
     finished: str
     kind: Literal["personal"]
+    # the assistant's call as sent and answered; None only in records written before transcripts existed
+    transcript: Transcript | None = None
 
 
 class StageInfo(_Open):

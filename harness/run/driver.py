@@ -1,19 +1,23 @@
-"""Run a stage: every planned run once, concurrently, resumable after any crash.
+"""Run a stage: every planned run once, concurrently, resumable after any crash — for every study.
 
-Runs execute in the plan's seeded interleaved order on a pool of threads (the
-agents), each as soon as the memory it reads is ready (harness.run.prepare);
-every model call goes through the metering proxy. A run that is already
-recorded is never run again (unless `retry_failed=true` and it failed);
-a run that was started but not recorded (the driver died, or the stage stopped)
-is run again under the next attempt number, and its earlier attempt is marked
-`interrupted` in the ledger.
+The driver is generic over a study's run step (`RunStep`: the agent stages' is
+harness.run.agents, the personalization study's harness.personal.step): the step plans
+the runs, says what the preflight checks and sends, forecasts the cost and executes one
+run into a record. Everything else is here, the same for every study.
 
-Two kinds of failure (harness.failures): a run whose own model calls fail after
-all retries, or whose own conversation breaks the loop, is recorded as failed
-(it counts as wrong). An environment failure (key refused, model not found,
-upstream unreachable, services down, no sandbox) or an error of the harness
-while preparing a run stops the stage: no new run starts, the affected runs stay
-unrecorded, and the same command resumes once the cause is fixed.
+Runs execute in the plan's seeded interleaved order on a pool of threads, each as soon as
+the step says it may start (the agents' memory preparation, harness.run.prepare); every
+model call goes through the metering proxy. A run that is already recorded is never run
+again (unless `retry_failed=true` and it failed); a run that was started but not recorded
+(the driver died, or the stage stopped) is run again under the next attempt number, and
+its earlier attempt is marked `interrupted` in the ledger.
+
+Two kinds of failure (harness.failures): a run whose own model calls fail after all
+retries, or whose own conversation breaks, is recorded as failed (it counts as wrong). An
+environment failure (key refused, model not found, upstream unreachable, services down, no
+sandbox) or an error of the harness while preparing a run stops the stage: no new run
+starts, the affected runs stay unrecorded, and the same command resumes once the cause is
+fixed.
 
 An endpoint rejection every run gets (an unsupported parameter, tool calling not enabled)
 is an environment failure too (harness.endpoints.fit); one that depends on the run (its
@@ -34,26 +38,21 @@ import traceback
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
+from pydantic import BaseModel
 from tqdm import tqdm
 
-import conditions
-from harness.data.longmemeval import DATE_FORMAT, sha256_file
-from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.data.longmemeval import sha256_file
 from harness.failures import EnvironmentFailure, classify
 from harness.records import RunDir, StageMismatch
 from harness.records.ledger import Ledger, read_ledger
 from harness.records.ledger import mark_interrupted as mark_interrupted_lines
 from harness.records.provenance import code_revision, versions
-from harness.records.schema import SCHEMA_VERSION, DriverSession, MemoryPrep, RunRecord, StageInfo
-from harness.run import fidelity
-from harness.run.context import Environment, RunContext
-from harness.run.loop import TranscriptRecorder, run_loop
+from harness.records.schema import SCHEMA_VERSION, DriverSession, MemoryPrep, StageInfo
 from harness.run.budget import Budget, BudgetReached
-from harness.run.plan import Plan, RunSpec
 from harness.run.prepare import MemoryPreparer
-from harness.run.prompts import system_prompt
 
 REPO = Path(__file__).resolve().parents[2]
 PREREG = REPO / "conf" / "prereg" / "hypotheses.yaml"
@@ -65,11 +64,14 @@ class StageStopped(RuntimeError):
     exit_code = 3  # harness.failures.STOPPED
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def stage_info(cfg, plan: Plan) -> dict:
+
+
+def stage_info(cfg, plan, fidelity_record: dict, **extra) -> dict:
+    """stage.json's content for `plan` (anything with stage, label, seed, data, runs, to_dict())."""
     return {
         "schema_version": SCHEMA_VERSION, "kind": str(cfg.stage.get("kind") or "agents"),
         "stage": plan.stage, "label": plan.label, "seed": plan.seed, "data": plan.data,
@@ -77,11 +79,50 @@ def stage_info(cfg, plan: Plan) -> dict:
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "prereg": {"path": str(PREREG.relative_to(REPO)), "sha256": sha256_file(PREREG) if PREREG.exists() else None},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "fidelity": fidelity.record(cfg, plan),
+        "fidelity": fidelity_record, **extra,
     }
 
 
-def owned_runs(rd: RunDir, plan: Plan) -> list[RunSpec]:
+class RunStep:
+    """What a study gives the driver; one object per command (see harness.run.agents for the agents').
+
+    Before the runs: `plan` (runs with a `run_id`, plus stage, label, seed, data, to_dict()),
+    `stage_info()`, `render_plan()`, `fidelity_rows()`, `static_checks(judge_too)` (what costs
+    nothing), `request_shapes(judge_too)` (harness.run.preflight.Shape: one metered call each),
+    `forecast()` and `concurrency()`. The runs: `start(...)` once the endpoint and proxy are
+    open, `prepare(pending)` (which runs may start when), `execute(spec, attempt) -> (record,
+    breaker signature or None)`, which raises EnvironmentFailure rather than record a run the
+    environment spoilt, and `close()`. After: `summary(rd, labels, judge_name)`."""
+
+    kind = "agents"
+    plan: Any
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+        self.rd: RunDir | None = None
+        self.info: StageInfo | None = None
+        self.endpoint = None
+        self.proxy_url = ""
+
+    def start(self, rd: RunDir, info: StageInfo, endpoint, proxy_url: str) -> None:
+        self.rd, self.info, self.endpoint, self.proxy_url = rd, info, endpoint, proxy_url
+
+    def prepare(self, pending: list) -> MemoryPreparer:
+        """By default every run may start at once (a preparer with nothing to prepare)."""
+        return MemoryPreparer(None, pending, lambda spec: False).start()
+
+    def execute(self, spec, attempt: int) -> tuple[BaseModel, str | None]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def concurrency(self) -> int:
+        return max(1, int(self.cfg.concurrency))
+
+
+def owned_runs(rd: RunDir, plan) -> list:
     """The runs this driver may run: its shard's part of the plan, or the whole plan."""
     return rd.shard.select(plan.runs) if rd.shard else list(plan.runs)
 
@@ -99,35 +140,6 @@ def mark_interrupted(rd: RunDir, ledger: Ledger, reason: str = "no record", owne
     return mark_interrupted_lines(ledger, started, finished | marked, reason)
 
 
-def decomposition(calls: list[dict]) -> dict:
-    """Proposition 3: input tokens = c * prefix + what results and outputs add round by round."""
-    own = [c for c in calls if c["role"] == "agent"]
-    if not own:
-        return {"calls": 0, "prefix": 0, "results": 0, "output": 0, "input": 0}
-    added = sum(max(0, b["prompt"] - a["prompt"] - a["output"]) for a, b in zip(own, own[1:]))
-    return {"calls": len(own), "prefix": own[0]["prompt"], "results": added,
-            "output": sum(c["output"] for c in own), "input": sum(c["prompt"] for c in own)}
-
-
-def evidence(q, access_sessions: list[str], tools: list[dict], search_tools: set[str] | None = None) -> dict:
-    """Whether the run reached its evidence sessions, at all and with its first search. The searches
-    are the tools the condition declares (SEARCH_TOOLS); a condition declaring none: every tool call
-    that is not a read."""
-    if search_tools:
-        searches = [t for t in tools if t["name"] in search_tools]
-    else:
-        searches = [t for t in tools if (t.get("log") or {}).get("kind") != "read"]
-    ev = q.evidence
-    hit_any = bool(ev & set(access_sessions)) or any(ev & set(t["sessions"]) for t in tools)
-    first = None
-    if access_sessions:
-        first = bool(ev & set(access_sessions))
-    elif searches:
-        first = bool(ev & set(searches[0]["sessions"]))
-    return {"any": hit_any if (access_sessions or tools) else None, "first_search": first,
-            "evidence_sessions": sorted(ev)}
-
-
 class Breaker:
     """Holds the records of runs an unexplained rejection ended while no run of the stage has
     succeeded yet; `n` of them with the same rejection stop the stage (they stay unrecorded and
@@ -135,11 +147,11 @@ class Breaker:
 
     def __init__(self, n: int, armed: bool = True):
         self.n, self.armed = n, armed and n > 0
-        self.held: list[tuple[RunRecord, str]] = []
+        self.held: list[tuple[BaseModel, str]] = []
         self.tripped = False
         self._lock = threading.Lock()
 
-    def admit(self, record: RunRecord, signature: str | None) -> list[RunRecord]:
+    def admit(self, record: BaseModel, signature: str | None) -> list[BaseModel]:
         """The records to write now; raises EnvironmentFailure when the breaker trips."""
         with self._lock:
             if self.tripped:
@@ -164,7 +176,7 @@ class Breaker:
             "fit the request to the endpoint (model.accepts, model.params) or fix the server; the runs it ended "
             "stay unrecorded, and the same command runs them again")
 
-    def release(self) -> list[RunRecord]:
+    def release(self) -> list[BaseModel]:
         """At the stage's end: what is still held is recorded, unless the breaker tripped."""
         with self._lock:
             out = [] if self.tripped else [r for r, _ in self.held]
@@ -173,125 +185,35 @@ class Breaker:
 
 
 class StageRunner:
-    def __init__(self, cfg, plan: Plan, rd: RunDir, info: StageInfo, proxy_url: str, endpoint_info: dict):
-        self.cfg, self.plan, self.rd, self.info = cfg, plan, rd, info
-        self.proxy_url = proxy_url
-        self.endpoint_info = endpoint_info
-        self.env = Environment(cfg, plan)
-        self.model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    """Runs planned runs through a study's step: attempts, the breaker, records, this session's totals."""
+
+    def __init__(self, cfg, plan, rd: RunDir, step: RunStep):
+        self.cfg, self.plan, self.rd, self.step = cfg, plan, rd, step
         self.totals = {"tokens": 0, "cost": 0.0, "failed": 0}
         self._lock = threading.Lock()
         self.t0 = time.perf_counter()  # the session's runs start: the times to first results count from here
         self.first: dict[str, float] = {}  # "run_started", "record" -> seconds after t0
         self.started_runs = 0
         self.preparer: MemoryPreparer | None = None
-        self.breaker = Breaker(int(self.model_cfg.get("breaker_runs", 3)))
-        self.signatures: dict[str, str | None] = {}
+        self.breaker = Breaker(int(step.model_cfg.get("breaker_runs", 3)))
 
-    def common(self) -> dict:
-        return {"stage": self.plan.stage, "label": self.plan.label, "seed": self.plan.seed,
-                "config_hash": self.info.config_hash, "data_sha256": self.plan.data["sha256"],
-                "data_path": self.plan.data["path"], "versions": self.info.versions,
-                "code": self.info.code.model_dump(),
-                "model": {k: self.model_cfg.get(k) for k in ("name", "provider", "model", "params", "first_tool_choice",
-                                                            "accepts")},
-                "prices": self.model_cfg["prices"], "offpeak": self.model_cfg.get("offpeak"),
-                "index": OmegaConf.to_container(self.cfg.index, resolve=True),
-                "encoder": OmegaConf.to_container(self.cfg.encoder, resolve=True),
-                "prereg_sha256": (self.info.prereg or {}).get("sha256")}
+    def prepare(self, pending: list) -> MemoryPreparer:
+        self.preparer = self.step.prepare(pending)
+        return self.preparer
 
-    def execute(self, spec: RunSpec, attempt: int) -> RunRecord:
-        """Run one planned run. Raises EnvironmentFailure (or a harness error while preparing
-        the run) instead of returning a record the environment's fault would have spoilt."""
-        q = self.env.questions[spec.qid]
-        cond_cfg = self.cfg.stage.conditions[spec.condition]
-        meter = Meter(self.model_cfg["prices"], self.model_cfg.get("offpeak"))
-        ctx = RunContext(spec, self.env)
-        ctx.first_tool_choice = self.model_cfg.get("first_tool_choice")
-        ctx.transcript = TranscriptRecorder()
-        ctx.run_agent = lambda role: Agent(self.proxy_url, self.model_cfg, spec.run_id, attempt, meter, role=role,
-                                           max_retries=int(self.model_cfg.get("max_retries", 6)),
-                                           backoff_s=float(self.model_cfg.get("backoff_s", 1.0)))
-        status, error, answer, loop, reason = "ok", None, "", None, None
-        preparing = self.preparer is not None and self.preparer.stats["all_ready_s"] is None
-        t0 = time.perf_counter()
-        try:  # preparing the run (stores, indexes, prefetch): a failure here is not the run's
-            access = conditions.load(str(cond_cfg.module)).build(cond_cfg, ctx)
-        except Exception as exc:
-            raise classify(exc) or exc
-        setup_s = time.perf_counter() - t0 - access.retrieval_s
-        system = system_prompt(q.date.strftime(DATE_FORMAT), access.text, org=ctx.is_org)
-        t1 = time.perf_counter()
-        try:
-            loop = run_loop(ctx.run_agent("agent"), system, access.prefix + q.question, access.tools,
-                            access.max_rounds, first_tool_choice=ctx.first_tool_choice, recorder=ctx.transcript)
-            answer = loop.answer
-        except EnvironmentFailure:
-            raise
-        except ModelCallFailed as exc:
-            status, error, reason = "failed", f"model: {exc}", exc.reason
-            with self._lock:
-                self.signatures[spec.run_id] = exc.signature
-        except Exception as exc:  # the run's own conversation broke the loop: recorded, never skipped
-            env = classify(exc)
-            if env is not None:
-                raise env from exc
-            status, error, reason = "failed", "".join(traceback.format_exception(exc))[-4000:], "loop"
-        finally:
-            loop_s = time.perf_counter() - t1
-            for close in access.close:
-                close()
-        # time per question: the agent's loop plus any retrieval done for the prompt (prefetch);
-        # building stores or indexing memory is setup, measured apart
-        for text in ctx.transcript.prompts.values():  # before the record that names them
-            self.rd.write_prompt(text)
-        calls = meter.calls
-        tok = {k: sum(c[k] for c in calls) for k in ("prompt", "hit", "miss", "output", "reasoning")}
-        return RunRecord.model_validate({
-            "schema_version": SCHEMA_VERSION,
-            "run_id": spec.run_id, "condition": spec.condition, "module": str(cond_cfg.module),
-            "qid": spec.qid, "qtype": q.qtype, "variant": spec.variant, "repeat": spec.repeat, "org": spec.org,
-            "attempt": attempt, "status": status, "error": error, "failure_reason": reason,
-            "question": q.question, "question_date": q.date.strftime(DATE_FORMAT), "gold": q.answer,
-            "abstention": q.abstention, "answer": answer,
-            "model_calls": len(calls), "agent_calls": sum(c["role"] == "agent" for c in calls),
-            "tool_calls": len(meter.tools), "tool_rounds": loop.tool_rounds if loop else None,
-            "forced_answer": loop.forced if loop else None,
-            "tokens": tok, "cost_list": sum(c["cost_list"] for c in calls),
-            "cost_paid": sum(c["cost_paid"] for c in calls),
-            "wall_s": round(loop_s + access.retrieval_s, 4), "setup_s": round(setup_s, 4),
-            "memory_preparing": preparing,
-            "retrieval_s": round(access.retrieval_s + sum(t["retrieval_s"] for t in meter.tools), 6),
-            "empty_results": sum(bool(t["empty"]) for t in meter.tools),
-            "error_results": sum(bool(t["error"]) for t in meter.tools),
-            "evidence": evidence(q, access.sessions, meter.tools, conditions.search_tools(str(cond_cfg.module))),
-            "decomposition": decomposition(calls),
-            "calls": calls, "tools": meter.tools, "prefetch": access.log,
-            "condition_notes": access.notes,
-            "condition_config": OmegaConf.to_container(cond_cfg, resolve=True),
-            "adapter": meter.adapter, "endpoint": self.endpoint_info,
-            # which encoder (and whether it is the study's), dense backend and lexical indexes served
-            "memory_space": self.env.space_description(),
-            "finished": _now(),
-            "transcript": ctx.transcript.transcript(),
-            **self.common(),
-        })
-
-    def run_one(self, spec: RunSpec, attempt: int) -> RunRecord:
+    def run_one(self, spec, attempt: int) -> BaseModel:
         self._mark("run_started")
-        self.rd.start_attempt(spec.run_id, attempt, _now())
-        record = self.execute(spec, attempt)
-        with self._lock:
-            signature = self.signatures.pop(spec.run_id, None)
+        self.rd.start_attempt(spec.run_id, attempt, now())
+        record, signature = self.step.execute(spec, attempt)
         for r in self.breaker.admit(record, signature):
             self.write(r)
         return record
 
-    def write(self, record: RunRecord) -> None:
+    def write(self, record: BaseModel) -> None:
         self.rd.write_record(record)
         self._mark("record")
         with self._lock:
-            self.totals["tokens"] += record.tokens.prompt + record.tokens.output
+            self.totals["tokens"] += sum(c.prompt + c.output for c in record.calls)
             self.totals["cost"] += record.cost_list
             self.totals["failed"] += record.status != "ok"
 
@@ -305,7 +227,7 @@ class StageRunner:
         prep = self.preparer.stats if self.preparer is not None else {
             "questions": 0, "ready": 0, "chunks": 0, "embedded": 0, "chunk_s": 0.0, "embed_s": 0.0,
             "first_ready_s": None, "all_ready_s": None}
-        return DriverSession(started=started, ended=_now(), host=socket.gethostname(), pid=os.getpid(),
+        return DriverSession(started=started, ended=now(), host=socket.gethostname(), pid=os.getpid(),
                              pending=pending, started_runs=self.started_runs, stopped=stop,
                              wall_s=round(time.perf_counter() - self.t0, 3),
                              first_run_started_s=self.first.get("run_started"),
@@ -314,17 +236,17 @@ class StageRunner:
                                                   for k, v in prep.items()}))
 
 
-def open_stage(cfg, plan: Plan, sweep: dict | None = None) -> tuple[RunDir, StageInfo]:
+def open_stage(cfg, plan, info: dict, sweep: dict | None = None) -> tuple[RunDir, StageInfo]:
     """Open (or create) the stage folder; `sweep` (the job's overrides in a multirun) goes into stage.json."""
     rd = RunDir.for_stage(cfg)
-    info = rd.open(cfg, {**stage_info(cfg, plan), "sweep": sweep})
+    info = rd.open(cfg, {**info, "sweep": sweep})
     if info.data["sha256"] != plan.data["sha256"]:
         raise StageMismatch(f"{rd.root}: the data file changed since this stage started "
                             f"({info.data['sha256'][:12]} -> {plan.data['sha256'][:12]}); use a new stage.label")
     return rd, info
 
 
-def pending_runs(rd: RunDir, plan: Plan, retry_failed: bool) -> tuple[list[RunSpec], int]:
+def pending_runs(rd: RunDir, plan, retry_failed: bool) -> tuple[list, int]:
     """Runs of this driver to do now (unrecorded, and failed ones when asked) and how many of
     its runs are recorded for good (by whichever driver: a record is never made twice)."""
     done = {r.run_id: r.status for r in rd.records()}
@@ -334,25 +256,26 @@ def pending_runs(rd: RunDir, plan: Plan, retry_failed: bool) -> tuple[list[RunSp
     return pending, len(owned) - len(pending)
 
 
-def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Ledger, proxy_url: str,
-              pending: list[RunSpec], budget: Budget | None = None) -> dict:
-    """Run `pending` through an open endpoint and proxy; returns this session's totals.
+def run_stage(cfg, step: RunStep, rd: RunDir, ledger: Ledger, pending: list, budget: Budget | None = None) -> dict:
+    """Run `pending` through the study's step (already started on an open endpoint and proxy);
+    returns this session's totals.
 
     Raises StageStopped when an environment failure (or a harness error) stopped it early, and
     BudgetReached when the spending cap did (runs in flight finish; none starts after it).
     """
+    plan = step.plan
     attempts = rd.attempts()
-    concurrency = max(1, min(int(cfg.concurrency), int(cfg.model.get("max_concurrency") or cfg.concurrency)))
+    concurrency = step.concurrency()
     ids = {r.run_id for r in pending}
     for r in rd.records():  # retry_failed: the failed attempt's calls stay in the ledger, marked
         if r.run_id in ids:
             ledger.append({"event": "interrupted", "tag": r.run_id, "attempt": r.attempt,
-                           "reason": "failed run attempted again (retry_failed=true)", "ts": _now()})
+                           "reason": "failed run attempted again (retry_failed=true)", "ts": now()})
     owned = {r.run_id for r in owned_runs(rd, plan)}
     mark_interrupted(rd, ledger, owned=owned)
-    runner = StageRunner(cfg, plan, rd, info, proxy_url, endpoint.info)
+    runner = StageRunner(cfg, plan, rd, step)
     runner.breaker.armed = runner.breaker.armed and not any(r.status == "ok" for r in rd.records())
-    started = _now()
+    started = now()
     stop = None
     try:
         stop = _run_pool(runner, pending, attempts, concurrency, len(owned), len(owned) - len(pending), budget)
@@ -366,7 +289,7 @@ def run_stage(cfg, plan: Plan, rd: RunDir, info: StageInfo, endpoint, ledger: Le
         rd.end_session(session)
         print(describe_session(session), file=sys.stderr)
         try:
-            runner.env.close()
+            step.close()
         except Exception as exc:  # services already gone: say so, but keep the reason the stage stopped
             if stop is None or classify(exc) is None:
                 raise
@@ -395,36 +318,10 @@ def describe_session(s: DriverSession) -> str:
             f"first run started {fmt(s.first_run_started_s)}, first record {fmt(s.first_record_s)}")
 
 
-def summary(rd: RunDir, labels: dict[str, bool | None] | None, judge_name: str | None) -> str:
-    """Per condition: runs, failures, the share of runs that called a tool, tokens, and judged accuracy."""
-    rows: dict[tuple[str, str], list[RunRecord]] = {}
-    for r in rd.records():
-        rows.setdefault((r.condition, r.variant), []).append(r)
-    lines = [f"{'condition':<24}{'variant':<9}{'runs':>5}{'failed':>7}{'tool use':>9}{'tokens/run':>11}{'accuracy':>10}"]
-    for (cond, var), rs in sorted(rows.items()):
-        n = len(rs)
-        used = sum(r.tool_calls > 0 for r in rs)
-        tokens = sum(r.tokens.prompt + r.tokens.output for r in rs) / n
-        judged = [labels.get(r.run_id) for r in rs] if labels else []
-        acc = (f"{sum(bool(x) for x in judged) / n:>9.0%}" + ("*" if None in judged else " ")) if labels else "       -  "
-        lines.append(f"{cond:<24}{var or '-':<9}{n:>5}{sum(r.status != 'ok' for r in rs):>7}"
-                     f"{used / n:>9.0%}{tokens:>11,.0f}{acc}")
-    if labels:
-        lines.append(f"accuracy judged by {judge_name}; * = some runs not judged yet (counted wrong here)")
-    return "\n".join(lines)
-
-
 BUDGET = "budget"
 
 
-def needs_memory(cfg):
-    """spec -> does its condition read the memory space (declared by the module: NEEDS)?"""
-    uses = {name: "memory_space" in getattr(conditions.load(str(c.module)), "NEEDS", ())
-            for name, c in cfg.stage.conditions.items()}
-    return lambda spec: uses[spec.condition]
-
-
-def _run_pool(runner: StageRunner, pending: list[RunSpec], attempts: dict[str, int], concurrency: int,
+def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], concurrency: int,
               total: int, done: int, budget: Budget | None = None) -> str | None:
     """Run `pending`; returns why the stage stopped early, or None when every run was attempted.
 
@@ -432,8 +329,7 @@ def _run_pool(runner: StageRunner, pending: list[RunSpec], attempts: dict[str, i
     needs no memory space, or whose question's memory is ready (harness.run.prepare). With
     `memory_first=true` no run starts before every question's memory is ready."""
     first = bool(runner.cfg.get("memory_first", False))
-    preparer = MemoryPreparer(runner.env, pending, needs_memory(runner.cfg)).start()
-    runner.preparer = preparer
+    preparer = runner.prepare(pending)
     bar = tqdm(total=total, initial=done, unit="run", dynamic_ncols=True, file=sys.stderr, position=0)
     stop: list[str] = []
     waiting = list(pending)

@@ -182,6 +182,12 @@ def forecast(cfg, plan) -> tuple[list[Row], str]:
 
 def render(cfg, plan) -> str:
     rows, said = forecast(cfg, plan)
+    return render_rows(cfg, rows, said, "judging adds about one short call per run (two for Org private runs) at the "
+                                        "judge's prices") + "\n" + power_lines(cfg, plan, rows)
+
+
+def render_rows(cfg, rows: list[Row], said: str, judging: str) -> str:
+    """The forecast table of any study: a row per condition, the total, and what judging adds."""
     prices = dict(cfg.model.prices)
     off = cfg.model.get("offpeak")
     factor = float(off["factor"]) if off else 1.0
@@ -198,8 +204,7 @@ def render(cfg, plan) -> str:
                   tot.output + r.output, "")
     lines.append(f"{'total':<24}{tot.runs:>6}{tot.calls:>9,.0f}{tot.hit + tot.miss:>13,.0f}{tot.output:>12,.0f}"
                  f"{tot.cost(prices):>12.4f}{tot.cost(prices, factor):>14.4f}")
-    lines.append("judging adds about one short call per run (two for Org private runs) at the judge's prices")
-    lines.append(power_lines(cfg, plan, rows))
+    lines.append(judging)
     return "\n".join(lines)
 
 

@@ -225,15 +225,24 @@ def judge_shape(judge_cfg) -> Shape:
     return Shape("judge", "judge, answer check", jc, dict(jc.get("params") or {}))
 
 
-def dry_run_lines(cfg, judge_too: bool, used: set[str] | None = None) -> list[str]:
-    """What the model check would send, one line per request (nothing is sent)."""
-    shapes = request_shapes(cfg, judge_too, used)
+def dry_run_lines(shapes: list[Shape]) -> list[str]:
+    """What the model check would send, one line per request shape (nothing is sent)."""
     lines = [Check("model", None, f"at start: {len(shapes)} metered call(s) of one output token "
                                   f"(role preflight), one per request shape:").line()]
     for s in shapes:
         where = f" [{', '.join(s.conditions)}]" if s.conditions else ""
         lines.append(f"      {s.who}: {s.what}{where}: {json.dumps(s.sent(), sort_keys=True)}")
     return lines
+
+
+def messages(params: dict) -> list[dict]:
+    """The preflight's prompt; in JSON mode with a system line that mentions JSON (OpenAI's JSON mode
+    refuses a prompt that does not)."""
+    plain = [{"role": "user", "content": PROMPT}]
+    return [{"role": "system", "content": JSON_HINT}, *plain] if "response_format" in params else plain
+
+
+JSON_HINT = "Answer in JSON."
 
 
 def send(proxy_url: str, shape: Shape) -> Check:
@@ -243,7 +252,7 @@ def send(proxy_url: str, shape: Shape) -> Check:
     agent = Agent(proxy_url, mc, ROLE, 1, meter, role=ROLE, max_retries=min(2, int(mc.get("max_retries", 2))),
                   backoff_s=float(mc.get("backoff_s", 1.0)), params={**shape.params, "max_tokens": 1})
     try:
-        agent.complete([{"role": "user", "content": PROMPT}], shape.tools, tool_choice=shape.tool_choice)
+        agent.complete(messages(shape.params), shape.tools, tool_choice=shape.tool_choice)
     except EnvironmentFailure as exc:
         return Check("model", False, f"{shape.who} ({shape.what}): {exc}")
     except ModelCallFailed as exc:
@@ -268,25 +277,23 @@ def judge_preflight(proxy_url: str, judge_cfg, budget=None, config: dict | None 
     agent = Agent(proxy_url, mc, ROLE, 1, Meter(mc["prices"], mc.get("offpeak")), role=ROLE,
                   max_retries=min(2, int(mc.get("max_retries", 2))), backoff_s=float(mc.get("backoff_s", 1.0)),
                   params={**shape.params, "max_tokens": 1})
-    messages = [{"role": "user", "content": PROMPT}]
-    if "response_format" in shape.params:  # OpenAI's JSON mode refuses a prompt that does not mention JSON
-        messages = [{"role": "system", "content": "Answer in JSON."}, *messages]
     try:
-        agent.complete(messages)
+        agent.complete(messages(shape.params))
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"preflight judge failed: {exc.what}", exc.fix) from exc
     except ModelCallFailed:
         pass
 
 
-def stage_calls(proxy_url: str, cfg, judge_too: bool, ledger=None, used: set[str] | None = None) -> list[Check]:
-    """The model check: every request shape of the stage, through the stage's proxy; the judge's
+def stage_calls(proxy_url: str, cfg, shapes: list[Shape], ledger=None) -> list[Check]:
+    """The model check: every request shape of the stage (`request_shapes`, or a study's own),
+    through the stage's proxy; the judge's
     through the same proxy when it is the same endpoint, else through a proxy of its own on the
     stage's ledger (a local judge on another endpoint is checked when judging starts)."""
     from harness.endpoints.registry import identity
 
     checks = []
-    for shape in request_shapes(cfg, judge_too, used):
+    for shape in shapes:
         if shape.who == "judge" and identity(cfg.judge) != identity(cfg.model):
             if str(cfg.judge.get("provider")) == "local" or ledger is None:
                 continue

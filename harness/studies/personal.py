@@ -1,6 +1,7 @@
-"""The second paper's personalization study: its trial runner, the rubric judge, its own tables."""
+"""The second paper's personalization study: its run step (harness.personal.step) through the one driver,
+the rubric judge, its own tables."""
 
 from harness.studies import Study, register
 
-register(Study("personal", run="harness.personal.runner:run_personal", judge="judge.rubric:judge_command",
+register(Study("personal", run="harness.cli.run:run_personal", judge="judge.rubric:judge_command",
                analysis="analysis.personal", record="personal_record", about="kernel-managed injection (second paper)"))

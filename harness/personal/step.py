@@ -1,0 +1,358 @@
+"""The personalization study's run step: one trial under one method, through the one driver.
+
+What differs from the agent stages and nothing else: the plan (every trial x method once, in
+a seeded shuffle so one user's writers run while other users' assistants read), the
+preflight's request shapes (the assistant's plain request, the writers' JSON mode, the
+rubric judge's request), the services the methods read (the index's, PostgreSQL for Mem0),
+the forecast, and `execute`: the method's writers write (asynchronously), the method
+injects, AssistantAgent answers. Order, concurrency, attempts, the breaker, `budget_usd`,
+`retry_failed`, shards, resumption and stopping on the environment's failures are the
+driver's (harness.run.driver), as for every study.
+
+A refused key, an unknown model, an unreachable server or a stopped PostgreSQL — met by the
+assistant, a writer or a method's read — stops the stage (exit 3) and the run stays
+unrecorded; a writer whose own call fails (retries exhausted, a reply that is not JSON) is
+a failed write the record counts; the assistant's own failure fails the run.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+import traceback
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+import conditions
+from harness.data import personal as trials_data
+from harness.data.longmemeval import sha256_file
+from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.failures import EnvironmentFailure, classify
+from harness.kernel.identity import IdentityResolver
+from harness.records.provenance import versions
+from harness.records.schema import parse
+from harness.run import fidelity
+from harness.run.driver import RunStep, stage_info
+from harness.run.plan import PlanError
+
+from . import assistant, record
+from .method import RunCtx, Shared
+from .writers import JSON_PARAMS
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    trial_id: str
+    condition: str
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.trial_id}__{self.condition}"
+
+
+@dataclass
+class PersonalPlan:
+    stage: str
+    label: str
+    seed: int
+    data: dict
+    runs: list[TrialRun]
+    trials: dict[str, dict]
+
+    def to_dict(self) -> dict:
+        return {"runs": [r.run_id for r in self.runs]}
+
+    def render(self) -> str:
+        by = Counter(r.condition for r in self.runs)
+        return "\n".join([f"stage {self.stage}  label {self.label}  seed {self.seed}",
+                          f"trials {self.data['path']}  sha256 {self.data['sha256']}  ({self.data['n']} trials)",
+                          f"{'method':<24}{'runs':>6}",
+                          *(f"{c:<24}{n:>6}" for c, n in sorted(by.items())),
+                          f"total runs {len(self.runs)} (seeded interleaved order)"])
+
+
+def trials_path(cfg) -> Path:
+    p = cfg.stage.trials
+    path = Path(str(p.path)) if p.get("path") else trials_data.default_path(Path(str(cfg.cache_dir)) / "data",
+                                                                          int(p.n), int(cfg.seed))
+    return trials_data.ensure(path, int(p.n), int(cfg.seed))
+
+
+def plan(cfg) -> PersonalPlan:
+    """Every (trial, method) once, in a seeded shuffle so methods and users interleave."""
+    for c in cfg.stage.methods:
+        if c not in (cfg.stage.get("conditions") or {}):
+            raise PlanError(f"stage {cfg.stage.name!r} runs method {c!r} but does not define it "
+                            f"(add '/condition@stage.conditions.{c}: {c}' to its defaults)")
+    path = trials_path(cfg)
+    trials = trials_data.load(path)["trials"]
+    pairs = [(t, str(c)) for t in trials for c in cfg.stage.methods]
+    random.Random(int(cfg.seed)).shuffle(pairs)  # the same order and run ids as before the one driver
+    return PersonalPlan(str(cfg.stage.name), str(cfg.stage.label), int(cfg.seed),
+                        {"path": str(path), "sha256": sha256_file(path), "n": len(trials)},
+                        [TrialRun(t["trial_id"], c) for t, c in pairs], {t["trial_id"]: t for t in trials})
+
+
+def index_services(index_cfg) -> set[str]:
+    """The services the stage's index reads, as its backend declares them (`service`)."""
+    from omegaconf import DictConfig
+
+    from harness.memory.backends.base import backend_class
+
+    cfg = OmegaConf.to_container(index_cfg, resolve=True) if isinstance(index_cfg, DictConfig) else dict(index_cfg)
+    return {service for service, _ in backend_class(str(cfg["name"])).service_configs(cfg)}
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    v = versions()
+    try:
+        v["mem0ai"] = metadata.version("mem0ai")
+    except metadata.PackageNotFoundError:
+        v["mem0ai"] = None
+    return v
+
+
+class _Watched:
+    """A writer's client: an environment failure inside the writers' pool (where the method
+    turns exceptions into failed writes) is kept, so the run stops the stage instead."""
+
+    def __init__(self, agent: Agent, seen: list):
+        self.agent, self.seen = agent, seen
+
+    def complete(self, *args, **kwargs):
+        try:
+            return self.agent.complete(*args, **kwargs)
+        except EnvironmentFailure as exc:
+            self.seen.append(exc)
+            raise
+
+
+class PersonalStep(RunStep):
+    kind = "personal"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.plan = plan(cfg)
+        self.shared: Shared | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.provenance: dict = {}
+
+    # --- before the runs ------------------------------------------------------------------
+    def methods(self) -> dict:
+        used = {r.condition for r in self.plan.runs}
+        return {name: c for name, c in self.cfg.stage.conditions.items() if name in used}
+
+    def fidelity_rows(self):
+        return fidelity.personal_manifest(self.cfg)
+
+    def stage_info(self) -> dict:
+        return stage_info(self.cfg, self.plan, fidelity.record(self.cfg, rows=self.fidelity_rows()),
+                          prereg=None, versions=_versions())  # the hypotheses file is the first paper's
+
+    def render_plan(self) -> str:
+        return self.plan.render()
+
+    def services(self) -> set[str]:
+        needed = index_services(self.cfg.index)
+        if any(str(c.module).endswith("mem0_default") for c in self.methods().values()):
+            needed.add("postgres")  # Mem0's vector store
+        return needed
+
+    def static_checks(self, judge_too: bool):
+        from harness.run import preflight as pf
+
+        d = self.plan.data
+        checks = [pf.Check("data", True, f"{d['n']} trials validated, sha256 {d['sha256'][:12]}"),
+                  pf._key_check(self.cfg.model, "model"), pf._key_check(self.cfg.judge, "judge")]
+        for who, mc in (("model", self.cfg.model), ("judge", self.cfg.judge)):
+            c = pf._prices_check(mc, who, self.cfg.get("budget_usd"))
+            if c is not None:
+                checks.append(c)
+        needed = self.services()
+        if needed and self.cfg.dry_run:  # nothing is started or reached for a plan
+            checks.append(pf.Check("services", None, f"{', '.join(sorted(needed))}: started if they are the "
+                                                     "project's own (make services-up) and reached when the stage runs"))
+        elif needed:
+            _start_services(needed)  # the project's own servers, as `make services-up` starts them
+            own = index_services(self.cfg.index)
+            if own:
+                checks.append(pf._services_check(self.cfg.index))  # the index's servers, as its config names them
+            if "postgres" in needed - own:
+                checks.append(_reach_postgres())  # Mem0's vector store: the project's PostgreSQL
+        rows = self.fidelity_rows()
+        refused = fidelity.refusals(self.cfg, rows) if fidelity.preset(self.cfg) else []
+        checks += [pf.Check("fidelity", False, f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it")
+                   for r in refused] or [pf.Check("fidelity", True, "differs from the second paper in "
+                                                   + (", ".join(r.key for r in rows if r.status == "differs") or
+                                                      "nothing") + " (stage.json, report)")]
+        return checks
+
+    def request_shapes(self, judge_too: bool):
+        """The assistant's plain request, the writers' JSON mode (when a method has writers; Mem0's
+        own extraction asks for JSON the same way) and the rubric judge's request."""
+        from harness.run.preflight import Shape
+        from judge.rubric import rubric_config
+
+        mc = self.model_cfg
+        params = dict(mc.get("params") or {})
+        methods = self.methods()
+        shapes = [Shape("model", "assistant, plain request", mc, params, conditions=sorted(methods))]
+        writing = sorted(n for n, c in methods.items() if c.get("writers"))
+        if writing:
+            shapes.append(Shape("model", "writers, JSON mode (response_format json_object)", mc,
+                                {**params, **JSON_PARAMS}, conditions=writing))
+        jc = rubric_config(self.cfg.judge)
+        shapes.append(Shape("judge", "rubric judge (make judge)", jc, dict(jc.get("params") or {})))
+        return shapes
+
+    def forecast(self) -> str:
+        from harness.personal.forecast import render
+
+        return render(self.cfg, self.plan)
+
+    def concurrency(self) -> int:
+        """Trials in flight (`stage.concurrency`), so one user's writers run while another's assistant
+        reads; not capped by model.max_concurrency, a limit on calls the endpoint queues anyway."""
+        return max(1, int(self.cfg.stage.get("concurrency") or self.cfg.concurrency))
+
+    # --- the runs -------------------------------------------------------------------------
+    def start(self, rd, info, endpoint, proxy_url: str) -> None:
+        from harness.memory.encoder import load_encoder
+
+        super().start(rd, info, endpoint, proxy_url)
+        cfg = self.cfg
+        encoder = load_encoder(str(cfg.encoder.name), cache_dir=str(Path(str(cfg.cache_dir)) / "embeddings"))
+        encoder.embed_query("warm-up")  # loading the encoder is setup, never part of a run's latency
+        self.pool = ThreadPoolExecutor(max_workers=4 * self.concurrency(), thread_name_prefix="writer")
+        self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(), self.pool, encoder,
+                             secrets.token_hex(4))
+        mc = self.model_cfg
+        self.provenance = {
+            "stage": info.stage, "label": info.label, "seed": info.seed, "kind": "personal",
+            "config_hash": info.config_hash, "data_path": info.data["path"], "data_sha256": info.data["sha256"],
+            "versions": info.versions, "code": info.code.model_dump(),
+            "model": {k: mc.get(k) for k in ("name", "provider", "model", "params", "accepts")},
+            "prices": mc.get("prices"), "offpeak": mc.get("offpeak"),
+            "encoder": OmegaConf.to_container(cfg.encoder, resolve=True),
+            "index": OmegaConf.to_container(cfg.index, resolve=True), "endpoint": endpoint.info}
+
+    def close(self) -> None:
+        try:
+            if self.shared is not None:
+                self.shared.close()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+
+    def execute(self, spec: TrialRun, attempt: int):
+        trial = self.plan.trials[spec.trial_id]
+        condition, run_id, mc = spec.condition, spec.run_id, self.model_cfg
+        cond_cfg = self.cfg.stage.conditions[condition]
+        meter = Meter(mc["prices"], mc.get("offpeak"))
+        seen: list[EnvironmentFailure] = []
+
+        def agent(role: str, json: bool = False):
+            params = {**(mc.get("params") or {}), **(JSON_PARAMS if json else {})}
+            a = Agent(self.proxy_url, mc, run_id, attempt, meter, role=role, params=params,
+                      max_retries=int(mc.get("max_retries", 6)), backoff_s=float(mc.get("backoff_s", 1.0)))
+            return _Watched(a, seen)
+
+        ctx = RunCtx(trial, condition, self.shared, agent, meter, run_id, attempt)
+        status, error, reason, signature = "ok", None, None, None
+        injected, answer, answer_s, msgs, finish = None, "", 0.0, None, {}
+        self.shared.resolver.register_session(trial["session_id"], trial["user_id"])
+        try:  # building a method (loading Mem0, its collection): a failure here is not the run's
+            method = conditions.load(str(cond_cfg.module)).build(cond_cfg, ctx)
+        except Exception as exc:
+            raise classify(exc) or exc
+        t0 = time.perf_counter()
+        try:
+            try:
+                method.write()
+                injected = method.inject()
+                answer, answer_s, msgs = assistant.answer(agent("assistant"), injected.block, trial["query"])
+            except EnvironmentFailure:
+                raise
+            except ModelCallFailed as exc:
+                status, error, reason, signature = "failed", f"model: {exc}", exc.reason, exc.signature
+            except Exception as exc:  # the method broke: recorded with its traceback, never skipped
+                env = classify(exc)
+                if env is not None:
+                    raise env from exc
+                status, error, reason = "failed", "".join(traceback.format_exception(exc))[-4000:], "method"
+            wall = time.perf_counter() - t0
+            try:
+                finish = method.finish()  # waits for the writers
+            except Exception as exc:  # a stopped PostgreSQL while counting what the read missed
+                raise classify(exc) or exc
+        finally:
+            method.close()
+        if seen:  # a writer met a refused key, an unknown model, an unreachable server
+            raise seen[0]
+        transcript = self._transcript(msgs, answer) if msgs else None
+        rec = record.build(provenance=self.provenance, trial=trial, condition=condition,
+                           cond_cfg=OmegaConf.to_container(cond_cfg, resolve=True), attempt=attempt, status=status,
+                           error=error, failure_reason=reason, injected=injected, answer=answer, answer_s=answer_s,
+                           wall_s=wall, finish=finish, calls=list(meter.calls), transcript=transcript)
+        return parse("personal_record", rec, self.rd.records_dir), signature
+
+    def _transcript(self, msgs: list[dict], answer: str) -> dict:
+        """The assistant's call as sent and answered; its system prompt stored once in prompts/."""
+        sha = self.rd.write_prompt(msgs[0]["content"])
+        later = [{"role": m["role"], "content": m["content"]} for m in msgs[1:]]
+        return {"role": assistant.NAME, "system_sha256": sha, "tools": [],
+                "messages": later + [{"role": "assistant", "content": answer}]}
+
+    # --- after ----------------------------------------------------------------------------
+    def summary(self, rd, labels=None, judge_name=None) -> str:
+        """Per method: runs, failures, injected items, short reads (the index returned fewer of the user's visible
+        items than it should), missed writes, timeouts, foreign items, exposure, latency."""
+        rows: dict[str, list[dict]] = {}
+        for r in (x.model_dump(mode="json") for x in rd.records()):
+            rows.setdefault(r["condition"], []).append(r)
+        lines = [f"{'method':<22}{'runs':>5}{'failed':>7}{'injected':>9}{'short':>6}{'missed':>7}{'timeouts':>9}"
+                 f"{'foreign':>8}{'exposed':>8}{'words':>7}{'answer s':>9}{'barrier s':>10}"]
+        for cond, rs in sorted(rows.items()):
+            n = len(rs)
+            lines.append(f"{cond:<22}{n:>5}{sum(r['status'] != 'ok' for r in rs):>7}"
+                         f"{sum(r['n_injected'] for r in rs) / n:>9.1f}{sum(bool(r.get('short_read')) for r in rs):>6}"
+                         f"{sum(r['missed_writes'] or 0 for r in rs):>7}"
+                         f"{sum(bool((r['barrier'] or {}).get('timed_out')) for r in rs):>9}"
+                         f"{sum(r['foreign_items'] for r in rs):>8}{sum(r['exposure_private'] for r in rs):>8}"
+                         f"{sum(r['answer_words'] for r in rs) / n:>7.0f}{sum(r['answer_s'] for r in rs) / n:>9.2f}"
+                         f"{sum(r['barrier_wait_s'] or 0 for r in rs) / n:>10.2f}")
+        lines.append("answer s: the assistant's answer call (the paper's latency); barrier s: the read's wait")
+        short = sum(bool(r.get("short_read")) for rs in rows.values() for r in rs)
+        if short:
+            lines.append(f"WARNING: {short} short reads: the index returned fewer of a user's visible memories than "
+                         "min(cap, visible) (method_log.read in the records; bench/kernel_scale.py)")
+        return "\n".join(lines)
+
+
+def _start_services(needed: set[str]) -> None:
+    """Start (and leave running, like `make services-up`) the project's own servers this stage reads."""
+    from harness import services
+
+    s = services.settings()
+    if "postgres" in needed:
+        services.pg_up(s)
+    if "redis" in needed:
+        services.redis_up(s)
+
+
+def _reach_postgres():
+    from harness import services
+    from harness.run.preflight import REACH, Check
+
+    try:
+        return Check("services", True, "Mem0: " + REACH["postgres"]({}, services.settings()))
+    except Exception as exc:  # noqa: BLE001 - reported as the failed check
+        env = classify(exc) or EnvironmentFailure(f"PostgreSQL: {exc}", "start the services (make services-up)")
+        return Check("services", False, f"Mem0: {env}")
