@@ -193,3 +193,39 @@ def test_a_stopped_postgresql_stops_the_stage_before_its_first_run(tmp_path):
             run_personal(cfg)
         assert exit_code(got.value) == STOPPED and "PostgreSQL unreachable" in str(got.value)
         assert fake.requests == []
+
+
+def test_the_three_paper_models_are_one_sweep_judged_and_keyed_on_the_model_ids(tmp_path):
+    """`make personal-paper` by hand: three endpoints (one per preset), one judge, one Table 2."""
+    import os
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    ids = {"OPENAI_BASE_URL": "gpt-4o", "LLAMA31_8B_BASE_URL": "llama3.1:8b", "QWEN25_7B_BASE_URL": "qwen2.5:7b"}
+    common = ["stage=personal", "model=gpt4o,llama31_8b,qwen25_7b", "stage.trials.n=2",
+              "stage.methods=[naive_concat,kernel_shared]", "index=exact", f"runs_dir={tmp_path}/runs",
+              f"cache_dir={tmp_path}/cache"]
+    with FakeModel(script=Script()) as a, FakeModel(script=Script()) as b, FakeModel(script=Script()) as c, \
+            FakeModel(script=judge_script) as judge:
+        ends = dict(zip(ids, (a, b, c)))
+        env = {**os.environ, "OPENAI_API_KEY": "sk-test", **{k: f.base_url for k, f in ends.items()}}
+        ran = subprocess.run([sys.executable, "-m", "harness.run", "-m", *common], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        judged = subprocess.run([sys.executable, "-m", "judge.run", "-m", *common, "judge=vllm",
+                                 f"judge.base_url={judge.base_url}", "judge.api_key_env=null"], env=env,
+                                capture_output=True, text=True, timeout=600)
+        assert judged.returncode == 0, judged.stderr[-3000:]  # the judge's settings name no other folder
+    for var, fake in ends.items():  # each preset reached its own endpoint, asking for its own model
+        assert fake.run_requests and {r["body"]["model"] for r in fake.requests} == {ids[var]}
+    folders = sorted(p.name for p in (tmp_path / "runs" / "personal").iterdir())
+    assert [f.split("+")[0] for f in folders] == sorted(ids.values())
+    out = tmp_path / "results"
+    res = subprocess.run([sys.executable, "-m", "analysis.personal", f"runs={tmp_path / 'runs'}", f"out={out}"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    t2 = pd.read_csv(out / "table2_scores.csv")
+    assert sorted(set(t2["model"])) == sorted(ids.values()) and len(t2) == 6
+    assert (t2["n"] == 2).all() and (t2["profile_usage_mean"] == 4).all() and (t2["integration_mean"] == 2).all()

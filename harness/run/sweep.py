@@ -6,6 +6,7 @@ their folders the same way whether they run or judge, so this lives below both.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import re
 
@@ -15,7 +16,8 @@ def sweep_label(cfg) -> dict | None:
     (e.g. smoke+model-deepseek+seed-0; `make judge` with the same -m arguments finds the same folders).
 
     The overrides are the job's, sorted, without the keys listed under
-    hydra.job.config.override_dirname.exclude_keys (shard, where things live, speed): the
+    hydra.job.config.override_dirname.exclude_keys (shard, where things live, speed, the judge and,
+    by the pattern judge.*, every judge setting): the
     shards of one combination share one folder, and a relaunch with the same command finds it.
     A long value (a path, a list) is cut and tagged with its hash.
     """
@@ -33,7 +35,7 @@ def sweep_label(cfg) -> dict | None:
     parts = []
     for o in sorted(str(o) for o in hc.overrides.task):
         key, _, value = o.partition("=")
-        if key.lstrip("+~") in excluded:
+        if any(fnmatch.fnmatchcase(key.lstrip("+~"), x) for x in excluded):  # judge.*: every judge setting
             continue
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", value)
         if len(safe) > 24:  # a long value (a path, a list) is shortened; stage.json keeps it whole
