@@ -349,7 +349,7 @@ def run_lookup(args_json: str) -> str:
     return FACT if "zephyr" in key else f"no fact stored under {key!r}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped with this file: a later file of the same process may start its own
 def real_client():
     from harness.endpoints.local_model import LocalModel
 
