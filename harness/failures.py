@@ -29,14 +29,19 @@ def classify(exc: BaseException) -> EnvironmentFailure | None:
     """The environment failure `exc` stands for, or None if it is the run's own failure."""
     if isinstance(exc, EnvironmentFailure):
         return exc
-    mod = type(exc).__module__ or ""
-    name = type(exc).__name__
-    if name == "SandboxUnavailable":
+    # by the names of the classes it is one of (a server shutting down is psycopg's AdminShutdown, an
+    # OperationalError), so this module imports neither client library
+    kinds = {(c.__module__ or "", c.__name__) for c in type(exc).__mro__}
+
+    def of(lib: str, *names: str) -> bool:
+        return any(mod.startswith(lib) and name in names for mod, name in kinds)
+
+    if of("", "SandboxUnavailable"):
         return EnvironmentFailure(f"shell sandbox unavailable: {exc}",
                                   "run as root with CAP_SYS_ADMIN, or leave the shell condition out of the stage")
-    if mod.startswith("redis") and name in ("ConnectionError", "TimeoutError", "BusyLoadingError", "AuthenticationError"):
+    if of("redis", "ConnectionError", "TimeoutError", "BusyLoadingError", "AuthenticationError"):
         return EnvironmentFailure(f"Redis unreachable: {exc}", "start the services (make services-up) or check the Redis URL")
-    if mod.startswith("psycopg") and name in ("OperationalError", "InterfaceError"):
+    if of("psycopg", "OperationalError", "InterfaceError"):
         return EnvironmentFailure(f"PostgreSQL unreachable: {exc}",
                                   "start the services (make services-up) or check the PostgreSQL URL")
     return None

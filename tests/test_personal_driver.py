@@ -229,3 +229,45 @@ def test_the_three_paper_models_are_one_sweep_judged_and_keyed_on_the_model_ids(
     t2 = pd.read_csv(out / "table2_scores.csv")
     assert sorted(set(t2["model"])) == sorted(ids.values()) and len(t2) == 6
     assert (t2["n"] == 2).all() and (t2["profile_usage_mean"] == 4).all() and (t2["integration_mean"] == 2).all()
+
+
+@pytest.mark.services
+def test_postgresql_stopped_mid_stage_stops_it_and_the_same_command_finishes_it(tmp_path, monkeypatch):
+    """A PostgreSQL of the test's own (the shared one stays up): the stage starts it, the third assistant
+    call stops it, the next read or write stops the stage; the same command starts it again and finishes."""
+    import socket
+
+    from harness import services as svc
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MEMSPACE_PG_PORT", str(port))
+    monkeypatch.setenv("MEMSPACE_SERVICES_DIR", str(tmp_path / "svc"))
+    answers = {"n": 0, "stop_at": 3}
+
+    def script(req):
+        msg = Script()(req)
+        if req["messages"][0]["content"].startswith("You are AssistantAgent"):
+            answers["n"] += 1
+            if answers["n"] == answers["stop_at"]:
+                svc.pg_down(svc.settings())
+        return msg
+
+    extra = ["index=pgvector_kernel", "stage.concurrency=1"]
+    try:
+        with FakeModel(script=script) as fake:
+            cfg = stage_cfg(tmp_path, fake.base_url, ["kernel_shared"], n=4, extra=extra)
+            with pytest.raises(Exception) as got:
+                run_personal(cfg)
+            assert exit_code(got.value) == STOPPED and "PostgreSQL" in str(got.value)
+            rd = stage(tmp_path)
+            before = records(rd)
+            assert 0 < len(before) < 4 and all(r["status"] == "ok" for r in before.values())  # nothing burnt
+            answers["stop_at"] = None
+            run_personal(stage_cfg(tmp_path, fake.base_url, ["kernel_shared"], n=4, extra=extra))
+        after = records(rd)
+        assert len(after) == 4 and all(r["status"] == "ok" and r["n_injected"] > 0 for r in after.values())
+        assert {k: after[k]["attempt"] for k in before} == {k: v["attempt"] for k, v in before.items()}
+    finally:
+        svc.pg_down(svc.settings())
