@@ -52,3 +52,12 @@ USAGE = {
 USAGE_SPLIT = {"openai_reasoning": (1200, 1024, 176, 300, 256, True), "deepseek": (1200, 1024, 176, 30, 0, True),
                "vllm": (1200, 992, 208, 30, 0, True), "vllm_no_prefix_cache": (1200, 0, 1200, 30, 0, False),
                "ollama": (1200, 0, 1200, 30, 0, False), "llamacpp": (1200, 0, 1200, 30, 0, False)}
+
+
+def reasoning_refusal(req: dict):
+    """A reasoning model's endpoint: `max_tokens` and any temperature but 1 refused, as OpenAI answers them."""
+    if "max_tokens" in req:
+        return OPENAI_MAX_TOKENS
+    if "temperature" in req and req["temperature"] != 1:
+        return OPENAI_TEMPERATURE
+    return None

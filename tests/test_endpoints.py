@@ -225,12 +225,7 @@ def test_preflight_sends_each_request_shape_once_and_the_dry_run_sends_none(tmp_
     assert all(b["max_tokens"] == 1 for b in pre)
 
 
-def reasoning_refusal(req):
-    if "max_tokens" in req:
-        return R.OPENAI_MAX_TOKENS
-    if "temperature" in req and req["temperature"] != 1:
-        return R.OPENAI_TEMPERATURE
-    return None
+reasoning_refusal = R.reasoning_refusal
 
 
 def test_reasoning_model_without_accepts_stops_at_the_preflight_naming_the_parameter(tmp_path):

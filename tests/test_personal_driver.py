@@ -115,15 +115,7 @@ def test_the_spending_cap_stops_the_stage(tmp_path):
     assert spent >= 40 and spent - 7 * 4 < 40  # no run started once the cap was reached
 
 
-def reasoning_refusal(req):
-    """A reasoning model's endpoint (the judge's): max_tokens and any temperature but 1 refused."""
-    from tests import endpoint_replies as R
-
-    if "max_tokens" in req:
-        return R.OPENAI_MAX_TOKENS
-    if "temperature" in req and req["temperature"] != 1:
-        return R.OPENAI_TEMPERATURE
-    return None
+from tests.endpoint_replies import reasoning_refusal  # noqa: E402 - the judge's endpoint
 
 
 def test_retry_failed_reruns_only_failed_runs_and_the_rubric_never_scores_a_failed_run(tmp_path):
