@@ -158,15 +158,15 @@ class Private:
         return f"{LOCAL}/{_path_name(p)}"
 
     def redact(self, text: str) -> str:
-        """Every private string of `text` replaced: the ones found in objects first (whole values, longest
-        first, also as JSON writes them), then URLs, keys and paths by their shape."""
-        literal = [(u, URL) for u in self.urls] + [(k, KEY) for k in self.keys]
-        literal += [(p, f"{LOCAL}/{_path_name(p)}") for p in self.paths]
+        """Every private string of `text` replaced: URLs first (parsed whole, before a key inside one is
+        cut out), then the keys and paths found in objects (whole values, longest first, also as JSON
+        writes them), then keys and paths by their shape."""
+        endpoints = self._endpoints()
+        text = _URL_RE.sub(lambda m: self._url(m, endpoints), text)
+        literal = [(k, KEY) for k in self.keys] + [(p, f"{LOCAL}/{_path_name(p)}") for p in self.paths]
         for old, new in sorted(set(literal), key=lambda r: (-len(r[0]), r[0])):
             for form in {old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1]}:
                 text = text.replace(form, new)
-        endpoints = self._endpoints()
-        text = _URL_RE.sub(lambda m: self._url(m, endpoints), text)
         text = KEY_SHAPES.sub(KEY, text)
         text = _PATH_RE.sub(self._path, text)
         return _WIN_RE.sub(self._path, text)
