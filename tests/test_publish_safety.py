@@ -342,3 +342,24 @@ def test_publishing_again_deletes_nothing_it_did_not_write(published, tmp_path):
     gone = set(P.read_card(published["out"])["tables"]) - set(P.read_card(out)["tables"])
     assert all(not (out / t).exists() for t in gone)
     assert yaml.safe_load((out / "README.md").read_text().split("---\n")[1])["memspace"]["format"] == 1
+
+
+def test_html_in_a_model_name_is_shown_in_the_card_never_rendered(tmp_path):
+    st = Stage(tmp_path / "runs", "h")
+    st.add("none", "q1")
+    folder = st.write()
+    info = json.loads((folder / "stage.json").read_text())
+    info["model"]["model"] = "<img src=x onerror=alert(1)>"
+    (folder / "stage.json").write_text(json.dumps(info))
+    P.publish([folder], tmp_path / "ds", say=lambda s: None)
+    body = (tmp_path / "ds" / "README.md").read_text().split("\n---\n", 1)[1]
+    assert "<img" not in body and "&lt;img src=x onerror=alert(1)&gt;" in body
+    assert len(P.rebuild(tmp_path / "ds", tmp_path / "r")) == 1  # and the card still reads back
+
+
+def test_inspect_logs_of_an_original_folder_name_the_data_file_not_its_path(planted, tmp_path):
+    from inspect_ai.log import read_eval_log
+
+    assert export_inspect.main([f"runs={planted}", f"out={tmp_path / 'logs'}"]) == 0
+    (log,) = [read_eval_log(str(p)) for p in (tmp_path / "logs").glob("*.eval")]
+    assert log.eval.dataset.name == "synth_tiny.json"

@@ -40,23 +40,85 @@ KEY = "<key>"
 LOCAL = "<local path>"
 HOST = "<host>"
 
-_URL_RE = re.compile(r"(?<![\w+.-])[A-Za-z][A-Za-z0-9+.-]{1,15}://[^\s\"'`<>\\]*")
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{1,15}://[^\s\"'`<>\\]*")  # found from its "://" (_find)
 _HASH_TAIL = re.compile(r":[0-9a-f]{6,}$")
 # a path's component: no separator, quote or bracket; a JSON \uXXXX escape counts as one character
 _SEG = r"(?:[^\s/\"'`\\,;:()<>\[\]{}|*?]|\\u[0-9a-fA-F]{4})+"
-# spaces inside every component but the last ("/home/Jo Doe/runs/x"; "/tmp/x and then" ends at x)
-_PATH_RE = re.compile(rf"(?:(?<=\\[nrt])|(?<![\w.:/<>~\\-]))(?:/{_SEG}(?: {_SEG})*(?=/))+/{_SEG}")
-_WIN_RE = re.compile(r"(?<![\w])[A-Za-z]:(?:\\\\|\\|/)(?:[^\s\"'`<>|:*?\\/]+(?:\\\\|\\|/))+[^\s\"'`<>|:*?\\/]+")
+# one space inside any component but the last ("/home/Jo Doe/runs/x"; "/tmp/x and then" ends at x)
+# starts with its "/" (a literal first: the regex engine then skips to each "/"), the character before it checked
+_PATH_RE = re.compile(rf"/(?:(?<=\\[nrt]/)|(?<![\w.:/<>~\\-]/))(?:{_SEG}(?: {_SEG})?/)+{_SEG}")
+_WIN_RE = re.compile(r"[A-Za-z]:(?:\\\\|\\|/)(?:[^\s\"'`<>|:*?\\/]+(?:\\\\|\\|/))+[^\s\"'`<>|:*?\\/]+")
 _KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 _KEY_FIELD = re.compile(r"^(.*_)?(api_?key|secret_?key|access_?key|private_?key|token|secret|password|passwd|"
                         r"authorization|cookie|credentials?)$", re.IGNORECASE)
 _URL_FIELD = re.compile(r"^(.*_)?(base_?url|url|endpoint|api_?base|host_?url)$", re.IGNORECASE)
-KEY_SHAPES = re.compile("|".join([
-    r"(?<![A-Za-z0-9])sk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}", r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}",
-    r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}", r"github_pat_[A-Za-z0-9_]{20,}", r"(?<![A-Z0-9])AKIA[0-9A-Z]{16}",
-    r"xox[abprs]-[A-Za-z0-9-]{10,}", r"AIza[0-9A-Za-z_-]{35}",
-    r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
-    r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}"]))
+# credential shapes, each behind a literal it must hold (a text without it is not searched: fast)
+KEY_SHAPES = [(lit, re.compile(rx)) for lit, rx in [
+    ("sk-", r"sk-(?<![A-Za-z0-9]sk-)(?:proj-|ant-)?[A-Za-z0-9_-]{16,}"),
+    ("hf_", r"hf_(?<![A-Za-z0-9]hf_)[A-Za-z0-9]{20,}"), ("_", r"gh[pousr]_(?<![A-Za-z0-9]gh[pousr]_)[A-Za-z0-9]{20,}"),
+    ("github_pat_", r"github_pat_[A-Za-z0-9_]{20,}"), ("AKIA", r"AKIA(?<![A-Z0-9]AKIA)[0-9A-Z]{16}"),
+    ("xox", r"xox[abprs]-[A-Za-z0-9-]{10,}"), ("AIza", r"AIza[0-9A-Za-z_-]{35}"),
+    ("eyJ", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    ("PRIVATE KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), ("earer ", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}")]]
+
+
+def _keys_in(text: str) -> list[re.Match]:
+    return [m for lit, rx in KEY_SHAPES if lit in text for m in rx.finditer(text)]
+
+
+def _sub_keys(text: str) -> str:
+    for lit, rx in KEY_SHAPES:
+        if lit in text:
+            text = rx.sub(KEY, text)
+    return text
+
+
+_SCHEME = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+
+
+def _find(text: str, literal: str, regex: re.Pattern, scheme: bool) -> list[re.Match]:
+    """The matches of `regex` that hold `literal` (":/" of a URL, ":" and a slash of a drive path),
+    found from each occurrence of the literal rather than tried at every character."""
+    out: list[re.Match] = []
+    i = text.find(literal)
+    while i != -1:
+        j = i
+        if scheme:  # back over the scheme's characters, to its first letter, not glued to a word before it
+            while j > 0 and text[j - 1] in _SCHEME and i - j < 16:
+                j -= 1
+            while j < i and not text[j].isalpha():
+                j += 1
+            ok = j < i - 1 and not (j > 0 and (text[j - 1].isalnum() or text[j - 1] in "_+.-"))
+        else:  # a drive letter, alone
+            j = i - 1
+            ok = j >= 0 and text[j].isascii() and text[j].isalpha() and not (j > 0 and (text[j - 1].isalnum()
+                                                                                         or text[j - 1] == "_"))
+        m = regex.match(text, j) if ok and (not out or j >= out[-1].end()) else None
+        if m:
+            out.append(m)
+            i = text.find(literal, m.end())
+        else:
+            i = text.find(literal, i + 1)
+    return out
+
+
+def _sub(text: str, matches: list[re.Match], fn) -> str:
+    if not matches:
+        return text
+    parts, last = [], 0
+    for m in matches:
+        parts += [text[last:m.start()], fn(m)]
+        last = m.end()
+    return "".join(parts) + text[last:]
+
+
+def _urls(text: str) -> list[re.Match]:
+    return _find(text, "://", _URL_RE, True)
+
+
+def _drives(text: str) -> list[re.Match]:
+    found = _find(text, ":\\", _WIN_RE, False) + _find(text, ":/", _WIN_RE, False)
+    return sorted({m.start(): m for m in found}.values(), key=lambda m: m.start())
 
 SYSTEM_DIRS = {"usr", "bin", "sbin", "lib", "lib64", "etc", "proc", "dev", "sys", "run"}  # the same on every machine
 API_DIRS = {"v1", "v2", "v3", "v4", "api", "chat", "completions", "embeddings", "responses", "models", "openai",
@@ -162,14 +224,14 @@ class Private:
         cut out), then the keys and paths found in objects (whole values, longest first, also as JSON
         writes them), then keys and paths by their shape."""
         endpoints = self._endpoints()
-        text = _URL_RE.sub(lambda m: self._url(m, endpoints), text)
+        text = _sub(text, _urls(text), lambda m: self._url(m, endpoints))
         literal = [(k, KEY) for k in self.keys] + [(p, f"{LOCAL}/{_path_name(p)}") for p in self.paths]
         for old, new in sorted(set(literal), key=lambda r: (-len(r[0]), r[0])):
             for form in {old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1]}:
                 text = text.replace(form, new)
-        text = KEY_SHAPES.sub(KEY, text)
-        text = _PATH_RE.sub(self._path, text)
-        return _WIN_RE.sub(self._path, text)
+        text = _sub_keys(text)
+        text = _PATH_RE.sub(self._path, text) if "/" in text else text
+        return _sub(text, _drives(text), self._path)
 
     def summary(self) -> dict[str, int]:
         return {"endpoint urls": len(self.urls), "other urls": len(self.other_urls), "keys": len(self.keys),
@@ -180,15 +242,19 @@ def leaks(text: str, known: Private | None = None) -> list[str]:
     """What in `text` (already redacted) still looks private: a credential, a URL with a host, a local
     path. Each named as found (a credential only by its first characters)."""
     out = []
-    for m in KEY_SHAPES.finditer(text):
+    for m in _keys_in(text):
         out.append(f"a credential ({m.group(0)[:6]}...)")
     secrets = set(known.keys) if known else set()
     secrets |= {v for n, v in os.environ.items() if _KEY_NAME.search(n) and len(v) >= 8}
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
-    for m in _URL_RE.finditer(text):
-        if not urlsplit(m.group(0)).netloc.startswith(HOST) and urlsplit(m.group(0)).netloc:
+    for m in _urls(text):
+        try:
+            netloc = urlsplit(m.group(0)).netloc
+        except ValueError:
+            netloc = m.group(0)
+        if netloc and not netloc.startswith(HOST):
             out.append(f"a URL ({_sanitize_url(m.group(0))} with its host)")
-    for m in list(_PATH_RE.finditer(text)) + list(_WIN_RE.finditer(text)):
+    for m in (list(_PATH_RE.finditer(text)) if "/" in text else []) + _drives(text):
         if is_local(m.group(0)):
             out.append(f"a local path ({m.group(0)})")
     return out
