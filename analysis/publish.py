@@ -924,8 +924,8 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
     stage folders. A dataset is untrusted input: a path that leaves its folder, a card that says other
     than the tables, a file the card does not name or more than the bounds (MAX_*) is refused, named."""
     folder, into = Path(folder), Path(into)
-    tables = read_tables(folder)
     try:
+        tables = read_tables(folder)
         texts = _rebuilt_texts(folder, tables)
         _check_card(folder, tables, texts)
     except PublishError:
@@ -993,6 +993,8 @@ def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]]) -> dict[tuple[st
         dirs |= {(stage_folder, "/".join(parts[:i])) for i in range(1, len(parts))}
         fmt = json.loads(f["format"]) if f["format"] else None
         where = f"{folder}: {stage_folder}/{f['path']}"
+        if fmt is not None and fmt not in _JSON_STYLES + [{"ensure_ascii": a, "lines": True} for a in (False, True)]:
+            raise PublishError(f"{where}: a file format {f['format']!r} this harness does not write: refused")
         objs: Any = None  # what the file's rows say, for a file kept as text: they must agree with it
         if f["table"] == "runs" and key in runs:
             r = runs[key]

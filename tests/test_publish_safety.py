@@ -363,3 +363,23 @@ def test_inspect_logs_of_an_original_folder_name_the_data_file_not_its_path(plan
     assert export_inspect.main([f"runs={planted}", f"out={tmp_path / 'logs'}"]) == 0
     (log,) = [read_eval_log(str(p)) for p in (tmp_path / "logs").glob("*.eval")]
     assert log.eval.dataset.name == "synth_tiny.json"
+
+
+@pytest.mark.parametrize("edit", ["format", "card files"])
+def test_a_crafted_format_or_card_block_is_refused_not_a_traceback(published, tmp_path, capsys, edit):
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    if edit == "format":  # an indent that would write a file of a billion spaces a line
+        files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
+        row = next(f for f in files if f["format"] and "indent" in f["format"])
+        row["format"] = json.dumps({"indent": 10**9, "ensure_ascii": False, "newline": True})
+        _reseal(ds, "files", files)
+        match = "a file format"
+    else:
+        meta = P.read_card(ds)
+        counts = {t: pq.read_metadata(ds / t / "train.parquet").num_rows for t in meta["tables"]}
+        (ds / "README.md").write_text(P.card_text({**meta, "files": [3]}, counts))  # a card written as ours is
+        match = "are not what this harness writes (TypeError"
+    assert A.main([f"runs={ds}", f"out={tmp_path / 'a'}", "replay=none"]) == 2
+    err = capsys.readouterr().err
+    assert match in err and "Traceback" not in err and not (tmp_path / "a").exists()
