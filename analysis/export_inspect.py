@@ -321,7 +321,7 @@ def log_file_name(folder: Folder, condition: str) -> str:
     except ValueError:
         raise AnalysisError(f"{folder.name}: stage.json's created {folder.info.get('created')!r} is no time") from None
     for what, part in (("condition", condition), ("stage", folder.stage), ("label", folder.label)):
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,100}", str(part)) or ".." in str(part):
+        if not re.fullmatch(r"[^/\\\x00.][^/\\\x00]{0,199}", str(part)):  # no separator, no leading dot
             raise AnalysisError(f"{folder.name}: {what} {part!r} is no plain name; it cannot name a log file")
     return (f"{created.strftime('%Y-%m-%dT%H-%M-%S+00-00')}_{condition.replace('_', '-')}_"
             f"{folder.stage.replace('_', '-')}-{folder.label.replace('_', '-')}.eval")
