@@ -793,7 +793,8 @@ def push(folder: str | Path, repo_id: str, token: str | None = None, endpoint: s
         if not (libs & {"huggingface_hub", "httpx", "httpcore", "requests", "urllib3"} or isinstance(exc, OSError)):
             raise
         left = (f"the repository {repo_id} was created ({want}) and holds no commit of this dataset" if created
-                else f"the repository {repo_id} is as it was (the upload is one commit, never made)"
+                else f"the repository {repo_id} is as it was (the upload is one commit, never made; files sent for "
+                     f"it, if any, belong to no commit)"
                 if step == "committing the dataset's files" else f"nothing was changed on the Hub")
         raise PushFailed(f"push to {repo_id} failed while {step}: {type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''}; {left}") from None

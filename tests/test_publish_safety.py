@@ -325,7 +325,7 @@ def test_a_failed_push_says_what_happened_and_what_the_hub_holds(published, tmp_
     err = capsys.readouterr().err
     assert code == 3 and "Traceback" not in err
     assert "push to me/results failed while committing the dataset's files" in err and "500" in err
-    assert ("is as it was (the upload is one commit, never made)" if exists else
+    assert ("is as it was (the upload is one commit, never made" if exists else
             "was created (private) and holds no commit of this dataset") in err
     assert loopback_hub.files("me/results") == []
 
