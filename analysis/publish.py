@@ -779,7 +779,9 @@ def push(folder: str | Path, repo_id: str, token: str | None = None, endpoint: s
         private = bool(getattr(info, "private", False))
         if not private and not public:
             raise PublishError(f"{repo_id} is a public dataset repository: refused to push to it (make it private "
-                               f"on the Hub, choose another name, or push with public=true)")
+                               f"on the Hub, choose another name, or push with public=true)"
+                               + ("; it was created now, as private, and the Hub made it public: it holds nothing"
+                                  if created else "; nothing was sent"))
         say(f"uploading {folder} to the dataset repository {repo_id} ({'private' if private else 'public'}"
             f"{', created now' if created else ', existing'})")
         step = "committing the dataset's files"

@@ -2,8 +2,8 @@
 
 Serves repository info (GET /api/datasets/<id>: 404 RepoNotFound for an unknown repository, else its
 visibility), repository creation, the card's YAML check, preupload and commit. `repos` holds the
-repositories it knows ({"me/x": {"private": False}}: an existing public one); `fail_commit` makes the
-commit answer 500 (nothing committed); every request and every committed file is recorded.
+repositories it knows ({"me/x": {"private": False}}: an existing public one); `fail_commit` (an HTTP
+status) makes the commit answer with it (nothing committed); every request and every committed file is recorded.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Hub:
     created: list[dict] = field(default_factory=list)
     commits: list[list[dict]] = field(default_factory=list)  # per commit: its operations
     seen: list[str] = field(default_factory=list)
-    fail_commit: bool = False
+    fail_commit: int = 0
 
     def files(self, repo: str) -> list[str]:
         return sorted(op["value"]["path"] for c in self.repos.get(repo, {}).get("commits", []) for op in c
@@ -82,7 +82,8 @@ def serve(hub: Hub) -> ThreadingHTTPServer:
                                               for f in files]})
             if self.path.endswith("/commit/main"):
                 if hub.fail_commit:
-                    return self._reply({"error": "Internal Error - We're working hard to fix this"}, 500)
+                    return self._reply({"error": "Your push was rejected: the repository is locked"},
+                                       hub.fail_commit)
                 ops = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
                 hub.commits.append(ops)
                 hub.repos.setdefault(repo, {"private": True, "commits": []}).setdefault("commits", []).append(ops)

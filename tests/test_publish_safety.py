@@ -319,12 +319,12 @@ def test_push_refuses_an_existing_public_repository_unless_asked(published, tmp_
 def test_a_failed_push_says_what_happened_and_what_the_hub_holds(published, tmp_path, loopback_hub, capsys, exists):
     if exists:
         loopback_hub.repos["me/results"] = {"private": True, "commits": []}
-    loopback_hub.fail_commit = True
+    loopback_hub.fail_commit = 403  # refused (a 5xx is retried by the client for half a minute first)
     code = publish_cli.main([f"runs={published['folders'][0]}", f"out={tmp_path / 'ds'}", "push=me/results",
                              f"endpoint={loopback_hub.url}"])
     err = capsys.readouterr().err
     assert code == 3 and "Traceback" not in err
-    assert "push to me/results failed while committing the dataset's files" in err and "500" in err
+    assert "push to me/results failed while committing the dataset's files" in err and "403" in err
     assert ("is as it was (the upload is one commit, never made" if exists else
             "was created (private) and holds no commit of this dataset") in err
     assert loopback_hub.files("me/results") == []
