@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -284,7 +285,7 @@ def eval_log(folder: Folder, condition: str, records: list[dict], runs: pd.DataF
     ids = sorted({s.id for s in samples}, key=str)
     spec = EvalSpec(
         created=created, task=condition, task_id=f"{folder.name}/{condition}", run_id=folder.name,
-        dataset=EvalDataset(name=str((info.get("data") or {}).get("path")), samples=len(ids), sample_ids=ids),
+        dataset=EvalDataset(name=_data_name(info), samples=len(ids), sample_ids=ids),
         model=model, config=EvalConfig(epochs=max([int(r.get("repeat", 0)) + 1 for r in planned] or [1])),
         revision=EvalRevision(type="git", origin="", commit=code.get("commit") or "", dirty=code.get("dirty")),
         metadata={"fidelity": [{k: r[k] for k in ("setting", "paper", "stage", "status")} for r in fidelity],
@@ -307,9 +308,21 @@ def eval_log(folder: Folder, condition: str, records: list[dict], runs: pd.DataF
                    completed_samples=len(records), scores=scores), stats=stats, samples=samples, error=error)
 
 
+def _data_name(info: dict) -> str:
+    """The data file by its name, never its local path (the same for a folder and its published copy)."""
+    return re.split(r"[\\/]", str((info.get("data") or {}).get("path") or ""))[-1]
+
+
 def log_file_name(folder: Folder, condition: str) -> str:
-    created = datetime.fromisoformat(str(folder.info.get("created"))).astimezone(timezone.utc)
-    # Inspect's own pattern, <time>_<task>_<id>.eval, which its log list parses (no "_" inside the parts)
+    """Inspect's own pattern, <time>_<task>_<id>.eval, which its log list parses (no "_" inside the parts).
+    Its parts come from records (a published dataset's are untrusted): one that is no plain name is refused."""
+    try:
+        created = datetime.fromisoformat(str(folder.info.get("created"))).astimezone(timezone.utc)
+    except ValueError:
+        raise AnalysisError(f"{folder.name}: stage.json's created {folder.info.get('created')!r} is no time") from None
+    for what, part in (("condition", condition), ("stage", folder.stage), ("label", folder.label)):
+        if not re.fullmatch(r"[^/\\\x00.][^/\\\x00]{0,199}", str(part)):  # no separator, no leading dot
+            raise AnalysisError(f"{folder.name}: {what} {part!r} is no plain name; it cannot name a log file")
     return (f"{created.strftime('%Y-%m-%dT%H-%M-%S+00-00')}_{condition.replace('_', '-')}_"
             f"{folder.stage.replace('_', '-')}-{folder.label.replace('_', '-')}.eval")
 

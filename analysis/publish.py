@@ -27,10 +27,17 @@ find_folders rebuilds it and analyses the rebuilt folder. A JSON object is one r
 fields in typed columns (nested parts as JSON text), `_keys` its keys in the order written,
 `_extra` (JSON) what does not fit a column, so absent and null, 1 and 1.0 stay apart.
 
-Private by default (harness.records.privacy): endpoint URLs, keys and local paths are
-replaced in every file; transcripts of LongMemEval-Org private runs (and the system prompts
-only they use) are left out unless `private_transcripts=True`; `plan` lists what would leave
-the machine before anything is written, and the card says what was left out.
+Private by default (harness.records.privacy): endpoint URLs, other URLs' hosts, keys and local
+paths are replaced in every file, found by their shape; a last scan of every cell, the card and the
+pre-registration file refuses what still looks private (`leaks`). The transcripts of runs that show
+a private agent's unit (and the system prompts only they use) are left out unless
+`private_transcripts=True`; the data file goes only when it is the generator's own output. `plan`
+lists what would leave the machine before anything is written, and the card says what was left
+out and what identifying data (host names, pids) was kept.
+
+A published dataset is untrusted input (`rebuild`): every path stays inside its folder, every file
+of the folder is one the card names, the card is re-derived from the tables, sizes are bounded, all
+checked before anything is written (docs/publishing.md).
 """
 
 from __future__ import annotations
@@ -68,6 +75,13 @@ FORMAT_VERSION = 1
 LICENSE = "mit"  # the harness's licence (pyproject.toml), given to the tables it writes
 PUBLISHABLE = ("agents",)  # study kinds whose folders this module knows how to write as tables
 NESTED = {"calls": "model_calls", "tools": "tool_calls", "transcript": "transcripts"}
+# a published dataset is untrusted input: what reading one may take (refused beyond, by name)
+MAX_CARD_BYTES = 8 << 20
+MAX_TABLE_BYTES = 2 << 30
+MAX_DATA_BYTES = 1 << 30
+MAX_FILES = 200_000
+MAX_REBUILT_BYTES = 8 << 30
+MAX_PATH_PARTS = 8
 
 
 class PublishError(RuntimeError):
@@ -238,11 +252,15 @@ def _classify(rel: str) -> str | None:
 
 
 def stage_files(root: Path) -> list[str]:
-    """Every file of a stage folder a reader may open, relative and sorted (no hidden temporaries)."""
+    """Every file of a stage folder a reader may open, relative and sorted (no hidden temporaries, no
+    symlinks: a folder rebuilt from a dataset links its data file, which `_add_data` handles)."""
     out = []
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root)
-        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+        if any(part.startswith(".") for part in rel.parts) or any(
+                (root / Path(*rel.parts[:i])).is_symlink() for i in range(1, len(rel.parts) + 1)):
+            continue  # a symlink is no file of the stage: what it points at is never published
+        if p.is_file():
             out.append(rel.as_posix())
     return out
 
@@ -257,6 +275,8 @@ class Export:
     private: privacy.Private = field(default_factory=privacy.Private)
     left_out: list[str] = field(default_factory=list)
     hosts: set[str] = field(default_factory=set)
+    pids: bool = False  # the driver lock or sessions name process ids
+    generated: set[tuple[str, str]] = field(default_factory=set)  # data files regenerated here: nothing of ours
     private_transcripts: int = 0
     verbatim: list[str] = field(default_factory=list)  # table files whose text could not be rebuilt from rows
 
@@ -279,15 +299,13 @@ def _stage_folders(paths: Iterable[str | Path]) -> dict[str, Path]:
 def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> Export:
     """Read the stage folders into rows; refuse a study kind this cannot publish, naming it."""
     folders = _stage_folders(paths)
-    infos = {}
     for name, root in folders.items():
         info = read_json("stage", root / "stage.json").model_dump(mode="json")
         kind = info.get("kind") or "agents"
         if kind not in PUBLISHABLE:
             raise PublishError(f"{root}: a {kind!r} stage; only {', '.join(PUBLISHABLE)} stages can be published "
                                f"as tables so far (the personalization and backend studies write other files)")
-        infos[name] = info
-    ex = Export(folders, infos)
+    ex = Export(folders, {})
     texts: dict[tuple[str, str], str] = {}
     for name, root in folders.items():
         for rel in stage_files(root):
@@ -297,7 +315,6 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
             except UnicodeDecodeError:
                 raise PublishError(f"{root / rel}: not UTF-8 text; a stage folder holds only text files") from None
             texts[(name, rel)] = text
-            ex.private.scan_text(text)
             if rel.endswith((".json", ".jsonl")):
                 for obj in _objects(text, rel):
                     ex.private.scan_object(obj)
@@ -305,13 +322,19 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
                 try:
                     ex.private.scan_object(yaml.safe_load(text))
                 except yaml.YAMLError:
-                    pass  # its text is still scanned for paths and keys above
+                    pass  # its text is still scanned for paths and keys below
             if rel.endswith(("lock", "sessions.jsonl")):  # one JSON object per line: who ran the stage
-                ex.hosts |= {str(o["host"]) for o in _objects(text, "lines.jsonl") if o.get("host")}
+                objs = _objects(text, "lines.jsonl")
+                ex.hosts |= {str(o["host"]) for o in objs if o.get("host")}
+                ex.pids |= any(o.get("pid") is not None for o in objs)
+    for text in texts.values():
+        ex.private.scan_text(text)
     for name, root in folders.items():
+        # what the card says of a stage is read from its redacted stage.json, as the dataset holds it
+        ex.infos[name] = json.loads(ex.private.redact(texts[(name, "stage.json")]))
         _add_folder(ex, name, root, {rel: ex.private.redact(t) for (n, rel), t in texts.items() if n == name},
                     private_transcripts)
-        _add_data(ex, name)
+        _add_data(ex, name, root, private_transcripts)
     return ex
 
 
@@ -348,7 +371,7 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
         if not isinstance(rec, dict):
             continue
         shas = _prompt_shas(rec.get("transcript"))
-        if rec.get("variant") == "private" and rec.get("transcript") is not None and not private_transcripts:
+        if rec.get("transcript") is not None and not private_transcripts and shows_private(rec):
             ex.private_transcripts += 1
             dropped_prompts |= shas
             rec = dict(rec, transcript=None)
@@ -413,20 +436,58 @@ def _add_record(ex: Export, name: str, rel: str, rec: dict) -> None:
         rows["transcripts"].append(to_row(BY_NAME["transcripts"], rec["transcript"], folder=name, run_id=rid))
 
 
-def _add_data(ex: Export, name: str) -> None:
-    """The stage's data file goes along when the harness generated it (ours to give); other data is named by hash."""
-    data = ex.infos[name].get("data") or {}
+def shows_private(record: dict) -> bool:
+    """Whether a run's transcript shows what is private: an Org private run (its system prompt), or any
+    memory call of the run (prefetch, tool, asked agent) that returned a unit of a private agent, whatever
+    the run's variant or view (a public-variant no_view run reads every agent's units)."""
+    from harness.run.replay import memory_logs, visibility_of
+
+    org_run = bool(record.get("variant"))
+    if record.get("variant") == "private":
+        return True
+    return org_run and any(visibility_of(str(owner), True) == "private"
+                           for log in memory_logs(record) for _, owner in (log.get("units") or []))
+
+
+def _add_data(ex: Export, name: str, root: Path, private_transcripts: bool) -> None:
+    """The stage's data file goes along only when it is the generator's own output, regenerated here and
+    compared byte for byte, and, for an Org stage (whose data holds the private agents' units), only with
+    private_transcripts=true; other data is named by hash."""
+    data = (read_json("stage", root / "stage.json").model_dump(mode="json").get("data")) or {}
     path = Path(str(data.get("path") or ""))
     if any(f["folder"] == name and f["path"] == f"data/{path.name}" for f in ex.rows["files"]):
         return  # a folder rebuilt from a dataset carries it already
-    if data.get("kind") == "synth" and path.is_file() and sha256(path.read_bytes()) == data.get("sha256"):
+    org = any(r["folder"] == name and r.get("variant") for r in ex.rows["runs"])
+    why = _not_generated(root, data, path)
+    if why is None and org and not private_transcripts:
+        why = "an Org stage's data holds the private agents' units: publish with private_transcripts=true to include it"
+    if why is None:
         text = path.read_text(encoding="utf-8")
+        ex.generated.add((name, f"data/{path.name}"))
         ex.rows["files"].append({"folder": name, "path": f"data/{path.name}", "sha256": sha256(text),
                                  "bytes": len(text.encode("utf-8")), "table": None, "format": None, "content": text})
     else:
         ex.left_out.append(f"{name}: the data file ({data.get('kind') or 'unknown kind'}, sha256 "
-                           f"{data.get('sha256')}); for the exposure replay put it at data/{path.name} of this "
+                           f"{data.get('sha256')}; {why}); for the exposure replay put it at data/{path.name} of this "
                            f"dataset's folder")
+
+
+def _not_generated(root: Path, data: dict, path: Path) -> str | None:
+    """Why the data file is not the synthetic generator's own output (None: it is, byte for byte)."""
+    if data.get("kind") != "synth":
+        return "not generated by this harness"
+    if not path.is_file() or path.stat().st_size > MAX_DATA_BYTES:
+        return "not on this machine" if not path.is_file() else "too large to publish"
+    try:
+        spec = (yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8")) or {}).get("data") or {}
+        from harness.data.synth import generate
+
+        made = json.dumps(generate(int(spec["seed"]), str(spec["size"])), ensure_ascii=False).encode("utf-8")
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError):
+        return "its generator settings (config.yaml data.seed, data.size) are not readable"
+    if path.read_bytes() != made:
+        return "it differs from what the generator writes for its seed and size (edited after generation?)"
+    return None
 
 
 # ------------------------------------------------------------------------------ what leaves
@@ -439,9 +500,9 @@ def plan(ex: Export) -> str:
         lines.append(f"  {t.name:12s} {len(ex.rows[t.name]):6d} rows  {t.about}")
     found = ex.private.summary()
     lines.append("replaced in every file: " + ", ".join(f"{n} {k}" for k, n in found.items())
-                 + f" (by {privacy.URL}, {privacy.KEY}, {privacy.LOCAL}/NAME)")
-    if ex.hosts:
-        lines.append("kept: the host names that ran the stage (locks, sessions): " + ", ".join(sorted(ex.hosts)))
+                 + f" (by {privacy.URL}, {privacy.HOST}, {privacy.KEY}, {privacy.LOCAL}/NAME)")
+    for item in card_kept(ex):
+        lines.append("kept: " + item)
     for item in card_left_out(ex):
         lines.append("left out: " + item)
     if ex.verbatim:
@@ -450,20 +511,57 @@ def plan(ex: Export) -> str:
 
 
 def card_left_out(ex: Export) -> list[str]:
-    out = [f"{privacy.URL}: every model endpoint's URL", f"{privacy.KEY}: every key", f"{privacy.LOCAL}: local paths"]
+    out = [f"{privacy.URL}: every model endpoint's URL", f"{privacy.HOST}: the host of every other URL (its user "
+           f"info, query and fragment removed)", f"{privacy.KEY}: every key", f"{privacy.LOCAL}: local paths"]
     if ex.private_transcripts:
-        out.append(f"the transcripts of {ex.private_transcripts} LongMemEval-Org private run(s) and the system prompts "
+        out.append(f"the transcripts of {ex.private_transcripts} run(s) that show a private agent's memory units "
+                   f"(LongMemEval-Org private runs, and any run that retrieved such a unit) and the system prompts "
                    f"only they used (publish with private_transcripts=true to include them)")
     return out + ex.left_out
+
+
+def card_kept(ex: Export) -> list[str]:
+    """What identifies who ran the stage and still goes along (the card says so)."""
+    out = []
+    if ex.hosts:
+        out.append("the host names that ran the stage (driver lock, sessions): " + ", ".join(sorted(ex.hosts)))
+    if ex.pids:
+        out.append("the process ids of the stage's drivers (driver lock, sessions)")
+    return out
+
+
+def leaks(ex: Export, card_text: str) -> None:
+    """The last check before anything is written: every cell of every table, the card and the
+    pre-registration files, scanned for what still looks like a credential, a URL with its host or a
+    local path; one is refused, named by table, column and row."""
+    found = []
+
+    def check(where: str, text: Any) -> None:
+        if isinstance(text, str) and text:
+            found.extend(f"{where}: {x}" for x in privacy.leaks(text, ex.private))
+
+    for t in TABLES:
+        for row in ex.rows[t.name]:
+            place = ", ".join(f"{k}={row.get(k)}" for k in t.keys)
+            for col, value in row.items():
+                if col == "content" and (row.get("folder"), row.get("path")) in ex.generated:
+                    continue  # the generator's own bytes, made again here from its seed: nothing of this machine
+                check(f"table {t.name!r} ({place}) column {col!r}", value if not isinstance(value, list)
+                      else json.dumps(value, ensure_ascii=False))
+    check(CARD, card_text)
+    for e in prereg_texts(ex).values():
+        check(str(e.get("file")), e.get("text"))
+    if found:
+        more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
+        raise PublishError("refused to publish what looks private after redaction: " + "; ".join(found[:5]) + more)
 
 
 # ------------------------------------------------------------------------------ writing
 
 
-def _totals(ex: Export) -> dict:
-    runs = ex.rows["runs"]
+def _totals(rows: list[dict]) -> dict:
     per: dict[str, dict] = {}
-    for r in runs:
+    for r in rows:
         t = per.setdefault(r["folder"], {"runs": 0, "failed": 0, "model_calls": 0, "tokens": 0, "cost_list_usd": 0.0})
         tok = json.loads(r["tokens"]) if r.get("tokens") else {}
         usd = (json.loads(r["prices"]) or {}).get("usd_per_currency", 1.0) if r.get("prices") else 1.0
@@ -496,76 +594,107 @@ def analysis_repo() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
+def stage_meta(info: dict) -> dict:
+    """What the card says of one stage, from its stage.json (and checked against it when read)."""
+    model = info.get("model") or {}
+    return {
+        "kind": info.get("kind") or "agents", "stage": info.get("stage"), "label": info.get("label"),
+        "seed": info.get("seed"), "config_hash": info.get("config_hash"), "created": info.get("created"),
+        "code": info.get("code"), "data": {k: v for k, v in (info.get("data") or {}).items() if k != "path"},
+        "model": {k: model.get(k) for k in ("name", "model", "provider")}, "prices": model.get("prices"),
+        "offpeak": model.get("offpeak"), "fidelity": info.get("fidelity"), "sweep": info.get("sweep"),
+    }
+
+
 def metadata(ex: Export, hashes: dict[str, str]) -> dict:
-    stages = {}
-    for name, info in ex.infos.items():
-        model = info.get("model") or {}
-        stages[name] = {
-            "kind": info.get("kind") or "agents", "stage": info.get("stage"), "label": info.get("label"),
-            "seed": info.get("seed"), "config_hash": info.get("config_hash"), "created": info.get("created"),
-            "code": info.get("code"), "data": {k: v for k, v in (info.get("data") or {}).items() if k != "path"},
-            "model": {k: model.get(k) for k in ("name", "model", "provider")}, "prices": model.get("prices"),
-            "offpeak": model.get("offpeak"), "fidelity": info.get("fidelity"), "sweep": info.get("sweep"),
-        }
     from harness.records.provenance import code_revision
 
-    return {"format": FORMAT_VERSION, "stages": stages, "tables": hashes, "totals": _totals(ex),
-            "prereg": {n: {k: v for k, v in e.items() if k != "text"} for n, e in prereg_texts(ex).items()},
+    pre = prereg_texts(ex)
+    return {"format": FORMAT_VERSION, "stages": {n: stage_meta(i) for n, i in ex.infos.items()}, "tables": hashes,
+            "files": sorted({e["file"]: sha256(e["text"]) for e in pre.values() if e.get("file")}.items()),
+            "totals": _totals(ex.rows["runs"]),
+            "prereg": {n: {k: v for k, v in e.items() if k != "text"} for n, e in pre.items()},
             "published_with": code_revision(analysis_repo()),
-            "left_out": card_left_out(ex), "replaced": ex.private.summary()}
+            "left_out": card_left_out(ex), "kept": card_kept(ex), "replaced": ex.private.summary()}
 
 
-def card(ex: Export, hashes: dict[str, str]) -> str:
-    meta = metadata(ex, hashes)
+def _md(value: Any) -> str:
+    """A value in the card's Markdown: its HTML escaped, so a label or model name is shown, never rendered."""
+    import html
+
+    return html.escape(str(value), quote=False)
+
+
+def card_text(meta: dict, counts: dict[str, int]) -> str:
+    """The dataset card, a function of its `memspace` block and the tables' row counts alone, so a
+    reader re-derives it and any edit of its body is found."""
+    hashes = meta["tables"]
     configs = [{"config_name": t, "data_files": [{"split": "train", "path": f"{t}/train.parquet"}]} for t in hashes]
-    header = {"license": LICENSE, "pretty_name": "memspace-harness stage results: " + ", ".join(ex.folders),
+    header = {"license": LICENSE, "pretty_name": "memspace-harness stage results: " + ", ".join(meta["stages"]),
               "tags": ["agent-memory", "evaluation", "longmemeval"], "configs": configs, CARD_KEY: meta}
-    body = ["# " + header["pretty_name"], "",
+    body = ["# " + _md(header["pretty_name"]), "",
             ("Written by `make publish` of memspace-harness. Load a table with "
             "`datasets.load_dataset(DIR, NAME)`; re-analyse with `make analyze RUNS=DIR`, which rebuilds the stage "
-            "folders from these tables, checks every table against the sha256 in this card's header and every "
-            "file against the `files` table, and writes the same results as the original folders."), "",
-            "## Tables", ""]
+            "folders from these tables, checks every table against the sha256 in this card's header, every "
+            "file against the `files` table and this card against them, and writes the same results as the "
+            "original folders."), "", "## Tables", ""]
     for t in TABLES:
         if t.name in hashes:
-            body.append(f"- `{t.name}`: {t.about} ({len(ex.rows[t.name])} rows)")
+            body.append(f"- `{t.name}`: {t.about} ({counts.get(t.name, 0)} rows)")
         else:
             body.append(f"- `{t.name}`: no rows in these stages (no config)")
-    body += ["", "## Left out", ""] + [f"- {x}" for x in card_left_out(ex)]
+    body += ["", "## Left out", ""] + [f"- {_md(x)}" for x in meta.get("left_out") or []]
+    if meta.get("kept"):
+        body += ["", "## Kept", ""] + [f"- {_md(x)}" for x in meta["kept"]]
     for name, st in meta["stages"].items():
-        body += ["", f"## {name}", "", (f"- study kind: `{st['kind']}`; seed {st['seed']}; config sha256 "
-                 f"`{st['config_hash']}`"), (f"- code revision: `{(st['code'] or {}).get('commit')}` "
-                 f"(uncommitted changes: {(st['code'] or {}).get('dirty')})"),
-                 f"- data: {st['data'].get('kind')}, sha256 `{st['data'].get('sha256')}`",
-                 f"- reader: {st['model'].get('name')} ({st['model'].get('model')}); prices {st['prices']}",
-                 f"- pre-registration: `{meta['prereg'][name].get('path')}` sha256 "
-                 f"`{meta['prereg'][name].get('sha256')}`"
-                 + (f" ([{meta['prereg'][name]['file']}]({meta['prereg'][name]['file']}))"
-                    if meta["prereg"][name].get("file") else " (this tree does not hold that file: not included)"),
-                 f"- totals: {meta['totals'].get(name)}", "", "Fidelity manifest (the stage beside the paper):", "",
+        pre = meta["prereg"].get(name) or {}
+        body += ["", f"## {_md(name)}", "", (f"- study kind: `{_md(st['kind'])}`; seed {_md(st['seed'])}; config "
+                 f"sha256 `{_md(st['config_hash'])}`"), (f"- code revision: `{_md((st['code'] or {}).get('commit'))}` "
+                 f"(uncommitted changes: {_md((st['code'] or {}).get('dirty'))})"),
+                 f"- data: {_md(st['data'].get('kind'))}, sha256 `{_md(st['data'].get('sha256'))}`",
+                 f"- reader: {_md(st['model'].get('name'))} ({_md(st['model'].get('model'))}); prices "
+                 f"{_md(st['prices'])}",
+                 f"- pre-registration: `{_md(pre.get('path'))}` sha256 `{_md(pre.get('sha256'))}`"
+                 + (f" ([{pre['file']}]({pre['file']}))" if pre.get("file")
+                    else " (this tree does not hold that file: not included)"),
+                 f"- totals: {_md((meta.get('totals') or {}).get(name))}", "",
+                 "Fidelity manifest (the stage beside the paper):", "",
                  "| setting | paper | stage | status |", "| --- | --- | --- | --- |"]
         for r in (st.get("fidelity") or {}).get("rows") or []:
-            cells = [str(r.get(k, "")).replace("|", "\\|").replace("\n", " ") for k in ("setting", "paper", "stage",
-                                                                                          "status")]
+            cells = [_md(r.get(k, "")).replace("|", "\\|").replace("\n", " ") for k in ("setting", "paper", "stage",
+                                                                                         "status")]
             body.append("| " + " | ".join(cells) + " |")
     return "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True, width=10**6) + "---\n" + \
         "\n".join(body) + "\n"
 
 
+def card(ex: Export, hashes: dict[str, str]) -> str:
+    return card_text(metadata(ex, hashes), {t.name: len(ex.rows[t.name]) for t in TABLES})
+
+
+def _written_by(meta: dict) -> list[str]:
+    """The files a dataset card says this harness wrote (README, tables, pre-registration files)."""
+    return [CARD] + [f"{t}/train.parquet" for t in meta.get("tables") or {}] + \
+        [str(f) for f, _ in meta.get("files") or []]
+
+
 def write(ex: Export, out: str | Path) -> Path:
-    """Write the dataset into `out` (a new or empty folder, or one this wrote), atomically."""
+    """Write the dataset into `out` (a new or empty folder, or one this wrote). Files of an earlier
+    publish are replaced; nothing else in the folder is touched (a data file its user put there)."""
     import datasets
 
     datasets.disable_progress_bars()
     out = Path(out)
+    old = None
     if out.exists() and any(out.iterdir()) and not (out / CARD).exists():
         raise PublishError(f"{out} exists and holds no dataset card: choose an empty or new folder")
-    if out.exists() and (out / CARD).exists() and read_card(out) is None:
-        raise PublishError(f"{out} holds a README.md that is not a dataset this harness wrote: choose another folder")
-    tmp = out.parent / f".{out.name}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    if out.exists() and (out / CARD).exists():
+        old = read_card(out)
+        if old is None:
+            raise PublishError(f"{out} holds a README.md that is not a dataset this harness wrote: choose another "
+                               f"folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.publish-", dir=out.parent))
     try:
         hashes = {}
         for t in TABLES:
@@ -581,13 +710,22 @@ def write(ex: Export, out: str | Path) -> Path:
             if e.get("file"):
                 (tmp / e["file"]).parent.mkdir(exist_ok=True)
                 (tmp / e["file"]).write_text(e["text"], encoding="utf-8")
-        (tmp / CARD).write_text(card(ex, hashes), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        text = card(ex, hashes)
+        leaks(ex, text)
+        (tmp / CARD).write_text(text, encoding="utf-8")
+        new = _written_by(read_card(tmp))
+        out.mkdir(exist_ok=True)
+        for rel in _written_by(old or {}):  # what the earlier publish wrote and this one does not
+            if rel not in new and (out / rel).is_file() and not (out / rel).is_symlink():
+                (out / rel).unlink()
+        for rel in new:
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).replace(out / rel)
+        for d in sorted({(out / rel).parent for rel in _written_by(old or {})}, reverse=True):
+            if d != out and d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -595,55 +733,165 @@ def publish(paths: Iterable[str | Path], out: str | Path, private_transcripts: b
             dry_run: bool = False, say=print) -> Export:
     ex = collect(paths, private_transcripts)
     say(plan(ex))
-    if not dry_run:
+    if dry_run:
+        leaks(ex, card(ex, {t.name: "" for t in TABLES if ex.rows[t.name]}))
+    else:
         write(ex, out)
         say(f"wrote {out}/ ({sum(1 for t in TABLES if ex.rows[t.name])} tables and {CARD})")
     return ex
 
 
+class PushFailed(RuntimeError):
+    """The Hub refused or could not be reached; what happened and what the repository holds now."""
+
+    exit_code = 3  # harness.failures.STOPPED: fix the cause (token, network, Hub), run the same command
+
+
 def push(folder: str | Path, repo_id: str, token: str | None = None, endpoint: str | None = None,
-         private: bool = True) -> str:
-    """Upload a written dataset folder to the Hub as a dataset repository (private unless said otherwise).
+         public: bool = False, say=print) -> str:
+    """Upload a written dataset folder to the Hub as a dataset repository, private unless `public`.
 
-    `endpoint` defaults to the Hub (huggingface_hub reads HF_ENDPOINT); a test points it at a loopback server."""
+    The repository's visibility is read first (an existing public repository is refused unless `public`),
+    and read again after it is created; the upload is one commit, so a failed push leaves the repository
+    as it was. `endpoint` defaults to the Hub (huggingface_hub reads HF_ENDPOINT); a test points it at a
+    loopback server."""
     from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
 
-    if read_card(Path(folder)) is None:
+    folder = Path(folder)
+    meta = read_card(folder)
+    if meta is None:
         raise PublishError(f"{folder}: not a dataset written by make publish")
+    with tempfile.TemporaryDirectory(prefix="memspace-push-check-") as tmp:
+        rebuild(folder, tmp)  # what is pushed reads back: every table, file and the card checked
     api = HfApi(endpoint=endpoint, token=token)
-    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-    info = api.upload_folder(repo_id=repo_id, repo_type="dataset", folder_path=str(folder),
-                             commit_message="memspace-harness: publish stage results")
-    return str(getattr(info, "commit_url", info))
+    want = "public" if public else "private"
+    step, created = "reading the repository's visibility", False
+    try:
+        try:
+            info = api.repo_info(repo_id, repo_type="dataset")
+        except RepositoryNotFoundError:
+            step = "creating the repository"
+            api.create_repo(repo_id, repo_type="dataset", private=not public, exist_ok=False)
+            created = True
+            step = "reading the new repository's visibility"
+            info = api.repo_info(repo_id, repo_type="dataset")
+        private = bool(getattr(info, "private", False))
+        if not private and not public:
+            raise PublishError(f"{repo_id} is a public dataset repository: refused to push to it (make it private "
+                               f"on the Hub, choose another name, or push with public=true)"
+                               + ("; it was created now, as private, and the Hub made it public: it holds nothing"
+                                  if created else "; nothing was sent"))
+        say(f"uploading {folder} to the dataset repository {repo_id} ({'private' if private else 'public'}"
+            f"{', created now' if created else ', existing'})")
+        step = "committing the dataset's files"
+        result = api.upload_folder(repo_id=repo_id, repo_type="dataset", folder_path=str(folder),
+                                   allow_patterns=_written_by(meta),  # never a data file its user put there
+                                   commit_message="memspace-harness: publish stage results")
+    except PublishError:
+        raise
+    except Exception as exc:  # the client's errors (HTTP, connection, refused commit): said, never a traceback
+        libs = {(c.__module__ or "").split(".")[0] for c in type(exc).__mro__}
+        if not (libs & {"huggingface_hub", "httpx", "httpcore", "requests", "urllib3"} or isinstance(exc, OSError)):
+            raise
+        left = (f"the repository {repo_id} was created ({want}) and holds no commit of this dataset" if created
+                else f"the repository {repo_id} is as it was (the upload is one commit, never made; files sent for "
+                     f"it, if any, belong to no commit)"
+                if step == "committing the dataset's files" else f"nothing was changed on the Hub")
+        raise PushFailed(f"push to {repo_id} failed while {step}: {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}; {left}") from None
+    return str(getattr(result, "commit_url", result))
 
 
 # ------------------------------------------------------------------------------ reading a published dataset
 
 
-def read_card(folder: Path) -> dict | None:
-    """The card's `memspace` block, or None when `folder` is no dataset this harness wrote."""
+class _NoAliases(yaml.SafeLoader):
+    """A card's YAML without anchors and aliases (a crafted card could nest them to any size)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("the card's YAML uses an alias; a card this harness writes has none")
+        return super().compose_node(parent, index)
+
+
+def _card_parts(folder: Path) -> tuple[str, dict] | None:
     p = Path(folder) / CARD
-    if not p.is_file():
+    if not p.is_file() or p.is_symlink() or p.stat().st_size > MAX_CARD_BYTES:
         return None
-    text = p.read_text(encoding="utf-8")
+    text = p.read_text(encoding="utf-8", errors="replace")
     if not text.startswith("---\n"):
         return None
     head, sep, _ = text[4:].partition("\n---\n")
     if not sep:
         return None
     try:
-        meta = (yaml.safe_load(head) or {}).get(CARD_KEY)
-    except yaml.YAMLError:
+        meta = (yaml.load(head, Loader=_NoAliases) or {}).get(CARD_KEY)
+    except (yaml.YAMLError, AttributeError):
         return None
-    return meta if isinstance(meta, dict) and "tables" in meta else None
+    return (text, meta) if isinstance(meta, dict) and "tables" in meta else None
+
+
+def read_card(folder: Path) -> dict | None:
+    """The card's `memspace` block, or None when `folder` is no dataset this harness wrote."""
+    parts = _card_parts(folder)
+    return parts[1] if parts else None
 
 
 def is_published(folder: str | Path) -> bool:
     return read_card(Path(folder)) is not None
 
 
+IGNORED = (".gitattributes", ".git/", ".cache/huggingface/")  # what a Hub download or clone adds beside the card
+
+
+def _inside(folder: Path, rel: str, what: str) -> Path:
+    """`folder / rel` when `rel` is a plain relative path that stays inside `folder` (no `..`, no absolute
+    path, no drive, no symlink out); refused by name otherwise."""
+    if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
+        raise PublishError(f"{folder}: {what} {rel!r} is not a relative path: refused")
+    parts = rel.split("/")
+    if rel.startswith("/") or len(parts) > MAX_PATH_PARTS or any(
+            p in ("", ".", "..") or len(p) > 255 for p in parts) or ":" in parts[0]:
+        raise PublishError(f"{folder}: {what} {rel!r} leaves its folder or is no plain relative path: refused")
+    base = folder.resolve()
+    dest = (folder / rel).resolve()
+    if not dest.is_relative_to(base):
+        raise PublishError(f"{folder}: {what} {rel!r} resolves outside its folder (a symlink?): refused")
+    return folder / rel
+
+
+def check_folder(folder: Path, meta: dict) -> None:
+    """Every file of a dataset folder is one the card names (or the data file put beside it), a regular
+    file inside the folder; anything else is refused, named."""
+    allowed = set(_written_by(meta))
+    extra, links = [], []
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_symlink():
+            if not p.resolve().is_relative_to(folder.resolve()):
+                links.append(rel)
+            continue
+        if p.is_dir() or rel in allowed or rel.startswith(IGNORED) or rel in IGNORED:
+            continue
+        if rel.startswith("data/") and rel.count("/") == 1:
+            continue  # a data file its user put beside the card: the replay checks its sha256 against stage.json
+        extra.append(rel)
+    if links:
+        raise PublishError(f"{folder}: symlink(s) out of the dataset's folder: {', '.join(links[:5])}: refused")
+    if extra:
+        raise PublishError(f"{folder}: file(s) the card does not name: {', '.join(extra[:5])}"
+                           f"{' ...' if len(extra) > 5 else ''}: refused (a dataset holds only what publish wrote, "
+                           f"and data/<file> for the replay)")
+    for rel, want in meta.get("files") or []:
+        p = _inside(folder, str(rel), "the card's file")
+        if not p.is_file() or sha256(p.read_bytes()) != want:
+            raise PublishError(f"{folder}: {rel} is missing or does not match the card's sha256: refused")
+
+
 def read_tables(folder: Path) -> dict[str, list[dict]]:
     """Every table, checked against the card's sha256 first; a table that differs is refused, named."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     meta = read_card(folder)
@@ -651,26 +899,83 @@ def read_tables(folder: Path) -> dict[str, list[dict]]:
         raise PublishError(f"{folder}: no dataset card of this harness ({CARD} with a `{CARD_KEY}` block)")
     if meta.get("format") != FORMAT_VERSION:
         raise PublishError(f"{folder}: dataset format {meta.get('format')!r}; this harness reads {FORMAT_VERSION}")
-    out: dict[str, list[dict]] = {t.name: [] for t in TABLES}
-    for name, want in (meta.get("tables") or {}).items():
+    if not isinstance(meta.get("tables"), dict) or not isinstance(meta.get("stages"), dict) \
+            or not isinstance(meta.get("prereg"), dict) or not isinstance(meta.get("files") or [], list):
+        raise PublishError(f"{folder}: the card's `{CARD_KEY}` block is not what this harness writes: refused")
+    for name in meta["tables"]:
         if name not in BY_NAME:
             raise PublishError(f"{folder}: the card names a table {name!r} this harness does not know")
-        path = folder / name / "train.parquet"
+    check_folder(folder, meta)
+    out: dict[str, list[dict]] = {t.name: [] for t in TABLES}
+    for name, want in meta["tables"].items():
+        path = _inside(folder, f"{name}/train.parquet", "table")
         if not path.is_file():
             raise PublishError(f"{folder}: table {name!r} is missing ({path.relative_to(folder)})")
+        if path.stat().st_size > MAX_TABLE_BYTES:
+            raise PublishError(f"{folder}: table {name!r} is larger than {MAX_TABLE_BYTES >> 20} MiB: refused")
         got = sha256(path.read_bytes())
         if got != want:
-            raise PublishError(f"{folder}: table {name!r} does not match the card's sha256 (card {want[:16]}, file "
-                               f"{got[:16]}): the dataset was changed after it was published; refused")
-        out[name] = pq.read_table(path).to_pylist()  # to_pylist keeps null apart from NaN
+            raise PublishError(f"{folder}: table {name!r} does not match the card's sha256 (card {str(want)[:16]}, "
+                               f"file {got[:16]}): the dataset was changed after it was published; refused")
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise PublishError(f"{folder}: table {name!r} is not a readable parquet file ({exc}): refused") from None
+        want_cols = set(columns(BY_NAME[name]))
+        if set(table.column_names) != want_cols:
+            raise PublishError(f"{folder}: table {name!r} has other columns than this harness writes: refused")
+        if table.num_rows > MAX_FILES * 100:
+            raise PublishError(f"{folder}: table {name!r} has {table.num_rows} rows: more than a dataset may hold")
+        out[name] = table.to_pylist()  # to_pylist keeps null apart from NaN
+    if len(out["files"]) > MAX_FILES:
+        raise PublishError(f"{folder}: {len(out['files'])} files in table 'files': more than {MAX_FILES}: refused")
     return out
 
 
 def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
     """Write the stage folders of a published dataset under `into` (<stage>/<label>/), each file checked
-    against its sha256 in `files`; returns the stage folders."""
+    against its sha256 in `files` and the card against them all, before anything is written; returns the
+    stage folders. A dataset is untrusted input: a path that leaves its folder, a card that says other
+    than the tables, a file the card does not name or more than the bounds (MAX_*) is refused, named."""
     folder, into = Path(folder), Path(into)
-    tables = read_tables(folder)
+    try:
+        tables = read_tables(folder)
+        texts = _rebuilt_texts(folder, tables)
+        _check_card(folder, tables, texts)
+    except PublishError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise PublishError(f"{folder}: its tables are not what this harness writes ({type(exc).__name__}: {exc}): "
+                           f"refused") from None
+    roots = []
+    for (stage_folder, rel), text in texts.items():  # every path checked above; now written
+        stage, _, label = stage_folder.partition("/")
+        root = into / stage / label
+        if root not in roots:
+            roots.append(root)
+        dest = root / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(dest, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+    for root in roots:  # data that did not go along, put beside the card by its user (the replay checks its sha256)
+        name = _data_name(json.loads((root / "stage.json").read_text(encoding="utf-8")))
+        src = folder / "data" / name if name else None
+        if src and not (root / "data" / name).exists() and src.is_file() and not src.is_symlink():
+            (root / "data").mkdir(exist_ok=True)
+            (root / "data" / name).symlink_to(src.resolve())
+    return roots
+
+
+def _data_name(info: Any) -> str | None:
+    """The data file's name in a stage.json (its path's last part), when it is a plain file name."""
+    raw = str(((info or {}).get("data") or {}).get("path") or "") if isinstance(info, dict) else ""
+    name = raw.replace("\\", "/").rsplit("/", 1)[-1]
+    return name if name and name not in (".", "..") and "\x00" not in name and len(name) <= 255 else None
+
+
+def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]]) -> dict[tuple[str, str], str]:
+    """Every file of every stage folder, (stage/label, path) -> text, each path checked to stay inside its
+    folder and each text against its sha256; nothing is written here."""
     by_file: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for name in ("ledger", "attempts", "judgements"):
         for r in tables[name]:
@@ -685,19 +990,29 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
         nested[(r["folder"], r["run_id"])]["transcript"] = from_row(BY_NAME["transcripts"], r)
     runs = {(r["folder"], r["file"]): r for r in tables["runs"]}
     prompts = {(r["folder"], f"prompts/{r['sha256']}.txt"): r["text"] for r in tables["prompts"]}
-    roots = []
+    out: dict[tuple[str, str], str] = {}
+    total = 0
+    dirs: set[tuple[str, str]] = set()
     for f in tables["files"]:
-        stage, _, label = f["folder"].partition("/")
-        root = into / stage / label
-        if root not in roots:
-            roots.append(root)
-        key = (f["folder"], f["path"])
+        stage_folder = f["folder"]
+        if not isinstance(stage_folder, str) or stage_folder.count("/") != 1:
+            raise PublishError(f"{folder}: a stage folder named {stage_folder!r} in table 'files' (not <stage>/<label>)"
+                               f": refused")
+        _inside(Path("/nonexistent-root"), stage_folder, "stage folder")
+        _inside(Path("/nonexistent-root") / stage_folder, f["path"], f"file of {stage_folder}")
+        key = (stage_folder, f["path"])
+        if key in out:
+            raise PublishError(f"{folder}: {stage_folder}/{f['path']} is twice in table 'files': refused")
+        parts = f["path"].split("/")
+        dirs |= {(stage_folder, "/".join(parts[:i])) for i in range(1, len(parts))}
         fmt = json.loads(f["format"]) if f["format"] else None
-        where = f"{folder}: {f['folder']}/{f['path']}"
+        where = f"{folder}: {stage_folder}/{f['path']}"
+        if fmt is not None and fmt not in _JSON_STYLES + [{"ensure_ascii": a, "lines": True} for a in (False, True)]:
+            raise PublishError(f"{where}: a file format {f['format']!r} this harness does not write: refused")
         objs: Any = None  # what the file's rows say, for a file kept as text: they must agree with it
         if f["table"] == "runs" and key in runs:
             r = runs[key]
-            objs = from_row(BY_NAME["runs"], r, nested.get((f["folder"], r["run_id"]),
+            objs = from_row(BY_NAME["runs"], r, nested.get((stage_folder, r["run_id"]),
                                                            {"calls": [], "tools": [], "transcript": None}))
         elif f["table"] in ("ledger", "attempts", "judgements"):
             rows = sorted(by_file.get(key, {}).get(f["table"], []), key=lambda r: r["line"])
@@ -720,17 +1035,50 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
         if sha256(text) != f["sha256"]:
             raise PublishError(f"{where}: rebuilt from table {f['table'] or 'files'!r}, it does not match its sha256 "
                                f"in `files`: the table was changed; refused")
-        dest = root / f["path"]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with open(dest, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-    for root in roots:  # data that did not go along, put beside the card by its user (the replay checks its sha256)
-        name = Path(str((json.loads((root / "stage.json").read_text(encoding="utf-8")).get("data") or {}).get("path")
-                        or "")).name
-        if name and not (root / "data" / name).exists() and (folder / "data" / name).is_file():
-            (root / "data").mkdir(exist_ok=True)
-            (root / "data" / name).symlink_to((folder / "data" / name).resolve())
-    return roots
+        total += len(text)
+        if total > MAX_REBUILT_BYTES:
+            raise PublishError(f"{folder}: its files are larger than {MAX_REBUILT_BYTES >> 30} GiB in all: refused")
+        out[key] = text
+    clash = sorted(f"{s}/{p}" for s, p in dirs if (s, p) in out)
+    if clash:
+        raise PublishError(f"{folder}: {clash[0]} is both a file and a folder in table 'files': refused")
+    if any((s, "stage.json") not in out for s, _ in out):
+        raise PublishError(f"{folder}: a stage folder without stage.json in table 'files': refused")
+    return out
+
+
+def _check_card(folder: Path, tables: dict[str, list[dict]], texts: dict[tuple[str, str], str]) -> None:
+    """The card says what the tables say: each stage's block is what its rebuilt stage.json gives, its
+    totals are the runs table's, its pre-registration is stage.json's, and its text (body included) is
+    the one this harness writes from them; otherwise refused, naming what differs."""
+    text, meta = _card_parts(folder)
+    stages = sorted({s for s, _ in texts})
+    if sorted(meta["stages"]) != stages:
+        raise PublishError(f"{folder}: the card names stages {sorted(meta['stages'])}, the tables hold {stages}: "
+                           f"refused")
+    for name in stages:
+        info = json.loads(texts[(name, "stage.json")])
+        if meta["stages"][name] != json.loads(json.dumps(stage_meta(info))):
+            diff = [k for k, v in stage_meta(info).items() if json.loads(json.dumps(v)) != meta["stages"][name].get(k)]
+            raise PublishError(f"{folder}: the card's block of {name} differs from its stage.json in {diff}: the card "
+                               f"was edited; refused")
+        pre, said = info.get("prereg") or {}, meta["prereg"].get(name) or {}
+        if (said.get("path"), said.get("sha256")) != (pre.get("path"), pre.get("sha256")) or (
+                said.get("file") and said["file"] not in [f for f, _ in meta.get("files") or []]):
+            raise PublishError(f"{folder}: the card's pre-registration of {name} differs from its stage.json: refused")
+        if said.get("file"):
+            p = _inside(folder, str(said["file"]), "pre-registration file")
+            if not p.is_file() or sha256(p.read_bytes()) != pre.get("sha256"):
+                raise PublishError(f"{folder}: {said['file']} is not the pre-registration file stage.json names "
+                                   f"(sha256 {pre.get('sha256')}): refused")
+    if json.loads(json.dumps(_totals(tables["runs"]))) != meta.get("totals"):
+        raise PublishError(f"{folder}: the card's totals differ from the runs table: the card was edited; refused")
+    want = card_text(meta, {t: len(rows) for t, rows in tables.items()})
+    if want != text:
+        line = next(i for i, (a, b) in enumerate(zip(want.splitlines() + [""], text.splitlines() + [""]), 1) if a != b)
+        raise PublishError(f"{folder}: {CARD} is not the card this harness writes for these tables (line {line} "
+                           f"differs: {text.splitlines()[line - 1][:80] if line <= len(text.splitlines()) else ''!r})"
+                           f": the card was edited; refused")
 
 
 def _parsed(text: str) -> Any:

@@ -121,14 +121,11 @@ def build(datasets: Sequence[str | Path], out: str | Path, viewer: str = DEFAULT
     folders = [load_folder(f) for f in find_folders(list(datasets))]
     if not folders:
         raise AnalysisError("no stage folders in " + ", ".join(map(str, datasets)))
+    logs = {(f.name, cond): export_inspect.log_file_name(f, cond)  # names checked before anything is written
+            for f in folders for cond in f.condition_order()}
     out.mkdir(parents=True, exist_ok=True)
     written = export_inspect.export(folders, out / "logs")
-    logs = {}
-    for f in folders:
-        for cond in f.condition_order():
-            name = export_inspect.log_file_name(f, cond)
-            assert out / "logs" / name in written
-            logs[(f.name, cond)] = name
+    assert all(out / "logs" / name in written for name in logs.values())
     page = out / "index.html"
     page.write_text(render(rows(folders, viewer, logs), [Path(d).name for d in datasets]), encoding="utf-8")
     return page

@@ -11,13 +11,10 @@ Hub, and give a results page that Chromium shows with a row and a link.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import hashlib
 import io
 import json
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow as pa
@@ -149,8 +146,8 @@ def test_nothing_private_leaves_and_the_card_says_what_was_left_out(published, t
     assert "<local path>/synth_tiny.json" in text and "<endpoint url>" in text
     said = published["said"]
     assert said.index("what leaves this machine") < said.index("wrote ")
-    assert "transcripts of 2 LongMemEval-Org private run(s)" in said
-    assert "transcripts of 2 LongMemEval-Org private run(s)" in (published["out"] / "README.md").read_text()
+    assert "transcripts of 2 run(s) that show a private agent" in said
+    assert "transcripts of 2 run(s) that show a private agent" in (published["out"] / "README.md").read_text()
     # with the flag they go along; a dry run lists and writes nothing
     ex = P.publish(published["folders"], tmp_path / "all", private_transcripts=True, say=lambda s: None)
     assert len(ex.rows["transcripts"]) == 12 and ex.private_transcripts == 0
@@ -200,62 +197,35 @@ def test_a_personalization_stage_is_refused_by_kind(published, tmp_path):
         P.collect([folder])
 
 
-def test_push_uploads_every_file_to_a_private_dataset_repository(published, tmp_path, monkeypatch, capsys):
-    """huggingface_hub's own client, pointed at a loopback Hub that checks the card's YAML and records the commit."""
-    seen: dict[str, list] = {"create": [], "commit": []}
+@pytest.fixture
+def loopback_hub(monkeypatch):
+    """huggingface_hub's own client, pointed at a loopback Hub (tests/hub_server.py)."""
+    from tests.hub_server import Hub, serve
 
-    class Hub(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def _reply(self, obj, code=200):
-            body = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if self.headers.get("Content-Encoding") == "gzip":
-                body = gzip.decompress(body)
-            base = f"http://127.0.0.1:{self.server.server_address[1]}"
-            if self.path == "/api/repos/create":
-                seen["create"].append(json.loads(body))
-                return self._reply({"url": f"{base}/datasets/me/results", "name": "me/results"})
-            if self.path == "/api/validate-yaml":
-                head = json.loads(body)["content"].split("---\n")[1]
-                ok = all("data_files" in c for c in (yaml.safe_load(head) or {}).get("configs") or [None])
-                return self._reply({"errors": [] if ok else [{"message": "configs"}], "warnings": []}, 200 if ok else 400)
-            if self.path == "/api/datasets/me/results/preupload/main":
-                files = json.loads(body)["files"]
-                return self._reply({"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
-                                              for f in files]})
-            if self.path == "/api/datasets/me/results/commit/main":
-                seen["commit"] += [json.loads(line) for line in body.decode().splitlines() if line.strip()]
-                return self._reply({"commitUrl": f"{base}/datasets/me/results/commit/{'a' * 40}",
-                                    "commitOid": "a" * 40, "pullRequestUrl": None})
-            self._reply({"error": f"not served: {self.path}"}, 404)
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
     monkeypatch.setenv("HF_TOKEN", "hf_test")
     # an encoder loaded earlier in the same test process sets HF_HUB_OFFLINE=1, and the client reads it at import
     import huggingface_hub.constants as hc
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hc, "HF_HUB_OFFLINE", False)
+    hub = Hub()
+    srv = serve(hub)
+    yield hub
+    srv.shutdown()
+
+
+def test_push_uploads_every_file_to_a_private_dataset_repository(published, tmp_path, loopback_hub, capsys):
     out = tmp_path / "ds"
-    try:  # the whole runs root: every stage folder below it, as a sweep family would be
-        code = publish_cli.main([f"runs={published['root'] / 'runs'}", f"out={out}", "push=me/results",
-                                 f"endpoint=http://127.0.0.1:{srv.server_address[1]}"])
-    finally:
-        srv.shutdown()
-    assert code == 0 and capsys.readouterr().out.rstrip().endswith("/commit/" + "a" * 40)
+    # the whole runs root: every stage folder below it, as a sweep family would be
+    code = publish_cli.main([f"runs={published['root'] / 'runs'}", f"out={out}", "push=me/results",
+                             f"endpoint={loopback_hub.url}"])
+    said = capsys.readouterr().out
+    assert code == 0 and said.rstrip().endswith("/commit/" + "a" * 40)
+    assert "(private, created now)" in said
     assert P.read_card(out)["tables"] == P.read_card(published["out"])["tables"]  # the same two folders
-    assert seen["create"] == [{"name": "results", "organization": "me", "visibility": "private", "type": "dataset"}]
-    sent = sorted(op["value"]["path"] for op in seen["commit"] if op["key"] == "file")
+    assert loopback_hub.created == [{"name": "results", "organization": "me", "visibility": "private",
+                                     "type": "dataset"}]
+    sent = loopback_hub.files("me/results")
     local = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert sent == local and "README.md" in sent and "ledger/train.parquet" in sent
 
@@ -335,7 +305,7 @@ def test_what_counts_as_private():
     found.scan_text('{"path": "/chat/completions", "bin": "/usr/bin/sqlite3", "cache": "/tmp/u/x/cache"}')
     text = found.redact('see https://api.example.com/v1 and http://example.org/not-an-endpoint with EMPTY and '
                         f'{KEY}, /usr/bin/sqlite3 /chat/completions /tmp/u/x/cache/enc')
-    assert text == ("see <endpoint url> and http://example.org/not-an-endpoint with EMPTY and <key>, /usr/bin/sqlite3 "
+    assert text == ("see <endpoint url> and http://<host>/not-an-endpoint with EMPTY and <key>, /usr/bin/sqlite3 "
                     "/chat/completions <local path>/cache/enc")
     assert without_urls("openai_compatible:m@http://10.0.0.2:8000/v1:0123abcd4567") == \
         "openai_compatible:m@<endpoint url>:0123abcd4567"

@@ -11,10 +11,14 @@ Arguments (key=value):
   private_transcripts=true  include the transcripts of LongMemEval-Org private runs (left out by default)
   dry_run=true              list what would leave the machine and stop
   push=OWNER/NAME           then upload it to the Hub as a private dataset repository (needs a token:
-                            HF_TOKEN or `huggingface-cli login`, and internet)
+                            HF_TOKEN or `huggingface-cli login`, and internet); an existing repository's
+                            visibility is read first and a public one refused
+  public=true               push to (or create) a public repository instead
   endpoint=URL              the Hub's address for push (default: huggingface_hub's, HF_ENDPOINT)
 
-Exit codes: 0 written; 2 bad arguments, a folder this cannot publish, or an unreadable one.
+Exit codes: 0 written; 2 bad arguments, a folder this cannot publish, an unreadable one, something
+that still looks private after redaction (named), or a public repository without public=true; 3 the
+push failed (the message says what happened and what the Hub holds now).
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ def parse_args(argv: Sequence[str]) -> dict:
             print(__doc__)
             sys.exit(0)
         key, eq, value = a.partition("=")
-        if not eq or key not in ("runs", "out", "private_transcripts", "dry_run", "push", "endpoint"):
+        if not eq or key not in ("runs", "out", "private_transcripts", "dry_run", "push", "endpoint",
+                                             "public"):
             raise PublishArgs(f"unknown argument {a!r}; see python -m harness.cli.publish --help")
         if key == "runs":
             opts["runs"] += [v for v in value.split(",") if v]
@@ -65,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         P.publish(opts["runs"], opts.get("out") or "", private_transcripts=_flag(opts, "private_transcripts"),
                   dry_run=_flag(opts, "dry_run"))
         if opts.get("push") and not _flag(opts, "dry_run"):
-            print(f"uploading {opts['out']} to the dataset repository {opts['push']} (private)")
-            print("pushed: " + P.push(opts["out"], opts["push"], endpoint=opts.get("endpoint") or None))
+            print("pushed: " + P.push(opts["out"], opts["push"], endpoint=opts.get("endpoint") or None,
+                                      public=_flag(opts, "public")))
     except Exception as exc:  # ours carry an exit code (announce); anything else is a bug and raises
         code = announce(exc)
         if code is None:

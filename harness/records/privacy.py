@@ -6,33 +6,125 @@ file or folder name is kept, the directories above it are not). The same rule is
 where the analysis prints an endpoint's identity, so a report drawn from a published stage
 and one drawn from the original folder are the same bytes.
 
-Found by reading the folder, not guessed: endpoint URLs are the values of `base_url` keys
-(config.yaml, stage.json, records, judgements); keys are the values of this process's
-environment variables named like keys (`*_KEY`, `*_TOKEN`, `*_SECRET`, `*PASSWORD*`) and of
-`api_key`-like fields (8 characters or more: `EMPTY` is no key); local paths are absolute paths
-whose top directory exists here (`/tmp/...`, `/home/...`; not `/usr/...` or `/etc/...`, the same
-everywhere, nor an API path such as `/chat/completions`).
+Recognised by structure, not by equality with a configured value (a value written with
+another trailing slash, or from another machine, is still found):
+
+* URLs, wherever they appear, are parsed: an endpoint's (the value of a `base_url`-like key,
+  the URL of an identity `provider:model@URL[:hash]`, or any URL with the same scheme, host,
+  port and path as one) becomes `<endpoint url>`; any other URL keeps its scheme and path and
+  loses its user info, host (`<host>`), query and fragment.
+* keys: values of `api_key`-like fields and of this process's environment variables named like
+  keys (`*_KEY`, `*_TOKEN`, `*_SECRET`, `*PASSWORD*`), 8 characters or more (`EMPTY` is no key),
+  and anything shaped like a well-known credential (`sk-...`, `hf_...`, `ghp_...`, `AKIA...`,
+  JWTs, `Bearer ...`, PEM private keys).
+* local paths: absolute paths of two components or more by their shape, whatever machine
+  wrote them (`/scratch/...`, `/gpfs/home/...`, a folder name with a space), except the
+  system's own (`/usr/...`, `/etc/...`, the same everywhere) and API paths (`/chat/completions`).
+
+`leaks` is the last check before anything is written: it names what still looks like a
+credential, an unredacted URL or a local path.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 URL = "<endpoint url>"
 KEY = "<key>"
 LOCAL = "<local path>"
+HOST = "<host>"
 
-_URL_RE = re.compile(r"https?://[^\s\"'`<>\\]+")
-_PATH_RE = re.compile(r"(?<![\w.:/<>~-])/[A-Za-z0-9_.+-]+(?:/[^\s\"'`\\,;:()<>\[\]{}|]+)+")
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{1,15}://[^\s\"'`<>\\]*")  # found from its "://" (_find)
+_HASH_TAIL = re.compile(r":[0-9a-f]{6,}$")
+# a path's component: no separator, quote or bracket; a JSON \uXXXX escape counts as one character
+_SEG = r"(?:[^\s/\"'`\\,;:()<>\[\]{}|*?]|\\u[0-9a-fA-F]{4})+"
+# one space inside any component but the last ("/home/Jo Doe/runs/x"; "/tmp/x and then" ends at x)
+# starts with its "/" (a literal first: the regex engine then skips to each "/"), the character before it checked
+_PATH_RE = re.compile(rf"/(?:(?<=\\[nrt]/)|(?<![\w.:/<>~\\-]/))(?:{_SEG}(?: {_SEG})?/)+{_SEG}")
+_WIN_RE = re.compile(r"[A-Za-z]:(?:\\\\|\\|/)(?:[^\s\"'`<>|:*?\\/]+(?:\\\\|\\|/))+[^\s\"'`<>|:*?\\/]+")
 _KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
-_KEY_FIELD = re.compile(r"^(api_?key|token|secret|password|authorization)$", re.IGNORECASE)
+_KEY_FIELD = re.compile(r"^(.*_)?(api_?key|secret_?key|access_?key|private_?key|token|secret|password|passwd|"
+                        r"authorization|cookie|credentials?)$", re.IGNORECASE)
+_URL_FIELD = re.compile(r"^(.*_)?(base_?url|url|endpoint|api_?base|host_?url)$", re.IGNORECASE)
+# credential shapes, each behind a literal it must hold (a text without it is not searched: fast)
+KEY_SHAPES = [(lit, re.compile(rx)) for lit, rx in [
+    ("sk-", r"sk-(?<![A-Za-z0-9]sk-)(?:proj-|ant-)?[A-Za-z0-9_-]{16,}"),
+    ("hf_", r"hf_(?<![A-Za-z0-9]hf_)[A-Za-z0-9]{20,}"), ("_", r"gh[pousr]_(?<![A-Za-z0-9]gh[pousr]_)[A-Za-z0-9]{20,}"),
+    ("github_pat_", r"github_pat_[A-Za-z0-9_]{20,}"), ("AKIA", r"AKIA(?<![A-Z0-9]AKIA)[0-9A-Z]{16}"),
+    ("xox", r"xox[abprs]-[A-Za-z0-9-]{10,}"), ("AIza", r"AIza[0-9A-Za-z_-]{35}"),
+    ("eyJ", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    ("PRIVATE KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), ("earer ", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}")]]
 
 
-_IDENTITY_URL = re.compile(r"https?://[^\s\"'`<>\\]+?(?=:[0-9a-f]{6,}$|$)")
+def _keys_in(text: str) -> list[re.Match]:
+    return [m for lit, rx in KEY_SHAPES if lit in text for m in rx.finditer(text)]
+
+
+def _sub_keys(text: str) -> str:
+    for lit, rx in KEY_SHAPES:
+        if lit in text:
+            text = rx.sub(KEY, text)
+    return text
+
+
+_SCHEME = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+
+
+def _find(text: str, literal: str, regex: re.Pattern, scheme: bool) -> list[re.Match]:
+    """The matches of `regex` that hold `literal` (":/" of a URL, ":" and a slash of a drive path),
+    found from each occurrence of the literal rather than tried at every character."""
+    out: list[re.Match] = []
+    i = text.find(literal)
+    while i != -1:
+        j = i
+        if scheme:  # back over the scheme's characters, to its first letter, not glued to a word before it
+            while j > 0 and text[j - 1] in _SCHEME and i - j < 16:
+                j -= 1
+            while j < i and not text[j].isalpha():
+                j += 1
+            ok = j < i - 1 and not (j > 0 and (text[j - 1].isalnum() or text[j - 1] in "_+.-"))
+        else:  # a drive letter, alone
+            j = i - 1
+            ok = j >= 0 and text[j].isascii() and text[j].isalpha() and not (j > 0 and (text[j - 1].isalnum()
+                                                                                         or text[j - 1] == "_"))
+        m = regex.match(text, j) if ok and (not out or j >= out[-1].end()) else None
+        if m:
+            out.append(m)
+            i = text.find(literal, m.end())
+        else:
+            i = text.find(literal, i + 1)
+    return out
+
+
+def _sub(text: str, matches: list[re.Match], fn) -> str:
+    if not matches:
+        return text
+    parts, last = [], 0
+    for m in matches:
+        parts += [text[last:m.start()], fn(m)]
+        last = m.end()
+    return "".join(parts) + text[last:]
+
+
+def _urls(text: str) -> list[re.Match]:
+    return _find(text, "://", _URL_RE, True)
+
+
+def _drives(text: str) -> list[re.Match]:
+    found = _find(text, ":\\", _WIN_RE, False) + _find(text, ":/", _WIN_RE, False)
+    return sorted({m.start(): m for m in found}.values(), key=lambda m: m.start())
+
+SYSTEM_DIRS = {"usr", "bin", "sbin", "lib", "lib64", "etc", "proc", "dev", "sys", "run"}  # the same on every machine
+API_DIRS = {"v1", "v2", "v3", "v4", "api", "chat", "completions", "embeddings", "responses", "models", "openai",
+            "messages", "generate", "health", "metrics", "tokenize"}  # endpoint routes, not folders
+
+_IDENTITY_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'`<>\\]+?(?=:[0-9a-f]{6,}$|$)")
 
 
 def without_urls(text: str) -> str:
@@ -44,12 +136,34 @@ def is_redacted(value: Any) -> bool:
     return isinstance(value, str) and (value.startswith(LOCAL) or URL in value or KEY in value)
 
 
-SYSTEM_DIRS = {"usr", "bin", "sbin", "lib", "lib64", "etc", "proc", "dev", "sys"}  # the same on every machine
+def is_local(path: str) -> bool:
+    """An absolute path of a machine's own folders, by its shape (not whether it exists here)."""
+    parts = PurePosixPath(path.replace("\\\\", "/").replace("\\", "/")).parts
+    if re.match(r"[A-Za-z]:", path):
+        return len(parts) >= 3
+    return (len(parts) >= 3 and parts[0] == "/" and parts[1] not in SYSTEM_DIRS and parts[1] not in API_DIRS
+            and not any(LOCAL in p or p.startswith("<") for p in parts))
 
 
-def _is_local(path: str) -> bool:
-    parts = PurePosixPath(path).parts
-    return len(parts) >= 3 and parts[1] not in SYSTEM_DIRS and Path("/", parts[1]).is_dir()
+def _path_name(path: str) -> str:
+    return re.split(r"\\\\|\\|/", path.rstrip("/\\"))[-1]
+
+
+def _endpoint_key(url: str) -> tuple | None:
+    try:
+        u = urlsplit(url)
+        return (u.scheme.lower(), (u.hostname or "").lower(), u.port, u.path.rstrip("/"))
+    except ValueError:
+        return None
+
+
+def _sanitize_url(url: str) -> str:
+    """A URL that is no endpoint: its scheme and path, no user info, host, query or fragment."""
+    try:
+        u = urlsplit(url)
+    except ValueError:
+        return URL
+    return f"{u.scheme}://{HOST}{u.path}" if u.netloc else f"{u.scheme}:{u.path}"
 
 
 @dataclass
@@ -59,6 +173,7 @@ class Private:
     urls: set[str] = field(default_factory=set)
     keys: set[str] = field(default_factory=set)
     paths: set[str] = field(default_factory=set)
+    other_urls: set[str] = field(default_factory=set)
 
     def scan_object(self, obj: Any, key: str | None = None) -> None:
         if isinstance(obj, dict):
@@ -68,29 +183,78 @@ class Private:
             for v in obj:
                 self.scan_object(v, key)
         elif isinstance(obj, str) and obj:
-            if key == "base_url" and _URL_RE.fullmatch(obj):
-                self.urls.add(obj)
-            elif key and _KEY_FIELD.match(key) and len(obj) >= 8:  # not a placeholder such as EMPTY
+            if key and _URL_FIELD.match(key) and _URL_RE.fullmatch(obj.strip()):
+                self.urls.add(obj.strip())
+            elif key and _KEY_FIELD.match(key) and len(obj) >= 8 and not is_redacted(obj):  # not EMPTY
                 self.keys.add(obj)
+            elif "\n" not in obj and (obj.startswith("/") or re.match(r"[A-Za-z]:[\\/]", obj)) and is_local(obj):
+                self.paths.add(obj.rstrip("/"))  # a whole value: its spaces are its own
 
     def scan_text(self, text: str) -> None:
-        for m in _PATH_RE.finditer(text):
-            if _is_local(m.group(0)):
-                self.paths.add(m.group(0).rstrip("."))
         for name, value in os.environ.items():
             if _KEY_NAME.search(name) and len(value) >= 8 and value in text:
                 self.keys.add(value)
+        self.redact(text)  # counts the URLs and paths found by shape
 
-    def replacements(self) -> list[tuple[str, str]]:
-        """(private string, placeholder), longest first, so a path is replaced before its parent."""
-        out = [(u, URL) for u in self.urls] + [(k, KEY) for k in self.keys]
-        out += [(p, f"{LOCAL}/{PurePosixPath(p).name}") for p in self.paths]
-        return sorted(set(out), key=lambda r: (-len(r[0]), r[0]))
+    def _endpoints(self) -> set[tuple]:
+        return {k for k in map(_endpoint_key, self.urls) if k}
+
+    def _url(self, m: re.Match, endpoints: set[tuple]) -> str:
+        url, tail = m.group(0), ""
+        h = _HASH_TAIL.search(url)
+        if h and m.start() > 0 and m.string[m.start() - 1] == "@":
+            url, tail = url[:h.start()], h.group(0)
+        stripped = url.rstrip(".,;:!?)]}")
+        tail = url[len(stripped):] + tail
+        if (m.start() > 0 and m.string[m.start() - 1] == "@") or _endpoint_key(stripped) in endpoints:
+            self.urls.add(stripped)
+            return URL + tail
+        self.other_urls.add(stripped)
+        return _sanitize_url(stripped) + tail
+
+    def _path(self, m: re.Match) -> str:
+        p = m.group(0)
+        if not is_local(p):
+            return p
+        self.paths.add(p)
+        return f"{LOCAL}/{_path_name(p)}"
 
     def redact(self, text: str) -> str:
-        for old, new in self.replacements():
-            text = text.replace(old, new)
-        return text
+        """Every private string of `text` replaced: URLs first (parsed whole, before a key inside one is
+        cut out), then the keys and paths found in objects (whole values, longest first, also as JSON
+        writes them), then keys and paths by their shape."""
+        endpoints = self._endpoints()
+        text = _sub(text, _urls(text), lambda m: self._url(m, endpoints))
+        literal = [(k, KEY) for k in self.keys] + [(p, f"{LOCAL}/{_path_name(p)}") for p in self.paths]
+        for old, new in sorted(set(literal), key=lambda r: (-len(r[0]), r[0])):
+            for form in {old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1]}:
+                text = text.replace(form, new)
+        text = _sub_keys(text)
+        text = _PATH_RE.sub(self._path, text) if "/" in text else text
+        return _sub(text, _drives(text), self._path)
 
     def summary(self) -> dict[str, int]:
-        return {"endpoint urls": len(self.urls), "keys": len(self.keys), "local paths": len(self.paths)}
+        return {"endpoint urls": len(self.urls), "other urls": len(self.other_urls), "keys": len(self.keys),
+                "local paths": len(self.paths)}
+
+
+def leaks(text: str, known: Private | None = None) -> list[str]:
+    """What in `text` (already redacted) still looks private: a credential, a URL with a host, a local
+    path. Each named as found (a credential only by its first characters)."""
+    out = []
+    for m in _keys_in(text):
+        out.append(f"a credential ({m.group(0)[:6]}...)")
+    secrets = set(known.keys) if known else set()
+    secrets |= {v for n, v in os.environ.items() if _KEY_NAME.search(n) and len(v) >= 8}
+    out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
+    for m in _urls(text):
+        try:
+            netloc = urlsplit(m.group(0)).netloc
+        except ValueError:
+            netloc = m.group(0)
+        if netloc and not netloc.startswith(HOST):
+            out.append(f"a URL ({_sanitize_url(m.group(0))} with its host)")
+    for m in (list(_PATH_RE.finditer(text)) if "/" in text else []) + _drives(text):
+        if is_local(m.group(0)):
+            out.append(f"a local path ({m.group(0)})")
+    return out

@@ -1,0 +1,385 @@
+"""Publishing, tried as an adversary would (analysis/publish.py, harness/records/privacy.py).
+
+Safe to receive: a crafted dataset (paths out of its folder, symlinks out, an edited card, an extra
+file, more than the bounds) is refused by name with exit 2 under `make analyze`, `make results-page`
+and `make view`, and nothing is written. Safe to share: credentials and paths planted wherever a user
+can put them never reach a byte or a cell of the dataset; a transcript that shows a private agent's
+unit stays behind; the data file goes only when it is the generator's own. Push reads the
+repository's visibility, and a failed commit says what the Hub holds, without a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from analysis import export_inspect
+from analysis import publish as P
+from analysis import results_page
+from analysis import run as A
+from harness.cli import publish as publish_cli
+from harness.data.synth import generate
+from harness.records import privacy
+from tests.analysis_fixtures import Stage, sha256_file
+from tests.test_publish import loopback_hub, published  # noqa: F401  (fixtures)
+
+
+def _reseal(ds: Path, table: str, rows: list[dict]) -> None:
+    """Write a changed table and its new sha256 into the card, as whoever crafts a dataset can."""
+    path = ds / table / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(path)), path)
+    card = (ds / "README.md").read_text()
+    (ds / "README.md").write_text(card.replace(P.read_card(ds)["tables"][table], P.sha256(path.read_bytes())))
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p) for p in root.rglob("*")}
+
+
+def _every_reader_refuses(ds: Path, tmp_path: Path, capsys, match: str) -> None:
+    """make analyze, make results-page and make view: exit 2, the problem named, nothing written."""
+    before = _files(tmp_path)
+    assert A.main([f"runs={ds}", f"out={tmp_path / 'analysis'}", "replay=none"]) == 2
+    P._REBUILT.clear()
+    assert results_page.main([f"datasets={ds}", f"out={tmp_path / 'page'}"]) == 2
+    P._REBUILT.clear()
+    assert export_inspect.main([f"runs={ds}", f"out={tmp_path / 'logs'}"]) == 2
+    P._REBUILT.clear()
+    err = capsys.readouterr().err
+    assert err.count(match) == 3 and "Traceback" not in err, err
+    assert _files(tmp_path) == before
+
+
+# ------------------------------------------------------------------------------ safe to receive
+
+
+@pytest.mark.parametrize("where", ["path", "absolute", "folder", "symlinked table"])
+def test_a_dataset_that_would_write_outside_its_folder_is_refused_and_nothing_is_written(
+        published, tmp_path, capsys, where):
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    target = tmp_path / "outside" / "planted.txt"
+    files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
+    row = dict(files[0], table=None, format=None, content="planted", sha256=P.sha256("planted"), bytes=7)
+    if where == "path":
+        row["path"], match = "../../../outside/planted.txt", "leaves its folder"
+    elif where == "absolute":
+        row["path"], match = str(target), "leaves its folder"
+    elif where == "folder":
+        row["folder"], match = "../outside", "stage folder '../outside'"
+    if where == "symlinked table":  # a table that points at a file elsewhere on the reader's machine
+        outside = tmp_path / "elsewhere.parquet"
+        shutil.move(ds / "prompts" / "train.parquet", outside)
+        os.symlink(outside, ds / "prompts" / "train.parquet")
+        match = "symlink(s) out of the dataset's folder: prompts/train.parquet"
+    else:
+        _reseal(ds, "files", files + [row])
+    _every_reader_refuses(ds, tmp_path, capsys, match)
+    assert not target.exists() and not (tmp_path.parent / "outside").exists()
+
+
+def test_an_edited_card_is_refused_whatever_part_was_edited(published, tmp_path, capsys):
+    card = (published["out"] / "README.md").read_text()
+    # the fidelity block turned from differs to same, in the header and the body alike
+    edited = card.replace("status: differs", "status: same").replace("| differs |", "| same |")
+    assert edited != card
+    ds = tmp_path / "fidelity"
+    shutil.copytree(published["out"], ds)
+    (ds / "README.md").write_text(edited)
+    _every_reader_refuses(ds, tmp_path, capsys, "the card's block of smoke/smoke differs from its stage.json in "
+                                                "['fidelity']")
+    # the body alone (what the Hub shows a reader)
+    body = tmp_path / "body"
+    shutil.copytree(published["out"], body)
+    (body / "README.md").write_text(card.replace("| differs |", "| same |"))
+    with pytest.raises(P.PublishError, match=r"README.md is not the card this harness writes .*line \d+ differs"):
+        P.rebuild(body, tmp_path / "r1")
+    # the pre-registration file beside the card (a stage of this tree's hypotheses file: it goes along)
+    st = Stage(tmp_path / "runs", "pre", prereg_sha=sha256_file(P.analysis_repo() / "conf/prereg/hypotheses.yaml"))
+    st.add("none", "q1")
+    pre = tmp_path / "prereg"
+    P.publish([st.write()], pre, say=lambda s: None)
+    (p,) = (pre / "prereg").iterdir()
+    assert len(P.rebuild(pre, tmp_path / "r0")) == 1
+    p.write_text(p.read_text() + "\n# one more hypothesis\n")
+    with pytest.raises(P.PublishError, match=rf"prereg/{p.name} is missing or does not match the card's sha256"):
+        P.rebuild(pre, tmp_path / "r2")
+    assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
+
+
+def test_a_file_the_card_does_not_name_is_refused_by_name(published, tmp_path, capsys):
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    (ds / "notes.html").write_text("<script>alert(1)</script>")
+    _every_reader_refuses(ds, tmp_path, capsys, "file(s) the card does not name: notes.html")
+    (ds / "notes.html").unlink()
+    (ds / ".gitattributes").write_text("*.parquet filter=lfs\n")  # what a Hub download holds: not the dataset's
+    assert len(P.rebuild(ds, tmp_path / "ok")) == 2
+
+
+def test_a_dataset_beyond_the_bounds_is_refused(published, tmp_path, monkeypatch):
+    monkeypatch.setattr(P, "MAX_FILES", 10)  # the published fixture has 25 files
+    with pytest.raises(P.PublishError, match="25 files in table 'files': more than 10"):
+        P.rebuild(published["out"], tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_record_naming_a_condition_like_a_path_cannot_name_a_log_file(tmp_path, capsys):
+    st = Stage(tmp_path / "runs", "s")
+    st.add("none", "q1")
+    st.records[0]["condition"] = "../../escape"
+    folder = st.write()
+    assert export_inspect.main([f"runs={folder}", f"out={tmp_path / 'logs'}"]) == 2
+    assert "condition '../../escape' is no plain name" in capsys.readouterr().err
+    assert not (tmp_path / "logs").exists() and not list(tmp_path.glob("**/*.eval"))
+
+
+# ------------------------------------------------------------------------------ safe to share
+
+SECRET = "s3cr3t-pa55w0rd"
+TOKEN = "tok-PLANTED-0123456789"
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    """A stage with credentials and another machine's paths in every place a user can put them."""
+    monkeypatch.setenv("MY_SERVICE_TOKEN", TOKEN)
+    base = f"http://jdoe:{SECRET}@10.9.8.7:8000/v1/"  # with its trailing slash
+    data_path = "/gpfs/home/jdoe/data sets/synth_tiny.json"
+    st = Stage(tmp_path / "runs", "odd", data={"path": data_path, "sha256": "d" * 64, "kind": "longmemeval"},
+               config_extra={"model": {"name": "vllm", "base_url": base, "api_key": "sk-live-abcdefghijklmnop0123",
+                                       "extra_headers": {"Authorization": "Bearer abcdefghijklmnopqrstuvwxyz"}},
+                             "cache_dir": "/scratch/jdoe/My Runs/cache",
+                             "judge": {"name": "gpt", "base_url": f"https://judge.internal.example.com/v1?key={SECRET}"}})
+    for qid in ("q1", "q2"):
+        r = st.add("none", qid, status="failed" if qid == "q2" else "ok",
+                   answer=f"saw https://jdoe:{SECRET}@files.example.com/a?token={TOKEN}#frag and {TOKEN}")
+        r["data_path"] = data_path
+        r["endpoint"] = {"base_url": base}
+        if qid == "q2":
+            r["error"] = ('Traceback (most recent call last):\n  File "/home/Jo Doe/proj/harness/loop.py", line 3\n'
+                          f'/scratch/jdoe/My Runs/cache/x.json\nOSError: token {TOKEN}')
+    for j in st.judgements:  # the judge's identity strips the slash: what the issue saw leak
+        j["judge"]["base_url"] = base
+        j["judge"]["identity"] = f"openai_compatible:judge@{base.rstrip('/')}:0123abcd4567"
+    folder = st.write()
+    (folder / "driver.lock").write_text(json.dumps({"host": "jdoe-laptop", "pid": 4242}) + "\n")
+    return folder
+
+
+def _published_bytes(out: Path) -> list[tuple[str, str]]:
+    """Every file of the dataset as text (parquet decoded cell by cell), each with where it came from."""
+    parts = []
+    for p in sorted(out.rglob("*")):
+        if p.suffix == ".parquet":
+            for i, row in enumerate(pq.read_table(p).to_pylist()):
+                for col, v in row.items():
+                    parts.append((f"{p.parent.name}[{i}].{col}", json.dumps(v, ensure_ascii=False, default=str)))
+            parts.append((str(p), p.read_bytes().decode("latin-1")))
+        elif p.is_file():
+            parts.append((str(p), p.read_text()))
+    return parts
+
+
+def test_planted_credentials_and_other_machines_paths_never_reach_a_byte_or_cell(planted, tmp_path):
+    out = tmp_path / "ds"
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        assert publish_cli.main([f"runs={planted}", f"out={out}"]) == 0
+    forbidden = [SECRET, TOKEN, "jdoe:", "10.9.8.7", "sk-live", "abcdefghijklmnopqrstuvwxyz", "/gpfs", "/scratch",
+                 "Jo Doe", "/home/", "internal.example.com", "files.example.com", "#frag", "My Runs"]
+    for where, text in _published_bytes(out):
+        for bad in forbidden:
+            assert bad not in text, f"{bad!r} in {where}"
+    cells = "\n".join(t for _, t in _published_bytes(out))
+    assert "<local path>/synth_tiny.json" in cells and "<local path>/cache" in cells
+    assert "openai_compatible:judge@<endpoint url>:0123abcd4567" in cells and "https://<host>/a" in cells
+    # host names and pids go along, and both the plan and the card say so
+    card = (out / "README.md").read_text()
+    assert "jdoe-laptop" in said.getvalue() and "jdoe-laptop" in card and "process ids" in card
+
+
+def test_the_report_of_the_published_stage_is_the_original_s(planted, tmp_path):
+    """The identity with its slash stripped is replaced the same way where the analysis prints it."""
+    from tests.test_analysis import prereg_file
+
+    P.publish([planted], tmp_path / "ds", say=lambda s: None)
+    common = ["replay=none", f"prereg={prereg_file(tmp_path)}", "lenient=true"]
+    assert A.main([f"runs={planted}", f"out={tmp_path / 'a'}", *common]) == 0
+    assert A.main([f"runs={tmp_path / 'ds'}", f"out={tmp_path / 'b'}", *common]) == 0
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert [str(f) for f in files if (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()] == []
+    assert not any(SECRET in (tmp_path / "a" / f).read_text(errors="replace") for f in files)
+
+
+def test_what_escapes_the_redaction_is_refused_by_the_last_scan_naming_it(planted, tmp_path, capsys):
+    rec = min((planted / "records").glob("*.json"))
+    # JSON's own escapes hide a path and a key from a scan of the file's text, not from its cells
+    rec.write_text(rec.read_text().replace('"answer": "', '"answer": "\\/home\\/jdoe\\/notes.txt \\u0073k-'
+                                                          'hiddenhiddenhidden0 ', 1))
+    assert publish_cli.main([f"runs={planted}", f"out={tmp_path / 'ds'}"]) == 2
+    err = capsys.readouterr().err
+    assert "refused to publish what looks private" in err and "a local path (/home/jdoe/notes.txt)" in err
+    assert "a credential (sk-hid...)" in err and "table 'runs'" in err and "column 'answer'" in err
+    assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".ds.publish-*"))
+
+
+def test_urls_and_paths_are_recognised_by_their_shape():
+    found = privacy.Private()
+    found.scan_object({"model": {"base_url": "http://u:p4ssw0rd@h.example:8000/v1/"}})
+    text = found.redact(
+        "a openai:m@http://u:p4ssw0rd@h.example:8000/v1:0123abcd4567 b http://h.example:8000/v1 c "
+        "https://x.example.org/docs/page?token=abc#part d /scratch/u/run e /gpfs/home/u/data sets/z.json f "
+        "/home/Jo Doe/runs/x g /usr/bin/sqlite3 h /chat/completions i /tmp/x and then j C:\\\\Users\\\\jo\\\\r.json")
+    assert text == ("a openai:m@<endpoint url>:0123abcd4567 b <endpoint url> c https://<host>/docs/page d "
+                    "<local path>/run e <local path>/z.json f <local path>/x g /usr/bin/sqlite3 h /chat/completions "
+                    "i <local path>/x and then j <local path>/r.json")
+    assert privacy.leaks(text) == []
+    assert privacy.leaks("see /home/u/x and sk-abcdefghijklmnopqrstu") == [
+        "a credential (sk-abc...)", "a local path (/home/u/x)"]
+
+
+# ------------------------------------------------------------------------------ privacy per memory unit
+
+
+def _unit_log(agent: str | None, scope: str, owners: list[str]) -> dict:
+    return {"kind": "search", "agent": agent, "view": {"org": "q", "agent": agent, "scope": scope},
+            "units": [[f"{o}|s{i}|0", o] for i, o in enumerate(owners)], "query": "q", "k": 5}
+
+
+def test_a_transcript_that_shows_a_private_agents_unit_stays_behind_whatever_the_variant(tmp_path):
+    st = Stage(tmp_path / "runs", "org")
+    shown = {}
+    for qid, cond, log in [("q1", "no_view", _unit_log(None, "all", ["a1", "a4"])),  # public variant, no view
+                           ("q2", "shared", _unit_log("a0", "shared", ["a1", "a2"])),  # public units only
+                           ("q3", "shared", None)]:
+        r = st.add(cond, qid, variant="public", tool_calls=1 if log else 0,
+                   tools=[{"log": log}] if log else None)
+        r["transcript"] = {"role": "agent", "system_sha256": "0" * 64, "tools": [], "messages": [
+            {"role": "user", "content": f"unit text of {qid}", "tool_calls": None, "tool_call_id": None,
+             "tool": None, "call": None, "asked": None}]}
+        shown[qid] = r["run_id"]
+    folder = st.write()
+    ex = P.collect([folder])
+    kept = {r["run_id"] for r in ex.rows["transcripts"]}
+    assert kept == {shown["q2"], shown["q3"]} and ex.private_transcripts == 1
+    assert len(P.collect([folder], private_transcripts=True).rows["transcripts"]) == 3
+
+
+def _synth_stage(tmp_path: Path, name: str, variant: str = "", edit: bool = False) -> Path:
+    data_file = tmp_path / name / "cache" / "synth_tiny_seed0_q2.json"
+    data_file.parent.mkdir(parents=True)
+    text = json.dumps(generate(0, "tiny"), ensure_ascii=False)
+    data_file.write_text(text.replace("a", "b", 1) if edit else text)
+    st = Stage(tmp_path / name / "runs", name, data={"path": str(data_file), "sha256": sha256_file(data_file),
+                                                     "kind": "synth"},
+               config_extra={"data": {"kind": "synth", "size": "tiny", "seed": 0, "path": str(data_file)}})
+    st.add("shared" if variant else "none", "q1", variant=variant)
+    return st.write()
+
+
+def test_the_data_file_goes_along_only_when_the_generator_wrote_it_and_holds_no_private_unit(tmp_path):
+    def data_rows(folder, **kw):
+        return [f["path"] for f in P.collect([folder], **kw).rows["files"] if f["path"].startswith("data/")]
+
+    assert data_rows(_synth_stage(tmp_path, "own")) == ["data/synth_tiny_seed0_q2.json"]
+    edited = _synth_stage(tmp_path, "edited", edit=True)  # its stage.json has the edited file's own sha256
+    assert data_rows(edited) == []
+    assert any("differs from what the generator writes" in x for x in P.collect([edited]).left_out)
+    org = _synth_stage(tmp_path, "orgdata", variant="public")
+    assert data_rows(org) == [] and data_rows(org, private_transcripts=True) == ["data/synth_tiny_seed0_q2.json"]
+
+
+# ------------------------------------------------------------------------------ push and the folder
+
+
+def test_push_refuses_an_existing_public_repository_unless_asked(published, tmp_path, loopback_hub, capsys):
+    loopback_hub.repos["me/open"] = {"private": False, "commits": []}
+    shutil.copytree(published["out"], tmp_path / "ds")
+    args = [f"runs={published['folders'][0]}", f"out={tmp_path / 'ds2'}", "push=me/open",
+            f"endpoint={loopback_hub.url}"]
+    assert publish_cli.main(args) == 2
+    cap = capsys.readouterr()
+    assert "me/open is a public dataset repository: refused" in cap.err and "(private" not in cap.out
+    assert loopback_hub.commits == [] and loopback_hub.created == []
+    assert publish_cli.main(args + ["public=true"]) == 0
+    assert "(public, existing)" in capsys.readouterr().out and len(loopback_hub.commits) == 1
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_failed_push_says_what_happened_and_what_the_hub_holds(published, tmp_path, loopback_hub, capsys, exists):
+    if exists:
+        loopback_hub.repos["me/results"] = {"private": True, "commits": []}
+    loopback_hub.fail_commit = 403  # refused (a 5xx is retried by the client for half a minute first)
+    code = publish_cli.main([f"runs={published['folders'][0]}", f"out={tmp_path / 'ds'}", "push=me/results",
+                             f"endpoint={loopback_hub.url}"])
+    err = capsys.readouterr().err
+    assert code == 3 and "Traceback" not in err
+    assert "push to me/results failed while committing the dataset's files" in err and "403" in err
+    assert ("is as it was (the upload is one commit, never made" if exists else
+            "was created (private) and holds no commit of this dataset") in err
+    assert loopback_hub.files("me/results") == []
+
+
+def test_publishing_again_deletes_nothing_it_did_not_write(published, tmp_path):
+    out = tmp_path / "ds"
+    P.publish(published["folders"], out, say=lambda s: None)
+    (out / "data").mkdir()
+    (out / "data" / "synth_tiny.json").write_text("[]")  # what the card tells its user to put there
+    (out / "my-notes.txt").write_text("mine")
+    P.publish(published["folders"][:1], out, say=lambda s: None)  # fewer tables' rows, the same folder
+    assert (out / "data" / "synth_tiny.json").read_text() == "[]" and (out / "my-notes.txt").read_text() == "mine"
+    assert P.read_card(out)["stages"].keys() == {"smoke/smoke"}
+    gone = set(P.read_card(published["out"])["tables"]) - set(P.read_card(out)["tables"])
+    assert all(not (out / t).exists() for t in gone)
+    assert yaml.safe_load((out / "README.md").read_text().split("---\n")[1])["memspace"]["format"] == 1
+
+
+def test_html_in_a_model_name_is_shown_in_the_card_never_rendered(tmp_path):
+    st = Stage(tmp_path / "runs", "h")
+    st.add("none", "q1")
+    folder = st.write()
+    info = json.loads((folder / "stage.json").read_text())
+    info["model"]["model"] = "<img src=x onerror=alert(1)>"
+    (folder / "stage.json").write_text(json.dumps(info))
+    P.publish([folder], tmp_path / "ds", say=lambda s: None)
+    body = (tmp_path / "ds" / "README.md").read_text().split("\n---\n", 1)[1]
+    assert "<img" not in body and "&lt;img src=x onerror=alert(1)&gt;" in body
+    assert len(P.rebuild(tmp_path / "ds", tmp_path / "r")) == 1  # and the card still reads back
+
+
+def test_inspect_logs_of_an_original_folder_name_the_data_file_not_its_path(planted, tmp_path):
+    from inspect_ai.log import read_eval_log
+
+    assert export_inspect.main([f"runs={planted}", f"out={tmp_path / 'logs'}"]) == 0
+    (log,) = [read_eval_log(str(p)) for p in (tmp_path / "logs").glob("*.eval")]
+    assert log.eval.dataset.name == "synth_tiny.json"
+
+
+@pytest.mark.parametrize("edit", ["format", "card files"])
+def test_a_crafted_format_or_card_block_is_refused_not_a_traceback(published, tmp_path, capsys, edit):
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    if edit == "format":  # an indent that would write a file of a billion spaces a line
+        files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
+        row = next(f for f in files if f["format"] and "indent" in f["format"])
+        row["format"] = json.dumps({"indent": 10**9, "ensure_ascii": False, "newline": True})
+        _reseal(ds, "files", files)
+        match = "a file format"
+    else:
+        meta = P.read_card(ds)
+        counts = {t: pq.read_metadata(ds / t / "train.parquet").num_rows for t in meta["tables"]}
+        (ds / "README.md").write_text(P.card_text({**meta, "files": [3]}, counts))  # a card written as ours is
+        match = "are not what this harness writes (TypeError"
+    assert A.main([f"runs={ds}", f"out={tmp_path / 'a'}", "replay=none"]) == 2
+    err = capsys.readouterr().err
+    assert match in err and "Traceback" not in err and not (tmp_path / "a").exists()
