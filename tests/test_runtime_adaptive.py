@@ -414,3 +414,51 @@ def test_download_at_the_tag_pinned_refused_and_trust_on_first_download(fake_raw
     assert main(["download", "--what", "session_search_texts", "--out", str(out), "--base-url", base]) == 1
     assert "REFUSED" in capsys.readouterr().err and not (out / "session_search_tool.py").exists()
     assert not list(out.glob(".*partial"))
+
+
+# ---------------------------------------------------------------- the analysis table and the preset's dry run
+
+
+def test_session_search_table_w_and_p_per_shape_and_flags_mixing():
+    from types import SimpleNamespace
+
+    from analysis.tables.session_search import session_search_table
+
+    def rec(cond, shape, chars, schema=5860, search="installed"):
+        return {"condition": cond, "condition_notes": {"session_search_shape": shape, "session_search": search,
+                                                       "schema_chars": schema},
+                "tools": [{"name": "session_search", "chars": c, "log": {"session_search_shape": shape}} for c in chars]
+                + [{"name": "memory_search", "chars": 999, "log": {}}]}
+
+    f = SimpleNamespace(name="main", records=[
+        rec("session_search", "top_session_window", [6000, 4000], 7000, "adaptive"),
+        rec("session_search", "top_session_window", [5000], 7000, "adaptive"),
+        rec("fanout", "sessions_expanded", [20000]),
+        rec("fanout", "top_session_window", [3000, 3000, 3000], 7000, "adaptive"),
+        {"condition": "tool_hybrid", "condition_notes": {}, "tools": [{"name": "memory_search", "chars": 10}]}])
+    t = session_search_table([f]).set_index(["condition", "shape"])
+    s = t.loc[("session_search", "top_session_window")]
+    assert (s["runs"], s["searches"], s["w_chars_per_search"], s["chars_per_question"]) == (2, 3, 5000, 7500)
+    assert s["P_schema_chars"] == 7000 and not s["mixed"] and s["paper_chars_per_question"] == 47_700
+    assert t.loc[("fanout", "sessions_expanded")]["w_chars_per_search"] == 20000
+    assert t.loc[("fanout", "top_session_window")]["chars_per_question"] == 9000
+    assert t.loc[("fanout", "sessions_expanded")]["mixed"] and t.loc[("fanout", "top_session_window")]["mixed"]
+    assert "tool_hybrid" not in t.index.get_level_values(0)
+
+
+def test_the_main_stage_dry_run_under_the_preset_names_the_emulated_shape(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "DEEPSEEK_API_KEY": "sk-test", "MEMSPACE_BGE_PATH": str(tmp_path / "no-bge"),
+           "MEMSPACE_EVALUATE_QA": str(tmp_path / "no-evaluate_qa.py"), A.TEXTS_ENV: str(tmp_path / "no-texts.py")}
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=main", "preset=paper", "data=synth_tiny",
+                          "dry_run=true", f"runs_dir={tmp_path}/runs"], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=300)
+    line = next(x for x in res.stdout.splitlines() if x.strip().startswith("fidelity runtime"))
+    if load_runtime().shape != "top_session_window":
+        assert "0.21.5 behaviour, emulated over" in line and "top_session_window" in line, line
+        assert "differs" in line and "tool texts installed" in line  # no texts downloaded: said so
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.jsonl"))
