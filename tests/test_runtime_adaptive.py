@@ -462,3 +462,15 @@ def test_the_main_stage_dry_run_under_the_preset_names_the_emulated_shape(tmp_pa
         assert "0.21.5 behaviour, emulated over" in line and "top_session_window" in line, line
         assert "differs" in line and "tool texts installed" in line  # no texts downloaded: said so
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.jsonl"))
+
+
+def test_the_search_is_part_of_the_stage_hash_and_the_default_keeps_old_hashes():
+    from omegaconf import OmegaConf
+
+    from harness.records import config_hash
+
+    base = {"seed": 0, "stage": {"name": "main"}}
+    old = config_hash(OmegaConf.create(base))
+    assert config_hash(OmegaConf.create({**base, "runtime": {"session_search": "installed"}})) == old
+    # a stage started with one search refuses to resume with the other (StageMismatch): no stage mixes shapes
+    assert config_hash(OmegaConf.create({**base, "runtime": {"session_search": "adaptive"}})) != old

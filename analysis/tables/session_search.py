@@ -38,10 +38,12 @@ def session_search_table(folders: Sequence[Folder]) -> pd.DataFrame:
             search = notes.get("session_search") or next((lg.get("session_search") for lg in logs
                                                           if lg.get("session_search")), "installed")
             g = groups.setdefault((r["condition"], str(shape), str(search)),
-                                  {"runs": 0, "searches": 0, "chars": 0, "schema": set()})
+                                  {"runs": 0, "searches": 0, "chars": 0, "schema": set(), "texts": set()})
             g["runs"] += 1
             g["searches"] += len(calls)
             g["chars"] += sum(int(t.get("chars") or 0) for t in calls)
+            if notes.get("tool_texts_sha256"):
+                g["texts"].add(str(notes["tool_texts_sha256"]))
             if notes.get("schema_chars") is not None:
                 g["schema"].add(int(notes["schema_chars"]))
         shapes_by_cond: dict[str, set[str]] = {}
@@ -55,7 +57,7 @@ def session_search_table(folders: Sequence[Folder]) -> pd.DataFrame:
                 "chars_per_question": g["chars"] / g["runs"] if g["runs"] else math.nan,
                 "paper_chars_per_question": PAPER_CHARS_PER_QUESTION,
                 "P_schema_chars": max(g["schema"]) if g["schema"] else math.nan,
-                "mixed": len(shapes_by_cond[c]) > 1 or len(g["schema"]) > 1,
+                "mixed": len(shapes_by_cond[c]) > 1 or len(g["schema"]) > 1 or len(g["texts"]) > 1,
             })
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
