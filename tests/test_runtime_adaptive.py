@@ -474,3 +474,50 @@ def test_the_search_is_part_of_the_stage_hash_and_the_default_keeps_old_hashes()
     assert config_hash(OmegaConf.create({**base, "runtime": {"session_search": "installed"}})) == old
     # a stage started with one search refuses to resume with the other (StageMismatch): no stage mixes shapes
     assert config_hash(OmegaConf.create({**base, "runtime": {"session_search": "adaptive"}})) != old
+
+
+# ---------------------------------------------------------------- against the recorded results of tests/data
+
+
+def test_against_the_recorded_history_of_tests_data(tmp_path):
+    """tests/data holds one history as 0.19.0 returned it (every message of its three sessions) and the
+    same search in 0.21.5's shape, written by hand from 0.21.5's source by another author. Rebuilt
+    here into a store, the emulation must give 0.19.0's ranking (the FTS5 rank is the same code) and
+    each session shaped as that file shapes it: the `full` one and the `compact` ones alike."""
+    from datetime import datetime, timezone
+
+    data = Path(__file__).parent / "data"
+    old = json.loads((data / "hermes_0_19_0" / "discover.json").read_text())
+    new = json.loads((data / "hermes_0_21_5" / "discover_adaptive.json").read_text())
+    imported = []
+    for r in sorted(old["results"], key=lambda r: r["messages"][0]["id"]):
+        msgs = sorted(r["bookend_start"] + r["messages"] + r["bookend_end"], key=lambda m: m["id"])
+        start = datetime.strptime(r["when"], "%B %d, %Y at %I:%M %p").replace(tzinfo=timezone.utc).timestamp()
+        imported.append({"id": r["session_id"], "source": r["source"], "started_at": start,
+                         "messages": [{"role": m["role"], "content": m["content"], "timestamp": m["timestamp"]}
+                                      for m in msgs]})
+    path = tmp_path / "state.db"
+    db = load_runtime().SessionDB(db_path=path)
+    assert db.import_sessions(imported)["ok"]
+    db.close()
+    with SessionSearchTool(path, search="adaptive") as t:
+        adaptive = json.loads(t(query="trellis").text)
+        full = json.loads(t(query="trellis", detail="full").text)
+    assert [r["session_id"] for r in adaptive["results"]] == [r["session_id"] for r in old["results"]]
+    assert [r["match_message_id"] for r in adaptive["results"]] == [r["match_message_id"] for r in old["results"]]
+    snippets = {r["session_id"]: r["snippet"] for r in old["results"]}
+    assert all(r["snippet"] == snippets[r["session_id"]] for r in adaptive["results"])
+    # the file's `full` session against our full shaping of it (detail="full"), its `compact` ones against
+    # ours where we shape them compact too (our top session is the file's third); its snippets are its own
+    full_by = {r["session_id"]: r for r in full["results"]}
+    compact_by = {r["session_id"]: r for r in adaptive["results"] if r["detail"] == "compact"}
+    compared = []
+    for want in new["results"]:
+        sid = want["session_id"]
+        got = full_by[sid] if want["detail"] == "full" else compact_by.get(sid)
+        if got is None:
+            continue
+        drop = ("link", "snippet")
+        assert {k: v for k, v in got.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}, sid
+        compared.append((sid, want["detail"]))
+    assert compared == [("s456e0eb1849d", "full"), ("s77714aa82db7", "compact")]

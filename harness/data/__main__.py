@@ -93,10 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--out", default=None)
     d.add_argument("--revision", default=None,
                    help="hub revision (longmemeval: main; bge: the pinned commit) or git commit (evaluate_qa: the "
-                        "pinned one; session_search_texts: the tag v0.21.5); a revision other than the pinned one is trust-on-first-download")
+                        "pinned one; session_search_texts: the tag v0.21.5); a revision other than the pinned one "
+                        "is trust-on-first-download")
     d.add_argument("--endpoint", default=None, help="hub base URL (default HF_ENDPOINT or https://huggingface.co)")
     d.add_argument("--base-url", default=None,
-                   help="evaluate_qa, session_search_texts: raw-file base URL (default https://raw.githubusercontent.com)")
+                   help="evaluate_qa, session_search_texts: raw-file base URL "
+                        "(default https://raw.githubusercontent.com)")
     pe = sub.add_parser("personal", help="write personalization trials (second seed paper) and check them")
     pe.add_argument("--out", default=None, help="default data/personal/personal_trials_n<N>_seed<S>.json")
     pe.add_argument("--n", type=int, default=150)

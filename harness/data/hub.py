@@ -238,7 +238,9 @@ def download_session_search_texts(out_dir: str | Path = "data/runtime/hermes-age
     description the model sees under runtime.session_search=adaptive. At the pinned tag a file
     whose sha256 differs from harness.runtime.adaptive.TEXTS_SHA256 is deleted and refused; with
     no pin, or another tag, the download is trust-on-first-download and download.json says so."""
-    from harness.runtime.adaptive import TEXTS_FILE, TEXTS_REPO, TEXTS_SHA256, TEXTS_TAG, TextsError, parse_texts
+    from harness.runtime.adaptive import (
+        TEXTS_FILE, TEXTS_REPO, TEXTS_SHA256, TEXTS_TAG, TEXTS_TAGS, TextsError, parse_texts,
+    )
 
     def parses_ok(p: Path) -> bool:
         try:
@@ -253,7 +255,7 @@ def download_session_search_texts(out_dir: str | Path = "data/runtime/hermes-age
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / Path(TEXTS_FILE).name
-    want = TEXTS_SHA256 if tag == TEXTS_TAG else None
+    want = TEXTS_SHA256 if tag in TEXTS_TAGS else None
     digest, parses = _fetch_raw(url, target, want, parses_ok, timeout)
     record(out_dir, {target.name: {
         "what": f"Hermes Agent's session_search tool module ({TEXTS_FILE}, MIT): its schema and description",

@@ -220,6 +220,9 @@ def session_search(args: dict, db) -> str:
 
 TEXTS_REPO = "NousResearch/hermes-agent"
 TEXTS_TAG = "v0.21.5"
+# the same release under its date tag ("Hermes Agent v0.21.5", commit f97608f178; tests/data/README.md):
+# a download by either name is checked against the one pin
+TEXTS_TAGS = (TEXTS_TAG, "v2026.9.24")
 TEXTS_FILE = "tools/session_search_tool.py"
 # sha256 of TEXTS_FILE at TEXTS_TAG. None: not yet pinned (the tag's snapshot could not be fetched where this was
 # written), so a download at the tag is trust-on-first-download and download.json and the manifest say so.
