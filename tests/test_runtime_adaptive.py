@@ -521,3 +521,8 @@ def test_against_the_recorded_history_of_tests_data(tmp_path):
         assert {k: v for k, v in got.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}, sid
         compared.append((sid, want["detail"]))
     assert compared == [("s456e0eb1849d", "full"), ("s77714aa82db7", "compact")]
+
+
+def test_a_profile_name_on_one_store_is_the_runtimes_to_refuse(tool):
+    out = call(tool, query="heron", profile="nobody")
+    assert "error" in out and "nobody" in out["error"] and "does not exist" in out["error"]

@@ -195,6 +195,12 @@ def session_search(args: dict, db) -> str:
     if isinstance(session_id, str) and "/" in session_id:  # an '@session:<profile>/<id>' value
         session_id = session_id.partition("/")[2] or session_id
     query = args.get("query") or ""
+    profile = args.get("profile")
+    if profile is not None and str(profile).strip():
+        # another profile's store by name: the installed runtime resolves (or refuses) it; fan-out never
+        # gets here (SessionSearchTool opens each agent's store itself and drops `profile`)
+        return rt.registry.dispatch("session_search", {k: v for k, v in args.items() if k not in ("detail", "scope")},
+                                    db=db)
     if (isinstance(session_id, str) and session_id.strip()) or not isinstance(query, str) or not query.strip():
         # scroll, read and browse: the installed runtime's own
         return rt.session_search(query="", role_filter=args.get("role_filter"), limit=args.get("limit", 3),
