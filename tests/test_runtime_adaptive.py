@@ -444,24 +444,10 @@ def test_session_search_table_w_and_p_per_shape_and_flags_mixing():
     assert t.loc[("fanout", "top_session_window")]["chars_per_question"] == 9000
     assert t.loc[("fanout", "sessions_expanded")]["mixed"] and t.loc[("fanout", "top_session_window")]["mixed"]
     assert "tool_hybrid" not in t.index.get_level_values(0)
+    from analysis.tables.session_search import session_search_section
 
-
-def test_the_main_stage_dry_run_under_the_preset_names_the_emulated_shape(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "DEEPSEEK_API_KEY": "sk-test", "MEMSPACE_BGE_PATH": str(tmp_path / "no-bge"),
-           "MEMSPACE_EVALUATE_QA": str(tmp_path / "no-evaluate_qa.py"), A.TEXTS_ENV: str(tmp_path / "no-texts.py")}
-    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=main", "preset=paper", "data=synth_tiny",
-                          "dry_run=true", f"runs_dir={tmp_path}/runs"], cwd=root, env=env, capture_output=True,
-                         text=True, timeout=300)
-    line = next(x for x in res.stdout.splitlines() if x.strip().startswith("fidelity runtime"))
-    if load_runtime().shape != "top_session_window":
-        assert "0.21.5 behaviour, emulated over" in line and "top_session_window" in line, line
-        assert "differs" in line and "tool texts installed" in line  # no texts downloaded: said so
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.jsonl"))
+    md = session_search_section(SimpleNamespace(tables={"session_search_shapes": session_search_table([f])}))
+    assert "by result shape" in md and "**Mixed shapes**: main/fanout" in md and "47,700" in md
 
 
 def test_the_search_is_part_of_the_stage_hash_and_the_default_keeps_old_hashes():
@@ -526,3 +512,35 @@ def test_against_the_recorded_history_of_tests_data(tmp_path):
 def test_a_profile_name_on_one_store_is_the_runtimes_to_refuse(tool):
     out = call(tool, query="heron", profile="nobody")
     assert "error" in out and "nobody" in out["error"] and "does not exist" in out["error"]
+
+
+def test_a_stage_under_the_setting_records_the_emulation_and_the_report_shows_it(tmp_path):
+    """runtime.session_search=adaptive on a scripted upstream: both session-search conditions get the
+    emulated shape (run notes, every call's log), and stage.json's runtime row says so."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.fake_model import FakeModel
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "DEEPSEEK_API_KEY": "sk-test", A.TEXTS_ENV: str(tmp_path / "absent.py")}
+    with FakeModel() as fake:
+        env["DEEPSEEK_BASE_URL"] = fake.base_url
+        res = subprocess.run([sys.executable, "-m", "harness.run", "stage=main", "model=deepseek", "judge=deepseek",
+                              "data=synth_tiny", f"runs_dir={tmp_path}/runs", "samples.smoke.limit=2",
+                              "stage.groups=[{sample:smoke,conditions:[session_search,session_search_compact]}]",
+                              "judge.prompts=builtin", "concurrency=2", "runtime.session_search=adaptive"],
+                             cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    folder = tmp_path / "runs" / "main" / "main"
+    recs = [json.loads(p.read_text()) for p in (folder / "records").glob("*.json")]
+    assert sorted(r["condition"] for r in recs) == ["session_search"] * 2 + ["session_search_compact"] * 2
+    for r in recs:
+        n = r["condition_notes"]
+        assert (n["session_search"], n["session_search_shape"], n["emulates"], n["tool_texts"]) == \
+            ("adaptive", "top_session_window", "0.21.5", "installed")
+        assert r["tools"] and all(t["log"]["session_search_shape"] == "top_session_window" for t in r["tools"])
+    row = next(x for x in json.loads((folder / "stage.json").read_text())["fidelity"]["rows"] if x["key"] == "runtime")
+    if load_runtime().shape != "top_session_window":
+        assert row["stage"].startswith("0.21.5 behaviour, emulated over") and row["status"] == "differs"
