@@ -181,6 +181,7 @@ def test_top_session_full_window_cut_at_4000_bookends_at_1200_summaries_dropped(
     assert cron["messages"][0]["content"] == craw[:4000] + "…" and cron["messages"][0]["original_content_chars"] == 4500
     assert (cron["messages_before"], cron["messages_after"]) == (1, 1)
     assert "parent_session_id" not in top and "parent_session_id" not in cron
+    assert (top["link"], cron["link"]) == ("@session:default/s_top", "@session:default/s_cron")
 
 
 def test_full_detail_hydrates_every_session(tool, ids):
@@ -304,6 +305,7 @@ def test_fanout_under_adaptive_opens_each_store(store, tmp_path):
         assert t.fanout_mode == "direct"
         r = t(query="heron", profile="a1")
     assert r.sessions == ["s_other"] and r.log["store"] == "a1" and json.loads(r.text)["detail"] == "adaptive"
+    assert json.loads(r.text)["results"][0]["link"] == "@session:a1/s_other"
 
 
 # ---------------------------------------------------------------- the setting and the manifest
@@ -503,7 +505,7 @@ def test_against_the_recorded_history_of_tests_data(tmp_path):
         got = full_by[sid] if want["detail"] == "full" else compact_by.get(sid)
         if got is None:
             continue
-        drop = ("link", "snippet")
+        drop = ("snippet",)
         assert {k: v for k, v in got.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}, sid
         compared.append((sid, want["detail"]))
     assert compared == [("s456e0eb1849d", "full"), ("s77714aa82db7", "compact")]

@@ -24,7 +24,8 @@ The rules (0.21.5, tools/session_search_tool.py):
     original_content_chars; 3+3 bookends cut at 1,200, compaction summaries dropped);
     every other session `compact`: only its matching message (cut at 4,000), empty
     bookends, the window's before/after counts kept. `detail="full"`: every session full.
-  * The payload carries the top-level `detail` and `sessions_searched`; no model is called.
+  * The payload carries the top-level `detail` and `sessions_searched`, each result a `link`
+    (@session:<profile>/<id>); no model is called.
 """
 
 from __future__ import annotations
@@ -87,6 +88,20 @@ def lineage_root(db, session_id: str) -> str:
     return cur
 
 
+def session_link(session_id: str, profile: str | None = None) -> str:
+    """The `link` 0.21.x puts on each result: @session:<profile>/<id>, the active profile unless named."""
+    name = (profile or "").strip()
+    if not name:
+        try:
+            from hermes_cli.profiles import get_active_profile_name
+
+            name = get_active_profile_name()
+        except Exception:  # the runtime drops the profile segment when it cannot name it
+            name = ""
+        name = "" if name == "custom" else name
+    return f"@session:{name}/{session_id}" if name else f"@session:{session_id}"
+
+
 def _when(ts: Any) -> str:
     return load().search_module._format_timestamp(ts)
 
@@ -123,7 +138,7 @@ def _title_result(db, query: str) -> tuple[dict, str] | None:
 
 
 def discover(db, query: str, role_filter: list[str] | None = None, limit: int = 3, sort: str | None = None,
-             detail: str = "adaptive") -> str:
+             detail: str = "adaptive", link_profile: str | None = None) -> str:
     """A discovery search by 0.21.5's rules (module docstring), as the JSON text the model reads."""
     rt = load()
     roles = role_filter or ["user", "assistant"]
@@ -181,12 +196,16 @@ def discover(db, query: str, role_filter: list[str] | None = None, limit: int = 
         if root and root != sid:
             entry["parent_session_id"] = root
         results.append(entry)
+    for entry in results:
+        entry["link"] = session_link(entry["session_id"], link_profile)
     return json.dumps({"success": True, "mode": "discover", "query": query, "detail": detail, "results": results,
                        "count": len(results), "sessions_searched": len(seen)}, ensure_ascii=False)
 
 
-def session_search(args: dict, db) -> str:
-    """The tool's handler (the registry's argument names): discovery by 0.21.5's rules, the rest the runtime's."""
+def session_search(args: dict, db, link_profile: str | None = None) -> str:
+    """The tool's handler (the registry's argument names): discovery by 0.21.5's rules, the rest the runtime's.
+
+    link_profile: the profile name a result's `link` carries (fan-out: the agent whose store was opened)."""
     rt = load()
     scope = args.get("scope")
     if scope is not None and str(scope).strip() and str(scope).strip().lower() not in ("current", "all"):
@@ -219,7 +238,7 @@ def session_search(args: dict, db) -> str:
     sort = sort.strip().lower() if isinstance(sort, str) and sort.strip().lower() in ("newest", "oldest") else None
     detail = args.get("detail", "adaptive")
     detail = "full" if isinstance(detail, str) and detail.strip().lower() == "full" else "adaptive"
-    return discover(db, query.strip(), roles, limit, sort, detail)
+    return discover(db, query.strip(), roles, limit, sort, detail, link_profile)
 
 
 # ---------------------------------------------------------------- the tool texts the model reads
@@ -348,18 +367,21 @@ def facts(search: str) -> dict:
         schema, st = adaptive_schema()
         if schema is not None:
             texts, sha, tdetail = EMULATED_VERSION, st["sha256"], st["detail"]
+            source = f"{EMULATED_VERSION} ({TEXTS_REPO} {TEXTS_FILE} at {TEXTS_TAG}, downloaded)"
         else:
             texts, tdetail = "installed", st["detail"]
             sha = _sha(runtime_schema())
+            source = f"installed (hermes-agent {runtime_version()}'s own; 0.21.5's not downloaded)"
         what = (f"{EMULATED_VERSION} behaviour, emulated over {version}'s store (harness.runtime.adaptive), "
                 f"session_search shape {shape}")
     else:
         texts, sha, tdetail = "installed", _sha(runtime_schema()), "the installed runtime's own schema"
+        source = f"installed (hermes-agent {version}'s own)"
         what = f"hermes-agent {version}, session_search shape {shape}"
     return {"search": search, "version": version, "label": f"hermes-agent=={version}", "shape": shape,
             "shape_description": SHAPES[shape], "emulated": emulated, "emulates": EMULATED_VERSION if emulated else None,
             "texts": texts, "texts_sha256": sha, "texts_detail": tdetail,
-            "description": f"{what}; tool texts {texts} (sha256 {sha[:16]})"}
+            "description": f"{what}; tool texts {source}, sha256 {sha[:16]}"}
 
 
 def _sha(obj: Any) -> str:

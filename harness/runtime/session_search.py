@@ -488,7 +488,7 @@ class SessionSearchTool:
                 from .adaptive import session_search as emulated_search
 
                 try:  # as the registry's dispatch answers a handler that raised
-                    raw = emulated_search(args, db)
+                    raw = emulated_search(args, db, link_profile=store if store != self.home else None)
                 except Exception as exc:
                     raw = json.dumps({"error": f"Tool execution failed: {type(exc).__name__}: {exc}"})
             else:
