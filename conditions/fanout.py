@@ -7,8 +7,8 @@ SessionDB(db_path=...); every result records `fanout_mode`.
 """
 
 from conditions import Access
-from conditions.session_search import store_notes
-from harness.runtime import SessionSearchTool, build_org_stores, fanout_paragraph, runtime_label
+from conditions.session_search import search_notes, store_notes
+from harness.runtime import SessionSearchTool, build_org_stores, fanout_paragraph, runtime_label, search_choice
 
 NEEDS = ("runtime",)  # the runtime's stores and tool: the fidelity manifest names its version
 FORECAST = {"calls": 4, "result_chars": 16_000, "schema_chars": 5_800}  # harness.run.forecast
@@ -21,9 +21,9 @@ def build(cfg, ctx) -> Access:
         raise ValueError("fanout is a LongMemEval-Org condition; run it in an Org stage")
     agents = [str(a) for a in cfg.agents]
     stores = build_org_stores(ctx.question, ctx.env.plan.data["sha256"], ctx.spec.variant, agents=agents)
-    tool = SessionSearchTool(stores, home=ctx.agent)
+    tool = SessionSearchTool(stores, home=ctx.agent, search=search_choice(getattr(ctx.env, "cfg", None)))
     others = tuple(a for a in agents if a != ctx.agent)
     return Access(text=fanout_paragraph(others), tools=[tool], close=[tool.close],
-                  notes={"runtime": runtime_label(), "session_search_shape": tool.shape,
+                  notes={"runtime": runtime_label(), **search_notes(tool),
                          "fanout_mode": tool.fanout_mode,
                          "stores": {a: store_notes(s) for a, s in stores.items()}})

@@ -1,5 +1,9 @@
 """The runtime's own session_search over the agent's Hermes store (default or compact output).
 
+`runtime.session_search` picks the search: `installed` (the installed runtime's, unmodified) or
+`adaptive` (0.21.5's rules written here over the same store, harness/runtime/adaptive.py; the
+paper preset's). The compact cut and fan-out take the same choice.
+
 The store is written by the runtime's storage code and the tool is the runtime's
 own, called as a library on that store; its schema and description are the
 installed package's. `compact: true` cuts each result to the matching message
@@ -7,7 +11,7 @@ and one neighbour on each side (<= 1,000 characters each), without bookends.
 """
 
 from conditions import Access
-from harness.runtime import SessionSearchTool, build_store, runtime_label
+from harness.runtime import SessionSearchTool, build_store, runtime_label, search_choice
 
 NEEDS = ("runtime",)  # the runtime's store and tool: the fidelity manifest names its version
 
@@ -30,7 +34,17 @@ def build(cfg, ctx) -> Access:
     else:
         store = build_store(q, sha, agent=ctx.agent, layout=f"org-{ctx.spec.variant}",
                             sessions=a.sessions_of(ctx.agent))
-    tool = SessionSearchTool(store, compact=bool(cfg.compact))
+    tool = SessionSearchTool(store, compact=bool(cfg.compact), search=search_choice(getattr(ctx.env, "cfg", None)))
     return Access(text=str(cfg.access), tools=[tool], close=[tool.close],
-                  notes={"runtime": runtime_label(), "session_search_shape": tool.shape, "compact": bool(cfg.compact),
+                  notes={"runtime": runtime_label(), **search_notes(tool), "compact": bool(cfg.compact),
                          "store": store_notes(store)})
+
+
+def search_notes(tool) -> dict:
+    """What a run records about the search it had: shape, choice, emulation, tool texts and their size (P)."""
+    import json
+
+    f = tool.facts
+    return {"session_search_shape": tool.shape, "session_search": f["search"], "emulates": f["emulates"],
+            "tool_texts": f["texts"], "tool_texts_sha256": f["texts_sha256"],
+            "schema_chars": len(json.dumps(tool.schema(), ensure_ascii=False))}

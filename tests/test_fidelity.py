@@ -57,7 +57,8 @@ def test_the_smoke_stage_says_where_it_differs_from_the_paper_and_writes_nothing
 
 def test_the_paper_preset_refuses_each_differing_part_on_its_own_line_unless_allowed(tmp_path):
     env = {"DEEPSEEK_API_KEY": "sk-test", "MEMSPACE_BGE_PATH": str(tmp_path / "no-bge"),
-           "MEMSPACE_EVALUATE_QA": str(tmp_path / "no-evaluate_qa.py")}
+           "MEMSPACE_EVALUATE_QA": str(tmp_path / "no-evaluate_qa.py"),
+           "MEMSPACE_SESSION_SEARCH_TEXTS": str(tmp_path / "no-session_search_tool.py")}
     args = ["stage=main", "preset=paper", "data=synth_tiny", "dry_run=true", f"runs_dir={tmp_path}/runs"]
     res = harness(*args, env=env)
     assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-2000:]
@@ -69,6 +70,9 @@ def test_the_paper_preset_refuses_each_differing_part_on_its_own_line_unless_all
     assert all("allow_deviation=[" in line for line in failed)
     st = fidelity_lines(res.stdout)
     assert st["reader_model"] == st["judge_model"] == st["index"] == st["tool_texts"] == "same"
+    # the preset's session search is 0.21.5's, emulated over the installed store unless 0.21.5 is installed
+    runtime = next(line for line in squeeze(res.stdout).splitlines() if line.startswith("fidelity runtime"))
+    assert "session_search shape top_session_window" in runtime and "0.21.5" in runtime, runtime
 
     ok = harness(*args, "allow_deviation=[encoder,judge_prompts,runtime,data]", env=env)
     assert ok.returncode == 0, ok.stdout[-3000:]

@@ -7,6 +7,9 @@ weights and the official judge prompts.
 * `download_bge(...)`: BAAI/bge-small-en-v1.5 from the hub at the pinned commit
   (harness.memory.encoder.BGE_REVISION), only the files sentence-transformers reads
   (BGE_FILES), into `<out>/bge-small-en-v1.5/`.
+* `download_session_search_texts(...)`: Hermes Agent's `tools/session_search_tool.py` at the study's
+  tag v0.21.5 (github NousResearch/hermes-agent, MIT), whose SESSION_SEARCH_SCHEMA is the tool text
+  of runtime.session_search=adaptive (harness.runtime.adaptive).
 * `download_evaluate_qa(...)`: LongMemEval's `src/evaluation/evaluate_qa.py` (github
   xiaowu0162/LongMemEval, MIT) at the pinned commit (judge.prompts.OFFICIAL_COMMIT), as a raw
   file, into `<out>/evaluate_qa.py`.
@@ -166,6 +169,27 @@ def download_bge(out_dir: str | Path = "data/models", revision: str | None = Non
             "sha256": {rel: e["sha256"] for rel, e in entries.items()}}
 
 
+def _fetch_raw(url: str, target: Path, want: str | None, readable, timeout: float) -> tuple[str, bool]:
+    """Stream one raw file to `target` via a partial file; (sha256, readable(partial) succeeded).
+
+    A file whose sha256 differs from `want` is deleted and refused (ChecksumError), never used."""
+    tmp = target.with_name(f".{target.name}.partial")
+    h = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
+            for block in iter(lambda: r.read(1 << 16), b""):
+                h.update(block)
+                f.write(block)
+        digest = h.hexdigest()
+        if want and digest != want:
+            raise ChecksumError(f"{url}: sha256 {digest} differs from the pinned {want}; deleted, never used")
+        ok = readable(tmp)
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return digest, ok
+
+
 def download_evaluate_qa(out_dir: str | Path = "data/longmemeval", commit: str | None = None,
                          base_url: str | None = None, timeout: float = 60.0) -> dict:
     """LongMemEval's src/evaluation/evaluate_qa.py at the pinned commit into `<out_dir>/evaluate_qa.py`.
@@ -182,35 +206,61 @@ def download_evaluate_qa(out_dir: str | Path = "data/longmemeval", commit: str |
         parse_official,
     )
 
+    def parses_ok(p: Path) -> bool:
+        try:
+            parse_official(p)
+            return True
+        except PromptFileError:
+            return False
+
     commit = commit or OFFICIAL_COMMIT
     base = (base_url or GITHUB_RAW).rstrip("/")
     url = f"{base}/{OFFICIAL_REPO}/{commit}/{OFFICIAL_FILE}"
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "evaluate_qa.py"
-    tmp = out_dir / ".evaluate_qa.py.partial"
-    h = hashlib.sha256()
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
-            for block in iter(lambda: r.read(1 << 16), b""):
-                h.update(block)
-                f.write(block)
-        digest = h.hexdigest()
-        want = OFFICIAL_SHA256 if commit == OFFICIAL_COMMIT else None
-        if want and digest != want:
-            raise ChecksumError(f"{url}: sha256 {digest} differs from the pinned {want}; deleted, never used")
-        try:
-            parse_official(tmp)
-            parses = True
-        except PromptFileError:
-            parses = False
-        tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    want = OFFICIAL_SHA256 if commit == OFFICIAL_COMMIT else None
+    digest, parses = _fetch_raw(url, target, want, parses_ok, timeout)
     record(out_dir, {"evaluate_qa.py": {
         "what": f"LongMemEval official answer-check prompts ({OFFICIAL_FILE}, MIT)",
         "source": f"github {OFFICIAL_REPO}",
         "url": url, "revision": commit, "commit": commit if len(commit) == 40 else None, "sha256": digest,
         "bytes": target.stat().st_size, "pinned_sha256": want, "parses": parses, "fetched": _now()}})
     return {"path": str(target), "url": url, "commit": commit, "sha256": digest, "pinned": want is not None,
+            "parses": parses}
+
+
+def download_session_search_texts(out_dir: str | Path = "data/runtime/hermes-agent-0.21.5", tag: str | None = None,
+                                  base_url: str | None = None, timeout: float = 60.0) -> dict:
+    """Hermes Agent's tools/session_search_tool.py at the study's tag (v0.21.5) into `<out_dir>/`.
+
+    Only its SESSION_SEARCH_SCHEMA is used (read with ast, never imported): the schema and
+    description the model sees under runtime.session_search=adaptive. At the pinned tag a file
+    whose sha256 differs from harness.runtime.adaptive.TEXTS_SHA256 is deleted and refused; with
+    no pin, or another tag, the download is trust-on-first-download and download.json says so."""
+    from harness.runtime.adaptive import (
+        TEXTS_FILE, TEXTS_REPO, TEXTS_SHA256, TEXTS_TAG, TEXTS_TAGS, TextsError, parse_texts,
+    )
+
+    def parses_ok(p: Path) -> bool:
+        try:
+            parse_texts(p)
+            return True
+        except TextsError:
+            return False
+
+    tag = tag or TEXTS_TAG
+    base = (base_url or GITHUB_RAW).rstrip("/")
+    url = f"{base}/{TEXTS_REPO}/{tag}/{TEXTS_FILE}"
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / Path(TEXTS_FILE).name
+    want = TEXTS_SHA256 if tag in TEXTS_TAGS else None
+    digest, parses = _fetch_raw(url, target, want, parses_ok, timeout)
+    record(out_dir, {target.name: {
+        "what": f"Hermes Agent's session_search tool module ({TEXTS_FILE}, MIT): its schema and description",
+        "source": f"github {TEXTS_REPO}", "url": url, "revision": tag, "commit": tag if len(tag) == 40 else None,
+        "sha256": digest, "bytes": target.stat().st_size, "pinned_sha256": want, "parses": parses,
+        "fetched": _now()}})
+    return {"path": str(target), "url": url, "tag": tag, "sha256": digest, "pinned": want is not None,
             "parses": parses}

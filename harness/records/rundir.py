@@ -54,6 +54,11 @@ def config_hash(cfg) -> str:
             model.pop(k, None)
     if isinstance(encoder, dict) and encoder.get("device") == "cpu":  # the default, as before the key
         encoder.pop("device")                                        # existed: earlier stages keep their hash
+    runtime = data.get("runtime")
+    if isinstance(runtime, dict) and runtime.get("session_search") == "installed":  # likewise; another search is
+        runtime.pop("session_search")                                             # another stage (no mixed shapes)
+        if not runtime:
+            data.pop("runtime")
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -134,17 +134,21 @@ def encoder_row(cfg, need: set[str]) -> Row:
                f"{st['model']}|{st.get('weights_sha256')}", "" if same else fix)
 
 
-def runtime_row(need: set[str]) -> Row:
-    from harness.runtime.hermes import PAPER_RUNTIME_VERSION, PAPER_SESSION_SEARCH_SHAPE, runtime_facts
+def runtime_row(need: set[str], cfg=None) -> Row:
+    from harness.runtime import search_choice, search_facts
+    from harness.runtime.hermes import PAPER_RUNTIME_VERSION, PAPER_SESSION_SEARCH_SHAPE
 
     paper = f"hermes-agent {PAPER_RUNTIME_VERSION}, session_search shape {PAPER_SESSION_SEARCH_SHAPE}"
-    f = runtime_facts()
-    stage = f"hermes-agent {f['version']}, session_search shape {f['session_search_shape']} ({f['shape_description']})"
+    f = search_facts(search_choice(cfg))  # runtime.session_search: installed, or 0.21.5's rules emulated here
+    stage = f"{f['description']} ({f['shape_description']})"
     if "runtime" not in need:
         return Row("runtime", "runtime", paper, stage + "; no condition uses it", "not used", "")
-    same = f["version"] == PAPER_RUNTIME_VERSION and f["session_search_shape"] == PAPER_SESSION_SEARCH_SHAPE
-    return Row("runtime", "runtime", paper, stage, _status(same), f"{f['version']}|{f['session_search_shape']}",
-               "" if same else f"make setup HERMES_VERSION={PAPER_RUNTIME_VERSION} where that version installs")
+    real = f["version"] == PAPER_RUNTIME_VERSION and not f["emulated"]
+    same = f["shape"] == PAPER_SESSION_SEARCH_SHAPE and (real or f["texts"] == PAPER_RUNTIME_VERSION)
+    fix = (f"tool texts: {f['texts_detail']}" if f["emulated"] else
+           f"runtime.session_search=adaptive (or preset=paper), or install hermes-agent {PAPER_RUNTIME_VERSION}")
+    return Row("runtime", "runtime", paper, stage, _status(same),
+               f"{f['version']}|{f['search']}|{f['shape']}|{f['texts_sha256']}", "" if same else fix)
 
 
 def index_row(cfg, need: set[str]) -> Row:
@@ -208,7 +212,7 @@ def manifest(cfg, plan) -> list[Row]:
     from harness.run.preflight import needs
 
     need = needs(cfg)
-    return [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need), index_row(cfg, need),
+    return [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need, cfg), index_row(cfg, need),
             tool_texts_row(cfg), data_row(plan), seed_row(cfg)]
 
 

@@ -3,6 +3,7 @@
 hermes.py         loads the runtime once (HERMES_HOME, TZ=UTC); runtime_facts(): version and result shape
 store.py          builds and caches per-agent stores with the runtime's storage API
 session_search.py the runtime's tool, unmodified, plus the compact cut and fan-out
+adaptive.py       0.21.5's adaptive discovery written from its rules over the installed store (runtime.session_search)
 sandbox.py        the namespace/cgroup/seccomp/rlimit sandbox for shell commands
 sandbox_cgroup.py the memory and pids cgroup of each sandboxed call
 sandbox_exec.py   the sandbox's last step (cgroups joined, seccomp loaded, then sh -c)
@@ -10,6 +11,8 @@ shell.py          terminal(command) over one store, and which sessions its outpu
 access.py         the prompt's access paragraphs for these conditions
 """
 
+from .adaptive import choice as search_choice
+from .adaptive import facts as search_facts
 from .access import SESSION_SEARCH, access_paragraph, fanout_paragraph, shell_paragraph
 from .hermes import (
     PAPER_RUNTIME_VERSION, PAPER_SESSION_SEARCH_SHAPE, SHAPES, RuntimeSetupError, runtime_facts, runtime_label,
@@ -22,6 +25,7 @@ from .shell import SessionDetector, ShellTool
 from .store import StoreInfo, build_org_stores, build_store, ensure_sandbox_copy, open_session_db, store_path
 
 __all__ = [
+    "search_choice", "search_facts",
     "SESSION_SEARCH", "access_paragraph", "fanout_paragraph", "shell_paragraph",
     "PAPER_RUNTIME_VERSION", "PAPER_SESSION_SEARCH_SHAPE", "SHAPES", "RuntimeSetupError", "load_runtime",
     "runtime_facts", "runtime_label", "runtime_version", "session_search_shape",
