@@ -79,7 +79,7 @@ def corrected(res: Any) -> Any:
         er = res.errata
         runs, affected = corrected_runs(res, er)
         alt = dataclasses.replace(res, runs=runs, tables={}, outcomes=[], figures={}, notes=[], _memo={},
-                                  errata=None, gold=f"corrected: {er.name} {er.version} (sha256 {er.sha256[:16]})",
+                                  errata=None, corrected_by=er, gold=f"corrected: {er.name} {er.version} (sha256 {er.sha256[:16]})",
                                   command=res.command + " [every table under the corrected gold]")
         from analysis import tables as registry
 
@@ -102,7 +102,8 @@ def conclusions_frame(res: Any) -> pd.DataFrame:
         return pd.DataFrame(columns=[*C.COLUMNS, "robust"])
     alt, _ = corrected(res)
     rows = [{**r, "main": True} for r in C.conclusions(res, res.runs, "official gold", outcomes=C.main_outcomes(res))]
-    rows += C.conclusions(res, alt.runs, "corrected gold", outcomes=C.main_outcomes(alt))
+    rows += [{**r, "against": "official gold"}
+             for r in C.conclusions(res, alt.runs, "corrected gold", outcomes=C.main_outcomes(alt))]
     df = pd.DataFrame(rows, columns=list(C.COLUMNS))
     df["robust"] = df["conclusion"].map(C.compare_verdicts(df).set_index("conclusion")["robust"])
     return df

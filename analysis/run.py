@@ -82,6 +82,7 @@ class Results:
     options: dict = field(default_factory=dict)  # the command's arguments, for tables that read one
     errata: Any = None  # harness.data.errata.Errata of errata=FILE
     gold: str = "official"  # which gold every table of this Results is under
+    corrected_by: Any = None  # the Errata whose corrected gold these runs are under (every judge is scored on it)
     _memo: dict = field(default_factory=dict)
 
     def table(self, name: str) -> pd.DataFrame:

@@ -53,6 +53,8 @@ def section(res: Any) -> str:
     flips = changes(res)
     out.append("\n" + ("**Conclusions that change under the corrected gold:** " + "; ".join(flips) + ".\n" if flips
                        else "No conclusion changes under the corrected gold.\n"))
+    if not c.empty:
+        out.append(ER.C.summary(ER.C.compare_verdicts(c), "official against corrected gold") + "\n")
     moved = c[c["conclusion"].isin({x.split(":")[0] for x in flips})] if flips and not c.empty else c.iloc[0:0]
     if not moved.empty:
         out.append("\n" + md_table(["conclusion", "test", "gold", "n", "estimate [95% CI]", "verdict"], [

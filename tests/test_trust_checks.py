@@ -1,0 +1,206 @@
+"""Trust that survives a statistician (issue 34): flips only against the same runs, chance flips,
+planted answers that are what they claim, power of the registered rule, errata pins, intervals."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis import conclusions as C
+from tests.analysis_fixtures import JUDGE, Stage, run_id, sha256_file
+from tests.test_analysis import csv, prereg_file, row
+from tests.test_trust import TYPES, analyse, second_judge
+
+
+def stage_with_hybrid_wrong(tmp_path, sha: str, wrong: int) -> Stage:
+    """20 questions; the main judge marks the first `wrong` hybrid answers wrong, every other answer right."""
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha)
+    for i in range(20):
+        q = f"q{i:02d}"
+        st.add("session_search", q, qtype=TYPES[i % 4], correct=True, prompt=1000, output=100, calls=3)
+        st.add("tool_hybrid", q, qtype=TYPES[i % 4], correct=i >= wrong, prompt=500, output=50, calls=3)
+    return st
+
+
+def judge_file(st: Stage, name: str, keep, relabel=frozenset()) -> None:
+    """Another judge's file: the main judge's lines of the runs `keep` accepts, `relabel` runs turned to no."""
+    lines = []
+    for j in st.judgements:
+        if not keep(j["run_id"]):
+            continue
+        j = {**j, "judge": {**j["judge"], "name": name, "identity": f"t:{name}"}}
+        if j["run_id"] in relabel:
+            j.update(label=False, reply="no")
+        lines.append(j)
+    (st.path / "judgements" / f"{name}.jsonl").write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+
+
+# ------------------------------------------------------------------------------ 1. a flip is a flip
+
+
+def test_a_judge_that_agrees_fully_on_its_sample_flips_nothing(tmp_path):
+    """Appendix E's design: a second judge grades a sample and agrees on every answer of it. On all
+    runs the main judge finds hybrid 25 points worse (5 of 20 wrong); on the sample (q10..q19) both find
+    no difference. Against the main judge on all runs that looked like two flips; on the same runs it is none."""
+    pre = prereg_file(tmp_path)
+    st = stage_with_hybrid_wrong(tmp_path, sha256_file(pre), wrong=5)
+    st.write()
+    judge_file(st, "sample", keep=lambda rid: int(rid.split(".")[2][1:]) >= 10)
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_robustness.csv")
+    main = next(lab for lab in t["labels"].unique() if lab.startswith("main") and " on " not in lab)
+    ref = f"{main} on sample's runs"
+    pair = t[t["kind"] == "comparison"]
+    assert row(pair, labels=main)["verdict"] == "a < b"  # all runs: hybrid worse
+    s = row(pair, labels="sample")
+    assert s["verdict"] == "no difference shown" and s["n"] == 10 and s["against"] == ref
+    assert row(pair, labels=ref)["verdict"] == "no difference shown" and row(pair, labels=ref)["n"] == 10
+    h1c = t[t["conclusion"] == "H1c"]
+    assert row(h1c, labels=main)["verdict"] != row(h1c, labels="sample")["verdict"]  # the old false flip
+    assert row(h1c, labels="sample")["verdict"] == row(h1c, labels=ref)["verdict"] == "supported"
+    assert not any(str(x).startswith("flips") for x in t["robust"])
+    rep = (out / "report.md").read_text()
+    assert "Conclusions that flip under another judge" not in rep
+    # each judge-reading conclusion is one check; the agreeing judge disagrees on no label: chance 0
+    v = C.compare_verdicts(t)
+    assert v["flips"].sum() == 0 and v["checks"].sum() == 2  # H1c and the paired comparison (the rest: not run)
+    assert (v["not_comparable_under"] == "").all()
+    assert v["chance_flips"].sum() == pytest.approx(0.0)
+    assert f"{int(v['checks'].sum())} check(s) made" in rep
+
+
+def test_a_judge_built_to_flip_one_conclusion_flips_that_one_and_the_chance_is_stated(tmp_path):
+    """One hybrid answer relabelled wrong: H1c (non-inferiority at -3 points) flips, the paired comparison
+    (interval includes 0 on both sides) does not; the chance flips are those of the closed form."""
+    pre = prereg_file(tmp_path)
+    st = stage_with_hybrid_wrong(tmp_path, sha256_file(pre), wrong=0)
+    st.write()
+    judge_file(st, "strict1", keep=lambda rid: True, relabel={run_id("tool_hybrid", "q00")})
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_robustness.csv")
+    v = C.compare_verdicts(t).set_index("conclusion")
+    assert list(v.index[v["flips"] > 0]) == ["H1c"] and v.at["H1c", "flips_under"] == "strict1"
+    main = next(lab for lab in t["labels"].unique() if lab.startswith("main"))
+    assert not any(" on " in lab for lab in t["labels"])  # it graded every run: the main rows are its reference
+    # chance: r = 1 disagreement in 40 labels; H1c (estimate 0, bound 0 under main, margin 3, n 20)
+    r, s = 1 / 40, 100 * math.sqrt(2 * (1 / 40) * (1 - 1 / 40) / 20)
+    from scipy.stats import norm
+
+    assert row(t[t["conclusion"] == "H1c"], labels="strict1")["p_chance"] == pytest.approx(norm.cdf(-3 / s), abs=1e-9)
+    assert row(t[t["conclusion"] == "H1c"], labels=main)["verdict"] == "supported"
+    rep = (out / "report.md").read_text()
+    assert "H1c: flips under strict1" in rep and "1 flip(s)" in rep
+
+
+def org_stage(tmp_path, sha: str) -> Stage:
+    org = Stage(tmp_path / "runs", "org", prereg_sha=sha)
+    for i in range(6):
+        q = f"p{i}"
+        org.add("shared", q, variant="private", correct=True, leak=False)
+        org.add("no_view", q, variant="private", correct=False, leak=i < 4)
+    return org
+
+
+def test_a_judge_that_never_graded_a_folder_is_not_comparable_there(tmp_path):
+    """H2b (Org) under a judge whose only file is in the main folder: not comparable, overlap 0, no flip."""
+    pre = prereg_file(tmp_path)
+    sha = sha256_file(pre)
+    st = stage_with_hybrid_wrong(tmp_path, sha, wrong=0)
+    st.write()
+    org_stage(tmp_path, sha).write()
+    judge_file(st, "lmeonly", keep=lambda rid: True)  # agrees on main; never saw org
+    (st.path / "judgements" / "lmeonly.jsonl").write_text(
+        (st.path / "judgements" / "lmeonly.jsonl").read_text().replace('"label": true', '"label": false', 1))
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_robustness.csv")
+    h2b = t[t["conclusion"] == "H2b"]
+    main = next(lab for lab in t["labels"].unique() if lab.startswith("main") and " on " not in lab)
+    assert row(h2b, labels=main + " on lmeonly's runs", component=0)["verdict"].startswith("undecided")
+    lme = row(h2b, labels="lmeonly", component=0)
+    assert lme["verdict"].startswith("undecided") and lme["overlap"] == "0 of 24 labels"  # 12 runs: correct and leak
+    v = C.compare_verdicts(t).set_index("conclusion")
+    assert v.at["H2b", "flips"] == 0 and v.at["H2b", "checks"] == 0
+    assert "lmeonly (overlap 0 of 24 labels)" in v.at["H2b", "not_comparable_under"]
+    assert "flips" not in v.at["H2b", "robust"] and "not comparable" in v.at["H2b", "robust"]
+
+
+@pytest.mark.parametrize("rule,est,lo,hi,thr,n,r", [
+    ("noninferiority", -1.0, -6.0, 4.0, -3.0, 200, 0.05),
+    ("comparison", 4.0, 0.7, 7.3, 0.0, 200, 0.04),
+    ("comparison", 1.0, -2.4, 4.4, 0.0, 300, 0.03),
+    ("count_at_most", 3, 3, 3, 2, 120, 0.02),
+    ("count_at_least", 1, 1, 1, 1, 42, 0.05),
+])
+def test_chance_of_flip_matches_a_simulation_of_random_relabelling(rule, est, lo, hi, thr, n, r):
+    """The closed form against labels flipped at random (the interval's width kept): within 0.02."""
+    rng = np.random.default_rng(7)
+    sims = 40000
+    if rule in C.COUNT_RULES:
+        y = np.zeros(n)
+        y[:int(est)] = 1
+        flip = rng.random((sims, n)) < r
+        k = np.where(flip, 1 - y, y).sum(1)
+        keep = ((k <= thr) == (est <= thr)) if rule == "count_at_most" else ((k >= thr) == (est >= thr))
+    else:
+        m = n
+        ya = (np.arange(m) < m * 0.8).astype(float)  # accuracy a 80%
+        yb = ya.copy()
+        k = int(round(abs(est) / 100 * m))
+        if est > 0:
+            yb[:k] = 0  # b wrong where a is right
+        else:
+            yb[int(m * 0.8):int(m * 0.8) + k] = 1  # b right where a is wrong
+        assert 100 * (ya - yb).mean() == pytest.approx(est)
+        fa, fb = rng.random((sims, m)) < r, rng.random((sims, m)) < r
+        d = 100 * (np.where(fa, 1 - ya, ya) - np.where(fb, 1 - yb, yb)).mean(1) - est
+        lo2, hi2 = lo + d, hi + d
+        if rule == "comparison":
+            v0 = C.pair_verdict(est, lo, hi)
+            v = np.where(lo2 > 0, "a > b", np.where(hi2 < 0, "a < b", "no difference shown"))
+            keep = v == v0
+        else:
+            keep = (lo2 > thr) == (lo > thr)
+    import pandas as pd
+
+    ref = pd.DataFrame([{"rule": rule, "estimate": est, "lo": lo, "hi": hi, "threshold": thr, "n": n}])
+    assert C.chance_of_flip(ref, r) == pytest.approx(1 - keep.mean(), abs=0.02)
+
+
+def test_the_corrected_view_scores_every_judge_against_the_corrected_gold(tmp_path):
+    """q00's gold is corrected. A second judge marked hybrid's q00 answer wrong against the old gold (a flip of
+    H1c under the official gold) and right against the corrected one: under the corrected gold it flips
+    nothing; a judge with no judgements against the corrected answer has q00 left out there."""
+    from harness.data import errata as E
+    from tests.test_trust import ERRATA, main_stage
+
+    pre = prereg_file(tmp_path)
+    st = main_stage(tmp_path, sha256_file(pre))
+    st.write()
+    path = tmp_path / "errata.yaml"
+    path.write_text(ERRATA)
+    er = E.load(path)
+    jdir = st.path / "judgements"
+
+    def against_corrected(name: str) -> None:
+        lines = [{**j, "judge": {**j["judge"], "name": f"{name}.{er.tag}"}} for j in st.judgements if j["qid"] == "q00"]
+        (jdir / f"{er.judgements_name(name)}.jsonl").write_text("".join(json.dumps(x, sort_keys=True) + "\n"
+                                                                       for x in lines))
+
+    against_corrected(JUDGE)
+    q00 = run_id("tool_hybrid", "q00")
+    second_judge(st, "oldgold", {q00})
+    against_corrected("oldgold")
+    second_judge(st, "nocorr", {q00})
+    out = analyse(tmp_path, pre, f"errata={path}", f"errata_sha256={er.sha256}")
+    off = C.compare_verdicts(csv(out, "judge_robustness.csv")).set_index("conclusion")
+    assert off.at["H1c", "flips_under"] == "nocorr; oldgold"  # against the official gold both flip it
+    t = csv(out / "corrected", "judge_robustness.csv")
+    cor = C.compare_verdicts(t).set_index("conclusion")
+    assert (cor["flips"] == 0).all() and cor.at["H1c", "checks"] == 2
+    h1c = t[t["conclusion"] == "H1c"]
+    assert row(h1c, labels="oldgold")["n"] == 19 and row(h1c, labels="oldgold")["verdict"] == "supported"  # q01 out
+    assert row(h1c, labels="nocorr")["n"] == 18  # and q00, which it never judged against the corrected answer
+    assert row(h1c, labels="nocorr")["against"].endswith("on nocorr's runs")
