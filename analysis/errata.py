@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -40,12 +41,24 @@ def _lines(folder, name: str) -> dict[tuple[str, str], dict]:
     return out
 
 
+def data_path(folder) -> str | None:
+    return (folder.info.get("data") or {}).get("path")
+
+
+def not_applied(res: Any, er: Errata) -> list[str]:
+    """'org/org (longmemeval_org.json)' for each folder with runs whose data the errata is not about."""
+    return [f"{f.name} ({Path(str(data_path(f) or '?')).name})" for f in res.folders
+            if f.records and not er.applies(data_path(f))]
+
+
 def corrected_runs(res: Any, er: Errata) -> tuple[pd.DataFrame, list[dict]]:
     """res.runs under the corrected gold, and one row per (folder, corrected question) it touched."""
     runs = res.runs.copy()
     keep = pd.Series(True, index=runs.index)
     affected = []
     for f in res.folders:
+        if not er.applies(data_path(f)):
+            continue  # another data file (applies_to): its questions keep the official gold
         lines = _lines(f, er.judgements_name(f.judge)) if f.judge else {}
         for qid, e in sorted(er.entries.items()):
             sel = (runs["folder"] == f.name) & (runs["qid"] == qid)

@@ -205,6 +205,7 @@ def test_dollars_per_correct_answer_in_tables_1_2_and_6(tmp_path):
 ERRATA = """errata_format: 1
 name: test-errata
 version: "1"
+applies_to: [data.json]
 entries:
   - {qid: q00, action: answer, answer: "forty-two", source: "https://example.org/report/1", reasoning: "the gold is 41 by mistake"}
   - {qid: q01, action: exclude, source: "https://example.org/report/2", reasoning: "no answer is supported"}
@@ -233,7 +234,7 @@ def test_an_errata_file_that_changes_one_questions_gold_flips_exactly_that_concl
             j.update(label=False, reply="no")
     (st.path / "judgements" / f"{er.judgements_name(JUDGE)}.jsonl").write_text(
         "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
-    out = analyse(tmp_path, pre, f"errata={path}", f"errata_sha256={er.sha256[:12]}")
+    out = analyse(tmp_path, pre, f"errata={path}", f"errata_sha256={er.sha256}")
     aff = csv(out, "errata.csv").set_index("qid")
     assert set(aff.index) == {"q00", "q01", "q02"}
     assert aff.loc["q00", "changed_labels"] == 1 and aff.loc["q00", "corrected_correct"] == 1
@@ -253,7 +254,7 @@ def test_an_errata_file_that_changes_one_questions_gold_flips_exactly_that_concl
     assert "Gold: corrected: test-errata" in (out / "corrected" / "report.md").read_text()
     # pinned by hash: a changed file is refused with exit 2
     assert A.main([f"runs={tmp_path / 'runs'}", f"out={tmp_path / 'r2'}", f"prereg={pre}", f"errata={path}",
-                   "errata_sha256=0000"]) == 2
+                   "errata_sha256=" + "0" * 64]) == 2
 
 
 def test_make_judge_with_errata_judges_the_corrected_questions_against_the_corrected_gold(tmp_path):
@@ -272,6 +273,7 @@ def test_make_judge_with_errata_judges_the_corrected_questions_against_the_corre
         rid = f"none.lme.{qid}.r0"
         rec = answered_record(rid, qid, "single-session-user", "", f"What is {qid}?", "41" if qid == "q00" else "seven",
                               answer)
+        rec["data_path"] = "/somewhere/data.json"  # a file the errata applies to
         (rec_dir / f"{rid}.json").write_text(json.dumps(rec))
     path = tmp_path / "errata.yaml"
     path.write_text(ERRATA)

@@ -204,3 +204,79 @@ def test_the_corrected_view_scores_every_judge_against_the_corrected_gold(tmp_pa
     assert row(h1c, labels="oldgold")["n"] == 19 and row(h1c, labels="oldgold")["verdict"] == "supported"  # q01 out
     assert row(h1c, labels="nocorr")["n"] == 18  # and q00, which it never judged against the corrected answer
     assert row(h1c, labels="nocorr")["against"].endswith("on nocorr's runs")
+
+
+# ------------------------------------------------------------------------------ 4. errata: pinned, and for its data
+
+
+def test_an_errata_pin_is_the_full_sha256_and_a_prefix_or_another_file_is_refused(tmp_path):
+    import hashlib
+
+    from harness.data import errata as E
+    from tests.test_trust import ERRATA
+
+    path = tmp_path / "e.yaml"
+    path.write_text(ERRATA)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert E.load(path, sha).sha256 == sha and E.load(path, sha.upper()).sha256 == sha
+    for pin in (sha[:1], sha[:12], sha[:63]):
+        with pytest.raises(E.ErrataError, match="full 64-digit sha256"):
+            E.load(path, pin)
+    path.write_text(ERRATA.replace("by mistake", "by mistake!"))  # a modified file under the old pin
+    with pytest.raises(E.ErrataError, match="the file changed"):
+        E.load(path, sha)
+    path.write_text(ERRATA.replace("applies_to: [data.json]\n", ""))
+    with pytest.raises(E.ErrataError, match="applies_to"):
+        E.load(path)
+
+
+def test_errata_apply_only_to_the_data_they_name_and_are_refused_where_none_matches(tmp_path):
+    """The main folder's data is data.json (named); the Org folder's is generated: it keeps the official gold
+    (its q-ids overlap). An errata file naming neither is refused with exit 2."""
+    from analysis import run as A
+    from tests.test_trust import ERRATA
+
+    pre = prereg_file(tmp_path)
+    sha = sha256_file(pre)
+    st = stage_with_hybrid_wrong(tmp_path, sha, wrong=0)
+    st.write()
+    org = Stage(tmp_path / "runs", "org", prereg_sha=sha,
+                data={"path": "/gen/longmemeval_org.json", "sha256": "e" * 64, "kind": "org"})
+    for q in ("q01", "q02"):  # the same question ids as the main stage's excluded and evidence entries
+        org.add("shared", q, variant="public", correct=True)
+        org.add("isolated", q, variant="public", correct=False)
+    org.write()
+    path = tmp_path / "errata.yaml"
+    path.write_text(ERRATA)
+    out = analyse(tmp_path, pre, f"errata={path}")
+    aff = csv(out, "errata.csv")
+    assert set(aff["folder"]) == {"main/main"}  # the Org folder is not touched
+    runs = csv(out / "corrected", "runs.csv")
+    assert set(runs.loc[runs["folder"] == "org/org", "qid"]) == {"q01", "q02"}  # q01 not excluded there
+    assert "q01" not in set(runs.loc[runs["folder"] == "main/main", "qid"])
+    rep = (out / "report.md").read_text()
+    assert "not applied to org/org (longmemeval_org.json)" in rep
+    other = tmp_path / "other.yaml"
+    other.write_text(ERRATA.replace("[data.json]", "[longmemeval_s_cleaned.json]"))
+    assert A.main([f"runs={tmp_path / 'runs'}", f"out={tmp_path / 'r2'}", f"prereg={pre}", "replay=none",
+                   f"errata={other}"]) == 2
+
+
+def test_the_shipped_errata_list_every_open_report_with_its_choice():
+    from pathlib import Path
+
+    from harness.data import errata as E
+
+    er = E.load(Path(__file__).resolve().parents[1] / "data" / "errata" / "longmemeval.yaml")
+    rep = er.reports()
+    by_issue: dict[str, list[dict]] = {}
+    for r in rep:
+        for s in r["source"].split():
+            by_issue.setdefault(s.rsplit("/", 1)[-1], []).append(r)
+    assert {"19", "27", "37", "38", "40", "50"} <= set(by_issue)
+    assert {r["choice"] for r in rep} <= {"corrected (answer)", "corrected (evidence)", "excluded", "left"}
+    assert [r["qid"] for r in by_issue["50"]] == ["9aaed6a3", "gpt4_f420262d", "gpt4_5dcc0aab"]  # all three items
+    assert {r["qid"]: r["choice"] for r in by_issue["40"]} == {"370a8ff4": "corrected (answer)",
+                                                               "gpt4_88806d6e": "left"}
+    assert by_issue["38"][0]["choice"] == "left"
+    assert er.applies_to == ("longmemeval_s_cleaned.json", "longmemeval_m_cleaned.json")
