@@ -280,3 +280,132 @@ def test_the_shipped_errata_list_every_open_report_with_its_choice():
                                                                "gpt4_88806d6e": "left"}
     assert by_issue["38"][0]["choice"] == "left"
     assert er.applies_to == ("longmemeval_s_cleaned.json", "longmemeval_m_cleaned.json")
+
+
+# ------------------------------------------------------------------------------ 3. power for the rule that decides
+
+
+def comparison(rule: str, n: int, effect: float, spread: float, threshold: float, hypothesis: str = "Hx"):
+    from analysis import power as W
+
+    alpha1 = 0.025
+    return W.Comparison(hypothesis, rule, f"{rule} test", "a", "b", "", n, effect, "given", spread, "given", threshold,
+                        alpha1, 0.01)
+
+
+def test_exact_mcnemar_p_and_power_match_scipy_binomtest():
+    from scipy.stats import binomtest, multinomial
+
+    from analysis import power as W
+
+    a, b = np.meshgrid(np.arange(0, 25), np.arange(0, 25))
+    got = W.mcnemar_p(a.ravel(), b.ravel())
+    want = [1.0 if x + y == 0 else binomtest(int(x), int(x + y), 0.5).pvalue for x, y in zip(a.ravel(), b.ravel())]
+    assert got == pytest.approx(want, rel=1e-10, abs=1e-14)
+    assert W.mcnemar_p(4, 0) == pytest.approx(0.125)  # SPEC §6
+    # the power summed by brute force over every outcome of 30 questions, with binomtest deciding
+    n, psi, delta = 30, 0.4, 0.2
+    probs = [(psi + delta) / 2, (psi - delta) / 2, 1 - psi]
+    brute = sum(multinomial.pmf([i, j, n - i - j], n, probs)
+                for i in range(n + 1) for j in range(n + 1 - i)
+                if i > j and binomtest(i, i + j, 0.5).pvalue <= 0.05)
+    assert W.mcnemar_power(n, psi, delta, 0.05) == pytest.approx(brute, rel=1e-9)
+
+
+def test_the_exact_mcnemar_sample_size_is_larger_than_the_normal_formula_and_is_the_smallest_that_reaches_80():
+    from analysis import power as W
+
+    for psi, delta in ((0.3, 0.1), (0.2, 0.08), (0.5, 0.15)):
+        c = comparison("mcnemar_superior", 100, 100 * delta, psi, 0.0)
+        n = int(c.n80_rule)
+        assert n >= c.n80  # the normal formula overstates the exact test's power
+        assert W.mcnemar_power(n, psi, delta, 0.05) >= 0.8 > W.mcnemar_power(n - 1, psi, delta, 0.05)
+        c.n_planned = n
+        assert c.power > W.mcnemar_power(n, psi, delta, 0.05) - 0.005  # and at that n the formula says more
+        sim = W.simulate(c, seed=3)  # the simulation of the same rule agrees with the exact sum
+        exact = W.mcnemar_power(n, psi, delta, 0.05)
+        assert sim.power == pytest.approx(exact, abs=3.5 * math.sqrt(exact * (1 - exact) / len(sim.holds)))
+
+
+@pytest.mark.parametrize("rule,n,effect,spread,threshold", [
+    ("noninferiority", 400, 0.0, 0.3, -3.0),
+    ("accuracy_above", 300, 8.0, 0.35, 0.0),
+    ("ratio_upper_below", 150, 0.55, 1.0, 0.7),
+    ("ratio_lower_above", 120, 1.2, 0.8, 1.0),
+])
+def test_the_simulated_bootstrap_rule_agrees_with_the_normal_closed_form_at_large_n(rule, n, effect, spread, threshold):
+    """The interval rules: the bootstrap percentile bound against the normal formula, within 0.05."""
+    from analysis import power as W
+
+    c = comparison(rule, n, effect, spread, threshold)
+    sim = W.simulate(c, seed=1, sims=1000, boot=500)
+    assert 0.1 < c.power < 0.95  # a point where the two can differ
+    assert sim.power == pytest.approx(c.power, abs=0.05)
+    # Holm at rank 1 of 5 needs the one-sided p <= 0.01: the normal formula at alpha 0.01
+    d, sd = c.distance_sd()
+    assert np.mean(sim.holds & (sim.p <= 0.01)) == pytest.approx(W.power(d, sd, n, 0.01), abs=0.05)
+
+
+def test_intersection_union_power_is_the_joint_power_and_holm_lowers_it(tmp_path):
+    """H2c's three tests at the planned 120: the decision's power is P(all hold), about the product of the
+    components' (simulated independently), below each; Holm's range sits below the unadjusted power."""
+    from analysis import power as W
+    from analysis import prereg as P
+
+    pre = P.load()
+    rows = W.comparisons(pre, "org", {("public", "shared", "ask_agent"): 120}, {})
+    assert [c.index for c in rows if c.hypothesis == "H2c"] == [0, 1, 2]
+    assessed = W.assess(rows, seed=0)
+    comps = [a.at_effect.power for a in assessed]
+    lines = W.hypothesis_lines(assessed, pre)
+    line = next(x for x in lines if x.startswith("H2c at the power_at"))
+    joint = float(line.split("power ")[1].split(";")[0])
+    assert joint <= min(comps) + 1e-9 and joint == pytest.approx(np.prod(comps), abs=0.04)
+    lo = float(line.split("primary hypotheses ")[1].split(" ")[0])
+    assert lo <= joint
+    text = W.render(rows, pre)
+    assert "H2c at the smallest effects of interest" in text and "0.4x" in text
+
+
+def test_an_impossible_input_is_refused_with_the_reason_not_given_a_power():
+    from analysis import power as W
+
+    c = comparison("mcnemar_superior", 80, 40.0, 0.3, 0.0)  # 40 points with 30% discordant: no data has it
+    assert "below the effect" in c.refused and math.isnan(c.power) and math.isnan(c.n80_rule)
+    with pytest.raises(W.Refused, match="below the effect"):
+        W.simulate(c)
+    text = W.render([c])
+    line = next(x for x in text.splitlines() if x.startswith("Hx"))
+    assert "refused: discordant share 0.30 is below the effect 0.40" in line and "1.00" not in line
+    assert W.refusal("noninferiority", 50, 1.0, 0.0).startswith("the pilot has no discordant question")
+    assert W.refusal("ratio_upper_below", 50, -0.5, 1.0).startswith("a ratio of means must be positive")
+
+
+def test_a_small_pilot_gives_a_wide_range_of_power_and_a_large_one_a_narrow_one():
+    from analysis import power as W
+
+    ranges = {}
+    for m in (12, 400):
+        c = comparison("noninferiority", 300, 0.0, 0.25, -3.0)
+        c.pilot_n = m
+        lo, hi = c.spread_range()
+        assert lo < 0.25 < hi
+        a = W.assess([c], seed=0, sims=600, boot=300)[0]
+        assert a.pilot_range[0] <= a.at_effect.power + 0.03 and a.at_effect.power <= a.pilot_range[1] + 0.03
+        ranges[m] = a.pilot_range[1] - a.pilot_range[0]
+    assert ranges[12] > 2 * ranges[400]
+
+
+def test_the_dry_runs_power_is_the_simulation_of_the_registered_rule():
+    """What `dry_run=true` prints (power_lines -> render) for H1c at 180 questions is simulate()'s figure."""
+    from analysis import power as W
+    from analysis import prereg as P
+
+    pre = P.load()
+    rows = W.comparisons(pre, "main", {("", "tool_hybrid", "session_search"): 180}, {})
+    text = W.render(rows, pre)
+    h1c = next(c for c in rows if c.hypothesis == "H1c")
+    sim = W.simulate(h1c, seed=int(pre.settings["seed"]))
+    line = next(x for x in text.splitlines() if x.startswith("H1c accuracy"))
+    assert line.split()[line.split().index("180") + 2] == f"{sim.power:.2f}"
+    assert "smallest" in text and "H1c at the smallest effects of interest" in text
