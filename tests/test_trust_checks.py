@@ -409,3 +409,117 @@ def test_the_dry_runs_power_is_the_simulation_of_the_registered_rule():
     line = next(x for x in text.splitlines() if x.startswith("H1c accuracy"))
     assert line.split()[line.split().index("180") + 2] == f"{sim.power:.2f}"
     assert "smallest" in text and "H1c at the smallest effects of interest" in text
+
+
+# ------------------------------------------------------------------------------ 2. planted answers that are what they claim
+
+LME = [  # LongMemEval-style questions and golds (the shapes of the cleaned S file: alternatives, lists, orders, money)
+    ("a1", "multi-session", "How much did I spend on the bike and the helmet in total?", "$2,500"),
+    ("a2", "temporal-reasoning", "How many weeks had passed since I recovered from the flu when I went on my 10th "
+     "outdoor jog?", "11 weeks (81 days, from 2023-01-19 to 2023-04-10; 12 weeks if rounded up)"),
+    ("a3", "temporal-reasoning", "How many days did it take me to finish the book?",
+     "21 days. 22 days (including the last day) is also acceptable."),
+    ("a4", "temporal-reasoning", "Which event happened first, the purchase of the coffee maker or the malfunction of "
+     "the stand mixer?", "The malfunction of the stand mixer"),
+    ("a5", "temporal-reasoning", "Who did I meet first, Mark and Sarah or Tom?", "Tom"),
+    ("a6", "multi-session", "Which friends came to my birthday dinner?", "Alice, Bob and Carol"),
+    ("a7", "single-session-user", "Which pair of shoes did I clean last month?", "white Adidas sneakers"),
+    ("a8", "knowledge-update", "How many bikes do I own now?", "3"),
+    ("a9", "temporal-reasoning", "When did I start my new job?", "March 2023"),
+    ("b1", "multi-session", "What is the order of the three trips I took, from earliest to latest?",
+     "Japan, Italy and Peru"),
+    ("b2", "multi-session", "How many plants did I buy, and which was the first one?", "4 plants; the first was a fern"),
+]
+
+
+def lme_questions() -> list[dict]:
+    qs = [{"qid": q, "qtype": t, "question": text, "gold": g, "abstention": False} for q, t, text, g in LME]
+    return qs + [{"qid": "c1_abs", "qtype": "single-session-user", "question": "What is my hamster's name?",
+                  "gold": "You did not mention a hamster.", "abstention": True}]
+
+
+def test_each_transformation_is_applied_only_where_it_keeps_or_changes_the_answer():
+    from judge import probe as PR
+
+    kept, dropped = PR.plant_checked(lme_questions(), seed=0)
+    by = {(p["qid"], p["kind"]): p["answer"] for p in kept}
+    assert not dropped
+    # no reordering of an order answer, of money, or of a sentence; a plain list is reordered
+    assert not any(k == "reordered" for (q, k) in by if q in ("a1", "a4", "a5", "b1", "b2"))
+    assert by[("a6", "reordered")] == "Carol, Bob and Alice"
+    # a number changed only where it is the asked value, and no accepted alternative survives
+    assert ("a7", "changed_number") not in by and ("a9", "changed_number") not in by
+    for q in ("a1", "a2", "a3", "a8"):
+        changed = by[(q, "changed_number")]
+        assert not (PR.numbers(changed) & PR.numbers(dict((x[0], x[3]) for x in LME)[q]))
+    assert by[("a1", "changed_number")] == "$2,503"  # "$2,500" is one number
+    assert by[("a9", "changed_date")] == "June 2023"
+    # every kept answer passes the second rule, and that rule refuses what the old probe planted
+    assert all(PR.check(p) == "" for p in kept)
+    a2 = next(p for p in kept if p["qid"] == "a2")
+    bad = [
+        {**a2, "kind": "changed_number", "answer": "15 weeks (81 days; 12 weeks if rounded up)"},  # alternative kept
+        {**a2, "kind": "reordered", "qid": "a1", "gold": "$2,500", "answer": "500 and $2",
+         "question": LME[0][2]},  # money split
+        {**a2, "kind": "reordered", "gold": "Japan, Italy and Peru", "answer": "Peru, Italy and Japan",
+         "question": LME[9][2]},  # an order reversed
+        {**a2, "kind": "number_words", "answer": "It was twelve weeks."},  # not the gold's number
+        {**a2, "kind": "changed_number", "question": "Which pair of shoes did I clean last month?",
+         "gold": "2 pairs of white Adidas sneakers", "answer": "5 pairs of white Adidas sneakers"},  # not asked
+    ]
+    assert all(PR.check(p) for p in bad), [PR.check(p) for p in bad]
+
+
+def test_a_substring_matcher_fails_the_probe_on_longmemeval_answers():
+    """Right answers that share no surface form with the gold (its number in words, a reordered list) and wrong
+    ones that do (the gold named and denied): the substring control judge errs both ways."""
+    from judge import probe as PR
+
+    kept = PR.plant(lme_questions(), seed=0)
+    said = [(p["truth"], PR.substring_judge(p["gold"], p["answer"], p["abstention"])) for p in kept]
+    fp = sum(1 for truth, yes in said if not truth and yes)
+    fn = sum(1 for truth, yes in said if truth and not yes)
+    wrong, right = sum(1 for t, _ in said if not t), sum(1 for t, _ in said if t)
+    assert fp >= len([q for q in LME]) and fn >= 4  # every denial accepted; the number words and the list refused
+    assert fp / wrong > 0.2 and fn / right > 0.1
+
+
+def test_probe_rates_are_clustered_by_question_and_the_correction_is_per_condition_and_per_difference(tmp_path):
+    """A perfect judge's probe on the LongMemEval-style stage (judgements written as `make probe` would): its
+    rates are 0, the control's are not; the corrected accuracy of each condition and the corrected paired
+    difference carry the accuracy's own sampling error (the old range had none from the accuracy)."""
+    from judge.probe import judgements_name, probe_records
+
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for i, (q, t, text, g) in enumerate(LME * 3):
+        qid = f"{q}x{i // len(LME)}"
+        for cond, ok in (("session_search", i % 3 != 0), ("tool_hybrid", i % 4 != 0)):
+            st.add(cond, qid, qtype=t, gold=g, correct=ok)["question"] = text
+    st.write()
+    planted = probe_records(st.records, 0)
+    template = st.judgements[0]
+    lines = [{**template, "run_id": p["run_id"], "qid": p["qid"], "qtype": p["qtype"], "condition": "probe",
+              "label": bool(p["condition_notes"]["probe_truth"]), "reply": "yes"} for p in planted]
+    (st.path / "judgements" / f"{judgements_name(JUDGE)}.jsonl").write_text(
+        "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_error.csv")
+    perfect = row(t, qtype="all", judge=JUDGE)
+    assert perfect["false_positives"] == 0 and perfect["false_negatives"] == 0 and perfect["fp_hi"] > 0
+    ctl = row(t, qtype="all", judge="substring (control)")
+    assert ctl["fp_rate"] > 0.2 and ctl["fn_rate"] > 0.05
+    # clustered: the control's errors sit in few questions' answers -> wider than plain Wilson on the answers
+    from statsmodels.stats.proportion import proportion_confint
+
+    lo, hi = proportion_confint(ctl["false_positives"], ctl["planted_wrong"], alpha=0.05, method="wilson")
+    assert ctl["fp_hi"] - ctl["fp_lo"] >= hi - lo - 1e-12
+    c = csv(out, "judge_corrected.csv")
+    for cond in ("session_search", "tool_hybrid"):
+        r = row(c, kind="condition", what=cond)
+        p, n = r["reported"], r["n"]
+        assert r["corrected"] == pytest.approx(p)  # no judge error measured: nothing to correct
+        half = 1.96 * math.sqrt(p * (1 - p) / n)  # the accuracy's own error, closed form
+        assert (r["corrected_hi"] - r["corrected_lo"]) / 2 == pytest.approx(half, rel=0.25)
+    d = row(c, kind="difference", what="tool_hybrid − session_search (points)")
+    assert d["n"] == 33 and d["corrected"] == pytest.approx(d["reported"]) and d["corrected_lo"] < d["corrected_hi"]
