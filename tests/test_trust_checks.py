@@ -523,3 +523,79 @@ def test_probe_rates_are_clustered_by_question_and_the_correction_is_per_conditi
         assert (r["corrected_hi"] - r["corrected_lo"]) / 2 == pytest.approx(half, rel=0.25)
     d = row(c, kind="difference", what="tool_hybrid − session_search (points)")
     assert d["n"] == 33 and d["corrected"] == pytest.approx(d["reported"]) and d["corrected_lo"] < d["corrected_hi"]
+
+
+# ------------------------------------------------------------------------------ 5. intervals where numbers are compared
+
+
+def test_dollars_per_correct_answer_has_one_definition_and_a_bootstrap_interval(tmp_path):
+    """Table 1's USD per correct is the runs' list cost over their correct answers, with the percentile
+    interval of that ratio over questions (checked against a bootstrap written here with numpy)."""
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    rng = np.random.default_rng(5)
+    prompts = rng.integers(200, 3000, size=30)
+    for i in range(30):
+        st.add("session_search", f"q{i:02d}", correct=i % 3 != 0, prompt=int(prompts[i]), output=100)
+        st.add("tool_hybrid", f"q{i:02d}", correct=i % 5 != 0, prompt=500, output=50)
+    st.write()
+    out = analyse(tmp_path, pre)
+    ss = row(csv(out, "table1.csv"), condition="session_search")
+    runs = csv(out, "runs.csv")
+    d = runs[(runs["condition"] == "session_search") & (runs["repeat"] == 0)]
+    cost, ok = d["cost"].to_numpy(float), d["correct"].fillna(0).to_numpy(float)
+    assert ss["usd_per_correct"] == pytest.approx(cost.sum() / ok.sum())
+    idx = np.random.default_rng(0).integers(0, len(cost), size=(4000, len(cost)))
+    boot = cost[idx].sum(1) / ok[idx].sum(1)
+    lo, hi = np.quantile(boot, [0.025, 0.975])
+    assert ss["usd_per_correct_lo"] == pytest.approx(lo, rel=0.05) and ss["usd_per_correct_hi"] == pytest.approx(hi, rel=0.05)
+    assert "USD per correct [95% CI]" in (out / "report.md").read_text()
+    assert "list USD per correct (every repeat)" in (out / "report.md").read_text()
+
+
+def test_two_level_bootstrap_against_a_loop_and_its_variance():
+    """Questions then repeats: against a plain loop over resamples, and wider than question-only exactly when
+    repeats disagree (the two-level variance adds the within-question term)."""
+    from analysis import stats
+
+    rng = np.random.default_rng(11)
+    n, r = 60, 3
+    p = rng.uniform(0.2, 0.9, size=n)
+    a = [list((rng.random(r) < p[i]).astype(float)) for i in range(n)]
+    q_only, two = stats.two_level_accuracy(a, seed=4, n_resamples=4000)
+    assert q_only.estimate == pytest.approx(100 * np.mean([np.mean(x) for x in a]))
+    loop_rng = np.random.default_rng(99)
+    means = []
+    for _ in range(4000):
+        qs = loop_rng.integers(0, n, size=n)
+        means.append(np.mean([np.mean(loop_rng.choice(a[q], size=r)) for q in qs]))
+    lo, hi = np.quantile(100 * np.array(means), [0.025, 0.975])
+    assert two.lo == pytest.approx(lo, abs=1.2) and two.hi == pytest.approx(hi, abs=1.2)
+    # closed form: var = var(question means)/n + mean(within variance / r)/n
+    qm = np.array([np.mean(x) for x in a])
+    within = np.array([np.var(x) for x in a])
+    sd_two = 100 * math.sqrt(np.var(qm) / n + np.mean(within / r) / n)
+    assert (two.hi - two.lo) / (2 * 1.96) == pytest.approx(sd_two, rel=0.12)
+    assert (two.hi - two.lo) > (q_only.hi - q_only.lo)
+    same = [[x[0]] * r for x in a]  # repeats that never disagree: the two intervals coincide (up to resampling)
+    q2, t2 = stats.two_level_accuracy(same, seed=4, n_resamples=4000)
+    assert (t2.lo, t2.hi) == pytest.approx((q2.lo, q2.hi), abs=1e-9)
+
+
+def test_repeat_intervals_are_reported_beside_the_question_only_ones(tmp_path):
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for i in range(24):
+        for rep in (0, 1):
+            st.add("session_search", f"q{i:02d}", repeat=rep, correct=(i + rep) % 3 != 0)
+            st.add("tool_hybrid", f"q{i:02d}", repeat=rep, correct=(i * (rep + 1)) % 4 != 0, prompt=500)
+    st.write()
+    out = analyse(tmp_path, pre)
+    t = csv(out, "repeat_intervals.csv")
+    acc = row(t, kind="accuracy", what="session_search (%)")
+    assert acc["n_questions"] == 24 and acc["runs"] == 48
+    assert acc["estimate"] == pytest.approx(100 * np.mean([((i + r) % 3 != 0) for i in range(24) for r in (0, 1)]))
+    assert acc["two_level_hi"] - acc["two_level_lo"] > acc["question_hi"] - acc["question_lo"]
+    diff = row(t, kind="difference")
+    assert diff["what"] == "tool_hybrid − session_search (points)" and diff["runs"] == 96
+    assert "## Intervals with the repeats" in (out / "report.md").read_text()
