@@ -553,8 +553,8 @@ def test_dollars_per_correct_answer_has_one_definition_and_a_bootstrap_interval(
     assert "list USD per correct (every repeat)" in (out / "report.md").read_text()
 
 
-def test_two_level_bootstrap_against_a_loop_and_its_variance():
-    """Questions then repeats: against a plain loop over resamples, and wider than question-only exactly when
+def test_two_level_bootstrap_against_index_resampling_and_its_variance():
+    """Questions then repeats: against resampling by index, and wider than question-only exactly when
     repeats disagree (the two-level variance adds the within-question term)."""
     from analysis import stats
 
@@ -564,12 +564,11 @@ def test_two_level_bootstrap_against_a_loop_and_its_variance():
     a = [list((rng.random(r) < p[i]).astype(float)) for i in range(n)]
     q_only, two = stats.two_level_accuracy(a, seed=4, n_resamples=4000)
     assert q_only.estimate == pytest.approx(100 * np.mean([np.mean(x) for x in a]))
-    loop_rng = np.random.default_rng(99)
-    means = []
-    for _ in range(4000):
-        qs = loop_rng.integers(0, n, size=n)
-        means.append(np.mean([np.mean(loop_rng.choice(a[q], size=r)) for q in qs]))
-    lo, hi = np.quantile(100 * np.array(means), [0.025, 0.975])
+    idx_rng = np.random.default_rng(99)  # resampled by index (questions, then each drawn one's repeats)
+    qs = idx_rng.integers(0, n, size=(4000, n))
+    reps = idx_rng.integers(0, r, size=(4000, n, r))
+    means = np.array(a)[qs[..., None], reps].mean(axis=(1, 2))
+    lo, hi = np.quantile(100 * means, [0.025, 0.975])
     assert two.lo == pytest.approx(lo, abs=1.2) and two.hi == pytest.approx(hi, abs=1.2)
     # closed form: var = var(question means)/n + mean(within variance / r)/n
     qm = np.array([np.mean(x) for x in a])
