@@ -253,7 +253,7 @@ def _from_pilot(pilot: dict | None, t: dict, variant: str) -> tuple[float | None
 # of m, which needs its p <= alpha / m when no other member is rejected and <= alpha when all others are.
 
 SIMS = 1000  # simulated samples per comparison (seeded; Monte Carlo sd of a power at most 0.016)
-BOOT = 1000  # bootstrap resamples per simulated sample (the analysis uses 10,000 / 100,000)
+BOOT = 600  # bootstrap resamples per simulated sample (the analysis uses 10,000 / 100,000; ratios: half)
 
 
 class Refused(ValueError):

@@ -268,6 +268,10 @@ def summary(res: Results, out: Path) -> str:
     from analysis.tables.errata import changes
 
     lines += [f"FLIPS: {x}" for x in flips(res)]
+    from analysis.tables.judge_robustness import checks_line
+
+    if checks_line(res):
+        lines.append(f"judges: {checks_line(res)}")
     if res.errata is not None:
         n = len(res.tables["errata"])
         lines.append(f"errata {res.errata.path} (sha256 {res.errata.sha256[:16]}): {n} question(s) of these folders "
