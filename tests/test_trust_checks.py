@@ -360,7 +360,7 @@ def test_intersection_union_power_is_the_joint_power_and_holm_lowers_it(tmp_path
     lines = W.hypothesis_lines(assessed, pre)
     line = next(x for x in lines if x.startswith("H2c at the power_at"))
     joint = float(line.split("power ")[1].split(";")[0])
-    assert joint <= min(comps) + 1e-9 and joint == pytest.approx(np.prod(comps), abs=0.04)
+    assert joint <= min(comps) + 0.005 and joint == pytest.approx(np.prod(comps), abs=0.04)  # printed to 2 digits
     lo = float(line.split("primary hypotheses ")[1].split(" ")[0])
     assert lo <= joint
     text = W.render(rows, pre)
