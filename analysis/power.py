@@ -410,8 +410,9 @@ def assess(rows: Iterable[Comparison], seed: int = 0, sims: int = SIMS, boot: in
     for c in rows:
         a = Assessed(c, c.refused)
         if not a.refused:
-            ratio = not c.accuracy  # a matrix of resampled means per sample: fewer samples keep it to a second
-            kw = dict(sims=sims // 2 if ratio else sims, boot=boot // 2 if ratio else boot, seed=seed)
+            # a ratio needs a matrix of resampled means per sample: half the resamples keep it to a second; every
+            # test keeps the same number of samples, so a hypothesis's tests combine sample by sample
+            kw = dict(sims=sims, boot=boot // 2 if not c.accuracy else boot, seed=seed)
             a.at_effect = simulate(c, **kw)
             if math.isfinite(c.smallest) and not refusal(c.rule, c.n_planned, c.smallest, c.spread):
                 a.at_smallest = simulate(c, effect=c.smallest, **kw)
