@@ -403,6 +403,7 @@ class Assessed:
     at_effect: Simulated | None = None
     at_smallest: Simulated | None = None
     pilot_range: tuple[float, float] | None = None
+    pilot_n80: tuple[float, float] | None = None  # questions for 80% at the two ends of the pilot's interval
 
 
 def assess(rows: Iterable[Comparison], seed: int = 0, sims: int = SIMS, boot: int = BOOT) -> list[Assessed]:
@@ -418,8 +419,13 @@ def assess(rows: Iterable[Comparison], seed: int = 0, sims: int = SIMS, boot: in
                 a.at_smallest = simulate(c, effect=c.smallest, **kw)
             rng_ = c.spread_range()
             if rng_ is not None:
-                ps = [simulate(c, spread=x, **kw).power for x in rng_ if not refusal(c.rule, c.n_planned, c.effect, x)]
+                ok = [x for x in rng_ if not refusal(c.rule, c.n_planned, c.effect, x)]
+                ps = [simulate(c, spread=x, **kw).power for x in ok]
                 a.pilot_range = (min(ps), max(ps)) if ps else None
+                import dataclasses
+
+                ns = [dataclasses.replace(c, spread=x).n80_rule for x in ok]
+                a.pilot_n80 = (min(ns), max(ns)) if ns else None
         out.append(a)
     return out
 
@@ -471,7 +477,7 @@ def render(rows: Iterable[Comparison], prereg=None, seed: int = 0) -> str:
              f"registered rule itself (exact McNemar, or the {BOOT}-resample bootstrap interval) on {SIMS:,} simulated "
              "samples (seeded), `approx` the normal formula; n for 80% exact for McNemar, else the normal formula; "
              "`smallest` the smallest effect of interest (conf/prereg/smallest_effects.yaml); `pilot range` the power "
-             "over the pilot's 95% interval of the spread; cost at list price, both conditions; exploratory:",
+             "(and the questions for 80%) over the pilot's 95% interval of the spread; cost at list price, both conditions; exploratory:",
              f"{'test':<46}{'n':>6}{'effect':>10}{'power':>7}{'approx':>7}{'n for 80%':>11}{'smallest':>10}"
              f"{'power':>7}{'pilot range':>13}{'cost (n)':>11}{'cost (n80)':>12}  effect from; spread from"]
     for a in assessed:
@@ -489,6 +495,8 @@ def render(rows: Iterable[Comparison], prereg=None, seed: int = 0) -> str:
         sm = f"{c.smallest:.3g}{unit}" if math.isfinite(c.smallest) else "-"
         smp = f"{a.at_smallest.power:.2f}" if a.at_smallest is not None else "-"
         pr = f"{a.pilot_range[0]:.2f}-{a.pilot_range[1]:.2f}" if a.pilot_range else "-"
+        if a.pilot_n80 and all(math.isfinite(x) for x in a.pilot_n80):
+            pr += f" (n80 {a.pilot_n80[0]:,.0f}-{a.pilot_n80[1]:,.0f})"
         cost_n = c.cost_per_question * c.n_planned
         cost_80 = c.cost_per_question * n80 if math.isfinite(n80) else math.nan
         lines.append(f"{head}{pw:>7}{ap:>7}{n80s:>11}{sm:>10}{smp:>7}{pr:>13}{_usd(cost_n):>11}{_usd(cost_80):>12}"

@@ -309,6 +309,12 @@ def run_probe(cfg, rd: RunDir | None = None) -> dict:
     if not records:
         raise SystemExit(f"error: {rd.root} has no records; run the stage first")
     planted = probe_records(records, int(cfg.seed))
+    base = [r for r in records if (r.get("variant") or "") != "private"]
+    dropped = plant_checked(base, int(cfg.seed))[1]
+    if dropped:  # counted, never graded: a transformation the second rule did not confirm
+        print(f"probe: {len(dropped)} planted answer(s) failed the second rule and were dropped: "
+              + "; ".join(f"{p['kind']} {p['qid']} ({p['dropped']})" for p in dropped[:5])
+              + (" ..." if len(dropped) > 5 else ""), file=sys.stderr)
     budget = None
     if cfg.get("budget_usd") is not None:  # the probe's calls count in the stage's cap, like any judging
         budget = Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"),

@@ -598,3 +598,19 @@ def test_repeat_intervals_are_reported_beside_the_question_only_ones(tmp_path):
     diff = row(t, kind="difference")
     assert diff["what"] == "tool_hybrid − session_search (points)" and diff["runs"] == 96
     assert "## Intervals with the repeats" in (out / "report.md").read_text()
+
+
+def test_the_pilot_range_gives_the_questions_80_percent_needs_at_both_ends():
+    """A 12-question pilot: the n for 80% over its interval of the spread, each end the normal formula's."""
+    import dataclasses
+
+    from analysis import power as W
+
+    c = comparison("noninferiority", 180, -1.7, 4 / 12, -3.0)
+    c.pilot_n = 12
+    a = W.assess([c], seed=0, sims=300, boot=200)[0]
+    lo, hi = c.spread_range()
+    want = sorted(dataclasses.replace(c, spread=x).n80 for x in (lo, hi))
+    assert a.pilot_n80 == pytest.approx(tuple(want))
+    assert want[0] < c.n80 < want[1] and want[1] > 3 * want[0]  # a 12-question pilot leaves the n wide open
+    assert f"(n80 {want[0]:,.0f}-{want[1]:,.0f})" in W.render([c])
