@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -40,12 +41,24 @@ def _lines(folder, name: str) -> dict[tuple[str, str], dict]:
     return out
 
 
+def data_path(folder) -> str | None:
+    return (folder.info.get("data") or {}).get("path")
+
+
+def not_applied(res: Any, er: Errata) -> list[str]:
+    """'org/org (longmemeval_org.json)' for each folder with runs whose data the errata is not about."""
+    return [f"{f.name} ({Path(str(data_path(f) or '?')).name})" for f in res.folders
+            if f.records and not er.applies(data_path(f))]
+
+
 def corrected_runs(res: Any, er: Errata) -> tuple[pd.DataFrame, list[dict]]:
     """res.runs under the corrected gold, and one row per (folder, corrected question) it touched."""
     runs = res.runs.copy()
     keep = pd.Series(True, index=runs.index)
     affected = []
     for f in res.folders:
+        if not er.applies(data_path(f)):
+            continue  # another data file (applies_to): its questions keep the official gold
         lines = _lines(f, er.judgements_name(f.judge)) if f.judge else {}
         for qid, e in sorted(er.entries.items()):
             sel = (runs["folder"] == f.name) & (runs["qid"] == qid)
@@ -79,7 +92,7 @@ def corrected(res: Any) -> Any:
         er = res.errata
         runs, affected = corrected_runs(res, er)
         alt = dataclasses.replace(res, runs=runs, tables={}, outcomes=[], figures={}, notes=[], _memo={},
-                                  errata=None, gold=f"corrected: {er.name} {er.version} (sha256 {er.sha256[:16]})",
+                                  errata=None, corrected_by=er, gold=f"corrected: {er.name} {er.version} (sha256 {er.sha256[:16]})",
                                   command=res.command + " [every table under the corrected gold]")
         from analysis import tables as registry
 
@@ -102,7 +115,8 @@ def conclusions_frame(res: Any) -> pd.DataFrame:
         return pd.DataFrame(columns=[*C.COLUMNS, "robust"])
     alt, _ = corrected(res)
     rows = [{**r, "main": True} for r in C.conclusions(res, res.runs, "official gold", outcomes=C.main_outcomes(res))]
-    rows += C.conclusions(res, alt.runs, "corrected gold", outcomes=C.main_outcomes(alt))
+    rows += [{**r, "against": "official gold"}
+             for r in C.conclusions(res, alt.runs, "corrected gold", outcomes=C.main_outcomes(alt))]
     df = pd.DataFrame(rows, columns=list(C.COLUMNS))
     df["robust"] = df["conclusion"].map(C.compare_verdicts(df).set_index("conclusion")["robust"])
     return df

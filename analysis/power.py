@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from statistics import NormalDist
@@ -81,10 +82,18 @@ class Comparison:
     threshold: float
     alpha1: float
     cost_per_question: float  # both conditions, USD at list price
+    index: int = 0  # the test's position in its hypothesis
+    pilot_n: int = 0  # questions of the pilot the spread comes from (0: assumed)
+    smallest: float = math.nan  # the smallest effect of interest (conf/prereg/smallest_effects.yaml)
+    smallest_why: str = ""
 
     @property
     def accuracy(self) -> bool:
         return self.rule in ACCURACY_RULES
+
+    @property
+    def refused(self) -> str:
+        return refusal(self.rule, self.n_planned, self.effect, self.spread)
 
     def distance_sd(self) -> tuple[float, float]:
         if self.accuracy:
@@ -98,11 +107,54 @@ class Comparison:
 
     @property
     def power(self) -> float:
-        return power(*self.distance_sd(), self.n_planned, self.alpha1)
+        """The normal approximation (nan for an impossible input)."""
+        return math.nan if self.refused else power(*self.distance_sd(), self.n_planned, self.alpha1)
 
     @property
     def n80(self) -> float:
-        return n_for(*self.distance_sd(), self.alpha1)
+        return math.nan if self.refused else n_for(*self.distance_sd(), self.alpha1)
+
+    @property
+    def n80_rule(self) -> float:
+        """Questions for 80% power under the rule: exact for McNemar, the normal formula for interval rules
+        (within a few points of the simulated rule: tests/test_trust_checks.py)."""
+        if self.refused:
+            return math.nan
+        if self.rule == "mcnemar_superior":
+            return mcnemar_n(self.spread, self.effect / 100, 2 * self.alpha1)
+        return self.n80
+
+    def spread_range(self) -> tuple[float, float] | None:
+        """The pilot's 95% interval of the spread (Jeffreys for the discordant share, chi-square for an sd)."""
+        if not self.pilot_n or not math.isfinite(self.spread):
+            return None
+        from scipy.stats import beta, chi2
+
+        m = self.pilot_n
+        if self.accuracy:
+            k = round(self.spread * m)
+            return float(beta.ppf(0.025, k + 0.5, m - k + 0.5)), float(beta.ppf(0.975, k + 0.5, m - k + 0.5))
+        if m < 2:
+            return None
+        return (self.spread * math.sqrt((m - 1) / chi2.ppf(0.975, m - 1)),
+                self.spread * math.sqrt((m - 1) / chi2.ppf(0.025, m - 1)))
+
+
+SMALLEST_PATH = Path(__file__).resolve().parents[1] / "conf" / "prereg" / "smallest_effects.yaml"
+
+
+def load_smallest(path: Path = SMALLEST_PATH) -> dict[tuple[str, int], dict]:
+    """(hypothesis, test index) -> {effect, why}: the smallest effect each test should detect."""
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    out = {}
+    for e in data.get("tests") or []:
+        eff = e.get("effect")
+        if isinstance(eff, bool) or not isinstance(eff, (int, float)) or not str(e.get("why") or "").strip():
+            raise ValueError(f"{path}: {e.get('hypothesis')} test {e.get('test', 0)}: needs a numeric effect and a why")
+        out[(str(e["hypothesis"]), int(e.get("test", 0)))] = {"effect": float(eff), "why": " ".join(str(e["why"]).split())}
+    return out
 
 
 def _threshold(t: dict) -> float:
@@ -114,17 +166,18 @@ def _threshold(t: dict) -> float:
 
 
 def comparisons(prereg, stage: str, planned: dict[tuple[str, str, str], int], costs: dict[str, float],
-                pilot: dict | None = None) -> list[Comparison]:
+                pilot: dict | None = None, smallest: dict | None = None) -> list[Comparison]:
     """Every comparison test of `stage` (planned: (variant, a, b) -> paired questions of the plan;
     costs: condition -> USD per run; pilot: {"runs": {(variant, cond, qid): (tokens, calls, time, correct)},
-    "folder": name} or None)."""
+    "folder": name} or None; smallest: smallest effects of interest, default SMALLEST_PATH's)."""
+    smallest = load_smallest() if smallest is None else smallest
     conf = float(prereg.settings.get("confidence", 0.95))
     alpha = float(prereg.settings.get("alpha", 0.05))
     out = []
     for h in prereg.hypotheses:
         if h["stage"] != stage:
             continue
-        for t in h["tests"]:
+        for i, t in enumerate(h["tests"]):
             if t["rule"] not in RULES:
                 continue
             variant = str(t.get("variant", h.get("variant", "")) or "")
@@ -137,7 +190,10 @@ def comparisons(prereg, stage: str, planned: dict[tuple[str, str, str], int], co
             c = Comparison(h["id"], t["rule"], describe_test({**t, "stage": stage, "variant": variant}), a, b, variant,
                            planned[key], math.nan, "", math.nan, "", _threshold(t),
                            alpha / 2 if t["rule"] == "mcnemar_superior" else (1 - conf) / 2,
-                           costs.get(a, math.nan) + costs.get(b, math.nan))
+                           costs.get(a, math.nan) + costs.get(b, math.nan), index=i)
+            sm = smallest.get((h["id"], c.index))
+            if sm:
+                c.smallest, c.smallest_why = float(sm["effect"]), str(sm["why"])
             pilot_effect, pilot_spread, pilot_n = _from_pilot(pilot, t, variant)
             if t.get("power_at") is not None:
                 c.effect, c.effect_from = float(t["power_at"]), "pre-registered (power_at)"
@@ -148,6 +204,7 @@ def comparisons(prereg, stage: str, planned: dict[tuple[str, str, str], int], co
             key_s = "discordant" if c.accuracy else "log_ratio_sd"
             if pilot_spread is not None and math.isfinite(pilot_spread):
                 c.spread, c.spread_from = pilot_spread, f"pilot {pilot['folder']} ({pilot_n} questions)"
+                c.pilot_n = pilot_n
             else:
                 c.spread, c.spread_from = ASSUMPTIONS[key_s], ASSUMED[key_s]
             out.append(c)
@@ -177,24 +234,276 @@ def _from_pilot(pilot: dict | None, t: dict, variant: str) -> tuple[float | None
     return eff, log_ratio_sd(xa, xb), len(qids)
 
 
-def render(rows: Iterable[Comparison]) -> str:
+# ------------------------------------------------------------------------------ the registered rule, simulated
+#
+# The normal formula above is the power of a normal test of the rule's bound; the rule that decides is
+# another: an exact McNemar test, a bootstrap percentile interval, an intersection-union of several
+# tests, Holm over the primary family. `simulate` draws samples of the planned size from a model of
+# the data at a true effect and applies that rule to each: the share that decides "holds" is its power.
+#
+# * accuracy: each question is discordant for a with probability (psi + delta) / 2 and for b with
+#   (psi - delta) / 2 (psi: the discordant share); the rule's bootstrap interval is that of the paired
+#   difference, drawn BOOT times per distinct sample; McNemar is exact (and its power is also summed
+#   exactly over every outcome: `mcnemar_power`).
+# * ratio of means: per-question values lognormal with CV s in each condition and correlation 0.5
+#   (so the delta-method sd of the log ratio is s, the spread above), condition a scaled to the
+#   effect; the bootstrap resamples questions (weights shared across samples: common random numbers).
+# A hypothesis of several tests is supported when all hold (components simulated independently: with
+# positive dependence the joint power is higher); a primary one must also pass Holm over the family
+# of m, which needs its p <= alpha / m when no other member is rejected and <= alpha when all others are.
+
+SIMS = 1000  # simulated samples per comparison (seeded; Monte Carlo sd of a power at most 0.016)
+BOOT = 600  # bootstrap resamples per simulated sample (the analysis uses 10,000 / 100,000; ratios: half)
+
+
+class Refused(ValueError):
+    """An input no data can have (e.g. a difference larger than the discordant share): no power."""
+
+
+def refusal(rule: str, n: int, effect: float, spread: float) -> str:
+    """Why no sample of size n can have this effect and spread ('' when it can)."""
+    if not n or n < 1:
+        return "no planned question"
+    if not math.isfinite(effect):
+        return "no effect to power at (power_at) and no pilot estimate"
+    if not math.isfinite(spread) or spread <= 0:
+        return ("the pilot has no discordant question: the discordant share is unknown" if rule in ACCURACY_RULES
+                else "the spread of the log ratio is unknown or 0")
+    if rule in ACCURACY_RULES:
+        delta = effect / 100
+        if spread > 1:
+            return f"discordant share {spread:.2f} above 1"
+        if abs(delta) > spread + 1e-12:
+            return (f"discordant share {spread:.2f} is below the effect {abs(delta):.2f}: a difference of "
+                    f"{effect:g} points needs at least {abs(effect):g}% of the questions discordant")
+    elif effect <= 0:
+        return f"a ratio of means must be positive, got {effect:g}"
+    return ""
+
+
+def mcnemar_p(a_only, b_only) -> np.ndarray:
+    """Exact two-sided McNemar p (as analysis.stats.mcnemar_exact), vectorised: min(1, 2 P(Bin(m, 1/2) <= min))."""
+    from scipy.stats import binom
+
+    a, b = np.asarray(a_only), np.asarray(b_only)
+    m = a + b
+    p = np.minimum(1.0, 2 * binom.cdf(np.minimum(a, b), m, 0.5))
+    return np.where(m == 0, 1.0, p)
+
+
+def mcnemar_power(n: int, psi: float, delta: float, alpha: float) -> float:
+    """Exact power of 'p <= alpha and a_only > b_only', summed over every (a_only, b_only) of n questions."""
+    from scipy.special import gammaln
+
+    why = refusal("mcnemar_superior", n, 100 * delta, psi)
+    if why:
+        raise Refused(why)
+    p10, p01 = (psi + delta) / 2, (psi - delta) / 2
+    p00 = 1 - p10 - p01
+    if p10 <= 0:
+        return 0.0  # a is never the only one right: never "a more accurate"
+
+    def span(p):
+        mu, sd = n * p, math.sqrt(n * p * (1 - p)) + 1
+        return np.arange(max(0, int(mu - 9 * sd)), min(n, int(mu + 9 * sd) + 1) + 1)
+
+    i, j = np.meshgrid(span(p10), span(p01), indexing="ij")
+    ok = (i + j <= n) & (i > j)
+    i, j = i[ok], j[ok]
+    with np.errstate(divide="ignore"):
+        logp = (gammaln(n + 1) - gammaln(i + 1) - gammaln(j + 1) - gammaln(n - i - j + 1)
+                + i * np.log(p10) + (j * np.log(p01) if p01 > 0 else np.where(j == 0, 0.0, -np.inf))
+                + ((n - i - j) * np.log(p00) if p00 > 0 else np.where(n - i - j == 0, 0.0, -np.inf)))
+    return float(np.sum(np.exp(logp) * (mcnemar_p(i, j) <= alpha)))
+
+
+def mcnemar_n(psi: float, delta: float, alpha: float, target: float = TARGET, cap: int = 20000) -> float:
+    """Smallest n found with exact McNemar power >= target (bisection, then down while it still holds)."""
+    if delta <= 0:
+        return math.inf
+    lo, hi = 1, 8
+    while mcnemar_power(hi, psi, delta, alpha) < target:
+        lo, hi = hi, hi * 2
+        if hi > cap:
+            return math.nan
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if mcnemar_power(mid, psi, delta, alpha) >= target else (mid, hi)
+    while hi > 1 and mcnemar_power(hi - 1, psi, delta, alpha) >= target:
+        hi -= 1
+    return float(hi)
+
+
+@dataclass
+class Simulated:
+    holds: np.ndarray  # per simulated sample: the rule decided "holds"
+    p: np.ndarray  # its p (McNemar's, or the one-sided bootstrap p Holm adjusts)
+
+    @property
+    def power(self) -> float:
+        return float(self.holds.mean())
+
+
+def _rng(seed: int, *key) -> np.random.Generator:
+    import zlib
+
+    return np.random.default_rng([int(seed), zlib.crc32(repr(key).encode())])
+
+
+def simulate(c: "Comparison", n: int | None = None, effect: float | None = None, spread: float | None = None,
+             sims: int = SIMS, boot: int = BOOT, seed: int = 0) -> Simulated:
+    """The registered rule of comparison c on `sims` samples of n questions at a true effect (defaults: c's)."""
+    n = int(c.n_planned if n is None else n)
+    effect = c.effect if effect is None else effect
+    spread = c.spread if spread is None else spread
+    why = refusal(c.rule, n, effect, spread)
+    if why:
+        raise Refused(why)
+    rng = _rng(seed, c.hypothesis, c.what, n, effect, spread)
+    conf_tail = c.alpha1 if c.rule != "mcnemar_superior" else (1 - 0.95) / 2
+    if c.accuracy:
+        delta = effect / 100
+        counts = rng.multinomial(n, [(spread + delta) / 2, (spread - delta) / 2, 1 - spread], size=sims)
+        a10, a01 = counts[:, 0], counts[:, 1]
+        if c.rule == "mcnemar_superior":
+            p = mcnemar_p(a10, a01)
+            return Simulated((p <= 2 * c.alpha1) & (a10 > a01), p)
+        thr = c.threshold  # points
+        pairs, inverse = np.unique(counts[:, :2], axis=0, return_inverse=True)
+        # the bootstrap of a paired 0/±1 difference depends on (a_only, b_only) only: BOOT draws per distinct pair
+        p10, p01 = pairs[:, 0] / n, pairs[:, 1] / n  # a multinomial draw as two binomials (vectorised)
+        d10 = rng.binomial(n, np.broadcast_to(p10, (boot, len(pairs))))
+        rest = np.where(p10 < 1, p01 / np.where(p10 < 1, 1 - p10, 1), 0.0).clip(0, 1)
+        d01 = rng.binomial(n - d10, np.broadcast_to(rest, d10.shape))
+        diff = 100 * (d10 - d01) / n  # boot x pairs
+        inverse = inverse.ravel()
+        holds = (np.quantile(diff, conf_tail, axis=0) > thr)[inverse]
+        p = ((np.count_nonzero(diff <= thr, axis=0) + 1) / (boot + 1))[inverse]
+        return Simulated(holds, p)
+    s2 = math.log(1 + spread ** 2)
+    rho = math.log(1 + 0.5 * spread ** 2) / s2
+    z0, z1 = rng.standard_normal((2, n, sims))
+    a = effect * np.exp(math.sqrt(s2) * z0 - s2 / 2)
+    b = np.exp(math.sqrt(s2) * (rho * z0 + math.sqrt(1 - rho ** 2) * z1) - s2 / 2)
+    w = rng.multinomial(n, np.full(n, 1 / n), size=boot).astype(float)
+    r = (w @ a) / (w @ b)  # boot x sims
+    if c.rule == "ratio_upper_below":
+        return Simulated(np.quantile(r, 1 - conf_tail, axis=0) < c.threshold,
+                         (np.count_nonzero(r >= c.threshold, axis=0) + 1) / (boot + 1))
+    return Simulated(np.quantile(r, conf_tail, axis=0) > c.threshold,
+                     (np.count_nonzero(r <= c.threshold, axis=0) + 1) / (boot + 1))
+
+
+@dataclass
+class Assessed:
+    """A comparison's power under its registered rule: at the planned n and effect, at the smallest
+    effect of interest, and over the pilot's 95% interval of the spread (None where not computed)."""
+    c: Comparison
+    refused: str
+    at_effect: Simulated | None = None
+    at_smallest: Simulated | None = None
+    pilot_range: tuple[float, float] | None = None
+    pilot_n80: tuple[float, float] | None = None  # questions for 80% at the two ends of the pilot's interval
+
+
+def assess(rows: Iterable[Comparison], seed: int = 0, sims: int = SIMS, boot: int = BOOT) -> list[Assessed]:
+    out = []
+    for c in rows:
+        a = Assessed(c, c.refused)
+        if not a.refused:
+            # a ratio needs a matrix of resampled means per sample: half the resamples keep it to a second; every
+            # test keeps the same number of samples, so a hypothesis's tests combine sample by sample
+            kw = dict(sims=sims, boot=boot // 2 if not c.accuracy else boot, seed=seed)
+            a.at_effect = simulate(c, **kw)
+            if math.isfinite(c.smallest) and not refusal(c.rule, c.n_planned, c.smallest, c.spread):
+                a.at_smallest = simulate(c, effect=c.smallest, **kw)
+            rng_ = c.spread_range()
+            if rng_ is not None:
+                ok = [x for x in rng_ if not refusal(c.rule, c.n_planned, c.effect, x)]
+                ps = [simulate(c, spread=x, **kw).power for x in ok]
+                a.pilot_range = (min(ps), max(ps)) if ps else None
+                import dataclasses
+
+                ns = [dataclasses.replace(c, spread=x).n80_rule for x in ok]
+                a.pilot_n80 = (min(ns), max(ns)) if ns else None
+        out.append(a)
+    return out
+
+
+def hypothesis_lines(assessed: list[Assessed], prereg) -> list[str]:
+    """Per hypothesis: the power of its decision (all its tests hold: intersection-union) and, for a
+    member of the Holm family, the range Holm's adjustment leaves it (first to last of m rejected)."""
+    family = list((prereg.settings.get("holm_family") or []) if prereg is not None else [])
+    alpha = float(prereg.settings.get("alpha", 0.05)) if prereg is not None else 0.05
+    tests_of = {h["id"]: h["tests"] for h in (prereg.hypotheses if prereg is not None else [])}
+    lines = []
+    by: dict[str, list[Assessed]] = {}
+    for a in assessed:
+        by.setdefault(a.c.hypothesis, []).append(a)
+    for hid, got in by.items():
+        refused = [a for a in got if a.refused]
+        if refused:
+            lines.append(f"{hid}: refused ({'; '.join(a.c.what + ': ' + a.refused for a in refused)})")
+            continue
+        other = [t["rule"] for t in tests_of.get(hid, []) if t["rule"] not in RULES]
+        missing = len([t for t in tests_of.get(hid, []) if t["rule"] in RULES]) - len(got)
+        for label, attr in (("the power_at effects", "at_effect"), ("the smallest effects of interest", "at_smallest")):
+            sims = [getattr(a, attr) for a in got]
+            if any(x is None for x in sims):
+                continue
+            k = min(len(x.holds) for x in sims)
+            holds = np.logical_and.reduce([x.holds[:k] for x in sims])
+            p = np.max([x.p[:k] for x in sims], axis=0)
+            what = (f"all {len(got)} tests hold (intersection-union; tests simulated independently)" if len(got) > 1
+                    else "its test holds")
+            line = f"{hid} at {label}: {what}: power {holds.mean():.2f}"
+            if hid in family:
+                m = len(family)
+                line += (f"; with Holm over the {m} primary hypotheses {np.mean(holds & (p <= alpha / m)):.2f} (the "
+                         f"first of {m} rejected: p <= {alpha / m:g}) to {np.mean(holds & (p <= alpha)):.2f} (the last)")
+            if other or missing > 0:
+                line += (f" (not simulated: {', '.join(other)}" + (f"; {missing} test(s) not in this plan" if missing > 0
+                                                                     else "") + ")")
+            lines.append(line)
+    return lines
+
+
+def render(rows: Iterable[Comparison], prereg=None, seed: int = 0) -> str:
     rows = list(rows)
     if not rows:
         return "power: no pre-registered comparison in this stage's plan"
-    lines = ["power of the planned sample for each pre-registered comparison (analysis/power.py; normal approximation "
-             "of the rule's interval bound; cost at list price, both conditions; exploratory: the effects are "
-             "pre-registered where it says so, the power analysis is not):",
-             f"{'test':<46}{'n':>6}{'effect':>10}{'power':>8}{'n for 80%':>11}{'cost (n)':>11}{'cost (n80)':>12}"
-             "  effect from; spread from"]
-    for c in rows:
-        n80 = c.n80
-        eff = f"{c.effect:.3g}" + ("pts" if c.accuracy else "x") if math.isfinite(c.effect) else "-"
-        pw = f"{c.power:.2f}" if math.isfinite(c.power) else "-"
+    assessed = assess(rows, seed=int(prereg.settings.get("seed", seed)) if prereg is not None else seed)
+    lines = ["power of the planned sample for each pre-registered comparison (analysis/power.py): `power` is the "
+             f"registered rule itself (exact McNemar, or the {BOOT}-resample bootstrap interval) on {SIMS:,} simulated "
+             "samples (seeded), `approx` the normal formula; n for 80% exact for McNemar, else the normal formula; "
+             "`smallest` the smallest effect of interest (conf/prereg/smallest_effects.yaml); `pilot range` the power "
+             "(and the questions for 80%) over the pilot's 95% interval of the spread; cost at list price, both conditions; exploratory:",
+             f"{'test':<46}{'n':>6}{'effect':>10}{'power':>7}{'approx':>7}{'n for 80%':>11}{'smallest':>10}"
+             f"{'power':>7}{'pilot range':>13}{'cost (n)':>11}{'cost (n80)':>12}  effect from; spread from"]
+    for a in assessed:
+        c = a.c
+        unit = "pts" if c.accuracy else "x"
+        eff = f"{c.effect:.3g}{unit}" if math.isfinite(c.effect) else "-"
+        head = f"{(c.hypothesis + ' ' + c.what)[:45]:<46}{c.n_planned:>6}{eff:>10}"
+        if a.refused:
+            lines.append(f"{head}  refused: {a.refused}")
+            continue
+        n80 = c.n80_rule
+        pw = f"{a.at_effect.power:.2f}"
+        ap = f"{c.power:.2f}" if math.isfinite(c.power) else "-"
         n80s = "-" if not math.isfinite(n80) and not math.isinf(n80) else ("never" if math.isinf(n80) else f"{n80:,.0f}")
+        sm = f"{c.smallest:.3g}{unit}" if math.isfinite(c.smallest) else "-"
+        smp = f"{a.at_smallest.power:.2f}" if a.at_smallest is not None else "-"
+        pr = f"{a.pilot_range[0]:.2f}-{a.pilot_range[1]:.2f}" if a.pilot_range else "-"
+        if a.pilot_n80 and all(math.isfinite(x) for x in a.pilot_n80):
+            pr += f" (n80 {a.pilot_n80[0]:,.0f}-{a.pilot_n80[1]:,.0f})"
         cost_n = c.cost_per_question * c.n_planned
         cost_80 = c.cost_per_question * n80 if math.isfinite(n80) else math.nan
-        lines.append(f"{(c.hypothesis + ' ' + c.what)[:45]:<46}{c.n_planned:>6}{eff:>10}{pw:>8}{n80s:>11}"
-                     f"{_usd(cost_n):>11}{_usd(cost_80):>12}  {c.effect_from}; {c.spread_from}")
+        lines.append(f"{head}{pw:>7}{ap:>7}{n80s:>11}{sm:>10}{smp:>7}{pr:>13}{_usd(cost_n):>11}{_usd(cost_80):>12}"
+                     f"  {c.effect_from}; {c.spread_from}")
+    hyp = hypothesis_lines(assessed, prereg)
+    if hyp:
+        lines += ["the decision of each hypothesis (its tests together, and Holm where it is primary):", *hyp]
     return "\n".join(lines)
 
 

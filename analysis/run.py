@@ -82,6 +82,7 @@ class Results:
     options: dict = field(default_factory=dict)  # the command's arguments, for tables that read one
     errata: Any = None  # harness.data.errata.Errata of errata=FILE
     gold: str = "official"  # which gold every table of this Results is under
+    corrected_by: Any = None  # the Errata whose corrected gold these runs are under (every judge is scored on it)
     _memo: dict = field(default_factory=dict)
 
     def table(self, name: str) -> pd.DataFrame:
@@ -162,6 +163,8 @@ def analyse(opts: dict, progress: bool = True) -> Results:
         from harness.data import errata as E
 
         res.errata = E.load(opts["errata"], opts.get("errata_sha256"))
+        res.errata.require([(f.info.get("data") or {}).get("path") for f in folders if f.records],
+                           "the analysed stage folders")
     res.ledgers = {f.name: ledger_frame(f) for f in folders}
     res.first_calls = {f.name: first_call_ts(res.ledgers[f.name]) for f in folders}
     from harness.records.provenance import code_revision
@@ -265,6 +268,10 @@ def summary(res: Results, out: Path) -> str:
     from analysis.tables.errata import changes
 
     lines += [f"FLIPS: {x}" for x in flips(res)]
+    from analysis.tables.judge_robustness import checks_line
+
+    if checks_line(res):
+        lines.append(f"judges: {checks_line(res)}")
     if res.errata is not None:
         n = len(res.tables["errata"])
         lines.append(f"errata {res.errata.path} (sha256 {res.errata.sha256[:16]}): {n} question(s) of these folders "

@@ -798,6 +798,42 @@ def intersection_union(pvalues: Mapping[str, float], alpha: float = 0.05) -> Int
     return IntersectionUnion(p, p <= alpha, alpha, limiting, comps)
 
 
+def two_level_accuracy(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]] | None = None, *, seed: int,
+                       n_resamples: int = DEFAULT_RESAMPLES, confidence: float = CONFIDENCE
+                       ) -> tuple[Estimate, Estimate]:
+    """(question-only, two-level) bootstrap of an accuracy in points (or of a - b, paired by question).
+
+    ``a[i]`` holds question i's 0/1 labels over its repeats. Question-only resamples questions and
+    keeps each one's mean over its repeats; two-level resamples questions, then each drawn question's
+    repeats (with replacement, independently for a and b), so run-to-run variation is inside the
+    interval. WHY binomial draws: the sum of c resampled means of r labels with k correct is
+    Binomial(c r, k / r) / r, so both levels are one vectorised draw per question and resample."""
+    def parts(x):
+        r = np.array([len(v) for v in x], dtype=np.int64)
+        if (r < 1).any():
+            raise ValueError("every question needs at least one judged repeat")
+        k = np.array([float(np.sum(v)) for v in x])
+        return r, k / r
+
+    ra, pa = parts(a)
+    rb, pb = parts(b) if b is not None else (None, None)
+    n = len(ra)
+    if b is not None and len(rb) != n:
+        raise ValueError("a and b must cover the same questions")
+    counts = resample_counts(n, n_resamples, seed).astype(np.int64)  # questions x B
+    rng = make_rng(seed + 1)
+    q_only = (pa[:, None] * counts).sum(0) / n
+    two = (rng.binomial(counts * ra[:, None], pa[:, None]) / ra[:, None]).sum(0) / n
+    est = float(pa.mean())
+    if b is not None:
+        q_only = q_only - (pb[:, None] * counts).sum(0) / n
+        two = two - (rng.binomial(counts * rb[:, None], pb[:, None]) / rb[:, None]).sum(0) / n
+        est -= float(pb.mean())
+    common = dict(n=n, n_resamples=n_resamples, confidence=confidence, seed=seed, keep_boot=False)
+    return (_estimate("accuracy_points", 100 * est, 100 * q_only, **common),
+            _estimate("accuracy_points_two_level", 100 * est, 100 * two, **common))
+
+
 # --------------------------------------------------------------------------- descriptives
 
 

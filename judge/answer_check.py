@@ -339,6 +339,7 @@ def judge_command(cfg, rd) -> int:
         from harness.data import errata as E
 
         er = E.load(str(cfg.errata), cfg.get("errata_sha256"))
+        er.require({r.data_path for r in rd.records()}, f"stage {rd.root}")
         answers = er.answers()
         only = {r.run_id for r in rd.records() if r.qid in answers}
         if only:

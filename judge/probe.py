@@ -3,11 +3,23 @@
 From the stage's own questions (its records' question, gold and type) the probe plants answers
 whose correctness is known and has the judge grade them with the stage's prompts:
 
-* planted wrong: another question's gold (`other_gold`), the gold with a number changed
-  (`changed_number`) or a date changed (`changed_date`), and for an abstention question a
-  confident answer (`confident_answer`);
-* planted right: the gold restated (`paraphrase`), its parts reordered (`reordered`) and the gold
-  with extra words around it (`extra_words`); for an abstention question a plain refusal.
+* planted wrong: another question's gold (`other_gold`), the gold with the asked number changed
+  (`changed_number`) or the asked date changed (`changed_date`), the gold named and denied
+  (`denied`: it contains the gold verbatim), and for an abstention question a confident answer
+  (`confident_answer`);
+* planted right: the gold restated (`paraphrase`), its parts reordered (`reordered`), the gold with
+  extra words around it (`extra_words`), its number in words (`number_words`: it shares no surface
+  form with the gold); for an abstention question a plain refusal.
+
+Each transformation is applied only where it provably keeps or changes the answer: no reordering
+when the question asks for an order or the gold is not a plain list (a "$2,500" is one part); a
+number changed only when the question asks for a quantity and the number is the gold's first
+(what the question asks), with every accepted alternative ("12 weeks if rounded up", "22 days is
+also acceptable") cut from the planted answer; a date changed only when the question asks when.
+Every planted answer is then checked by a second, independent rule (`check`: by what the answer
+contains, not by how it was made) and dropped, and counted, when it fails. A plain substring
+matcher (`substring_judge`) is graded on the same answers as a control: a probe it passed would
+not tell a judge from string matching.
 
 A planted answer becomes a pseudo-record (`probe.<kind>.<qid>.r0`, condition `probe`) judged
 through judge/answer_check.py like any run: the same prompts, the reply cache, the metering
@@ -30,71 +42,243 @@ from omegaconf import DictConfig
 from harness.failures import STOPPED, exits_with_code
 from harness.records import RunDir
 
-WRONG = ("other_gold", "changed_number", "changed_date", "confident_answer")
-RIGHT = ("paraphrase", "reordered", "extra_words", "refusal")
+WRONG = ("other_gold", "changed_number", "changed_date", "denied", "confident_answer")
+RIGHT = ("paraphrase", "reordered", "extra_words", "number_words", "refusal")
 SUFFIX = "probe"
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.])")
+_NUMBER = re.compile(r"(?<![\w.,$])\$?(\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w,]\d)")
 _MONTH = re.compile(r"\b(" + "|".join(MONTHS) + r")\b")
 _DAY = re.compile(r"\b(" + "|".join(DAYS) + r")\b")
 _ISO = re.compile(r"\b(\d{4})[-/](\d{2})[-/](\d{2})\b")
+# the question asks for a quantity / for a time / for an order (then its parts cannot be reordered)
+_ASKS_NUMBER = re.compile(r"\bhow (many|much|long|old|far|often|fast|big|tall|heavy)\b|\bwhat (percentage|number|"
+                          r"amount|price|total|age|score|time|year)\b|\bhow many\b", re.I)
+_ASKS_WHEN = re.compile(r"\b(when|what (date|day|month|year)|which (date|day|month|year))\b", re.I)
+_ASKS_ORDER = re.compile(r"\b(first|last|order|earlier|earliest|later|latest|before|after|sequence|rank|"
+                         r"chronological|most recent|oldest|newest)\b", re.I)
+# a sentence of a gold that states an accepted alternative ("22 days ... is also acceptable", "12 weeks if rounded up")
+_ALTERNATIVE = re.compile(r"\b(accept|acceptable|accepted|also|rounded|alternatively)\b", re.I)
+_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
+_TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 
 
-def _change_number(gold: str) -> str | None:
-    m = _NUMBER.search(gold)
+def numbers(text: str) -> set[float]:
+    """Every number written in digits in `text` ("$2,500" is 2500)."""
+    return {float(m.group(0).lstrip("$").replace(",", "")) for m in
+            re.finditer(r"(?<![\w.])\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\w.,])\d+(?:\.\d+)?", text)}
+
+
+def in_words(x: int) -> str | None:
+    """0..999 in English words (None beyond)."""
+    if x < 0 or x > 999:
+        return None
+    if x < 20:
+        return _WORDS[x]
+    if x < 100:
+        return _TENS[x // 10] + ("" if x % 10 == 0 else "-" + _WORDS[x % 10])
+    rest = x % 100
+    return _WORDS[x // 100] + " hundred" + ("" if rest == 0 else " and " + in_words(rest))
+
+
+def from_words(text: str) -> set[int]:
+    """Every number 0..999 written in words in `text` (the check of `number_words`, independent of `in_words`)."""
+    units = {w: i for i, w in enumerate(_WORDS)}
+    tens = {w: 10 * i for i, w in enumerate(_TENS) if w}
+    out, cur, seen = set(), 0, False
+    for tok in re.findall(r"[a-z]+", text.lower()) + ["."]:
+        if tok in units:
+            cur, seen = cur + units[tok], True
+        elif tok in tens:
+            cur, seen = cur + tens[tok], True
+        elif tok == "hundred" and seen:
+            cur *= 100
+        elif tok == "and" and seen:
+            continue
+        else:
+            if seen:
+                out.add(cur)
+            cur, seen = 0, False
+    return out
+
+
+def main_part(gold: str) -> str:
+    """The gold without its accepted alternatives or explanation ("11 weeks (81 days ...)" -> "11 weeks";
+    "21 days. 22 days ... is also acceptable." -> "21 days"); every other part stays ("4 plants; the first ...")."""
+    parts = re.split(r"(?<=[.;])\s+", gold.strip())
+    keep = [p for i, p in enumerate(parts) if i == 0 or not _ALTERNATIVE.search(p)]
+    head = " ".join(keep)
+    cut = head.find("(")
+    head = head[:cut] if cut > 0 else head
+    return head.strip().rstrip(".;").strip()
+
+
+def _change_number(question: str, gold: str) -> str | None:
+    if not _ASKS_NUMBER.search(question):
+        return None
+    head = main_part(gold)
+    m = _NUMBER.search(head)
     if not m:
         return None
-    x = m.group(1)
-    new = str(int(x) + 3) if x.isdigit() else f"{float(x) * 2:g}"
-    return gold[:m.start(1)] + new + gold[m.end(1):]
+    x = float(m.group(1).replace(",", ""))
+    taken = numbers(gold)
+    new = int(x) + 3 if x == int(x) else x * 2
+    while float(new) in taken:
+        new += 3
+    text = f"{new:,}" if "," in m.group(1) else f"{new:g}" if isinstance(new, float) else str(new)
+    return head[:m.start(1)] + text + head[m.end(1):]
 
 
-def _change_date(gold: str) -> str | None:
-    m = _ISO.search(gold)
+def _change_date(question: str, gold: str) -> str | None:
+    if not _ASKS_WHEN.search(question):
+        return None
+    head = main_part(gold)
+    m = _ISO.search(head)
     if m:
         month = (int(m.group(2)) % 12) + 1
-        return gold[:m.start()] + f"{m.group(1)}-{month:02d}-{m.group(3)}" + gold[m.end():]
+        return head[:m.start()] + f"{m.group(1)}-{month:02d}-{m.group(3)}" + head[m.end():]
     for pat, names in ((_MONTH, MONTHS), (_DAY, DAYS)):
-        m = pat.search(gold)
+        m = pat.search(head)
         if m:
             other = names[(names.index(m.group(1)) + 3) % len(names)]
-            return gold[:m.start()] + other + gold[m.end():]
+            return head[:m.start()] + other + head[m.end():]
     return None
 
 
-def _reorder(gold: str) -> str | None:
-    parts = [p.strip() for p in re.split(r",\s*|\s+and\s+", gold) if p.strip()]
-    if len(parts) < 2:
+def list_parts(gold: str) -> list[str]:
+    """The items of a plain list ("A, B and C"), [] when the gold is not one (a number, a sentence)."""
+    if numbers(gold) or len(gold.split()) > 12 or re.search(r"[.;:()]", gold):
+        return []
+    parts = [p.strip() for p in re.split(r",\s+|\s+and\s+", gold) if p.strip()]
+    return parts if len(parts) >= 2 and all(len(p.split()) <= 4 for p in parts) else []
+
+
+def _reorder(question: str, gold: str) -> str | None:
+    if _ASKS_ORDER.search(question):
         return None
-    return ", ".join(parts[::-1][:-1]) + " and " + parts[::-1][-1]
+    parts = list_parts(gold)
+    if not parts:
+        return None
+    r = parts[::-1]
+    return ", ".join(r[:-1]) + " and " + r[-1]
+
+
+def _number_words(question: str, gold: str) -> str | None:
+    """The gold's asked number in words, with no digit of the gold left ("3 days" -> "three days")."""
+    if not _ASKS_NUMBER.search(question):
+        return None
+    head = main_part(gold)
+    m = _NUMBER.search(head)
+    if not m or "." in m.group(0) or "$" in m.group(0) or len(numbers(head)) != 1:
+        return None
+    words = in_words(int(m.group(1).replace(",", "")))
+    return None if words is None else f"It was {head[:m.start(1)] + words + head[m.end(1):]}."
+
+
+def _norm(x: str) -> str:
+    return " ".join(re.sub(r"[^\w$%]+", " ", x.lower()).split())
+
+
+def _has(hay: str, needle: str) -> bool:
+    """Whether `needle` occurs in `hay` as whole words (normalised)."""
+    n = _norm(needle)
+    return bool(n) and f" {n} " in f" {_norm(hay)} "
+
+
+def substring_judge(gold: str, answer: str, abstention: bool = False) -> bool:
+    """The control judge: right when the (normalised) gold occurs in the answer; for an abstention
+    question, when the answer declines. No model: what a probe must be able to tell a judge from."""
+    if abstention:
+        return bool(re.search(r"\b(don't|do not|no) (have|record|information)|never mentioned|not mentioned", answer, re.I))
+    return _has(answer, main_part(gold))
+
+
+def check(p: dict) -> str:
+    """The second, independent rule: '' when the planted answer is what its kind claims, else why not.
+    It reads what the answer contains (numbers, words, the gold's parts), not how it was made."""
+    kind, answer, gold, question = p["kind"], p["answer"], str(p["gold"]), str(p["question"])
+    gold_n, ans_n = numbers(gold), numbers(answer)
+    if kind == "changed_number":
+        if not ans_n or ans_n & gold_n:
+            return "it still contains a number of the gold (the answer or an accepted alternative)"
+        if not _ASKS_NUMBER.search(question):
+            return "the question does not ask for a quantity"
+    elif kind == "changed_date":
+        if _has(answer, main_part(gold)) or _has(gold, answer):
+            return "it still states the gold's date"
+        names = [n for n in (*MONTHS, *DAYS) if _has(main_part(gold), n)]
+        isos = set(_ISO.findall(gold))
+        if any(_has(answer, n) for n in names) and not isos or isos & set(_ISO.findall(answer)):
+            return "it still contains the gold's date"
+    elif kind == "other_gold":
+        if _has(answer, main_part(gold)) or _has(gold, answer) or (gold_n and gold_n <= ans_n):
+            return "another question's gold that contains or equals this one"
+    elif kind == "denied":
+        if not re.search(r"\bnot\b", answer) or not _has(answer, main_part(gold)):
+            return "not a denial of the gold"
+    elif kind == "reordered":
+        parts = list_parts(gold)
+        got = sorted(_norm(x) for x in re.split(r",\s+|\s+and\s+", answer))
+        if not parts or got != sorted(_norm(x) for x in parts):
+            return "not the gold's list items"
+        if _ASKS_ORDER.search(question):
+            return "the question asks for an order"
+    elif kind == "number_words":
+        asked = numbers(main_part(gold))
+        if ans_n or re.search(r"\d", answer):
+            return "it contains digits"
+        if len(asked) != 1 or {float(x) for x in from_words(answer)} & asked != asked:
+            return "its number in words is not the gold's"
+    elif kind in ("paraphrase", "extra_words"):
+        if not _has(answer, main_part(gold)):
+            return "it does not state the gold"
+    return ""
+
+
+def plant_checked(questions: list[dict], seed: int) -> tuple[list[dict], list[dict]]:
+    """(kept, dropped): every planted answer that passes `check`, and those that do not (with why)."""
+    kept, dropped = [], []
+    for p in plant_all(questions, seed):
+        why = check(p)
+        (dropped if why else kept).append({**p, "dropped": why} if why else p)
+    return kept, dropped
 
 
 def plant(questions: list[dict], seed: int) -> list[dict]:
-    """Planted answers for every question: {qid, qtype, abstention, question, gold, kind, truth, answer}."""
+    """Planted answers for every question that pass the second rule: {qid, qtype, abstention, question,
+    gold, kind, truth, answer}."""
+    return plant_checked(questions, seed)[0]
+
+
+def plant_all(questions: list[dict], seed: int) -> list[dict]:
+    """Every planted answer before the check."""
     qs = sorted({q["qid"]: q for q in questions}.values(), key=lambda q: q["qid"])
     out = []
     for q in qs:
         rng = random.Random(f"probe:{seed}:{q['qid']}")
-        gold, abst = str(q["gold"]), bool(q["abstention"])
+        gold, abst, question = str(q["gold"]), bool(q["abstention"]), str(q.get("question") or "")
         others = [o for o in qs if o["qid"] != q["qid"] and not o["abstention"] and str(o["gold"]) != gold]
-        other = rng.choice(others)["gold"] if others else None
+        other = main_part(str(rng.choice(others)["gold"])) if others else None
         answers: dict[str, str | None]
         if abst:
             answers = {"confident_answer": f"Yes, I remember: it was {other}." if other else None,
                        "refusal": "I don't have that information; it was never mentioned in our conversations."}
         else:
-            changed_n, changed_d = _change_number(gold), _change_date(gold)
-            answers = {"other_gold": f"{other}" if other else None,
+            head = main_part(gold)
+            changed_n, changed_d = _change_number(question, gold), _change_date(question, gold)
+            answers = {"other_gold": other,
                        "changed_number": changed_n,
                        "changed_date": changed_d if changed_d != changed_n else None,
-                       "paraphrase": f"From what you told me earlier, the answer is {gold}.",
-                       "reordered": _reorder(gold),
-                       "extra_words": f"Let me check our past conversations. {gold}. I hope that helps!"}
+                       "denied": f"It was not {head}; I can't recall what it was.",
+                       "paraphrase": f"From what you told me earlier, the answer is {head}.",
+                       "reordered": _reorder(question, gold),
+                       "extra_words": f"Let me check our past conversations. {head}. I hope that helps!",
+                       "number_words": _number_words(question, gold)}
         for kind, answer in answers.items():
             if answer is not None:
-                out.append({**{k: q[k] for k in ("qid", "qtype", "abstention", "question", "gold")}, "kind": kind,
+                out.append({**{k: q.get(k) for k in ("qid", "qtype", "abstention", "question", "gold")}, "kind": kind,
                             "truth": kind in RIGHT, "answer": answer})
     return out
 
@@ -125,6 +309,12 @@ def run_probe(cfg, rd: RunDir | None = None) -> dict:
     if not records:
         raise SystemExit(f"error: {rd.root} has no records; run the stage first")
     planted = probe_records(records, int(cfg.seed))
+    base = [r for r in records if (r.get("variant") or "") != "private"]
+    dropped = plant_checked(base, int(cfg.seed))[1]
+    if dropped:  # counted, never graded: a transformation the second rule did not confirm
+        print(f"probe: {len(dropped)} planted answer(s) failed the second rule and were dropped: "
+              + "; ".join(f"{p['kind']} {p['qid']} ({p['dropped']})" for p in dropped[:5])
+              + (" ..." if len(dropped) > 5 else ""), file=sys.stderr)
     budget = None
     if cfg.get("budget_usd") is not None:  # the probe's calls count in the stage's cap, like any judging
         budget = Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"),

@@ -205,6 +205,7 @@ def test_dollars_per_correct_answer_in_tables_1_2_and_6(tmp_path):
 ERRATA = """errata_format: 1
 name: test-errata
 version: "1"
+applies_to: [data.json]
 entries:
   - {qid: q00, action: answer, answer: "forty-two", source: "https://example.org/report/1", reasoning: "the gold is 41 by mistake"}
   - {qid: q01, action: exclude, source: "https://example.org/report/2", reasoning: "no answer is supported"}
@@ -233,7 +234,7 @@ def test_an_errata_file_that_changes_one_questions_gold_flips_exactly_that_concl
             j.update(label=False, reply="no")
     (st.path / "judgements" / f"{er.judgements_name(JUDGE)}.jsonl").write_text(
         "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
-    out = analyse(tmp_path, pre, f"errata={path}", f"errata_sha256={er.sha256[:12]}")
+    out = analyse(tmp_path, pre, f"errata={path}", f"errata_sha256={er.sha256}")
     aff = csv(out, "errata.csv").set_index("qid")
     assert set(aff.index) == {"q00", "q01", "q02"}
     assert aff.loc["q00", "changed_labels"] == 1 and aff.loc["q00", "corrected_correct"] == 1
@@ -253,7 +254,7 @@ def test_an_errata_file_that_changes_one_questions_gold_flips_exactly_that_concl
     assert "Gold: corrected: test-errata" in (out / "corrected" / "report.md").read_text()
     # pinned by hash: a changed file is refused with exit 2
     assert A.main([f"runs={tmp_path / 'runs'}", f"out={tmp_path / 'r2'}", f"prereg={pre}", f"errata={path}",
-                   "errata_sha256=0000"]) == 2
+                   "errata_sha256=" + "0" * 64]) == 2
 
 
 def test_make_judge_with_errata_judges_the_corrected_questions_against_the_corrected_gold(tmp_path):
@@ -272,6 +273,7 @@ def test_make_judge_with_errata_judges_the_corrected_questions_against_the_corre
         rid = f"none.lme.{qid}.r0"
         rec = answered_record(rid, qid, "single-session-user", "", f"What is {qid}?", "41" if qid == "q00" else "seven",
                               answer)
+        rec["data_path"] = "/somewhere/data.json"  # a file the errata applies to
         (rec_dir / f"{rid}.json").write_text(json.dumps(rec))
     path = tmp_path / "errata.yaml"
     path.write_text(ERRATA)
@@ -328,8 +330,9 @@ def test_the_shipped_longmemeval_errata_load_and_name_their_public_sources(tmp_p
 
 
 def test_the_probe_measures_a_scripted_judges_known_false_positive_rate(tmp_path):
-    """A judge that accepts any number in place of the gold's: its false positives are exactly the planted
-    changed numbers, its false negatives the reordered gold; graded through the stage's ledger and cache."""
+    """A judge that accepts any number in place of the gold's and any answer containing the gold: its false
+    positives are exactly the planted changed number and the denials, its false negatives the gold's number in
+    words and the reordered list; graded through the stage's ledger and cache."""
     import re
 
     from hydra import compose, initialize_config_dir
@@ -342,9 +345,11 @@ def test_the_probe_measures_a_scripted_judges_known_false_positive_rate(tmp_path
 
     pre = prereg_file(tmp_path)
     st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
-    for qid, gold, ok in (("q0", "12 apples", True), ("q1", "May 3", True), ("q2", "Alice and Bob", False),
-                          ("q3_abs", "The user never said.", True)):
-        st.add("tool_hybrid", qid, gold=gold, correct=ok, abstention=qid.endswith("_abs"))
+    for qid, gold, ok, question in (("q0", "12 apples", True, "How many apples did I buy?"),
+                                    ("q1", "May 3", True, "When is my dentist appointment?"),
+                                    ("q2", "Alice and Bob", False, "Who came to the party?"),
+                                    ("q3_abs", "The user never said.", True, "What is my hamster's name?")):
+        st.add("tool_hybrid", qid, gold=gold, correct=ok, abstention=qid.endswith("_abs"))["question"] = question
     st.write()
 
     def lenient(req):
@@ -364,7 +369,7 @@ def test_the_probe_measures_a_scripted_judges_known_false_positive_rate(tmp_path
                 "judge.backoff_s=0.01", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache"])
         rd = RunDir.for_stage(cfg)
         s = run_probe(cfg, rd)
-        assert s["failed"] == 0 and s["judgements"] == 15  # 7 planted wrong + 8 planted right
+        assert s["failed"] == 0 and s["judgements"] == 18  # 9 planted wrong + 9 planted right
         sent = len(fake.run_requests)
         run_probe(cfg, rd)
         assert len(fake.run_requests) == sent  # cached: a second probe sends nothing
@@ -372,13 +377,24 @@ def test_the_probe_measures_a_scripted_judges_known_false_positive_rate(tmp_path
     assert "judge-probe:probe.changed_number.q0.r0" in tags
     out = analyse(tmp_path, pre)
     t = csv(out, "judge_error.csv")
-    ssu = row(t, qtype="single-session-user")
-    assert (ssu["planted_wrong"], ssu["false_positives"], ssu["planted_right"], ssu["false_negatives"]) == (6, 2, 7, 1)
-    lo, hi = proportion_confint(2, 6, alpha=0.05, method="wilson")
-    assert ssu["fp_rate"] == pytest.approx(2 / 6) and (ssu["fp_lo"], ssu["fp_hi"]) == pytest.approx((lo, hi))
+    ssu = row(t, qtype="single-session-user", judge="testjudge")
+    assert (ssu["planted_wrong"], ssu["false_positives"], ssu["planted_right"], ssu["false_negatives"]) == (8, 4, 8, 2)
+    # errors clustered by question (q0: 2 of 3 wrong answers accepted, q1: 1 of 3, q2: 1 of 2): Wilson on n / deff,
+    # the design effect computed here as the between-question variance of the error share over the binomial one
+    k, n = np.array([2, 1, 1]), np.array([3, 3, 2])
+    r = k.sum() / n.sum()
+    deff = max(1.0, (len(n) / (len(n) - 1) * np.sum((k - r * n) ** 2) / n.sum() ** 2) / (r * (1 - r) / n.sum()))
+    lo, hi = proportion_confint(r * 8 / deff, 8 / deff, alpha=0.05, method="wilson")
+    assert ssu["fp_rate"] == pytest.approx(4 / 8) and (ssu["fp_lo"], ssu["fp_hi"]) == pytest.approx((lo, hi))
     assert ssu["main_judge"] in (True, "True") and ssu["accuracy"] == pytest.approx(2 / 3)
-    assert ssu["accuracy_corrected"] == pytest.approx((2 / 3 - 2 / 6) / (1 - 2 / 6 - 1 / 7))
-    ab = row(t, qtype="abstention")
+    corr = csv(out, "judge_corrected.csv")
+    hy = row(corr, kind="condition", what="tool_hybrid")
+    fp, fn = 4 / 9, 2 / 9  # every planted answer, abstention included
+    assert hy["reported"] == pytest.approx(3 / 4) and hy["corrected"] == pytest.approx((3 / 4 - fp) / (1 - fp - fn))
+    assert hy["corrected_lo"] < hy["corrected"] < hy["corrected_hi"]
+    control = row(t, qtype="all", judge="substring (control)")  # the substring matcher fails the probe
+    assert control["false_positives"] == 3 and control["false_negatives"] == 2
+    ab = row(t, qtype="abstention", judge="testjudge")
     assert (ab["planted_wrong"], ab["false_positives"], ab["planted_right"], ab["false_negatives"]) == (1, 0, 1, 0)
     # the probe's judgements are not a judge of the stage's answers: no second judge appears
     assert csv(out, "judge_robustness.csv").empty

@@ -169,7 +169,8 @@ def describe(d: pd.DataFrame) -> dict:
         out[f"mean_{k}"] = float(d[k].mean()) if len(d) else math.nan
     out["median_time"] = float(d["time"].median()) if len(d) else math.nan
     n_correct = int(d.loc[judged, "correct"].sum()) if judged.any() else 0
-    # list-price dollars of the condition's runs per correct answer (unjudged runs cost, but are not counted correct)
+    # USD per correct answer, the one definition (Tables 1, 2 and 6): the list-price cost of a set of runs over the
+    # correct answers among the same runs (failed and unjudged runs cost, and are not correct); here repeat 0
     out["usd_per_correct"] = float(d["cost"].sum()) / n_correct if n_correct else math.nan
     out["total_tokens"] = int(d["tokens"].sum())
     # what the model read back from its tools per question (Section 5.1: 47.7k vs 28.0k characters)

@@ -48,6 +48,16 @@ def _exposure_by_condition(exposure: pd.DataFrame | None, folder: str, variant: 
     return {"exposed_runs": int(e["runs_with_private"].iloc[0]), "private_units": int(e["private_units"].iloc[0])}
 
 
+def per_correct_interval(d: pd.DataFrame, st: Settings) -> dict:
+    """The 95% interval of USD per correct answer (describe's definition: the list cost of the runs over the
+    correct answers among them) by the paired bootstrap of a ratio of means over the questions."""
+    if not len(d) or not (d["correct"] == 1).any():
+        return {"usd_per_correct_lo": math.nan, "usd_per_correct_hi": math.nan}
+    e = stats.ratio_of_means(d["cost"].to_numpy(float), d["correct"].fillna(0).to_numpy(float), seed=st.seed,
+                             n_resamples=st.resamples, confidence=st.confidence, keep_boot=False)
+    return {"usd_per_correct_lo": e.lo, "usd_per_correct_hi": e.hi}
+
+
 def condition_tables(runs: pd.DataFrame, folders: Sequence[Folder], st: Settings,
                      exposure: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """Table 1 (LongMemEval folders), Table 2 (Org folders), per-type accuracy, and every pair in long form."""
@@ -71,7 +81,8 @@ def condition_tables(runs: pd.DataFrame, folders: Sequence[Folder], st: Settings
                     pairs.append(r)
             for c in conds:
                 d = select(runs, f.name, variant, c)
-                row = {"folder": f.name, "stage": f.stage, "variant": variant, "condition": c, **describe(d)}
+                row = {"folder": f.name, "stage": f.stage, "variant": variant, "condition": c, **describe(d),
+                       **per_correct_interval(d, st)}
                 p = None
                 if ref in conds and c != ref:
                     p = done[(ref, c) if org else (c, ref)]
@@ -108,7 +119,7 @@ def conditions_section(t: pd.DataFrame, folder: str, variant: str, org: bool) ->
         return ""
     heads = ["condition", "n", "failed", "unjudged", "accuracy %", "Δ accuracy pts [95% CI]", "McNemar p",
              *(METRIC_NAMES[k] for k in ("model_calls", "tool_calls", "tokens", "cost", "time")), "median time (s)",
-             "tool-result chars", "USD per correct"]
+             "tool-result chars", "USD per correct [95% CI]"]
     if org and variant == "private":
         heads += ["leaks", "runs with private units", "private units"]
     rows = []
@@ -118,7 +129,9 @@ def conditions_section(t: pd.DataFrame, folder: str, variant: str, org: bool) ->
         row = [r["condition"], integer(r["n_questions"]), integer(r["n_failed"]), integer(r["n_unjudged"]),
                num(r["accuracy_pct"], 1), diff, pval(r["mcnemar_p"]),
                *(_metric_cell(r, k) for k in ("model_calls", "tool_calls", "tokens", "cost", "time")),
-               num(r["median_time"], 2), integer(r["mean_result_chars"]), money(r["usd_per_correct"])]
+               num(r["median_time"], 2), integer(r["mean_result_chars"]),
+               money(r["usd_per_correct"]) + ("" if is_missing(r.get("usd_per_correct_lo")) else
+                                              f" [{money(r['usd_per_correct_lo'])}, {money(r['usd_per_correct_hi'])}]")]
         if org and variant == "private":
             row += [f"{integer(r['leaks'])} of {integer(r['leak_judged'])}", integer(r["exposed_runs"]),
                     integer(r["private_units"])]

@@ -160,7 +160,7 @@ def table6_section(res) -> str:
         ("no usage (cost unknown)", "calls_without_usage", integer), ("prompt tokens", "prompt", integer), ("cache hit", "hit", integer), ("miss", "miss", integer),
         ("output", "output", integer), ("list USD", "cost_list_usd", money), ("paid USD", "cost_paid_usd", money),
         ("list CNY", "cost_list_cny", money), ("paid CNY", "cost_paid_cny", money),
-        ("correct answers", "correct_answers", integer), ("list USD per correct", "usd_per_correct", money),
+        ("correct answers", "correct_answers", integer), ("list USD per correct (every repeat)", "usd_per_correct", money),
         ("prices", "price_source", text)]))
 
     return "".join(parts)

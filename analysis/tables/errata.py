@@ -35,12 +35,14 @@ def section(res: Any) -> str:
            f"({er.name}, version {er.version or DASH}, sha256 `{er.sha256}`), *exploratory*. A corrected answer "
            "takes its correctness from judgements against it (`make judge ... errata=FILE`); an excluded question "
            "is left out of every table; disputed evidence leaves the question out of the evidence-hit rates.\n\n"]
-    out.append(md_table(["question", "action", "source", "reasoning"],
-                        [[e.qid, e.action + (f": {e.answer}" if e.answer else ""),
-                          " ".join([e.source, *e.sources]), e.reasoning] for e in er.entries.values()]) + "\n")
-    if er.notes:
-        out.append("\nNotes that change no question:\n\n" + "".join(f"- {n['source']}: {n['reasoning']}\n"
-                                                                     for n in er.notes))
+    out.append(f"Applies to {', '.join(f'`{x}`' for x in er.applies_to)}"
+               + (f"; not applied to {', '.join(ER.not_applied(res, er))} (another data file: official gold)"
+                  if ER.not_applied(res, er) else "") + ".\n\n")
+    out.append("Every public report on the data, with the choice made:\n\n" + md_table(
+        ["report", "question", "choice", "reasoning"],
+        [[r["source"], r["qid"] or DASH,
+          r["choice"] + (f": {er.entries[r['qid']].answer}" if r["choice"] == "corrected (answer)" else ""),
+          r["reasoning"]] for r in er.reports()]) + "\n")
     out.append("\nAffected runs:\n\n" + (md_table(
         ["folder", "question", "action", "runs", "correct (official)", "correct (corrected)", "not yet judged",
          "labels changed"],
@@ -53,6 +55,8 @@ def section(res: Any) -> str:
     flips = changes(res)
     out.append("\n" + ("**Conclusions that change under the corrected gold:** " + "; ".join(flips) + ".\n" if flips
                        else "No conclusion changes under the corrected gold.\n"))
+    if not c.empty:
+        out.append(ER.C.summary(ER.C.compare_verdicts(c), "official against corrected gold") + "\n")
     moved = c[c["conclusion"].isin({x.split(":")[0] for x in flips})] if flips and not c.empty else c.iloc[0:0]
     if not moved.empty:
         out.append("\n" + md_table(["conclusion", "test", "gold", "n", "estimate [95% CI]", "verdict"], [

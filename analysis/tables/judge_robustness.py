@@ -43,12 +43,24 @@ def variants(res: Any) -> dict[str, dict[str, dict]]:
     return res.memo("judge_variants", make)
 
 
-def runs_under(res: Any, by_folder: dict[str, dict]) -> pd.DataFrame:
-    """res.runs with correct and leak from one judge's lines; NaN where that judge gave no label."""
+def runs_under(res: Any, by_folder: dict[str, dict], judge: str = "") -> pd.DataFrame:
+    """res.runs with correct and leak from one judge's lines; NaN where that judge gave no label.
+    Under a corrected gold (res.corrected_by) a corrected question takes the label this judge gave
+    against the corrected answer (its <judge>.errata-<sha>.jsonl), NaN when it has none."""
     runs = res.runs.copy()
+    er = getattr(res, "corrected_by", None)
+    fixed = er.answers() if er is not None else {}
+    against: dict[str, dict] = {}
+    if fixed and judge:
+        from analysis.errata import _lines
+
+        name = er.judgements_name(judge.split(" [")[0])
+        against = {f.name: _lines(f, name) for f in res.folders if (f.path / "judgements" / f"{name}.jsonl").exists()}
     correct, leak = [], []
     for r in runs.itertuples():
         lines = by_folder.get(r.folder) or {}
+        if r.qid in fixed and r.variant != "private":
+            lines = {**lines, (r.run_id, "correct"): (against.get(r.folder) or {}).get((r.run_id, "correct"))}
         out = []
         for kind in ("correct", "leak"):
             if kind == "leak" and r.variant != "private":
@@ -67,14 +79,57 @@ def runs_under(res: Any, by_folder: dict[str, dict]) -> pd.DataFrame:
     return runs
 
 
+def disagreement(main: pd.DataFrame, other: pd.DataFrame) -> float:
+    """Share of the labels both gave (correct and leak) on which the other judge differs from the main one."""
+    a = pd.concat([main["correct"], main["leak"]], ignore_index=True)
+    b = pd.concat([other["correct"], other["leak"]], ignore_index=True)
+    both = a.notna() & b.notna()
+    return float((a[both] != b[both]).mean()) if both.any() else math.nan
+
+
+def overlap(main: pd.DataFrame, other: pd.DataFrame, folders: set) -> str:
+    """'12 of 40 labels' the other judge gave among those the main judge gave in these folders."""
+    sel = main["folder"].isin({f for f in folders if f})
+    k = m = 0
+    for col in ("correct", "leak"):
+        has = main.loc[sel, col].notna()
+        m += int(has.sum())
+        k += int((has & other.loc[sel, col].notna()).sum())
+    return f"{k} of {m} labels"
+
+
 def _build(res: Any) -> pd.DataFrame:
+    """The main judge's rows; per other judge its rows, each against the main judge on the runs that
+    judge labelled (the main rows themselves when it labelled every run the main judge did)."""
     vs = variants(res)
     if not vs:
         return pd.DataFrame(columns=list(COLUMNS))
     mains = sorted({f.judge for f in res.folders if f.judge})
-    rows = C.conclusions(res, res.runs, MAIN + f" ({', '.join(mains)})", main=True)
+    main_label = MAIN + f" ({', '.join(mains)})"
+    main_rows = C.conclusions(res, res.runs, main_label, main=True)
+    rows = list(main_rows)
     for label in sorted(vs):
-        rows += C.conclusions(res, runs_under(res, vs[label]), label)
+        other = runs_under(res, vs[label], label)
+        same = res.runs.copy()
+        for col in ("correct", "leak"):
+            same.loc[other[col].isna(), col] = math.nan
+        r = disagreement(same, other)
+        if all((same[c].notna() == res.runs[c].notna()).all() for c in ("correct", "leak")):
+            ref_label, ref_rows = main_label, main_rows
+        else:
+            ref_label = f"{main_label} on {label}'s runs"
+            ref_rows = C.conclusions(res, same, ref_label)
+            rows += ref_rows
+        ref = pd.DataFrame(ref_rows, columns=list(C.COLUMNS))
+        mine = C.conclusions(res, other, label)
+        used: dict[str, set] = {}
+        for x in mine:
+            used.setdefault(x["conclusion"], set()).add(x["folder"])
+        for x in mine:
+            x["against"] = ref_label
+            x["overlap"] = overlap(res.runs, other, used[x["conclusion"]])
+            x["p_chance"] = C.chance_of_flip(ref[ref["conclusion"] == x["conclusion"]].drop_duplicates("component"), r)
+            rows.append(x)
     df = pd.DataFrame(rows, columns=list(C.COLUMNS))
     verdicts = C.compare_verdicts(df).set_index("conclusion")["robust"]
     df["robust"] = df["conclusion"].map(verdicts)
@@ -90,13 +145,21 @@ def flips(res: Any) -> list[str]:
     return [f"{r.conclusion}: {r.robust}" for r in s.itertuples() if str(r.robust).startswith("flips")]
 
 
+def checks_line(res: Any) -> str:
+    t = res.table("judge_robustness")
+    return C.summary(C.compare_verdicts(t), "judges") if not t.empty else ""
+
+
 def section(res: Any) -> str:
     t = res.table("judge_robustness")
     head = (f"\n## Conclusions under each judge\n\n{link('judge_robustness.csv')}; status: *exploratory* (not in "
             "the pre-registration file; the tests it repeats are). Every hypothesis that "
             "reads judgements and every paired accuracy comparison, recomputed with each judge's labels (a judge "
             "model or prompt source); a judge counts only the runs it labelled (n). A conclusion flips when another "
-            "judge decides it differently; comparisons: a > b / a < b when the 95% interval excludes 0.\n\n")
+            "judge decides it differently from the main judge *on the runs it graded* (a judge that graded a sample "
+            "is set against the main judge on that sample: the column `… on X's runs`); a check with a verdict "
+            "undecided on either side is not comparable and shows its overlap. Comparisons: a > b / a < b when the "
+            "95% interval excludes 0.\n\n")
     if t.empty:
         return head + "One judge per folder: nothing to compare (a second judge: `make agreement` or `make judge judge=...`).\n"
     labels = list(dict.fromkeys(t["labels"]))
@@ -113,7 +176,7 @@ def section(res: Any) -> str:
             cells.append(f"{x['verdict'].iloc[0]}: {eff}")
         robust = g["robust"].iloc[0]
         rows.append([cid, *cells, f"**{robust}**" if str(robust).startswith("flips") else robust])
-    return head + md_table(["conclusion", *labels, "robust"], rows) + "\n"
+    return head + md_table(["conclusion", *labels, "robust"], rows) + "\n\n" + checks_line(res) + "\n"
 
 
 register(Table("judge_robustness", "judge_robustness.csv", _build, section, prereg=("judge_robustness",), order=54,

@@ -21,12 +21,20 @@ source of the report and our reasoning:
 
 `make analyze errata=FILE` prints every table under the official and the corrected gold
 (analysis/errata.py); the sha256 names the corrected judgements and is printed in the report, and
-`errata_sha256=` pins it (a file that differs is refused).
+`errata_sha256=` pins it: the full 64-digit sha256 (a prefix is refused: a one-character pin would
+accept almost any file). `applies_to` names the data files the corrections are about (by file
+name): a stage whose data is another file (e.g. LongMemEval-Org, generated from LongMemEval's
+questions) keeps the official gold, and a command where no stage's data is named is refused.
+
+Every public report about the data is listed with the choice made: an entry's action is the
+choice (answer, evidence: corrected; exclude: excluded); a note (`qid` optional) is a report left
+as it is, with the reason.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +42,8 @@ import yaml
 
 FORMAT = 1
 ACTIONS = ("answer", "exclude", "evidence")
+CHOICE = {"answer": "corrected (answer)", "evidence": "corrected (evidence)", "exclude": "excluded"}
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class ErrataError(ValueError):
@@ -74,6 +84,24 @@ class Errata:
     def judgements_name(self, judge: str) -> str:
         return f"{judge}.{self.tag}"
 
+    def applies(self, data_path: str | None) -> bool:
+        """Whether the corrections are about this data file (by name, as `applies_to` lists them)."""
+        return bool(data_path) and Path(str(data_path)).name in self.applies_to
+
+    def require(self, data_paths, where: str) -> None:
+        """Refuse (exit 2) when none of these data files is one the corrections are about."""
+        names = sorted({Path(str(p)).name for p in data_paths if p})
+        if not any(self.applies(p) for p in names):
+            raise ErrataError(f"errata {self.path} applies to {', '.join(self.applies_to)}; {where} use(s) "
+                              f"{', '.join(names) or 'no known data file'}: refused")
+
+    def reports(self) -> list[dict]:
+        """Every report with the choice made: {source, qid, choice, reasoning}."""
+        out = [{"source": " ".join([e.source, *e.sources]), "qid": e.qid, "choice": CHOICE[e.action],
+                "reasoning": e.reasoning} for e in self.entries.values()]
+        return out + [{"source": n["source"], "qid": n.get("qid") or "", "choice": "left",
+                       "reasoning": n["reasoning"]} for n in self.notes]
+
 
 def _text(d: dict, key: str, where: str, required: bool = True) -> str | None:
     v = d.get(key)
@@ -90,8 +118,13 @@ def load(path: str | Path, pin: str | None = None) -> Errata:
         raise ErrataError(f"errata file {path} does not exist")
     raw = path.read_bytes()
     sha = hashlib.sha256(raw).hexdigest()
-    if pin and not sha.startswith(str(pin).lower()):
-        raise ErrataError(f"{path}: sha256 {sha[:16]} is not the pinned {pin}: the file changed")
+    if pin is not None and str(pin).strip():
+        pin = str(pin).strip().lower()
+        if not SHA256.fullmatch(pin):
+            raise ErrataError(f"errata_sha256 must be the full 64-digit sha256 of the file ({len(pin)} characters "
+                              f"given): a prefix would accept other files")
+        if sha != pin:
+            raise ErrataError(f"{path}: sha256 {sha} is not the pinned {pin}: the file changed")
     try:
         data = yaml.safe_load(raw) or {}
     except yaml.YAMLError as exc:
@@ -124,8 +157,14 @@ def load(path: str | Path, pin: str | None = None) -> Errata:
     notes = []
     for i, n in enumerate(data.get("notes") or []):
         where = f"{path}: note {i}"
-        notes.append({"source": _text(n, "source", where), "reasoning": _text(n, "reasoning", where)})
+        if not isinstance(n, dict):
+            raise ErrataError(f"{where}: must be a mapping")
+        notes.append({"source": _text(n, "source", where), "reasoning": _text(n, "reasoning", where),
+                      "qid": _text(n, "qid", where, required=False) or ""})
     if not entries and not notes:
         raise ErrataError(f"{path}: no entries and no notes")
+    applies_to = data.get("applies_to")
+    if not (isinstance(applies_to, list) and applies_to and all(isinstance(x, str) and x.strip() for x in applies_to)):
+        raise ErrataError(f"{path}: `applies_to` must list the data files (by name) the corrections are about")
     return Errata(path, sha, str(data.get("name") or path.stem), str(data.get("version") or ""), entries, notes,
-                  tuple(data.get("applies_to") or ()))
+                  tuple(Path(x.strip()).name for x in applies_to))

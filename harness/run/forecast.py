@@ -124,7 +124,7 @@ def power_lines(cfg, plan, rows: list[Row]) -> str:
     prices = dict(cfg.model.prices)
     costs = {r.condition: r.cost(prices) / r.runs for r in rows if r.runs}
     pilot = pilot_runs(Path(str(cfg.runs_dir)), str(cfg.model.model)) if plan.stage != "pilot" else None
-    return power.render(power.comparisons(pre, plan.stage, planned, costs, pilot))
+    return power.render(power.comparisons(pre, plan.stage, planned, costs, pilot), pre)
 
 
 def _conversation(prefix_chars: float, calls: int, result_chars: float) -> tuple[float, float, float]:

@@ -1,0 +1,616 @@
+"""Trust that survives a statistician (issue 34): flips only against the same runs, chance flips,
+planted answers that are what they claim, power of the registered rule, errata pins, intervals."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis import conclusions as C
+from tests.analysis_fixtures import JUDGE, Stage, run_id, sha256_file
+from tests.test_analysis import csv, prereg_file, row
+from tests.test_trust import TYPES, analyse, second_judge
+
+
+def stage_with_hybrid_wrong(tmp_path, sha: str, wrong: int) -> Stage:
+    """20 questions; the main judge marks the first `wrong` hybrid answers wrong, every other answer right."""
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha)
+    for i in range(20):
+        q = f"q{i:02d}"
+        st.add("session_search", q, qtype=TYPES[i % 4], correct=True, prompt=1000, output=100, calls=3)
+        st.add("tool_hybrid", q, qtype=TYPES[i % 4], correct=i >= wrong, prompt=500, output=50, calls=3)
+    return st
+
+
+def judge_file(st: Stage, name: str, keep, relabel=frozenset()) -> None:
+    """Another judge's file: the main judge's lines of the runs `keep` accepts, `relabel` runs turned to no."""
+    lines = []
+    for j in st.judgements:
+        if not keep(j["run_id"]):
+            continue
+        j = {**j, "judge": {**j["judge"], "name": name, "identity": f"t:{name}"}}
+        if j["run_id"] in relabel:
+            j.update(label=False, reply="no")
+        lines.append(j)
+    (st.path / "judgements" / f"{name}.jsonl").write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+
+
+# ------------------------------------------------------------------------------ 1. a flip is a flip
+
+
+def test_a_judge_that_agrees_fully_on_its_sample_flips_nothing(tmp_path):
+    """Appendix E's design: a second judge grades a sample and agrees on every answer of it. On all
+    runs the main judge finds hybrid 25 points worse (5 of 20 wrong); on the sample (q10..q19) both find
+    no difference. Against the main judge on all runs that looked like two flips; on the same runs it is none."""
+    pre = prereg_file(tmp_path)
+    st = stage_with_hybrid_wrong(tmp_path, sha256_file(pre), wrong=5)
+    st.write()
+    judge_file(st, "sample", keep=lambda rid: int(rid.split(".")[2][1:]) >= 10)
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_robustness.csv")
+    main = next(lab for lab in t["labels"].unique() if lab.startswith("main") and " on " not in lab)
+    ref = f"{main} on sample's runs"
+    pair = t[t["kind"] == "comparison"]
+    assert row(pair, labels=main)["verdict"] == "a < b"  # all runs: hybrid worse
+    s = row(pair, labels="sample")
+    assert s["verdict"] == "no difference shown" and s["n"] == 10 and s["against"] == ref
+    assert row(pair, labels=ref)["verdict"] == "no difference shown" and row(pair, labels=ref)["n"] == 10
+    h1c = t[t["conclusion"] == "H1c"]
+    assert row(h1c, labels=main)["verdict"] != row(h1c, labels="sample")["verdict"]  # the old false flip
+    assert row(h1c, labels="sample")["verdict"] == row(h1c, labels=ref)["verdict"] == "supported"
+    assert not any(str(x).startswith("flips") for x in t["robust"])
+    rep = (out / "report.md").read_text()
+    assert "Conclusions that flip under another judge" not in rep
+    # each judge-reading conclusion is one check; the agreeing judge disagrees on no label: chance 0
+    v = C.compare_verdicts(t)
+    assert v["flips"].sum() == 0 and v["checks"].sum() == 2  # H1c and the paired comparison (the rest: not run)
+    assert (v["not_comparable_under"] == "").all()
+    assert v["chance_flips"].sum() == pytest.approx(0.0)
+    assert f"{int(v['checks'].sum())} check(s) made" in rep
+
+
+def test_a_judge_built_to_flip_one_conclusion_flips_that_one_and_the_chance_is_stated(tmp_path):
+    """One hybrid answer relabelled wrong: H1c (non-inferiority at -3 points) flips, the paired comparison
+    (interval includes 0 on both sides) does not; the chance flips are those of the closed form."""
+    pre = prereg_file(tmp_path)
+    st = stage_with_hybrid_wrong(tmp_path, sha256_file(pre), wrong=0)
+    st.write()
+    judge_file(st, "strict1", keep=lambda rid: True, relabel={run_id("tool_hybrid", "q00")})
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_robustness.csv")
+    v = C.compare_verdicts(t).set_index("conclusion")
+    assert list(v.index[v["flips"] > 0]) == ["H1c"] and v.at["H1c", "flips_under"] == "strict1"
+    main = next(lab for lab in t["labels"].unique() if lab.startswith("main"))
+    assert not any(" on " in lab for lab in t["labels"])  # it graded every run: the main rows are its reference
+    # chance: r = 1 disagreement in 40 labels; H1c (estimate 0, bound 0 under main, margin 3, n 20)
+    r, s = 1 / 40, 100 * math.sqrt(2 * (1 / 40) * (1 - 1 / 40) / 20)
+    from scipy.stats import norm
+
+    assert row(t[t["conclusion"] == "H1c"], labels="strict1")["p_chance"] == pytest.approx(norm.cdf(-3 / s), abs=1e-9)
+    assert row(t[t["conclusion"] == "H1c"], labels=main)["verdict"] == "supported"
+    rep = (out / "report.md").read_text()
+    assert "H1c: flips under strict1" in rep and "1 flip(s)" in rep
+
+
+def org_stage(tmp_path, sha: str) -> Stage:
+    org = Stage(tmp_path / "runs", "org", prereg_sha=sha)
+    for i in range(6):
+        q = f"p{i}"
+        org.add("shared", q, variant="private", correct=True, leak=False)
+        org.add("no_view", q, variant="private", correct=False, leak=i < 4)
+    return org
+
+
+def test_a_judge_that_never_graded_a_folder_is_not_comparable_there(tmp_path):
+    """H2b (Org) under a judge whose only file is in the main folder: not comparable, overlap 0, no flip."""
+    pre = prereg_file(tmp_path)
+    sha = sha256_file(pre)
+    st = stage_with_hybrid_wrong(tmp_path, sha, wrong=0)
+    st.write()
+    org_stage(tmp_path, sha).write()
+    judge_file(st, "lmeonly", keep=lambda rid: True)  # agrees on main; never saw org
+    (st.path / "judgements" / "lmeonly.jsonl").write_text(
+        (st.path / "judgements" / "lmeonly.jsonl").read_text().replace('"label": true', '"label": false', 1))
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_robustness.csv")
+    h2b = t[t["conclusion"] == "H2b"]
+    main = next(lab for lab in t["labels"].unique() if lab.startswith("main") and " on " not in lab)
+    assert row(h2b, labels=main + " on lmeonly's runs", component=0)["verdict"].startswith("undecided")
+    lme = row(h2b, labels="lmeonly", component=0)
+    assert lme["verdict"].startswith("undecided") and lme["overlap"] == "0 of 24 labels"  # 12 runs: correct and leak
+    v = C.compare_verdicts(t).set_index("conclusion")
+    assert v.at["H2b", "flips"] == 0 and v.at["H2b", "checks"] == 0
+    assert "lmeonly (overlap 0 of 24 labels)" in v.at["H2b", "not_comparable_under"]
+    assert "flips" not in v.at["H2b", "robust"] and "not comparable" in v.at["H2b", "robust"]
+
+
+@pytest.mark.parametrize("rule,est,lo,hi,thr,n,r", [
+    ("noninferiority", -1.0, -6.0, 4.0, -3.0, 200, 0.05),
+    ("comparison", 4.0, 0.7, 7.3, 0.0, 200, 0.04),
+    ("comparison", 1.0, -2.4, 4.4, 0.0, 300, 0.03),
+    ("count_at_most", 3, 3, 3, 2, 120, 0.02),
+    ("count_at_least", 1, 1, 1, 1, 42, 0.05),
+])
+def test_chance_of_flip_matches_a_simulation_of_random_relabelling(rule, est, lo, hi, thr, n, r):
+    """The closed form against labels flipped at random (the interval's width kept): within 0.02."""
+    rng = np.random.default_rng(7)
+    sims = 40000
+    if rule in C.COUNT_RULES:
+        y = np.zeros(n)
+        y[:int(est)] = 1
+        flip = rng.random((sims, n)) < r
+        k = np.where(flip, 1 - y, y).sum(1)
+        keep = ((k <= thr) == (est <= thr)) if rule == "count_at_most" else ((k >= thr) == (est >= thr))
+    else:
+        m = n
+        ya = (np.arange(m) < m * 0.8).astype(float)  # accuracy a 80%
+        yb = ya.copy()
+        k = int(round(abs(est) / 100 * m))
+        if est > 0:
+            yb[:k] = 0  # b wrong where a is right
+        else:
+            yb[int(m * 0.8):int(m * 0.8) + k] = 1  # b right where a is wrong
+        assert 100 * (ya - yb).mean() == pytest.approx(est)
+        fa, fb = rng.random((sims, m)) < r, rng.random((sims, m)) < r
+        d = 100 * (np.where(fa, 1 - ya, ya) - np.where(fb, 1 - yb, yb)).mean(1) - est
+        lo2, hi2 = lo + d, hi + d
+        if rule == "comparison":
+            v0 = C.pair_verdict(est, lo, hi)
+            v = np.where(lo2 > 0, "a > b", np.where(hi2 < 0, "a < b", "no difference shown"))
+            keep = v == v0
+        else:
+            keep = (lo2 > thr) == (lo > thr)
+    import pandas as pd
+
+    ref = pd.DataFrame([{"rule": rule, "estimate": est, "lo": lo, "hi": hi, "threshold": thr, "n": n}])
+    assert C.chance_of_flip(ref, r) == pytest.approx(1 - keep.mean(), abs=0.02)
+
+
+def test_the_corrected_view_scores_every_judge_against_the_corrected_gold(tmp_path):
+    """q00's gold is corrected. A second judge marked hybrid's q00 answer wrong against the old gold (a flip of
+    H1c under the official gold) and right against the corrected one: under the corrected gold it flips
+    nothing; a judge with no judgements against the corrected answer has q00 left out there."""
+    from harness.data import errata as E
+    from tests.test_trust import ERRATA, main_stage
+
+    pre = prereg_file(tmp_path)
+    st = main_stage(tmp_path, sha256_file(pre))
+    st.write()
+    path = tmp_path / "errata.yaml"
+    path.write_text(ERRATA)
+    er = E.load(path)
+    jdir = st.path / "judgements"
+
+    def against_corrected(name: str) -> None:
+        lines = [{**j, "judge": {**j["judge"], "name": f"{name}.{er.tag}"}} for j in st.judgements if j["qid"] == "q00"]
+        (jdir / f"{er.judgements_name(name)}.jsonl").write_text("".join(json.dumps(x, sort_keys=True) + "\n"
+                                                                       for x in lines))
+
+    against_corrected(JUDGE)
+    q00 = run_id("tool_hybrid", "q00")
+    second_judge(st, "oldgold", {q00})
+    against_corrected("oldgold")
+    second_judge(st, "nocorr", {q00})
+    out = analyse(tmp_path, pre, f"errata={path}", f"errata_sha256={er.sha256}")
+    off = C.compare_verdicts(csv(out, "judge_robustness.csv")).set_index("conclusion")
+    assert off.at["H1c", "flips_under"] == "nocorr; oldgold"  # against the official gold both flip it
+    t = csv(out / "corrected", "judge_robustness.csv")
+    cor = C.compare_verdicts(t).set_index("conclusion")
+    assert (cor["flips"] == 0).all() and cor.at["H1c", "checks"] == 2
+    h1c = t[t["conclusion"] == "H1c"]
+    assert row(h1c, labels="oldgold")["n"] == 19 and row(h1c, labels="oldgold")["verdict"] == "supported"  # q01 out
+    assert row(h1c, labels="nocorr")["n"] == 18  # and q00, which it never judged against the corrected answer
+    assert row(h1c, labels="nocorr")["against"].endswith("on nocorr's runs")
+
+
+# ------------------------------------------------------------------------------ 4. errata: pinned, and for its data
+
+
+def test_an_errata_pin_is_the_full_sha256_and_a_prefix_or_another_file_is_refused(tmp_path):
+    import hashlib
+
+    from harness.data import errata as E
+    from tests.test_trust import ERRATA
+
+    path = tmp_path / "e.yaml"
+    path.write_text(ERRATA)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert E.load(path, sha).sha256 == sha and E.load(path, sha.upper()).sha256 == sha
+    for pin in (sha[:1], sha[:12], sha[:63]):
+        with pytest.raises(E.ErrataError, match="full 64-digit sha256"):
+            E.load(path, pin)
+    path.write_text(ERRATA.replace("by mistake", "by mistake!"))  # a modified file under the old pin
+    with pytest.raises(E.ErrataError, match="the file changed"):
+        E.load(path, sha)
+    path.write_text(ERRATA.replace("applies_to: [data.json]\n", ""))
+    with pytest.raises(E.ErrataError, match="applies_to"):
+        E.load(path)
+
+
+def test_errata_apply_only_to_the_data_they_name_and_are_refused_where_none_matches(tmp_path):
+    """The main folder's data is data.json (named); the Org folder's is generated: it keeps the official gold
+    (its q-ids overlap). An errata file naming neither is refused with exit 2."""
+    from analysis import run as A
+    from tests.test_trust import ERRATA
+
+    pre = prereg_file(tmp_path)
+    sha = sha256_file(pre)
+    st = stage_with_hybrid_wrong(tmp_path, sha, wrong=0)
+    st.write()
+    org = Stage(tmp_path / "runs", "org", prereg_sha=sha,
+                data={"path": "/gen/longmemeval_org.json", "sha256": "e" * 64, "kind": "org"})
+    for q in ("q01", "q02"):  # the same question ids as the main stage's excluded and evidence entries
+        org.add("shared", q, variant="public", correct=True)
+        org.add("isolated", q, variant="public", correct=False)
+    org.write()
+    path = tmp_path / "errata.yaml"
+    path.write_text(ERRATA)
+    out = analyse(tmp_path, pre, f"errata={path}")
+    aff = csv(out, "errata.csv")
+    assert set(aff["folder"]) == {"main/main"}  # the Org folder is not touched
+    runs = csv(out / "corrected", "runs.csv")
+    assert set(runs.loc[runs["folder"] == "org/org", "qid"]) == {"q01", "q02"}  # q01 not excluded there
+    assert "q01" not in set(runs.loc[runs["folder"] == "main/main", "qid"])
+    rep = (out / "report.md").read_text()
+    assert "not applied to org/org (longmemeval_org.json)" in rep
+    other = tmp_path / "other.yaml"
+    other.write_text(ERRATA.replace("[data.json]", "[longmemeval_s_cleaned.json]"))
+    assert A.main([f"runs={tmp_path / 'runs'}", f"out={tmp_path / 'r2'}", f"prereg={pre}", "replay=none",
+                   f"errata={other}"]) == 2
+
+
+def test_the_shipped_errata_list_every_open_report_with_its_choice():
+    from pathlib import Path
+
+    from harness.data import errata as E
+
+    er = E.load(Path(__file__).resolve().parents[1] / "data" / "errata" / "longmemeval.yaml")
+    rep = er.reports()
+    by_issue: dict[str, list[dict]] = {}
+    for r in rep:
+        for s in r["source"].split():
+            by_issue.setdefault(s.rsplit("/", 1)[-1], []).append(r)
+    assert {"19", "27", "37", "38", "40", "50"} <= set(by_issue)
+    assert {r["choice"] for r in rep} <= {"corrected (answer)", "corrected (evidence)", "excluded", "left"}
+    assert [r["qid"] for r in by_issue["50"]] == ["9aaed6a3", "gpt4_f420262d", "gpt4_5dcc0aab"]  # all three items
+    assert {r["qid"]: r["choice"] for r in by_issue["40"]} == {"370a8ff4": "corrected (answer)",
+                                                               "gpt4_88806d6e": "left"}
+    assert by_issue["38"][0]["choice"] == "left"
+    assert er.applies_to == ("longmemeval_s_cleaned.json", "longmemeval_m_cleaned.json")
+
+
+# ------------------------------------------------------------------------------ 3. power for the rule that decides
+
+
+def comparison(rule: str, n: int, effect: float, spread: float, threshold: float, hypothesis: str = "Hx"):
+    from analysis import power as W
+
+    alpha1 = 0.025
+    return W.Comparison(hypothesis, rule, f"{rule} test", "a", "b", "", n, effect, "given", spread, "given", threshold,
+                        alpha1, 0.01)
+
+
+def test_exact_mcnemar_p_and_power_match_scipy_binomtest():
+    from scipy.stats import binomtest, multinomial
+
+    from analysis import power as W
+
+    a, b = np.meshgrid(np.arange(0, 25), np.arange(0, 25))
+    got = W.mcnemar_p(a.ravel(), b.ravel())
+    want = [1.0 if x + y == 0 else binomtest(int(x), int(x + y), 0.5).pvalue for x, y in zip(a.ravel(), b.ravel())]
+    assert got == pytest.approx(want, rel=1e-10, abs=1e-14)
+    assert W.mcnemar_p(4, 0) == pytest.approx(0.125)  # SPEC §6
+    # the power summed by brute force over every outcome of 30 questions, with binomtest deciding
+    n, psi, delta = 30, 0.4, 0.2
+    probs = [(psi + delta) / 2, (psi - delta) / 2, 1 - psi]
+    brute = sum(multinomial.pmf([i, j, n - i - j], n, probs)
+                for i in range(n + 1) for j in range(n + 1 - i)
+                if i > j and binomtest(i, i + j, 0.5).pvalue <= 0.05)
+    assert W.mcnemar_power(n, psi, delta, 0.05) == pytest.approx(brute, rel=1e-9)
+
+
+def test_the_exact_mcnemar_sample_size_is_larger_than_the_normal_formula_and_is_the_smallest_that_reaches_80():
+    from analysis import power as W
+
+    for psi, delta in ((0.3, 0.1), (0.2, 0.08), (0.5, 0.15)):
+        c = comparison("mcnemar_superior", 100, 100 * delta, psi, 0.0)
+        n = int(c.n80_rule)
+        assert n >= c.n80  # the normal formula overstates the exact test's power
+        assert W.mcnemar_power(n, psi, delta, 0.05) >= 0.8 > W.mcnemar_power(n - 1, psi, delta, 0.05)
+        c.n_planned = n
+        assert c.power > W.mcnemar_power(n, psi, delta, 0.05) - 0.005  # and at that n the formula says more
+        sim = W.simulate(c, seed=3)  # the simulation of the same rule agrees with the exact sum
+        exact = W.mcnemar_power(n, psi, delta, 0.05)
+        assert sim.power == pytest.approx(exact, abs=3.5 * math.sqrt(exact * (1 - exact) / len(sim.holds)))
+
+
+@pytest.mark.parametrize("rule,n,effect,spread,threshold", [
+    ("noninferiority", 400, 0.0, 0.3, -3.0),
+    ("accuracy_above", 300, 8.0, 0.35, 0.0),
+    ("ratio_upper_below", 150, 0.55, 1.0, 0.7),
+    ("ratio_lower_above", 120, 1.2, 0.8, 1.0),
+])
+def test_the_simulated_bootstrap_rule_agrees_with_the_normal_closed_form_at_large_n(rule, n, effect, spread, threshold):
+    """The interval rules: the bootstrap percentile bound against the normal formula, within 0.05."""
+    from analysis import power as W
+
+    c = comparison(rule, n, effect, spread, threshold)
+    sim = W.simulate(c, seed=1, sims=1000, boot=500)
+    assert 0.1 < c.power < 0.95  # a point where the two can differ
+    assert sim.power == pytest.approx(c.power, abs=0.05)
+    # Holm at rank 1 of 5 needs the one-sided p <= 0.01: the normal formula at alpha 0.01
+    d, sd = c.distance_sd()
+    assert np.mean(sim.holds & (sim.p <= 0.01)) == pytest.approx(W.power(d, sd, n, 0.01), abs=0.05)
+
+
+def test_intersection_union_power_is_the_joint_power_and_holm_lowers_it(tmp_path):
+    """H2c's three tests at the planned 120: the decision's power is P(all hold), about the product of the
+    components' (simulated independently), below each; Holm's range sits below the unadjusted power."""
+    from analysis import power as W
+    from analysis import prereg as P
+
+    pre = P.load()
+    rows = W.comparisons(pre, "org", {("public", "shared", "ask_agent"): 120}, {})
+    assert [c.index for c in rows if c.hypothesis == "H2c"] == [0, 1, 2]
+    assessed = W.assess(rows, seed=0)
+    comps = [a.at_effect.power for a in assessed]
+    lines = W.hypothesis_lines(assessed, pre)
+    line = next(x for x in lines if x.startswith("H2c at the power_at"))
+    joint = float(line.split("power ")[1].split(";")[0])
+    assert joint <= min(comps) + 0.005 and joint == pytest.approx(np.prod(comps), abs=0.04)  # printed to 2 digits
+    lo = float(line.split("primary hypotheses ")[1].split(" ")[0])
+    assert lo <= joint
+    text = W.render(rows, pre)
+    assert "H2c at the smallest effects of interest" in text and "0.4x" in text
+
+
+def test_an_impossible_input_is_refused_with_the_reason_not_given_a_power():
+    from analysis import power as W
+
+    c = comparison("mcnemar_superior", 80, 40.0, 0.3, 0.0)  # 40 points with 30% discordant: no data has it
+    assert "below the effect" in c.refused and math.isnan(c.power) and math.isnan(c.n80_rule)
+    with pytest.raises(W.Refused, match="below the effect"):
+        W.simulate(c)
+    text = W.render([c])
+    line = next(x for x in text.splitlines() if x.startswith("Hx"))
+    assert "refused: discordant share 0.30 is below the effect 0.40" in line and "1.00" not in line
+    assert W.refusal("noninferiority", 50, 1.0, 0.0).startswith("the pilot has no discordant question")
+    assert W.refusal("ratio_upper_below", 50, -0.5, 1.0).startswith("a ratio of means must be positive")
+
+
+def test_a_small_pilot_gives_a_wide_range_of_power_and_a_large_one_a_narrow_one():
+    from analysis import power as W
+
+    ranges = {}
+    for m in (12, 400):
+        c = comparison("noninferiority", 300, 0.0, 0.25, -3.0)
+        c.pilot_n = m
+        lo, hi = c.spread_range()
+        assert lo < 0.25 < hi
+        a = W.assess([c], seed=0, sims=600, boot=300)[0]
+        assert a.pilot_range[0] <= a.at_effect.power + 0.03 and a.at_effect.power <= a.pilot_range[1] + 0.03
+        ranges[m] = a.pilot_range[1] - a.pilot_range[0]
+    assert ranges[12] > 2 * ranges[400]
+
+
+def test_the_dry_runs_power_is_the_simulation_of_the_registered_rule():
+    """What `dry_run=true` prints (power_lines -> render) for H1c at 180 questions is simulate()'s figure."""
+    from analysis import power as W
+    from analysis import prereg as P
+
+    pre = P.load()
+    rows = W.comparisons(pre, "main", {("", "tool_hybrid", "session_search"): 180}, {})
+    text = W.render(rows, pre)
+    h1c = next(c for c in rows if c.hypothesis == "H1c")
+    sim = W.simulate(h1c, seed=int(pre.settings["seed"]))
+    line = next(x for x in text.splitlines() if x.startswith("H1c accuracy"))
+    assert line.split()[line.split().index("180") + 2] == f"{sim.power:.2f}"
+    assert "smallest" in text and "H1c at the smallest effects of interest" in text
+
+
+# ------------------------------------------------------------------------------ 2. planted answers that are what they claim
+
+LME = [  # LongMemEval-style questions and golds (the shapes of the cleaned S file: alternatives, lists, orders, money)
+    ("a1", "multi-session", "How much did I spend on the bike and the helmet in total?", "$2,500"),
+    ("a2", "temporal-reasoning", "How many weeks had passed since I recovered from the flu when I went on my 10th "
+     "outdoor jog?", "11 weeks (81 days, from 2023-01-19 to 2023-04-10; 12 weeks if rounded up)"),
+    ("a3", "temporal-reasoning", "How many days did it take me to finish the book?",
+     "21 days. 22 days (including the last day) is also acceptable."),
+    ("a4", "temporal-reasoning", "Which event happened first, the purchase of the coffee maker or the malfunction of "
+     "the stand mixer?", "The malfunction of the stand mixer"),
+    ("a5", "temporal-reasoning", "Who did I meet first, Mark and Sarah or Tom?", "Tom"),
+    ("a6", "multi-session", "Which friends came to my birthday dinner?", "Alice, Bob and Carol"),
+    ("a7", "single-session-user", "Which pair of shoes did I clean last month?", "white Adidas sneakers"),
+    ("a8", "knowledge-update", "How many bikes do I own now?", "3"),
+    ("a9", "temporal-reasoning", "When did I start my new job?", "March 2023"),
+    ("b1", "multi-session", "What is the order of the three trips I took, from earliest to latest?",
+     "Japan, Italy and Peru"),
+    ("b2", "multi-session", "How many plants did I buy, and which was the first one?", "4 plants; the first was a fern"),
+]
+
+
+def lme_questions() -> list[dict]:
+    qs = [{"qid": q, "qtype": t, "question": text, "gold": g, "abstention": False} for q, t, text, g in LME]
+    return qs + [{"qid": "c1_abs", "qtype": "single-session-user", "question": "What is my hamster's name?",
+                  "gold": "You did not mention a hamster.", "abstention": True}]
+
+
+def test_each_transformation_is_applied_only_where_it_keeps_or_changes_the_answer():
+    from judge import probe as PR
+
+    kept, dropped = PR.plant_checked(lme_questions(), seed=0)
+    by = {(p["qid"], p["kind"]): p["answer"] for p in kept}
+    assert not dropped
+    # no reordering of an order answer, of money, or of a sentence; a plain list is reordered
+    assert not any(k == "reordered" for (q, k) in by if q in ("a1", "a4", "a5", "b1", "b2"))
+    assert by[("a6", "reordered")] == "Carol, Bob and Alice"
+    # a number changed only where it is the asked value, and no accepted alternative survives
+    assert ("a7", "changed_number") not in by and ("a9", "changed_number") not in by
+    for q in ("a1", "a2", "a3", "a8"):
+        changed = by[(q, "changed_number")]
+        assert not (PR.numbers(changed) & PR.numbers(dict((x[0], x[3]) for x in LME)[q]))
+    assert by[("a1", "changed_number")] == "$2,503"  # "$2,500" is one number
+    assert by[("a9", "changed_date")] == "June 2023"
+    # every kept answer passes the second rule, and that rule refuses what the old probe planted
+    assert all(PR.check(p) == "" for p in kept)
+    a2 = next(p for p in kept if p["qid"] == "a2")
+    bad = [
+        {**a2, "kind": "changed_number", "answer": "15 weeks (81 days; 12 weeks if rounded up)"},  # alternative kept
+        {**a2, "kind": "reordered", "qid": "a1", "gold": "$2,500", "answer": "500 and $2",
+         "question": LME[0][2]},  # money split
+        {**a2, "kind": "reordered", "gold": "Japan, Italy and Peru", "answer": "Peru, Italy and Japan",
+         "question": LME[9][2]},  # an order reversed
+        {**a2, "kind": "number_words", "answer": "It was twelve weeks."},  # not the gold's number
+        {**a2, "kind": "changed_number", "question": "Which pair of shoes did I clean last month?",
+         "gold": "2 pairs of white Adidas sneakers", "answer": "5 pairs of white Adidas sneakers"},  # not asked
+    ]
+    assert all(PR.check(p) for p in bad), [PR.check(p) for p in bad]
+
+
+def test_a_substring_matcher_fails_the_probe_on_longmemeval_answers():
+    """Right answers that share no surface form with the gold (its number in words, a reordered list) and wrong
+    ones that do (the gold named and denied): the substring control judge errs both ways."""
+    from judge import probe as PR
+
+    kept = PR.plant(lme_questions(), seed=0)
+    said = [(p["truth"], PR.substring_judge(p["gold"], p["answer"], p["abstention"])) for p in kept]
+    fp = sum(1 for truth, yes in said if not truth and yes)
+    fn = sum(1 for truth, yes in said if truth and not yes)
+    wrong, right = sum(1 for t, _ in said if not t), sum(1 for t, _ in said if t)
+    assert fp >= len([q for q in LME]) and fn >= 4  # every denial accepted; the number words and the list refused
+    assert fp / wrong > 0.2 and fn / right > 0.1
+
+
+def test_probe_rates_are_clustered_by_question_and_the_correction_is_per_condition_and_per_difference(tmp_path):
+    """A perfect judge's probe on the LongMemEval-style stage (judgements written as `make probe` would): its
+    rates are 0, the control's are not; the corrected accuracy of each condition and the corrected paired
+    difference carry the accuracy's own sampling error (the old range had none from the accuracy)."""
+    from judge.probe import judgements_name, probe_records
+
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for i, (q, t, text, g) in enumerate(LME * 3):
+        qid = f"{q}x{i // len(LME)}"
+        for cond, ok in (("session_search", i % 3 != 0), ("tool_hybrid", i % 4 != 0)):
+            st.add(cond, qid, qtype=t, gold=g, correct=ok)["question"] = text
+    st.write()
+    planted = probe_records(st.records, 0)
+    template = st.judgements[0]
+    lines = [{**template, "run_id": p["run_id"], "qid": p["qid"], "qtype": p["qtype"], "condition": "probe",
+              "label": bool(p["condition_notes"]["probe_truth"]), "reply": "yes"} for p in planted]
+    (st.path / "judgements" / f"{judgements_name(JUDGE)}.jsonl").write_text(
+        "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_error.csv")
+    perfect = row(t, qtype="all", judge=JUDGE)
+    assert perfect["false_positives"] == 0 and perfect["false_negatives"] == 0 and perfect["fp_hi"] > 0
+    ctl = row(t, qtype="all", judge="substring (control)")
+    assert ctl["fp_rate"] > 0.2 and ctl["fn_rate"] > 0.05
+    # clustered: the control's errors sit in few questions' answers -> wider than plain Wilson on the answers
+    from statsmodels.stats.proportion import proportion_confint
+
+    lo, hi = proportion_confint(ctl["false_positives"], ctl["planted_wrong"], alpha=0.05, method="wilson")
+    assert ctl["fp_hi"] - ctl["fp_lo"] >= hi - lo - 1e-12
+    c = csv(out, "judge_corrected.csv")
+    for cond in ("session_search", "tool_hybrid"):
+        r = row(c, kind="condition", what=cond)
+        p, n = r["reported"], r["n"]
+        assert r["corrected"] == pytest.approx(p)  # no judge error measured: nothing to correct
+        half = 1.96 * math.sqrt(p * (1 - p) / n)  # the accuracy's own error, closed form
+        assert (r["corrected_hi"] - r["corrected_lo"]) / 2 == pytest.approx(half, rel=0.25)
+    d = row(c, kind="difference", what="tool_hybrid − session_search (points)")
+    assert d["n"] == 33 and d["corrected"] == pytest.approx(d["reported"]) and d["corrected_lo"] < d["corrected_hi"]
+
+
+# ------------------------------------------------------------------------------ 5. intervals where numbers are compared
+
+
+def test_dollars_per_correct_answer_has_one_definition_and_a_bootstrap_interval(tmp_path):
+    """Table 1's USD per correct is the runs' list cost over their correct answers, with the percentile
+    interval of that ratio over questions (checked against a bootstrap written here with numpy)."""
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    rng = np.random.default_rng(5)
+    prompts = rng.integers(200, 3000, size=30)
+    for i in range(30):
+        st.add("session_search", f"q{i:02d}", correct=i % 3 != 0, prompt=int(prompts[i]), output=100)
+        st.add("tool_hybrid", f"q{i:02d}", correct=i % 5 != 0, prompt=500, output=50)
+    st.write()
+    out = analyse(tmp_path, pre)
+    ss = row(csv(out, "table1.csv"), condition="session_search")
+    runs = csv(out, "runs.csv")
+    d = runs[(runs["condition"] == "session_search") & (runs["repeat"] == 0)]
+    cost, ok = d["cost"].to_numpy(float), d["correct"].fillna(0).to_numpy(float)
+    assert ss["usd_per_correct"] == pytest.approx(cost.sum() / ok.sum())
+    idx = np.random.default_rng(0).integers(0, len(cost), size=(4000, len(cost)))
+    boot = cost[idx].sum(1) / ok[idx].sum(1)
+    lo, hi = np.quantile(boot, [0.025, 0.975])
+    assert ss["usd_per_correct_lo"] == pytest.approx(lo, rel=0.05) and ss["usd_per_correct_hi"] == pytest.approx(hi, rel=0.05)
+    assert "USD per correct [95% CI]" in (out / "report.md").read_text()
+    assert "list USD per correct (every repeat)" in (out / "report.md").read_text()
+
+
+def test_two_level_bootstrap_against_index_resampling_and_its_variance():
+    """Questions then repeats: against resampling by index, and wider than question-only exactly when
+    repeats disagree (the two-level variance adds the within-question term)."""
+    from analysis import stats
+
+    rng = np.random.default_rng(11)
+    n, r = 60, 3
+    p = rng.uniform(0.2, 0.9, size=n)
+    a = [list((rng.random(r) < p[i]).astype(float)) for i in range(n)]
+    q_only, two = stats.two_level_accuracy(a, seed=4, n_resamples=4000)
+    assert q_only.estimate == pytest.approx(100 * np.mean([np.mean(x) for x in a]))
+    idx_rng = np.random.default_rng(99)  # resampled by index (questions, then each drawn one's repeats)
+    qs = idx_rng.integers(0, n, size=(4000, n))
+    reps = idx_rng.integers(0, r, size=(4000, n, r))
+    means = np.array(a)[qs[..., None], reps].mean(axis=(1, 2))
+    lo, hi = np.quantile(100 * means, [0.025, 0.975])
+    assert two.lo == pytest.approx(lo, abs=1.2) and two.hi == pytest.approx(hi, abs=1.2)
+    # closed form: var = var(question means)/n + mean(within variance / r)/n
+    qm = np.array([np.mean(x) for x in a])
+    within = np.array([np.var(x) for x in a])
+    sd_two = 100 * math.sqrt(np.var(qm) / n + np.mean(within / r) / n)
+    assert (two.hi - two.lo) / (2 * 1.96) == pytest.approx(sd_two, rel=0.12)
+    assert (two.hi - two.lo) > (q_only.hi - q_only.lo)
+    same = [[x[0]] * r for x in a]  # repeats that never disagree: the two intervals coincide (up to resampling)
+    q2, t2 = stats.two_level_accuracy(same, seed=4, n_resamples=4000)
+    assert (t2.lo, t2.hi) == pytest.approx((q2.lo, q2.hi), abs=1e-9)
+
+
+def test_repeat_intervals_are_reported_beside_the_question_only_ones(tmp_path):
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for i in range(24):
+        for rep in (0, 1):
+            st.add("session_search", f"q{i:02d}", repeat=rep, correct=(i + rep) % 3 != 0)
+            st.add("tool_hybrid", f"q{i:02d}", repeat=rep, correct=(i * (rep + 1)) % 4 != 0, prompt=500)
+    st.write()
+    out = analyse(tmp_path, pre)
+    t = csv(out, "repeat_intervals.csv")
+    acc = row(t, kind="accuracy", what="session_search (%)")
+    assert acc["n_questions"] == 24 and acc["runs"] == 48
+    assert acc["estimate"] == pytest.approx(100 * np.mean([((i + r) % 3 != 0) for i in range(24) for r in (0, 1)]))
+    assert acc["two_level_hi"] - acc["two_level_lo"] > acc["question_hi"] - acc["question_lo"]
+    diff = row(t, kind="difference")
+    assert diff["what"] == "tool_hybrid − session_search (points)" and diff["runs"] == 96
+    assert "## Intervals with the repeats" in (out / "report.md").read_text()
+
+
+def test_the_pilot_range_gives_the_questions_80_percent_needs_at_both_ends():
+    """A 12-question pilot: the n for 80% over its interval of the spread, each end the normal formula's."""
+    import dataclasses
+
+    from analysis import power as W
+
+    c = comparison("noninferiority", 180, -1.7, 4 / 12, -3.0)
+    c.pilot_n = 12
+    a = W.assess([c], seed=0, sims=300, boot=200)[0]
+    lo, hi = c.spread_range()
+    want = sorted(dataclasses.replace(c, spread=x).n80 for x in (lo, hi))
+    assert a.pilot_n80 == pytest.approx(tuple(want))
+    assert want[0] < c.n80 < want[1] and want[1] > 3 * want[0]  # a 12-question pilot leaves the n wide open
+    assert f"(n80 {want[0]:,.0f}-{want[1]:,.0f})" in W.render([c])
