@@ -26,6 +26,7 @@ stopped slurmd leaves running jobs alive), then stops each daemon by its PID, ne
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import pwd
 import secrets
@@ -34,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -267,9 +269,23 @@ def _db_up(c: Cluster, password: str) -> None:
         raise ServiceError(f"could not create the accounting user in MariaDB: {r.stderr.strip()}")
 
 
+@contextmanager
+def _serial(c: Cluster):
+    """One `up` or `down` at a time per cluster (two test processes may ask at once)."""
+    c.root.mkdir(parents=True, exist_ok=True)
+    with open(c.root / ".lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def up(c: Cluster | None = None) -> list[str]:
     """Start what is not running; return the daemons this call started (on failure, stop those again)."""
     c = c or cluster()
+    with _serial(c):
+        return _up(c)
+
+
+def _up(c: Cluster) -> list[str]:
     if missing_packages():
         raise ServiceError(f"SLURM is not installed (missing {' '.join(missing_packages())}): "
                            "run `make system-deps` as root, or apt-get install them")
@@ -304,11 +320,11 @@ def up(c: Cluster | None = None) -> list[str]:
             started.append("slurmd")
         _wait("the node", lambda: _node_ready(c), 30, c.p("log", "slurmd.log"))
     except subprocess.CalledProcessError as exc:
-        down(c, only=started)
+        _down(c, started)
         raise ServiceError(f"{exc.cmd[0]} failed to start ({exc.returncode}): "
                            f"{(exc.stderr or b'').decode(errors='replace').strip()}") from None
     except BaseException:
-        down(c, only=started)  # leave things as found
+        _down(c, started)  # leave things as found
         raise
     return started
 
@@ -335,6 +351,11 @@ def cancel_all(c: Cluster, timeout: float = 30) -> int:
 def down(c: Cluster | None = None, only: list[str] | None = None) -> list[str]:
     """Cancel the jobs (a stopped slurmd leaves them running), then stop each daemon by its PID."""
     c = c or cluster()
+    with _serial(c):
+        return _down(c, only)
+
+
+def _down(c: Cluster, only: list[str] | None) -> list[str]:
     if only is None or "slurmctld" in only:
         cancel_all(c)
     stopped = []
