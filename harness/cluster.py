@@ -136,6 +136,8 @@ def slurm_conf(c: Cluster) -> str:
         f"SlurmctldLogFile={c.p('log', 'slurmctld.log')}", f"SlurmdLogFile={c.p('log', 'slurmd.log')}",
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "SchedulerType=sched/backfill",
+        # look at the queue every second: a requeued job starts as soon as its begin time passes
+        "SchedulerParameters=sched_interval=1,bf_interval=1",
         "MpiDefault=none", "ReturnToService=2", "InactiveLimit=0", "KillWait=5", "MinJobAge=300",
         "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny", "MailProg=/bin/true",
         "SlurmdParameters=config_overrides",
