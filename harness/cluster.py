@@ -138,7 +138,7 @@ def slurm_conf(c: Cluster) -> str:
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "SchedulerType=sched/backfill",
         # look at the queue every second: a requeued job starts as soon as its begin time passes
         "SchedulerParameters=sched_interval=1,bf_interval=1",
-        "MpiDefault=none", "ReturnToService=2", "InactiveLimit=0", "KillWait=5", "MinJobAge=300",
+        "MpiDefault=none", "EnforcePartLimits=ALL", "ReturnToService=2", "InactiveLimit=0", "KillWait=5", "MinJobAge=300",
         "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny", "MailProg=/bin/true",
         "SlurmdParameters=config_overrides",
         "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",

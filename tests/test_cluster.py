@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.cluster
 # two CPUs a shard: two shards fill the test node (4 CPUs), so a 2-CPU job of the high partition
 # preempts exactly one of them
-ON_SLURM = ("hydra/launcher=submitit_slurm", "hydra.launcher.cpus_per_task=2", "hydra.launcher.mem_gb=1",
+ON_SLURM = ("hydra/launcher=slurm", "hydra.launcher.cpus_per_task=2", "hydra.launcher.mem_gb=1",
             "hydra.launcher.timeout_min=60")
 
 
