@@ -154,3 +154,39 @@ def test_the_cluster_is_on_loopback_under_the_services_folder(cluster):
     # slurmdbd 22.05 has no option to bind one address (docs/cluster.md); it takes munge-signed requests only
     assert cluster.dbd_port in ports
     assert slurm.up(cluster) == []  # idempotent: nothing started twice
+
+
+def test_the_scheduler_refuses_what_it_cannot_run_and_the_submission_stops_with_its_message(tmp_path, cluster):
+    runs = tmp_path / "runs"
+    nowhere = type("Nowhere", (), {"base_url": "http://127.0.0.1:9/v1"})()  # no job starts, nothing is called
+    for ask, said in (("hydra.launcher.partition=nosuch", "invalid partition specified: nosuch"),
+                      ("hydra.launcher.cpus_per_task=64", "More processors requested than permitted")):
+        res = subprocess.run(stage_cmd(nowhere, runs, "-m", "shard=0/2,1/2", *ON_SLURM, ask), cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2, res.stderr[-2000:]
+        assert "the scheduler refused the jobs" in res.stderr and said in res.stderr, res.stderr[-2000:]
+        assert "Traceback" not in res.stderr
+    assert not any(k.split("_")[0] for k in queue()), "nothing left in the queue"
+    assert not (runs / "smoke").exists()  # no stage folder: no job ever started
+
+
+def test_an_endpoint_failure_inside_a_shard_stops_it_with_exit_3_and_the_same_command_finishes(tmp_path, cluster):
+    runs = tmp_path / "runs"
+    with FakeModel(script=deterministic_answer, schedule=["ok"] * 14, always="401") as fake:
+        cmd = stage_cmd(fake, runs, "-m", "shard=0/2,1/2", "concurrency=1", *ON_SLURM)
+        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+        assert res.returncode == 3, res.stderr[-3000:]
+        named = [line for line in res.stderr.splitlines() if line.startswith("error: job ")]
+        assert len(named) == 2 and all("exit code 3" in x and "HTTP 401" in x for x in named), named
+        assert {"(shard=0/2)", "(shard=1/2)"} == {x.split(" ended")[0].split(" ", 3)[3] for x in named}
+        folder = folder_of(runs)
+        before = records_of(folder)
+        assert 0 < len(before) < 36
+        fake.always = None  # the key is fixed: the same command finishes the stage
+        again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+        assert again.returncode == 0, again.stderr[-3000:]
+    recs = records_of(folder)
+    plan = json.loads((folder / "stage.json").read_text())["plan"]["runs"]
+    assert sorted(recs) == sorted(plan)
+    assert all(recs[k] == v for k, v in before.items())  # what was recorded stays as it was
+    assert all(r["status"] == "ok" for r in recs.values())

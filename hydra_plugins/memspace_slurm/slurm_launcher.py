@@ -32,9 +32,12 @@ NEVER = {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "Partiti
          "InvalidAccount", "InvalidQOS", "QOSMaxCpuPerJobLimit", "AssocMaxCpuPerJobLimit"}
 
 
-def _squeue_reasons(job_ids: list[str]) -> dict[str, tuple[str, str]]:
+def _squeue_reasons(job_ids: list[str]) -> dict[str, tuple[str, str]] | None:
+    """Job id -> (state, reason) of those still queued; None when squeue cannot answer just now."""
     r = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ",".join(job_ids)], capture_output=True,
                        text=True, timeout=60)
+    if r.returncode:
+        return None
     out = {}
     for line in r.stdout.splitlines():
         jid, state, reason = (line.split("|") + ["", ""])[:3]
@@ -99,17 +102,19 @@ class SlurmLauncher(PluginLauncher):
 
     @staticmethod
     def _wait(jobs: list[Any], names: list[str]) -> None:
-        """Until every job is done; a job pending for a reason that never passes is cancelled, with the reason."""
+        """Until no job is in the queue (a preempted or requeued one is: pending again); a job pending for a
+        reason that never passes is cancelled, with the reason."""
+        ids = [j.job_id for j in jobs]
         while True:
-            waiting = [j for j in jobs if not j.done(force_check=True)]
-            if not waiting:
+            queued = _squeue_reasons(ids)
+            if queued is not None and not set(queued) & set(ids):
                 return
-            for jid, (state, reason) in _squeue_reasons([j.job_id for j in waiting]).items():
+            for jid, (state, reason) in (queued or {}).items():
                 if state == "PENDING" and reason in NEVER:
-                    subprocess.run(["scancel", *{j.job_id.split("_")[0] for j in jobs}], capture_output=True)
-                    name = next((n for j, n in zip(jobs, names) if j.job_id == jid), jid)
+                    subprocess.run(["scancel", *{i.split("_")[0] for i in ids}], capture_output=True)
+                    name = next((n for i, n in zip(ids, names) if i == jid), jid)
                     print(f"error: the scheduler cannot start job {jid} ({name}): it pends with reason {reason} "
                           "(a partition, node or account limit the request exceeds); cancelled the jobs",
                           file=sys.stderr)
                     sys.exit(BAD_INPUT)
-            time.sleep(1.0)
+            time.sleep(0.5)
