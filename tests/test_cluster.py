@@ -185,8 +185,29 @@ def test_an_endpoint_failure_inside_a_shard_stops_it_with_exit_3_and_the_same_co
         fake.always = None  # the key is fixed: the same command finishes the stage
         again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
         assert again.returncode == 0, again.stderr[-3000:]
+        # `make judge` on the sharded folder, unchanged: the same -m overrides without the shard find it
+        with FakeModel() as judge:
+            judged = subprocess.run([sys.executable, "-m", "judge.run", *[a for a in cmd[3:] if not a.startswith(
+                ("shard=", "hydra"))], "judge=vllm", f"judge.base_url={judge.base_url}", "judge.backoff_s=0.01"],
+                cwd=REPO, capture_output=True, text=True, timeout=240)
+        assert judged.returncode == 0, judged.stderr[-3000:]
     recs = records_of(folder)
     plan = json.loads((folder / "stage.json").read_text())["plan"]["runs"]
     assert sorted(recs) == sorted(plan)
     assert all(recs[k] == v for k, v in before.items())  # what was recorded stays as it was
     assert all(r["status"] == "ok" for r in recs.values())
+    judged_runs = [e["run_id"] for e in read_ledger(folder / "judgements" / "vllm.jsonl")]
+    assert sorted(judged_runs) == sorted(plan), "every run judged, once"
+
+
+def test_a_job_out_of_time_says_so_and_stops_as_a_stage_the_same_command_resumes():
+    from submitit.core.utils import UncompletedJobError
+
+    from harness.cli.run import _time_limit
+
+    # what submitit's USR2 handler raises inside the driver when the job nears its limit and may not be requeued
+    stop = _time_limit(UncompletedJobError("Job not requeued because: timed-out too many times."))
+    assert stop is not None and stop.exit_code == 3
+    assert "time limit" in str(stop) and "same command" in str(stop) and "timeout_min" in str(stop)
+    assert _time_limit(UncompletedJobError("Job 3_0 has not produced any output (state: FAILED)")) is None
+    assert _time_limit(ValueError("timed-out")) is None
