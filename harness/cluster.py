@@ -67,7 +67,8 @@ class Cluster:
         e = os.environ.get
         services = Path(e("MEMSPACE_SERVICES_DIR", REPO / ".services")).absolute()
         return cls(root=services / "slurm", ctld_port=int(e("MEMSPACE_SLURMCTLD_PORT", "16817")),
-                   slurmd_port=int(e("MEMSPACE_SLURMD_PORT", "16818")), dbd_port=int(e("MEMSPACE_SLURMDBD_PORT", "16819")),
+                   slurmd_port=int(e("MEMSPACE_SLURMD_PORT", "16818")),
+                   dbd_port=int(e("MEMSPACE_SLURMDBD_PORT", "16819")),
                    db_port=int(e("MEMSPACE_MARIADB_PORT", "13306")), cpus=int(e("MEMSPACE_SLURM_CPUS", "4")),
                    mem_mb=int(e("MEMSPACE_SLURM_MEM_MB", "8000")))
 
@@ -138,7 +139,9 @@ def slurm_conf(c: Cluster) -> str:
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "SchedulerType=sched/backfill",
         # look at the queue every second: a requeued job starts as soon as its begin time passes
         "SchedulerParameters=sched_interval=1,bf_interval=1",
-        "MpiDefault=none", "EnforcePartLimits=ALL", "ReturnToService=2", "InactiveLimit=0", "KillWait=5", "MinJobAge=300",
+        # a job no node can run is refused at submission; a requeued or cancelled job is killed 5 s after SIGTERM
+        "MpiDefault=none", "EnforcePartLimits=ALL", "ReturnToService=2", "InactiveLimit=0", "KillWait=5",
+        "MinJobAge=300",
         "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny", "MailProg=/bin/true",
         "SlurmdParameters=config_overrides",
         "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",

@@ -115,10 +115,10 @@ def test_a_sharded_stage_preempted_and_requeued_on_slurm_equals_a_local_run(tmp_
             assert recs[rid]["attempt"] == 2
     # the requeued shard was told (SIGTERM) and started no run after it; the runs in flight finished, or
     # (killed first) stay marked interrupted
-    told = [json.loads(line)["stopped"] or "" for line in
-            (folder / "shards" / f"{other}of2" / "sessions.jsonl").read_text().splitlines()]
+    odir = folder / "shards" / f"{other}of2"
+    told = [json.loads(line)["stopped"] or "" for line in (odir / "sessions.jsonl").read_text().splitlines()]
     assert any("the scheduler is ending this job" in x for x in told) or \
-        any(e.get("event") == "interrupted" for e in read_ledger(folder / "shards" / f"{other}of2" / "ledger.jsonl")), told
+        any(e.get("event") == "interrupted" for e in read_ledger(odir / "ledger.jsonl")), told
 
     # the ledger: every record's calls once, and the only extra paid calls are the interrupted attempts'
     f, led, cov = analyse(folder)

@@ -21,9 +21,13 @@ from typing import Any, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import filter_overrides
-from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as PluginLauncher
 from omegaconf import OmegaConf
+
+try:
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as PluginLauncher
+except ImportError:  # without the cluster extra: nothing to extend, and Hydra's plugin scan stays quiet
+    PluginLauncher = object
 
 from harness.failures import BAD_INPUT
 
