@@ -217,3 +217,33 @@ def test_a_job_out_of_time_says_so_and_stops_as_a_stage_the_same_command_resumes
     assert "time limit" in str(stop) and "same command" in str(stop) and "timeout_min" in str(stop)
     assert _time_limit(UncompletedJobError("Job 3_0 has not produced any output (state: FAILED)")) is None
     assert _time_limit(ValueError("timed-out")) is None
+
+
+def test_a_shard_cancelled_mid_run_is_named_and_the_same_command_resubmits_it_losing_nothing(tmp_path, cluster):
+    runs = tmp_path / "runs"
+    with FakeModel(delay_s=0.2, script=deterministic_answer) as fake:
+        cmd = stage_cmd(fake, runs, "-m", "shard=0/2,1/2", "concurrency=1", *ON_SLURM)
+        launch = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("shard 1 running", lambda: attempts(runs, 1) >= 3)
+            (job,) = [k for k in queue() if k.endswith("_1")]
+            sh("scancel", job)
+            err = launch.communicate(timeout=240)[1]
+        finally:
+            if launch.poll() is None:
+                launch.kill()
+        assert launch.returncode != 0
+        named = [line for line in err.splitlines() if line.startswith(f"error: job {job} ")]
+        assert len(named) == 1 and "(shard=1/2)" in named[0] and "CANCELLED" in named[0], err[-2000:]
+        folder = folder_of(runs)
+        assert len(records_of(folder)) < 36
+        again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+        assert again.returncode == 0, again.stderr[-3000:]
+    recs = records_of(folder)
+    plan = json.loads((folder / "stage.json").read_text())["plan"]["runs"]
+    assert sorted(recs) == sorted(plan)
+    started = read_ledger(folder / "shards" / "1of2" / "attempts.jsonl")
+    twice = {e["run"] for e in started if e["attempt"] > 1}
+    marked = {e["tag"] for e in read_ledger(folder / "shards" / "1of2" / "ledger.jsonl") if e.get("event") == "interrupted"}
+    assert twice == marked and len(twice) <= 1  # only a run in flight at the kill runs again, and says so
+    assert not any(e["attempt"] > 1 for e in read_ledger(folder / "shards" / "0of2" / "attempts.jsonl"))

@@ -49,11 +49,15 @@ def _squeue_reasons(job_ids: list[str]) -> dict[str, tuple[str, str]] | None:
     return out
 
 
-def _exit_code(job_id: str) -> int | None:
-    r = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "ExitCode", "-j", job_id], capture_output=True, text=True,
-                       timeout=60)
-    codes = [c.split(":")[0] for c in r.stdout.split() if c]
-    return int(codes[-1]) if codes and codes[-1].isdigit() else None
+def _ended(job_id: str) -> tuple[str, int | None]:
+    """How the job's last start ended, from the accounting: (state, exit code)."""
+    r = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State,ExitCode", "-j", job_id], capture_output=True,
+                       text=True, timeout=60)
+    lines = [x.split("|") for x in r.stdout.splitlines() if "|" in x]
+    if not lines:
+        return "UNKNOWN", None
+    state, code = lines[-1][0], lines[-1][1].split(":")[0]
+    return state, int(code) if code.isdigit() else None
 
 
 def _why(stderr: str | None) -> str:
@@ -93,9 +97,9 @@ class SlurmLauncher(PluginLauncher):
             if job.paths.result_pickle.exists():
                 results.append(job.results()[0])  # a job whose task raised comes back as a failed JobReturn
                 continue
-            code = _exit_code(job.job_id)
+            state, code = _ended(job.job_id)
             failed.append((job, name, code))
-            print(f"error: job {job.job_id} ({name}) ended {job.state} with exit code {code}: {_why(job.stderr())}",
+            print(f"error: job {job.job_id} ({name}) ended {state} with exit code {code}: {_why(job.stderr())}",
                   file=sys.stderr)
         if failed:
             codes = {c for _, _, c in failed}
