@@ -397,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             started = up(c)
             print(f"started: {', '.join(started) if started else 'nothing (already up)'} "
                   f"({time.monotonic() - t:.1f} s); to use it: export SLURM_CONF={c.conf}")
+            return 0
         elif args.cmd == "down":
             stopped = down(c)
             print("stopped: " + (", ".join(stopped) if stopped else "nothing (not running)"))
