@@ -19,8 +19,9 @@ HERMES_STAMP := $(VENV)/.hermes-agent-$(HERMES_VERSION)
 
 # Debian packages the shell sandbox needs inside its /usr: the sqlite3 command and the seccomp
 # bindings of the system Python (installed when missing and we are root; else the preflight says so),
-# and chromium for the test that opens the exported runs in Inspect's viewer in a real browser
-SYSTEM_PKGS := sqlite3 python3-seccomp chromium
+# chromium for the test that opens the exported runs in Inspect's viewer in a real browser, and the
+# single-node SLURM cluster of the cluster tests (harness/cluster.py: slurm, munge, slurmdbd, MariaDB)
+SYSTEM_PKGS := sqlite3 python3-seccomp chromium slurmctld slurmd slurm-client munge slurmdbd mariadb-server-core mariadb-client-core
 VIEW_DIR ?= inspect_logs
 VIEW_PORT ?= 7575
 
@@ -112,3 +113,15 @@ services-down: setup
 
 services-status: setup
 	$(PY) -m harness.services status
+
+# a real single-node SLURM cluster on loopback (harness/cluster.py, docs/cluster.md), files under
+# .services/slurm; then: export SLURM_CONF=.services/slurm/etc/slurm.conf (cluster-up prints it)
+.PHONY: cluster-up cluster-down cluster-status
+cluster-up: setup
+	$(PY) -m harness.cluster up
+
+cluster-down: setup
+	$(PY) -m harness.cluster down
+
+cluster-status: setup
+	$(PY) -m harness.cluster status

@@ -14,8 +14,9 @@ import pytest
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.get_closest_marker("services") and "services" not in item.fixturenames:
-            item.fixturenames.append("services")
+        for marker in ("services", "cluster"):
+            if item.get_closest_marker(marker) and marker not in item.fixturenames:
+                item.fixturenames.append(marker)
     # the files with real-model tests (minutes each) first: with `-n 2 --dist loadfile` (make test) they
     # are handed out first and run beside the short ones, instead of one of them ending the suite alone
     slow = {item.path for item in items if item.get_closest_marker("model")}
@@ -51,6 +52,30 @@ def services():
     started = svc.up(s)
     yield s
     svc.down(s, only=started)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The single-node SLURM cluster (harness.cluster), started when absent and stopped at the end if this
+    session started it; SLURM_CONF points every command of the tests at it. Tests marked `cluster` get it.
+    Keep them in one file: under `--dist loadfile` one worker owns the cluster for its whole life."""
+    from harness import cluster as slurm
+
+    c = slurm.cluster()
+    missing = slurm.missing_packages()
+    if missing and os.geteuid() != 0:
+        pytest.skip(f"SLURM is not installed ({' '.join(missing)}); `make system-deps` as root installs it")
+    assert not missing, f"make system-deps should have installed {' '.join(missing)}"
+    started = slurm.up(c)
+    old = os.environ.get("SLURM_CONF")
+    os.environ.update(c.env())
+    yield c
+    slurm.cancel_all(c)  # whatever a failed test left running
+    slurm.down(c, only=started)
+    if old is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old
 
 
 _names = itertools.count()

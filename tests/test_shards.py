@@ -245,7 +245,7 @@ def test_the_slurm_launcher_file_composes():
                          text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     launcher = yaml.safe_load(res.stdout)["hydra"]["launcher"]
-    assert launcher["_target_"].endswith("submitit_launcher.SlurmLauncher")
+    assert launcher["_target_"] == "hydra_plugins.memspace_slurm.slurm_launcher.SlurmLauncher"  # the plugin's, failures named
     assert (launcher["partition"], launcher["gpus_per_node"], launcher["timeout_min"], launcher["cpus_per_task"]) == \
         ("gpu", 2, 720, 8)
     assert launcher["submitit_folder"].startswith("${hydra.sweep.dir}")

@@ -143,7 +143,21 @@ def main(cfg: DictConfig) -> None:
         from harness import studies
 
         sweep = sweep_label(cfg)
-        studies.get(cfg.stage.get("kind")).step("run")(cfg, sweep)  # the stage's study (harness/studies/)
+        try:
+            studies.get(cfg.stage.get("kind")).step("run")(cfg, sweep)  # the stage's study (harness/studies/)
+        except Exception as exc:
+            raise _time_limit(exc) or exc
+
+
+def _time_limit(exc: Exception):
+    """In a SLURM job, submitit's signal handler raises UncompletedJobError inside the driver when the job
+    nears its time limit and may not be requeued: say so, as a stop the same command resumes (exit 3)."""
+    if type(exc).__name__ != "UncompletedJobError" or "timed-out" not in str(exc):
+        return None
+    from harness.run.driver import StageStopped
+
+    return StageStopped(f"the scheduler's time limit ended this job ({exc}); what is recorded stays: run the "
+                        "same command to finish the stage, or ask for more time (hydra.launcher.timeout_min)")
 
 
 if __name__ == "__main__":

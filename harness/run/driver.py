@@ -30,6 +30,7 @@ succeeded, the stage stops and those runs stay unrecorded.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import threading
@@ -333,10 +334,15 @@ def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], conc
     bar = tqdm(total=total, initial=done, unit="run", dynamic_ncols=True, file=sys.stderr, position=0)
     stop: list[str] = []
     waiting = list(pending)
+    ending, previous = _scheduler_ending()
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent") as pool:
             running = set()
             while waiting and not stop:
+                if ending is not None and ending.is_set():
+                    stop.append("the scheduler is ending this job (SIGTERM: requeued, preempted, cancelled or out of "
+                                "time); no run started after it, the runs in flight finished")
+                    break
                 if budget is not None and budget.exhausted:
                     stop.append(BUDGET)
                     break  # runs in flight finish; no new run starts
@@ -361,7 +367,27 @@ def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], conc
     finally:
         preparer.stop()
         bar.close()
+        if ending is not None:
+            signal.signal(signal.SIGTERM, previous)
     return stop[0] if stop else None
+
+
+def _scheduler_ending() -> tuple[threading.Event | None, Any]:
+    """Inside a SLURM job a SIGTERM means the scheduler is ending the job (requeue, preemption, scancel, time
+    limit) and kills it KillWait seconds later: from then on no run starts, so a run killed mid-call (and paid
+    again on resume) is one that was already in flight. The handler before ours (submitit's) still runs."""
+    if "SLURM_JOB_ID" not in os.environ or threading.current_thread() is not threading.main_thread():
+        return None, None
+    ending = threading.Event()
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum, frame):
+        ending.set()
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_term)
+    return ending, previous
 
 
 def _preparer_stop(exc: BaseException) -> str:
