@@ -3,13 +3,20 @@
 One Method per trial x method run: `write()` hands the user's messages to its writers
 (asynchronously: it returns at once), `inject()` gives the block the assistant will
 see, `finish()` waits for its writers and says what was written and what the read
-missed. Shared holds what lives for the whole stage: the identity resolver, the
-writers' pool, the encoder, one kernel memory per condition and the metered endpoint.
+missed. Shared holds what lives for the whole stage: the identity resolver, one writers'
+pool per method (so one method's slow writes never hold another's back), the endpoint's
+slots, the encoder, one kernel memory per condition and the metered endpoint.
+
+A method declares what it needs (`services`: e.g. {"postgres"} for Mem0's store; `writes`:
+what its writers cost, "kernel" | "mem0" | None) as class attributes, so the stage's services
+and forecast come from the method, never from its module's name.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,6 +33,9 @@ class Injected:
 
 
 class Method:
+    services: frozenset[str] = frozenset()  # servers the method reads beyond the stage's index
+    writes: str | None = None  # "kernel": one extraction call per writer; "mem0": Mem0's own add; None: no writers
+
     def write(self) -> None:
         pass
 
@@ -39,17 +49,62 @@ class Method:
         pass
 
 
+class Slots:
+    """The endpoint's concurrent calls (model.max_concurrency; None: unlimited): every model call of the stage
+    holds a slot, so a call never queues inside the server unseen and the time spent waiting for a slot is
+    measured (the assistant's `queue_s`), never counted in its latency (`answer_s`)."""
+
+    def __init__(self, n: int | None):
+        self.n = n
+        self._sem = threading.BoundedSemaphore(n) if n else None
+
+    def hold(self, fn: Callable[[], Any]) -> tuple[Any, float, float]:
+        """(fn's result, seconds queued for a slot, seconds of the call)."""
+        t0 = time.perf_counter()
+        if self._sem is not None:
+            self._sem.acquire()
+        t1 = time.perf_counter()
+        try:
+            return fn(), t1 - t0, time.perf_counter() - t1
+        finally:
+            if self._sem is not None:
+                self._sem.release()
+
+
+class Slotted:
+    """A client whose every `complete` holds one of the endpoint's slots."""
+
+    def __init__(self, agent: Any, slots: Slots):
+        self.agent, self.slots = agent, slots
+        self.queued_s = 0.0
+
+    def complete(self, *args, **kwargs):
+        out, queued, _ = self.slots.hold(lambda: self.agent.complete(*args, **kwargs))
+        self.queued_s += queued
+        return out
+
+
 @dataclass
 class Shared:
     cfg: Any  # the whole Hydra config
     proxy_url: str
     model_cfg: dict
     resolver: IdentityResolver
-    pool: Any  # the writers' executor
     encoder: Any
     token: str  # names this process's stores (mem0 collections), so a rerun never reads old writes
+    slots: Slots = field(default_factory=lambda: Slots(None))
+    workers: int = 4  # threads of each method's writers' pool
     _memories: dict = field(default_factory=dict)
+    _pools: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pool(self, condition: str) -> ThreadPoolExecutor:
+        """The writers' pool of one method (its own threads: no method's writes wait behind another's)."""
+        with self._lock:
+            if condition not in self._pools:
+                self._pools[condition] = ThreadPoolExecutor(max_workers=self.workers,
+                                                            thread_name_prefix=f"writer-{condition}")
+            return self._pools[condition]
 
     def once(self, key: str, make: Callable[[], Any]) -> Any:
         """One object per key for the whole stage (a condition's kernel memory, its mem0 collection)."""
@@ -59,10 +114,14 @@ class Shared:
             return self._memories[key]
 
     def close(self) -> None:
-        for m in self._memories.values():
-            close = getattr(m, "close", None)
-            if close:
-                close()
+        try:
+            for p in self._pools.values():
+                p.shutdown(wait=True)
+        finally:
+            for m in self._memories.values():
+                close = getattr(m, "close", None)
+                if close:
+                    close()
 
 
 @dataclass

@@ -7,7 +7,9 @@ status ("ok" | "failed": a failed run is recorded, never skipped), error, query,
 answer_words.
 status ("ok" | "failed"), failure_reason (retries | context_length | rejected | method) and error.
 Time (seconds): answer_s is THE LATENCY the paper compares (Section 4.5: the assistant's
-end-to-end answer call, retries included); beside it, retrieval_s (the method's read
+answer call alone, retries included, from the moment it holds one of the endpoint's slots);
+queue_s the time it waited for that slot (behind other calls of the stage), never inside
+answer_s; beside them, retrieval_s (the method's read
 without the barrier's wait), barrier_wait_s (how long the read waited for the user's
 writes; 0 for methods without a barrier) and wall_s (the trial's whole span, write
 acceptance to answer: for the memory methods it holds the writers' extraction the barrier
@@ -38,7 +40,7 @@ from harness.records.schema import SCHEMA_VERSION
 
 
 def build(*, provenance: dict, trial: dict, condition: str, cond_cfg: dict, attempt: int, status: str,
-          error: str | None, injected, answer: str, answer_s: float, wall_s: float,
+          error: str | None, injected, answer: str, answer_s: float, wall_s: float, queue_s: float = 0.0,
           finish: dict, calls: list[dict], failure_reason: str | None = None, transcript: dict | None = None) -> dict:
     inj_items = injected.items if injected else []
     cands = injected.candidates if injected else []
@@ -60,7 +62,7 @@ def build(*, provenance: dict, trial: dict, condition: str, cond_cfg: dict, atte
         "condition": condition, "module": cond_cfg.get("module"), "condition_config": cond_cfg,
         "attempt": attempt, "status": status, "error": error, "failure_reason": failure_reason,
         "query": trial["query"], "answer": answer, "answer_words": len(answer.split()),
-        "answer_s": round(answer_s, 4), "retrieval_s": round(max(0.0, read_s - waited), 6),
+        "answer_s": round(answer_s, 4), "queue_s": round(queue_s, 4), "retrieval_s": round(max(0.0, read_s - waited), 6),
         "barrier_wait_s": round(waited, 6), "wall_s": round(wall_s, 4), "transcript": transcript,
         "block": injected.block if injected else "", "block_chars": len(injected.block) if injected else 0,
         "injected": inj_items, "n_injected": len(inj_items), "candidates": cands, "n_candidates": len(cands),
