@@ -63,7 +63,8 @@ class KernelShared(Method):
         log = {"resolved_user": got.user, "identity_rule": got.rule, "barrier": inj.log["barrier"],
                "dropped": inj.log["dropped"], "threshold": inj.log["threshold"], "cap": inj.log["cap"],
                "budget_tokens": inj.log["budget_tokens"], "view": inj.log["view"], "read": self.read.describe()}
-        return Injected(inj.block, items, cands, dt, log)
+        audit = [it.describe() for it in self.kernel.unrestricted(got, t["query"])]  # untimed
+        return Injected(inj.block, items, cands, dt, log, audit)
 
     def finish(self) -> dict:
         errors = []

@@ -47,10 +47,10 @@ def minilm_dir() -> str:
     return str(resolve_model_dir(SPECS["minilm"]))
 
 
-def llm_config(cfg, ctx: RunCtx, meter: Meter) -> dict:
+def llm_config(cfg, shared, run_id: str, attempt: int, meter: Meter) -> dict:
     """Mem0's LLM for one run: its own OpenAI client through the metering proxy, tagged by this run, whose usage
     is added to the run's meter."""
-    mc = ctx.shared.model_cfg
+    mc = shared.model_cfg
 
     def metered(_llm, response, _params) -> None:
         usage = response.usage.model_dump() if getattr(response, "usage", None) else None
@@ -58,22 +58,22 @@ def llm_config(cfg, ctx: RunCtx, meter: Meter) -> dict:
 
     return {"model": str(mc["model"]), "api_key": "metered-by-proxy", "temperature": 0.0,
             "max_tokens": int(cfg.llm_max_tokens),
-            "openai_base_url": tagged_url(ctx.shared.proxy_url, ctx.run_id, ctx.attempt, "mem0"),
+            "openai_base_url": tagged_url(shared.proxy_url, run_id, attempt, "mem0"),
             "response_callback": metered}
 
 
-def mem0_config(cfg, ctx: RunCtx, meter: Meter) -> dict:
+def mem0_config(cfg, shared, condition: str, llm: dict) -> dict:
     return {
-        "llm": {"provider": "openai", "config": llm_config(cfg, ctx, meter)},
+        "llm": {"provider": "openai", "config": llm},
         "embedder": {"provider": "huggingface", "config": {"model": minilm_dir(), "embedding_dims": 384}},
         "vector_store": {"provider": "pgvector", "config": {
-            "connection_string": _pg_url(), "collection_name": f"mem0_{ctx.shared.token}_{ctx.condition}",
+            "connection_string": _pg_url(), "collection_name": f"mem0_{shared.token}_{condition}",
             "embedding_model_dims": 384, "hnsw": bool(cfg.get("hnsw", False))}},
-        "history_db_path": os.path.join(str(ctx.shared.cfg.cache_dir), "mem0", f"history_{ctx.shared.token}.db"),
+        "history_db_path": os.path.join(str(shared.cfg.cache_dir), "mem0", f"history_{shared.token}.db"),
     }
 
 
-def _store(cfg, ctx: RunCtx):
+def _store(cfg, shared, condition: str):
     """This condition's Mem0 (its collection), built once per process; every condition shares the first one's
     embedder, so the model is loaded once, never per run."""
     os.environ.setdefault("MEM0_TELEMETRY", "False")
@@ -84,13 +84,14 @@ def _store(cfg, ctx: RunCtx):
         from mem0.configs.base import MemoryConfig
         from mem0.utils.factory import VectorStoreFactory
 
-        conf = mem0_config(cfg, ctx, ctx.meter)
+        conf = mem0_config(cfg, shared, condition, llm_config(cfg, shared, "setup", 0, Meter(
+            shared.model_cfg["prices"], shared.model_cfg.get("offpeak"))))
         os.makedirs(os.path.dirname(conf["history_db_path"]), exist_ok=True)
         with _INIT:
-            first = ctx.shared._memories.get("mem0:embedder")
+            first = shared._memories.get("mem0:embedder")
             if first is None:
                 mem = Memory.from_config(conf)
-                ctx.shared._memories["mem0:embedder"] = _Held(mem)
+                shared._memories["mem0:embedder"] = _Held(mem)
             else:  # the loaded embedder, this condition's own collection
                 mem = copy.copy(first.mem)
                 mem.config = MemoryConfig(**conf)
@@ -101,21 +102,26 @@ def _store(cfg, ctx: RunCtx):
             mem.get_all(filters={"user_id": "collection-check"}, top_k=1)  # first use creates the table, once
         return _Dropper(mem)
 
-    return ctx.shared.once(f"mem0:{ctx.condition}", make).mem
+    return shared.once(f"mem0:{condition}", make).mem
 
 
 def memory(cfg, ctx: RunCtx, meter: Meter):
     """The condition's Mem0 for one run: the process's store and embedder, this run's metered LLM."""
     from mem0.utils.factory import LlmFactory
 
-    mem = copy.copy(_store(cfg, ctx))
-    mem.llm = LlmFactory.create("openai", llm_config(cfg, ctx, meter))
+    mem = copy.copy(_store(cfg, ctx.shared, ctx.condition))
+    mem.llm = LlmFactory.create("openai", llm_config(cfg, ctx.shared, ctx.run_id, ctx.attempt, meter))
     return mem
 
 
 class Mem0Default(Method):
     services = frozenset({"postgres"})  # Mem0's vector store: the project's PostgreSQL
     writes = "mem0"
+
+    @classmethod
+    def setup(cls, cfg, shared, condition: str) -> None:
+        """Mem0's embedder and this condition's collection, before the first run."""
+        _store(cfg, shared, condition)
 
     def __init__(self, cfg, ctx: RunCtx):
         self.cfg, self.ctx = cfg, ctx
@@ -158,7 +164,10 @@ class Mem0Default(Method):
         log = {"filters": scope, "returned": len(res), "user_memories": len(held), "read": read}
         if barrier is not None:
             log["barrier"] = barrier
-        return Injected(block, items, list(items), dt + float((barrier or {}).get("waited_s") or 0.0), log)
+        audit = self.mem.search(t["query"], filters={"user_id": t["user_id"]}, top_k=k,
+                                threshold=float(self.cfg.threshold))["results"]  # untimed: no agent scope
+        return Injected(block, items, list(items), dt + float((barrier or {}).get("waited_s") or 0.0), log,
+                        [self.describe(r) for r in audit])
 
     def describe(self, r: dict) -> dict:
         return {"user_id": r.get("user_id"), "owner": r.get("agent_id"), "memory_type": None, "sharing": "private",

@@ -30,11 +30,18 @@ class Injected:
     candidates: list[dict] = field(default_factory=list)  # what the store returned before any check
     retrieval_s: float = 0.0
     log: dict = field(default_factory=dict)
+    # the exposure audit: the user's items nearest the query under the unrestricted scope (no view), read after
+    # the timed read; the record applies the visibility rule to them (None: the method reads no store)
+    audit: list[dict] | None = None
 
 
 class Method:
     services: frozenset[str] = frozenset()  # servers the method reads beyond the stage's index
     writes: str | None = None  # "kernel": one extraction call per writer; "mem0": Mem0's own add; None: no writers
+
+    @classmethod
+    def setup(cls, cfg, shared: "Shared", condition: str) -> None:
+        """Once per process before the first run (loading a model, creating a store): setup is never a run's time."""
 
     def write(self) -> None:
         pass
@@ -97,10 +104,11 @@ class Shared:
     _memories: dict = field(default_factory=dict)
     _pools: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _pool_lock: threading.Lock = field(default_factory=threading.Lock)  # apart: a slow `once` never holds a pool up
 
     def pool(self, condition: str) -> ThreadPoolExecutor:
         """The writers' pool of one method (its own threads: no method's writes wait behind another's)."""
-        with self._lock:
+        with self._pool_lock:
             if condition not in self._pools:
                 self._pools[condition] = ThreadPoolExecutor(max_workers=self.workers,
                                                             thread_name_prefix=f"writer-{condition}")

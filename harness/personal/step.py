@@ -232,6 +232,11 @@ class PersonalStep(RunStep):
                 checks.append(pf._services_check(self.cfg.index))  # the index's servers, as its config names them
             if "postgres" in needed - own:
                 checks.append(_reach_postgres())  # Mem0's vector store: the project's PostgreSQL
+        from judge.rubric import paper_judge_refusal
+
+        judge_refused = paper_judge_refusal(self.cfg)
+        if judge_refused:
+            checks.append(pf.Check("judge", False, judge_refused))
         rows = self.fidelity_rows()
         refused = fidelity.refusals(self.cfg, rows) if fidelity.preset(self.cfg) else []
         checks += [pf.Check("fidelity", False, f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it")
@@ -279,6 +284,11 @@ class PersonalStep(RunStep):
         encoder.embed_query("warm-up")  # loading the encoder is setup, never part of a run's latency
         self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(), encoder, secrets.token_hex(4),
                              Slots(slots(self.model_cfg)), workers=4 * self.concurrency())
+        for name, c in self.methods().items():  # setup (Mem0's embedder and collection) is never a run's time
+            try:
+                method_class(c).setup(c, self.shared, name)
+            except Exception as exc:
+                raise classify(exc) or exc
         mc = self.model_cfg
         self.provenance = {
             "stage": info.stage, "label": info.label, "seed": info.seed, "kind": "personal",

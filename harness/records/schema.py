@@ -326,6 +326,9 @@ class PersonalRecord(_Provenance):
     exposure_private: int
     conversation_retrieved: int
     conversation_injected: int
+    audited_items: int | None = None  # the exposure audit's unrestricted read (None: no store read, or older)
+    prevented_items: int | None = None  # of them, what the visibility rule kept from the reader
+    prevented_conversation: int | None = None
     barrier: dict[str, Any] | None
     method_log: dict[str, Any]
     missed_writes: int | None
