@@ -211,3 +211,20 @@ def test_mem0s_default_hnsw_collection_loses_the_users_facts_and_the_bench_count
 
     r = measure_mem0(500, True, HashEncoder(dim=16), measured=25)
     assert r["short_reads"] >= 20 and r["mean_injected"] < CAP / 2
+
+
+def test_the_dry_run_says_when_the_endpoint_would_make_the_barrier_time_out(tmp_path, capsys):
+    """The forecast: a read waits for its trial's writer calls one after another; at a declared speed that passes
+    the paper's 5 s the dry run warns, a fast endpoint is within it; nothing is sent either way."""
+    with OneSlot(script=RichScript()) as fake:
+        slow = ["dry_run=true", "+model.speed.output_tokens_per_s=7.5", "+model.speed.prompt_tokens_per_s=42"]
+        assert run_personal(personal_cfg(tmp_path, fake.base_url, "llamacpp", 2, extra=slow)) is None
+        out = capsys.readouterr().out
+        assert "WARNING: barrier: kernel_shared's read waits for 3 writer calls" in out and "past its 5 s" in out
+        fast = ["dry_run=true", "+model.speed.output_tokens_per_s=2000", "+model.speed.prompt_tokens_per_s=20000"]
+        assert run_personal(personal_cfg(tmp_path, fake.base_url, "llamacpp", 2, extra=fast)) is None
+        out = capsys.readouterr().out
+        assert "WARNING: barrier" not in out and "within its 5 s timeout" in out
+        assert run_personal(personal_cfg(tmp_path, fake.base_url, "llamacpp", 2, extra=["dry_run=true"])) is None
+        assert "set model.speed.output_tokens_per_s" in capsys.readouterr().out
+        assert fake.requests == []
