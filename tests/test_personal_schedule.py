@@ -113,7 +113,7 @@ def test_the_personal_stage_at_its_defaults_on_an_upstream_that_answers_at_once(
     assert len(recs) == 3 * len(ALL)
     check_methods(recs)
     rows = {r["key"]: r for r in json.loads(rd.stage_path.read_text())["fidelity"]["rows"]}
-    assert rows["trials_in_flight"]["stage"] == "8" and rows["item_granularity"]["status"] == "differs"
+    assert rows["trials_in_flight"]["stage"] == "4" and rows["item_granularity"]["status"] == "differs"
     out = capsys.readouterr()
     assert "commit s" in out.out + out.err and "queue s" in out.out + out.err
 
@@ -128,7 +128,7 @@ def test_a_one_slot_server_under_a_local_model_preset_never_queues_a_call_inside
     # another call's time (what waiting there was is each run's queue_s)
     assert fake.max_in_flight == 1
     rows = {r["key"]: r for r in json.loads(rd.stage_path.read_text())["fidelity"]["rows"]}
-    assert rows["trials_in_flight"]["stage"].startswith("1, capped from 8")
+    assert rows["trials_in_flight"]["stage"].startswith("1, capped from 4")
 
 
 @pytest.mark.services

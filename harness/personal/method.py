@@ -56,6 +56,41 @@ class Method:
         pass
 
 
+class MethodGate:
+    """Runs of one method at a time: a run enters only while no run of another method is inside, in arrival order
+    (the plan's), so one method's work (Mem0's extraction and embedding, the kernel's commits) never shares the
+    CPU, the writers or the endpoint with another's. Waiting here is scheduling, never part of a run's times."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self.active: str | None = None
+        self.inside = 0
+        self._arrivals = 0
+        self._waiting: dict[int, str] = {}
+
+    def _may_enter(self, n: int, method: str) -> bool:
+        if self.active not in (None, method):
+            return False
+        return all(m == method for k, m in self._waiting.items() if k < n)  # no other method arrived first
+
+    def run(self, method: str, fn: Callable[[], Any]) -> Any:
+        with self._cond:
+            n = self._arrivals = self._arrivals + 1
+            self._waiting[n] = method
+            self._cond.wait_for(lambda: self._may_enter(n, method))
+            del self._waiting[n]
+            self.active, self.inside = method, self.inside + 1
+            self._cond.notify_all()
+        try:
+            return fn()
+        finally:
+            with self._cond:
+                self.inside -= 1
+                if not self.inside:
+                    self.active = None
+                self._cond.notify_all()
+
+
 class Slots:
     """The endpoint's concurrent calls (model.max_concurrency; None: unlimited): every model call of the stage
     holds a slot, so a call never queues inside the server unseen and the time spent waiting for a slot is
@@ -100,6 +135,7 @@ class Shared:
     encoder: Any
     token: str  # names this process's stores (mem0 collections), so a rerun never reads old writes
     slots: Slots = field(default_factory=lambda: Slots(None))
+    gate: MethodGate = field(default_factory=MethodGate)
     workers: int = 4  # threads of each method's writers' pool
     _memories: dict = field(default_factory=dict)
     _pools: dict = field(default_factory=dict)

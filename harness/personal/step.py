@@ -1,11 +1,18 @@
 """The personalization study's run step: one trial under one method, through the one driver.
 
 What differs from the agent stages and nothing else: the plan (every trial x method once, in
-a seeded shuffle so one user's writers run while other users' assistants read), the
-preflight's request shapes (the assistant's plain request, the writers' JSON mode, the
-rubric judge's request), the services the methods read (the index's, PostgreSQL for Mem0),
-the forecast, and `execute`: the method's writers write (asynchronously), the method
-injects, AssistantAgent answers. Order, concurrency, attempts, the breaker, `budget_usd`,
+a seeded shuffle so methods and users interleave), the preflight's request shapes (the
+assistant's plain request, the writers' JSON mode, the rubric judge's request), the services
+the methods declare (the index's, PostgreSQL for Mem0), the forecast, and `execute`: the
+method's writers write (in the paper's order, asynchronously to the assistant, on the
+method's own pool), the method injects, AssistantAgent answers.
+
+The schedule cannot decide the result: no more trials are in flight than the endpoint serves
+at once (model.max_concurrency), every model call holds one of its slots (so no call queues
+unseen inside the server and `answer_s` is the assistant's call alone, `queue_s` beside it),
+each method has its own writers' pool, and what a method loads (Mem0's embedder) is loaded
+once before the first run. The summary counts the barrier's timeouts per method with the
+writes' commit delay and the read's wait; the manifest declares the schedule. Order, concurrency, attempts, the breaker, `budget_usd`,
 `retry_failed`, shards, resumption and stopping on the environment's failures are the
 driver's (harness.run.driver), as for every study.
 
@@ -83,15 +90,23 @@ def trials_path(cfg) -> Path:
 
 
 def plan(cfg) -> PersonalPlan:
-    """Every (trial, method) once, in a seeded shuffle so methods and users interleave."""
+    """Every (trial, method) once, in blocks of one method (as many runs as trials in flight), the blocks in a
+    seeded shuffle: methods interleave across the stage (a drift of the endpoint hits them alike), yet the runs in
+    flight together are one method's (the gate in `execute` keeps a block from overlapping the next)."""
     for c in cfg.stage.methods:
         if c not in (cfg.stage.get("conditions") or {}):
             raise PlanError(f"stage {cfg.stage.name!r} runs method {c!r} but does not define it "
                             f"(add '/condition@stage.conditions.{c}: {c}' to its defaults)")
     path = trials_path(cfg)
     trials = trials_data.load(path)["trials"]
-    pairs = [(t, str(c)) for t in trials for c in cfg.stage.methods]
-    random.Random(int(cfg.seed)).shuffle(pairs)  # the same order and run ids as before the one driver
+    rng, size = random.Random(int(cfg.seed)), trials_in_flight(cfg)
+    blocks = []
+    for c in cfg.stage.methods:
+        order = list(trials)
+        rng.shuffle(order)
+        blocks += [[(t, str(c)) for t in order[i:i + size]] for i in range(0, len(order), size)]
+    rng.shuffle(blocks)
+    pairs = [p for b in blocks for p in b]
     return PersonalPlan(str(cfg.stage.name), str(cfg.stage.label), int(cfg.seed),
                         {"path": str(path), "sha256": sha256_file(path), "n": len(trials)},
                         [TrialRun(t["trial_id"], c) for t, c in pairs], {t["trial_id"]: t for t in trials})
@@ -136,10 +151,11 @@ def schedule_rows(cfg, in_flight: int) -> list:
     capped = f", capped from {want} at the endpoint's {cap} slot(s)" if cap and want > cap else ""
     return [
         Row("pipeline", "trial pipeline", "ProfileAgent, then TaskAgent, then AssistantAgent (A.10); writes "
-            "asynchronous to the assistant's read, behind the barrier",
+            "asynchronous to the assistant's read, behind the barrier; each condition run for its trials",
             "per trial the writers in the paper's order (profile, task, conversation) on the method's own pool, "
             "asynchronous to the assistant, whose read waits behind the barrier; every model call holds one of the "
-            "endpoint's slots", "same", ""),
+            f"endpoint's slots; runs in flight are one method's (blocks of {in_flight}, blocks in a seeded order)",
+            "same", ""),
         Row("trials_in_flight", "trials in flight", "not stated (one pipeline run per trial)",
             f"{in_flight}{capped}", "same" if in_flight == 1 else "differs", "",
             "" if in_flight == 1 else "trials of other users run at once, each method with its own writers' pool; "
@@ -304,6 +320,10 @@ class PersonalStep(RunStep):
             self.shared.close()
 
     def execute(self, spec: TrialRun, attempt: int):
+        """One run, while no run of another method is in flight (Shared.gate: the methods never slow each other)."""
+        return self.shared.gate.run(spec.condition, lambda: self._execute(spec, attempt))
+
+    def _execute(self, spec: TrialRun, attempt: int):
         trial = self.plan.trials[spec.trial_id]
         condition, run_id, mc = spec.condition, spec.run_id, self.model_cfg
         cond_cfg = self.cfg.stage.conditions[condition]
