@@ -65,10 +65,13 @@ analyze: setup
 # the second paper's study as published: stage=personal on its three assistant models (conf/model/gpt4o,
 # llama31_8b, qwen25_7b), one folder each, then the rubric judge on each (JUDGE=... picks the judge)
 PERSONAL_MODELS ?= gpt4o,llama31_8b,qwen25_7b
+# the paper's judge (conf/judge/gpt54.yaml); another (JUDGE=...) is refused before any run unless declared:
+# ARGS="allow_deviation=[judge_model]". ARGS="dry_run=true" prints both plans and sends nothing.
+PAPER_JUDGE ?= gpt54
 JUDGE ?=
 personal-paper: setup
-	$(PY) -m harness.run -m stage=personal model=$(PERSONAL_MODELS) $(ARGS)
-	$(PY) -m judge.run -m stage=personal model=$(PERSONAL_MODELS) $(if $(JUDGE),judge=$(JUDGE)) $(ARGS)
+	$(PY) -m harness.run -m stage=personal model=$(PERSONAL_MODELS) judge=$(or $(JUDGE),$(PAPER_JUDGE)) paper_judge=true $(ARGS)
+	$(PY) -m judge.run -m stage=personal model=$(PERSONAL_MODELS) judge=$(or $(JUDGE),$(PAPER_JUDGE)) paper_judge=true $(ARGS)
 
 # write stage folders (RUNS=a,b) as one dataset in the Hugging Face Hub's layout (OUT=DIR), listing first
 # what leaves the machine; ARGS="push=OWNER/NAME" uploads it (private), ARGS="dry_run=true" only lists

@@ -10,7 +10,15 @@ user's visible items than min(cap, visible)) and the plan the reads took. With p
 (HNSW at ef_search 40, the view applied after the index scan) the reads collapse as N grows; the
 stage's pgvector_kernel, Redis's query engine (a pre-filter) and the exact index do not.
 
-    python -m bench.kernel_scale [--users 150,1500] [--indexes pgvector,pgvector_kernel,...] [--encoder minilm]
+The Mem0 methods' store (`--mem0 hnsw,exact`): Mem0's own pgvector collection (mem0's PGVector,
+its insert and search SQL) holding the same facts, one row per fact with Mem0's payload (user_id,
+agent_id, the text), searched by user as mem0_user searches it. `hnsw` is Mem0's default (an HNSW
+index: the user filter applies after the index scan); `exact` is the stage's `hnsw: false` (no
+index: an exact scan under the filter). The short reads are those returning fewer than
+min(k, the user's facts).
+
+    python -m bench.kernel_scale [--users 150,1500] [--indexes pgvector,pgvector_kernel,...] [--mem0 hnsw,exact]
+        [--encoder minilm]
 """
 
 from __future__ import annotations
@@ -106,10 +114,65 @@ def measure(name: str, index_cfg: dict, users: int, encoder) -> dict:
             "plans": dict(paths), "write_s": t1 - t0, "read_p50_ms": 1000 * statistics.median(times)}
 
 
+def mem0_store(hnsw: bool, dims: int, name: str):
+    """Mem0's own pgvector collection on the project's PostgreSQL (the stage's settings but the index flag)."""
+    from mem0.vector_stores.pgvector import PGVector
+
+    from conditions.personal.mem0_default import _pg_url
+
+    return PGVector(dbname=None, collection_name=name, embedding_model_dims=dims, user=None, password=None, host=None, port=None,
+                    diskann=False, hnsw=hnsw, connection_string=_pg_url())
+
+
+def mem0_facts(trial: dict) -> list[tuple[str, str]]:
+    """(writer, fact text) of a user: the statements a well-formed extraction gives, as Mem0 stores text."""
+    return [(w.name, it.statement()) for w in (PROFILE, TASK)
+            for it in extracted(trial, w, _Ticket(trial["user_id"], 1))]
+
+
+class _Ticket:
+    def __init__(self, user: str, seq: int):
+        self.user, self.seq = user, seq
+
+
+def measure_mem0(users: int, hnsw: bool, encoder, k: int = CAP, measured: int | None = None) -> dict:
+    """Every user's facts in one Mem0 collection, then Mem0's search by user for each (or the first `measured`)."""
+    import secrets
+    import uuid
+
+    trials = trials_data.generate(users, 0)["trials"]
+    rows = [(t["user_id"], agent, text) for t in trials for agent, text in mem0_facts(t)]
+    store = mem0_store(hnsw, encoder.dim, f"mem0_bench_{secrets.token_hex(4)}")
+    try:
+        t0 = time.perf_counter()
+        vecs = encoder.embed([text for _, _, text in rows], progress=False)
+        store.insert([v.tolist() for v in vecs], [{"user_id": u, "agent_id": a, "data": x} for u, a, x in rows],
+                     [str(uuid.uuid4()) for _ in rows])
+        t1 = time.perf_counter()
+        held = Counter(u for u, _, _ in rows)
+        got, times = [], []
+        for t in trials[:measured]:
+            q = encoder.embed_query(t["query"]).tolist()
+            s = time.perf_counter()
+            res = store.search(t["query"], q, top_k=k, filters={"user_id": t["user_id"]})
+            times.append(time.perf_counter() - s)
+            assert all(r.payload.get("user_id") == t["user_id"] for r in res), "Mem0 returned another user's fact"
+            got.append((len(res), min(k, held[t["user_id"]])))
+    finally:
+        store.delete_col()
+    returned = [n for n, _ in got]
+    return {"index": f"mem0_{'hnsw' if hnsw else 'exact'}", "users": users, "items": len(rows),
+            "mean_injected": statistics.fmean(returned), "none": sum(n == 0 for n in returned),
+            "short_reads": sum(n < want for n, want in got), "min": min(returned),
+            "plans": {"hnsw post-filter" if hnsw else "exact scan": len(got)}, "write_s": t1 - t0,
+            "read_p50_ms": 1000 * statistics.median(times)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--users", default="150,1500", help="comma-separated user counts")
     ap.add_argument("--indexes", default=",".join(INDEXES), help=f"comma-separated, of {', '.join(INDEXES)}")
+    ap.add_argument("--mem0", default="hnsw,exact", help="Mem0's collection: hnsw (Mem0's default), exact (the stage's)")
     ap.add_argument("--encoder", default="minilm", help="minilm (the stage's offline encoder) or hash")
     a = ap.parse_args(argv)
     names = [n for n in a.indexes.split(",") if n]
@@ -129,6 +192,11 @@ def main(argv=None) -> int:
     for n in (int(x) for x in a.users.split(",")):
         for name in names:
             r = measure(name, configs[name], n, encoder)
+            print(f"{r['index']:<18}{r['users']:>6}{r['items']:>7}{r['mean_injected']:>9.2f}{r['none']:>6}"
+                  f"{r['short_reads']:>6}{r['min']:>5}{r['write_s']:>9.1f}{r['read_p50_ms']:>12.2f}  "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(r["plans"].items())), flush=True)
+        for mode in (m for m in a.mem0.split(",") if m):
+            r = measure_mem0(n, mode == "hnsw", encoder)
             print(f"{r['index']:<18}{r['users']:>6}{r['items']:>7}{r['mean_injected']:>9.2f}{r['none']:>6}"
                   f"{r['short_reads']:>6}{r['min']:>5}{r['write_s']:>9.1f}{r['read_p50_ms']:>12.2f}  "
                   + ", ".join(f"{k} {v}" for k, v in sorted(r["plans"].items())), flush=True)

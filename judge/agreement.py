@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 from harness.failures import exits_with_code
 from harness.records import RunDir
 from judge import prompts as P
+from judge import common as C
 from judge.answer_check import judge_stage, load_judgements
 
 PER_STRATUM = 3
@@ -127,10 +128,18 @@ def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
     name2 = str(cfg.judge2.name)
     if name2 == name1:
         name2 = f"{name2}.judge2"
-    s1 = judge_stage(cfg, rd, prompts=prompts)  # free when already judged
+    s1 = judge_stage(cfg, rd, prompts=prompts)  # free when already judged (dry_run=true: its plan only)
     main = load_judgements(rd, name1)
     records = [r.model_dump(mode="json") for r in rd.records()]
     sample = stratified_sample(records, main, int(cfg.seed))
+    if C.dry_run(cfg):  # the second judge's plan on the sample the main judge's lines give; nothing sent
+        if sample:
+            judge_stage(cfg, rd, judge_cfg=cfg.judge2, only={r["run_id"] for r in sample}, name=name2,
+                        prompts=prompts, tag_prefix="judge2")
+        else:
+            print(f"dry run: second judge {name2}: a stratified sample of the main judge's judgements, once it has "
+                  "judged (none yet)", file=sys.stderr)
+        return {"dry_run": True, "judges": {"main": s1["identity"]}}
     if not sample:
         raise SystemExit(f"error: the main judge has no model judgement in {rd.root}")
     s2 = judge_stage(cfg, rd, judge_cfg=cfg.judge2, only={r["run_id"] for r in sample}, name=name2,

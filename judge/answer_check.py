@@ -216,6 +216,11 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
             r["gold"] = gold[r["qid"]]
     existing = load_judgements(rd, name)
     cache = C.open_cache(cfg)
+    if C.dry_run(cfg):
+        try:
+            return _plan(rd, jc, name, prompts, cache, records, existing, only)
+        finally:
+            cache.close()
     job = _Judging(rd, jc, name, prompts, cache, tag_prefix)
     job.budget = budget
     pending: list[tuple[dict, list[P.Item]]] = []
@@ -276,6 +281,31 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
         raise BudgetReached(f"stopped at budget: ${budget.spent:.4f} of ${budget.cap:.4f}; "
                             f"{job.over_budget} judgements not made")
     return summary
+
+
+def _plan(rd: RunDir, jc: dict, name: str, prompts: P.PromptSet, cache: JudgeCache, records: list[dict],
+          existing: dict, only) -> dict:
+    """dry_run=true: what judging would do, printed; no call, no line, no file."""
+    ident = identity(jc)
+    current = failed = cached = 0
+    todo = []
+    for rec in records:
+        for item in kinds.items_for(rec, prompts):
+            old = existing.get((rec["run_id"], item.kind))
+            if old and (old["status"] == "failed_run" and rec.get("status") != "ok"
+                        or old["status"] in DONE and old.get("prompt_sha256") == item.prompt_sha256
+                        and (old.get("judge") or {}).get("identity") == ident):
+                current += 1
+            elif rec.get("status") != "ok":
+                failed += 1
+            elif cache.get(ident, item.prompt_sha256) is not None:
+                cached += 1
+            else:
+                todo.append(item.prompt)
+    print("\n".join(C.plan_lines(f"answer check of {rd.root}" + (f" ({len(only)} runs)" if only else ""), jc, ident,
+                                  len(records), current, failed, cached, todo)))
+    return {"run_dir": str(rd.root), "judge": name, "identity": ident, "records": len(records), "model_calls": 0,
+            "would_call": len(todo), "failed": 0, "dry_run": True}
 
 
 def _summary(rd: RunDir, job: _Judging, name: str, records: list[dict], skipped: int, n_calls: int,

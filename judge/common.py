@@ -11,6 +11,9 @@ imports the other.
   "judge" and a tag "<prefix>:<run_id>" under an attempt number.
 * Crash safety: a judge's attempts log says which run was being judged under which attempt;
   attempts that wrote no judgement line are marked interrupted in the ledger.
+* Dry run: with `dry_run=true` every judging command (make judge, agreement, probe,
+  personal-paper) prints its plan (`plan_lines`: the judge, what is current, cached, a failed
+  run, what would need a call and its forecast cost) and sends, opens and writes nothing.
 """
 
 from __future__ import annotations
@@ -130,3 +133,26 @@ def mark_unfinished(ledger: Ledger, attempts_path: Path, lines_path: Path, tag_p
     finished = {(tag(e["run_id"]), e.get("attempt")) for e in read_ledger(lines_path) if "run_id" in e}
     started = {(tag(e["run"]), int(e["attempt"])) for e in read_ledger(attempts_path)}
     return mark_interrupted(ledger, started, finished, "no judgement line", role=ROLE)
+
+
+# ------------------------------------------------------------------------------ dry run
+
+def dry_run(cfg) -> bool:
+    return bool(cfg.get("dry_run", False))
+
+
+def plan_lines(what: str, jc: dict, ident: str, records: int, current: int, failed_runs: int, cached: int,
+               prompts: list[str]) -> list[str]:
+    """A judging plan (dry_run=true): who would judge, what is done, and what would need a model call."""
+    from harness.run.forecast import CHARS_PER_TOKEN
+
+    prices = jc.get("prices") or {}
+    prompt_tok = sum(len(p) for p in prompts) / CHARS_PER_TOKEN
+    out_tok = len(prompts) * int((jc.get("params") or {}).get("max_tokens") or 60)
+    cost = (prompt_tok * float(prices.get("miss") or 0) + out_tok * float(prices.get("output") or 0)) / 1e6
+    return [f"dry run: {what}: judge {jc.get('name')} (model {jc.get('model')}, provider {jc.get('provider')}, "
+            f"base_url {jc.get('base_url')}, identity {ident}, params {jc.get('params')})",
+            f"  {records} records: {current} judged already, {failed_runs} failed runs (never scored), "
+            f"{cached} from the reply cache, {len(prompts)} would need a model call "
+            f"(~{prompt_tok:,.0f} prompt + {out_tok:,} output tokens, list ${cost:.4f}, plus one preflight call)",
+            "  nothing sent, nothing written (dry_run=true)"]

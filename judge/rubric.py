@@ -205,6 +205,11 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
         trials.update({t["trial_id"]: t for t in trials_data.load(path)["trials"]})
     existing = load_rubric(rd, name)
     cache = C.open_cache(cfg)
+    if C.dry_run(cfg):
+        try:
+            return _plan(rd, jc, name, hybrid, cache, records, trials, existing)
+        finally:
+            cache.close()
     job = _Rubric(rd, jc, name, hybrid, cache)
     try:
         todo = []
@@ -239,6 +244,27 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
     return summary
 
 
+def _plan(rd: RunDir, jc: dict, name: str, hybrid: bool, cache: JudgeCache, records, trials, existing) -> dict:
+    """dry_run=true: what judging would do, printed; no call, no line, no file."""
+    ident = identity(jc)
+    current = failed = cached = 0
+    prompts = []
+    for rec in records:
+        old, trial = existing.get(rec["run_id"]), trials[rec["trial_id"]]
+        if old and _current(old, rec, trial, hybrid, ident):
+            current += 1
+        elif rec.get("status") != "ok":
+            failed += 1
+        elif cache.get(ident, hashlib.sha256(prompt_for(rec, trial).encode()).hexdigest()) is not None:
+            cached += 1
+        else:
+            prompts.append(prompt_for(rec, trial))
+    print("\n".join(C.plan_lines(f"rubric judge of {rd.root}", jc, ident, len(records), current, failed, cached,
+                                  prompts)))
+    return {"run_dir": str(rd.root), "judge": name, "identity": ident, "hybrid": hybrid, "records": len(records),
+            "failed_runs": failed, "model_calls": 0, "would_call": len(prompts), "written": {}, "dry_run": True}
+
+
 def _current(old: dict, rec: dict, trial: dict, hybrid: bool, ident: str) -> bool:
     """Is the latest line still this record's judgement? (A failed run retried and now answered is not.)"""
     if rec.get("status") != "ok":
@@ -248,9 +274,28 @@ def _current(old: dict, rec: dict, trial: dict, hybrid: bool, ident: str) -> boo
         and (old.get("judge") or {}).get("identity") == ident and old.get("prompt_sha256") == sha
 
 
+PAPER_JUDGE_MODEL = "gpt-5.4"  # the paper's sole judge (Section 4.2); conf/judge/gpt54.yaml
+
+
+def paper_judge_refusal(cfg) -> str | None:
+    """With `paper_judge=true` (make personal-paper): why this judge is refused, or None. Any judge model but the
+    paper's is refused unless declared (allow_deviation=[judge_model])."""
+    if not cfg.get("paper_judge"):
+        return None
+    model = str(cfg.judge.get("model"))
+    if model.lower().startswith(PAPER_JUDGE_MODEL) or "judge_model" in [str(k) for k in cfg.get("allow_deviation") or []]:
+        return None
+    return (f"judge {cfg.judge.get('name')} ({model}) is not the paper's judge ({PAPER_JUDGE_MODEL}, judge=gpt54); "
+            "declare the fallback with allow_deviation=[judge_model]")
+
+
 def judge_command(cfg, rd) -> int:
     """`make judge` for a personalization stage: the rubric on every record (exit 3 if some failed)."""
-    from harness.failures import STOPPED
+    from harness.failures import BAD_INPUT, STOPPED
 
+    refused = paper_judge_refusal(cfg)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return BAD_INPUT
     summary = judge_personal(cfg, rd)
     return STOPPED if summary["written"].get("failed") else 0

@@ -477,6 +477,20 @@ def test_stratified_sample_is_seeded_and_takes_three_per_condition_and_type():
     assert s["only_main_yes"] == 1 and s["only_second_yes"] == 1
 
 
+def test_every_judging_command_honours_dry_run(stage):
+    """make judge, agreement and probe with dry_run=true print their plan and send, open and write nothing."""
+    before = sorted(p.name for p in (stage_dir(stage)).rglob("*"))
+    with FakeModel(script=lambda req: judge_script(req, None)) as one, FakeModel(script=judge_script) as two:
+        for module, extra in (("judge.run", ()), ("judge.probe", ()),
+                              ("judge.agreement", ("+judge@judge2=vllm", f"judge2.base_url={two.base_url}"))):
+            res = subprocess.run(judge_cmd(stage, one, "dry_run=true", *extra, module=module), capture_output=True,
+                                 text=True, timeout=300)
+            assert res.returncode == 0, (module, res.stderr)
+            assert "would need a model call" in res.stdout and "nothing sent" in res.stdout, (module, res.stdout)
+        assert one.requests == [] and two.requests == []
+    assert sorted(p.name for p in (stage_dir(stage)).rglob("*")) == before
+
+
 def test_agreement_with_a_second_judge(stage):
     def second(req):  # agrees except that it never says yes to an abstention template
         out = judge_script(req, None)

@@ -14,7 +14,11 @@ from harness.memory.units import Round, Unit, units_of_sessions
 @pytest.mark.parametrize("owner,sharing,agent,expect", [
     ("a1", "private", "a1", True),      # own memory
     ("a2", "shared", "a1", True),
-    ("a2", "public", "a1", True),       # our units' name for shared
+    ("a2", "public", "a1", False),      # not the paper's word: unknown -> private (fail closed)
+    ("a2", "Public", "a1", False),
+    ("a2", "private", "a2", True),      # explicitly private, own
+    ("a2", ["shared"], "a1", False),    # malformed (a list) -> private
+    ("a2", {"sharing": "shared"}, "a1", False),
     ("a2", " Shared ", "a1", True),
     ("a2", "private", "a1", False),
     ("a2", None, "a1", False),          # absent -> private
@@ -23,7 +27,15 @@ from harness.memory.units import Round, Unit, units_of_sessions
     ("a2", 1, "a1", False),
 ])
 def test_visibility_rule(owner, sharing, agent, expect):
+    """The paper's cases (Section 3.3): own, shared; absent, malformed, unknown or private -> private."""
     assert visible(owner, sharing, agent) is expect
+    # the item's unit in the memory space follows the same rule through the view and the kernel's re-check
+    from harness.kernel import MemoryItem, unit_visible
+    from harness.memory.views import View
+
+    u = MemoryItem("user", owner, "profile", sharing, {"field": "tools", "value": "vim"}).unit()
+    assert unit_visible(u.owner, u.visibility, agent) is expect
+    assert View("user", agent, "shared").admits(u) is expect
 
 
 def test_barrier_waits_for_earlier_writes_of_the_same_user_only():

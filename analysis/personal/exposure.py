@@ -7,6 +7,10 @@ trials the judge scored above the floor on Profile or Task although nothing was 
 language; each needs a look by hand). Shared end (kernel_shared): of every item the kernel's
 reads returned, how many were the private-by-default conversation items of another agent
 (the paper: none of 1,798). Injected items of another user (`foreign_items`) must be 0 everywhere.
+Both ends also say what the view prevented: each read is audited under the unrestricted scope
+(the user's items nearest the query from every agent, any policy) and the visibility rule applied
+(`audited_items`, `prevented_items`, `prevented_conversation`), so a zero exposure is a measured
+zero beside what could have leaked, not a zero by construction.
 The pooled rows (model "all") sum the models, as the paper's n = 450 does.
 """
 
@@ -20,7 +24,8 @@ from analysis.personal import Table, register
 PRIVATE_END = ("mem0_default", "kernel_private")
 SHARED_END = ("kernel_shared",)
 COLUMNS = ("model", "condition", "endpoint", "trials", "exposed_trials", "scored_without_memory",
-           "retrieved_items", "conversation_retrieved", "injected_items", "conversation_injected", "foreign_items")
+           "retrieved_items", "conversation_retrieved", "injected_items", "conversation_injected", "foreign_items",
+           "audited_items", "prevented_items", "prevented_conversation")
 
 
 def _row(model: str, cond: str, g: pd.DataFrame) -> dict:
@@ -29,7 +34,9 @@ def _row(model: str, cond: str, g: pd.DataFrame) -> dict:
            "retrieved_items": int(g.n_candidates.sum()), "injected_items": int(g.n_injected.sum()),
            "foreign_items": int(g.foreign_items.sum()),
            "conversation_retrieved": int(g.conversation_retrieved.sum()),
-           "conversation_injected": int(g.conversation_injected.sum())}
+           "conversation_injected": int(g.conversation_injected.sum()),
+           **{c: int(pd.to_numeric(g[c], errors="coerce").fillna(0).sum()) if c in g else 0
+              for c in ("audited_items", "prevented_items", "prevented_conversation")}}
     if private:
         above = (g.profile_usage.fillna(1) > 1) | (g.task_usage.fillna(1) > 1)
         row.update(exposed_trials=int((g.exposure_private > 0).sum()),
@@ -59,9 +66,11 @@ def section(st) -> str:
         else:
             what = f"conversation items {r.conversation_retrieved} of {r.retrieved_items} retrieved"
         body.append([("**all models**" if r.model == "all" else r.model), r.condition, r.endpoint, what,
+                     f"{r.prevented_items} of {r.audited_items} ({r.prevented_conversation} conversation)",
                      r.foreign_items])
     return ("## Appendix A.2: exposure at both endpoints (per model and pooled)\n\n[`exposure.csv`](exposure.csv)\n\n"
-            + (md_table(["model", "method", "endpoint", "check", "items of another user"], body) if body
+            + (md_table(["model", "method", "endpoint", "check", "kept out by the rule, of the unrestricted read",
+                                "items of another user"], body) if body
                else "(no mem0_default, kernel_private or kernel_shared runs)") + "\n")
 
 

@@ -120,6 +120,8 @@ def runs_frame(folders, judge: str | None = None) -> pd.DataFrame:
                 "foreign_items": r["foreign_items"], "exposure_private": r["exposure_private"],
                 "conversation_retrieved": r["conversation_retrieved"],
                 "conversation_injected": r["conversation_injected"],
+                "audited_items": r.get("audited_items"), "prevented_items": r.get("prevented_items"),
+                "prevented_conversation": r.get("prevented_conversation"), "queue_s": r.get("queue_s"),
                 "candidate_types": [i.get("memory_type") for i in r["candidates"]],
                 "missed_writes": r["missed_writes"], "timed_out": bool(barrier.get("timed_out")),
                 "barrier": barrier.get("barrier", "on" if barrier else None),

@@ -35,6 +35,8 @@ def kernel_for(cfg, ctx: RunCtx) -> Syscalls:
 
 
 class KernelShared(Method):
+    writes = "kernel"
+
     def __init__(self, cfg, ctx: RunCtx):
         self.cfg, self.ctx = cfg, ctx
         self.kernel = kernel_for(cfg, ctx)
@@ -43,12 +45,12 @@ class KernelShared(Method):
         self.read = None
 
     def write(self) -> None:
-        t = self.ctx.trial
+        pending = []
         for name in self.cfg.writers:
             w = writers.WRITERS[str(name)]
-            sharing = self.cfg.sharing.get(w.memory_type)
-            self.futures.append(writers.submit(w, self.kernel, self.ctx.agent(w.name, json=True), t, sharing,
-                                               self.ctx.shared.pool, self.attach))
+            pending.append((w, self.ctx.agent(w.name, json=True), self.cfg.sharing.get(w.memory_type)))
+        self.futures = writers.submit(pending, self.kernel, self.ctx.trial, self.ctx.shared.pool(self.ctx.condition),
+                                      self.attach)
 
     def inject(self) -> Injected:
         t = self.ctx.trial
@@ -61,7 +63,8 @@ class KernelShared(Method):
         log = {"resolved_user": got.user, "identity_rule": got.rule, "barrier": inj.log["barrier"],
                "dropped": inj.log["dropped"], "threshold": inj.log["threshold"], "cap": inj.log["cap"],
                "budget_tokens": inj.log["budget_tokens"], "view": inj.log["view"], "read": self.read.describe()}
-        return Injected(inj.block, items, cands, dt, log)
+        audit = [it.describe() for it in self.kernel.unrestricted(got, t["query"])]  # untimed
+        return Injected(inj.block, items, cands, dt, log, audit)
 
     def finish(self) -> dict:
         errors = []
@@ -77,5 +80,4 @@ class KernelShared(Method):
         return out
 
 
-def build(cfg, ctx: RunCtx) -> Method:
-    return KernelShared(cfg, ctx)
+build = KernelShared

@@ -7,13 +7,19 @@ ledger under this run; its usage is also added to the run's meter). AssistantAge
 memory is Mem0's `search(query, filters={"user_id", "agent_id": assistant})` issued at
 once, with no write barrier and the per-agent scoping Mem0 gives by default: the fully
 private endpoint of Appendix A.2. Embeddings: the project's local MiniLM through Mem0's
-`huggingface` embedder; vector store: Mem0's `pgvector` provider on the PostgreSQL the
-project starts (the same server the kernel's items live in), one collection per
-condition and process, dropped at the end of the stage.
+`huggingface` embedder, loaded once per process; vector store: Mem0's `pgvector` provider on
+the PostgreSQL the project starts (the same server the kernel's items live in), one collection
+per condition and process, dropped at the end of the stage, searched completely: `hnsw: false`
+(the default here) builds no HNSW index, so a search is an exact scan under the user filter
+(Mem0's HNSW post-filters: at 1,500 users it finds almost none of a user's facts,
+bench/kernel_scale.py), and `threshold` (Mem0's own default 0.1) is the condition's, declared.
+Every read is checked: `read.short` counts what Mem0 held under the read's scope, up to k,
+that the search did not return.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -41,65 +47,131 @@ def minilm_dir() -> str:
     return str(resolve_model_dir(SPECS["minilm"]))
 
 
-def mem0_config(cfg, ctx: RunCtx, meter: Meter) -> dict:
-    mc = ctx.shared.model_cfg
+def llm_config(cfg, shared, run_id: str, attempt: int, meter: Meter) -> dict:
+    """Mem0's LLM for one run: its own OpenAI client through the metering proxy, tagged by this run, whose usage
+    is added to the run's meter."""
+    mc = shared.model_cfg
 
     def metered(_llm, response, _params) -> None:
         usage = response.usage.model_dump() if getattr(response, "usage", None) else None
         meter.add_call(usage, 0.0, response.choices[0].finish_reason if response.choices else None, "mem0")
 
-    return {
-        "llm": {"provider": "openai", "config": {
-            "model": str(mc["model"]), "api_key": "metered-by-proxy", "temperature": 0.0,
+    return {"model": str(mc["model"]), "api_key": "metered-by-proxy", "temperature": 0.0,
             "max_tokens": int(cfg.llm_max_tokens),
-            "openai_base_url": tagged_url(ctx.shared.proxy_url, ctx.run_id, ctx.attempt, "mem0"),
-            "response_callback": metered}},
+            "openai_base_url": tagged_url(shared.proxy_url, run_id, attempt, "mem0"),
+            "response_callback": metered}
+
+
+def mem0_config(cfg, shared, condition: str, llm: dict) -> dict:
+    return {
+        "llm": {"provider": "openai", "config": llm},
         "embedder": {"provider": "huggingface", "config": {"model": minilm_dir(), "embedding_dims": 384}},
         "vector_store": {"provider": "pgvector", "config": {
-            "connection_string": _pg_url(), "collection_name": f"mem0_{ctx.shared.token}_{ctx.condition}",
-            "embedding_model_dims": 384, "hnsw": bool(cfg.get("hnsw", True))}},
-        "history_db_path": os.path.join(str(ctx.shared.cfg.cache_dir), "mem0", f"history_{ctx.shared.token}.db"),
+            "connection_string": _pg_url(), "collection_name": f"mem0_{shared.token}_{condition}",
+            "embedding_model_dims": 384, "hnsw": bool(cfg.get("hnsw", False))}},
+        "history_db_path": os.path.join(str(shared.cfg.cache_dir), "mem0", f"history_{shared.token}.db"),
     }
 
 
-def memory(cfg, ctx: RunCtx, meter: Meter):
+def _store(cfg, shared, condition: str):
+    """This condition's Mem0 (its collection), built once per process; every condition shares the first one's
+    embedder, so the model is loaded once, never per run."""
     os.environ.setdefault("MEM0_TELEMETRY", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from mem0 import Memory
 
-    conf = mem0_config(cfg, ctx, meter)
-    os.makedirs(os.path.dirname(conf["history_db_path"]), exist_ok=True)
-    with _INIT:
-        mem = Memory.from_config(conf)
-        mem.get_all(filters={"user_id": "collection-check"}, top_k=1)  # first use creates the table, once
-        return mem
+    def make():
+        from mem0 import Memory
+        from mem0.configs.base import MemoryConfig
+        from mem0.utils.factory import VectorStoreFactory
+
+        conf = mem0_config(cfg, shared, condition, llm_config(cfg, shared, "setup", 0, Meter(
+            shared.model_cfg["prices"], shared.model_cfg.get("offpeak"))))
+        os.makedirs(os.path.dirname(conf["history_db_path"]), exist_ok=True)
+        with _INIT:
+            first = shared._memories.get("mem0:embedder")
+            if first is None:
+                mem = Memory.from_config(conf)
+                shared._memories["mem0:embedder"] = _Held(mem)
+            else:  # the loaded embedder, this condition's own collection
+                mem = copy.copy(first.mem)
+                mem.config = MemoryConfig(**conf)
+                vs = mem.config.vector_store
+                mem.vector_store = VectorStoreFactory.create(vs.provider, vs.config)
+                mem.collection_name = vs.config.collection_name
+                mem._entity_store = None
+            mem.get_all(filters={"user_id": "collection-check"}, top_k=1)  # first use creates the table, once
+        return _Dropper(mem)
+
+    return shared.once(f"mem0:{condition}", make).mem
+
+
+def memory(cfg, ctx: RunCtx, meter: Meter):
+    """The condition's Mem0 for one run: the process's store and embedder, this run's metered LLM."""
+    from mem0.utils.factory import LlmFactory
+
+    mem = copy.copy(_store(cfg, ctx.shared, ctx.condition))
+    mem.llm = LlmFactory.create("openai", llm_config(cfg, ctx.shared, ctx.run_id, ctx.attempt, meter))
+    return mem
 
 
 class Mem0Default(Method):
+    services = frozenset({"postgres"})  # Mem0's vector store: the project's PostgreSQL
+    writes = "mem0"
+
+    @classmethod
+    def setup(cls, cfg, shared, condition: str) -> None:
+        """Mem0's embedder and this condition's collection, before the first run."""
+        _store(cfg, shared, condition)
+
     def __init__(self, cfg, ctx: RunCtx):
         self.cfg, self.ctx = cfg, ctx
         self.mem = memory(cfg, ctx, ctx.meter)
-        ctx.shared.once(f"mem0:{ctx.condition}", lambda: _Dropper(self.mem))  # drops the collection at stage end
         self.futures = []
 
     def write(self) -> None:
-        t = self.ctx.trial
-        for name in self.cfg.writers:
-            w = writers.WRITERS[str(name)]
-            self.futures.append(self.ctx.shared.pool.submit(
-                self.mem.add, t["messages"][w.message], user_id=t["user_id"], agent_id=w.name, infer=True))
+        """Each writer's message to Mem0's own add, one after another as the paper's pipeline runs its writers;
+        each add holds one endpoint slot (Mem0 makes its LLM calls one after another inside it)."""
+        t, slots = self.ctx.trial, self.ctx.shared.slots
+
+        def add(w):
+            return lambda: slots.hold(lambda: self.mem.add(t["messages"][w.message], user_id=t["user_id"],
+                                                           agent_id=w.name, infer=True))[0]
+
+        self.futures = writers.in_order(self.ctx.shared.pool(self.ctx.condition),
+                                        [add(writers.WRITERS[str(n)]) for n in self.cfg.writers])
+
+    def scope(self) -> dict:
+        return {"user_id": self.ctx.trial["user_id"], "agent_id": assistant.NAME}
 
     def inject(self) -> Injected:
-        t = self.ctx.trial
+        return self.read(self.scope(), None)
+
+    def read(self, scope: dict, barrier: dict | None) -> Injected:
+        """Mem0's search under `scope`, complete (no HNSW index: an exact scan under the filter; `threshold`
+        declared in the condition's yaml), with a short-read check: what Mem0 held under the scope before the
+        search against what it returned."""
+        t, k = self.ctx.trial, int(self.cfg.k)
+        held = self.mem.get_all(filters=scope, top_k=10_000)["results"]  # before the timed search
         t0 = time.perf_counter()
-        res = self.mem.search(t["query"], filters={"user_id": t["user_id"], "agent_id": assistant.NAME},
-                              top_k=int(self.cfg.k))["results"]
+        res = self.mem.search(t["query"], filters=scope, top_k=k, threshold=float(self.cfg.threshold))["results"]
         dt = time.perf_counter() - t0
-        items = [{"user_id": r.get("user_id"), "owner": r.get("agent_id"), "memory_type": None, "sharing": "private",
-                  "content": {"value": r.get("memory")}, "score": r.get("score")} for r in res]
+        items = [self.describe(r) for r in res]
         block = (HEADER + "\n" + "\n".join(f"- {r.get('memory')}" for r in res)) if res else ""
-        return Injected(block, items, list(items), dt, {"filters": {"user_id": t["user_id"], "agent_id": assistant.NAME},
-                                                         "returned": len(res)})
+        expected = min(k, len(held))
+        read = {"visible": len(held), "expected": expected, "returned": len(res),
+                "short": max(0, expected - len(res)), "threshold": float(self.cfg.threshold),
+                "plan": "hnsw" if self.cfg.get("hnsw") else "exact scan"}
+        log = {"filters": scope, "returned": len(res), "user_memories": len(held), "read": read}
+        if barrier is not None:
+            log["barrier"] = barrier
+        audit = self.mem.search(t["query"], filters={"user_id": t["user_id"]}, top_k=k,
+                                threshold=float(self.cfg.threshold))["results"]  # untimed: no agent scope
+        return Injected(block, items, list(items), dt + float((barrier or {}).get("waited_s") or 0.0), log,
+                        [self.describe(r) for r in audit])
+
+    def describe(self, r: dict) -> dict:
+        return {"user_id": r.get("user_id"), "owner": r.get("agent_id"), "memory_type": None, "sharing": "private",
+                "content": {"value": r.get("memory")}, "score": r.get("score")}
 
     def finish(self) -> dict:
         written, errors = [], []
@@ -113,11 +185,6 @@ class Mem0Default(Method):
                 errors.append(f"{type(exc).__name__}: {exc}"[:300])
         return {"write_errors": errors, "writes": [{"items": n} for n in written]}
 
-    def close(self) -> None:
-        closer = getattr(self.mem, "close", None)
-        if closer:
-            closer()
-
 
 def _environment(exc: BaseException, model_cfg: dict):
     """The environment failure behind an exception Mem0 raised (its own OpenAI client, its PostgreSQL)."""
@@ -129,6 +196,16 @@ def _environment(exc: BaseException, model_cfg: dict):
     if isinstance(exc, openai.APIError):
         return environment_failure(exc, model_cfg)
     return classify(exc)
+
+
+class _Held:
+    """The process's first Mem0 (its loaded embedder); its collection is dropped by its condition's _Dropper."""
+
+    def __init__(self, mem):
+        self.mem = mem
+
+    def close(self) -> None:
+        pass
 
 
 class _Dropper:
@@ -144,5 +221,4 @@ class _Dropper:
             pass
 
 
-def build(cfg, ctx: RunCtx) -> Method:
-    return Mem0Default(cfg, ctx)
+build = Mem0Default

@@ -41,5 +41,4 @@ class VanillaRag(Method):
                              "sources_injected": sorted({p["source"] for p in picked})})
 
 
-def build(cfg, ctx: RunCtx) -> Method:
-    return VanillaRag(cfg, ctx)
+build = VanillaRag

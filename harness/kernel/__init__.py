@@ -1,6 +1,6 @@
 """The second seed paper's kernel in one package: it alone writes and reads memory for the agents.
 
-visibility  the rule: owner OR shared (our units' "public"); never fails open
+visibility  the rule: owner OR shared; any other policy is private (fails closed)
 barrier     the per-user write barrier (WriteBarrier) and its no-wait ablation (Unordered)
 identity    user-identity resolution in the paper's priority order (IdentityResolver)
 items       a memory item (user, owner agent, type, sharing policy, content) and its formats
@@ -21,7 +21,7 @@ from .identity import IdentityResolver
 from .injection import CHARS_PER_TOKEN, FOOTER, HEADER, Injection, Kernel, statement
 from .items import MemoryItem, line
 from .memory import KernelMemory
-from .visibility import SHARED, visible
+from .visibility import SHARED, unit_visible, visible
 
 __all__ = ["CHARS_PER_TOKEN", "FOOTER", "HEADER", "Injection", "IdentityResolver", "Kernel", "KernelMemory",
-           "MemoryItem", "SHARED", "Unordered", "WriteBarrier", "line", "statement", "visible"]
+           "MemoryItem", "SHARED", "Unordered", "WriteBarrier", "line", "statement", "unit_visible", "visible"]

@@ -20,7 +20,7 @@ from harness.data.longmemeval import DATE_FORMAT
 from harness.memory.views import View
 
 from .barrier import WriteBarrier
-from .visibility import visible
+from .visibility import unit_visible
 
 HEADER = "===== MEMORY CONTEXT ====="
 FOOTER = "===== END MEMORY CONTEXT ====="
@@ -56,7 +56,7 @@ class Kernel:
         kept, seen, dropped = [], set(), {"invisible": 0, "duplicate": 0, "below_threshold": 0}
         for r in results:
             u = r.unit
-            if not visible(u.owner, u.visibility, agent):
+            if not unit_visible(u.owner, u.visibility, agent):
                 dropped["invisible"] += 1
                 continue
             key = " ".join(u.text.lower().split())

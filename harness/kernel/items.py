@@ -4,8 +4,8 @@ The structured content is kept for retrieval and auditing; what reaches the prom
 its natural-language statement (the paper's format step) or, as an ablation, the raw
 JSON. In the memory space an item is one Unit: org = user (views never cross users),
 owner = the writing agent, visibility "public" only for a well-formed "shared" policy
-and the raw value otherwise (so absent or malformed policies stay private in the
-index's filter as well as in the kernel's re-check).
+and "private" for any other (so an absent, malformed or unknown policy, "public" included,
+stays private in the index's filter as well as in the kernel's re-check).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.memory.units import Unit
 
-from .visibility import is_shared
+from .visibility import UNIT_PUBLIC, is_shared
 
 TYPES = ("profile", "task_context", "conversation")
 FORMATS = ("statement", "json")
@@ -56,7 +56,7 @@ class MemoryItem:
                           ensure_ascii=False, sort_keys=True)
 
     def unit(self) -> Unit:
-        visibility = "public" if is_shared(self.sharing) else str(self.sharing or "")
+        visibility = UNIT_PUBLIC if is_shared(self.sharing) else "private"  # fail closed, in the index too
         return Unit(self.user_id, self.owner, visibility, self.created, f"{self.owner}/{self.memory_type}",
                     self.seq * 1000 + self.number, 0, self.statement())
 

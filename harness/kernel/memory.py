@@ -151,6 +151,11 @@ class KernelMemory:
                   if u == read.user and w.committed is not None and w.committed <= read.search_start]
         return {uid for w in ws for uid, owner, sharing in w.units if visible(owner, sharing, read.agent)}
 
+    def unrestricted(self, user: str, query: str) -> list[MemoryItem]:
+        """The user's items nearest `query` under the unrestricted scope (View scope "all"), for the exposure audit."""
+        res = self.space.search(query, View(user, None, "all"), k=self.kernel.candidates, scoring="dense")
+        return [self._items[r.unit.uid] for r in res if r.unit.uid in self._items]
+
     def candidates(self, inj) -> list[MemoryItem]:
         """Every item the index returned for a read (before the kernel's checks), for the exposure audit."""
         return [self._items[uid] for uid, _owner in inj.log["units"] if uid in self._items]

@@ -171,6 +171,14 @@ class Syscalls:
         """The memory item of a returned unit."""
         return self._memory.item(uid)
 
+    @syscall(operations=["space.search"], caller="harness",
+             guarantees="the user's items nearest the read's query under no view (every agent's, any policy): "
+                        "the exposure audit applies the visibility rule to them, so it counts what the view "
+                        "kept out; never given to an agent")
+    def unrestricted(self, retrieval: Retrieval, query: str) -> list[MemoryItem]:
+        """The exposure audit's read: the same query over the user's whole partition."""
+        return self._memory.unrestricted(retrieval.user, query)
+
     def candidates(self, retrieval: Retrieval) -> list[MemoryItem]:
         """Every item the index returned for a read, before the kernel's checks (the exposure audit)."""
         return self._memory.candidates(retrieval.injection)

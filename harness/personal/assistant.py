@@ -21,9 +21,15 @@ def messages(block: str, query: str) -> list[dict]:
     return out
 
 
-def answer(agent, block: str, query: str) -> tuple[str, float, list[dict]]:
-    """(reply text, seconds, the messages sent)."""
+def answer(agent, block: str, query: str) -> tuple[str, float, float, list[dict]]:
+    """(reply text, seconds of the call, seconds queued for an endpoint slot before it, the messages sent).
+
+    The call's seconds are the paper's latency (Section 4.5); a client that holds the endpoint's slots
+    (harness.personal.method.Slotted) says how long it queued, which is kept apart."""
     msgs = messages(block, query)
+    before = getattr(agent, "queued_s", 0.0)
     t0 = time.perf_counter()
     msg = agent.complete(msgs)
-    return (msg.content or "").strip(), time.perf_counter() - t0, msgs
+    total = time.perf_counter() - t0
+    queued = getattr(agent, "queued_s", 0.0) - before
+    return (msg.content or "").strip(), total - queued, queued, msgs

@@ -1,11 +1,18 @@
 """The personalization study's run step: one trial under one method, through the one driver.
 
 What differs from the agent stages and nothing else: the plan (every trial x method once, in
-a seeded shuffle so one user's writers run while other users' assistants read), the
-preflight's request shapes (the assistant's plain request, the writers' JSON mode, the
-rubric judge's request), the services the methods read (the index's, PostgreSQL for Mem0),
-the forecast, and `execute`: the method's writers write (asynchronously), the method
-injects, AssistantAgent answers. Order, concurrency, attempts, the breaker, `budget_usd`,
+a seeded shuffle so methods and users interleave), the preflight's request shapes (the
+assistant's plain request, the writers' JSON mode, the rubric judge's request), the services
+the methods declare (the index's, PostgreSQL for Mem0), the forecast, and `execute`: the
+method's writers write (in the paper's order, asynchronously to the assistant, on the
+method's own pool), the method injects, AssistantAgent answers.
+
+The schedule cannot decide the result: no more trials are in flight than the endpoint serves
+at once (model.max_concurrency), every model call holds one of its slots (so no call queues
+unseen inside the server and `answer_s` is the assistant's call alone, `queue_s` beside it),
+each method has its own writers' pool, and what a method loads (Mem0's embedder) is loaded
+once before the first run. The summary counts the barrier's timeouts per method with the
+writes' commit delay and the read's wait; the manifest declares the schedule. Order, concurrency, attempts, the breaker, `budget_usd`,
 `retry_failed`, shards, resumption and stopping on the environment's failures are the
 driver's (harness.run.driver), as for every study.
 
@@ -22,7 +29,6 @@ import secrets
 import time
 import traceback
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +47,7 @@ from harness.run.driver import RunStep, stage_info
 from harness.run.plan import PlanError
 
 from . import assistant, record
-from .method import RunCtx, Shared
+from .method import RunCtx, Shared, Slots, Slotted
 from .writers import JSON_PARAMS
 
 
@@ -84,15 +90,23 @@ def trials_path(cfg) -> Path:
 
 
 def plan(cfg) -> PersonalPlan:
-    """Every (trial, method) once, in a seeded shuffle so methods and users interleave."""
+    """Every (trial, method) once, in blocks of one method (as many runs as trials in flight), the blocks in a
+    seeded shuffle: methods interleave across the stage (a drift of the endpoint hits them alike), yet the runs in
+    flight together are one method's (the gate in `execute` keeps a block from overlapping the next)."""
     for c in cfg.stage.methods:
         if c not in (cfg.stage.get("conditions") or {}):
             raise PlanError(f"stage {cfg.stage.name!r} runs method {c!r} but does not define it "
                             f"(add '/condition@stage.conditions.{c}: {c}' to its defaults)")
     path = trials_path(cfg)
     trials = trials_data.load(path)["trials"]
-    pairs = [(t, str(c)) for t in trials for c in cfg.stage.methods]
-    random.Random(int(cfg.seed)).shuffle(pairs)  # the same order and run ids as before the one driver
+    rng, size = random.Random(int(cfg.seed)), trials_in_flight(cfg)
+    blocks = []
+    for c in cfg.stage.methods:
+        order = list(trials)
+        rng.shuffle(order)
+        blocks += [[(t, str(c)) for t in order[i:i + size]] for i in range(0, len(order), size)]
+    rng.shuffle(blocks)
+    pairs = [p for b in blocks for p in b]
     return PersonalPlan(str(cfg.stage.name), str(cfg.stage.label), int(cfg.seed),
                         {"path": str(path), "sha256": sha256_file(path), "n": len(trials)},
                         [TrialRun(t["trial_id"], c) for t, c in pairs], {t["trial_id"]: t for t in trials})
@@ -106,6 +120,50 @@ def index_services(index_cfg) -> set[str]:
 
     cfg = OmegaConf.to_container(index_cfg, resolve=True) if isinstance(index_cfg, DictConfig) else dict(index_cfg)
     return {service for service, _ in backend_class(str(cfg["name"])).service_configs(cfg)}
+
+
+def method_class(cond_cfg):
+    """The Method class a condition builds (its module's `build`), whose declarations (services, writes) the
+    stage reads without building it."""
+    return conditions.load(str(cond_cfg.module)).build
+
+
+def slots(model_cfg) -> int | None:
+    """The calls the endpoint serves at once (model.max_concurrency; a local model's llama.cpp slots), or None."""
+    n = model_cfg.get("max_concurrency")
+    if model_cfg.get("provider") == "local":
+        n = min(int(n or model_cfg.get("parallel") or 1), int(model_cfg.get("parallel") or 1))
+    return int(n) if n else None
+
+
+def trials_in_flight(cfg) -> int:
+    want = max(1, int(cfg.stage.get("concurrency") or cfg.concurrency))
+    cap = slots(cfg.model)
+    return min(want, cap) if cap else want
+
+
+def schedule_rows(cfg, in_flight: int) -> list:
+    """How the trials were scheduled and what an item is, beside the paper (declared, never silent)."""
+    from harness.run.fidelity import Row
+
+    want = max(1, int(cfg.stage.get("concurrency") or cfg.concurrency))
+    cap = slots(cfg.model)
+    capped = f", capped from {want} at the endpoint's {cap} slot(s)" if cap and want > cap else ""
+    return [
+        Row("pipeline", "trial pipeline", "ProfileAgent, then TaskAgent, then AssistantAgent (A.10); writes "
+            "asynchronous to the assistant's read, behind the barrier; each condition run for its trials",
+            "per trial the writers in the paper's order (profile, task, conversation) on the method's own pool, "
+            "asynchronous to the assistant, whose read waits behind the barrier; every model call holds one of the "
+            f"endpoint's slots; runs in flight are one method's (blocks of {in_flight}, blocks in a seeded order)",
+            "same", ""),
+        Row("trials_in_flight", "trials in flight", "not stated (one pipeline run per trial)",
+            f"{in_flight}{capped}", "same" if in_flight == 1 else "differs", "",
+            "" if in_flight == 1 else "trials of other users run at once, each method with its own writers' pool; "
+            "stage.concurrency=1 runs one trial at a time"),
+        Row("item_granularity", "memory items", "about 4 retrieved per trial (1,798 over 450 trials, A.2)",
+            "one item per extracted field value (up to 14 per user: profile 4 fields, task 4, a note)", "differs",
+            "", "harness/personal/writers.py Writer.items"),
+    ]
 
 
 def _versions() -> dict:
@@ -123,8 +181,12 @@ class _Watched:
     """A writer's client: an environment failure inside the writers' pool (where the method
     turns exceptions into failed writes) is kept, so the run stops the stage instead."""
 
-    def __init__(self, agent: Agent, seen: list):
+    def __init__(self, agent, seen: list):
         self.agent, self.seen = agent, seen
+
+    @property
+    def queued_s(self) -> float:
+        return self.agent.queued_s
 
     def complete(self, *args, **kwargs):
         try:
@@ -141,7 +203,6 @@ class PersonalStep(RunStep):
         super().__init__(cfg)
         self.plan = plan(cfg)
         self.shared: Shared | None = None
-        self.pool: ThreadPoolExecutor | None = None
         self.provenance: dict = {}
 
     # --- before the runs ------------------------------------------------------------------
@@ -150,7 +211,7 @@ class PersonalStep(RunStep):
         return {name: c for name, c in self.cfg.stage.conditions.items() if name in used}
 
     def fidelity_rows(self):
-        return fidelity.personal_manifest(self.cfg)
+        return fidelity.personal_manifest(self.cfg) + schedule_rows(self.cfg, self.concurrency())
 
     def stage_info(self) -> dict:
         return stage_info(self.cfg, self.plan, fidelity.record(self.cfg, rows=self.fidelity_rows()),
@@ -160,9 +221,10 @@ class PersonalStep(RunStep):
         return self.plan.render()
 
     def services(self) -> set[str]:
+        """The index's servers and those each method declares (`Method.services`: Mem0's PostgreSQL)."""
         needed = index_services(self.cfg.index)
-        if any(str(c.module).endswith("mem0_default") for c in self.methods().values()):
-            needed.add("postgres")  # Mem0's vector store
+        for c in self.methods().values():
+            needed |= set(method_class(c).services)
         return needed
 
     def static_checks(self, judge_too: bool):
@@ -186,6 +248,11 @@ class PersonalStep(RunStep):
                 checks.append(pf._services_check(self.cfg.index))  # the index's servers, as its config names them
             if "postgres" in needed - own:
                 checks.append(_reach_postgres())  # Mem0's vector store: the project's PostgreSQL
+        from judge.rubric import paper_judge_refusal
+
+        judge_refused = paper_judge_refusal(self.cfg)
+        if judge_refused:
+            checks.append(pf.Check("judge", False, judge_refused))
         rows = self.fidelity_rows()
         refused = fidelity.refusals(self.cfg, rows) if fidelity.preset(self.cfg) else []
         checks += [pf.Check("fidelity", False, f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it")
@@ -218,9 +285,10 @@ class PersonalStep(RunStep):
         return render(self.cfg, self.plan)
 
     def concurrency(self) -> int:
-        """Trials in flight (`stage.concurrency`), so one user's writers run while another's assistant
-        reads; not capped by model.max_concurrency, a limit on calls the endpoint queues anyway."""
-        return max(1, int(self.cfg.stage.get("concurrency") or self.cfg.concurrency))
+        """Trials in flight: `stage.concurrency`, never more than the endpoint serves at once
+        (model.max_concurrency: one per slot for Ollama or llama.cpp), so a trial never waits behind
+        another trial's calls and the barrier's timeouts are the method's and the endpoint's own."""
+        return trials_in_flight(self.cfg)
 
     # --- the runs -------------------------------------------------------------------------
     def start(self, rd, info, endpoint, proxy_url: str) -> None:
@@ -230,9 +298,13 @@ class PersonalStep(RunStep):
         cfg = self.cfg
         encoder = load_encoder(str(cfg.encoder.name), cache_dir=str(Path(str(cfg.cache_dir)) / "embeddings"))
         encoder.embed_query("warm-up")  # loading the encoder is setup, never part of a run's latency
-        self.pool = ThreadPoolExecutor(max_workers=4 * self.concurrency(), thread_name_prefix="writer")
-        self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(), self.pool, encoder,
-                             secrets.token_hex(4))
+        self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(), encoder, secrets.token_hex(4),
+                             Slots(slots(self.model_cfg)), workers=4 * self.concurrency())
+        for name, c in self.methods().items():  # setup (Mem0's embedder and collection) is never a run's time
+            try:
+                method_class(c).setup(c, self.shared, name)
+            except Exception as exc:
+                raise classify(exc) or exc
         mc = self.model_cfg
         self.provenance = {
             "stage": info.stage, "label": info.label, "seed": info.seed, "kind": "personal",
@@ -244,14 +316,14 @@ class PersonalStep(RunStep):
             "index": OmegaConf.to_container(cfg.index, resolve=True), "endpoint": endpoint.info}
 
     def close(self) -> None:
-        try:
-            if self.shared is not None:
-                self.shared.close()
-        finally:
-            if self.pool is not None:
-                self.pool.shutdown(wait=True)
+        if self.shared is not None:
+            self.shared.close()
 
     def execute(self, spec: TrialRun, attempt: int):
+        """One run, while no run of another method is in flight (Shared.gate: the methods never slow each other)."""
+        return self.shared.gate.run(spec.condition, lambda: self._execute(spec, attempt))
+
+    def _execute(self, spec: TrialRun, attempt: int):
         trial = self.plan.trials[spec.trial_id]
         condition, run_id, mc = spec.condition, spec.run_id, self.model_cfg
         cond_cfg = self.cfg.stage.conditions[condition]
@@ -262,11 +334,11 @@ class PersonalStep(RunStep):
             params = {**(mc.get("params") or {}), **(JSON_PARAMS if json else {})}
             a = Agent(self.proxy_url, mc, run_id, attempt, meter, role=role, params=params,
                       max_retries=int(mc.get("max_retries", 6)), backoff_s=float(mc.get("backoff_s", 1.0)))
-            return _Watched(a, seen)
+            return _Watched(Slotted(a, self.shared.slots), seen)
 
         ctx = RunCtx(trial, condition, self.shared, agent, meter, run_id, attempt)
         status, error, reason, signature = "ok", None, None, None
-        injected, answer, answer_s, msgs, finish = None, "", 0.0, None, {}
+        injected, answer, answer_s, queue_s, msgs, finish = None, "", 0.0, 0.0, None, {}
         self.shared.resolver.register_session(trial["session_id"], trial["user_id"])
         try:  # building a method (loading Mem0, its collection): a failure here is not the run's
             method = conditions.load(str(cond_cfg.module)).build(cond_cfg, ctx)
@@ -277,7 +349,7 @@ class PersonalStep(RunStep):
             try:
                 method.write()
                 injected = method.inject()
-                answer, answer_s, msgs = assistant.answer(agent("assistant"), injected.block, trial["query"])
+                answer, answer_s, queue_s, msgs = assistant.answer(agent("assistant"), injected.block, trial["query"])
             except EnvironmentFailure:
                 raise
             except ModelCallFailed as exc:
@@ -299,7 +371,7 @@ class PersonalStep(RunStep):
         transcript = self._transcript(msgs, answer) if msgs else None
         rec = record.build(provenance=self.provenance, trial=trial, condition=condition,
                            cond_cfg=OmegaConf.to_container(cond_cfg, resolve=True), attempt=attempt, status=status,
-                           error=error, failure_reason=reason, injected=injected, answer=answer, answer_s=answer_s,
+                           error=error, failure_reason=reason, injected=injected, answer=answer, answer_s=answer_s, queue_s=queue_s,
                            wall_s=wall, finish=finish, calls=list(meter.calls), transcript=transcript)
         return parse("personal_record", rec, self.rd.records_dir), signature
 
@@ -312,28 +384,48 @@ class PersonalStep(RunStep):
 
     # --- after ----------------------------------------------------------------------------
     def summary(self, rd, labels=None, judge_name=None) -> str:
-        """Per method: runs, failures, injected items, short reads (the index returned fewer of the user's visible
-        items than it should), missed writes, timeouts, foreign items, exposure, latency."""
-        rows: dict[str, list[dict]] = {}
-        for r in (x.model_dump(mode="json") for x in rd.records()):
-            rows.setdefault(r["condition"], []).append(r)
-        lines = [f"{'method':<22}{'runs':>5}{'failed':>7}{'injected':>9}{'short':>6}{'missed':>7}{'timeouts':>9}"
-                 f"{'foreign':>8}{'exposed':>8}{'words':>7}{'answer s':>9}{'barrier s':>10}"]
-        for cond, rs in sorted(rows.items()):
-            n = len(rs)
-            lines.append(f"{cond:<22}{n:>5}{sum(r['status'] != 'ok' for r in rs):>7}"
-                         f"{sum(r['n_injected'] for r in rs) / n:>9.1f}{sum(bool(r.get('short_read')) for r in rs):>6}"
-                         f"{sum(r['missed_writes'] or 0 for r in rs):>7}"
-                         f"{sum(bool((r['barrier'] or {}).get('timed_out')) for r in rs):>9}"
-                         f"{sum(r['foreign_items'] for r in rs):>8}{sum(r['exposure_private'] for r in rs):>8}"
-                         f"{sum(r['answer_words'] for r in rs) / n:>7.0f}{sum(r['answer_s'] for r in rs) / n:>9.2f}"
-                         f"{sum(r['barrier_wait_s'] or 0 for r in rs) / n:>10.2f}")
-        lines.append("answer s: the assistant's answer call (the paper's latency); barrier s: the read's wait")
-        short = sum(bool(r.get("short_read")) for rs in rows.values() for r in rs)
-        if short:
-            lines.append(f"WARNING: {short} short reads: the index returned fewer of a user's visible memories than "
-                         "min(cap, visible) (method_log.read in the records; bench/kernel_scale.py)")
-        return "\n".join(lines)
+        """Per method: runs, failures, injected items, short reads (the store returned fewer of the user's visible
+        items than it should), missed writes, the barrier's timeouts, foreign items, exposure, words and times."""
+        return summary_table([x.model_dump(mode="json") for x in rd.records()])
+
+
+def _commit_s(r: dict) -> float | None:
+    """The slowest of a run's writes, acceptance to commit (None: no write says)."""
+    ds = [w.get("commit_after_accept_s") for w in r.get("writes") or [] if w.get("commit_after_accept_s") is not None]
+    return max(ds) if ds else None
+
+
+def summary_table(records: list[dict]) -> str:
+    """The stage's summary table; a barrier timeout is the method's and the endpoint's (trials never exceed the
+    endpoint's slots, every method has its own writers' pool), so it is counted per method, with the writes'
+    commit delay and the read's wait beside it."""
+    rows: dict[str, list[dict]] = {}
+    for r in records:
+        rows.setdefault(r["condition"], []).append(r)
+
+    def mean(xs) -> str:
+        xs = [x for x in xs if x is not None]
+        return f"{sum(xs) / len(xs):.2f}" if xs else "-"
+
+    lines = [f"{'method':<22}{'runs':>5}{'failed':>7}{'injected':>9}{'short':>6}{'missed':>7}{'timeouts':>9}"
+             f"{'foreign':>8}{'exposed':>8}{'words':>7}{'answer s':>9}{'queue s':>8}{'commit s':>9}{'wait s':>7}"]
+    for cond, rs in sorted(rows.items()):
+        n = len(rs)
+        lines.append(f"{cond:<22}{n:>5}{sum(r['status'] != 'ok' for r in rs):>7}"
+                     f"{sum(r['n_injected'] for r in rs) / n:>9.1f}{sum(bool(r.get('short_read')) for r in rs):>6}"
+                     f"{sum(r['missed_writes'] or 0 for r in rs):>7}"
+                     f"{sum(bool((r['barrier'] or {}).get('timed_out')) for r in rs):>9}"
+                     f"{sum(r['foreign_items'] for r in rs):>8}{sum(r['exposure_private'] for r in rs):>8}"
+                     f"{sum(r['answer_words'] for r in rs) / n:>7.0f}{sum(r['answer_s'] for r in rs) / n:>9.2f}"
+                     f"{mean(r.get('queue_s') for r in rs):>8}{mean(_commit_s(r) for r in rs):>9}"
+                     f"{mean(r.get('barrier_wait_s') for r in rs):>7}")
+    lines.append("answer s: the assistant's answer call (the paper's latency); queue s: its wait for an endpoint slot; "
+                 "commit s: a run's slowest write, acceptance to commit; wait s: the read's wait for the writes")
+    short = sum(bool(r.get("short_read")) for rs in rows.values() for r in rs)
+    if short:
+        lines.append(f"WARNING: {short} short reads: the store returned fewer of a user's visible memories than "
+                     "min(cap, visible) (method_log.read in the records; bench/kernel_scale.py)")
+    return "\n".join(lines)
 
 
 def _start_services(needed: set[str]) -> None:

@@ -8,9 +8,9 @@ serves with a grammar); a reply that is not such an object yields no items and i
 counted as a failed write, never dropped silently.
 
 `submit` is the asynchronous write path through the kernel's system calls: `write_begin`
-accepts the write first (identity resolution + barrier sequence number), then the extraction
-and `write_commit` run on the writers' pool (`write_abort` if extraction fails), and the
-number is released whatever happens.
+accepts each write first, in the writers' order (identity resolution + barrier sequence number),
+then the extractions and `write_commit`s run one after another on the method's writers' pool
+(`write_abort` if extraction fails), and each number is released whatever happens.
 """
 
 from __future__ import annotations
@@ -89,19 +89,40 @@ def parse_object(reply: str) -> dict:
 JSON_PARAMS = {"response_format": {"type": "json_object"}}
 
 
-def submit(writer: Writer, kernel, agent, trial: dict, sharing, pool: Executor, attach_user_id: bool = True) -> Future:
-    """Accept now (the kernel's write_begin), extract + commit on the pool; the future yields the items written.
-    `kernel` is the system-call interface (harness.kernel.syscalls.Syscalls)."""
-    ticket = kernel.write_begin(writer.name, trial["user_id"] if attach_user_id else None)
+def in_order(pool: Executor, jobs: list) -> list[Future]:
+    """Run `jobs` (callables) one after another on the pool, as the paper's pipeline runs its writers
+    (ProfileAgent, then TaskAgent, Appendix A.10), asynchronously to the caller; one future per job."""
+    futures = [Future() for _ in jobs]
 
-    def run() -> list[MemoryItem]:
-        try:
-            msg = agent.complete(writer.prompt(trial["messages"][writer.message]))
-            items = writer.items(msg.content or "", ticket.user, sharing, ticket.seq)
-        except BaseException as exc:
-            kernel.write_abort(ticket, f"{type(exc).__name__}: {exc}")
-            raise
-        kernel.write_commit(ticket, items)
-        return items
+    def run() -> None:
+        for job, fut in zip(jobs, futures):
+            try:
+                fut.set_result(job())
+            except BaseException as exc:  # noqa: BLE001 - the job's own failure, kept in its future
+                fut.set_exception(exc)
 
-    return pool.submit(run)
+    pool.submit(run)
+    return futures
+
+
+def submit(pending: list[tuple[Writer, object, object]], kernel, trial: dict, pool: Executor,
+           attach_user_id: bool = True) -> list[Future]:
+    """Accept every write now, in order (the kernel's write_begin: identity + barrier number), then extract +
+    commit them one after another on the pool; each future yields the items its writer wrote.
+    `pending` is [(writer, its client, its sharing policy)]; `kernel` the system-call interface
+    (harness.kernel.syscalls.Syscalls)."""
+    tickets = [kernel.write_begin(w.name, trial["user_id"] if attach_user_id else None) for w, _, _ in pending]
+
+    def job(writer: Writer, agent, sharing, ticket):
+        def run() -> list[MemoryItem]:
+            try:
+                msg = agent.complete(writer.prompt(trial["messages"][writer.message]))
+                items = writer.items(msg.content or "", ticket.user, sharing, ticket.seq)
+            except BaseException as exc:
+                kernel.write_abort(ticket, f"{type(exc).__name__}: {exc}")
+                raise
+            kernel.write_commit(ticket, items)
+            return items
+        return run
+
+    return in_order(pool, [job(w, a, sh, t) for (w, a, sh), t in zip(pending, tickets)])

@@ -306,7 +306,8 @@ class PersonalRecord(_Provenance):
     query: str
     answer: str
     answer_words: int
-    answer_s: float  # the paper's latency: the assistant's answer call, end to end
+    answer_s: float  # the paper's latency: the assistant's answer call alone, once it holds an endpoint slot
+    queue_s: float | None = None  # waiting for an endpoint slot before that call; None: written before it was kept
     retrieval_s: float  # the method's read, without the barrier's wait
     # the read's wait for the user's writes (0 without a barrier); None: written before it was recorded
     barrier_wait_s: float | None = None
@@ -325,6 +326,9 @@ class PersonalRecord(_Provenance):
     exposure_private: int
     conversation_retrieved: int
     conversation_injected: int
+    audited_items: int | None = None  # the exposure audit's unrestricted read (None: no store read, or older)
+    prevented_items: int | None = None  # of them, what the visibility rule kept from the reader
+    prevented_conversation: int | None = None
     barrier: dict[str, Any] | None
     method_log: dict[str, Any]
     missed_writes: int | None
