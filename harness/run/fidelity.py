@@ -345,8 +345,9 @@ def stage_rows(cfg, plan) -> list[Row]:
                     fmt(groups), "differs", "", "not a stage of the paper")]
     samples = plain(cfg.get("samples")) or {}
     for s in _used_samples(samples, [g["sample"] for g in groups]):
-        n = len((plan.samples.get(s) or {}).get("ids") or []) if plan is not None else None
-        short = (plan.samples.get(s) or {}).get("short") if plan is not None else None
+        drawn = plan.samples.get(s) if plan is not None else None
+        n = len(drawn.get("ids") or []) if drawn is not None else None
+        short = drawn.get("short") if drawn is not None else None
         got = f"{fmt(samples.get(s))}, {n} questions" + (f" (SHORT by {short})" if short else "")
         if s not in ref["samples"]:
             rows.append(Row(f"samples.{s}", f"sample {s}", "one of the paper's samples", got, "differs", "",
