@@ -202,10 +202,11 @@ def test_judging_or_agreement_on_a_preset_stage_without_the_preset(services, tmp
         assert "judge_model: judge model (configured)" in other.stderr
         assert not (folder / "judgements" / "vllm.jsonl").exists()  # refused before any judgement
 
-        same = harness(*later, module="judge.run", env=env)  # deepseek, builtin wording: accepted by the stage
+        # the issue's command: judge=deepseek without the preset, builtin wording (which the stage accepted)
+        same = harness(*later, "judge=deepseek", module="judge.run", env=env)
         assert same.returncode == 0, same.stderr[-2000:]
 
-        second = harness(*later, "+judge@judge2=vllm", f"judge2.base_url={fake.base_url}", module="judge.agreement",
+        second = harness(*later, "judge=deepseek", "+judge@judge2=vllm", f"judge2.base_url={fake.base_url}", module="judge.agreement",
                          env=env)
         assert second.returncode == 3 and "judge2_model: second judge model (configured)" in second.stderr
 
@@ -222,3 +223,26 @@ def test_judging_or_agreement_on_a_preset_stage_without_the_preset(services, tmp
     # the judge's calls as sent: the official parameters, the model it asked for
     assert fcsv.loc["judge_sent", "stage"].startswith("deepseek-flash (endpoint replied deepseek-flash)")
     assert '"max_tokens": 10' in fcsv.loc["judge_sent", "stage"] and '"temperature": 0' in fcsv.loc["judge_sent", "stage"]
+
+
+def test_services_up_sets_the_papers_redis_limit_and_the_manifest_reads_it_from_the_server(tmp_path):
+    """make services-up REDIS_MAXMEMORY=2gb: a Redis started with the paper's 2 GB limit (Appendix A (vi)),
+    which status and the backend study's services row read back from the server itself."""
+    import socket
+    from dataclasses import replace
+
+    from harness import services as svc
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    st = replace(svc.settings(), redis_port=port, root=tmp_path / "services", redis_maxmemory="2gb")
+    assert svc.redis_up(st)
+    try:
+        assert svc.redis_status(st)["maxmemory"] == 2 * 2**30
+        facts = fidelity._redis_facts({"url": f"redis://127.0.0.1:{port}"})
+        assert facts["redis_maxmemory"] == "2.0 GiB" and facts["redis"] == svc.redis_status(st)["redis"]
+    finally:
+        svc.redis_down(st)
+    make = (REPO / "Makefile").read_text()
+    assert "--redis-maxmemory $(REDIS_MAXMEMORY)" in make
