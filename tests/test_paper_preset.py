@@ -210,6 +210,10 @@ def test_judging_or_agreement_on_a_preset_stage_without_the_preset(services, tmp
                          env=env)
         assert second.returncode == 3 and "judge2_model: second judge model (configured)" in second.stderr
 
+        probe = harness(*later, "judge=vllm", f"judge.base_url={fake.base_url}", module="judge.probe", env=env)
+        assert probe.returncode == 3 and "judge_model: judge model (configured)" in probe.stderr
+        assert not (folder / "judgements" / "vllm.probe.jsonl").exists()
+
     from analysis import run as A
 
     out = tmp_path / "results"
