@@ -268,9 +268,18 @@ def _setting_row(tree: dict, path: str, spec: Any, need: set[str], key: str | No
                    refuse=bool(spec.get("refuse", True)))
     got_cmp = None if got == MISSING and want is None else got
     same = got_cmp == want
+    if path.endswith("base_url"):  # an endpoint's URL is never printed nor published (harness.records.privacy)
+        paper = _endpoint_text(str(want))
+        return Row(key, path, paper, paper if same else "another endpoint", _status(same), "",
+                   "" if same else f"{path}: the paper's endpoint is {paper}", refuse=bool(spec.get("refuse", True)))
     return Row(key, path, fmt(want), fmt(got), _status(same), fmt(got),
                "" if same else f"{path}={fmt(want)} (or preset=paper without this override)",
                refuse=bool(spec.get("refuse", True)))
+
+
+def _endpoint_text(url: str) -> str:
+    """A public endpoint named without its scheme, so no report line holds a URL to redact."""
+    return url.split("://", 1)[-1].rstrip("/")
 
 
 def settings_rows(cfg, need: set[str]) -> list[Row]:
@@ -643,20 +652,19 @@ def judged_rows(lines: list[dict], second: bool = False) -> list[Row]:
     """The judge's rows as the judgements have them (model, endpoint, parameters, prompts' sha256)."""
     ref = reference()
     model_key, want = ("judge2_model", ref["second_judge"]["model"]) if second else ("judge_model", ref["judge"]["model"])
+    # the endpoint is the configured row's (judge.base_url) and the gate's: a published folder has its URL redacted
     models = sorted({str((j.get("judge") or {}).get("model")) for j in lines})
-    urls = sorted({str((j.get("judge") or {}).get("base_url")) for j in lines})
     params = sorted({fmt((j.get("judge") or {}).get("params")) for j in lines})
     shas = sorted({(j.get("prompt_source"), j.get("prompt_source_sha256")) for j in lines}, key=str)
     want_params = fmt(ref["judge"]["params"])
-    same_model = models == [want] and urls == [ref["settings"]["judge.base_url"]] and params == [want_params]
-    rows = [Row(model_key, f"{'second ' if second else ''}judge (from the judgements)",
-                f"{want} at {ref['settings']['judge.base_url']}, {want_params}",
-                f"{', '.join(models)} at {', '.join(urls)}, {', '.join(params)}", _status(same_model), ",".join(models))]
+    same_model = models == [want] and params == [want_params]
+    rows = [Row(model_key, f"{'second ' if second else ''}judge (from the judgements)", f"{want}, {want_params}",
+                f"{', '.join(models)}, {', '.join(params)}", _status(same_model), ",".join(models))]
     if not second:
         ok = [s for _, s in shas] == [ref["judge_prompts"]["sha256"]]
         rows.append(Row("judge_prompts", "judge prompts (from the judgements)", PAPER_TEXT["judge_prompts"],
-                        "; ".join(f"{src} sha256 {(sha or '')[:16]}" for src, sha in shas), _status(ok),
-                        ",".join(f"{src}|{sha}" for src, sha in shas)))
+                        "; ".join(f"{Path(str(src)).name} sha256 {(sha or '')[:16]}" for src, sha in shas), _status(ok),
+                        ",".join(f"{Path(str(src)).name}|{sha}" for src, sha in shas)))
     return rows
 
 
