@@ -67,7 +67,7 @@ OVERRIDES = [
     ("org", ["stage.conditions.fanout.agents=[a0,a4,a5]"], "conditions.fanout", '"a4"'),
     ("main", ["+model.first_tool_choice=required"], "model.first_tool_choice", "required"),
     ("main", ["+judge.judge_params.temperature=1"], "judge.judge_params", '{"temperature": 1}'),
-    ("main", ["model.base_url=http://127.0.0.1:9/v1"], "model.base_url", "http://127.0.0.1:9/v1"),
+    ("main", ["model.base_url=http://127.0.0.1:9/v1"], "model.base_url", "another endpoint"),  # no URL printed
     ("main", ["stage.groups=[{sample:main,conditions:[tool_hybrid]},{sample:full,conditions:[none]}]"], "stage.groups",
      "tool_hybrid"),
     ("main", ["+stage.conditions.tool_hybrid.extra=1"], "conditions.tool_hybrid", "extra 1 (paper <not set>)"),
@@ -93,6 +93,9 @@ def test_another_spelling_of_the_reasoning_effort_is_the_paper_setting_and_anoth
     row = fidelity.reader_row(cfg)
     assert row.status == "same" and "reasoning effort low" in row.stage
     assert set(refused("main", "model.params.reasoning_effort=high")) == {"reader_model"}
+    # configured but never sent (model.accepts drops it): the row says what the calls send
+    got = refused("main", "+model.accepts={reasoning_effort:false}")
+    assert set(got) == {"reader_model"} and "reasoning effort not set" in got["reader_model"].stage
 
 
 def test_a_short_sample_is_refused_with_its_size():

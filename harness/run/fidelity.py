@@ -88,12 +88,16 @@ def lookup(tree: Any, path: str) -> Any:
 
 
 def reasoning_effort(params: dict | None) -> str | None:
-    """The reasoning effort however the endpoint spells it: `reasoning_effort: low` or `reasoning: {effort: low}`."""
+    """The reasoning effort however the endpoint spells it: `reasoning_effort: low`, `reasoning: {effort: low}`
+    or a name `model.accepts` renames it to (e.g. `reasoning.effort`)."""
     params = params or {}
     if params.get("reasoning_effort") is not None:
         return str(params["reasoning_effort"])
     r = params.get("reasoning")
-    return str(r["effort"]) if isinstance(r, dict) and r.get("effort") is not None else None
+    if isinstance(r, dict) and r.get("effort") is not None:
+        return str(r["effort"])
+    named = [v for k, v in params.items() if "reason" in k and "effort" in k and v is not None]
+    return str(named[0]) if named else None
 
 
 def _other_params(params: dict | None) -> dict:
@@ -159,9 +163,12 @@ def _is_org(cfg) -> bool:
 
 
 def reader_row(cfg) -> Row:
+    from harness.endpoints.fit import fit
+
     m = cfg.model
     ref = reference()["reader"]
-    effort = reasoning_effort(plain(m.get("params")))
+    sent, _ = fit(plain(m.get("params")) or {}, plain(m.get("accepts")))  # what the calls send, after `accepts`
+    effort = reasoning_effort(sent)
     same = str(m.get("model")) == ref["model"] and effort == ref["reasoning_effort"]
     return Row("reader_model", "reader model (configured)", PAPER_TEXT["reader_model"],
                f"{m.get('model')} ({m.get('name')}), reasoning effort {effort or 'not set'}", _status(same),
