@@ -253,3 +253,27 @@ def test_services_up_sets_the_papers_redis_limit_and_the_manifest_reads_it_from_
         svc.redis_down(st)
     make = (REPO / "Makefile").read_text()
     assert "--redis-maxmemory $(REDIS_MAXMEMORY)" in make
+
+
+def test_the_sent_rows_trust_what_was_asked_for_not_the_model_id_an_endpoint_echoes():
+    def call(model, echoed, sent, role="agent", tag="tool_hybrid.lme.q1.r0"):
+        return [{"event": "request", "role": role, "tag": tag, "model": model, "sent": sent},
+                {"event": "response", "role": role, "tag": tag, "model": model, "status": 200, "response_model": echoed}]
+
+    paper = call("deepseek-flash", "deepseek-flash", {"reasoning": {"effort": "low"}, "tool_choice": "none"})
+    judge = call("deepseek-flash", "deepseek-flash", {"temperature": 0, "max_tokens": 10}, "judge", "judge:x")
+    rows = {r.key: r for r in fidelity.sent_rows(paper + judge)}
+    assert rows["reader_sent"].status == "same" and "reasoning effort low" in rows["reader_sent"].stage
+    assert rows["judge_sent"].status == "same"
+    # another model asked for, the paper's echoed back: differs, and says both
+    rows = {r.key: r for r in fidelity.sent_rows(call("deepseek-chat", "deepseek-flash", {"reasoning_effort": "low"})
+                                                 + call("deepseek-flash", "deepseek-flash",
+                                                        {"temperature": 1, "max_tokens": 10}, "judge", "judge:x"))}
+    assert rows["reader_sent"].status == "differs" and rows["reader_sent"].stage.startswith(
+        "deepseek-chat (endpoint replied deepseek-flash)")
+    assert rows["judge_sent"].status == "differs" and '"temperature": 1' in rows["judge_sent"].stage
+    # the paper's model asked for, another echoed: differs too
+    assert fidelity.sent_rows(call("deepseek-flash", "other", {"reasoning_effort": "low"}))[0].status == "differs"
+    # tool_choice required on the first call: not the paper's loop
+    assert fidelity.sent_rows(call("deepseek-flash", "deepseek-flash",
+                                   {"reasoning_effort": "low", "tool_choice": "required"}))[0].status == "differs"
