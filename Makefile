@@ -108,8 +108,9 @@ bench: setup
 rehearsal: setup
 	$(PY) -m bench.rehearsal $(ARGS)
 
+# REDIS_MAXMEMORY=2gb: the paper's Redis limit of its backend study (Appendix A (vi)); the manifest shows it
 services-up: setup
-	$(PY) -m harness.services up
+	$(PY) -m harness.services up $(if $(REDIS_MAXMEMORY),--redis-maxmemory $(REDIS_MAXMEMORY))
 
 services-down: setup
 	$(PY) -m harness.services down

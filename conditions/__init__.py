@@ -10,7 +10,7 @@ needs to know about a condition it reads from the module (each optional):
   SEARCH_TOOLS   tool names whose calls the tool_use table counts as searches
   REPLAY         log kind -> how the exposure replay re-executes it (a `search` is the space's own)
   NOT_REPLAYED   why its memory calls are not replayed (fan-out: the runtime's stores)
-  tool_texts(cfg, org, paper=False)  the texts the model reads from its tools (fidelity manifest)
+  tool_texts(cfg, org)  the texts the model reads from its tools (fidelity manifest: sha256 pinned in conf/paper.yaml)
 
 and from its yaml: `reference: true` (the condition every other one of a table is compared
 with) and `compare_with: [...]` (further pairs the tables report, this condition first).

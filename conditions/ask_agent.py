@@ -38,9 +38,9 @@ def ask_schema(agents: list[str]) -> dict:
         }, "required": ["agent", "question"]}}}
 
 
-def tool_texts(cfg, org: bool, paper: bool = False) -> list[dict]:
+def tool_texts(cfg, org: bool) -> list[dict]:
     """The memory tool's texts and ask_agent's schema: its request carries all three tools."""
-    return [*memory_tool.tool_texts(cfg, org, paper), ask_schema([str(a) for a in cfg.agents])]
+    return [*memory_tool.tool_texts(cfg, org), ask_schema([str(a) for a in cfg.agents])]
 
 
 class AskAgent:

@@ -111,11 +111,11 @@ def read_schema() -> dict:
 PAPER_K = 8
 
 
-def tool_texts(cfg, org: bool, paper: bool = False) -> list[dict]:
-    """Every text the model reads from these tools besides results, as this stage has them or (paper=True)
-    as the paper's condition does: the fidelity manifest hashes both (harness.run.fidelity)."""
-    guidance = "paper" if paper else check_guidance(cfg.get("guidance", "paper"))
-    k = PAPER_K if paper else int(cfg.get("k", PAPER_K))
+def tool_texts(cfg, org: bool) -> list[dict]:
+    """Every text the model reads from these tools besides results, as this stage has them: the fidelity
+    manifest compares their sha256 with the paper's, pinned in conf/paper.yaml (harness.run.fidelity)."""
+    guidance = check_guidance(cfg.get("guidance", "paper"))
+    k = int(cfg.get("k", PAPER_K))
     texts: list[dict] = [search_schema(guidance, org, k), read_schema()]
     if guidance == "assisted":
         texts.append({"empty_dated_search": "No matching memories {asked}, but your memory holds exchanges from "

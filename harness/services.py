@@ -54,6 +54,9 @@ class Settings:
     pg_port: int
     root: Path  # .services
     pg_osuser: str
+    # Redis's memory limit (redis-server --maxmemory), e.g. "2gb": the paper's backend study capped Redis
+    # at 2 GB (Appendix A (vi)); None = no limit. A Redis already running keeps its own (status shows it).
+    redis_maxmemory: str | None = None
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -62,6 +65,7 @@ class Settings:
             pg_port=int(os.environ.get("MEMSPACE_PG_PORT", "15432")),
             root=Path(os.environ.get("MEMSPACE_SERVICES_DIR", REPO / ".services")).absolute(),
             pg_osuser=os.environ.get("MEMSPACE_PG_OSUSER", "nobody"),
+            redis_maxmemory=os.environ.get("MEMSPACE_REDIS_MAXMEMORY") or None,
         )
 
     # -- connection strings used by the backends -------------------------------------
@@ -193,6 +197,7 @@ def redis_up(s: Settings) -> bool:
         "--logfile", str(s.redis_dir / "redis.log"), "--daemonize", "yes",
         # indexes are rebuilt from the embedding cache; nothing is persisted
         "--save", "", "--appendonly", "no",
+        *(["--maxmemory", s.redis_maxmemory] if s.redis_maxmemory else []),
         "--loadmodule", str(module), *SEARCH_MODULE_ARGS,
     ]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
@@ -223,6 +228,7 @@ def redis_status(s: Settings) -> dict:
         return {"running": False, "port": s.redis_port}
     r = redis_client(s)
     info = r.info("server")
+    maxmemory = int(r.config_get("maxmemory").get("maxmemory") or 0)
     modules = {m[b"name"].decode(): m[b"ver"] for m in r.execute_command("MODULE", "LIST")}
     ver = modules.get("search")
     return {
@@ -232,6 +238,7 @@ def redis_status(s: Settings) -> dict:
         "redis": info["redis_version"],
         "search": f"{ver // 10000}.{ver // 100 % 100}.{ver % 100}" if ver else None,
         "vectorset": "vectorset" in modules,
+        "maxmemory": maxmemory or None,  # bytes; None = no limit
         "dir": str(s.redis_dir),
     }
 
@@ -468,8 +475,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.services")
     ap.add_argument("cmd", choices=["up", "down", "status"])
     ap.add_argument("--json", action="store_true", help="print status as JSON")
+    ap.add_argument("--redis-maxmemory", default=None,
+                    help="Redis's memory limit when `up` starts it, e.g. 2gb (the paper's backend study)")
     args = ap.parse_args(argv)
     s = settings()
+    if args.redis_maxmemory:
+        from dataclasses import replace
+
+        s = replace(s, redis_maxmemory=args.redis_maxmemory)
     try:
         if args.cmd == "up":
             started = up(s)
@@ -488,7 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     r, p = st["redis"], st["postgres"]
     if r["running"]:
         print(f"redis     up    pid {r['pid']:<7} {HOST}:{r['port']}  Redis {r['redis']}, "
-              f"RediSearch {r['search']}, vector sets {'yes' if r['vectorset'] else 'NO'}  ({r['dir']})")
+              f"RediSearch {r['search']}, vector sets {'yes' if r['vectorset'] else 'NO'}, maxmemory "
+              f"{str(round(r['maxmemory'] / 2**30, 2)) + ' GiB' if r['maxmemory'] else 'no limit'}  ({r['dir']})")
     else:
         print(f"redis     down  port {r['port']}")
     if p["running"]:

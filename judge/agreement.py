@@ -1,8 +1,11 @@
 """`python -m judge.agreement stage=NAME +judge@judge2=deepseek` — judge validation (Appendix E).
 
 A second judge grades a stratified sample of the answers the main judge judged: 3
-runs per (condition, question type) — the condition including the Org variant —
-drawn with a generator seeded by cfg.seed, so the sample is deterministic. Both
+runs per (condition, question type), the Org variants of a condition pooled, as the paper
+has it (Appendix E: 234 answers = 3 x 6 types x the 13 conditions of main and org; the two
+conditions added after its internal review, conf/paper.yaml second_judge.not_sampled, were
+not in it and are not sampled), drawn with a generator seeded by cfg.seed, so the sample is
+deterministic. The count is printed beside the paper's share of it. Both
 judges get the same prompts (the main judge's `judge.prompts`); the second judge
 has its own cache identity, its own judgements file
 (runs/<stage>/<label>/judgements/<judge2 name>.jsonl, or `<name>.judge2.jsonl` when
@@ -61,20 +64,29 @@ def kappa(labels1: list, labels2: list) -> dict:
         return {"n": len(labels1), "agreement": agree, "kappa": float(res.kappa), "kappa_se": float(res.std_kappa)}
 
 
-def stratified_sample(records: list[dict], main: dict, seed: int, per_stratum: int = PER_STRATUM) -> list[dict]:
-    """Up to `per_stratum` records per (condition, variant, qtype) among runs whose correctness the
-    main judge decided with a model reply (failed runs and failed judgements are not eligible)."""
+def stratified_sample(records: list[dict], main: dict, seed: int, per_stratum: int = PER_STRATUM,
+                      skip: set[str] | frozenset = frozenset()) -> list[dict]:
+    """Up to `per_stratum` records per (condition, qtype) among runs whose correctness the main judge
+    decided with a model reply (failed runs and failed judgements are not eligible); conditions in
+    `skip` are not sampled."""
     strata: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         j = main.get((r["run_id"], "correct"))
-        if j and j["status"] in ("ok", "unparsable"):
-            strata[(r["condition"], r.get("variant") or "", r["qtype"])].append(r)
+        if j and j["status"] in ("ok", "unparsable") and r["condition"] not in skip:
+            strata[(r["condition"], r["qtype"])].append(r)
     out = []
     for key in sorted(strata):
         group = sorted(strata[key], key=lambda r: r["run_id"])
         rng = random.Random(f"agreement:{seed}:{'/'.join(key)}")
         out.extend(sorted(rng.sample(group, min(per_stratum, len(group))), key=lambda r: r["run_id"]))
     return out
+
+
+def paper_design() -> dict:
+    """The second judge's sample as the paper has it (conf/paper.yaml second_judge)."""
+    from harness.run.fidelity import reference
+
+    return reference()["second_judge"]
 
 
 def agreement_rows(sample: list[dict], main: dict, second: dict) -> list[dict]:
@@ -131,7 +143,8 @@ def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
     s1 = judge_stage(cfg, rd, prompts=prompts)  # free when already judged (dry_run=true: its plan only)
     main = load_judgements(rd, name1)
     records = [r.model_dump(mode="json") for r in rd.records()]
-    sample = stratified_sample(records, main, int(cfg.seed))
+    design = paper_design()
+    sample = stratified_sample(records, main, int(cfg.seed), int(design["per_stratum"]), set(design["not_sampled"]))
     if C.dry_run(cfg):  # the second judge's plan on the sample the main judge's lines give; nothing sent
         if sample:
             judge_stage(cfg, rd, judge_cfg=cfg.judge2, only={r["run_id"] for r in sample}, name=name2,
@@ -142,6 +155,10 @@ def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
         return {"dry_run": True, "judges": {"main": s1["identity"]}}
     if not sample:
         raise SystemExit(f"error: the main judge has no model judgement in {rd.root}")
+    strata = {(r["condition"], r["qtype"]) for r in sample}
+    print(f"second-judge sample: {len(sample)} answers, {design['per_stratum']} per (condition, question type) over "
+          f"{len(strata)} strata (not sampled: {', '.join(design['not_sampled'])}); the paper's sample: "
+          f"{design['answers']} answers over the main and org stages", file=sys.stderr)
     s2 = judge_stage(cfg, rd, judge_cfg=cfg.judge2, only={r["run_id"] for r in sample}, name=name2,
                      prompts=prompts, tag_prefix="judge2")
     if s1["identity"] == s2["identity"]:
@@ -167,7 +184,7 @@ def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
            and r["label1"] != r["label2"]]
     _write_csv(out / "disagreements.csv", dis, FIELDS + EXTRA)
     report(stats, rows, dis, name1, name2, out)
-    return {"stats": stats, "rows": rows, "disagreements": dis, "out": str(out),
+    return {"stats": stats, "rows": rows, "disagreements": dis, "out": str(out), "sample": len(sample),
             "judges": {"main": s1["identity"], "second": s2["identity"]}}
 
 

@@ -206,6 +206,9 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
     name = name or str(jc["name"])
     if not isinstance(prompts, P.PromptSet):
         prompts = P.load(prompts if prompts is not None else jc.get("prompts", "builtin"))
+    from harness.run import fidelity  # judge, agreement and probe pass here: the preset's judge rows, first
+
+    fidelity.gate_judging(cfg, rd, judge_cfg, prompts, second=tag_prefix == "judge2")
     if records is not None:
         only = {r["run_id"] for r in records} if only is None else only
         records = [dict(r) for r in records if r["run_id"] in only]

@@ -514,8 +514,13 @@ def test_agreement_with_a_second_judge(stage):
     dis = list(csv.DictReader(open(out / "disagreements.csv")))
     recs = records(stage)
     eligible = [r for r in recs.values() if r["status"] == "ok"]
-    assert {r["run_id"] for r in rows} == {r["run_id"] for r in eligible}  # <= 3 per stratum: all of them
-    assert len(rows) == sum(2 if r["variant"] == "private" else 1 for r in eligible)
+    # 3 per (condition, question type), the Org variants pooled (Appendix E): a stratum of <= 3 is sampled whole
+    strata = Counter((r["condition"], r["qtype"]) for r in eligible)
+    sampled = {r["run_id"] for r in rows}
+    assert Counter((recs[i]["condition"], recs[i]["qtype"]) for i in sampled) == {k: min(3, n) for k, n in strata.items()}
+    assert any(n > 3 for n in strata.values())  # the pooled variants make a stratum larger than the sample
+    assert len(rows) == sum(2 if recs[i]["variant"] == "private" else 1 for i in sampled)
+    assert f"second-judge sample: {len(sampled)} answers" in res.stderr
     # the second judge said no to every abstention-template yes of the first
     assert {(d["run_id"], d["kind"]) for d in dis} == {(r["run_id"], r["kind"]) for r in rows
                                                        if r["label1"] == "True" and r["label2"] == "False"}

@@ -100,9 +100,9 @@ def test_org_invariants_over_many_questions(variant):
         assert set(a.owner.values()) <= set(AGENTS)
         pool = PUBLIC_AGENTS if variant == "public" else PRIVATE_AGENTS
         assert a.targets[0] != a.targets[1] and set(a.targets) <= set(pool)
-        ev_sorted = [s.sid for s in q.sessions_by_time() if s.sid in q.evidence]
+        ev_sorted = sorted(q.evidence)  # a hand-built Question has no benchmark ids: its own, sorted
         for k, sid in enumerate(ev_sorted):
-            assert a.owner[sid] == a.targets[k % 2], "evidence alternates over the two targets in time order"
+            assert a.owner[sid] == a.targets[k % 2], "evidence alternates over the two targets in sorted order"
             assert a.owner[sid] != "a0"
         if len(ev_sorted) >= 2:
             assert a.owner[ev_sorted[0]] != a.owner[ev_sorted[1]]
@@ -137,3 +137,24 @@ def test_org_refuses_abstention_and_unknown_variant():
         assign(q, "public")
     with pytest.raises(ValueError):
         assign(make_question("z", 10, 1), "secret")
+
+
+def test_org_evidence_goes_to_the_targets_in_the_sorted_order_of_the_benchmark_ids_not_in_time_order():
+    """Appendix C: the evidence sessions are assigned "in sorted order" (of answer_session_ids); here the
+    sorted ids run against time, so time order would give every evidence session the other target."""
+    from harness.data.longmemeval import opaque_session_id, parse_record
+
+    ids = ["s0", "answer_b", "s2", "answer_a", "s4"]  # answer_b is earlier in time, answer_a sorts first
+    rec = {"question_id": "q1", "question_type": "multi-session", "question": "?", "answer": "x",
+           "question_date": "2023/05/30 (Tue) 23:40", "haystack_session_ids": ids,
+           "haystack_dates": [f"2023/05/{d:02d} (Mon) 10:00" for d in range(1, 6)],
+           "haystack_sessions": [[{"role": "user", "content": f"hi {i}"}] for i in ids],
+           "answer_session_ids": ["answer_b", "answer_a"]}
+    q = parse_record(rec, 0)
+    assert q.evidence_order == (opaque_session_id("answer_a"), opaque_session_id("answer_b"))
+    by_time = [s.sid for s in q.sessions_by_time() if s.sid in q.evidence]
+    assert by_time == list(reversed(q.evidence_order))
+    for variant in ("public", "private"):
+        a = assign(q, variant)
+        assert a.owner[opaque_session_id("answer_a")] == a.targets[0]
+        assert a.owner[opaque_session_id("answer_b")] == a.targets[1]

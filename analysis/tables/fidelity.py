@@ -1,8 +1,9 @@
 """Fidelity to the paper: each folder's manifest (stage.json, harness.run.fidelity) and what was pooled.
 
 The report opens with it: for every folder, each setting that decides what it measured, the
-paper's value, this stage's, and same / differs. Two rows come from the ledger, not the
-config: the reader and judge models as the endpoint reported them in its replies.
+paper's value, this stage's, and same / differs. The judge's rows come from its judgements, and
+two rows from the ledger (reader_sent, judge_sent): what the calls sent and what the endpoints
+replied they were, so neither a config nor an echoed model id alone decides them.
 
 A result drawn from several folders (the scale comparison, the judges' agreement pooled over
 stages, Table 2's comparison with the whole history) is refused when the folders differ in a
@@ -12,6 +13,7 @@ lists every such decision and the settings that differ.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any, Sequence
 
 import pandas as pd
@@ -21,18 +23,22 @@ from analysis.tables import Table, register
 
 COLUMNS = ("folder", "key", "setting", "paper", "stage", "status", "pool", "detail", "preset", "accepted")
 POOLING_COLUMNS = ("table", "folders", "differs_in", "decision")
-PAPER_READER = "deepseek-flash"
 
 
-def _reported(led: pd.DataFrame | None, parties: tuple[str, ...]) -> str:
-    if led is None or led.empty:
-        return ""
-    d = led[(led["event"] == "response") & led["party"].isin(parties) & (led["status"] == 200)]
-    return ", ".join(sorted({m for m in d["response_model"] if m}))
+def _ledger_entries(folder) -> list[dict]:
+    """Every readable line of the folder's ledgers (the request lines keep what each call sent)."""
+    from analysis.load import ledger_paths
+    from harness.records.ledger import read_lines
+
+    return [obj for p in ledger_paths(folder) for _, obj in read_lines(p)[0]]
 
 
-def manifest_rows(folder, ledger: pd.DataFrame | None) -> list[dict]:
-    """A folder's manifest as rows, with the models its endpoints reported (from its ledger frame)."""
+def manifest_rows(folder, ledger: pd.DataFrame | None = None) -> list[dict]:
+    """A folder's manifest as rows. The judge's rows come from its judgements (model, endpoint,
+    parameters, the prompts' sha256) when the folder has any, and the reader's and judge's calls as
+    sent (from the ledger) stand beside the configured rows: the report says what was done."""
+    from harness.run.fidelity import judged_rows, sent_rows
+
     fid = folder.info.get("fidelity") or {}
     base = {"folder": folder.name, "preset": fid.get("preset") or "", "accepted": ",".join(fid.get("accepted") or [])}
     if not fid:
@@ -40,12 +46,12 @@ def manifest_rows(folder, ledger: pd.DataFrame | None) -> list[dict]:
                  "stage": "not recorded (the stage was written before the fidelity manifest)", "detail": ""}]
     rows = [{**base, **r} for r in fid.get("rows") or []]
     if folder.kind == "agents":
-        for key, setting, parties in (("reader_reported", "reader model (as the endpoint reported)", ("agents", "preflight")),
-                                      ("judge_reported", "judge model (as the endpoint reported)", ("judge",))):
-            got = _reported(ledger, parties)
-            status = "unknown" if not got else "same" if got == PAPER_READER else "differs"
-            rows.append({**base, "key": key, "setting": setting, "paper": PAPER_READER, "stage": got or "no reply yet",
-                         "status": status, "pool": "", "detail": ""})
+        lines = list((getattr(folder, "judgements", None) or {}).values())
+        if lines:
+            judged = {r.key: asdict(r) for r in judged_rows(lines)}
+            rows = [{**base, **judged.pop(r["key"])} if r["key"] in judged else r for r in rows]
+            rows += [{**base, **r} for r in judged.values()]
+        rows += [{**base, **asdict(r)} for r in sent_rows(_ledger_entries(folder))]
     return rows
 
 

@@ -1,7 +1,7 @@
 """Judge validation (Appendix E): the second judge against the main judge, per folder and pooled over stages.
 
 `make agreement STAGE=... JUDGE2=...` has a second judge grade a stratified sample of the
-answers (3 per condition x variant x question type, judge/agreement.py) into its own
+answers (3 per condition x question type, the Org variants pooled, judge/agreement.py) into its own
 judgements file beside the main judge's. This table reads every judgements file of a folder
 other than the main judge's and compares the labels both judges gave to the same (run, kind):
 agreement, Cohen's kappa (analysis.stats.agreement, statsmodels), and who said yes alone. The
@@ -89,7 +89,7 @@ def section(res: Any) -> str:
     t = res.table("judge_agreement")
     head = (f"\n## Judge validation (Appendix E)\n\n{link('judge_agreement.csv')}, every compared label "
             f"{link('judge_agreement_pairs.csv')}; status: {status_line(res, 'judge_agreement')}. A second judge "
-            "(`make agreement`) graded a stratified sample (3 per condition, variant and question type) with the "
+            "(`make agreement`) graded a stratified sample (3 per condition and question type) with the "
             "main judge's prompts; agreement and Cohen's kappa on the labels both gave. The paper: 97.9% on 234 "
             "answers, kappa 0.94.\n\n")
     if t.empty:

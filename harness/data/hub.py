@@ -40,9 +40,18 @@ FILES = {
     "m": "longmemeval_m_cleaned.json",
     "oracle": "longmemeval_oracle.json",
 }
-KNOWN_SHA256 = {
-    "longmemeval_s_cleaned.json": "d6f21ea9d60a0d56f34a05b609c79c88a451d2ae03597821ea3d5a9678c3a442",
-}
+
+
+def _published() -> dict[str, str]:
+    """File name -> published sha256, from the paper's reference (conf/paper.yaml `data`, the one place
+    the hashes live; the fidelity manifest recognises files by the same hashes whatever their name)."""
+    import yaml
+
+    ref = yaml.safe_load((Path(__file__).resolve().parents[2] / "conf" / "paper.yaml").read_text(encoding="utf-8"))
+    return {d["file"]: d["sha256"] for d in ref["data"].values() if d.get("sha256")}
+
+
+KNOWN_SHA256 = _published()
 HF_ENDPOINT = "https://huggingface.co"
 GITHUB_RAW = "https://raw.githubusercontent.com"
 

@@ -74,6 +74,9 @@ class Question:
     date: datetime
     sessions: tuple[Session, ...]  # in file order (time-sorted in S and M)
     evidence: frozenset[str] = field(default_factory=frozenset)  # opaque ids
+    # the evidence in the sorted order of the benchmark's own answer_session_ids (Appendix C assigns
+    # them "in sorted order"), as opaque ids; empty for a Question built by hand: sorted opaque ids then
+    evidence_order: tuple[str, ...] = ()
 
     @property
     def abstention(self) -> bool:
@@ -159,6 +162,7 @@ def parse_record(rec: Any, index: int) -> Question:
         date=qdate,
         sessions=tuple(out),
         evidence=frozenset(opaque_session_id(e) for e in evidence if e in raw_ids),
+        evidence_order=tuple(opaque_session_id(e) for e in sorted(set(evidence)) if e in raw_ids),
     )
 
 

@@ -3,7 +3,8 @@
 a0 receives the question; a1-a3 keep their memory public, a4 and a5 private.
 For question q a generator seeded with (14, q, variant) shuffles the two target
 agents (two of a1-a3 in the public variant; a4, a5 in the private one), gives the
-evidence sessions, in time order, alternately to the first two targets, and gives
+evidence sessions, in sorted order (of the benchmark's answer_session_ids, as the paper
+says; not in time order), alternately to the first two targets, and gives
 every other session to an agent drawn uniformly from a0..a5. a0 never holds
 evidence. The seed is the string repr of the tuple, which Python's random hashes
 with SHA-512, so the assignment is the same on every machine and run.
@@ -47,10 +48,10 @@ def assign(q: Question, variant: str) -> OrgAssignment:
     pool = list(PUBLIC_AGENTS if variant == "public" else PRIVATE_AGENTS)
     rng.shuffle(pool)
     targets = (pool[0], pool[1])
-    evidence = [s for s in q.sessions_by_time() if s.sid in q.evidence]
+    evidence = list(q.evidence_order) or sorted(q.evidence)
     owner: dict[str, str] = {}
-    for i, s in enumerate(evidence):
-        owner[s.sid] = targets[i % 2]
+    for i, sid in enumerate(evidence):
+        owner[sid] = targets[i % 2]
     for s in q.sessions:
         if s.sid not in owner:
             owner[s.sid] = rng.choice(AGENTS)

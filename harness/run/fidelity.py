@@ -2,52 +2,134 @@
 
 WHY: the embedded defaults (a stand-in encoder, the project's judge wording, the local model,
 the runtime that installs here) measure something other than the paper, and a number must
-never hide that. Every stage writes this manifest into stage.json before its first run; the
-report and the Inspect export open with it; `make analyze` refuses to pool stages that differ
-in a setting marked `pool`. With `preset=paper` the preflight stops on every row that differs
-from the paper, one line each, unless the row's key is named in `allow_deviation=[...]`; the
-accepted deviations are written to stage.json beside the manifest.
+never hide that. The paper's study is one reference, conf/paper.yaml; every stage's *resolved*
+config is compared with it field by field (conditions with every field that defines them,
+stage groups, samples and their sizes, data by sha256, models, judge, index, fusion, tool
+texts), one named row each. Every stage writes this manifest into stage.json before its first
+run; the report and the Inspect export open with it; `make analyze` refuses to pool stages that
+differ in a setting marked `pool`. With `preset=paper` the preflight stops on every row that
+differs from the paper, one line each, unless the row's key is named in `allow_deviation=[...]`;
+the accepted deviations are written to stage.json beside the manifest. Judging is gated the
+same way (`gate_judging`), and the report's judge and reader rows come from what was sent and
+judged (`sent_rows`, `judged_rows`), not from the config.
 
 Each row: key (what allow_deviation names), setting, the paper's value, this stage's value,
-status (same | differs | unknown | not used), and `pool`: what two stages must share to be
-pooled in one result (empty: they may differ, e.g. the data of the S and M stages).
+status (same | differs | unknown | not used), `pool`: what two stages must share to be pooled in
+one result (empty: they may differ, e.g. the data of the S and M stages), and `refuse`: False for
+rows the preset declares but never refuses (the seed, the services and the resource envelope).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 import conditions
 
 REPO = Path(__file__).resolve().parents[2]
+REFERENCE_PATH = REPO / "conf" / "paper.yaml"
 STATUSES = ("same", "differs", "unknown", "not used")
+MISSING = "<not set>"
 
-# The paper's values (Sections 3.3, 4 and Appendices B, E), as this manifest compares them.
-PAPER = {
-    "reader_model": {"model": "deepseek-flash", "reasoning_effort": "low"},
-    "judge_model": {"model": "deepseek-flash"},
-    "index": {"name": "redis_qe", "m": 16, "ef_construction": 200, "ef_runtime": 10},
-}
 PAPER_TEXT = {
     "reader_model": "deepseek-flash (DeepSeek V4.1 Flash), reasoning effort low",
     "reader_reported": "deepseek-flash",
     "judge_model": "deepseek-flash (DeepSeek V4.1 Flash)",
+    "judge2_model": "DeepSeek V4 Pro",
     "judge_prompts": "LongMemEval's official evaluate_qa.py",
     "encoder": "BAAI/bge-small-en-v1.5 (384-d, fp32, CLS pooling)",
     "index": "Redis query engine HNSW (M 16, EF_CONSTRUCTION 200, EF_RUNTIME 10), the view as a pre-filter",
-    "tool_texts": "memory_search / memory_read of Appendix B (guidance paper)",
+    "tool_texts": "memory_search / memory_read of Appendix B (guidance paper; the project's reconstruction, pinned)",
     "data": "the published cleaned LongMemEval file",
     "sample_seed": "a seeded shuffle (the seed is not stated)",
 }
-# deviations the preset refuses unless named in allow_deviation (the seed is reported only; data is refused
-# when it is generated or differs from the published file, not when no published hash is known, as for M)
-PRESET_CHECKED = ("reader_model", "judge_model", "judge_prompts", "encoder", "runtime", "index", "tool_texts", "data")
+
+
+@functools.lru_cache(maxsize=4)
+def _load_reference(path: str, mtime: float) -> dict:
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+
+
+def reference() -> dict:
+    """conf/paper.yaml, the one reference of the paper's study (re-read when the file changes)."""
+    return _load_reference(str(REFERENCE_PATH), REFERENCE_PATH.stat().st_mtime)
+
+
+def plain(cfg) -> Any:
+    """A config as plain values, resolved: a DictConfig, a dataclass (typed settings) or a dict alike,
+    so the comparison sees values, never a config library's internals."""
+    if isinstance(cfg, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(cfg, resolve=True)
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    if isinstance(cfg, dict):
+        return {k: plain(v) for k, v in cfg.items()}
+    if isinstance(cfg, (list, tuple)):
+        return [plain(v) for v in cfg]
+    return cfg
+
+
+def lookup(tree: Any, path: str) -> Any:
+    """The value at a dotted path of a plain config, or MISSING."""
+    node = tree
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return MISSING
+        node = node[part]
+    return node
+
+
+def reasoning_effort(params: dict | None) -> str | None:
+    """The reasoning effort however the endpoint spells it: `reasoning_effort: low`, `reasoning: {effort: low}`
+    or a name `model.accepts` renames it to (e.g. `reasoning.effort`)."""
+    params = params or {}
+    if params.get("reasoning_effort") is not None:
+        return str(params["reasoning_effort"])
+    r = params.get("reasoning")
+    if isinstance(r, dict) and r.get("effort") is not None:
+        return str(r["effort"])
+    named = [v for k, v in params.items() if "reason" in k and "effort" in k and v is not None]
+    return str(named[0]) if named else None
+
+
+def _other_params(params: dict | None) -> dict:
+    return {k: v for k, v in (params or {}).items() if k not in ("reasoning_effort", "reasoning")}
+
+
+def _fusion(tree: dict, key: str) -> Any:
+    from harness.memory.backends.hybrid import DEPTH, RRF_K
+
+    ix = tree.get("index") or {}
+    return ix.get(key, {"depth": DEPTH, "rrf_k": RRF_K}[key])
+
+
+# values the reference names that are not one config path: what the code derives from the config
+DERIVED = {
+    "model.reasoning_effort": lambda t: reasoning_effort((t.get("model") or {}).get("params")),
+    "model.other_params": lambda t: _other_params((t.get("model") or {}).get("params")),
+    "fusion.depth": lambda t: _fusion(t, "depth"),
+    "fusion.rrf_k": lambda t: _fusion(t, "rrf_k"),
+}
+
+
+def value_of(tree: dict, path: str) -> Any:
+    return DERIVED[path](tree) if path in DERIVED else lookup(tree, path)
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True, ensure_ascii=False)
+    return str(v)
 
 
 @dataclass
@@ -59,6 +141,7 @@ class Row:
     status: str
     pool: str  # the value stages pooled in one result must share; "" = may differ
     detail: str = ""  # what is missing and how to get it, when status is differs or unknown
+    refuse: bool = True  # False: declared by the preset, never refused
 
     def line(self) -> str:
         return f"{self.setting}: {self.stage} (paper: {self.paper})" + (f" - {self.detail}" if self.detail else "")
@@ -80,41 +163,63 @@ def _is_org(cfg) -> bool:
 
 
 def reader_row(cfg) -> Row:
+    from harness.endpoints.fit import fit
+
     m = cfg.model
-    effort = (m.get("params") or {}).get("reasoning_effort")
-    same = str(m.get("model")) == PAPER["reader_model"]["model"] and effort == PAPER["reader_model"]["reasoning_effort"]
+    ref = reference()["reader"]
+    sent, _ = fit(plain(m.get("params")) or {}, plain(m.get("accepts")))  # what the calls send, after `accepts`
+    effort = reasoning_effort(sent)
+    same = str(m.get("model")) == ref["model"] and effort == ref["reasoning_effort"]
     return Row("reader_model", "reader model (configured)", PAPER_TEXT["reader_model"],
                f"{m.get('model')} ({m.get('name')}), reasoning effort {effort or 'not set'}", _status(same),
                f"{m.get('model')}|{effort}",
                "" if same else "model=deepseek (or preset=paper)")
 
 
-def judge_rows(cfg) -> list[Row]:
-    from judge.prompts import OFFICIAL_DEFAULT_PATH, official_status
-
-    j = cfg.judge
-    same = str(j.get("model")) == PAPER["judge_model"]["model"]
-    rows = [Row("judge_model", "judge model (configured)", PAPER_TEXT["judge_model"], f"{j.get('model')} ({j.get('name')})",
-                _status(same), str(j.get("model")), "" if same else "judge=deepseek (or preset=paper)")]
-    spec = str(j.get("prompts") or "builtin")
+def prompts_row(spec: str, sha: str | None, present: bool = True, detail: str = "") -> Row:
+    """The judge prompts, by the sha256 of what is (or was) used against the pinned official file."""
+    want = reference()["judge_prompts"]["sha256"]
     if spec == "builtin":
-        from judge.prompts import builtin
+        return Row("judge_prompts", "judge prompts", PAPER_TEXT["judge_prompts"],
+                   f"builtin (the project's own wording), sha256 {(sha or '')[:16]}", "differs", f"builtin|{sha}",
+                   detail or "python -m harness.data download --what evaluate_qa, then preset=paper (or judge.prompts=PATH)")
+    if not present:
+        return Row("judge_prompts", "judge prompts", PAPER_TEXT["judge_prompts"], f"{spec} (missing or unreadable)",
+                   "differs", f"missing|{spec}", detail)
+    same = sha == want
+    return Row("judge_prompts", "judge prompts", PAPER_TEXT["judge_prompts"], f"official file {spec}, sha256 {(sha or '')[:16]}",
+               _status(same), f"official|{sha}",
+               "" if same else detail or f"sha256 {sha} is not the pinned {want[:12]}: another version or an edited copy")
 
-        rows.append(Row("judge_prompts", "judge prompts", PAPER_TEXT["judge_prompts"],
-                        f"builtin (the project's own wording), sha256 {builtin().source_sha256[:16]}", "differs",
-                        f"builtin|{builtin().source_sha256}",
-                        f"python -m harness.data download --what evaluate_qa, then judge.prompts={OFFICIAL_DEFAULT_PATH}"))
-        return rows
-    st = official_status(spec)
-    if not st["present"] or not st["parses"]:
-        rows.append(Row("judge_prompts", "judge prompts", PAPER_TEXT["judge_prompts"], f"{spec} (missing or unreadable)",
-                        "differs", f"missing|{spec}", st["detail"]))
-        return rows
-    same = st["matches_pin"]
-    rows.append(Row("judge_prompts", "judge prompts", PAPER_TEXT["judge_prompts"],
-                    f"official file {spec}, sha256 {st['sha256'][:16]}", _status(True if same is None else same),
-                    f"official|{st['sha256']}",
-                    "" if same is not False else st["detail"]))
+
+def judge_rows(cfg, judge_cfg=None, second: bool = False) -> list[Row]:
+    """The judge's rows: model, prompts, endpoint and call parameters (`second`: the second judge of Appendix E)."""
+    from judge.prompts import official_status
+
+    j = cfg.judge if judge_cfg is None else judge_cfg
+    ref = reference()
+    key, want, text = (("judge2_model", ref["second_judge"]["model"], PAPER_TEXT["judge2_model"]) if second else
+                       ("judge_model", ref["judge"]["model"], PAPER_TEXT["judge_model"]))
+    same = str(j.get("model")) == want
+    rows = [Row(key, f"{'second ' if second else ''}judge model (configured)", f"{text} ({want})",
+                f"{j.get('model')} ({j.get('name')})", _status(same), str(j.get("model")),
+                "" if same else ("+judge@judge2=deepseek_pro" if second else "judge=deepseek (or preset=paper)"))]
+    if not second:
+        spec = str(j.get("prompts") or "builtin")
+        if spec == "builtin":
+            from judge.prompts import builtin
+
+            rows.append(prompts_row(spec, builtin().source_sha256))
+        else:
+            st = official_status(spec)
+            rows.append(prompts_row(spec, st["sha256"], st["present"] and st["parses"],
+                                    st["detail"] if not (st["present"] and st["parses"]) or st["matches_pin"] is False
+                                    else ""))
+    tree = {"judge": plain(j)}
+    prefix = "judge2" if second else "judge"
+    for path, spec in ref["settings"].items():
+        if path.startswith("judge."):
+            rows.append(_setting_row(tree, path, spec, set(), key=prefix + path[len("judge"):]))
     return rows
 
 
@@ -127,7 +232,7 @@ def encoder_row(cfg, need: set[str]) -> Row:
     st = weights_status(str(e.get("name")), e.get("path"))
     weights = f", weights sha256 {st['weights_sha256'][:16]}" if st.get("weights_sha256") else ", weights absent"
     stage = f"{st['model']} ({e.get('name')}){weights}"
-    bge = str(e.get("name")) == "bge"
+    bge = str(e.get("name")) == reference()["encoder"]["name"]
     same = bge and st["present"] and st["matches_pin"] is not False
     fix = st["detail"] if bge else "encoder=bge, after python -m harness.data download --what bge --out data/models"
     return Row("encoder", "encoder", PAPER_TEXT["encoder"], stage, _status(same),
@@ -152,60 +257,290 @@ def runtime_row(need: set[str], cfg=None) -> Row:
 
 
 def index_row(cfg, need: set[str]) -> Row:
-    ix = OmegaConf.to_container(cfg.index, resolve=True)
+    ix = plain(cfg.index)
     dense = ix.get("dense") if ix.get("name") == "hybrid" else ix
     params = {k: dense.get(k) for k in ("m", "ef_construction", "ef_runtime", "ef_search", "iterative_scan")
               if dense.get(k) is not None}
     stage = f"{dense.get('name')}" + (" " + ", ".join(f"{k} {v}" for k, v in params.items()) if params else "")
     if "memory_space" not in need:
         return Row("index", "vector index", PAPER_TEXT["index"], stage + "; no condition searches it", "not used", "")
-    same = all(dense.get(k) == v for k, v in PAPER["index"].items())
+    same = all(dense.get(k) == v for k, v in reference()["index"].items())
     return Row("index", "vector index", PAPER_TEXT["index"], stage, _status(same), stage,
                "" if same else "index=redis_qe (or preset=paper)")
 
 
+def _setting_row(tree: dict, path: str, spec: Any, need: set[str], key: str | None = None) -> Row:
+    """One line of the reference's `settings`: the resolved value at `path` against the paper's."""
+    spec = spec if isinstance(spec, dict) and "paper" in spec else {"paper": spec}
+    want, got = spec["paper"], value_of(tree, path)
+    key = key or path
+    if spec.get("needs") and spec["needs"] not in need:
+        return Row(key, path, fmt(want), f"{fmt(got)} (no condition needs {spec['needs']})", "not used", "",
+                   refuse=bool(spec.get("refuse", True)))
+    got_cmp = None if got == MISSING and want is None else got
+    same = got_cmp == want
+    if path.endswith("base_url"):  # an endpoint's URL is never printed nor published (harness.records.privacy)
+        paper = _endpoint_text(str(want))
+        return Row(key, path, paper, paper if same else "another endpoint", _status(same), "",
+                   "" if same else f"{path}: the paper's endpoint is {paper}", refuse=bool(spec.get("refuse", True)))
+    return Row(key, path, fmt(want), fmt(got), _status(same), fmt(got),
+               "" if same else f"{path}={fmt(want)} (or preset=paper without this override)",
+               refuse=bool(spec.get("refuse", True)))
+
+
+def _endpoint_text(url: str) -> str:
+    """A public endpoint named without its scheme, so no report line holds a URL to redact."""
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+def settings_rows(cfg, need: set[str]) -> list[Row]:
+    tree = plain(cfg)
+    return [_setting_row(tree, path, spec, need) for path, spec in reference()["settings"].items()
+            if not path.startswith("judge.")]
+
+
+def _condition_fields(c: dict) -> dict:
+    skip = set(reference().get("condition_fields_not_compared") or [])
+    return {k: v for k, v in c.items() if k not in skip}
+
+
+def _field_diff(k: str, got: Any, want: Any) -> str:
+    if isinstance(got, str) and isinstance(want, str) and max(len(got), len(want)) > 40:
+        return (f"{k} sha256 {hashlib.sha256(got.encode()).hexdigest()[:12]} \"{got[:40]}...\" "
+                f"(paper sha256 {hashlib.sha256(want.encode()).hexdigest()[:12]})")
+    return f"{k} {fmt(got)} (paper {fmt(want)})"
+
+
+def condition_rows(cfg) -> list[Row]:
+    """One row per condition of the stage: every field that defines it against the paper's condition."""
+    ref = reference()["conditions"]
+    rows = []
+    for name, c in sorted((plain(cfg.stage.get("conditions")) or {}).items()):
+        mine = _condition_fields(c or {})
+        key = f"conditions.{name}"
+        if name not in ref:
+            rows.append(Row(key, f"condition {name}", "not a condition of the paper", fmt(mine), "differs",
+                            sha256_json(mine), "a condition the paper did not run"))
+            continue
+        want = _condition_fields(ref[name])
+        diffs = [_field_diff(k, mine.get(k, MISSING), want.get(k, MISSING))
+                 for k in sorted(set(mine) | set(want)) if mine.get(k, MISSING) != want.get(k, MISSING)]
+        rows.append(Row(key, f"condition {name}", f"conf/paper.yaml conditions.{name}",
+                        "; ".join(diffs) if diffs else "every field as the paper's", _status(not diffs),
+                        sha256_json(mine), "" if not diffs else f"stage.conditions.{name} as in conf/paper.yaml"))
+    return rows
+
+
+def _groups(groups: list | None) -> list[dict]:
+    return [{"sample": g.get("sample"), "variant": g.get("variant") or None, "repeats": int(g.get("repeats") or 1),
+             "conditions": list(g.get("conditions") or [])} for g in (groups or [])]
+
+
+def _used_samples(samples: dict, names: list[str]) -> list[str]:
+    out: list[str] = []
+    todo = list(names)
+    while todo:
+        n = todo.pop(0)
+        if n in out or n not in samples:
+            continue
+        out.append(n)
+        s = samples[n] or {}
+        todo += [s["from"]] if s.get("from") else []
+    return out
+
+
+def stage_rows(cfg, plan) -> list[Row]:
+    """The stage's groups against the paper's stage of that name, and each sample it draws: its settings
+    and the number of questions it holds (a short sample differs)."""
+    ref = reference()
+    name = str(cfg.stage.get("name"))
+    groups = _groups(plain(cfg.stage.get("groups")))
+    if name in ref["stages"]:
+        want = _groups(ref["stages"][name]["groups"])
+        same = groups == want
+        rows = [Row("stage.groups", f"stage {name}: groups", fmt(want), fmt(groups), _status(same), "",
+                    "" if same else f"the groups of conf/stage/{name}.yaml")]
+    else:
+        rows = [Row("stage.groups", f"stage {name}: groups", "one of the paper's stages: " + ", ".join(ref["stages"]),
+                    fmt(groups), "differs", "", "not a stage of the paper")]
+    samples = plain(cfg.get("samples")) or {}
+    for s in _used_samples(samples, [g["sample"] for g in groups]):
+        drawn = plan.samples.get(s) if plan is not None else None
+        n = len(drawn.get("ids") or []) if drawn is not None else None
+        short = drawn.get("short") if drawn is not None else None
+        got = f"{fmt(samples.get(s))}, {n} questions" + (f" (SHORT by {short})" if short else "")
+        if s not in ref["samples"]:
+            rows.append(Row(f"samples.{s}", f"sample {s}", "one of the paper's samples", got, "differs", "",
+                            "not a sample of the paper"))
+            continue
+        want = ref["samples"][s]
+        cfg_same = {k: v for k, v in (samples.get(s) or {}).items() if v is not None} == \
+            {k: v for k, v in want["config"].items() if v is not None}
+        n_same = n is None or n == want["questions"]
+        what = [] if cfg_same else [f"settings differ from {fmt(want['config'])}"]
+        what += [] if n_same else [f"{n} questions where the paper has {want['questions']}"]
+        rows.append(Row(f"samples.{s}", f"sample {s}", f"{fmt(want['config'])}, {want['questions']} questions", got,
+                        _status(cfg_same and n_same), "", "; ".join(what)))
+    return rows
+
+
 def tool_texts_row(cfg) -> Row:
-    """sha256 over every text the model reads from the stage's tools besides results, against
-    the same texts as the paper's conditions have them (conditions define `tool_texts`)."""
+    """sha256 over every text the model reads from the stage's tools besides results, per condition,
+    against the reference's pinned sha256 of the paper's condition (conf/paper.yaml tool_texts)."""
     org = _is_org(cfg)
-    mine, paper, guidance = [], [], set()
+    pins = reference()["tool_texts"]
+    mine, differ, guidance = [], [], set()
     for name, c in sorted((cfg.stage.get("conditions") or {}).items()):
         mod = conditions.load(str(c.module))
         if not hasattr(mod, "tool_texts"):
             continue
-        mine.append([name, mod.tool_texts(c, org)])
-        paper.append([name, mod.tool_texts(c, org, paper=True)])
+        h = sha256_json(mod.tool_texts(c, org))
+        mine.append([name, h])
+        want = (pins.get(str(c.module)) or {}).get("org" if org else "lme")
+        if h != want:
+            differ.append(name)
         if c.get("guidance"):
             guidance.add(str(c.get("guidance")))
     if not mine:
         return Row("tool_texts", "memory tool texts", PAPER_TEXT["tool_texts"], "no memory tool in this stage",
                    "not used", "")
-    h, ph = sha256_json(mine), sha256_json(paper)
-    stage = f"guidance {', '.join(sorted(guidance)) or 'paper'}, sha256 {h[:16]}"
+    stage = f"guidance {', '.join(sorted(guidance)) or 'paper'}, sha256 {sha256_json(mine)[:16]}"
     # pooled stages must share the guidance: the texts also differ by design between LongMemEval and Org (owner)
-    return Row("tool_texts", "memory tool texts", f"{PAPER_TEXT['tool_texts']}, sha256 {ph[:16]}", stage,
-               _status(h == ph), "guidance " + ",".join(sorted(guidance)), "" if h == ph else "stage.tool_guidance=paper")
+    return Row("tool_texts", "memory tool texts", f"{PAPER_TEXT['tool_texts']}, conf/paper.yaml tool_texts", stage,
+               _status(not differ), "guidance " + ",".join(sorted(guidance)),
+               "" if not differ else f"differ from the pinned texts: {', '.join(differ)} (stage.tool_guidance=paper)")
 
 
-def data_row(plan) -> Row:
-    from harness.data.hub import KNOWN_SHA256
+def recognise(sha: str | None) -> str | None:
+    """The published LongMemEval file (s, m, oracle) whose sha256 this is, whatever the file's name."""
+    for split, d in reference()["data"].items():
+        if sha and d.get("sha256") == sha:
+            return split
+    return None
 
+
+def data_row(plan, stage_name: str | None = None) -> Row:
+    """The data file identified by its content: a published file whatever its name, nothing else."""
+    ref = reference()
     sha = str(plan.data.get("sha256") or "")
     name = Path(str(plan.data.get("path") or "")).name
-    known = KNOWN_SHA256.get(name)
-    paper = f"{name}, sha256 {known[:16]}" if known else PAPER_TEXT["data"] + " (no published sha256 for this file)"
-    stage = f"{name} ({plan.data.get('kind') or 'file'}), sha256 {sha[:16]}"
-    if known:
-        same = sha == known
-        return Row("data", "data file", paper, stage, _status(same), "",
-                   "" if same else "a generated or altered file, not the published one")
-    return Row("data", "data file", paper, stage, "unknown" if not name.startswith("synth") else "differs", "",
-               "generated data" if name.startswith("synth") else "")
+    split = recognise(sha)
+    expected = (ref["stages"].get(stage_name) or {}).get("data") if stage_name else None
+    stage = f"{name} ({plan.data.get('kind') or 'file'}), sha256 {sha[:16]}" + (
+        f" = the published {ref['data'][split]['file']}" if split else "")
+    if expected:
+        d = ref["data"][expected]
+        paper = f"{d['file']}, sha256 " + (d["sha256"][:16] if d.get("sha256") else "not published (see conf/paper.yaml)")
+    else:
+        paper = PAPER_TEXT["data"]
+    if split and (expected is None or split == expected):
+        return Row("data", "data file", paper, stage, "same", "")
+    if split:
+        detail = f"the published {split.upper()} file where the paper's {stage_name} stage used {expected.upper()}"
+    elif str(plan.data.get("kind")) == "synth":
+        detail = "generated data"
+    else:
+        known = [f"{d['file']} {d['sha256'][:12]}" for d in ref["data"].values() if d.get("sha256")]
+        unpub = [d["file"] for d in ref["data"].values() if not d.get("sha256")]
+        detail = (f"not a published LongMemEval file: sha256 {sha[:12]} is not {', '.join(known)}"
+                  + (f" (no sha256 of {', '.join(unpub)} is known: add it to conf/paper.yaml data once verified)"
+                     if unpub else ""))
+    return Row("data", "data file", paper, stage, "differs", "", detail)
 
 
 def seed_row(cfg) -> Row:
     return Row("sample_seed", "sample seed", PAPER_TEXT["sample_seed"], f"seed {int(cfg.seed)}", "unknown",
-               str(int(cfg.seed)))
+               str(int(cfg.seed)), refuse=False)
+
+
+def _redis_facts(part: dict) -> dict:
+    import redis
+
+    from harness import services
+
+    url = part.get("url") or f"redis://127.0.0.1:{services.settings().redis_port}"
+    r = redis.Redis.from_url(str(url), socket_connect_timeout=3)
+    maxmem = int(r.config_get("maxmemory").get("maxmemory") or 0)
+    return {"redis": r.info("server")["redis_version"], "redis_maxmemory": f"{maxmem / 2**30:.1f} GiB" if maxmem
+            else "no limit"}
+
+
+def _postgres_facts(part: dict) -> dict:
+    import psycopg
+
+    from harness import services
+
+    with psycopg.connect(str(part.get("dsn") or services.settings().pg_dsn), connect_timeout=3) as c:
+        version = c.execute("SHOW server_version").fetchone()[0]
+        vec = c.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    return {"postgres": version.split()[0], "pgvector": vec[0] if vec else None}
+
+
+def envelope() -> dict:
+    """The cores and memory this process may use (cgroup limits where set, else the machine's)."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cores = min(cores, max(1, round(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    mem = None
+    try:
+        raw = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        mem = None if raw == "max" else int(raw)
+    except (OSError, ValueError):
+        pass
+    if mem is None:
+        try:
+            mem = int(next(x for x in Path("/proc/meminfo").read_text().splitlines()
+                           if x.startswith("MemTotal")).split()[1]) * 1024
+        except (OSError, StopIteration, ValueError):
+            mem = None
+    return {"cores": cores, "memory_gb": round(mem / 2**30, 1) if mem else None}
+
+
+def services_rows(cfg, need: set[str], study: str = "agents") -> list[Row]:
+    """The servers' versions (asked of the servers the stage's index lives on) and the resource envelope,
+    beside the paper's (Section 4): declared, never refused."""
+    from harness.memory.backends.base import backend_class
+
+    ref = reference()
+    paper_sv, paper_env = ref["services"], ref["envelope"][study]
+    rows = []
+    if "memory_space" in need or study == "backends":
+        ix = plain(cfg.index)
+        facts: dict = {}
+        try:
+            needed = backend_class(str(ix.get("name"))).service_configs(ix)
+        except KeyError:
+            needed = []
+        for service, part in needed:
+            try:
+                facts |= {"redis": _redis_facts, "postgres": _postgres_facts}[service](dict(part))
+            except Exception as exc:  # noqa: BLE001 - a server that does not answer is reported, the preflight stops on it
+                facts[service] = f"unreachable ({type(exc).__name__})"
+        want = {k: paper_sv[k] for k in facts if k in paper_sv}
+        got = {k: v for k, v in facts.items() if k in paper_sv}
+        if study == "backends" and "redis" in facts:
+            want["redis_maxmemory"] = paper_env["redis_maxmemory"]
+            got["redis_maxmemory"] = facts.get("redis_maxmemory")
+        same = all(str(got.get(k)) == str(v) for k, v in want.items() if k != "redis_maxmemory") and (
+            "redis_maxmemory" not in want or str(got.get("redis_maxmemory")).startswith("2.0"))
+        rows.append(Row("services", "services (the index's servers)",
+                        fmt(want) if want else fmt({k: paper_sv[k] for k in ("redis", "postgres", "pgvector")}),
+                        fmt(got) if got else "in process, no server", _status(same) if want else "not used",
+                        "", "" if same else "declared (Section 5.4's latency and footprint depend on it)"
+                        + ("; make services-up REDIS_MAXMEMORY=2gb" if study == "backends" else ""), refuse=False))
+    env = envelope()
+    same = env["cores"] == paper_env["cores"] and env["memory_gb"] is not None and \
+        abs(env["memory_gb"] - paper_env["memory_gb"]) < 0.15
+    rows.append(Row("envelope", "resource envelope", f"{paper_env['memory_gb']} GB memory, {paper_env['cores']} cores",
+                    f"{env['memory_gb']} GB memory, {env['cores']} cores", _status(same), "", "" if same else "declared",
+                    refuse=False))
+    return rows
 
 
 def manifest(cfg, plan) -> list[Row]:
@@ -213,7 +548,8 @@ def manifest(cfg, plan) -> list[Row]:
 
     need = needs(cfg)
     return [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need, cfg), index_row(cfg, need),
-            tool_texts_row(cfg), data_row(plan), seed_row(cfg)]
+            *settings_rows(cfg, need), tool_texts_row(cfg), *condition_rows(cfg), *stage_rows(cfg, plan),
+            data_row(plan, str(cfg.stage.get("name"))), seed_row(cfg), *services_rows(cfg, need)]
 
 
 # The second paper's study (Sections 4.1-4.2): its assistant models, its judge and the kernel's settings
@@ -245,10 +581,11 @@ def personal_manifest(cfg) -> list[Row]:
 
 
 def backend_manifest(cfg, data: dict) -> list[Row]:
-    """The backend study's rows (no model, no judge, every index): its encoder, data and seed."""
+    """The backend study's rows (no model, no judge, every index): its encoder, data, seed, servers and envelope."""
     from types import SimpleNamespace
 
-    return [encoder_row(cfg, {"memory_space"}), data_row(SimpleNamespace(data=data)), seed_row(cfg)]
+    return [encoder_row(cfg, {"memory_space"}), data_row(SimpleNamespace(data=data), "main"), seed_row(cfg),
+            *services_rows(cfg, {"memory_space"}, study="backends")]
 
 
 def record(cfg, plan=None, rows: list[Row] | None = None) -> dict:
@@ -258,15 +595,20 @@ def record(cfg, plan=None, rows: list[Row] | None = None) -> dict:
             "accepted": [r.key for r in rows if r.status == "differs" and r.key in allowed(cfg)]}
 
 
+FIX = "fetch or choose the part named (each line says how), or accept it with allow_deviation=[...]"
+
+
+def refusal_text(refused: list[Row]) -> str:
+    return "\n  ".join(f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it" for r in refused)
+
+
 def raise_refusals(cfg, rows: list[Row]) -> None:
     """For a stage without the agents' preflight (the backend study): stop on what the preset refuses."""
     from harness.failures import EnvironmentFailure
 
     refused = refusals(cfg, rows)
     if refused:
-        raise EnvironmentFailure("preflight fidelity failed: " + "\n  ".join(
-            f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it" for r in refused),
-            "fetch or choose the part named (each line says how), or accept it with allow_deviation=[...]")
+        raise EnvironmentFailure("preflight fidelity failed: " + refusal_text(refused), FIX)
 
 
 def preset(cfg) -> str | None:
@@ -278,16 +620,107 @@ def allowed(cfg) -> list[str]:
     return [str(k) for k in (cfg.get("allow_deviation") or [])]
 
 
-def refusals(cfg, rows: list[Row]) -> list[Row]:
-    """Rows the paper preset refuses: they differ from the paper and allow_deviation does not name them."""
-    if preset(cfg) != "paper":
+def refusals(cfg, rows: list[Row], preset_name: str | None = None, also_allowed: list[str] = (),
+             check_keys: bool = True) -> list[Row]:
+    """Rows the paper preset refuses: they differ from the paper and allow_deviation does not name them
+    (`preset_name`: the preset in force when it is not the config's, e.g. the judged stage's)."""
+    if (preset_name or preset(cfg)) != "paper":
         return []
-    ok = set(allowed(cfg))
-    unknown = ok - {r.key for r in rows}
-    if unknown:
+    ok = set(allowed(cfg)) | set(also_allowed)
+    unknown = set(allowed(cfg)) - {r.key for r in rows}
+    if unknown and check_keys:
         raise ValueError(f"allow_deviation names {', '.join(sorted(unknown))}; the manifest's keys are "
                          + ", ".join(r.key for r in rows))
-    return [r for r in rows if r.key in PRESET_CHECKED and r.status == "differs" and r.key not in ok]
+    return [r for r in rows if r.refuse and r.status == "differs" and r.key not in ok]
+
+
+# ------------------------------------------------------------------------------ judging
+
+
+def gate_judging(cfg, rd, judge_cfg, prompts, second: bool = False) -> list[Row]:
+    """Before any judgement is written or read for comparison (judge, agreement, probe): the judge's
+    rows with the prompts it will use. Under preset=paper, or on a stage that ran under it, a row
+    that differs stops judging (EnvironmentFailure) unless allow_deviation (now or at the stage)
+    accepted it; without either, the rows say what the judgements will be."""
+    from harness.failures import EnvironmentFailure
+
+    stage_fid = {}
+    if rd.stage_path.exists():
+        stage_fid = rd.stage().fidelity or {}
+    rows = [r for r in judge_rows(cfg, judge_cfg, second) if r.key not in ("judge_prompts",)]
+    rows.insert(1, prompts_row("builtin" if prompts.source == "builtin" else str(prompts.source),
+                               prompts.source_sha256))
+    in_force = preset(cfg) or stage_fid.get("preset")
+    refused = refusals(cfg, rows, in_force, also_allowed=list(stage_fid.get("accepted") or []),
+                       check_keys=False)
+    if refused:
+        why = "" if preset(cfg) else " (the stage ran under preset=paper; judge it with preset=paper)"
+        raise EnvironmentFailure("preflight fidelity failed" + why + ": " + refusal_text(refused), FIX)
+    return rows
+
+
+def judged_rows(lines: list[dict], second: bool = False) -> list[Row]:
+    """The judge's rows as the judgements have them (model, endpoint, parameters, prompts' sha256)."""
+    ref = reference()
+    model_key, want = ("judge2_model", ref["second_judge"]["model"]) if second else ("judge_model", ref["judge"]["model"])
+    # the endpoint is the configured row's (judge.base_url) and the gate's: a published folder has its URL redacted
+    models = sorted({str((j.get("judge") or {}).get("model")) for j in lines})
+    params = sorted({fmt((j.get("judge") or {}).get("params")) for j in lines})
+    shas = sorted({(j.get("prompt_source"), j.get("prompt_source_sha256")) for j in lines}, key=str)
+    want_params = fmt(ref["judge"]["params"])
+    same_model = models == [want] and params == [want_params]
+    rows = [Row(model_key, f"{'second ' if second else ''}judge (from the judgements)", f"{want}, {want_params}",
+                f"{', '.join(models)}, {', '.join(params)}", _status(same_model), ",".join(models))]
+    if not second:
+        ok = [s for _, s in shas] == [ref["judge_prompts"]["sha256"]]
+        rows.append(Row("judge_prompts", "judge prompts (from the judgements)", PAPER_TEXT["judge_prompts"],
+                        "; ".join(f"{Path(str(src)).name} sha256 {(sha or '')[:16]}" for src, sha in shas), _status(ok),
+                        ",".join(f"{Path(str(src)).name}|{sha}" for src, sha in shas)))
+    return rows
+
+
+def sent_rows(entries: list[dict]) -> list[Row]:
+    """What the stage's calls sent (ledger request lines) and what the endpoints replied they were, beside
+    the paper: the reader's model, reasoning effort (either spelling) and tool_choice; the judge's model,
+    temperature and max_tokens. An echoed model id alone never makes a row `same`."""
+    ref = reference()
+    reader, judge = [], []
+    for e in entries:
+        if e.get("event") not in ("request", "response"):
+            continue
+        tag = str(e.get("tag") or "")
+        if e.get("role") == "judge" and tag.startswith("judge:"):
+            judge.append(e)
+        elif e.get("role") not in ("judge", "preflight") and not tag.startswith("judge"):
+            reader.append(e)
+    rows = []
+    req = [e for e in reader if e["event"] == "request"]
+    if req:
+        models = sorted({str(e.get("model")) for e in req})
+        echoed = sorted({str(e.get("response_model")) for e in reader if e["event"] == "response"
+                         and e.get("status") == 200 and e.get("response_model")})
+        efforts = sorted({str(reasoning_effort(e.get("sent"))) for e in req})
+        choices = sorted({str((e.get("sent") or {}).get("tool_choice", "auto (not sent)")) for e in req})
+        same = models == [ref["reader"]["model"]] and efforts == [ref["reader"]["reasoning_effort"]] and \
+            not set(choices) - {"auto (not sent)", "auto", "none"} and echoed in ([], [ref["reader"]["model"]])
+        rows.append(Row("reader_sent", "reader calls (as sent, from the ledger)",
+                        f"{ref['reader']['model']}, reasoning effort {ref['reader']['reasoning_effort']}, tool_choice "
+                        "auto (none on the forced answer)",
+                        f"{', '.join(models)} (endpoint replied {', '.join(echoed) or '-'}), reasoning effort "
+                        f"{', '.join(efforts)}, tool_choice {', '.join(choices)}", _status(same), "", refuse=False))
+    req = [e for e in judge if e["event"] == "request"]
+    if req:
+        models = sorted({str(e.get("model")) for e in req})
+        echoed = sorted({str(e.get("response_model")) for e in judge if e["event"] == "response"
+                         and e.get("status") == 200 and e.get("response_model")})
+        sent = sorted({fmt({k: v for k, v in (e.get("sent") or {}).items()}) for e in req})
+        same = models == [ref["judge"]["model"]] and sent == [fmt(ref["judge"]["params"])] and \
+            echoed in ([], [ref["judge"]["model"]])
+        rows.append(Row("judge_sent", "judge calls (as sent, from the ledger)",
+                        f"{ref['judge']['model']}, {fmt(ref['judge']['params'])}",
+                        f"{', '.join(models)} (endpoint replied {', '.join(echoed) or '-'}), {'; '.join(sent)}",
+                        _status(same), "", refuse=False))
+    return rows
 
 
 def render(rows: list[dict] | list[Row]) -> str:

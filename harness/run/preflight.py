@@ -16,9 +16,10 @@ tool set with the tool_choice the loop sends first and the forced answer's tool_
 without tool calling, or a parameter the endpoint rejects, stops the stage before its first
 run (harness.endpoints.fit names the parameter and the fix). The dry run lists the requests.
 
-Fidelity (harness.run.fidelity): with `preset=paper` every setting that differs from the
-paper (encoder weights absent or not bge, the official prompt file absent, another runtime,
-model or index) is one failed line, unless `allow_deviation=[key, ...]` names it.
+Fidelity (harness.run.fidelity): with `preset=paper` every row of the manifest that differs
+from the paper's reference (conf/paper.yaml: a condition's field, the groups, a short sample,
+data that is not the published file, a model, judge, index, fusion or tool-text setting) is one
+failed line, unless `allow_deviation=[key, ...]` names it.
 """
 
 from __future__ import annotations
