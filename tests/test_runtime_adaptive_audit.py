@@ -224,3 +224,17 @@ def test_cjk_queries(tool):
     assert sids(call(tool, query="大别")) == ["cj2", "cj1"]  # LIKE: newest message first
     assert sids(call(tool, query="大别山项目")) == ["cj1"]
 
+
+def test_following_a_results_link_reads_this_store(tool, ids):
+    """0.21.5's texts tell the model to resolve a `link` by splitting it into profile + id; the link names
+    the profile of the store searched, so both halves must lead back to that store (as in fan-out)."""
+    out = call(tool, query="curlew")
+    link = out["results"][0]["link"]
+    profile, _, sid = link.removeprefix("@session:").partition("/")
+    assert (profile, sid) == ("default", "e_start")
+    read = call(tool, session_id=sid, profile=profile)
+    assert read.get("mode") == "read" and [m["id"] for m in read["messages"]] == ids["e_start"]
+    again = call(tool, query="curlew", profile=profile.upper())
+    assert again.get("detail") == "adaptive" and sids(again) == ["e_start"]
+    # another profile is still the runtime's to refuse
+    assert "does not exist" in call(tool, query="curlew", profile="nobody")["error"]
