@@ -72,6 +72,12 @@ def sessions() -> list[dict]:
     # twelve sessions for limit 11: "knot" in a message that grows with k (rank order n00..n11)
     for k in range(12):
         out.append(session(f"n{k:02d}", 30 + k, [("knot " + filler(f"n{k}", 12 * k)).strip(), "r"]))
+    # the scan stops at 300 rows: 300 cron rows outrank the one interactive "ruff" (row 301, never in hand);
+    # "wren": 299 of them, so the interactive row is the 300th and comes first
+    for k in range(300):
+        words = "ruff ruff wren" if k < 299 else "ruff ruff"
+        out.append(session(f"r{k:03d}", 60 + k / 1000, [words, "r"], source="cron"))
+    out.append(session("r_cli", 59, ["ruff wren " + filler("rc", 400), "r"]))
     return out
 
 
@@ -238,3 +244,12 @@ def test_following_a_results_link_reads_this_store(tool, ids):
     assert again.get("detail") == "adaptive" and sids(again) == ["e_start"]
     # another profile is still the runtime's to refuse
     assert "does not exist" in call(tool, query="curlew", profile="nobody")["error"]
+
+
+def test_the_scan_holds_300_rows_before_cron_is_demoted(tool):
+    out = call(tool, query="ruff")
+    assert "r_cli" not in sids(out) and all(r["source"] == "cron" for r in out["results"]) and out["count"] == 3
+    out = call(tool, query="wren")
+    assert sids(out)[0] == "r_cli" and [r["source"] for r in out["results"]] == ["cli", "cron", "cron"]
+    # sorted by time, the newest cron rows still come after the older interactive one
+    assert sids(call(tool, query="wren", sort="newest"))[0] == "r_cli"
