@@ -253,3 +253,39 @@ def test_the_scan_holds_300_rows_before_cron_is_demoted(tool):
     assert sids(out)[0] == "r_cli" and [r["source"] for r in out["results"]] == ["cli", "cron", "cron"]
     # sorted by time, the newest cron rows still come after the older interactive one
     assert sids(call(tool, query="wren", sort="newest"))[0] == "r_cli"
+
+
+@pytest.mark.parametrize("search, pooled", [("installed", True), ("adaptive", False)])
+def test_a_stage_written_before_the_setting_pools_with_the_same_search_only(tmp_path, search, pooled):
+    """A stage started before runtime.session_search existed (its hash is kept for `installed`, so it
+    resumes) recorded its runtime row's pool as '<version>|<shape>'. A new stage with the same search,
+    shape and texts (the installed runtime's own) must pool with it; the emulated search must not."""
+    from analysis import run as analysis_run
+    from harness.run.fidelity import runtime_row
+    from harness.runtime.hermes import runtime_facts
+    from tests.analysis_fixtures import Stage, sha256_file
+
+    f = runtime_facts()
+    old_pool = f"{f['version']}|{f['session_search_shape']}"  # the row as the stages before issue 32 wrote it
+    new = runtime_row({"runtime"}, {"runtime": {"session_search": search}})
+
+    def manifest(pool: str) -> dict:
+        row = {"key": "runtime", "setting": "runtime", "paper": "p", "stage": pool, "status": "differs",
+               "pool": pool, "detail": ""}
+        return {"preset": None, "allow_deviation": [], "accepted": [], "rows": [row]}
+
+    pre = Path(__file__).resolve().parents[1] / "conf" / "prereg" / "hypotheses.yaml"
+    main = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre), fidelity=manifest(old_pool))
+    scale = Stage(tmp_path / "runs", "scale", prereg_sha=sha256_file(pre), fidelity=manifest(new.pool))
+    for i in range(6):
+        main.add("tool_hybrid", f"q{i}", prompt=1000, output=0)
+        scale.add("tool_hybrid", f"q{i}", prompt=1300, output=0)
+    main.write()
+    scale.write()
+    out = tmp_path / "results"
+    assert analysis_run.main([f"runs={tmp_path / 'runs'}", f"out={out}", "resamples=50"]) in (0, 1)
+    import pandas as pd
+
+    pl = pd.read_csv(out / "pooling.csv")
+    decision = pl.loc[pl["table"] == "scale", "decision"].iloc[0]
+    assert decision.startswith("pooled") is pooled, decision
