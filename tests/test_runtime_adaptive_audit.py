@@ -289,3 +289,23 @@ def test_a_stage_written_before_the_setting_pools_with_the_same_search_only(tmp_
     pl = pd.read_csv(out / "pooling.csv")
     decision = pl.loc[pl["table"] == "scale", "decision"].iloc[0]
     assert decision.startswith("pooled") is pooled, decision
+
+
+def test_the_manifest_says_why_a_present_texts_file_is_not_used(tmp_path, monkeypatch):
+    """With a texts file present but unusable (here: a module without `detail`/`scope`, e.g. fetched at
+    another tag), the installed texts are used and the runtime row must say the file is unusable, not
+    that 0.21.5's texts were never downloaded."""
+    from harness.run.fidelity import runtime_row
+    from harness.runtime import adaptive as A
+    from tests.test_runtime_adaptive import synthetic_module
+
+    if load_runtime().shape == "top_session_window":
+        pytest.skip("the installed runtime is 0.21.5's: nothing is emulated")
+    cfg = {"runtime": {"session_search": "adaptive"}}
+    monkeypatch.setenv(A.TEXTS_ENV, str(tmp_path / "absent.py"))
+    assert "0.21.5's not downloaded" in runtime_row({"runtime"}, cfg).stage
+    old = synthetic_module(tmp_path / "old" / "session_search_tool.py", props=("query", "limit"))
+    monkeypatch.setenv(A.TEXTS_ENV, str(old))
+    row = runtime_row({"runtime"}, cfg)
+    assert "tool texts installed" in row.stage and row.status == "differs"
+    assert "not downloaded" not in row.stage and "not usable" in row.stage and "detail`/`scope" in row.detail

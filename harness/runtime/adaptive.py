@@ -381,7 +381,8 @@ def facts(search: str) -> dict:
         else:
             texts, tdetail = "installed", st["detail"]
             sha = _sha(runtime_schema())
-            source = f"installed (hermes-agent {runtime_version()}'s own; 0.21.5's not downloaded)"
+            why = "the file present is not usable" if st["present"] else "0.21.5's not downloaded"
+            source = f"installed (hermes-agent {runtime_version()}'s own; {why})"
         what = (f"{EMULATED_VERSION} behaviour, emulated over {version}'s store (harness.runtime.adaptive), "
                 f"session_search shape {shape}")
     else:
