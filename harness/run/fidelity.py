@@ -252,8 +252,11 @@ def runtime_row(need: set[str], cfg=None) -> Row:
     same = f["shape"] == PAPER_SESSION_SEARCH_SHAPE and (real or f["texts"] == PAPER_RUNTIME_VERSION)
     fix = (f"tool texts: {f['texts_detail']}" if f["emulated"] else
            f"runtime.session_search=adaptive (or preset=paper), or install hermes-agent {PAPER_RUNTIME_VERSION}")
-    return Row("runtime", "runtime", paper, stage, _status(same),
-               f"{f['version']}|{f['search']}|{f['shape']}|{f['texts_sha256']}", "" if same else fix)
+    # installed: the version fixes the texts, and the pool value stays the one stages wrote before the setting
+    # existed (their config hash is kept too, so they resume and pool with new stages of the same search)
+    pool = (f"{f['version']}|{f['search']}|{f['shape']}|{f['texts_sha256']}" if f["emulated"]
+            else f"{f['version']}|{f['shape']}")
+    return Row("runtime", "runtime", paper, stage, _status(same), pool, "" if same else fix)
 
 
 def index_row(cfg, need: set[str]) -> Row:

@@ -88,8 +88,8 @@ def lineage_root(db, session_id: str) -> str:
     return cur
 
 
-def session_link(session_id: str, profile: str | None = None) -> str:
-    """The `link` 0.21.x puts on each result: @session:<profile>/<id>, the active profile unless named."""
+def link_profile_name(profile: str | None = None) -> str:
+    """The profile segment of the links a search writes: `profile`, else the active profile ('' if unnamed)."""
     name = (profile or "").strip()
     if not name:
         try:
@@ -99,6 +99,12 @@ def session_link(session_id: str, profile: str | None = None) -> str:
         except Exception:  # the runtime drops the profile segment when it cannot name it
             name = ""
         name = "" if name == "custom" else name
+    return name
+
+
+def session_link(session_id: str, profile: str | None = None) -> str:
+    """The `link` 0.21.x puts on each result: @session:<profile>/<id>, the active profile unless named."""
+    name = link_profile_name(profile)
     return f"@session:{name}/{session_id}" if name else f"@session:{session_id}"
 
 
@@ -215,6 +221,10 @@ def session_search(args: dict, db, link_profile: str | None = None) -> str:
         session_id = session_id.partition("/")[2] or session_id
     query = args.get("query") or ""
     profile = args.get("profile")
+    if profile is not None and str(profile).strip().casefold() == link_profile_name(link_profile).casefold():
+        # the profile the results' links name is the store searched here (as fan-out routes its own name):
+        # resolving a link as 0.21.5's texts say (session_id=id, profile=profile) must come back to it
+        profile = None
     if profile is not None and str(profile).strip():
         # another profile's store by name: the installed runtime resolves (or refuses) it; fan-out never
         # gets here (SessionSearchTool opens each agent's store itself and drops `profile`)
@@ -371,7 +381,8 @@ def facts(search: str) -> dict:
         else:
             texts, tdetail = "installed", st["detail"]
             sha = _sha(runtime_schema())
-            source = f"installed (hermes-agent {runtime_version()}'s own; 0.21.5's not downloaded)"
+            why = "the file present is not usable" if st["present"] else "0.21.5's not downloaded"
+            source = f"installed (hermes-agent {runtime_version()}'s own; {why})"
         what = (f"{EMULATED_VERSION} behaviour, emulated over {version}'s store (harness.runtime.adaptive), "
                 f"session_search shape {shape}")
     else:
