@@ -446,7 +446,7 @@ class Judgement(_Model):
 
     schema_version: Literal[1]
     run_id: str
-    kind: str  # correct, leak (LongMemEval's answer check) or a judgement kind a module registers (judge/kinds.py)
+    kind: str  # correct, leak (LongMemEval's answer check) or a judgement kind a module registers (judge/kinds/)
     condition: str
     variant: str
     qid: str

@@ -41,6 +41,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from harness.plugins import Registry, caller
+
 from ..units import Unit
 from ..views import View
 
@@ -207,14 +209,16 @@ def auto_name(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
 
 
-REGISTRY: dict[str, Callable[..., Backend]] = {}
+BACKENDS: Registry[type[Backend]] = Registry("index backend", __package__, skip=("base",))
 
 
 def register(name: str):
+    """@register("mine") above a Backend subclass: found by name, a second `mine` refused with both modules."""
+    origin = caller()
+
     def deco(cls):
-        REGISTRY[name] = cls
         cls.name = name
-        return cls
+        return BACKENDS.register(name, cls, origin)
 
     return deco
 
@@ -233,34 +237,9 @@ def make_backend(name_or_cfg, **params) -> Backend:
 
 def backend_class(name: str):
     """The registered class of `name` (its descriptive attributes need no instance and no server)."""
-    _load_all()
-    if name not in REGISTRY:
-        raise KeyError(f"unknown index backend {name!r}; known: {sorted(REGISTRY)}")
-    return REGISTRY[name]
+    return BACKENDS.get(name)
 
 
 def backends() -> dict[str, Callable[..., Backend]]:
     """Every registered backend, by name (the package's modules and the plugins)."""
-    _load_all()
-    return dict(REGISTRY)
-
-
-_discovered = False
-
-
-def _load_all() -> None:
-    """Import every module of this package (each registers its class) and the plugins."""
-    global _discovered
-    if not _discovered:
-        import importlib
-        import pkgutil
-
-        from . import __path__ as pkg_path
-
-        for mod in pkgutil.iter_modules(pkg_path):
-            if mod.name != "base" and not mod.name.startswith("_"):
-                importlib.import_module(f"{__package__}.{mod.name}")
-        _discovered = True
-    from harness import plugins
-
-    plugins.load()
+    return BACKENDS.items()
