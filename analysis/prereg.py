@@ -517,7 +517,7 @@ def _values(df: pd.DataFrame, col: str, where: str) -> np.ndarray:
 
 
 class _Study(Rule):
-    """Reads one CSV output of the backend study (stage `backends`, harness/memory/study.py)."""
+    """Reads one CSV output of the backend study (stage `backends`, bench/backends/)."""
 
     def describe(self, t):
         return f"{t['source']} {t.get('select', {})} {t['column']} {self.name[6:]} {t['threshold']}"

@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from harness.plugins import Registry, caller
-from harness.run.tools import Tool
+from harness.runtime.tools import Tool
 
 
 @dataclass
@@ -54,6 +54,14 @@ def modules() -> list:
     """Every agent-run condition module (the tree's and the plugins'; the personalization methods,
     conditions/personal/, are another contract)."""
     return [m for n, m in sorted(CONDITIONS.items().items()) if not n.startswith("personal.")]
+
+
+def needs(cfg) -> set[str]:
+    """What the stage's conditions need (their NEEDS: memory_space, sandbox, runtime)."""
+    out: set[str] = set()
+    for c in (cfg.stage.get("conditions") or {}).values():
+        out |= set(getattr(load(str(c.module)), "NEEDS", ()))
+    return out
 
 
 def search_tools(module: str | None = None) -> set[str]:

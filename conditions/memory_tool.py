@@ -24,7 +24,7 @@ from conditions import Access
 from harness.data.longmemeval import DATE_FORMAT
 from harness.memory.units import rounds_of
 from harness.memory.views import View
-from harness.run.tools import ToolError, ToolResult
+from harness.runtime.tools import ToolError, ToolResult
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
 FORECAST = {"calls": 3, "result_chars": 6_000, "schema_chars": 1_200}  # harness.run.forecast

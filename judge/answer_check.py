@@ -46,18 +46,14 @@ from judge import kinds, prompts as P
 from judge.cache import JudgeCache
 from judge.common import end_torn_line, identity, judgements_dir, now  # noqa: F401  (identity: judge.answer_check.identity stays importable)
 
-JUDGE_PARAMS = {"temperature": 0, "max_tokens": 10}  # official: one user message, temperature 0, 10 tokens
+JUDGE_PARAMS = C.JUDGE_PARAMS
 DONE = ("ok", "unparsable")
 ROLE = C.ROLE
 
 
 # ------------------------------------------------------------------------------ judge identity
 
-def judge_model_config(judge_cfg) -> dict:
-    """The judge's model config calling with the official parameters only (temperature 0, at
-    most 10 tokens), whatever its model config passes to agents (e.g. reasoning_effort), plus
-    what the user adds under `judge_params`."""
-    return C.model_config(judge_cfg, JUDGE_PARAMS)
+judge_model_config = C.judge_model_config  # the answer check's request shape (judge.common: the preflight reads it too)
 
 
 # ------------------------------------------------------------------------------ judgements files

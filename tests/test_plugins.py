@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 CONDITION = '''
 from conditions import Access
-from harness.run.tools import ToolResult
+from harness.runtime.tools import ToolResult
 
 SEARCH_TOOLS = ("toy_lookup",)  # the tool_use table counts its calls as searches
 FORECAST = {"calls": 2, "result_chars": 100, "schema_chars": 200}

@@ -37,6 +37,7 @@ import pandas as pd
 from scipy import stats
 
 from analysis.load import AnalysisError
+from analysis.markdown import md_table
 from harness.failures import announce
 from harness.records import RunDir
 from judge.rubric import DIMENSIONS, describe_profile, describe_task, load_rubric
@@ -171,6 +172,20 @@ def read_ratings(path: Path) -> dict[str, int]:
     return out
 
 
+def _f(x, nd=2) -> str:
+    return "–" if pd.isna(x) else f"{x:.{nd}f}"
+
+
+def render(table: pd.DataFrame, intra: dict, info: dict) -> str:
+    body = [[r.method, r.n, _f(r.human_mean), _f(r.judge_mean), f"{100 * r.exact:.1f}%", f"{100 * r.within_one:.1f}%",
+             _f(r.mae), _f(r.spearman_rho, 3), "–" if pd.isna(r.spearman_p) else f"{r.spearman_p:.2g}"]
+            for r in table.itertuples()]
+    return (md_table(["method", "n", "human mean", "judge mean", "exact", "within one", "MAE", "Spearman ρ", "p"],
+                     body) + f"\n\nDimension {info['dimension']}, judge {info['judge']}. Intra-rater: the same score "
+            f"on {intra['same']} of {intra['pairs']} duplicate pairs, mean absolute difference "
+            f"{_f(intra['mean_abs_diff'])}.\n")
+
+
 def agree(ratings: Path, key: Path | None = None) -> tuple[pd.DataFrame, dict, dict]:
     """(Table 3 by method + "all", the intra-rater check, sample.json) for a filled ratings sheet."""
     ratings = Path(ratings)
@@ -234,8 +249,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         table, intra, info = agree(Path(opts["ratings"]), Path(opts["key"]) if opts.get("key") else None)
     except AnalysisError as exc:
         return announce(exc)
-    from .table3 import render
-
     print(render(table, intra, info))
     return 0
 

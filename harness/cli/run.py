@@ -27,6 +27,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from harness.failures import STOPPED, exits_with_code
+from harness import studies
 from harness.records.shards import DriverLock, Shard
 from harness.run.budget import Budget, BudgetReached
 from harness.run.sweep import multirun_flag_first, sweep_label  # noqa: F401  (kept importable here)
@@ -88,6 +89,9 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
             print("\n".join(c.line() for c in checks))
             print("\n".join(pf.dry_run_lines(shapes)))
             print(step.forecast())
+            study = studies.get(cfg.stage.get("kind"))
+            if study.power:  # the analysis's power of each comparison, priced with the forecast
+                print(study.step("power")(cfg, plan, getattr(step, "forecast_rows", [])))
             print(f"dry run: nothing started ({len(plan.runs)} runs planned)")
         except BrokenPipeError:  # `| head`: the reader has what it wanted
             sys.stderr.close()

@@ -7,9 +7,8 @@ weights and the official judge prompts.
 * `download_bge(...)`: BAAI/bge-small-en-v1.5 from the hub at the pinned commit
   (harness.memory.encoder.BGE_REVISION), only the files sentence-transformers reads
   (BGE_FILES), into `<out>/bge-small-en-v1.5/`.
-* `download_evaluate_qa(...)`: LongMemEval's `src/evaluation/evaluate_qa.py` (github
-  xiaowu0162/LongMemEval, MIT) at the pinned commit (judge.prompts.OFFICIAL_COMMIT), as a raw
-  file, into `<out>/evaluate_qa.py`.
+* the official judge prompts (LongMemEval's `src/evaluation/evaluate_qa.py`) are the judge's:
+  judge.prompts.download_official, with these helpers (the judge builds on the data, not the reverse).
 
 A file whose sha256 is known (SPEC 1, BGE_FILES, OFFICIAL_SHA256) and differs is deleted and
 reported (ChecksumError), never used. Each download writes `<dir>/download.json` beside what it
@@ -56,7 +55,7 @@ def verify(path: Path, filename: str) -> str:
     return digest
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
@@ -103,7 +102,7 @@ def download(split: str, out_dir: str | Path, revision: str = "main", repo_id: s
         "what": f"LongMemEval cleaned, split {split}", "source": f"hf dataset {repo_id}",
         "url": f"{_hf_endpoint(endpoint)}/datasets/{repo_id}/resolve/{commit}/{filename}",
         "revision": revision, "commit": commit, "sha256": digest, "bytes": target.stat().st_size,
-        "pinned_sha256": KNOWN_SHA256.get(filename), "fetched": _now()}})
+        "pinned_sha256": KNOWN_SHA256.get(filename), "fetched": now()}})
     return {"path": str(target), "sha256": digest, "revision": revision, "commit": commit}
 
 
@@ -152,7 +151,7 @@ def download_bge(out_dir: str | Path = "data/models", revision: str | None = Non
             entries[rel] = {"what": f"{repo_id} (encoder weights, tokenizer, config)", "source": f"hf model {repo_id}",
                             "url": f"{_hf_endpoint(endpoint)}/{repo_id}/resolve/{commit}/{rel}",
                             "revision": revision, "commit": commit, "sha256": digest, "bytes": dst.stat().st_size,
-                            "pinned_sha256": want if pinned else None, "fetched": _now()}
+                            "pinned_sha256": want if pinned else None, "fetched": now()}
         if refused:
             raise ChecksumError(f"{repo_id}@{commit}: refused and deleted, never used: " + "; ".join(refused))
         for rel in BGE_FILES:
@@ -164,53 +163,3 @@ def download_bge(out_dir: str | Path = "data/models", revision: str | None = Non
     record(target, entries)
     return {"path": str(target), "repo": repo_id, "revision": revision, "commit": commit, "pinned": pinned,
             "sha256": {rel: e["sha256"] for rel, e in entries.items()}}
-
-
-def download_evaluate_qa(out_dir: str | Path = "data/longmemeval", commit: str | None = None,
-                         base_url: str | None = None, timeout: float = 60.0) -> dict:
-    """LongMemEval's src/evaluation/evaluate_qa.py at the pinned commit into `<out_dir>/evaluate_qa.py`.
-
-    `base_url` replaces https://raw.githubusercontent.com (the URL is <base>/<owner>/<repo>/<commit>/<path>).
-    At the pinned commit the file must have OFFICIAL_SHA256, or it is deleted and refused; another
-    commit is recorded as trust-on-first-download."""
-    from judge.prompts import (
-        OFFICIAL_COMMIT,
-        OFFICIAL_FILE,
-        OFFICIAL_REPO,
-        OFFICIAL_SHA256,
-        PromptFileError,
-        parse_official,
-    )
-
-    commit = commit or OFFICIAL_COMMIT
-    base = (base_url or GITHUB_RAW).rstrip("/")
-    url = f"{base}/{OFFICIAL_REPO}/{commit}/{OFFICIAL_FILE}"
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / "evaluate_qa.py"
-    tmp = out_dir / ".evaluate_qa.py.partial"
-    h = hashlib.sha256()
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
-            for block in iter(lambda: r.read(1 << 16), b""):
-                h.update(block)
-                f.write(block)
-        digest = h.hexdigest()
-        want = OFFICIAL_SHA256 if commit == OFFICIAL_COMMIT else None
-        if want and digest != want:
-            raise ChecksumError(f"{url}: sha256 {digest} differs from the pinned {want}; deleted, never used")
-        try:
-            parse_official(tmp)
-            parses = True
-        except PromptFileError:
-            parses = False
-        tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    record(out_dir, {"evaluate_qa.py": {
-        "what": f"LongMemEval official answer-check prompts ({OFFICIAL_FILE}, MIT)",
-        "source": f"github {OFFICIAL_REPO}",
-        "url": url, "revision": commit, "commit": commit if len(commit) == 40 else None, "sha256": digest,
-        "bytes": target.stat().st_size, "pinned_sha256": want, "parses": parses, "fetched": _now()}})
-    return {"path": str(target), "url": url, "commit": commit, "sha256": digest, "pinned": want is not None,
-            "parses": parses}

@@ -205,9 +205,9 @@ def seed_row(cfg) -> Row:
 
 
 def manifest(cfg, plan) -> list[Row]:
-    from harness.run.preflight import needs
+    import conditions
 
-    need = needs(cfg)
+    need = conditions.needs(cfg)
     return [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need), index_row(cfg, need),
             tool_texts_row(cfg), data_row(plan), seed_row(cfg)]
 

@@ -26,6 +26,7 @@ class Study:
     judge: str | None  # "module:function"(cfg, run_dir) -> exit code; None: no judge
     analysis: str  # the module `make analyze` runs on its folders
     record: str = "record"  # harness.records.schema name of its records
+    power: str | None = None  # "module:function"(cfg, plan, forecast rows) -> str: a dry run's power lines
     about: str = ""
 
     def step(self, name: str) -> Callable[..., Any]:

@@ -21,6 +21,7 @@ attributes, so the preflight, the personalization runner, the replay and the bac
     filter_mode          how it applies a view: "pre-filter" | "post-filter" | "exact" | "lexical"
     in_place_visibility  set_visibility() changes a unit's visibility without re-inserting it
     approximate          an approximate index (built several times by the study); exact is not
+    exact                its dense results are the true top-k (a replay checks no search of it)
     storage              "memory" | "disk": where its footprint lies
     isolation_keys       the config keys naming its private index (what a replay renames, so it never
                          drops a live stage's index); private_params(name) names one for the study
@@ -73,6 +74,7 @@ class Backend(ABC):
     filter_mode: str = "pre-filter"  # pre-filter | post-filter | exact | lexical
     in_place_visibility: bool = False  # set_visibility() keeps the index structure
     approximate: bool = False
+    exact: bool = False  # returns the true top-k under the view: a ground truth (the replay re-issues no search of it)
     storage: str = "memory"  # memory | disk
     isolation_keys: tuple[str, ...] = ()  # config keys naming its private index (renamed by a replay)
     query_settings: tuple[str, ...] = ()  # attributes a study configuration may set at query time
