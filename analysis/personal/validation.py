@@ -42,7 +42,7 @@ from harness.failures import announce
 from harness.records import RunDir
 from judge.rubric import DIMENSIONS, describe_profile, describe_task, load_rubric
 
-from .common import METHODS, method_order
+from .common import roles
 
 SHEET_COLUMNS = ("position", "item", "profile", "task", "query", "reply", "score")
 KEY_COLUMNS = ("item", "run_id", "condition", "trial_id", "copy", "position")
@@ -110,7 +110,8 @@ def sample(folder: Path, judge: str | None = None, per_method: int = 6, duplicat
     rng = np.random.default_rng(seed)
     chosen: list[dict] = []
     present = {r["condition"] for r in judged}
-    for cond in [m for m in METHODS if m in present] or method_order(present):  # the paper's four methods
+    who = roles([f])
+    for cond in [m for m in who.methods if m in present] or who.order(present):  # the paper's methods (their roles)
         pool = [r for r in judged if r["condition"] == cond]
         if len(pool) < per_method:
             raise AnalysisError(f"{folder}: {cond} has {len(pool)} judged runs, fewer than per_method={per_method}")
@@ -144,7 +145,7 @@ def sample(folder: Path, judge: str | None = None, per_method: int = 6, duplicat
             w.writerow([item_id(seed, r["run_id"], copy), r["run_id"], r["condition"], r["trial_id"], copy, p])
     info = {"folder": str(Path(folder).resolve()), "judge": name, "dimension": dimension, "seed": seed,
             "per_method": per_method, "duplicates": duplicates, "min_gap": min_gap, "items": len(items),
-            "methods": method_order({r["condition"] for r in chosen}),
+            "methods": who.order({r["condition"] for r in chosen}),
             "instructions": f"Score every row's reply 1-5 on {dimension} with the judge's rubric (judge/rubric.py "
                             "TEMPLATE); save the filled sheet as ratings.csv beside key.csv."}
     (out / "sample.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
@@ -209,7 +210,9 @@ def agree(ratings: Path, key: Path | None = None) -> tuple[pd.DataFrame, dict, d
         raise AnalysisError(f"{info['folder']}: the judge {info['judge']} has no {info['dimension']} score for "
                             + ", ".join(k.loc[k["judge"].isna(), "run_id"].head(5)))
     first = k[k["copy"] == 1]
-    rows = [{"method": m, **agreement(g.human, g.judge)} for m in method_order(first.condition)
+    rated = set(first.condition)  # in the order the sample listed its methods (their roles), then any others
+    order = [m for m in info.get("methods") or () if m in rated] + sorted(rated - set(info.get("methods") or ()))
+    rows = [{"method": m, **agreement(g.human, g.judge)} for m in order
             for g in [first[first.condition == m]]]
     rows.append({"method": "all", **agreement(first.human, first.judge)})
     pairs = k.pivot_table(index="run_id", columns="copy", values="human", aggfunc="first").dropna()

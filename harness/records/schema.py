@@ -367,7 +367,7 @@ class StageInfo(_Open):
     fidelity: dict[str, Any] | None = None
     # the schema of its records/ (its study's `record`, harness.studies); a stage.json written before
     # this field: the personalization study's folders held personal_record, every other record
-    record: str | None = None
+    record: str | None = Field(default=None, validate_default=True)
 
     @field_validator("record", mode="after")
     @classmethod
