@@ -144,8 +144,9 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
 @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     with exits_with_code():  # 2 bad input, 3 stopped, 4 budget (harness.failures)
-        from harness import studies
+        from harness.run import settings
 
+        settings.check(cfg)  # an added option nobody reads, or two presets of one name: exit 2 before anything
         sweep = sweep_label(cfg)
         studies.get(cfg.stage.get("kind")).step("run")(cfg, sweep)  # the stage's study (harness/studies/)
 
