@@ -1,0 +1,48 @@
+"""A misspelt or unknown added option is an error naming the nearest key (harness/run/settings.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from harness.run.settings import SettingsError, check_additions
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def composed(*overrides):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def test_a_misspelt_condition_option_names_the_nearest_key():
+    ov = ["stage=smoke", "+stage.conditions.tool_dense.kk=5"]
+    with pytest.raises(SettingsError, match=r"stage\.conditions\.tool_dense\.kk.*did you mean stage\.conditions\.tool_dense\.k\?"):
+        check_additions(composed(*ov), ov)
+
+
+def test_declared_options_and_open_dictionaries_pass():
+    ov = ["stage=smoke", "+judge.kinds=[answer_check]", "+stage.judge_kinds=[answer_check]",
+          "+judge.params.reasoning_effort=low", "+model.params.top_p=0.5", "+results_dir=/tmp/r",
+          "+condition@stage.conditions.shell=shell"]
+    check_additions(composed(*ov), ov)  # nothing raised
+
+
+@pytest.mark.parametrize("override, nearest", [("+stage.judge_kind=[brief]", "stage.judge_kinds"),
+                                               ("+judge.kind=[brief]", "judge.kinds"),
+                                               ("+index.dimm=8", "index.dim")])
+def test_an_unknown_option_of_each_typed_node_is_refused(override, nearest):
+    ov = ["stage=smoke", override]
+    with pytest.raises(SettingsError, match=rf"did you mean {nearest}\?"):
+        check_additions(composed(*ov), ov)
+
+
+def test_the_command_stops_with_exit_2_before_anything_runs(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "dry_run=true", f"runs_dir={tmp_path}",
+                          "+stage.conditions.prefetch.kk=3"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "did you mean stage.conditions.prefetch.k?" in res.stderr and "plan" not in res.stdout
