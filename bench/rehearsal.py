@@ -4,7 +4,7 @@ A benchmark, not a test. Generated S-shape data, the whole `main` stage (its con
 and groups as conf/stage/main.yaml has them, concurrency 8) run by the real driver
 (`python -m harness.run`, a subprocess) against bench.fake_upstream, then judging
 (`python -m judge.run`, same fake) and the analysis (`python -m analysis.run`). It
-prints where the time, memory and disk go (see README, "Rehearsal").
+prints where the time, memory and disk go (docs/measurements.md, "Rehearsal").
 
 Knobs (key=value):
   questions=180      main-sample questions (180 = the study); the subset run by every condition twice

@@ -9,7 +9,7 @@ view is answered as if the session did not exist.
 
 Guidance (`guidance:` in the condition's config, recorded in every record): `paper` is the
 tool of Appendix B as the study measured it; `assisted` adds two texts the 1.5B local model
-needs (README, pilot_local): the date parameters say every memory predates the current date,
+needs (docs/measurements.md, pilot_local): the date parameters say every memory predates the current date,
 and an empty search limited to dates names the dates the view's memory holds and says to
 search again without them. Stages on the local model choose `assisted`; every other stage,
 and the paper preset, `paper`.
