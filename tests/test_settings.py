@@ -46,3 +46,24 @@ def test_the_command_stops_with_exit_2_before_anything_runs(tmp_path):
                           "+stage.conditions.prefetch.kk=3"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2, res.stderr[-2000:]
     assert "did you mean stage.conditions.prefetch.k?" in res.stderr and "plan" not in res.stdout
+
+
+@pytest.mark.parametrize("params", [{"reasoning_effort": "low"}, {"reasoning": {"effort": "low"}},
+                                    {"extra_body": {"reasoning_effort": "LOW"}}, {"think": "low"}])
+def test_the_reasoning_effort_is_one_setting_whatever_the_provider_calls_it(params):
+    from harness.run.fidelity import reader_row
+    from harness.run.settings import reasoning_effort
+
+    cfg = composed("stage=smoke", "model=deepseek")
+    cfg.model.params = params
+    assert reasoning_effort(cfg.model) == "low"
+    row = reader_row(cfg)
+    assert "reasoning effort low" in row.line() and row.status == "same", row.line()
+
+
+def test_no_reasoning_effort_reads_not_set_and_two_different_ones_are_refused():
+    from harness.run.settings import reasoning_effort
+
+    assert reasoning_effort({"params": {"temperature": 0}}) is None
+    with pytest.raises(SettingsError, match="set twice, differently: params.reasoning_effort=low, params.reasoning.effort=high"):
+        reasoning_effort({"name": "m", "params": {"reasoning_effort": "low", "reasoning": {"effort": "high"}}})

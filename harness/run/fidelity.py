@@ -81,7 +81,9 @@ def _is_org(cfg) -> bool:
 
 def reader_row(cfg) -> Row:
     m = cfg.model
-    effort = (m.get("params") or {}).get("reasoning_effort")
+    from harness.run.settings import reasoning_effort
+
+    effort = reasoning_effort(m)  # however the provider spells it
     same = str(m.get("model")) == PAPER["reader_model"]["model"] and effort == PAPER["reader_model"]["reasoning_effort"]
     return Row("reader_model", "reader model (configured)", PAPER_TEXT["reader_model"],
                f"{m.get('model')} ({m.get('name')}), reasoning effort {effort or 'not set'}", _status(same),

@@ -105,6 +105,32 @@ for _name, _node in SCHEMAS.items():
     _cs.store(group="schema", name=_name, node=_node)
 
 
+# how providers spell the reasoning effort in a request's parameters (OpenAI / DeepSeek / vLLM, the
+# Responses API and OpenRouter, a body passed through, Ollama's think level)
+REASONING_SPELLINGS = (("reasoning_effort",), ("reasoning", "effort"), ("extra_body", "reasoning_effort"),
+                       ("extra_body", "reasoning", "effort"), ("think",))
+
+
+def reasoning_effort(model_cfg) -> Optional[str]:
+    """The one reasoning setting of an endpoint config, whatever the provider calls it (None: not set).
+
+    WHY: the fidelity manifest compares it with the paper's (low); a preset that writes
+    `params: {reasoning: {effort: low}}` must not read as "not set"."""
+    params = (model_cfg.get("params") if hasattr(model_cfg, "get") else None) or {}
+    found = []
+    for path in REASONING_SPELLINGS:
+        node: Any = params
+        for p in path:
+            node = node.get(p) if hasattr(node, "get") else None
+        if node is not None and not hasattr(node, "get"):
+            found.append((".".join(path), str(node).lower() if not isinstance(node, bool) else str(node).lower()))
+    values = {v for _, v in found}
+    if len(values) > 1:
+        raise SettingsError(f"model {model_cfg.get('name')}: the reasoning effort is set twice, differently: "
+                            + ", ".join(f"params.{k}={v}" for k, v in found))
+    return values.pop() if values else None
+
+
 def declared(kind: str, node: Any = None) -> set[str]:
     """The optional keys a node of this kind accepts; a condition's also its module's `Settings` fields."""
     out = {f.name for f in fields(SCHEMAS[kind])}
