@@ -67,3 +67,22 @@ def test_no_reasoning_effort_reads_not_set_and_two_different_ones_are_refused():
     assert reasoning_effort({"params": {"temperature": 0}}) is None
     with pytest.raises(SettingsError, match="set twice, differently: params.reasoning_effort=low, params.reasoning.effort=high"):
         reasoning_effort({"name": "m", "params": {"reasoning_effort": "low", "reasoning": {"effort": "high"}}})
+
+
+@pytest.mark.parametrize("override, key", [("stage.judge_after_run=maybe", "stage.judge_after_run"),
+                                           ("index.dim=wide", "index.dim"),
+                                           ("model.timeout_s=soon", "model.timeout_s")])
+def test_a_value_of_the_wrong_type_is_refused_naming_its_key(override, key):
+    from harness.run.settings import check_types
+
+    with pytest.raises(SettingsError, match=key.replace(".", r"\.")):
+        check_types(composed("stage=smoke", override))
+
+
+def test_every_shipped_stage_and_preset_fits_its_schema():
+    from harness.run.settings import check_types
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for group in ("stage", "model", "judge", "index"):
+            for path in sorted((REPO / "conf" / group).glob("*.yaml")):
+                check_types(compose("config", overrides=[f"{group}={path.stem}"]))

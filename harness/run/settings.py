@@ -196,6 +196,36 @@ def check_additions(cfg, overrides: list[str], groups: set[str] = frozenset()) -
                             + f"; a {kind} takes: {', '.join(sorted(have))}")
 
 
+def nodes(cfg) -> list[tuple[str, str, Any]]:
+    """(path, kind, node) of every typed node of a composed config."""
+    out = [(k, k, cfg.get(k)) for k in ("stage", "index", "model", "judge") if cfg.get(k) is not None]
+    for name, node in ((cfg.get("stage") or {}).get("conditions") or {}).items():
+        out.append((f"stage.conditions.{name}", "condition", node))
+    return out
+
+
+def typed(kind: str, node: Any):
+    """The node's declared settings as a typed (structured) config: a value of the wrong type is an error
+    naming the key. A module that wants its settings typed reads them through this."""
+    from omegaconf import OmegaConf
+
+    schema = SCHEMAS[kind]
+    names = {f.name for f in fields(schema)}
+    given = {k: node.get(k) for k in names if k in node and node.get(k) is not None}
+    return OmegaConf.merge(OmegaConf.structured(schema), given)
+
+
+def check_types(cfg) -> None:
+    from omegaconf.errors import ValidationError
+
+    for path, kind, node in nodes(cfg):
+        try:
+            typed(kind, node)
+        except ValidationError as exc:
+            key = getattr(exc, "key", None) or getattr(exc, "full_key", "?")
+            raise SettingsError(f"{path}.{key}: {exc.msg if hasattr(exc, 'msg') else exc}".splitlines()[0]) from None
+
+
 def config_sources() -> list[Path]:
     """The file folders Hydra composed from (the tree's conf/ and each hydra.searchpath entry), in order."""
     from hydra.core.hydra_config import HydraConfig
@@ -222,3 +252,4 @@ def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = 
     presets.discover(sources)
     groups = {str(p.relative_to(src)) for src in sources for p in src.rglob("*") if p.is_dir()}
     check_additions(cfg, overrides, groups)
+    check_types(cfg)
