@@ -131,6 +131,9 @@ class Registry(Generic[T]):
         self.discover()
         return {k: v for k, (v, _) in self._entries.items()}
 
+    def __getitem__(self, name: str) -> T:
+        return self.get(name)
+
     def __contains__(self, name: str) -> bool:
         self.discover()
         return name in self._entries

@@ -20,11 +20,9 @@ overridable (`endpoint=`, HF_ENDPOINT; `base_url=`), which is how the tests serv
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
