@@ -199,7 +199,7 @@ def sample(record: dict, row: pd.Series, folder: Folder, rd: RunDir) -> EvalSamp
                          record["answer"], correct=False)
         if s is not None:
             scores["leak"] = s
-    for col in (c for c in row.index if c.startswith(SCORE_PREFIX)):  # registered judgement kinds (judge/kinds.py)
+    for col in (c for c in row.index if c.startswith(SCORE_PREFIX)):  # registered judgement kinds (judge/kinds/)
         kind = col[len(SCORE_PREFIX):]
         s = _judge_score(row[col], "judge", folder.judgements.get((record["run_id"], kind)), record["answer"])
         if s is not None:

@@ -354,7 +354,7 @@ def _label_of(record: dict, judgement: dict | None) -> tuple[float, str]:
 # ------------------------------------------------------------------------------ frames
 
 
-SCORE_PREFIX = "score_"  # a judgement kind besides correct/leak (judge/kinds.py): one column each in runs.csv
+SCORE_PREFIX = "score_"  # a judgement kind besides correct/leak (judge/kinds/): one column each in runs.csv
 
 
 def judged_kinds(folder: Folder) -> list[str]:

@@ -24,6 +24,7 @@ alpha / 2 for McNemar. Tests: statsmodels' NormalIndPower and the closed form ab
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -31,6 +32,9 @@ from typing import Iterable, Sequence
 from statistics import NormalDist
 
 import numpy as np
+
+from harness.records import RunDir
+from harness.run.forecast import pilot_records
 
 TARGET = 0.8
 N = NormalDist()  # the standard normal (the stdlib's: a dry run need not import scipy)
@@ -509,3 +513,47 @@ def render(rows: Iterable[Comparison], prereg=None, seed: int = 0) -> str:
 
 def _usd(x: float) -> str:
     return "-" if not math.isfinite(x) else f"${x:,.2f}" if x >= 1 else f"${x:.4f}"
+
+
+# ------------------------------------------------------------------------------ a stage's power lines
+
+def pilot_runs(runs_dir: Path, model: str) -> dict | None:
+    """The pilot's repeat-0 runs for the power of each comparison: per (variant,
+    condition, question) its tokens, calls, time and correctness (the pilot's judge; None unjudged;
+    a failed run is wrong)."""
+    from analysis.load import SIDE_JUDGEMENTS  # pandas: only when a pilot exists
+
+    folder, recs = pilot_records(runs_dir, model)
+    if not recs:
+        return None
+    rd = RunDir(folder)
+    names = sorted(p.stem for p in (folder / "judgements").glob("*.jsonl") if not p.name.endswith(".attempts.jsonl")
+                   and not any(m in p.name for m in SIDE_JUDGEMENTS))  # the answers' judge, not a probe or errata
+    labels = {k: j.label for k, j in rd.judgements(names[0]).items()} if names else {}
+    runs = {}
+    for r in recs:
+        if r.repeat:
+            continue
+        lab = labels.get((r.run_id, "correct"))
+        correct = 0.0 if r.status != "ok" else (None if not isinstance(lab, bool) else float(lab))
+        runs[(r.variant or "", r.condition, r.qid)] = {
+            "tokens": r.tokens.prompt + r.tokens.output, "model_calls": r.model_calls, "time": r.wall_s,
+            "tool_calls": r.tool_calls, "cost": r.cost_list, "correct": correct}
+    return {"folder": f"{folder.parent.name}/{folder.name}", "runs": runs}
+
+
+def stage_lines(cfg, plan, rows) -> str:
+    """The power of each pre-registered comparison of this stage at the planned sample, each priced with the
+    forecast's rows (harness.run.forecast.Row); the agents study's `power` step, printed by a dry run."""
+    from analysis import prereg as P
+
+    pre = P.load(Path(__file__).resolve().parents[1] / "conf" / "prereg" / "hypotheses.yaml")
+    by: dict[tuple[str, str], set[str]] = {}
+    for r in plan.runs:
+        if r.repeat == 0:
+            by.setdefault((r.variant, r.condition), set()).add(r.qid)
+    planned = {(v, a, b): len(by[(v, a)] & by[(v, b)]) for (v, a) in by for (w, b) in by if v == w and a != b}
+    prices = dict(cfg.model.prices)
+    costs = {r.condition: r.cost(prices) / r.runs for r in rows if r.runs}
+    pilot = pilot_runs(Path(str(cfg.runs_dir)), str(cfg.model.model)) if plan.stage != "pilot" else None
+    return render(comparisons(pre, plan.stage, planned, costs, pilot), pre)

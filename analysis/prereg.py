@@ -32,6 +32,7 @@ import yaml
 from analysis import stats
 from analysis.load import REPO, Folder
 from analysis.tables.common import Settings, compare, select
+from harness.plugins import Registry, caller
 
 DEFAULT_PATH = REPO / "conf" / "prereg" / "hypotheses.yaml"
 FAMILIES = ("primary", "secondary")
@@ -240,13 +241,13 @@ class Rule:
         return f"{self.name} {t.get('source', '')}".strip()
 
 
-RULES: dict[str, Rule] = {}
+RULES: Registry[Rule] = Registry("pre-registered rule", None)  # this module's classes, and the plugins'
 
 
 def register(cls: type[Rule]) -> type[Rule]:
-    if not cls.name or cls.name in RULES:
-        raise ValueError(f"rule class {cls.__name__}: name {cls.name!r} empty or taken")
-    RULES[cls.name] = cls()
+    if not cls.name:
+        raise ValueError(f"rule class {cls.__name__}: no name")
+    RULES.register(cls.name, cls(), caller())
     return cls
 
 
@@ -517,7 +518,7 @@ def _values(df: pd.DataFrame, col: str, where: str) -> np.ndarray:
 
 
 class _Study(Rule):
-    """Reads one CSV output of the backend study (stage `backends`, harness/memory/study.py)."""
+    """Reads one CSV output of the backend study (stage `backends`, bench/backends/)."""
 
     def describe(self, t):
         return f"{t['source']} {t.get('select', {})} {t['column']} {self.name[6:]} {t['threshold']}"

@@ -309,15 +309,15 @@ def command_line(argv: Sequence[str], folders: Sequence[Folder]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from harness.data.errata import ErrataError
-    from harness.plugins import PluginError
+    from harness.plugins import PluginError, RegistryError
 
     try:
         opts = parse_args(argv)
-        registry.discover()  # a plugin that does not import is named before any folder is read
+        registry.TABLES.discover()  # a plugin that does not import is named before any folder is read
         res = analyse(opts)
         res.command = command_line(argv, res.folders)
         out = write(res, Path(opts["out"]))
-    except (AnalysisError, P.PreregError, PluginError, ErrataError) as exc:
+    except (AnalysisError, P.PreregError, PluginError, RegistryError, ErrataError) as exc:
         return announce(exc)  # error: ..., exit 2 (harness.failures)
     print(summary(res, out))
     code = exit_code(res, opts["lenient"])

@@ -4,11 +4,11 @@ A benchmark, not a test. Generated S-shape data, the whole `main` stage (its con
 and groups as conf/stage/main.yaml has them, concurrency 8) run by the real driver
 (`python -m harness.run`, a subprocess) against bench.fake_upstream, then judging
 (`python -m judge.run`, same fake) and the analysis (`python -m analysis.run`). It
-prints where the time, memory and disk go (see README, "Rehearsal").
+prints where the time, memory and disk go (docs/measurements.md, "Rehearsal").
 
 Knobs (key=value):
   questions=180      main-sample questions (180 = the study); the subset run by every condition twice
-                     (and by `full`) is a third of it: runs = questions*8 + subset*10, 2,040 at 180
+                     (and by `full`) is a third of it; the runs are the main stage's plan (2,040 at 180)
   latency_scale=1.0  times the upstream's latency (median 1.5 s); 0.1 = ten times faster calls
   kill_at=none       a fraction (e.g. 0.5): kill -9 the driver once that share of runs is recorded,
                      then run the same command again (it must resume and lose nothing)
@@ -39,7 +39,16 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FULL = {"questions": 180, "runs": 2040, "chunks": 123_000}  # the study's main stage at S size
+FULL_CHUNKS = 123_000  # the study's main stage at S size: its histories' chunks (measured)
+
+
+def full_size(o: dict) -> dict:
+    """The study's main stage at its own size (the config's samples, not the rehearsal's): its questions
+    and runs counted from the plan, so a condition added to the stage is counted without an edit here."""
+    from harness.run.plan import build
+
+    plan = build(compose(["stage=main", "data=synth_s", f"seed={o['seed']}", f"cache_dir={o['cache_dir']}"]))
+    return {"questions": len({r.qid for r in plan.runs}), "runs": len(plan.runs), "chunks": FULL_CHUNKS}
 
 
 def parse(argv: list[str]) -> dict:
@@ -302,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = subprocess.run([py, "-m", "analysis.run", f"runs={stage_root}", f"out={results}"],
                             cwd=REPO, stdout=f, stderr=f).returncode
     report["analysis"] = {"wall_s": time.perf_counter() - t0, "rc": rc}
+    report["full"] = full_size(o)
     report["expected_full"] = expected_full(report, o)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     print(render(report))
@@ -321,24 +331,24 @@ def _rss_growth(samples: list) -> tuple[float, float]:
 
 
 def expected_full(r: dict, o: dict) -> dict:
-    """The study's size (180 questions, 2,040 runs, latency scale 1) from measured rates."""
-    p, a, m = r["prepare"], r["accounting"], r["memory"]
+    """The study's size (r["full"]: its questions and runs, latency scale 1) from measured rates."""
+    p, a, m, full = r["prepare"], r["accounting"], r["memory"], r["full"]
     q = p["questions"] or 1
     out = {}
     for k, v in p["parts"].items():
         if k == "data generation (first use only)":
             continue
         # the plan reads the whole file whatever the sample; the rest grows with the questions
-        out[k] = v if (k.startswith("data check") or k == "load histories") else v / q * FULL["questions"]
+        out[k] = v if (k.startswith("data check") or k == "load histories") else v / q * full["questions"]
     embed_rate = m["embedded"] / m["embed_s"] if m["embedded"] and m["embed_s"] else None
     out["embedding rate chunks/s"] = embed_rate
-    out["embedding"] = p["chunks"] / q * FULL["questions"] / embed_rate if embed_rate else None
-    out["index builds"] = m["index_builds_s"] / max(m["index_builds"], 1) * FULL["questions"]
+    out["embedding"] = p["chunks"] / q * full["questions"] / embed_rate if embed_rate else None
+    out["index builds"] = m["index_builds_s"] / max(m["index_builds"], 1) * full["questions"]
     runs = a["recorded"] or 1
     per_run_wait = a["upstream_wait_s"] / o["latency_scale"] / runs
     per_run_harness = (a["busy_s"] - a["upstream_wait_s"]) / runs
-    out["stage wall (runs / concurrency x per-run time)"] = FULL["runs"] * (per_run_wait + per_run_harness) / o["concurrency"]
-    out["analysis (linear in runs)"] = r["analysis"]["wall_s"] * FULL["runs"] / runs
+    out["stage wall (runs / concurrency x per-run time)"] = full["runs"] * (per_run_wait + per_run_harness) / o["concurrency"]
+    out["analysis (linear in runs)"] = r["analysis"]["wall_s"] * full["runs"] / runs
     return out
 
 
@@ -450,12 +460,12 @@ def render(r: dict) -> str:
               f"{sum(m['prompt'] for m in r['metered'].values()):>12,}"
               f"{sum(f['cost_list'] for f in r['forecast']['rows'].values()):>11.3f} /"
               f"{sum(m['cost_list'] for m in r['metered'].values()):>9.3f}",
-              "", "expected at full size (180 questions, 2,040 runs, latency x1):",
+              "", f"expected at full size ({r['full']['questions']} questions, {r['full']['runs']:,} runs, latency x1):",
               f"  stage wall {e['stage wall (runs / concurrency x per-run time)'] / 60:.0f} min, "
               f"analysis <= {e['analysis (linear in runs)']:.0f} s (proportional to runs: an upper bound, start-up is most of it), embedding "
               + ("-" if e['embedding'] is None else f"{e['embedding'] / 60:.0f} min at {e['embedding rate chunks/s']:.1f} chunks/s"),
-              f"  stage disk {a['stage_bytes'] / max(a['recorded'], 1) * 2040 / 1e6:.0f} MB, "
-              f"ledger {a['ledger_bytes'] / max(a['recorded'], 1) * 2040 / 1e6:.0f} MB"]
+              f"  stage disk {a['stage_bytes'] / max(a['recorded'], 1) * r['full']['runs'] / 1e6:.0f} MB, "
+              f"ledger {a['ledger_bytes'] / max(a['recorded'], 1) * r['full']['runs'] / 1e6:.0f} MB"]
     return "\n".join(lines)
 
 

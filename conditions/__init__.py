@@ -19,10 +19,13 @@ with) and `compare_with: [...]` (further pairs the tables report, this condition
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Callable
 
-from harness.run.tools import Tool
+from harness.plugins import Registry, caller
+from harness.runtime.tools import Tool
 
 
 @dataclass
@@ -38,12 +41,27 @@ class Access:
     close: list[Callable[[], None]] = field(default_factory=list)  # run after the loop (open stores, ...)
 
 
-def modules() -> list:
-    """Every agent-run condition module of the tree (a plugin's is named by its dotted path in its yaml;
-    the personalization methods are conditions/personal/, another contract)."""
-    import pkgutil
+CONDITIONS: Registry[ModuleType] = Registry("condition", __name__, is_entry=lambda m: hasattr(m, "build"))
 
-    return [load(m.name) for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_") and not m.ispkg]
+
+def register(name: str) -> ModuleType:
+    """`conditions.register("toy")` in a plugin module: its yaml may then say `module: toy`."""
+    origin = caller()
+    return CONDITIONS.register(name, sys.modules[origin], origin)
+
+
+def modules() -> list:
+    """Every agent-run condition module (the tree's and the plugins'; the personalization methods,
+    conditions/personal/, are another contract)."""
+    return [m for n, m in sorted(CONDITIONS.items().items()) if not n.startswith("personal.")]
+
+
+def needs(cfg) -> set[str]:
+    """What the stage's conditions need (their NEEDS: memory_space, sandbox, runtime)."""
+    out: set[str] = set()
+    for c in (cfg.stage.get("conditions") or {}).values():
+        out |= set(getattr(load(str(c.module)), "NEEDS", ()))
+    return out
 
 
 def search_tools(module: str | None = None) -> set[str]:
@@ -60,14 +78,14 @@ def _all_search_tools() -> set[str]:
 
 
 def load(module: str):
-    """`memory_tool` is conditions/memory_tool.py, `personal.naive_concat` conditions/personal/naive_concat.py;
-    any other dotted name (`mypkg.toy`) is a module outside the tree."""
-    try:
-        mod = importlib.import_module(f"conditions.{module}")
-    except ModuleNotFoundError as exc:
-        if "." not in module or not str(exc.name or "").startswith("conditions"):
-            raise
-        mod = importlib.import_module(module)
+    """`memory_tool` is conditions/memory_tool.py, `personal.naive_concat` conditions/personal/naive_concat.py
+    (or a plugin's registered name); any other dotted name (`mypkg.toy`) is a module outside the tree."""
+    if module in CONDITIONS:
+        return CONDITIONS.get(module)
+    if "." not in module or module.startswith("personal."):
+        raise ModuleNotFoundError(f"no condition module {module!r} (known: {', '.join(CONDITIONS.names())})",
+                                  name=f"conditions.{module}")
+    mod = importlib.import_module(module)
     if not hasattr(mod, "build"):
         raise TypeError(f"{mod.__name__} has no build(cfg, ctx)")
     return mod

@@ -18,7 +18,7 @@ from conditions.memory_tool import REPLAY, SEARCH_TOOLS, check_guidance, tools_f
 from harness.data.longmemeval import DATE_FORMAT
 from harness.run.loop import run_loop
 from harness.run.prompts import system_prompt
-from harness.run.tools import ToolError, ToolResult
+from harness.runtime.tools import ToolError, ToolResult
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
 FORECAST = {"calls": 12, "result_chars": 4_000, "schema_chars": 1_600}  # asked agents' loops included

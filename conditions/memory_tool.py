@@ -9,7 +9,7 @@ view is answered as if the session did not exist.
 
 Guidance (`guidance:` in the condition's config, recorded in every record): `paper` is the
 tool of Appendix B as the study measured it; `assisted` adds two texts the 1.5B local model
-needs (README, pilot_local): the date parameters say every memory predates the current date,
+needs (docs/measurements.md, pilot_local): the date parameters say every memory predates the current date,
 and an empty search limited to dates names the dates the view's memory holds and says to
 search again without them. Stages on the local model choose `assisted`; every other stage,
 and the paper preset, `paper`.
@@ -24,7 +24,7 @@ from conditions import Access
 from harness.data.longmemeval import DATE_FORMAT
 from harness.memory.units import rounds_of
 from harness.memory.views import View
-from harness.run.tools import ToolError, ToolResult
+from harness.runtime.tools import ToolError, ToolResult
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
 FORECAST = {"calls": 3, "result_chars": 6_000, "schema_chars": 1_200}  # harness.run.forecast

@@ -441,14 +441,16 @@ def pg_status(s: Settings) -> dict:
 # both
 
 
-def up(s: Settings | None = None) -> list[str]:
-    """Start what is not running; return the names of the services this call started."""
+def up(s: Settings | None = None, only: set[str] | list[str] | None = None) -> list[str]:
+    """Start what is not running (of `only`, when given: e.g. what the chosen index backends declare);
+    return the names of the services this call started."""
     s = s or settings()
+    want = {"redis", "postgres"} if only is None else set(only)
     started: list[str] = []
     try:
-        if redis_up(s):
+        if "redis" in want and redis_up(s):
             started.append("redis")
-        if pg_up(s):
+        if "postgres" in want and pg_up(s):
             started.append("postgres")
     except BaseException:
         down(s, only=started)  # leave things as found

@@ -43,25 +43,20 @@ EXTRA = ["reply1", "reply2", "question", "gold", "answer"]
 
 
 def kappa(labels1: list, labels2: list) -> dict:
-    """Agreement and Cohen's kappa; analysis.stats.agreement when available, else statsmodels."""
-    try:
-        from analysis.stats import agreement as _agreement
+    """Agreement and Cohen's kappa (statsmodels' cohens_kappa on the two raters' table)."""
+    import numpy as np
+    from statsmodels.stats.inter_rater import cohens_kappa
 
-        a = _agreement(labels1, labels2)
-        return {"n": a.n, "agreement": a.agreement, "kappa": a.kappa, "kappa_se": a.kappa_se}
-    except ImportError:
-        import numpy as np
-        from statsmodels.stats.inter_rater import cohens_kappa
-
-        cats = sorted(set(labels1) | set(labels2))
-        table = np.zeros((len(cats), len(cats)))
-        for x, y in zip(labels1, labels2):
-            table[cats.index(x), cats.index(y)] += 1
-        agree = float(np.trace(table) / len(labels1))
-        if len(cats) < 2:
-            return {"n": len(labels1), "agreement": agree, "kappa": math.nan, "kappa_se": math.nan}
+    cats = sorted(set(labels1) | set(labels2))
+    table = np.zeros((len(cats), len(cats)))
+    for x, y in zip(labels1, labels2):
+        table[cats.index(x), cats.index(y)] += 1
+    agree = float(np.trace(table) / len(labels1))
+    if len(cats) < 2:
+        return {"n": len(labels1), "agreement": agree, "kappa": math.nan, "kappa_se": math.nan}
+    with np.errstate(divide="ignore", invalid="ignore"):
         res = cohens_kappa(table)
-        return {"n": len(labels1), "agreement": agree, "kappa": float(res.kappa), "kappa_se": float(res.std_kappa)}
+    return {"n": len(labels1), "agreement": agree, "kappa": float(res.kappa), "kappa_se": float(res.std_kappa)}
 
 
 def stratified_sample(records: list[dict], main: dict, seed: int, per_stratum: int = PER_STRATUM,

@@ -30,6 +30,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable
 
 import openai
 from omegaconf import DictConfig, OmegaConf
@@ -45,18 +46,14 @@ from judge import kinds, prompts as P
 from judge.cache import JudgeCache
 from judge.common import end_torn_line, identity, judgements_dir, now  # noqa: F401  (identity: judge.answer_check.identity stays importable)
 
-JUDGE_PARAMS = {"temperature": 0, "max_tokens": 10}  # official: one user message, temperature 0, 10 tokens
+JUDGE_PARAMS = C.JUDGE_PARAMS
 DONE = ("ok", "unparsable")
 ROLE = C.ROLE
 
 
 # ------------------------------------------------------------------------------ judge identity
 
-def judge_model_config(judge_cfg) -> dict:
-    """The judge's model config calling with the official parameters only (temperature 0, at
-    most 10 tokens), whatever its model config passes to agents (e.g. reasoning_effort), plus
-    what the user adds under `judge_params`."""
-    return C.model_config(judge_cfg, JUDGE_PARAMS)
+judge_model_config = C.judge_model_config  # the answer check's request shape (judge.common: the preflight reads it too)
 
 
 # ------------------------------------------------------------------------------ judgements files
@@ -78,6 +75,7 @@ class _Judging:
                  tag_prefix: str):
         self.rd, self.jc, self.name, self.prompts, self.cache = rd, jc, name, prompts, cache
         self.ident = identity(jc)
+        self.readers: dict[str, Callable] = {}  # item kind -> how its replies are read (its Kind's `read`)
         self.tag_prefix = tag_prefix
         jdir = judgements_dir(rd)
         jdir.mkdir(parents=True, exist_ok=True)
@@ -132,7 +130,7 @@ class _Judging:
         return True
 
     def _write_reply(self, record, item, reply: str, cached: bool, attempt: int, meter: Meter | None) -> None:
-        label, status, scores = kinds.read(item.kind, reply)
+        label, status, scores = self.readers.get(item.kind, kinds.yes_no)(reply)
         usage = {k: sum(c[k] for c in meter.calls) for k in ("prompt", "hit", "miss", "output")} if meter else None
         cost_list = sum(c["cost_list"] for c in meter.calls) if meter else 0.0
         cost_paid = sum(c["cost_paid"] for c in meter.calls) if meter else 0.0
@@ -226,12 +224,14 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
             cache.close()
     job = _Judging(rd, jc, name, prompts, cache, tag_prefix)
     job.budget = budget
+    chosen = kinds.chosen(judge_cfg, cfg.get("stage") if hasattr(cfg, "get") else None)
     pending: list[tuple[dict, list[P.Item]]] = []
     skipped = 0
     try:
         for rec in sorted(records, key=lambda r: r["run_id"]):
             todo = []
-            for item in kinds.items_for(rec, prompts):  # every registered judgement kind (judge/kinds.py)
+            for item, kind in kinds.items_for(rec, prompts, chosen):  # the chosen judgement kinds (judge/kinds/)
+                job.readers[item.kind] = kind.read
                 old = existing.get((rec["run_id"], item.kind))
                 if old and (old["status"] == "failed_run" and rec.get("status") != "ok"
                             or old["status"] in DONE and old.get("prompt_sha256") == item.prompt_sha256

@@ -53,6 +53,16 @@ def model_config(judge_cfg, params: dict) -> dict:
     return jc
 
 
+JUDGE_PARAMS = {"temperature": 0, "max_tokens": 10}  # the answer check's: one user message, temperature 0, 10 tokens
+
+
+def judge_model_config(judge_cfg) -> dict:
+    """The answer check's model config: the official parameters only (temperature 0, at most 10
+    tokens), whatever its model config passes to agents (e.g. reasoning_effort), plus what the
+    user adds under `judge_params`."""
+    return model_config(judge_cfg, JUDGE_PARAMS)
+
+
 def identity(jc: dict) -> str:
     """What a cached reply is keyed by besides the prompt: the endpoint (provider, model, base
     URL) and the call parameters, so two servers serving one model name never share labels."""

@@ -376,3 +376,36 @@ def parse_reply(reply: str | None) -> tuple[bool, str]:
     text = (reply or "").strip().lower()
     label = "yes" in text
     return label, ("ok" if _WORD.search(text) else "unparsable")
+
+
+def download_official(out_dir: str | Path = "data/longmemeval", commit: str | None = None,
+                         base_url: str | None = None, timeout: float = 60.0) -> dict:
+    """LongMemEval's src/evaluation/evaluate_qa.py at the pinned commit into `<out_dir>/evaluate_qa.py`.
+
+    `base_url` replaces https://raw.githubusercontent.com (the URL is <base>/<owner>/<repo>/<commit>/<path>).
+    At the pinned commit the file must have OFFICIAL_SHA256, or it is deleted and refused; another
+    commit is recorded as trust-on-first-download."""
+    from harness.data.hub import GITHUB_RAW, fetch_raw, now, record
+
+    def parses_ok(p: Path) -> bool:
+        try:
+            parse_official(p)
+            return True
+        except PromptFileError:
+            return False
+
+    commit = commit or OFFICIAL_COMMIT
+    base = (base_url or GITHUB_RAW).rstrip("/")
+    url = f"{base}/{OFFICIAL_REPO}/{commit}/{OFFICIAL_FILE}"
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / "evaluate_qa.py"
+    want = OFFICIAL_SHA256 if commit == OFFICIAL_COMMIT else None
+    digest, parses = fetch_raw(url, target, want, parses_ok, timeout)
+    record(out_dir, {"evaluate_qa.py": {
+        "what": f"LongMemEval official answer-check prompts ({OFFICIAL_FILE}, MIT)",
+        "source": f"github {OFFICIAL_REPO}",
+        "url": url, "revision": commit, "commit": commit if len(commit) == 40 else None, "sha256": digest,
+        "bytes": target.stat().st_size, "pinned_sha256": want, "parses": parses, "fetched": now()}})
+    return {"path": str(target), "url": url, "commit": commit, "sha256": digest, "pinned": want is not None,
+            "parses": parses}

@@ -24,6 +24,9 @@ from judge.common import judgements_dir  # noqa: F401
 
 @returns_exit_code  # 2 bad input, 3 stopped, 4 budget (harness.failures)
 def main_entry(cfg) -> int:
+    from harness.run import settings
+
+    settings.check(cfg)  # an added option nobody reads (+judge.kind=...), or two presets of one name: exit 2
     rd = RunDir.for_stage(cfg)
     if not rd.records_dir.exists():
         print(f"error: {rd.root} has no records; run the stage first (make run STAGE={cfg.stage.name})",

@@ -519,7 +519,7 @@ def test_h3_reads_the_backend_study_outputs(tmp_path):
         "seed": 0, "data": {"path": "d.json", "sha256": "d" * 64}, "plan": {}, "versions": {}, "model": None,
         "code": {"commit": None, "dirty": None}, "created": "2026-10-09T00:00:00+00:00",
         "prereg": {"sha256": sha256_file(pre)}}))
-    # the column layout harness/memory/study.py writes
+    # the column layout bench/backends/measure.py writes
     (d / "recall.csv").write_text("config,case,selectivity,queries,recall_at_10,short_lists,mean_results\n"
                                   "pgvector_off,one,0.0056,180,0.291,163,4.1\n"
                                   "pgvector_relaxed,one,0.0056,180,0.992,0,10\n")
@@ -575,7 +575,7 @@ def test_h3d_p95_of_every_approximate_configuration_below_50_ms(tmp_path, worst,
 
 
 def test_h3d_selects_the_papers_approximate_configurations_and_needs_its_columns(tmp_path):
-    from harness.memory.study import APPROXIMATE
+    from bench.backends.cases import APPROXIMATE
 
     data = yaml.safe_load((REPO / "conf" / "prereg" / "hypotheses.yaml").read_text())
     h3d = next(h for h in data["hypotheses"] if h["id"] == "H3d")

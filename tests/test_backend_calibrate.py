@@ -1,4 +1,4 @@
-"""The realistic range's calibration on real text (harness.memory.calibrate)."""
+"""The realistic range's calibration on real text (bench/backends/calibrate.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 def test_chat_corpus_is_chitchat_text_cut_by_the_study_chunker_with_held_out_questions():
     from harness.data.synth import chat_conversations
-    from harness.memory.calibrate import chat_corpus
+    from bench.backends.calibrate import chat_corpus
     from harness.memory.units import MAX_CHARS
 
     units, queries, src = chat_corpus(400, 30, seed=0)
@@ -25,7 +25,7 @@ def test_chat_corpus_is_chitchat_text_cut_by_the_study_chunker_with_held_out_que
 
 
 def test_thresholds_are_the_real_text_values_with_the_margins():
-    from harness.memory.calibrate import MARGINS, thresholds
+    from bench.backends.calibrate import MARGINS, thresholds
 
     real = {"nn_cosine_median": 0.653, "nn_cosine_above_095": 0.0023, "distinct_queries": 180, "queries": 180,
             "unfiltered_recall": {"redis_ef10": 0.78, "redis_ef100": 0.9878}}
@@ -37,7 +37,7 @@ def test_thresholds_are_the_real_text_values_with_the_margins():
 
 
 def minilm_recorded() -> dict:
-    from harness.memory.study import default_stage
+    from bench.backends.cases import default_stage
 
     (entry,) = [r for r in default_stage()["realism"]["recorded"] if r["encoder_id"].startswith("minilm:")]
     return entry
@@ -45,9 +45,10 @@ def minilm_recorded() -> dict:
 
 def test_minilm_keeps_its_recorded_thresholds_for_its_encoder_id(tmp_path):
     """MiniLM's issue-11 numbers, unchanged, recorded under the id of the encoder the stage loads."""
-    from harness.memory.calibrate import for_encoder
+    from bench.backends.calibrate import for_encoder
     from harness.memory.encoder import Encoder
-    from harness.memory.study import default_stage, stage_realism
+    from bench.backends.cases import default_stage
+    from bench.backends.calibrate import stage_realism
 
     entry = minilm_recorded()
     enc = Encoder("minilm", cache_dir=tmp_path / "emb")
@@ -67,7 +68,7 @@ def test_minilm_keeps_its_recorded_thresholds_for_its_encoder_id(tmp_path):
 
 def test_the_stage_thresholds_pass_real_text_and_fail_near_duplicates():
     """The thresholds in conf/stage/backends.yaml against the measurement they came from and a templated corpus."""
-    from harness.memory.study import corpus_diagnostics, realism_checks
+    from bench.backends.diagnostics import corpus_diagnostics, realism_checks
 
     real = minilm_recorded()
     measured = {"nn_cosine_median": 0.653, "nn_cosine_above_095": 0.0023, "distinct_queries": 180, "queries": 180,
@@ -86,7 +87,7 @@ def test_the_stage_thresholds_pass_real_text_and_fail_near_duplicates():
 def test_unfiltered_recall_against_exact_search():
     """Redis HNSW recall@10 with no filter against numpy: with EF above the corpus size (300 points) the
     search keeps every point it reaches, so it returns the exact top 10; EF 10 cannot do better."""
-    from harness.memory.calibrate import unfiltered_recall
+    from bench.backends.calibrate import unfiltered_recall
     from tests.memory_corpus import clustered_corpus, unit_vectors
 
     units, vecs, _ = clustered_corpus(6, 50, seed=2)
@@ -100,9 +101,9 @@ CAL = {"chunks": 200, "queries": 30, "seed": 0, "pool": 200}
 def test_the_realistic_range_follows_the_encoder_and_is_cached_by_encoder_id(tmp_path):
     """Two encoders on the same real text: MiniLM (a text encoder) and HashEncoder (pseudo-random unit
     vectors). Their nearest-neighbour cosines differ, so do their thresholds; each is cached under its id."""
-    from harness.memory.calibrate import MARGINS, cache_path, for_encoder
+    from bench.backends.calibrate import MARGINS, cache_path, for_encoder
     from harness.memory.encoder import Encoder, HashEncoder
-    from harness.memory.study import realism_checks
+    from bench.backends.diagnostics import realism_checks
 
     minilm, hashed = Encoder("minilm", cache_dir=tmp_path / "emb"), HashEncoder()
     a = for_encoder(minilm, CAL, cache_dir=tmp_path / "cal", recall=False)
@@ -134,7 +135,7 @@ def test_the_realistic_range_follows_the_encoder_and_is_cached_by_encoder_id(tmp
 
 @pytest.mark.services
 def test_a_stage_calibration_includes_the_recall_threshold(tmp_path):
-    from harness.memory.calibrate import MARGINS, for_encoder
+    from bench.backends.calibrate import MARGINS, for_encoder
     from harness.memory.encoder import HashEncoder
 
     r = for_encoder(HashEncoder(), CAL, cache_dir=tmp_path, recall=True)

@@ -110,7 +110,7 @@ def test_an_unknown_backend_is_refused_by_name():
 
     from harness.memory.backends.base import make_backend
 
-    with pytest.raises(KeyError, match="unknown index backend 'no_such_backend'"):
+    with pytest.raises(KeyError, match="no index backend 'no_such_backend' is registered"):
         make_backend("no_such_backend")
 
 

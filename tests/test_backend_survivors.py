@@ -26,7 +26,7 @@ def test_post_filter_survivors_are_the_admitted_candidates_and_the_local_predict
     K' list, and candidates = K'. Only where that list equals the exact K' nearest (numpy) must the
     survivors equal Proposition 2's local prediction."""
     from harness.memory.backends.base import Query, make_backend
-    from harness.memory.study import local_prediction
+    from bench.backends.measure import local_prediction
     from harness.memory.views import View
 
     units, vecs, _ = clustered_corpus(8, 30, public_share=0.25, seed=3)
@@ -61,7 +61,7 @@ def test_post_filter_survivors_are_the_admitted_candidates_and_the_local_predict
 
 
 def test_local_prediction_counts_admitted_among_the_first_k_prime():
-    from harness.memory.study import local_prediction
+    from bench.backends.measure import local_prediction
     from harness.memory.units import Unit
     from harness.memory.views import View
 

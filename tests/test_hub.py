@@ -213,7 +213,7 @@ def test_evaluate_qa_download_takes_the_pinned_commit_and_checks_the_hash(fake_r
     monkeypatch.setattr(P, "OFFICIAL_SHA256", hashlib.sha256(data).hexdigest())
     files[raw_path(P.OFFICIAL_COMMIT)] = data
     out = tmp_path / "data" / "longmemeval"
-    info = hub.download_evaluate_qa(out, base_url=base)
+    info = P.download_official(out, base_url=base)
     assert seen == [raw_path(P.OFFICIAL_COMMIT)]
     assert (out / "evaluate_qa.py").read_bytes() == data and info["pinned"] is True and info["parses"] is True
     e = json.loads((out / "download.json").read_text())["files"]["evaluate_qa.py"]
@@ -232,7 +232,7 @@ def test_evaluate_qa_that_differs_from_the_pin_is_deleted_and_reported(fake_raw,
     files[raw_path(P.OFFICIAL_COMMIT)] = data.replace(b"SYN-BASE", b"EDITED")
     out = tmp_path / "lme"
     with pytest.raises(hub.ChecksumError, match="differs from the pinned"):
-        hub.download_evaluate_qa(out, base_url=base)
+        P.download_official(out, base_url=base)
     assert list(out.iterdir()) == []  # neither the file nor a partial copy nor a record
     # the command line reports it and fails; with the right bytes it succeeds
     assert main(["download", "--what", "evaluate_qa", "--out", str(out), "--base-url", base]) == 1

@@ -1,10 +1,11 @@
 """The import graph has no back-edges (ARCHITECTURE.md: "Compose at the edges").
 
-Every module of the project's packages imports; the module-level imports form no cycle; the
-judge never imports the command line (not even inside a function); a judge module never
-imports another judge module's private (underscore) name; and the kernel's conditions only
-build on harness.kernel. Imports are read with ast, so the graph is the source's, not what a
-test run happened to load.
+Every module of the project's packages imports; the module-level imports form no cycle; no
+import, function-level ones included, runs against ARCHITECTURE.md's dependency order (LAYERS:
+a lower layer never imports a higher one), and no two modules import each other; the
+judge never imports the command line; a judge module never imports another judge module's
+private (underscore) name; and the kernel's conditions only build on harness.kernel. Imports
+are read with ast, so the graph is the source's, not what a test run happened to load.
 """
 
 from __future__ import annotations
@@ -77,6 +78,70 @@ def _edges(name: str, top_level_only: bool) -> set[str]:
             out.add(mod)
     out.discard(name)
     return out
+
+
+# ARCHITECTURE.md's dependency order, lowest first. `python -m` entry points (__main__) compose
+# the steps of their package as the command line does, so they sit with it.
+LAYERS = (
+    ("harness", "harness.records", "harness.failures", "harness.services", "harness.plugins"),
+    ("harness.data", "harness.memory", "harness.endpoints", "harness.runtime", "harness.kernel"),
+    ("conditions", "judge", "harness.run", "harness.studies", "harness.personal"),
+    ("analysis", "bench"),
+    ("harness.cli",),
+)
+
+
+def package_of(module: str) -> tuple[str, int]:
+    """The LAYERS package a module belongs to (the longest prefix) and its layer; __main__: the command line."""
+    if module.endswith(".__main__") or module == "__main__":
+        return "harness.cli", len(LAYERS) - 1
+    best = ("", -1)
+    for i, layer in enumerate(LAYERS):
+        for pkg in layer:
+            if (module == pkg or module.startswith(pkg + ".")) and len(pkg) > len(best[0]):
+                best = (pkg, i)
+    assert best[1] >= 0, f"{module} belongs to no layer of ARCHITECTURE.md's order: add its package to LAYERS"
+    return best
+
+
+def _package_edges() -> dict[tuple[str, str], list[str]]:
+    """(importing package, imported package) -> the imports behind it, function-level ones included."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for m in MODULES:
+        a = package_of(m)[0]
+        for e in sorted(_edges(m, top_level_only=False)):
+            b = package_of(e)[0]
+            if a != b:
+                out.setdefault((a, b), []).append(f"{m} -> {e}")
+    return out
+
+
+def test_no_import_runs_against_the_dependency_order():
+    up = [why for (a, b), whys in _package_edges().items() if package_of(a)[1] < package_of(b)[1]
+          for why in whys]
+    assert not up, "imports from a lower layer to a higher one (ARCHITECTURE.md):\n" + "\n".join(up)
+
+
+def test_no_two_modules_import_each_other_even_inside_functions():
+    """A pair of files that import each other is one idea split in two (the module-level graph has no
+    cycle either: test_the_module_level_import_graph_has_no_cycle)."""
+    edges = {m: _edges(m, top_level_only=False) for m in MODULES}
+    pairs = sorted((a, b) for a in edges for b in edges[a] if b in edges and a in edges[b] and a < b)
+    assert not pairs, f"modules importing each other: {pairs}"
+
+
+def test_the_layer_check_sees_function_level_imports(tmp_path):
+    """The check is not vacuous: a function-level import from the ground floor up is an edge it reports."""
+    src = "def f():\n    from analysis import stats\n    return stats\n"
+    MODULES["harness.records._probe"] = tmp_path / "probe.py"
+    (tmp_path / "probe.py").write_text(src)
+    try:
+        assert "analysis.stats" in _edges("harness.records._probe", top_level_only=False)
+        assert "analysis.stats" not in _edges("harness.records._probe", top_level_only=True)
+        assert package_of("harness.records._probe")[1] < package_of("analysis.stats")[1]
+        assert package_of("harness.data.__main__")[0] == "harness.cli"
+    finally:
+        del MODULES["harness.records._probe"]
 
 
 @pytest.mark.parametrize("name", [m for m in MODULES if not m.endswith("__main__")])

@@ -7,7 +7,7 @@ from harness.endpoints.client import Agent, Meter, ModelCallFailed
 from harness.run.loop import MAX_RESULT_CHARS, run_loop
 from harness.endpoints.proxy import MeteringProxy, usage_split
 from harness.records.ledger import Ledger, read_ledger
-from harness.run.tools import ToolError, ToolResult
+from harness.runtime.tools import ToolError, ToolResult
 from tests.fake_model import FakeModel, prompt_tokens
 
 PRICES = {"hit": 0.006, "miss": 0.30, "output": 1.20}

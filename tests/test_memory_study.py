@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from harness.memory.study import fanout_steps
+from bench.backends.fanout import fanout_steps
 
 
 def rows(path):
@@ -25,7 +25,8 @@ SMALL = ["exact", "redis_ef10", "redis_ef100", "redis_ef10_batches", "redis_adho
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     from harness.data.synth import write
-    from harness.memory.study import default_stage, run
+    from bench.backends.cases import default_stage
+    from bench.backends.study import run
 
     tmp = tmp_path_factory.mktemp("study")
     data = write(tmp / "data", 0, "xs")
@@ -41,7 +42,7 @@ def test_stage_folder_validates_and_names_server_versions(study):
     import redis
 
     from harness import services
-    from harness.memory.study import build_seed
+    from bench.backends.cases import build_seed
     from harness.records import RunDir
 
     out, _ = study
@@ -65,7 +66,7 @@ def test_stage_folder_validates_and_names_server_versions(study):
 
 @pytest.mark.services
 def test_cases_test_what_they_claim(study):
-    from harness.memory.study import default_stage, parse_configs
+    from bench.backends.cases import default_stage, parse_configs
 
     out, res = study
     cfgs = {c.id: c for c in parse_configs(default_stage()["configs"]) if c.id in SMALL}
@@ -143,7 +144,9 @@ def test_survivors_against_proposition_2(study):
     assert float(sv[("exact", "unfiltered")]["local_pred"]) == 40.0  # every unit admitted
     assert sv[("redis_adhoc_bf", "one")]["filter"] == "pre-filter x12" and sv[("redis_adhoc_bf", "one")]["survivors"] == ""
     assert sv[("vset_q8", "one")]["filter"].startswith("in-search filter")
-    from harness.memory.study import Config, View, filter_mode
+    from bench.backends.cases import Config
+    from harness.memory.views import View
+    from bench.backends.engines import filter_mode
 
     one = View("bench", "h000", "own")
     hnsw = "Index Scan using study1_pgvector_7_hnsw on study1_pgvector_7"
@@ -191,7 +194,7 @@ def test_diagnostics_flag_a_templated_corpus():
     """Near-duplicate chunks (the old templated filler) fail the realistic-range check."""
     import numpy as np
 
-    from harness.memory.study import diagnostics, nn_cosines
+    from bench.backends.diagnostics import diagnostics, nn_cosines
 
     rng = np.random.default_rng(0)
     base = rng.standard_normal((20, 384)).astype(np.float32)
@@ -227,7 +230,7 @@ def test_dry_run_prints_the_plan_and_expected_time_and_does_nothing(tmp_path):
 @pytest.mark.services
 def test_write_path_delta_on_a_loaded_index(minilm_encoder):
     from harness.memory.backends.base import make_backend
-    from harness.memory.study import delta_on_index
+    from bench.backends.measure import delta_on_index
 
     b = make_backend("exact")
     d = delta_on_index(b, minilm_encoder, "h000", 3, "test")

@@ -8,6 +8,32 @@ import sys
 import pytest
 
 from harness.data.synth import write
+from harness.run.plan import PlanError, group_conditions
+
+
+def composed(*overrides):
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def expected_runs(cfg) -> dict[str, int]:
+    """Runs per condition the stage's groups ask for, from its config and the plan's samples: a question
+    in two groups' samples runs once per repeat (the subset's repeat 0 is the main sample's run)."""
+    from harness.run.plan import build
+
+    plan = build(cfg)
+    out: dict[str, set] = {}
+    for g in cfg.stage.groups:
+        for c in group_conditions(cfg.stage, g):
+            out.setdefault(c, set()).update((g.get("variant", ""), q, r) for q in plan.samples[g.sample]["ids"]
+                                            for r in range(int(g.get("repeats", 1))))
+    return {c: len(v) for c, v in out.items()}
+
+
 
 
 def dry_run(*overrides, cwd=None):
@@ -28,7 +54,8 @@ def test_smoke_plan_is_printed_and_reproducible(tmp_path):
     a = dry_run("stage=smoke", f"cache_dir={tmp_path}")
     assert a.returncode == 0, a.stderr
     runs = run_lines(a.stdout)
-    assert len(runs) == 18 and len(set(runs)) == 18
+    want = expected_runs(composed("stage=smoke", f"cache_dir={tmp_path}"))
+    assert len(runs) == sum(want.values()) == len(set(runs)) and len(want) >= 2
     assert runs == run_lines(dry_run("stage=smoke", f"cache_dir={tmp_path}").stdout)
     other = run_lines(dry_run("stage=smoke", f"cache_dir={tmp_path}", "seed=1").stdout)
     assert other != runs
@@ -38,11 +65,12 @@ def test_main_plan_on_a_longmemeval_format_file(synth_s):
     res = dry_run("stage=main", f"data.path={synth_s}")
     assert res.returncode == 0, res.stderr
     runs = run_lines(res.stdout)
-    # 180 questions x 8 conditions once, plus the 60-question subset: a second run of those
-    # 8 and full context twice -> 180*8 + 60*8 + 60*2
-    assert len(runs) == 180 * 8 + 60 * 8 + 120
+    # the main sample by every condition but full, the subset by every condition twice: counted from the config
+    cfg = composed("stage=main", f"data.path={synth_s}")
+    stage, want = cfg.stage, expected_runs(cfg)
     conds = [r.split(".")[0] for r in runs]
-    assert conds.count("full") == 120
+    assert {c: conds.count(c) for c in set(conds)} == want
+    assert want["full"] == 120 and set(want) == set(stage.conditions)  # 60 questions twice; every condition ran
     # interleaved: the first 50 runs already mix many conditions
     assert len(set(conds[:50])) >= 6
     assert "sample main: 180 questions" in res.stdout and "sample full: 60 questions" in res.stdout
@@ -58,8 +86,10 @@ def test_org_plan_uses_both_variants(synth_s):
     runs = run_lines(res.stdout)
     pub = {r for r in runs if ".public." in r}
     priv = {r for r in runs if ".private." in r}
-    assert len(pub) == 120 * 5 and len(priv) == 42 * 6
-    assert not any(r.startswith("no_view_policy.public") for r in runs)
+    stage = composed("stage=org").stage
+    n_pub, n_priv = (len(group_conditions(stage, g)) for g in stage.groups)
+    assert len(pub) == 120 * n_pub and len(priv) == 42 * n_priv and n_priv == len(stage.conditions)
+    assert not any(r.startswith("no_view_policy.public") for r in runs)  # the group's `exclude`
 
 
 def test_short_samples_are_announced(tmp_path):
@@ -86,3 +116,15 @@ def test_cfg_job_prints_the_resolved_config():
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "no_view_policy" in res.stdout and "org_public" in res.stdout
+
+
+def test_a_group_runs_every_condition_unless_it_lists_or_excludes_keys():
+    stage = composed("stage=org").stage
+    every = list(stage.conditions)
+    assert group_conditions(stage, {}) == every
+    assert group_conditions(stage, {"exclude": ["no_view_policy"]}) == [c for c in every if c != "no_view_policy"]
+    assert group_conditions(stage, {"conditions": ["shared", "fanout"]}) == ["shared", "fanout"]
+    with pytest.raises(PlanError, match="names condition 'shard' but does not define it.*defined: isolated"):
+        group_conditions(stage, {"exclude": ["shard"]})
+    with pytest.raises(PlanError, match="names condition 'toy'"):
+        group_conditions(stage, {"conditions": ["toy"]})

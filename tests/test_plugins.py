@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 CONDITION = '''
 from conditions import Access
-from harness.run.tools import ToolResult
+from harness.runtime.tools import ToolResult
 
 SEARCH_TOOLS = ("toy_lookup",)  # the tool_use table counts its calls as searches
 FORECAST = {"calls": 2, "result_chars": 100, "schema_chars": 200}
@@ -106,7 +106,8 @@ def test_a_condition_and_a_table_from_outside_the_tree(tmp_path):
 
     with FakeModel(script=judge_policy) as judge:
         jr = subprocess.run([sys.executable, "-m", "judge.run", "stage=smoke", "judge=vllm",
-                             f"judge.base_url={judge.base_url}", f"runs_dir={runs}"],
+                             f"judge.base_url={judge.base_url}", "+judge.kinds=[answer_check,brief]",
+                             f"runs_dir={runs}"],
                             capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert jr.returncode == 0, jr.stderr[-3000:]
     lines = [json.loads(x) for x in (folder / "judgements" / "vllm.jsonl").read_text().splitlines()]

@@ -16,7 +16,7 @@ import pytest
 from harness.runtime import (
     LIMITS, SessionDetector, ShellTool, access_paragraph, build_org_stores, build_store, shell_paragraph,
 )
-from harness.run.tools import ToolError
+from harness.runtime.tools import ToolError
 from harness.runtime import sandbox
 from harness.runtime.sandbox import SandboxUnavailable, open_private_dir, processes_of
 from harness.runtime.sandbox_cgroup import CgroupPlan, leftover_groups

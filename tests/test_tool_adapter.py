@@ -403,7 +403,7 @@ def test_optional_arguments_show_their_defaults_to_the_model():
 def test_the_loop_records_which_defaults_a_model_overrode():
     from harness.endpoints.client import Meter
     from harness.run.loop import call_tool
-    from harness.run.tools import ToolResult
+    from harness.runtime.tools import ToolResult
 
     class Search:
         name = "memory_search"

@@ -140,7 +140,7 @@ def test_an_asked_agents_loop_is_nested_under_its_ask_agent_call(stages):
 def test_a_long_tool_result_is_recorded_as_the_model_read_it_after_the_cut():
     from harness.endpoints.client import Agent, Meter
     from harness.run.loop import MAX_RESULT_CHARS, TranscriptRecorder, run_loop
-    from harness.run.tools import ToolResult
+    from harness.runtime.tools import ToolResult
 
     class Big:
         name = "memory_search"

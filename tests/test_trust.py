@@ -122,7 +122,7 @@ def test_power_from_a_pilot_of_known_variance_and_its_cost(tmp_path):
     """A pilot with 10 paired questions: 4 discordant (3 for the hybrid tool), tokens chosen by hand."""
     from analysis import power as W
     from analysis import prereg as P
-    from harness.run.forecast import pilot_runs
+    from analysis.power import pilot_runs
 
     st = Stage(tmp_path / "runs", "pilot", label="p")
     tok_ss = [1000, 1200, 800, 1500, 900, 1100, 1000, 1300, 700, 1000]

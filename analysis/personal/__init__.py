@@ -14,13 +14,13 @@ paper table unless `smoke=true` asks for them (load.py).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
+
+from harness.plugins import Registry, caller
 
 NOT_TABLES = {"common", "load", "report", "validation", "__main__"}
 
@@ -36,30 +36,16 @@ class Table:
     columns: tuple[str, ...] = ()  # the columns an empty frame still has in its CSV
 
 
-_REGISTRY: dict[str, Table] = {}
+TABLES: Registry[Table] = Registry("personal table", __name__, skip=NOT_TABLES)
 
 
 def register(table: Table) -> Table:
-    old = _REGISTRY.get(table.name)
-    if old is not None and old != table:
-        raise ValueError(f"personal table {table.name!r} is registered twice")
-    _REGISTRY[table.name] = table
-    return table
-
-
-def discover() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        if info.name not in NOT_TABLES:
-            importlib.import_module(f"{__name__}.{info.name}")
+    return TABLES.register(table.name, table, caller())
 
 
 def tables() -> list[Table]:
-    discover()
-    return sorted(_REGISTRY.values(), key=lambda t: (t.order, t.name))
+    return sorted(TABLES.items().values(), key=lambda t: (t.order, t.name))
 
 
 def get(name: str) -> Table:
-    discover()
-    if name not in _REGISTRY:
-        raise KeyError(f"no personal table {name!r} (known: {', '.join(sorted(_REGISTRY))})")
-    return _REGISTRY[name]
+    return TABLES.get(name)

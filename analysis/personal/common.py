@@ -1,4 +1,12 @@
-"""What the personalization tables share: the paper's method names and the unpaired comparison.
+"""What the personalization tables share: the methods' roles and the unpaired comparison.
+
+A method's role is in its yaml (`roles:` in conf/condition/<name>.yaml, read from each folder's
+config as the first study's `compare_with` is): `under_test` (the method the tables compare with
+every baseline: the kernel), `baseline` (the paper's Table 1 methods), `reference` (the baseline
+Table 4, Figure 3 and the latency and length sections name first), `private_end` (memories private
+to their writer: the exposure's private end), `phase1` / `phase2` (the ablation's two phases,
+Appendix A.5; the method under test is Phase 2 too); `hide_in: [table5]` keeps a method out of a
+table's Markdown as the paper does (the CSV keeps it). No table spells a method's name.
 
 The paper's tests are on independent samples (n = 150 per condition): Welch's t, the
 Mann-Whitney U, a percentile bootstrap CI of the mean difference (each group resampled on
@@ -8,23 +16,85 @@ tests stay unpaired, as the paper's are.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 from scipy import stats
 
 from judge.rubric import DIMENSIONS  # noqa: F401  (the three rubric dimensions, in the paper's order)
 
-KERNEL = "kernel_shared"
-BASELINES = ("naive_concat", "vanilla_rag", "mem0_default")  # Table 1 of the paper
-METHODS = (*BASELINES, KERNEL)
 PAPER_THRESHOLD = 0.3  # Section 4.2
 RESAMPLES, SEED = 10_000, 0
 DIMENSION_NAMES = {"profile_usage": "Profile", "task_usage": "Task", "integration": "Integration"}
 
 
-def method_order(names) -> list[str]:
-    """The paper's four methods in its order, then any others sorted."""
-    names = set(names)
-    return [m for m in METHODS if m in names] + sorted(names - set(METHODS))
+@dataclass(frozen=True)
+class Roles:
+    """Who plays which part in the analysed folders (their stage configs, over today's conf/condition/)."""
+
+    of: dict[str, tuple[str, ...]]  # method -> its roles, in the order the stages declare the methods
+    hidden: dict[str, tuple[str, ...]] = field(default_factory=dict)  # method -> tables it stays out of (`hide_in`)
+
+    def shown_in(self, table: str, names) -> list[str]:
+        return [n for n in names if table not in self.hidden.get(n, ())]
+
+    def with_role(self, role: str) -> tuple[str, ...]:
+        return tuple(m for m, r in self.of.items() if role in r)
+
+    def _one(self, role: str) -> str | None:
+        found = self.with_role(role)
+        return found[0] if found else None
+
+    @property
+    def under_test(self) -> str | None:
+        return self._one("under_test")
+
+    @property
+    def baselines(self) -> tuple[str, ...]:
+        return self.with_role("baseline")
+
+    @property
+    def reference(self) -> str | None:
+        return self._one("reference") or (self.baselines[0] if self.baselines else None)
+
+    @property
+    def private_end(self) -> tuple[str, ...]:
+        return self.with_role("private_end")
+
+    @property
+    def phase1(self) -> str | None:
+        return self._one("phase1")
+
+    @property
+    def phase2(self) -> tuple[str, ...]:
+        return tuple(m for m in self.of if m == self.under_test or "phase2" in self.of[m])
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The paper's methods in its order: the baselines, then the method under test."""
+        return (*self.baselines, *((self.under_test,) if self.under_test else ()))
+
+    def order(self, names) -> list[str]:
+        """The paper's methods in its order, then any others sorted."""
+        names = set(names)
+        return [m for m in self.methods if m in names] + sorted(names - set(self.methods))
+
+
+def roles(folders, seen=()) -> Roles:
+    """The methods' roles from each folder's config (analysis.load.Folder.condition_conf: the stage's
+    settings over today's conf/condition/<name>.yaml), for the methods the folders declare (`stage.methods`,
+    then `stage.conditions`, in their order) and those `seen` in their records (sorted)."""
+    of: dict[str, tuple[str, ...]] = {}
+    hidden: dict[str, tuple[str, ...]] = {}
+    for f in folders:
+        stage = f.config().get("stage") or {}
+        declared = list(dict.fromkeys([*(stage.get("methods") or ()), *(stage.get("conditions") or {})]))
+        for name in declared + sorted(set(seen) - set(declared)):
+            if name not in of:
+                conf = f.condition_conf(name)
+                of[name] = tuple(str(r) for r in (conf.get("roles") or ()))
+                hidden[name] = tuple(str(t) for t in (conf.get("hide_in") or ()))
+    return Roles(of, hidden)
 
 
 def bootstrap_diff_ci(a, b, resamples: int = RESAMPLES, seed: int = SEED, confidence: float = 0.95):

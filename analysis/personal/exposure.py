@@ -1,10 +1,10 @@
 """Appendix A.2: the privacy invariant checked at both ends of the sharing policy, per model and pooled.
 
-Private end (mem0_default; kernel_private where it ran): trials whose read returned an item
+Private end (the methods whose role is `private_end`, common.py): trials whose read returned an item
 another agent wrote under a non-shared policy (retrieval-eligible exposure, must be 0), and
 trials the judge scored above the floor on Profile or Task although nothing was injected
 (`scored_without_memory`: the paper's one such trial was the judge crediting generic
-language; each needs a look by hand). Shared end (kernel_shared): of every item the kernel's
+language; each needs a look by hand). Shared end (the method under test): of every item the kernel's
 reads returned, how many were the private-by-default conversation items of another agent
 (the paper: none of 1,798). Injected items of another user (`foreign_items`) must be 0 everywhere.
 Both ends also say what the view prevented: each read is audited under the unrestricted scope
@@ -21,15 +21,12 @@ import pandas as pd
 from analysis.markdown import md_table
 from analysis.personal import Table, register
 
-PRIVATE_END = ("mem0_default", "kernel_private")
-SHARED_END = ("kernel_shared",)
 COLUMNS = ("model", "condition", "endpoint", "trials", "exposed_trials", "scored_without_memory",
            "retrieved_items", "conversation_retrieved", "injected_items", "conversation_injected", "foreign_items",
            "audited_items", "prevented_items", "prevented_conversation")
 
 
-def _row(model: str, cond: str, g: pd.DataFrame) -> dict:
-    private = cond in PRIVATE_END
+def _row(model: str, cond: str, g: pd.DataFrame, private: bool) -> dict:
     row = {"model": model, "condition": cond, "endpoint": "private" if private else "shared", "trials": len(g),
            "retrieved_items": int(g.n_candidates.sum()), "injected_items": int(g.n_injected.sum()),
            "foreign_items": int(g.foreign_items.sum()),
@@ -45,14 +42,15 @@ def _row(model: str, cond: str, g: pd.DataFrame) -> dict:
 
 
 def build(st) -> pd.DataFrame:
-    runs = st.study
+    runs, who = st.study, st.roles
     rows = []
-    for cond in (*PRIVATE_END, *SHARED_END):
+    ends = [(c, True) for c in who.private_end] + ([(who.under_test, False)] if who.under_test else [])
+    for cond, private in ends:
         c = runs[runs.condition == cond]
         if c.empty:
             continue
-        rows += [_row(m, cond, g) for m, g in c.groupby("model", sort=True)]
-        rows.append(_row("all", cond, c))
+        rows += [_row(m, cond, g, private) for m, g in c.groupby("model", sort=True)]
+        rows.append(_row("all", cond, c, private))
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -71,7 +69,8 @@ def section(st) -> str:
     return ("## Appendix A.2: exposure at both endpoints (per model and pooled)\n\n[`exposure.csv`](exposure.csv)\n\n"
             + (md_table(["model", "method", "endpoint", "check", "kept out by the rule, of the unrestricted read",
                                 "items of another user"], body) if body
-               else "(no mem0_default, kernel_private or kernel_shared runs)") + "\n")
+               else f"(no runs of {', '.join((*st.roles.private_end, st.roles.under_test or 'the method under test'))})")
+            + "\n")
 
 
 register(Table("exposure", "exposure.csv", build, section, order=60, columns=COLUMNS))

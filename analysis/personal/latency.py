@@ -1,4 +1,4 @@
-"""Section 4.5: end-to-end latency per model x method, and its reduction against naive_concat, in percent.
+"""Section 4.5: end-to-end latency per model x method, and its reduction against the reference baseline, in percent.
 
 Latency is the assistant's answer call (`answer_s`), as the paper measures it, alone: the
 time it waited for an endpoint slot (`queue_s`) is beside it, never inside it; the
@@ -16,21 +16,19 @@ import pandas as pd
 from analysis.markdown import md_table, money
 from analysis.personal import Table, register
 
-from .common import KERNEL, method_order
 
-CONCAT = "naive_concat"
 COLUMNS = ("model", "condition", "n", "failed", "answer_s_mean", "answer_s_sd", "answer_s_median",
            "reduction_vs_concat_pct", "queue_s_mean", "retrieval_s_mean", "barrier_wait_s_mean", "wall_s_mean",
            "assistant_prompt_tokens", "assistant_output_tokens", "tokens_per_call", "calls_per_run", "cost_list")
 
 
 def build(st) -> pd.DataFrame:
-    runs = st.study
+    runs, who = st.study, st.roles
     rows = []
     for model, g in runs.groupby("model", sort=True):
         ok = g[g.status == "ok"]
-        concat = ok.loc[ok.condition == CONCAT, "answer_s"].mean()
-        for cond in method_order(g.condition):
+        concat = ok.loc[ok.condition == who.reference, "answer_s"].mean()  # the column keeps its paper name
+        for cond in who.order(g.condition):
             c, o = g[g.condition == cond], ok[ok.condition == cond]
             calls = c.calls.sum()
             lat = o.answer_s.mean()
@@ -54,19 +52,19 @@ def _s(x, nd=1) -> str:
 
 
 def section(st) -> str:
-    t = st.table("latency")
+    t, who = st.table("latency"), st.roles
     lines = []
     for model, g in t.groupby("model", sort=True):
-        k, c = g[g.condition == KERNEL], g[g.condition == CONCAT]
+        k, c = g[g.condition == who.under_test], g[g.condition == who.reference]
         if len(k) and len(c) and not pd.isna(k.answer_s_mean.iloc[0]) and not pd.isna(c.answer_s_mean.iloc[0]):
-            lines.append(f"- {model}: {KERNEL} {k.answer_s_mean.iloc[0]:.1f} s vs naive_concat "
+            lines.append(f"- {model}: {who.under_test} {k.answer_s_mean.iloc[0]:.1f} s vs {who.reference} "
                          f"{c.answer_s_mean.iloc[0]:.1f} s ({_s(k.reduction_vs_concat_pct.iloc[0], 0)}% lower)")
     body = [[r.model, r.condition, r.n, _s(r.answer_s_mean, 2), _s(r.reduction_vs_concat_pct, 0),
              _s(r.queue_s_mean, 2), _s(r.retrieval_s_mean, 3), _s(r.barrier_wait_s_mean, 3), _s(r.wall_s_mean, 2),
              _s(r.assistant_prompt_tokens, 0), _s(r.tokens_per_call, 0), money(r.cost_list)] for r in t.itertuples()]
     return ("## Section 4.5: latency (the assistant's answer call) and tokens\n\n[`latency_tokens.csv`]"
-            "(latency_tokens.csv); reduction = (naive_concat - method) / naive_concat. The wait for an endpoint "
-            "slot (queued), retrieval and the barrier's wait are beside the latency, not in it; wall = write "
+            f"(latency_tokens.csv); reduction = ({who.reference} - method) / {who.reference}. The wait for an "
+            "endpoint slot (queued), retrieval and the barrier's wait are beside the latency, not in it; wall = write "
             "acceptance to answer.\n\n"
             + ("\n".join(lines) + "\n\n" if lines else "")
             + (md_table(["model", "method", "n", "latency s", "reduction %", "queued s", "retrieval s",

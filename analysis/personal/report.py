@@ -22,7 +22,7 @@ from analysis import personal as registry
 from analysis.load import AnalysisError, Folder
 from harness.failures import announce
 
-from .common import RESAMPLES
+from .common import RESAMPLES, Roles, roles
 from .load import runs_frame, select
 
 
@@ -48,6 +48,13 @@ class Study:
     @property
     def ablation(self) -> pd.DataFrame:
         return self.runs[self.runs["purpose"] == "ablation"]
+
+    @property
+    def roles(self) -> Roles:
+        """The methods' roles (analysis/personal/common.py), from the folders' configs."""
+        if "_roles" not in self.__dict__:
+            self.__dict__["_roles"] = roles(self.folders, set(self.runs.condition) if len(self.runs) else ())
+        return self.__dict__["_roles"]
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in self.tables:

@@ -11,7 +11,7 @@ import pandas as pd
 from analysis.markdown import md_table
 from analysis.personal import Table, register
 
-from .common import DIMENSION_NAMES, DIMENSIONS, mean_sd, method_order
+from .common import DIMENSION_NAMES, DIMENSIONS, mean_sd
 
 COLUMNS = ("model", "condition", "folders", "scoring", "n", "failed", *(f"{d}_{s}" for d in DIMENSIONS for s in ("mean", "sd", "n")))
 
@@ -20,7 +20,7 @@ def build(st) -> pd.DataFrame:
     runs = st.study
     rows = []
     for model, g in runs.groupby("model", sort=True):
-        for cond in method_order(g.condition):
+        for cond in st.roles.order(g.condition):
             c = g[g.condition == cond]
             hybrid = set(c.hybrid.dropna())
             row = {"model": model, "condition": cond, "folders": "; ".join(sorted(set(c.folder))),

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.markdown import md_table
 from analysis.personal import Table, register
 
-from .validation import agree
+from .validation import agree, render
 
 COLUMNS = ("folder", "judge", "dimension", "method", "n", "human_mean", "judge_mean", "exact", "within_one", "mae",
            "spearman_rho", "spearman_p", "intra_pairs", "intra_same", "intra_mean_abs_diff")
@@ -28,20 +27,6 @@ def build(st) -> pd.DataFrame:
         frames.append(t.assign(folder=f.name, judge=info["judge"], dimension=info["dimension"], intra_pairs=intra["pairs"],
                                intra_same=intra["same"], intra_mean_abs_diff=intra["mean_abs_diff"]))
     return pd.concat(frames, ignore_index=True)[list(COLUMNS)] if frames else pd.DataFrame(columns=list(COLUMNS))
-
-
-def _f(x, nd=2) -> str:
-    return "–" if pd.isna(x) else f"{x:.{nd}f}"
-
-
-def render(table: pd.DataFrame, intra: dict, info: dict) -> str:
-    body = [[r.method, r.n, _f(r.human_mean), _f(r.judge_mean), f"{100 * r.exact:.1f}%", f"{100 * r.within_one:.1f}%",
-             _f(r.mae), _f(r.spearman_rho, 3), "–" if pd.isna(r.spearman_p) else f"{r.spearman_p:.2g}"]
-            for r in table.itertuples()]
-    return (md_table(["method", "n", "human mean", "judge mean", "exact", "within one", "MAE", "Spearman ρ", "p"],
-                     body) + f"\n\nDimension {info['dimension']}, judge {info['judge']}. Intra-rater: the same score "
-            f"on {intra['same']} of {intra['pairs']} duplicate pairs, mean absolute difference "
-            f"{_f(intra['mean_abs_diff'])}.\n")
 
 
 def section(st) -> str:

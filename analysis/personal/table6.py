@@ -2,14 +2,14 @@
 
 The paper's rows are successive refinements: (1) raw JSON injection, LLM-only judge; (2)
 natural-language formatting; (3) an explicit system-prompt instruction; (4) the hybrid
-keyword + LLM judge (Eq. 4). Here Phase 1 is `kernel_private` (every memory private to
-its writer), Phase 2 is `kernel_shared` with `format` json (`kernel_shared_json`) or
-statement; the LLM-only score and the keyword score are both in every rubric judgement, so
+keyword + LLM judge (Eq. 4). Here Phase 1 is the method whose role is `phase1` (the kernel with every memory
+private to its writer), Phase 2 the method under test and those whose role is `phase2`, with
+`format` json or statement; the LLM-only score and the keyword score are both in every rubric judgement, so
 row 4 is (keyword + LLM) / 2 of the same replies whatever `stage.judge.hybrid` said.
 Row 3 has no input here: AssistantAgent's system prompt always carries its instruction
 (harness/personal/assistant.py), so no stage runs without it and the row says so.
 Read from the `ablation` folders (conf/stage/personal_ablation.yaml), else from any study
-folder that ran kernel_private beside kernel_shared.
+folder that ran Phase 1 beside the method under test.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from analysis.personal import Table, register
 
 from .common import DIMENSION_NAMES, DIMENSIONS
 
-PHASE1 = "kernel_private"
 ROWS = (  # (row, what the paper changed, Phase 2 format, score)
     (1, "raw JSON injection, LLM-only judge", "json", "llm"),
     (2, "natural-language formatting", "statement", "llm"),
@@ -45,20 +44,20 @@ def _score(frame: pd.DataFrame, d: str, score: str) -> pd.Series:
 def source(st) -> tuple[pd.DataFrame, str]:
     if not st.ablation.empty:
         return st.ablation, "ablation folders"
-    s = st.study
-    models = set(s.loc[s.condition == PHASE1, "model"]) & set(s.loc[s.condition == "kernel_shared", "model"])
-    return s[s.model.isin(models)], "study folders that ran kernel_private (no ablation folder)"
+    s, who = st.study, st.roles
+    models = set(s.loc[s.condition == who.phase1, "model"]) & set(s.loc[s.condition == who.under_test, "model"])
+    return s[s.model.isin(models)], f"study folders that ran {who.phase1} (no ablation folder)"
 
 
 def build(st) -> pd.DataFrame:
     runs, _ = source(st)
-    runs = runs[runs.status == "ok"]
+    runs, who = runs[runs.status == "ok"], st.roles
     rows = []
     for model, g in runs.groupby("model", sort=True):
-        p1_all = g[g.condition == PHASE1]
+        p1_all = g[g.condition == who.phase1]
         if p1_all.empty:
             continue
-        shared = g[g.condition.str.startswith("kernel_shared") & (g.condition != PHASE1)]
+        shared = g[g.condition.isin(who.phase2)]
         for row, what, fmt, score in ROWS:
             base = {"model": model, "row": row, "refinement": what, "phase2_format": fmt, "score": score,
                     "n_phase1": len(p1_all)}
@@ -93,7 +92,7 @@ def section(st) -> str:
     return ("## Table 6: ablation pilot, Phase 2 (shared) - Phase 1 (private)\n\n[`table6_ablation.csv`]"
             f"(table6_ablation.csv), from the {where}. The paper's pilot: Qwen-2.5:7B, 30 trials, no evidentiary "
             "weight (Appendix A.5).\n\n" + (md_table(head, body) if body else
-                                           "(no kernel_private beside kernel_shared: `make run STAGE=personal_ablation` "
+                                           f"(no {st.roles.phase1} beside {st.roles.under_test}: `make run STAGE=personal_ablation` "
                                            "then `make judge STAGE=personal_ablation`)") + "\n")
 
 

@@ -79,8 +79,8 @@ def section(st) -> str:
                [f"{int(r.items_dropped)} of {int(r.items_at_ran)} ({100 * r.dropped_share:.0f}%)"
                 if r.items_at_ran else "0 of 0", f"{r.mean_kept:.2f}", f"{int(r.reads_left_empty)} of {r.reads}",
                 ", ".join(f"{ty} {int(getattr(r, 'dropped_' + ty))}" for ty in TYPES)])]
-            for r in t[t.condition == "kernel_shared"].itertuples()]
-    head += "kernel_shared below; every kernel condition in the CSV.\n\n"
+            for r in t[t.condition == st.roles.under_test].itertuples()]
+    head += f"{st.roles.under_test} below; every kernel condition in the CSV.\n\n"
     return head + md_table(["model", "method", "threshold", "items dropped", "kept per read", "reads left empty",
                             "dropped by type"], body) + "\n"
 

@@ -37,11 +37,12 @@ import pandas as pd
 from scipy import stats
 
 from analysis.load import AnalysisError
+from analysis.markdown import md_table
 from harness.failures import announce
 from harness.records import RunDir
 from judge.rubric import DIMENSIONS, describe_profile, describe_task, load_rubric
 
-from .common import METHODS, method_order
+from .common import roles
 
 SHEET_COLUMNS = ("position", "item", "profile", "task", "query", "reply", "score")
 KEY_COLUMNS = ("item", "run_id", "condition", "trial_id", "copy", "position")
@@ -109,7 +110,8 @@ def sample(folder: Path, judge: str | None = None, per_method: int = 6, duplicat
     rng = np.random.default_rng(seed)
     chosen: list[dict] = []
     present = {r["condition"] for r in judged}
-    for cond in [m for m in METHODS if m in present] or method_order(present):  # the paper's four methods
+    who = roles([f])
+    for cond in [m for m in who.methods if m in present] or who.order(present):  # the paper's methods (their roles)
         pool = [r for r in judged if r["condition"] == cond]
         if len(pool) < per_method:
             raise AnalysisError(f"{folder}: {cond} has {len(pool)} judged runs, fewer than per_method={per_method}")
@@ -143,7 +145,7 @@ def sample(folder: Path, judge: str | None = None, per_method: int = 6, duplicat
             w.writerow([item_id(seed, r["run_id"], copy), r["run_id"], r["condition"], r["trial_id"], copy, p])
     info = {"folder": str(Path(folder).resolve()), "judge": name, "dimension": dimension, "seed": seed,
             "per_method": per_method, "duplicates": duplicates, "min_gap": min_gap, "items": len(items),
-            "methods": method_order({r["condition"] for r in chosen}),
+            "methods": who.order({r["condition"] for r in chosen}),
             "instructions": f"Score every row's reply 1-5 on {dimension} with the judge's rubric (judge/rubric.py "
                             "TEMPLATE); save the filled sheet as ratings.csv beside key.csv."}
     (out / "sample.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
@@ -171,6 +173,20 @@ def read_ratings(path: Path) -> dict[str, int]:
     return out
 
 
+def _f(x, nd=2) -> str:
+    return "–" if pd.isna(x) else f"{x:.{nd}f}"
+
+
+def render(table: pd.DataFrame, intra: dict, info: dict) -> str:
+    body = [[r.method, r.n, _f(r.human_mean), _f(r.judge_mean), f"{100 * r.exact:.1f}%", f"{100 * r.within_one:.1f}%",
+             _f(r.mae), _f(r.spearman_rho, 3), "–" if pd.isna(r.spearman_p) else f"{r.spearman_p:.2g}"]
+            for r in table.itertuples()]
+    return (md_table(["method", "n", "human mean", "judge mean", "exact", "within one", "MAE", "Spearman ρ", "p"],
+                     body) + f"\n\nDimension {info['dimension']}, judge {info['judge']}. Intra-rater: the same score "
+            f"on {intra['same']} of {intra['pairs']} duplicate pairs, mean absolute difference "
+            f"{_f(intra['mean_abs_diff'])}.\n")
+
+
 def agree(ratings: Path, key: Path | None = None) -> tuple[pd.DataFrame, dict, dict]:
     """(Table 3 by method + "all", the intra-rater check, sample.json) for a filled ratings sheet."""
     ratings = Path(ratings)
@@ -194,7 +210,9 @@ def agree(ratings: Path, key: Path | None = None) -> tuple[pd.DataFrame, dict, d
         raise AnalysisError(f"{info['folder']}: the judge {info['judge']} has no {info['dimension']} score for "
                             + ", ".join(k.loc[k["judge"].isna(), "run_id"].head(5)))
     first = k[k["copy"] == 1]
-    rows = [{"method": m, **agreement(g.human, g.judge)} for m in method_order(first.condition)
+    rated = set(first.condition)  # in the order the sample listed its methods (their roles), then any others
+    order = [m for m in info.get("methods") or () if m in rated] + sorted(rated - set(info.get("methods") or ()))
+    rows = [{"method": m, **agreement(g.human, g.judge)} for m in order
             for g in [first[first.condition == m]]]
     rows.append({"method": "all", **agreement(first.human, first.judge)})
     pairs = k.pivot_table(index="run_id", columns="copy", values="human", aggfunc="first").dropna()
@@ -234,8 +252,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         table, intra, info = agree(Path(opts["ratings"]), Path(opts["key"]) if opts.get("key") else None)
     except AnalysisError as exc:
         return announce(exc)
-    from .table3 import render
-
     print(render(table, intra, info))
     return 0
 

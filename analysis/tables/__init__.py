@@ -17,13 +17,13 @@ declared order.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
+
+from harness.plugins import Registry, RegistryError, caller
 
 
 @dataclass(frozen=True)
@@ -39,46 +39,26 @@ class Table:
     module: str = field(default="", compare=False)
 
 
-_REGISTRY: dict[str, Table] = {}
+TABLES: Registry[Table] = Registry("table", __name__, skip=("common",))
 
 
 def register(table: Table) -> Table:
     """Add a table; a second table of the same name or CSV file is an error, never a silent replacement."""
-    import sys
-
-    # the caller's module by its frame (inspect.stack() reads every frame's source: seconds in a long process)
-    module = sys._getframe(1).f_globals.get("__name__", "")
+    module = caller()
     table = Table(**{**table.__dict__, "module": module})
-    old = _REGISTRY.get(table.name)
-    if old is not None and old.module != table.module:
-        raise ValueError(f"table {table.name!r} is registered twice ({old.module} and {table.module})")
-    clash = [t for t in _REGISTRY.values() if table.csv and t.csv == table.csv and t.name != table.name]
+    clash = [t for t in TABLES._entries.values() if table.csv and t[0].csv == table.csv and t[0].name != table.name]
     if clash:
-        raise ValueError(f"{table.module}: table {table.name!r} writes {table.csv}, as {clash[0].name!r} does")
-    _REGISTRY[table.name] = table
-    return table
-
-
-def discover() -> None:
-    """Import this package's table modules, then the plugins."""
-    from harness import plugins
-
-    for info in pkgutil.iter_modules(__path__):
-        if info.name != "common":
-            importlib.import_module(f"{__name__}.{info.name}")
-    plugins.load()
+        raise RegistryError(f"{module}: table {table.name!r} writes {table.csv}, as {clash[0][0].name!r} "
+                            f"({clash[0][1]}) does")
+    return TABLES.register(table.name, table, module)
 
 
 def tables() -> list[Table]:
-    discover()
-    return sorted(_REGISTRY.values(), key=lambda t: (t.order, t.name))
+    return sorted(TABLES.items().values(), key=lambda t: (t.order, t.name))
 
 
 def get(name: str) -> Table:
-    discover()
-    if name not in _REGISTRY:
-        raise KeyError(f"no table {name!r} is registered (known: {', '.join(sorted(_REGISTRY))})")
-    return _REGISTRY[name]
+    return TABLES.get(name)
 
 
 def csv_files() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Judgement kinds besides correctness and leaks (judge/kinds.py): the share of runs each kind said yes to.
+"""Judgement kinds besides correctness and leaks (judge/kinds/): the share of runs each kind said yes to.
 
 Read from the `score_<kind>` columns of runs.csv, so a kind registered by a plugin shows here
 without this module naming it. Repeat 0, ok runs only (a failed run has no judgement of these kinds).
@@ -38,7 +38,7 @@ def section(res: Any) -> str:
         return ""
     return (f"\n## Other judgements\n\n{link('other_judgements.csv')}; status: "
             f"{status_line(res, 'other_judgements')}. Judgement kinds registered besides LongMemEval's answer "
-            "check (judge/kinds.py): the share of judged runs each said yes to.\n\n"
+            "check (judge/kinds/): the share of judged runs each said yes to.\n\n"
             + simple_section(t, [("folder", "folder", text), ("variant", "variant", text),
                                  ("condition", "condition", text), ("kind", "kind", text), ("runs", "n", integer),
                                  ("judged", "n_judged", integer), ("yes", "yes", integer),

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.backends.cases import K
-from bench.backends.diagnostics import corpus_diagnostics
+from bench.backends.diagnostics import THRESHOLD_KEYS, corpus_diagnostics
 
 # threshold = real-text value +/- margin (cosines absolute; shares absolute)
 MARGINS = {"nn_cosine_median": 0.05, "nn_cosine_above_095": 0.05, "distinct_queries": 0.10, "unfiltered_recall": 0.05}
@@ -230,6 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.write_text(json.dumps(d, indent=2))
     return 0
+
+
+def stage_realism(stage: dict, enc) -> dict:
+    """The realistic range this stage applies, for its own encoder: {"encoder_id", "source", "thresholds", ...}.
+
+    `stage.realism` holds `calibration` (the parameters) and `recorded` (thresholds measured once and kept
+    in the config, per encoder id); see bench.backends.calibrate.for_encoder. Thresholds written directly
+    under `stage.realism` (the keys of THRESHOLD_KEYS) are applied as given, whatever the encoder."""
+    real = dict(stage.get("realism") or {})
+    fixed = {k: real[k] for k in THRESHOLD_KEYS if k in real}
+    if fixed:
+        return {"encoder_id": enc.id, "source": "stage config (fixed thresholds, applied to any encoder)",
+                "thresholds": fixed, "params": None, "measurement": None, "cache": None}
+    return for_encoder(enc, real.get("calibration"), real.get("recorded") or ())
 
 
 if __name__ == "__main__":

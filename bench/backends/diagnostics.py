@@ -35,22 +35,6 @@ def corpus_diagnostics(vecs: np.ndarray, query_texts: Sequence[str], pool: int, 
 THRESHOLD_KEYS = ("nn_cosine_median_max", "nn_cosine_above_095_max", "distinct_queries_min", "unfiltered_recall")
 
 
-def stage_realism(stage: dict, enc) -> dict:
-    """The realistic range this stage applies, for its own encoder: {"encoder_id", "source", "thresholds", ...}.
-
-    `stage.realism` holds `calibration` (the parameters) and `recorded` (thresholds measured once and kept
-    in the config, per encoder id); see bench.backends.calibrate.for_encoder. Thresholds written directly
-    under `stage.realism` (the keys of THRESHOLD_KEYS) are applied as given, whatever the encoder."""
-    real = dict(stage.get("realism") or {})
-    fixed = {k: real[k] for k in THRESHOLD_KEYS if k in real}
-    if fixed:
-        return {"encoder_id": enc.id, "source": "stage config (fixed thresholds, applied to any encoder)",
-                "thresholds": fixed, "params": None, "measurement": None, "cache": None}
-    from bench.backends.calibrate import for_encoder
-
-    return for_encoder(enc, real.get("calibration"), real.get("recorded") or ())
-
-
 def realism_checks(d: dict, real: dict) -> dict:
     """Each measure against its threshold (conf/stage/backends.yaml `realism`, set by bench.backends.calibrate)."""
     checks = {}

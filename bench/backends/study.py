@@ -18,9 +18,10 @@ from typing import Sequence
 from harness.data.longmemeval import sha256_file
 from harness.memory.bench import pct
 
-from .cases import (CASES, K, PUBLIC_SHARE, REPO, SPLIT_OF, TRUTH, Config, agent_of, build_seed, build_units,
+from .cases import (CASES, FANOUT_DENSE, K, PUBLIC_SHARE, REPO, SPLIT_OF, TRUTH, Config, agent_of, build_seed, build_units,
                     default_stage, load_histories, parse_configs, public_agents, view_for)
-from .diagnostics import diagnostics, stage_realism
+from .calibrate import stage_realism
+from .diagnostics import diagnostics
 from .engines import (apply_query, engine_label, engine_versions, footprint_row, k_prime_of, make_index,
                       query_defaults, server_memory)
 from .fanout import fanout_side
@@ -54,7 +55,7 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
     out.mkdir(parents=True, exist_ok=True)
     wall: dict[str, float] = {}
     t_all = time.perf_counter()
-    started = services.up()
+    started = services.up(only=services_needed(cfgs, stage))
     try:
         qs = load_histories(data, histories, qids)
         n = len(qs)
@@ -279,6 +280,16 @@ def print_report(summary, footprints, deltas, lex, fan, diag, survivors=()) -> N
 
 
 # -------------------------------------------------------------------------------- entry points
+
+
+def services_needed(cfgs, stage: dict) -> set[str]:
+    """The servers the chosen configurations' backends declare (and the fan-out side's dense backend,
+    when that side runs): a study of in-process backends starts none."""
+    from harness.memory.backends.base import backend_class
+
+    names = [c.backend for c in cfgs] + ([FANOUT_DENSE] if stage.get("fanout", True) else [])
+    return {svc for n in names for svc, _ in backend_class(n).service_configs({"name": n, **next(
+        (c.build for c in cfgs if c.backend == n), {})})}
 
 
 def run_study(cfg, sweep: dict | None = None) -> dict | None:

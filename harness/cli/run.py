@@ -27,6 +27,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from harness.failures import STOPPED, exits_with_code
+from harness import studies
 from harness.records.shards import DriverLock, Shard
 from harness.run.budget import Budget, BudgetReached
 from harness.run.sweep import multirun_flag_first, sweep_label  # noqa: F401  (kept importable here)
@@ -88,6 +89,9 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
             print("\n".join(c.line() for c in checks))
             print("\n".join(pf.dry_run_lines(shapes)))
             print(step.forecast())
+            study = studies.get(cfg.stage.get("kind"))
+            if study.power:  # the analysis's power of each comparison, priced with the forecast
+                print(study.step("power")(cfg, plan, getattr(step, "forecast_rows", [])))
             print(f"dry run: nothing started ({len(plan.runs)} runs planned)")
         except BrokenPipeError:  # `| head`: the reader has what it wanted
             sys.stderr.close()
@@ -140,8 +144,9 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
 @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     with exits_with_code():  # 2 bad input, 3 stopped, 4 budget (harness.failures)
-        from harness import studies
+        from harness.run import settings
 
+        settings.check(cfg)  # an added option nobody reads, or two presets of one name: exit 2 before anything
         sweep = sweep_label(cfg)
         try:
             studies.get(cfg.stage.get("kind")).step("run")(cfg, sweep)  # the stage's study (harness/studies/)

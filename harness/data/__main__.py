@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
 def download_cmd(ap, args) -> int:
     import json
 
-    from .hub import ChecksumError, download, download_bge, download_evaluate_qa
+    from judge.prompts import download_official, official_status
+
+    from .hub import ChecksumError, download, download_bge
 
     what = args.what or ("longmemeval" if args.split else None)
     if what is None:
@@ -158,9 +160,7 @@ def download_cmd(ap, args) -> int:
             status = texts_status(info["path"])
             print(status["detail"])
             return 0 if texts_usable(status) else 1
-        from judge.prompts import official_status
-
-        info = download_evaluate_qa(args.out or "data/longmemeval", args.revision, base_url=args.base_url)
+        info = download_official(args.out or "data/longmemeval", args.revision, base_url=args.base_url)
         print(json.dumps(info, indent=2))
         status = official_status(info["path"])
         print(status["detail"])

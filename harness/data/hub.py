@@ -10,9 +10,8 @@ weights and the official judge prompts.
 * `download_session_search_texts(...)`: Hermes Agent's `tools/session_search_tool.py` at the study's
   tag v0.21.5 (github NousResearch/hermes-agent, MIT), whose SESSION_SEARCH_SCHEMA is the tool text
   of runtime.session_search=adaptive (harness.runtime.adaptive).
-* `download_evaluate_qa(...)`: LongMemEval's `src/evaluation/evaluate_qa.py` (github
-  xiaowu0162/LongMemEval, MIT) at the pinned commit (judge.prompts.OFFICIAL_COMMIT), as a raw
-  file, into `<out>/evaluate_qa.py`.
+* the official judge prompts (LongMemEval's `src/evaluation/evaluate_qa.py`) are the judge's:
+  judge.prompts.download_official, with these helpers (the judge builds on the data, not the reverse).
 
 A file whose sha256 is known (SPEC 1, BGE_FILES, OFFICIAL_SHA256) and differs is deleted and
 reported (ChecksumError), never used. Each download writes `<dir>/download.json` beside what it
@@ -68,7 +67,7 @@ def verify(path: Path, filename: str) -> str:
     return digest
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
@@ -115,7 +114,7 @@ def download(split: str, out_dir: str | Path, revision: str = "main", repo_id: s
         "what": f"LongMemEval cleaned, split {split}", "source": f"hf dataset {repo_id}",
         "url": f"{_hf_endpoint(endpoint)}/datasets/{repo_id}/resolve/{commit}/{filename}",
         "revision": revision, "commit": commit, "sha256": digest, "bytes": target.stat().st_size,
-        "pinned_sha256": KNOWN_SHA256.get(filename), "fetched": _now()}})
+        "pinned_sha256": KNOWN_SHA256.get(filename), "fetched": now()}})
     return {"path": str(target), "sha256": digest, "revision": revision, "commit": commit}
 
 
@@ -164,7 +163,7 @@ def download_bge(out_dir: str | Path = "data/models", revision: str | None = Non
             entries[rel] = {"what": f"{repo_id} (encoder weights, tokenizer, config)", "source": f"hf model {repo_id}",
                             "url": f"{_hf_endpoint(endpoint)}/{repo_id}/resolve/{commit}/{rel}",
                             "revision": revision, "commit": commit, "sha256": digest, "bytes": dst.stat().st_size,
-                            "pinned_sha256": want if pinned else None, "fetched": _now()}
+                            "pinned_sha256": want if pinned else None, "fetched": now()}
         if refused:
             raise ChecksumError(f"{repo_id}@{commit}: refused and deleted, never used: " + "; ".join(refused))
         for rel in BGE_FILES:
@@ -178,7 +177,7 @@ def download_bge(out_dir: str | Path = "data/models", revision: str | None = Non
             "sha256": {rel: e["sha256"] for rel, e in entries.items()}}
 
 
-def _fetch_raw(url: str, target: Path, want: str | None, readable, timeout: float) -> tuple[str, bool]:
+def fetch_raw(url: str, target: Path, want: str | None, readable, timeout: float) -> tuple[str, bool]:
     """Stream one raw file to `target` via a partial file; (sha256, readable(partial) succeeded).
 
     A file whose sha256 differs from `want` is deleted and refused (ChecksumError), never used."""
@@ -197,46 +196,6 @@ def _fetch_raw(url: str, target: Path, want: str | None, readable, timeout: floa
     finally:
         tmp.unlink(missing_ok=True)
     return digest, ok
-
-
-def download_evaluate_qa(out_dir: str | Path = "data/longmemeval", commit: str | None = None,
-                         base_url: str | None = None, timeout: float = 60.0) -> dict:
-    """LongMemEval's src/evaluation/evaluate_qa.py at the pinned commit into `<out_dir>/evaluate_qa.py`.
-
-    `base_url` replaces https://raw.githubusercontent.com (the URL is <base>/<owner>/<repo>/<commit>/<path>).
-    At the pinned commit the file must have OFFICIAL_SHA256, or it is deleted and refused; another
-    commit is recorded as trust-on-first-download."""
-    from judge.prompts import (
-        OFFICIAL_COMMIT,
-        OFFICIAL_FILE,
-        OFFICIAL_REPO,
-        OFFICIAL_SHA256,
-        PromptFileError,
-        parse_official,
-    )
-
-    def parses_ok(p: Path) -> bool:
-        try:
-            parse_official(p)
-            return True
-        except PromptFileError:
-            return False
-
-    commit = commit or OFFICIAL_COMMIT
-    base = (base_url or GITHUB_RAW).rstrip("/")
-    url = f"{base}/{OFFICIAL_REPO}/{commit}/{OFFICIAL_FILE}"
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / "evaluate_qa.py"
-    want = OFFICIAL_SHA256 if commit == OFFICIAL_COMMIT else None
-    digest, parses = _fetch_raw(url, target, want, parses_ok, timeout)
-    record(out_dir, {"evaluate_qa.py": {
-        "what": f"LongMemEval official answer-check prompts ({OFFICIAL_FILE}, MIT)",
-        "source": f"github {OFFICIAL_REPO}",
-        "url": url, "revision": commit, "commit": commit if len(commit) == 40 else None, "sha256": digest,
-        "bytes": target.stat().st_size, "pinned_sha256": want, "parses": parses, "fetched": _now()}})
-    return {"path": str(target), "url": url, "commit": commit, "sha256": digest, "pinned": want is not None,
-            "parses": parses}
 
 
 def download_session_search_texts(out_dir: str | Path = "data/runtime/hermes-agent-0.21.5", tag: str | None = None,
@@ -265,11 +224,11 @@ def download_session_search_texts(out_dir: str | Path = "data/runtime/hermes-age
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / Path(TEXTS_FILE).name
     want = TEXTS_SHA256 if tag in TEXTS_TAGS else None
-    digest, parses = _fetch_raw(url, target, want, parses_ok, timeout)
+    digest, parses = fetch_raw(url, target, want, parses_ok, timeout)
     record(out_dir, {target.name: {
         "what": f"Hermes Agent's session_search tool module ({TEXTS_FILE}, MIT): its schema and description",
         "source": f"github {TEXTS_REPO}", "url": url, "revision": tag, "commit": tag if len(tag) == 40 else None,
         "sha256": digest, "bytes": target.stat().st_size, "pinned_sha256": want, "parses": parses,
-        "fetched": _now()}})
+        "fetched": now()}})
     return {"path": str(target), "url": url, "tag": tag, "sha256": digest, "pinned": want is not None,
             "parses": parses}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from harness.failures import EnvironmentFailure
+from harness.plugins import Registry
 
 
 class EndpointError(EnvironmentFailure):
@@ -56,7 +57,9 @@ def _openai_compatible(cfg) -> Iterator[Endpoint]:
     yield Endpoint(str(base_url).rstrip("/"), key, "openai_compatible", str(_get(cfg, "model")))
 
 
-PROVIDERS: dict[str, Callable] = {"local": _local, "openai_compatible": _openai_compatible}
+PROVIDERS: Registry[Callable] = Registry("endpoint provider", None)  # a plugin registers its own the same way
+PROVIDERS.register("local", _local)
+PROVIDERS.register("openai_compatible", _openai_compatible)
 
 
 def open_endpoint(cfg):
@@ -65,7 +68,7 @@ def open_endpoint(cfg):
     if provider not in PROVIDERS:
         raise EndpointError(f"unknown provider {provider!r} in model={_get(cfg, 'name')}",
                             f"use one of: {', '.join(sorted(PROVIDERS))}")
-    return PROVIDERS[provider](cfg)
+    return PROVIDERS.get(provider)(cfg)
 
 
 def identity(cfg) -> str:

@@ -171,9 +171,7 @@ class RunDir:
 
     @property
     def record_kind(self) -> str:
-        from harness import studies  # which record schema a stage's records/ holds, by its study
-
-        return studies.get(self.stage().kind if self.stage_path.exists() else "agents").record
+        return self.stage().record if self.stage_path.exists() else "record"  # stage.json names its records' schema
 
     def write_record(self, record: BaseModel | dict) -> None:
         """Validated before it is written: a writer's mistake fails here, not in a table later."""

@@ -369,6 +369,14 @@ class StageInfo(_Open):
     sweep: dict[str, Any] | None = None
     # the fidelity manifest (harness.run.fidelity): each setting beside the paper's; None = written before it
     fidelity: dict[str, Any] | None = None
+    # the schema of its records/ (its study's `record`, harness.studies); a stage.json written before
+    # this field: the personalization study's folders held personal_record, every other record
+    record: str | None = Field(default=None, validate_default=True)
+
+    @field_validator("record", mode="after")
+    @classmethod
+    def _record_schema(cls, v, info):
+        return v or ("personal_record" if info.data.get("kind") == "personal" else "record")
 
 
 class Attempt(_Model):
@@ -450,7 +458,7 @@ class Judgement(_Model):
 
     schema_version: Literal[1]
     run_id: str
-    kind: str  # correct, leak (LongMemEval's answer check) or a judgement kind a module registers (judge/kinds.py)
+    kind: str  # correct, leak (LongMemEval's answer check) or a judgement kind a module registers (judge/kinds/)
     condition: str
     variant: str
     qid: str

@@ -96,7 +96,8 @@ class AgentStep(RunStep):
     def forecast(self) -> str:
         from harness.run.forecast import render
 
-        return render(self.cfg, self.plan)
+        text, self.forecast_rows = render(self.cfg, self.plan)
+        return text
 
     def concurrency(self) -> int:
         return max(1, min(int(self.cfg.concurrency), int(self.cfg.model.get("max_concurrency") or self.cfg.concurrency)))

@@ -47,6 +47,7 @@ from tqdm import tqdm
 
 from harness.data.longmemeval import sha256_file
 from harness.failures import EnvironmentFailure, classify
+from harness import studies
 from harness.records import RunDir, StageMismatch
 from harness.records.ledger import Ledger, read_ledger
 from harness.records.ledger import mark_interrupted as mark_interrupted_lines
@@ -75,6 +76,7 @@ def stage_info(cfg, plan, fidelity_record: dict, **extra) -> dict:
     """stage.json's content for `plan` (anything with stage, label, seed, data, runs, to_dict())."""
     return {
         "schema_version": SCHEMA_VERSION, "kind": str(cfg.stage.get("kind") or "agents"),
+        "record": studies.get(cfg.stage.get("kind")).record,
         "stage": plan.stage, "label": plan.label, "seed": plan.seed, "data": plan.data,
         "plan": plan.to_dict(), "versions": versions(), "code": code_revision(REPO),
         "model": OmegaConf.to_container(cfg.model, resolve=True),

@@ -90,12 +90,12 @@ def lookup(tree: Any, path: str) -> Any:
 def reasoning_effort(params: dict | None) -> str | None:
     """The reasoning effort however the endpoint spells it: `reasoning_effort: low`, `reasoning: {effort: low}`
     or a name `model.accepts` renames it to (e.g. `reasoning.effort`)."""
+    from harness.run.settings import reasoning_effort as one_setting
+
     params = params or {}
-    if params.get("reasoning_effort") is not None:
-        return str(params["reasoning_effort"])
-    r = params.get("reasoning")
-    if isinstance(r, dict) and r.get("effort") is not None:
-        return str(r["effort"])
+    found = one_setting({"params": params})  # the spellings the typed settings know
+    if found is not None:
+        return found
     named = [v for k, v in params.items() if "reason" in k and "effort" in k and v is not None]
     return str(named[0]) if named else None
 
@@ -547,9 +547,9 @@ def services_rows(cfg, need: set[str], study: str = "agents") -> list[Row]:
 
 
 def manifest(cfg, plan) -> list[Row]:
-    from harness.run.preflight import needs
+    import conditions
 
-    need = needs(cfg)
+    need = conditions.needs(cfg)
     return [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need, cfg), index_row(cfg, need),
             *settings_rows(cfg, need), tool_texts_row(cfg), *condition_rows(cfg), *stage_rows(cfg, plan),
             data_row(plan, str(cfg.stage.get("name"))), seed_row(cfg), *services_rows(cfg, need)]

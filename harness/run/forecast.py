@@ -56,7 +56,7 @@ class Row:
         return list_cost(prices, self.hit, self.miss, self.output) * usd * factor
 
 
-def _pilot(runs_dir: Path, model: str) -> tuple[Path | None, list]:
+def pilot_records(runs_dir: Path, model: str) -> tuple[Path | None, list]:
     """The newest pilot folder with records of this model, and those records."""
     from harness.records import RunDir
 
@@ -71,7 +71,7 @@ def _pilot(runs_dir: Path, model: str) -> tuple[Path | None, list]:
 
 def _pilot_means(runs_dir: Path, model: str) -> tuple[dict[str, dict], str | None]:
     """condition -> mean calls / hit / miss / output per run, from the newest pilot of this model."""
-    folder, recs = _pilot(runs_dir, model)
+    folder, recs = pilot_records(runs_dir, model)
     if recs:
         by: dict[str, list] = {}
         for r in recs:
@@ -81,50 +81,6 @@ def _pilot_means(runs_dir: Path, model: str) -> tuple[dict[str, dict], str | Non
                      "output": sum(r.tokens.output for r in rs) / len(rs), "n": len(rs)} for c, rs in by.items()}
         return means, str(folder)
     return {}, None
-
-
-def pilot_runs(runs_dir: Path, model: str) -> dict | None:
-    """The pilot's repeat-0 runs for the power of each comparison (analysis/power.py): per (variant,
-    condition, question) its tokens, calls, time and correctness (the pilot's judge; None unjudged;
-    a failed run is wrong)."""
-    from harness.records import RunDir
-
-    folder, recs = _pilot(runs_dir, model)
-    if not recs:
-        return None
-    from analysis.load import SIDE_JUDGEMENTS
-
-    rd = RunDir(folder)
-    names = sorted(p.stem for p in (folder / "judgements").glob("*.jsonl") if not p.name.endswith(".attempts.jsonl")
-                   and not any(m in p.name for m in SIDE_JUDGEMENTS))  # the answers' judge, not a probe or errata
-    labels = {k: j.label for k, j in rd.judgements(names[0]).items()} if names else {}
-    runs = {}
-    for r in recs:
-        if r.repeat:
-            continue
-        lab = labels.get((r.run_id, "correct"))
-        correct = 0.0 if r.status != "ok" else (None if not isinstance(lab, bool) else float(lab))
-        runs[(r.variant or "", r.condition, r.qid)] = {
-            "tokens": r.tokens.prompt + r.tokens.output, "model_calls": r.model_calls, "time": r.wall_s,
-            "tool_calls": r.tool_calls, "cost": r.cost_list, "correct": correct}
-    return {"folder": f"{folder.parent.name}/{folder.name}", "runs": runs}
-
-
-def power_lines(cfg, plan, rows: list[Row]) -> str:
-    """The power of each pre-registered comparison of this stage at the planned sample (analysis/power.py)."""
-    from analysis import power
-    from analysis import prereg as P
-
-    pre = P.load(Path(__file__).resolve().parents[2] / "conf" / "prereg" / "hypotheses.yaml")
-    by: dict[tuple[str, str], set[str]] = {}
-    for r in plan.runs:
-        if r.repeat == 0:
-            by.setdefault((r.variant, r.condition), set()).add(r.qid)
-    planned = {(v, a, b): len(by[(v, a)] & by[(v, b)]) for (v, a) in by for (w, b) in by if v == w and a != b}
-    prices = dict(cfg.model.prices)
-    costs = {r.condition: r.cost(prices) / r.runs for r in rows if r.runs}
-    pilot = pilot_runs(Path(str(cfg.runs_dir)), str(cfg.model.model)) if plan.stage != "pilot" else None
-    return power.render(power.comparisons(pre, plan.stage, planned, costs, pilot), pre)
 
 
 def _conversation(prefix_chars: float, calls: int, result_chars: float) -> tuple[float, float, float]:
@@ -180,10 +136,11 @@ def forecast(cfg, plan) -> tuple[list[Row], str]:
     return rows, said
 
 
-def render(cfg, plan) -> str:
+def render(cfg, plan) -> tuple[str, list[Row]]:
+    """The forecast table, and its rows (the power lines of the analysis price each comparison with them)."""
     rows, said = forecast(cfg, plan)
     return render_rows(cfg, rows, said, "judging adds about one short call per run (two for Org private runs) at the "
-                                        "judge's prices") + "\n" + power_lines(cfg, plan, rows)
+                                        "judge's prices"), rows
 
 
 def render_rows(cfg, rows: list[Row], said: str, judging: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.endpoints.client import Agent, Meter
 from harness.failures import classify
-from harness.run.tools import Tool, ToolError, ToolResult
+from harness.runtime.tools import Tool, ToolError, ToolResult
 
 MAX_RESULT_CHARS = 30_000
 

@@ -90,6 +90,20 @@ def scan(path: Path) -> list[tuple[str, str]]:
     return index
 
 
+def group_conditions(stage, group) -> list[str]:
+    """The conditions a group runs: its `conditions` (keys of stage.conditions), else every condition of the
+    stage, less its `exclude`. A condition is named once, in the stage's defaults; a group names keys only."""
+    defined = list(stage.get("conditions") or {})
+    listed, exclude = group.get("conditions"), list(group.get("exclude") or [])
+    chosen = list(listed) if listed is not None else defined
+    for cond in [*chosen, *exclude]:
+        if cond not in defined:
+            raise PlanError(f"stage {stage.name!r} names condition {cond!r} but does not define it "
+                            f"(add '/condition@stage.conditions.{cond}: {cond}' to its defaults; "
+                            f"defined: {', '.join(defined) or 'none'})")
+    return [c for c in chosen if c not in exclude]
+
+
 def build(cfg) -> Plan:
     stage = cfg.stage
     path = source.resolve(cfg.data)
@@ -105,10 +119,7 @@ def build(cfg) -> Plan:
         repeats = int(g.get("repeats", 1))
         if repeats < 1:
             raise PlanError(f"repeats must be >= 1, got {repeats}")
-        for cond in g["conditions"]:
-            if cond not in conditions:
-                raise PlanError(f"stage {stage.name!r} runs condition {cond!r} but does not define it "
-                                f"(add '/condition@stage.conditions.{cond}: {cond}' to its defaults)")
+        for cond in group_conditions(stage, g):
             for qid in samples[g["sample"]]["ids"]:
                 for rep in range(repeats):
                     runs.add(RunSpec(cond, qid, str(g.get("variant", "") or ""), rep))

@@ -48,13 +48,6 @@ class Check:
         return f"  preflight {self.name:<9} {mark:<6} {self.detail}"
 
 
-def needs(cfg) -> set[str]:
-    out: set[str] = set()
-    for c in (cfg.stage.get("conditions") or {}).values():
-        out |= set(getattr(conditions.load(str(c.module)), "NEEDS", ()))
-    return out
-
-
 def _key_check(model_cfg, who: str) -> Check:
     provider = str(model_cfg.get("provider"))
     if provider not in PROVIDERS:
@@ -219,8 +212,8 @@ def request_shapes(cfg, judge_too: bool, used: set[str] | None = None) -> list[S
 
 
 def judge_shape(judge_cfg) -> Shape:
-    """The judge's answer-check request (judge.answer_check.judge_model_config: its official parameters)."""
-    from judge.answer_check import judge_model_config
+    """The judge's answer-check request (judge.common.judge_model_config: its official parameters)."""
+    from judge.common import judge_model_config
 
     jc = judge_model_config(judge_cfg)
     return Shape("judge", "judge, answer check", jc, dict(jc.get("params") or {}))
@@ -350,7 +343,7 @@ def static_checks(cfg, plan, judge_too: bool) -> list[Check]:
         c = _prices_check(mc, who, cfg.get("budget_usd"))
         if c is not None:
             checks.append(c)
-    need = needs(cfg)
+    need = conditions.needs(cfg)
     if "memory_space" in need:
         checks.append(_services_check(cfg.index))
     if "sandbox" in need:

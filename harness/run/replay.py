@@ -360,10 +360,15 @@ def _stage_index(folder_path: Path) -> dict | None:
 
 
 def _is_exact(index: dict) -> bool:
-    """An exact dense index, alone or as a hybrid's dense part (a lexical-only index is compared: cheap)."""
-    if index.get("name") == "exact":
+    """An index whose backend declares itself exact, alone or as a composite's dense part (a lexical-only
+    index is compared: cheap)."""
+    from harness.memory.backends.base import backend_class
+
+    cls = backend_class(str(index.get("name")))
+    if cls.exact:
         return True
-    return index.get("name") == "hybrid" and (index.get("dense") or {}).get("name") == "exact"
+    dense = index.get("dense") if "dense" in getattr(cls, "parts", ()) else None
+    return isinstance(dense, dict) and backend_class(str(dense.get("name"))).exact
 
 
 def owner_counts(units: Iterable[list[str]]) -> Counter:

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.run.tools import ToolResult
+from harness.runtime.tools import ToolResult
 
 from .hermes import (
     SHAPE_CAPPED, SHAPE_EXPANDED, SHAPE_SUMMARIES, SHAPE_TOP_WINDOW, WINDOW_MESSAGE_CHARS, RuntimeSetupError, load,

@@ -36,7 +36,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness.run.tools import ToolError, ToolResult
+from harness.runtime.tools import ToolError, ToolResult
 
 from .sandbox import LIMITS, STORE_MOUNT, Limits, check_sandbox, command_bytes, describe, run_sandboxed
 from .store import StoreInfo, ensure_sandbox_copy

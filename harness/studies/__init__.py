@@ -13,9 +13,10 @@ of the heavy code it points to (and the harness never imports the judge or the a
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from harness.plugins import Registry, caller
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Study:
     judge: str | None  # "module:function"(cfg, run_dir) -> exit code; None: no judge
     analysis: str  # the module `make analyze` runs on its folders
     record: str = "record"  # harness.records.schema name of its records
+    power: str | None = None  # "module:function"(cfg, plan, forecast rows) -> str: a dry run's power lines
     about: str = ""
 
     def step(self, name: str) -> Callable[..., Any]:
@@ -39,39 +41,24 @@ class StudyError(ValueError):
     exit_code = 2  # bad input (harness.failures)
 
 
-_REGISTRY: dict[str, Study] = {}
+STUDIES: Registry[Study] = Registry("study kind", __name__)
 
 
 def register(study: Study) -> Study:
-    old = _REGISTRY.get(study.kind)
-    if old is not None and old != study:
-        raise ValueError(f"study kind {study.kind!r} is registered twice")
-    _REGISTRY[study.kind] = study
-    return study
-
-
-def discover() -> None:
-    from harness import plugins
-
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
-    plugins.load()
+    return STUDIES.register(study.kind, study, caller())
 
 
 def get(kind: str | None) -> Study:
-    discover()
     kind = str(kind or "agents")
-    if kind not in _REGISTRY:
-        raise StudyError(f"stage.kind {kind!r} is no registered study (known: {', '.join(sorted(_REGISTRY))})")
-    return _REGISTRY[kind]
+    if kind not in STUDIES:
+        raise StudyError(f"stage.kind {kind!r} is no registered study (known: {', '.join(STUDIES.names())})")
+    return STUDIES.get(kind)
 
 
 def kinds() -> list[str]:
-    discover()
-    return sorted(_REGISTRY)
+    return STUDIES.names()
 
 
 def analysed_by(module: str) -> set[str]:
     """The study kinds whose folders the analysis module `module` reads."""
-    discover()
-    return {k for k, s in _REGISTRY.items() if s.analysis == module}
+    return {k for k, s in STUDIES.items().items() if s.analysis == module}

@@ -21,6 +21,7 @@ attributes, so the preflight, the personalization runner, the replay and the bac
     filter_mode          how it applies a view: "pre-filter" | "post-filter" | "exact" | "lexical"
     in_place_visibility  set_visibility() changes a unit's visibility without re-inserting it
     approximate          an approximate index (built several times by the study); exact is not
+    exact                its dense results are the true top-k (a replay checks no search of it)
     storage              "memory" | "disk": where its footprint lies
     isolation_keys       the config keys naming its private index (what a replay renames, so it never
                          drops a live stage's index); private_params(name) names one for the study
@@ -40,6 +41,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from harness.plugins import Registry, caller
 
 from ..units import Unit
 from ..views import View
@@ -71,6 +74,7 @@ class Backend(ABC):
     filter_mode: str = "pre-filter"  # pre-filter | post-filter | exact | lexical
     in_place_visibility: bool = False  # set_visibility() keeps the index structure
     approximate: bool = False
+    exact: bool = False  # returns the true top-k under the view: a ground truth (the replay re-issues no search of it)
     storage: str = "memory"  # memory | disk
     isolation_keys: tuple[str, ...] = ()  # config keys naming its private index (renamed by a replay)
     query_settings: tuple[str, ...] = ()  # attributes a study configuration may set at query time
@@ -207,14 +211,16 @@ def auto_name(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
 
 
-REGISTRY: dict[str, Callable[..., Backend]] = {}
+BACKENDS: Registry[type[Backend]] = Registry("index backend", __package__, skip=("base",))
 
 
 def register(name: str):
+    """@register("mine") above a Backend subclass: found by name, a second `mine` refused with both modules."""
+    origin = caller()
+
     def deco(cls):
-        REGISTRY[name] = cls
         cls.name = name
-        return cls
+        return BACKENDS.register(name, cls, origin)
 
     return deco
 
@@ -233,34 +239,9 @@ def make_backend(name_or_cfg, **params) -> Backend:
 
 def backend_class(name: str):
     """The registered class of `name` (its descriptive attributes need no instance and no server)."""
-    _load_all()
-    if name not in REGISTRY:
-        raise KeyError(f"unknown index backend {name!r}; known: {sorted(REGISTRY)}")
-    return REGISTRY[name]
+    return BACKENDS.get(name)
 
 
 def backends() -> dict[str, Callable[..., Backend]]:
     """Every registered backend, by name (the package's modules and the plugins)."""
-    _load_all()
-    return dict(REGISTRY)
-
-
-_discovered = False
-
-
-def _load_all() -> None:
-    """Import every module of this package (each registers its class) and the plugins."""
-    global _discovered
-    if not _discovered:
-        import importlib
-        import pkgutil
-
-        from . import __path__ as pkg_path
-
-        for mod in pkgutil.iter_modules(pkg_path):
-            if mod.name != "base" and not mod.name.startswith("_"):
-                importlib.import_module(f"{__package__}.{mod.name}")
-        _discovered = True
-    from harness import plugins
-
-    plugins.load()
+    return BACKENDS.items()

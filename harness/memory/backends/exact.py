@@ -21,6 +21,7 @@ from .base import Backend, Hit, Query, check_units, register
 class ExactBackend(Backend):
     kind = "dense"
     filter_mode = "exact"  # the view is a mask before a brute-force scan
+    exact = True  # brute force: the ground truth of every recall
     in_place_visibility = True
 
     @classmethod

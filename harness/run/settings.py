@@ -1,0 +1,255 @@
+"""Typed settings at the config-loading edge: what a stage, a condition, an index, an endpoint and a
+judge may be given, and a check that refuses an option nobody reads.
+
+WHY: Hydra refuses an override of a key that does not exist, but `+key=value` adds one, and a
+misspelt addition (`+stage.conditions.recent.nn=5` for `n`) ran silently with the default. The
+settings each node accepts are the keys its yaml gives plus the optional fields declared here
+(dataclasses, stored in Hydra's ConfigStore as `schema/<node>`); a condition module may declare
+more in a `Settings` dataclass of its own. `check(cfg)` runs before any command does anything: an
+added key none of these declares is an error naming the nearest one (exit 2), and two endpoint
+presets of one name in two config sources are refused (harness.endpoints.presets).
+
+Open dictionaries (an endpoint's `params`, `judge_params`, `accepts`, `prices`) take any key: what
+a provider accepts is the provider's business (harness.endpoints.fit checks it against the server).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+
+from harness.plugins import RegistryError
+
+
+class SettingsError(RegistryError):
+    """An option no setting declares (exit 2, bad input)."""
+
+
+@dataclass
+class StageSettings:
+    """Optional stage keys the code reads besides those of conf/stage/<name>.yaml."""
+
+    judge_after_run: bool = False
+    judge_kinds: Optional[list] = None  # judgement kinds (judge/kinds/) for this stage's judge; default the answer check
+    purpose: Optional[str] = None
+    tool_guidance: Optional[str] = None
+    only: Optional[list] = None  # backend study: the configurations (or backends) to run
+    fanout: bool = True
+    lexical: bool = True
+    builds: int = 3
+    concurrency: Optional[int] = None
+
+
+@dataclass
+class ConditionSettings:
+    """Keys every condition may carry (harness.run, the analysis), besides its yaml's and its module's `Settings`."""
+
+    module: str = "???"
+    access: Optional[str] = None
+    reference: bool = False  # the condition every other one of a table is compared with
+    compare_with: list = field(default_factory=list)
+    roles: list = field(default_factory=list)  # personalization methods' roles (analysis/personal/common.py)
+    hide_in: list = field(default_factory=list)
+    forecast: dict = field(default_factory=dict)
+    max_rounds: Optional[int] = None
+
+
+@dataclass
+class IndexSettings:
+    name: str = "???"
+    dim: Optional[int] = None
+
+
+@dataclass
+class EndpointSettings:
+    """A model preset (conf/model/) and, with JudgeSettings' keys, a judge preset (conf/judge/)."""
+
+    name: str = "???"
+    provider: str = "???"
+    model: Optional[str] = None
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None
+    params: dict = field(default_factory=dict)  # open: sent as the provider spells it
+    accepts: dict = field(default_factory=dict)
+    prices: dict = field(default_factory=dict)
+    offpeak: Optional[dict] = None
+    timeout_s: Optional[float] = None
+    max_retries: Optional[int] = None
+    backoff_s: Optional[float] = None
+    max_wait_s: Optional[float] = None
+    max_concurrency: Optional[int] = None
+    parallel: Optional[int] = None
+    ctx_size: Optional[int] = None
+    breaker_runs: Optional[int] = None
+    first_tool_choice: Optional[str] = None
+    truncates_silently: Optional[bool] = None
+
+
+@dataclass
+class JudgeSettings(EndpointSettings):
+    prompts: str = "builtin"
+    judge_params: dict = field(default_factory=dict)  # open
+    kinds: Optional[list] = None  # judgement kinds (judge/kinds/), default [answer_check]
+
+
+OPEN = {"params", "judge_params", "accepts", "prices", "offpeak", "forecast", "trials", "realism", "rates"}
+SCHEMAS = {"stage": StageSettings, "condition": ConditionSettings, "index": IndexSettings,
+           "model": EndpointSettings, "judge": JudgeSettings}
+
+_cs = ConfigStore.instance()
+for _name, _node in SCHEMAS.items():
+    _cs.store(group="schema", name=_name, node=_node)
+
+
+# how providers spell the reasoning effort in a request's parameters (OpenAI / DeepSeek / vLLM, the
+# Responses API and OpenRouter, a body passed through, Ollama's think level)
+REASONING_SPELLINGS = (("reasoning_effort",), ("reasoning", "effort"), ("extra_body", "reasoning_effort"),
+                       ("extra_body", "reasoning", "effort"), ("think",))
+
+
+def reasoning_effort(model_cfg) -> Optional[str]:
+    """The one reasoning setting of an endpoint config, whatever the provider calls it (None: not set).
+
+    WHY: the fidelity manifest compares it with the paper's (low); a preset that writes
+    `params: {reasoning: {effort: low}}` must not read as "not set"."""
+    params = (model_cfg.get("params") if hasattr(model_cfg, "get") else None) or {}
+    found = []
+    for path in REASONING_SPELLINGS:
+        node: Any = params
+        for p in path:
+            node = node.get(p) if hasattr(node, "get") else None
+        if node is not None and not hasattr(node, "get"):
+            found.append((".".join(path), str(node).lower() if not isinstance(node, bool) else str(node).lower()))
+    values = {v for _, v in found}
+    if len(values) > 1:
+        raise SettingsError(f"model {model_cfg.get('name')}: the reasoning effort is set twice, differently: "
+                            + ", ".join(f"params.{k}={v}" for k, v in found))
+    return values.pop() if values else None
+
+
+def declared(kind: str, node: Any = None) -> set[str]:
+    """The optional keys a node of this kind accepts; a condition's also its module's `Settings` fields."""
+    out = {f.name for f in fields(SCHEMAS[kind])}
+    if kind == "condition" and node is not None and node.get("module"):
+        import conditions
+
+        try:
+            own = getattr(conditions.load(str(node.get("module"))), "Settings", None)
+        except ImportError:
+            own = None
+        if own is not None:
+            out |= {f.name for f in fields(own)}
+    return out
+
+
+def kind_of(path: list[str]) -> str | None:
+    """Which schema a node at `path` (keys from the root) follows, or None (not checked)."""
+    if path == ["stage"]:
+        return "stage"
+    if len(path) == 3 and path[:2] == ["stage", "conditions"]:
+        return "condition"
+    if len(path) == 1 and path[0] in ("index", "model", "judge"):
+        return path[0]
+    return None
+
+
+def nearest(key: str, keys) -> str | None:
+    found = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=0.0)
+    return found[0] if found else None
+
+
+def _select(cfg, path: list[str]):
+    node = cfg
+    for p in path:
+        node = node.get(p) if hasattr(node, "get") else None
+        if node is None:
+            return None
+    return node
+
+
+def check_additions(cfg, overrides: list[str], groups: set[str] = frozenset()) -> None:
+    """Refuse every `+a.b.c=v` / `++a.b.c=v` whose key `c` the node `a.b` neither had nor declares."""
+    for ov in overrides:
+        if not ov.startswith("+"):
+            continue
+        key = ov.lstrip("+").partition("=")[0]
+        if "@" in key or key.replace(".", "/") in groups:  # a config group added (+condition@..., +preset=)
+            continue
+        *parent, leaf = key.split(".")
+        if any(p in OPEN for p in parent):
+            continue
+        kind = kind_of(parent)
+        node = _select(cfg, parent)
+        if kind is None or node is None:
+            continue
+        allowed = declared(kind, node)
+        if leaf in allowed:
+            continue
+        have = (set(node.keys()) - {leaf}) | allowed
+        near = nearest(leaf, have)
+        raise SettingsError(f"unknown option {key}: no {kind} setting {leaf!r}"
+                            + (f" (did you mean {'.'.join([*parent, near])}?)" if near else "")
+                            + f"; a {kind} takes: {', '.join(sorted(have))}")
+
+
+def nodes(cfg) -> list[tuple[str, str, Any]]:
+    """(path, kind, node) of every typed node of a composed config."""
+    out = [(k, k, cfg.get(k)) for k in ("stage", "index", "model", "judge") if cfg.get(k) is not None]
+    for name, node in ((cfg.get("stage") or {}).get("conditions") or {}).items():
+        out.append((f"stage.conditions.{name}", "condition", node))
+    return out
+
+
+def typed(kind: str, node: Any):
+    """The node's declared settings as a typed (structured) config: a value of the wrong type is an error
+    naming the key. A module that wants its settings typed reads them through this."""
+    from omegaconf import OmegaConf
+
+    schema = SCHEMAS[kind]
+    names = {f.name for f in fields(schema)}
+    given = {k: node.get(k) for k in names if k in node and node.get(k) is not None}
+    return OmegaConf.merge(OmegaConf.structured(schema), given)
+
+
+def check_types(cfg) -> None:
+    from omegaconf.errors import ValidationError
+
+    for path, kind, node in nodes(cfg):
+        try:
+            typed(kind, node)
+        except ValidationError as exc:
+            key = getattr(exc, "key", None) or getattr(exc, "full_key", "?")
+            raise SettingsError(f"{path}.{key}: {exc.msg if hasattr(exc, 'msg') else exc}".splitlines()[0]) from None
+
+
+def config_sources() -> list[Path]:
+    """The file folders Hydra composed from (the tree's conf/ and each hydra.searchpath entry), in order."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    out = []
+    for s in HydraConfig.get().runtime.config_sources:
+        if s.schema == "file" and s.path and Path(s.path).is_dir():
+            out.append(Path(s.path))
+    return out
+
+
+def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = None) -> None:
+    """The config-loading edge: presets of one name once, and no added option nobody reads."""
+    from harness.endpoints import presets
+
+    if sources is None:
+        sources = config_sources()
+    if overrides is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    presets.discover(sources)
+    groups = {str(p.relative_to(src)) for src in sources for p in src.rglob("*") if p.is_dir()}
+    check_additions(cfg, overrides, groups)
+    check_types(cfg)

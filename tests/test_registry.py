@@ -1,0 +1,196 @@
+"""Every extension point is one harness.plugins.Registry: a plugin added the way the README says is
+found, and a second entry under a name already taken is refused naming both origins.
+
+One subprocess (a clean interpreter: no registry has been read, nothing imported by hand) writes
+nothing into the tree: the plugin package lives in tmp_path and comes in through $MEMSPACE_PLUGINS,
+the duplicates through a second plugin module added to it afterwards (the registries re-read it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+PLUGIN = {
+    "condition": '''
+        import conditions
+        from conditions import Access
+
+        def build(cfg, ctx):
+            return Access(text="Recent sessions are inlined below.")
+
+        conditions.register("recent")
+    ''',
+    "table": '''
+        import pandas as pd
+        from analysis.tables import Table, register
+
+        register(Table("toy", "toy.csv", lambda res: pd.DataFrame()))
+    ''',
+    "personal_table": '''
+        import pandas as pd
+        from analysis.personal import Table, register
+
+        register(Table("toy_personal", "toy_personal.csv", lambda st: pd.DataFrame()))
+    ''',
+    "study": '''
+        from harness.studies import Study, register
+
+        register(Study("survey", run="toyplug.study:run", judge=None, analysis="analysis.run"))
+    ''',
+    "backend": '''
+        from harness.memory.backends.base import register
+        from harness.memory.backends.exact import ExactBackend
+
+        @register("toy_exact")
+        class ToyExact(ExactBackend):
+            """Exact search under another name: the replay must treat it as exact."""
+    ''',
+    "kind": '''
+        from judge.kinds import Kind, register
+        from judge.prompts import Item
+
+        register(Kind("brief", lambda record, prompts: [Item("brief", "toy", "answer", "Short? yes or no")]))
+    ''',
+    "provider": '''
+        from harness.endpoints.registry import PROVIDERS
+
+        PROVIDERS.register("toy_provider", lambda cfg: None)
+    ''',
+}
+# a second entry under a name the tree already uses, one module per kind
+DUPLICATE = {
+    "condition": 'import conditions\n\ndef build(cfg, ctx):\n    return None\n\nconditions.register("memory_tool")\n',
+    "table": 'from analysis.tables import Table, register\n\nregister(Table("coverage", None))\n',
+    "personal_table": 'from analysis.personal import Table, register\n\nregister(Table("latency", None))\n',
+    "study": ('from harness.studies import Study, register\n\n'
+              'register(Study("agents", run="x:y", judge=None, analysis="analysis.run"))\n'),
+    "backend": ('from harness.memory.backends.base import register\nfrom harness.memory.backends.exact import '
+                'ExactBackend\n\n@register("exact")\nclass Mine(ExactBackend):\n    pass\n'),
+    "kind": 'from judge.kinds import Kind, register\n\nregister(Kind("answer_check", lambda r, p: []))\n',
+    "provider": 'from harness.endpoints.registry import PROVIDERS\n\nPROVIDERS.register("local", lambda cfg: None)\n',
+}
+TREE_ORIGIN = {"condition": "conditions.memory_tool", "table": "analysis.tables.quality",
+               "personal_table": "analysis.personal.latency", "study": "harness.studies.agents",
+               "backend": "harness.memory.backends.exact", "kind": "judge.kinds.answer_check",
+               "provider": "harness.endpoints.registry"}
+
+PROBE = '''
+import json, os, sys
+
+def registry(kind):
+    if kind == "condition":
+        import conditions; return conditions.CONDITIONS, "recent"
+    if kind == "table":
+        from analysis import tables; return tables.TABLES, "toy"
+    if kind == "personal_table":
+        from analysis import personal; return personal.TABLES, "toy_personal"
+    if kind == "study":
+        from harness import studies; return studies.STUDIES, "survey"
+    if kind == "backend":
+        from harness.memory.backends.base import BACKENDS; return BACKENDS, "toy_exact"
+    if kind == "kind":
+        from judge.kinds import KINDS; return KINDS, "brief"
+    if kind == "provider":
+        from harness.endpoints.registry import PROVIDERS; return PROVIDERS, "toy_provider"
+
+out = {}
+kinds = sys.argv[1].split(",")
+for kind in kinds:
+    reg, name = registry(kind)
+    out[kind] = {"found": name in reg, "origin": reg.origin(name) if name in reg else None, "names": reg.names()}
+from judge import kinds as K
+from harness.run.replay import _is_exact
+out["chosen_default"] = [k.name for k in K.chosen()]
+out["chosen_judge"] = [k.name for k in K.chosen({"kinds": ["answer_check", "brief"]})]
+out["chosen_stage"] = [k.name for k in K.chosen(None, {"judge_kinds": ["brief"]})]
+out["exact"] = [_is_exact({"name": "toy_exact"}), _is_exact({"name": "hybrid", "dense": {"name": "toy_exact"}}),
+                _is_exact({"name": "redis_qe"})]
+from harness.plugins import RegistryError
+base = os.environ["MEMSPACE_PLUGINS"]
+for kind in kinds:
+    os.environ["MEMSPACE_PLUGINS"] = base + f",toyplug.dup_{kind}"  # only this kind's duplicate
+    reg, _ = registry(kind)
+    try:
+        reg.names()
+        out[kind]["duplicate"] = None
+    except RegistryError as exc:
+        out[kind]["duplicate"] = str(exc)
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("plug")
+    pkg = root / "toyplug"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for kind, src in PLUGIN.items():
+        (pkg / f"{kind}.py").write_text(textwrap.dedent(src))
+        (pkg / f"dup_{kind}.py").write_text(DUPLICATE[kind])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]),
+           "MEMSPACE_PLUGINS": ",".join(f"toyplug.{k}" for k in PLUGIN)}
+    p = subprocess.run([sys.executable, "-c", PROBE, ",".join(PLUGIN)], cwd=root, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("kind", list(PLUGIN))
+def test_a_plugin_is_found_and_a_second_of_its_name_is_refused_naming_both(probe, kind):
+    got = probe[kind]
+    assert got["found"] and got["origin"] == f"toyplug.{kind}", got
+    assert len(got["names"]) >= 2  # the tree's own entries were discovered beside it
+    dup = got["duplicate"] or ""
+    assert "registered twice" in dup and TREE_ORIGIN[kind] in dup and f"toyplug.dup_{kind}" in dup, dup
+
+
+def test_a_judgement_kind_applies_only_where_chosen(probe):
+    assert probe["chosen_default"] == ["answer_check"]  # a registered plugin kind is not global
+    assert probe["chosen_judge"] == ["answer_check", "brief"] and probe["chosen_stage"] == ["brief"]
+
+
+def test_the_replay_reads_exact_from_the_backend_not_its_name(probe):
+    assert probe["exact"] == [True, True, False]
+
+
+def test_an_endpoint_preset_in_another_config_source_is_found_and_a_shadowing_one_refused(tmp_path):
+    from harness.endpoints import presets
+    from harness.plugins import Registry, RegistryError
+
+    tree = REPO / "conf"
+    mine = tmp_path / "conf"
+    (mine / "model").mkdir(parents=True)
+    (mine / "model" / "mine.yaml").write_text("defaults:\n  - vllm\n  - _self_\nname: mine\nmodel: my-model\n")
+    fresh = Registry("endpoint preset", None)
+    old, presets.PRESETS = presets.PRESETS, fresh
+    try:
+        found = presets.discover([tree, mine])
+        assert found.get("model/mine") == (mine / "model" / "mine.yaml").resolve()
+        assert "model/vllm" in found and "judge/vllm" in found
+        (mine / "model" / "vllm.yaml").write_text("name: vllm\n")
+        with pytest.raises(RegistryError, match="endpoint preset 'model/vllm' is registered twice") as err:
+            presets.discover([tree, mine])
+        assert str(tree / "model" / "vllm.yaml") in str(err.value) and str(mine / "model" / "vllm.yaml") in str(err.value)
+    finally:
+        presets.PRESETS = old
+
+
+def test_the_backend_study_starts_only_the_servers_its_backends_declare():
+    from bench.backends.cases import default_stage, parse_configs
+    from bench.backends.study import services_needed
+
+    cfgs = parse_configs(default_stage()["configs"])
+    in_process = [c for c in cfgs if c.backend in ("exact", "fts5")]
+    assert services_needed(in_process, {"fanout": False}) == set()
+    assert services_needed([c for c in cfgs if c.backend == "pgvector"][:1], {"fanout": False}) == {"postgres"}
+    assert services_needed(in_process, {"fanout": True}) == {"redis"}  # the fan-out side's dense index
