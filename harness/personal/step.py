@@ -37,7 +37,7 @@ from harness.kernel.identity import IdentityResolver
 from harness.records.provenance import versions
 from harness.records.schema import parse
 from harness.run import fidelity
-from harness.run.driver import RunStep, stage_info
+from harness.run.driver import RunStep, stage_info, validated
 from harness.run.plan import PlanError
 
 from . import assistant, record
@@ -301,7 +301,8 @@ class PersonalStep(RunStep):
                            cond_cfg=OmegaConf.to_container(cond_cfg, resolve=True), attempt=attempt, status=status,
                            error=error, failure_reason=reason, injected=injected, answer=answer, answer_s=answer_s,
                            wall_s=wall, finish=finish, calls=list(meter.calls), transcript=transcript)
-        return parse("personal_record", rec, self.rd.records_dir), signature
+        return validated(self.rd, lambda d: parse("personal_record", d, self.rd.records_dir), rec,
+                         {"transcript": None, "answer": ""}), signature
 
     def _transcript(self, msgs: list[dict], answer: str) -> dict:
         """The assistant's call as sent and answered; its system prompt stored once in prompts/."""

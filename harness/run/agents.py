@@ -21,7 +21,7 @@ from harness.failures import EnvironmentFailure, classify
 from harness.records.schema import SCHEMA_VERSION, RunRecord
 from harness.run import fidelity
 from harness.run.context import Environment, RunContext
-from harness.run.driver import RunStep, now, stage_info
+from harness.run.driver import RunStep, now, stage_info, validated
 from harness.run.loop import TranscriptRecorder, run_loop
 from harness.run.plan import Plan, RunSpec, build
 from harness.run.prepare import MemoryPreparer
@@ -171,7 +171,7 @@ class AgentStep(RunStep):
             self.rd.write_prompt(text)
         calls = meter.calls
         tok = {k: sum(c[k] for c in calls) for k in ("prompt", "hit", "miss", "output", "reasoning")}
-        return RunRecord.model_validate({
+        return validated(self.rd, RunRecord.model_validate, {
             "schema_version": SCHEMA_VERSION,
             "run_id": spec.run_id, "condition": spec.condition, "module": str(cond_cfg.module),
             "qid": spec.qid, "qtype": q.qtype, "variant": spec.variant, "repeat": spec.repeat, "org": spec.org,
@@ -199,7 +199,7 @@ class AgentStep(RunStep):
             "finished": now(),
             "transcript": ctx.transcript.transcript(),
             **self.common(),
-        }), signature
+        }, {"transcript": None, "tools": [], "prefetch": [], "answer": ""}), signature
 
     def summary(self, rd, labels: dict[str, bool | None] | None, judge_name: str | None) -> str:
         """Per condition: runs, failures, the share of runs that called a tool, tokens, and judged accuracy."""
