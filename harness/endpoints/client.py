@@ -288,7 +288,7 @@ class Agent:
                 if isinstance(resp, str):
                     raise BadReply(f"a 200 reply that is not JSON: {resp[:120]!r}")
                 if not getattr(resp, "choices", None):
-                    raw = resp.model_dump(warnings=False)
+                    raw = resp.model_dump(exclude_unset=True, warnings=False)
                     problem = reply_error(raw)
                     quota = quota_failure(200, raw.get("error"), "", self.model_cfg) if raw.get("error") else None
                     if quota is not None:
@@ -298,7 +298,7 @@ class Agent:
                 failed_s = time.perf_counter() - t0
                 since = since if since is not None else time.monotonic() - failed_s
                 if isinstance(exc, BadReply) and resp is not None and not isinstance(resp, str):
-                    raw = resp.model_dump(warnings=False)
+                    raw = resp.model_dump(exclude_unset=True, warnings=False)
                     if isinstance(raw.get("usage"), dict) and raw["usage"]:  # billed although unusable: it counts
                         self._meter(raw, t0, messages, tools, sent, dropped, [f"retried: {exc}"[:200]])
                 env = environment_failure(exc, self.model_cfg) if isinstance(exc, openai.APIError) else None
@@ -329,7 +329,7 @@ class Agent:
                 raise ModelCallFailed(f"the endpoint rejected the request (HTTP {exc.status_code}): {text}",
                                       reason="rejected", signature=_signature(exc.status_code, text)) from exc
             choice = resp.choices[0]
-            raw = resp.model_dump(warnings=False)
+            raw = resp.model_dump(exclude_unset=True, warnings=False)
             call = self._meter(raw, t0, messages, tools, sent, dropped)
             cut = silently_cut(messages, tools, call, self.model_cfg, self.count)
             if cut:

@@ -37,7 +37,7 @@ from harness.kernel.identity import IdentityResolver
 from harness.records.provenance import versions
 from harness.records.schema import parse
 from harness.run import fidelity
-from harness.run.driver import RunStep, stage_info, validated
+from harness.run.driver import RunStep, call_notes, stage_info, validated
 from harness.run.plan import PlanError
 
 from . import assistant, record
@@ -203,7 +203,8 @@ class PersonalStep(RunStep):
         mc = self.model_cfg
         params = dict(mc.get("params") or {})
         methods = self.methods()
-        shapes = [Shape("model", "assistant, plain request", mc, params, conditions=sorted(methods))]
+        shapes = [Shape("model", "assistant, plain request", mc, params, conditions=sorted(methods),
+                        system=assistant.SYSTEM)]
         writing = sorted(n for n, c in methods.items() if c.get("writers"))
         if writing:
             shapes.append(Shape("model", "writers, JSON mode (response_format json_object)", mc,
@@ -330,6 +331,7 @@ class PersonalStep(RunStep):
                          f"{sum(r['answer_words'] for r in rs) / n:>7.0f}{sum(r['answer_s'] for r in rs) / n:>9.2f}"
                          f"{sum(r['barrier_wait_s'] or 0 for r in rs) / n:>10.2f}")
         lines.append("answer s: the assistant's answer call (the paper's latency); barrier s: the read's wait")
+        lines += call_notes(rd.records())
         short = sum(bool(r.get("short_read")) for rs in rows.values() for r in rs)
         if short:
             lines.append(f"WARNING: {short} short reads: the index returned fewer of a user's visible memories than "

@@ -144,6 +144,25 @@ def validated(rd: RunDir, build, data: dict, blank: dict) -> BaseModel:
                       "error": f"record_invalid: {exc}"[:4000] + f" (bug report: {where})"})
 
 
+def call_notes(records) -> list[str]:
+    """The summary's lines on calls that are not what they seem: usage estimated, replies cut at their
+    token limit (finish_reason length), other flags (harness.records.schema.ModelCall.flags)."""
+    calls = [c for r in records for c in r.calls]
+    est = sum(bool(c.usage_estimated) for c in calls)
+    length = sum(c.finish == "length" for c in calls)
+    other = sum(any(not f.startswith(("usage:", "finish_reason")) for f in c.flags) for c in calls)
+    out = []
+    if est:
+        out.append(f"~ usage estimated in {est} of {len(calls)} calls (the server's counts were missing or not counts): "
+                   "their tokens and costs are estimates")
+    if length:
+        out.append(f"finish_reason length in {length} calls: those replies were cut at their token limit")
+    if other:
+        out.append(f"{other} calls flagged (tool calls repaired, a forced answer that came back as a tool call, "
+                   "a retried bad reply): the records' calls[].flags say which")
+    return out
+
+
 def owned_runs(rd: RunDir, plan) -> list:
     """The runs this driver may run: its shard's part of the plan, or the whole plan."""
     return rd.shard.select(plan.runs) if rd.shard else list(plan.runs)
