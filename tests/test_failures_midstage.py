@@ -31,9 +31,18 @@ PRICES = {"currency": "USD", "hit": 0.0, "miss": 0.0, "output": 0.0, "usd_per_cu
 FAST = ["model.backoff_s=0.01", "model.max_retries=2", "model.timeout_s=1", "model.retry_budget_s=3"]
 
 
+_CACHE: dict[str, Path] = {}
+
+
+@pytest.fixture(autouse=True)
+def _shared_cache(tmp_path_factory):
+    """One data and index cache for this file's stages (cache_dir is not part of a stage's identity)."""
+    _CACHE.setdefault("dir", tmp_path_factory.mktemp("cache"))
+
+
 def agents_cfg(tmp: Path, fake, *extra, stage: str = "smoke", conds: str = "none,tool_bm25"):
     overrides = [f"stage={stage}", "model=vllm", f"model.base_url={fake.base_url}", "model.api_key_env=null",
-                 *FAST, "stage.judge_after_run=false", f"runs_dir={tmp}/runs", f"cache_dir={tmp}/cache",
+                 *FAST, "stage.judge_after_run=false", f"runs_dir={tmp}/runs", f"cache_dir={_CACHE['dir']}",
                  "concurrency=2"]
     if stage == "smoke":
         overrides += ["samples.smoke.limit=2", f"stage.groups=[{{sample:smoke,conditions:[{conds}]}}]"]

@@ -3,11 +3,15 @@
 It fits each request to the endpoint (`model.accepts`, harness.endpoints.fit), talks to the
 metering proxy, retries what may pass (429, 5xx, timeouts, a 200 reply with no choices or a
 body that is not a chat completion; a 429/503's `Retry-After` is honoured, at most the
-client's patience), and sorts what does not pass into two kinds (harness.failures): the run's
-own failure (`ModelCallFailed`: retries exhausted, a prompt over the context window, a
-rejection the body does not explain) and the environment's (`EnvironmentFailure`: key
-refused, model not found, upstream unreachable, a request the endpoint rejects as
-unsupported), which stops the stage instead.
+client's patience) within the run's retry budget (`model.retry_budget_s`: attempts and waits
+are cut to what is left of it), and sorts what does not pass into two kinds
+(harness.failures): the run's own failure (`ModelCallFailed`: retries exhausted, a prompt over
+the context window, a rejection the body does not explain; the driver's breaker decides
+whether retries exhausted are the server's) and the environment's (`EnvironmentFailure`: key
+refused, model not found, upstream unreachable, credit gone (`QuotaExhausted`, never
+retried), a request the endpoint rejects as unsupported), which stops the stage instead.
+Every answered call is metered with its usage checked (harness.endpoints.usage); a bad 200
+reply that carried usage was billed and is metered too, flagged as retried.
 """
 
 from __future__ import annotations
@@ -42,12 +46,9 @@ class ModelCallFailed(RuntimeError):
     is longer than the model's window) or `rejected` (a rejection the body does not explain;
     `signature` is what the driver's circuit breaker compares)."""
 
-    def __init__(self, message: str, reason: str = "retries", signature: str | None = None,
-                 since: float | None = None):
+    def __init__(self, message: str, reason: str = "retries", signature: str | None = None):
         super().__init__(message)
-        # since: when (time.monotonic()) the call that ran out of retries first failed; the driver asks
-        # whether any call of the stage succeeded after it (harness.run.driver.Breaker)
-        self.reason, self.signature, self.since = reason, signature, since
+        self.reason, self.signature = reason, signature
 
 
 class BadReply(RuntimeError):
@@ -274,7 +275,6 @@ class Agent:
         shared by every call of the run: attempts and waits are cut to what is left of it)."""
         kwargs, sent, dropped = self.request(tools, tool_choice)
         patience = float(self.model_cfg.get("max_wait_s") or self.timeout_s)
-        since = None
         for attempt in range(self.max_retries + 1):
             left = self.retry_budget_s - self.meter.retry_s
             t0 = time.perf_counter()
@@ -282,7 +282,7 @@ class Agent:
             try:
                 if left <= 0:
                     raise ModelCallFailed(f"the run's retry budget of {self.retry_budget_s:g} s is spent "
-                                          f"(model.retry_budget_s)", since=since if since is not None else time.monotonic())
+                                          f"(model.retry_budget_s)")
                 client = self.client.with_options(timeout=max(1.0, min(self.timeout_s, left)))
                 resp = client.chat.completions.create(model=self.model_cfg["model"], messages=messages, **kwargs)
                 if isinstance(resp, str):
@@ -296,7 +296,6 @@ class Agent:
                     raise BadReply(problem or "a 200 reply with no choices")
             except (*RETRYABLE, BadReply, json.JSONDecodeError) as exc:
                 failed_s = time.perf_counter() - t0
-                since = since if since is not None else time.monotonic() - failed_s
                 if isinstance(exc, BadReply) and resp is not None and not isinstance(resp, str):
                     raw = resp.model_dump(exclude_unset=True, warnings=False)
                     if isinstance(raw.get("usage"), dict) and raw["usage"]:  # billed although unusable: it counts
@@ -309,7 +308,7 @@ class Agent:
                 if attempt == self.max_retries or left <= 0:
                     spent = "" if attempt == self.max_retries else f" (the run's retry budget of {self.retry_budget_s:g} s spent)"
                     raise ModelCallFailed(f"{type(exc).__name__} after {attempt + 1} attempts{spent}; the server's last "
-                                          f"answer: {exc}"[:1500], since=since) from exc
+                                          f"answer: {exc}"[:1500]) from exc
                 wait = retry_after(exc, patience)
                 wait = wait if wait is not None else self.backoff_s * (2 ** attempt) * (0.5 + random.random())
                 wait = min(wait, left)

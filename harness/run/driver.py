@@ -22,9 +22,14 @@ fixed.
 An endpoint rejection every run gets (an unsupported parameter, tool calling not enabled)
 is an environment failure too (harness.endpoints.fit); one that depends on the run (its
 prompt exceeds the context window) fails that run with `failure_reason: context_length`.
-A rejection the body does not explain goes through a circuit breaker (`Breaker`): when the
-same rejection ends the first `model.breaker_runs` (3) runs of a stage before any run
-succeeded, the stage stops and those runs stay unrecorded.
+A server that keeps failing is the environment's too (`Breaker`): a run that ran out of
+retries while no call of the stage succeeded (and the server does not answer a plain probe),
+or `model.breaker_runs` (3) runs in a row out of retries, stop the stage with those runs
+unrecorded; a run out of retries while others succeed is recorded failed. A rejection the
+body does not explain goes through the same breaker: when the same rejection ends the first
+`model.breaker_runs` runs of a stage before any run succeeded, the stage stops and those
+runs stay unrecorded. A record that does not validate is a bug report (bugs/), and that run
+is recorded failed (`record_invalid`), never a stage stop (`validated`).
 """
 
 from __future__ import annotations
@@ -259,6 +264,7 @@ class StageRunner:
         self.breaker = Breaker(int(step.model_cfg.get("breaker_runs", 3)))
         self.last_good: float | None = None  # time.monotonic() of the stage's last answered call (the ledger's)
         self._probe = threading.Lock()
+        self.probe_failed: float | None = None  # time.monotonic() of the last probe the server failed
 
     def heard(self, e: dict) -> None:
         """Ledger listener: an answered call (a 200 that is a completion) shows the server works."""
@@ -267,14 +273,18 @@ class StageRunner:
 
     def silent_since(self, t: float) -> bool:
         """No call of the stage succeeded since `t`, and the server does not answer one plain request
-        (the preflight's, harness.run.preflight.model_call) either: the failure is the environment's."""
+        (the preflight's, one attempt: harness.run.preflight.model_call) either: the environment's failure."""
         from harness.run.preflight import model_call
 
         with self._probe:  # runs failing together share one probe
+            if self.breaker.tripped or (self.probe_failed is not None and self.probe_failed > t):
+                return True
             if self.last_good is not None and self.last_good > t:
                 return False
-            check = model_call(self.step.proxy_url, self.step.model_cfg, "model")
+            check = model_call(self.step.proxy_url, {**self.step.model_cfg, "max_retries": 0}, "model")
             print(f"probe after a run ran out of retries:{check.line()}", file=sys.stderr)
+            if check.ok is False:
+                self.probe_failed = time.monotonic()
             return check.ok is False
 
     def prepare(self, pending: list) -> MemoryPreparer:
