@@ -349,3 +349,29 @@ def test_the_personal_stage_stops_on_a_dead_server_and_the_same_command_finishes
         run_personal(cfg())
     after = recs(rd)
     assert len(after) == 2 and all(r["status"] == "ok" for r in after.values())
+
+
+# ------------------------------------------------------------------ Table 6: rejected 200s fail, estimates shown
+
+def test_table6_counts_a_200_error_body_as_a_failed_call_and_shows_estimated_usage(tmp_path):
+    from tests.analysis_fixtures import ON_PEAK_TS, PRICES as LIST, Stage, run_id, sha256_file
+    from tests.test_analysis import analyse, csv, prereg_file, row
+
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    st.add("session_search", "q0", prompt=1_000_000, hit=0, output=0, ts=ON_PEAK_TS)
+    rid = run_id("session_search", "q0")
+    base = {"tag": rid, "attempt": 1, "role": "agent", "model": "m", "path": "/chat/completions"}
+    st.ledger += [{**base, "call": "bad", "event": "request", "ts": ON_PEAK_TS},
+                  {**base, "call": "bad", "event": "response", "ts": ON_PEAK_TS, "status": 200,
+                   "error": "a 200 body carrying an error: backend unavailable"},
+                  {**base, "call": "est", "event": "request", "ts": ON_PEAK_TS},
+                  {**base, "call": "est", "event": "response", "ts": ON_PEAK_TS, "status": 200, "prompt": 1_000_000,
+                   "hit": 0, "miss": 1_000_000, "output": 0, "usage_reported": False, "usage_estimated": True,
+                   "flags": ["usage: missing"]}]
+    st.write()
+    t6 = csv(analyse(tmp_path, pre), "table6.csv")
+    agents = row(t6, folder="main/main", party="agents", condition="all")
+    assert agents["calls"] == 2 and agents["failed_calls"] == 1  # the error body is not a successful call
+    assert agents["calls_usage_estimated"] == 1 and agents["calls_without_usage"] == 1
+    assert agents["cost_list_usd"] == pytest.approx(2 * LIST["miss"])  # the estimated call is priced, not free

@@ -91,7 +91,7 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame], runs
             prices = entry.get("prices") if entry else None
             # a 200 whose body is an error object (or no completion) is a failed call; what it billed still counts
             answered_ok = e["status"] == 200 and not isinstance(e.get("error"), str)
-            billed = e["status"] == 200 and not pd.isna(e.get("prompt", math.nan))
+            billed = e["status"] == 200 and bool(e.get("billed", True))
             lst = _cost_usd(prices, e["hit"], e["miss"], e["output"]) if billed else 0.0
             factor = _offpeak_factor(entry.get("offpeak") if entry else None, e["ts"])
             cny = float(prices.get("cny_per_usd")) if prices and prices.get("cny_per_usd") else math.nan
@@ -102,7 +102,7 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame], runs
                            "output": e["output"] if billed else 0, "list": lst, "paid": lst * factor,
                            "cny": cny, "source": source, "superseded": superseded,
                            "no_usage": billed and e.get("usage_reported") is False,
-                           "estimated": billed and e.get("usage_estimated") is True})
+                           "estimated": billed and bool(e.get("usage_estimated", False))})
         pf = pd.DataFrame(priced, columns=["party", "condition", "ok", "prompt", "hit", "miss", "output", "list",
                                            "paid", "cny", "source", "superseded", "no_usage", "estimated"])
         un = unanswered.groupby(["party", "condition"]).size().to_dict() if len(unanswered) else {}
