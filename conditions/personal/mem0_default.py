@@ -44,9 +44,12 @@ def minilm_dir() -> str:
 def mem0_config(cfg, ctx: RunCtx, meter: Meter) -> dict:
     mc = ctx.shared.model_cfg
 
-    def metered(_llm, response, _params) -> None:
-        usage = response.usage.model_dump() if getattr(response, "usage", None) else None
-        meter.add_call(usage, 0.0, response.choices[0].finish_reason if response.choices else None, "mem0")
+    def metered(_llm, response, params) -> None:
+        # usage as sent (unset fields left out) and, should it need estimating, the request and reply it came from
+        usage = response.usage.model_dump(exclude_unset=True) if getattr(response, "usage", None) else None
+        reply = response.choices[0].message.model_dump(exclude_unset=True) if response.choices else {}
+        meter.add_call(usage, 0.0, response.choices[0].finish_reason if response.choices else None, "mem0",
+                       messages=params.get("messages") if isinstance(params, dict) else None, reply=reply)
 
     return {
         "llm": {"provider": "openai", "config": {
