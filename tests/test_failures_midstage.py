@@ -103,13 +103,13 @@ def test_a_server_that_dies_after_the_preflight_stops_the_stage_unrecorded_and_t
 
 
 def test_runs_that_fail_in_a_row_while_the_server_still_answers_a_plain_request_stop_the_stage(tmp_path):
-    """A gateway that fails only the runs' requests (the probe passes): breaker_runs runs in a row."""
+    """A gateway that fails only the runs' requests (the probe passes): runs of breaker_runs questions in a row."""
     broken = {"on": True}
     refuse = lambda req: (503, {"error": {"message": "upstream overloaded", "type": "x"}}) \
         if broken["on"] and not is_preflight(req) else None  # noqa: E731
     with FakeModel(refuse=refuse) as fake:
         exc = stopped(run_agents, agents_cfg(tmp_path, fake, "concurrency=1", "model.breaker_runs=2"))
-        assert exit_code(exc) == STOPPED and "2 runs in a row ran out of retries" in str(exc)
+        assert exit_code(exc) == STOPPED and "of 2 different questions in a row ran out of retries" in str(exc)
         assert "upstream overloaded" in str(exc)
         assert recs(stage_of(tmp_path)) == {}
         broken["on"] = False

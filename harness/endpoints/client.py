@@ -198,8 +198,8 @@ def retry_line(model_cfg) -> str:
             f"(model.retry_budget_s={float(model_cfg.get('retry_budget_s') or RETRY_BUDGET_S):g}; one call's "
             f"{int(model_cfg.get('max_retries', 6)) + 1} attempts of timeout_s={float(model_cfg.get('timeout_s', 600)):g} "
             f"and their backoff would take {unbounded:,.0f} s), then the stage stops (exit 3) with that run unrecorded "
-            f"when no call has succeeded meanwhile or model.breaker_runs={int(model_cfg.get('breaker_runs', 3))} "
-            f"runs in a row ran out of retries")
+            f"when no call has succeeded meanwhile or runs of model.breaker_runs={int(model_cfg.get('breaker_runs', 3))} "
+            f"different questions in a row ran out of retries")
 
 
 def silently_cut(messages: list[dict], tools: list[dict] | None, call: dict, model_cfg,

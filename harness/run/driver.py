@@ -24,7 +24,7 @@ is an environment failure too (harness.endpoints.fit); one that depends on the r
 prompt exceeds the context window) fails that run with `failure_reason: context_length`.
 A server that keeps failing is the environment's too (`Breaker`): a run that ran out of
 retries while no call of the stage succeeded (and the server does not answer a plain probe),
-or `model.breaker_runs` (3) runs in a row out of retries, stop the stage with those runs
+or runs of `model.breaker_runs` (3) different questions in a row out of retries, stop the stage with those runs
 unrecorded; a run out of retries while others succeed is recorded failed. A rejection the
 body does not explain goes through the same breaker: when the same rejection ends the first
 `model.breaker_runs` runs of a stage before any run succeeded, the stage stops and those
@@ -190,8 +190,8 @@ class Breaker:
     """Keeps the environment's failures from burning runs (harness.failures).
 
     Runs that ran out of retries (`failure_reason: retries`) are held while no run has succeeded
-    since: `n` of them in a row, or one during which no call of the stage succeeded and the server
-    does not answer a plain probe either (`persistent`), stop the stage; they stay unrecorded and run
+    since: such runs of `n` different questions (trials) in a row, or one during which no call of the
+    stage succeeded and the server does not answer a plain probe either (`persistent`), stop the stage; they stay unrecorded and run
     again on resume. A successful run releases what is held as failed runs. Runs an unexplained
     rejection ended are held the same way while no run of the stage has succeeded yet; `n` with the
     same rejection stop the stage. `n` is `model.breaker_runs` (3; 0 turns the breaker off)."""
@@ -216,11 +216,13 @@ class Breaker:
                 return out
             if record.failure_reason == "retries" and self.n > 0:
                 self.streak.append(record)
-                if not persistent and len(self.streak) < self.n:
+                # of different questions (trials): a question whose own requests break the server is not a dead server
+                asked = {getattr(r, "qid", None) or getattr(r, "trial_id", None) or r.run_id for r in self.streak}
+                if not persistent and len(asked) < self.n:
                     return []
                 self.tripped = True
                 k = len(self.streak)
-                why = (f"{k} runs in a row ran out of retries" if not persistent else
+                why = (f"{k} runs of {len(asked)} different questions in a row ran out of retries" if not persistent else
                        "a run ran out of retries while no call of the stage succeeded, and the server does not "
                        "answer a plain request either")
                 raise EnvironmentFailure(f"the model server keeps failing: {why}; its last answer: {record.error}",
