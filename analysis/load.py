@@ -406,6 +406,7 @@ def run_rows(folder: Folder) -> list[dict]:
             "literal": b(literal(r["gold"], r["answer"] if r["status"] == "ok" else None, r["qtype"],
                                  r["abstention"])),
             "result_chars": sum(int(t["chars"]) for t in r["tools"]),  # tool results as the model read them
+            "usage_estimated_calls": sum(bool(c.get("usage_estimated")) for c in r["calls"]),
             **{SCORE_PREFIX + k: _label_of(r, folder.judgements.get((r["run_id"], k)))[0] if ok else math.nan
                for k in extra},  # a failed run: not judged (NaN); only correctness counts it wrong
         })
@@ -460,7 +461,8 @@ def ledger_frame(folder: Folder) -> pd.DataFrame:
     for path in ledger_paths(folder):
         rows += _ledger_rows(folder, path)
     cols = ["folder", "ledger", "line", "event", "call", "tag", "run_id", "condition", "party", "role", "attempt",
-            "status", "model", "response_model", "prompt", "hit", "miss", "output", "ts", "usage_reported"]
+            "status", "model", "response_model", "prompt", "hit", "miss", "output", "ts", "usage_reported",
+            "usage_estimated", "billed", "error"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -488,7 +490,11 @@ def _ledger_rows(folder: Folder, path: Path) -> list[dict]:
             "party": party, "role": e.role or "", "attempt": e.attempt, "status": e.status,
             "model": e.model or "", "response_model": e.response_model or "", "prompt": e.prompt or 0, "hit": e.hit or 0,
             "miss": e.miss or 0, "output": e.output or 0, "ts": e.ts,
-            "usage_reported": e.usage_reported is not False,  # false: a 200 reply without usage (cost unknown)
+            "usage_reported": e.usage_reported is not False,  # false: a 200 reply without usage
+            # a count the server sent was not a count: tokens and cost are estimates (harness.endpoints.usage)
+            "usage_estimated": bool(e.usage_estimated),
+            "billed": e.prompt is not None,  # a 200 that carried (or got estimated) usage
+            "error": e.error,  # on a 200: the body was not a completion (an error object, no choices)
         })
     return rows
 

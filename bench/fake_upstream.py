@@ -9,8 +9,11 @@ DeepSeek-style usage fields. Two upstreams are built on it:
   search gets the user's question as query); otherwise it answers; `script` replaces the
   policy. Faults come from a seeded draw (429, 500, or a hang longer than the client's
   timeout) or from an explicit schedule (the first requests) or `always` (every later
-  request): also 401, 403, 404, a 200 reply with no choices ("empty") and a 200 body that
-  is not JSON ("nonjson"). Usage numbers derive from the request size (half of the prompt a
+  request): also 401, 403, 404, a 200 reply with no choices ("empty"), a 200 body that
+  is not JSON ("nonjson"), 503 ("503"), a 200 carrying an error object ("error200"), credit
+  gone ("quota": OpenAI's 429 insufficient_quota; "402": DeepSeek's). `dies_with` is the
+  fault of every request once the runs began (a server that passed the preflight, then
+  died). `ollama_ctx` serves Ollama's /api/ps and /api/show with that context. Usage numbers derive from the request size (half of the prompt a
   cache hit), so token accounting can be checked exactly; every request is kept.
 * FakeUpstream: the rehearsal's latency-simulating upstream (bench/rehearsal.py), below.
 
@@ -46,7 +49,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness.run.preflight import JSON_HINT, PROMPT as PREFLIGHT_PROMPT
+from harness.run.preflight import PROMPT as PREFLIGHT_PROMPT
 from harness.runtime.sandbox import STORE_MOUNT
 
 WORD = re.compile(r"[A-Za-z]{5,}")
@@ -64,11 +67,11 @@ def _words(text: str, rng: random.Random, n: int) -> list[str]:
 
 
 def is_preflight(req: dict) -> bool:
-    """The stage's preflight call (harness.run.preflight): one user message (in JSON mode after a
-    system line asking for JSON), answered "OK"."""
+    """The stage's preflight call (harness.run.preflight): its user message after at most one system
+    message (the runs', in JSON mode asking for JSON), answered "OK"."""
     msgs = req.get("messages") or []
-    return bool(msgs) and msgs[-1] == {"role": "user", "content": PREFLIGHT_PROMPT} and \
-        all(m == {"role": "system", "content": JSON_HINT} for m in msgs[:-1])
+    return bool(msgs) and msgs[-1] == {"role": "user", "content": PREFLIGHT_PROMPT} and len(msgs) <= 2 and \
+        all(m.get("role") == "system" for m in msgs[:-1])
 
 
 def completion(msg: dict, model: str, usage: dict, id_: str = "chatcmpl-fake") -> dict:
@@ -173,7 +176,8 @@ class FakeModel(ScriptedUpstream):
 
     def __init__(self, delay_s: float = 0.0, p429: float = 0.0, p500: float = 0.0, phang: float = 0.0,
                  hang_s: float = 30.0, seed: int = 0, script=None, answer: str = "I don't know.",
-                 schedule: list[str] | None = None, always: str | None = None, refuse=None, usage=False):
+                 schedule: list[str] | None = None, always: str | None = None, refuse=None, usage=False,
+                 dies_with: str | None = None, ollama_ctx: int | None = None):
         super().__init__()
         self.delay_s, self.p429, self.p500, self.phang, self.hang_s = delay_s, p429, p500, phang, hang_s
         self.rng = random.Random(seed)
@@ -185,15 +189,28 @@ class FakeModel(ScriptedUpstream):
         # callable(request_json) -> (status, body[, headers]) or None
         self.refuse = refuse
         self.usage = usage  # callable(prompt_tokens) -> usage block, or None to leave it out; False: the default
+        # the fault of every request once the stage's runs began (the first request that is not the
+        # preflight's): a server that passes the preflight and then dies; None again: the server is fixed
+        self.dies_with = dies_with
+        self._died = False
+        self.ollama_ctx = ollama_ctx  # serve Ollama's /api/ps and /api/show with this context (num_ctx)
         self.requests: list[dict] = []
         self.faults: list[str] = []
+
+    def get(self, path: str) -> tuple[int, dict]:
+        if path.rstrip("/").endswith("/api/ps") and self.ollama_ctx:
+            return 200, {"models": [{"name": m, "model": m, "context_length": self.ollama_ctx} for m in self.models]}
+        return super().get(path)
 
     @property
     def run_requests(self) -> list[dict]:
         """The requests other than the preflight's (harness.run.preflight: one per request shape)."""
         return [r for r in self.requests if not is_preflight(r["body"])]
 
-    def _next_fault(self) -> str | None:
+    def _next_fault(self, req: dict) -> str | None:
+        if self.dies_with and (self._died or not is_preflight(req)):
+            self._died = True
+            return self.dies_with
         if self.schedule:
             f = self.schedule.pop(0)
             return None if f == "ok" else f
@@ -223,9 +240,12 @@ class FakeModel(ScriptedUpstream):
 
     def respond(self, handler, raw: bytes) -> None:
         req = json.loads(raw)
+        if handler.path.rstrip("/").endswith("/api/show") and self.ollama_ctx:  # Ollama's model info
+            return handler.send(200, {"parameters": f"num_ctx {self.ollama_ctx}",
+                                      "model_info": {"llama.context_length": 131072}})
         with self._lock:
             self.requests.append({"body": req, "headers": dict(handler.headers)})
-            fault = self._next_fault()
+            fault = self._next_fault(req)
         if fault:
             self.faults.append(fault)
         refused = self.refuse(req) if self.refuse else None
@@ -247,11 +267,25 @@ class FakeModel(ScriptedUpstream):
         if fault == "hang":
             time.sleep(self.hang_s)
             return handler.send(500, error("late", "server_error"))
+        if fault == "503":  # a gateway in front of a dead backend
+            return handler.send(503, error("no healthy upstream", "service_unavailable"))
+        if fault == "error200":  # a gateway that wraps its failure in a 200
+            return handler.send(200, {"error": {"message": "backend unavailable", "type": "server_error", "code": 503}})
+        if fault == "quota":  # OpenAI: credit gone mid-stage
+            return handler.send(429, {"error": {"message": "You exceeded your current quota, please check your plan "
+                                                "and billing details.", "type": "insufficient_quota", "param": None,
+                                                "code": "insufficient_quota"}})
+        if fault == "402":  # DeepSeek: balance gone
+            return handler.send(402, {"error": {"message": "Insufficient Balance", "type": "unknown_error",
+                                                "param": None, "code": "invalid_request_error"}})
         time.sleep(self.delay_s)
         # the stage's preflight call gets a plain answer; scripts see only the runs' calls
-        msg = {"role": "assistant", "content": "OK"} if is_preflight(req) else self.policy(req)
+        msg = {"role": "assistant", "content": "OK"} if is_preflight(req) else dict(self.policy(req))
+        finish = msg.pop("finish_reason", None)  # a script may say how the reply ended ("length")
         pt = prompt_tokens(req["messages"], req.get("tools"))
         reply = completion(msg, req.get("model", "fake"), usage_of(pt, 7, pt // 2))
+        if finish:
+            reply["choices"][0]["finish_reason"] = finish
         if self.usage is not False:
             block = self.usage(pt)
             if block is None:

@@ -97,15 +97,17 @@ def test_faulty_upstream_loses_no_run(tmp_path):
         assert set(fake.faults) == {"429", "500", "hang"}
 
 
-def test_exhausted_retries_are_recorded_as_failed_runs(tmp_path):
-    with FakeModel(p500=1.0, schedule=["ok"]) as fake:  # the preflight call passes, then every call fails
+def test_a_server_failing_every_call_after_the_preflight_stops_the_stage_and_burns_no_run(tmp_path):
+    with FakeModel(dies_with="500") as fake:  # the preflight call passes, then every call fails
         res = subprocess.run(cmd(fake, tmp_path, "model.max_retries=1"), capture_output=True, text=True, timeout=300)
-        assert res.returncode == 0, res.stderr
-        recs = records(tmp_path)
-        assert len(recs) == 36
-        assert all(r["status"] == "failed" and r["error"].startswith("model:") and r["answer"] == ""
-                   for r in recs.values())
-        assert "36 failed" in res.stderr
+        assert res.returncode == 3, res.stderr
+        assert "the model server keeps failing" in res.stderr and "boom" in res.stderr
+        assert records(tmp_path) == {}
+        fake.dies_with = None
+        again = subprocess.run(cmd(fake, tmp_path, "model.max_retries=1"), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    recs, _ = check_accounts(tmp_path, 36)
+    assert all(r["status"] == "ok" for r in recs.values())
 
 
 def test_resuming_with_another_config_is_refused(tmp_path):

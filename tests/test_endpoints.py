@@ -18,7 +18,6 @@ from harness.endpoints.client import Agent, Meter, ModelCallFailed, retry_after
 from harness.endpoints.proxy import MeteringProxy, usage_split
 from harness.failures import EnvironmentFailure
 from harness.records.ledger import Ledger, read_ledger
-from harness.run.preflight import PROMPT
 from tests import endpoint_replies as R
 from tests.fake_model import FakeModel, prompt_tokens
 
@@ -44,11 +43,7 @@ def run(args, timeout=600):
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
 
 
-def is_preflight(req) -> bool:
-    return req["messages"] == [{"role": "user", "content": PREFLIGHT}]
-
-
-PREFLIGHT = PROMPT
+from bench.fake_upstream import is_preflight  # noqa: E402  (the preflight's prompt after the runs' system message)
 
 
 # ------------------------------------------------------------------ bodies and usage, as servers send them

@@ -110,6 +110,8 @@ def runs_frame(folders, judge: str | None = None) -> pd.DataFrame:
                 "encoder": (r.get("encoder") or {}).get("name"), "format": cc.get("format"), "threshold": cc.get("threshold"), "cap": cc.get("cap"),
                 "words": r["answer_words"], "answer_s": r["answer_s"], "retrieval_s": r["retrieval_s"],
                 "barrier_wait_s": wait, "wall_s": r["wall_s"], "calls": len(r["calls"]),
+                # calls whose usage the server did not report as counts (harness.endpoints.usage): estimates
+                "usage_estimated_calls": sum(bool(c.get("usage_estimated")) for c in r["calls"]),
                 "assistant_prompt": (r.get("assistant_tokens") or {}).get("prompt"),
                 "assistant_output": (r.get("assistant_tokens") or {}).get("output"),
                 "tokens_prompt": r["tokens"]["prompt"], "tokens_output": r["tokens"]["output"],

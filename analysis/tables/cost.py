@@ -89,18 +89,22 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame], runs
         for _, e in resp.iterrows():
             entry, source = _prices_for(book, e["party"], e["model"], f)
             prices = entry.get("prices") if entry else None
-            lst = _cost_usd(prices, e["hit"], e["miss"], e["output"]) if e["status"] == 200 else 0.0
+            # a 200 whose body is an error object (or no completion) is a failed call; what it billed still counts
+            answered_ok = e["status"] == 200 and not isinstance(e.get("error"), str)
+            billed = e["status"] == 200 and bool(e.get("billed", True))
+            lst = _cost_usd(prices, e["hit"], e["miss"], e["output"]) if billed else 0.0
             factor = _offpeak_factor(entry.get("offpeak") if entry else None, e["ts"])
             cny = float(prices.get("cny_per_usd")) if prices and prices.get("cny_per_usd") else math.nan
             superseded = e["party"] == "agents" and e["run_id"] in final_attempt and e["attempt"] < final_attempt[e["run_id"]]
-            priced.append({"party": e["party"], "condition": e["condition"], "ok": e["status"] == 200,
-                           "prompt": e["prompt"] if e["status"] == 200 else 0, "hit": e["hit"] if e["status"] == 200 else 0,
-                           "miss": e["miss"] if e["status"] == 200 else 0,
-                           "output": e["output"] if e["status"] == 200 else 0, "list": lst, "paid": lst * factor,
+            priced.append({"party": e["party"], "condition": e["condition"], "ok": answered_ok,
+                           "prompt": e["prompt"] if billed else 0, "hit": e["hit"] if billed else 0,
+                           "miss": e["miss"] if billed else 0,
+                           "output": e["output"] if billed else 0, "list": lst, "paid": lst * factor,
                            "cny": cny, "source": source, "superseded": superseded,
-                           "no_usage": e["status"] == 200 and e.get("usage_reported") is False})
+                           "no_usage": billed and e.get("usage_reported") is False,
+                           "estimated": billed and bool(e.get("usage_estimated", False))})
         pf = pd.DataFrame(priced, columns=["party", "condition", "ok", "prompt", "hit", "miss", "output", "list",
-                                           "paid", "cny", "source", "superseded", "no_usage"])
+                                           "paid", "cny", "source", "superseded", "no_usage", "estimated"])
         un = unanswered.groupby(["party", "condition"]).size().to_dict() if len(unanswered) else {}
 
         def summarise(g: pd.DataFrame, party: str, condition: str) -> dict:
@@ -111,7 +115,9 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame], runs
             return {"folder": f.name, "party": party, "condition": condition, "calls": int(g["ok"].sum()),
                     "failed_calls": int((~g["ok"]).sum()), "unanswered_requests": int(n_un),
                     "calls_superseded_attempts": int((g["ok"] & g["superseded"]).sum()),
-                    "calls_without_usage": int(g["no_usage"].astype(bool).sum()),  # cost unknown, not zero
+                    "calls_without_usage": int(g["no_usage"].astype(bool).sum()),  # cost estimated, not zero
+                    # usage missing or not counts (harness.endpoints.usage): tokens and cost here are estimates
+                    "calls_usage_estimated": int(g["estimated"].astype(bool).sum()),
                     "prompt": int(g["prompt"].sum()), "hit": int(g["hit"].sum()), "miss": int(g["miss"].sum()),
                     "output": int(g["output"].sum()), "cost_list_usd": float(g["list"].sum()),
                     "cost_paid_usd": float(g["paid"].sum()),
@@ -134,7 +140,7 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame], runs
         r = float(rate[0]) if len(rate) == 1 else math.nan
         row = {"folder": "all", "party": party, "condition": "all"}
         for k in ("calls", "failed_calls", "unanswered_requests", "calls_superseded_attempts", "calls_without_usage",
-                  "prompt", "hit", "miss", "output"):
+                  "calls_usage_estimated", "prompt", "hit", "miss", "output"):
             row[k] = int(g[k].sum())
         for k in ("cost_list_usd", "cost_paid_usd"):
             row[k] = float(g[k].sum())
@@ -152,12 +158,14 @@ def table6_section(res) -> str:
     parts.append("\n## Table 6: cost at list and paid (off-peak) prices\n\n")
     parts.append(f"{link('table6.csv')}; status: {_status_line(res, 'table6')}. Sums of the metering ledger "
                  "(every model call, interrupted attempts included), priced per call at its party's prices; paid "
-                 "applies the off-peak factor at the call's time.\n\n")
+                 "applies the off-peak factor at the call's time. Calls whose usage the server did not report as "
+                 "counts are priced at estimated tokens (\"usage estimated\"); a 200 reply that is not a completion is a "
+                 "failed call.\n\n")
     t6 = t["table6"]
     parts.append(simple_section(t6[t6["condition"] == "all"] if not t6.empty else t6, [
         ("folder", "folder", text), ("party", "party", text), ("calls", "calls", integer),
         ("failed", "failed_calls", integer), ("unanswered", "unanswered_requests", integer),
-        ("no usage (cost unknown)", "calls_without_usage", integer), ("prompt tokens", "prompt", integer), ("cache hit", "hit", integer), ("miss", "miss", integer),
+        ("no usage", "calls_without_usage", integer), ("usage estimated", "calls_usage_estimated", integer), ("prompt tokens", "prompt", integer), ("cache hit", "hit", integer), ("miss", "miss", integer),
         ("output", "output", integer), ("list USD", "cost_list_usd", money), ("paid USD", "cost_paid_usd", money),
         ("list CNY", "cost_list_cny", money), ("paid CNY", "cost_paid_cny", money),
         ("correct answers", "correct_answers", integer), ("list USD per correct (every repeat)", "usd_per_correct", money),

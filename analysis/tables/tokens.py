@@ -29,6 +29,8 @@ def tokens_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFrame:
             "median_tokens": float(np.median(t)),
             "cv_tokens": stats.coefficient_of_variation(t) if len(t) > 1 else math.nan,
             "asked_agent_tokens": float((d["tokens"] - d["dec_input"] - d["dec_output"]).mean()),
+            # calls whose usage the server did not report as counts: their tokens here are estimates
+            "usage_estimated_calls": int(d["usage_estimated_calls"].sum()) if "usage_estimated_calls" in d else 0,
         })
     return pd.DataFrame(rows)
 
@@ -46,7 +48,8 @@ def tokens_section(res) -> str:
         ("n", "n", integer), ("calls", "mean_agent_calls", num), ("prefix", "mean_prefix", integer),
         ("results", "mean_results", integer), ("output", "mean_output", integer), ("input", "mean_input", integer),
         ("tokens", "mean_tokens", integer), ("CV tokens", "cv_tokens", num),
-        ("asked agents' tokens", "asked_agent_tokens", integer)]))
+        ("asked agents' tokens", "asked_agent_tokens", integer),
+        ("calls with usage estimated", "usage_estimated_calls", integer)]))
     return "".join(parts)
 
 

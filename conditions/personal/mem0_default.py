@@ -52,9 +52,12 @@ def llm_config(cfg, shared, run_id: str, attempt: int, meter: Meter) -> dict:
     is added to the run's meter."""
     mc = shared.model_cfg
 
-    def metered(_llm, response, _params) -> None:
-        usage = response.usage.model_dump() if getattr(response, "usage", None) else None
-        meter.add_call(usage, 0.0, response.choices[0].finish_reason if response.choices else None, "mem0")
+    def metered(_llm, response, params) -> None:
+        # usage as sent (unset fields left out) and, should it need estimating, the request and reply it came from
+        usage = response.usage.model_dump(exclude_unset=True) if getattr(response, "usage", None) else None
+        reply = response.choices[0].message.model_dump(exclude_unset=True) if response.choices else {}
+        meter.add_call(usage, 0.0, response.choices[0].finish_reason if response.choices else None, "mem0",
+                       messages=params.get("messages") if isinstance(params, dict) else None, reply=reply)
 
     return {"model": str(mc["model"]), "api_key": "metered-by-proxy", "temperature": 0.0,
             "max_tokens": int(cfg.llm_max_tokens),

@@ -68,8 +68,10 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
     `step` is the study's run step (harness.run.driver.RunStep); `judge_after(cfg, rd,
     endpoint, budget) -> labels` judges after the runs when the stage asks for it
     (`stage.judge_after_run`). Returns the stage's RunDir (None for a dry run)."""
+    from harness.endpoints.client import retry_line
     from harness.endpoints.proxy import MeteringProxy
     from harness.endpoints.registry import open_endpoint
+    from harness.endpoints.usage import context_tokens, counter
     from harness.records.ledger import Ledger
     from harness.run import fidelity
     from harness.run import preflight as pf
@@ -87,6 +89,7 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
             print("fidelity manifest (stage.json; the report opens with it):")
             print(fidelity.render(step.fidelity_rows()))
             print("\n".join(c.line() for c in checks))
+            print(retry_line(step.model_cfg))
             print("\n".join(pf.dry_run_lines(shapes)))
             print(step.forecast())
             study = studies.get(cfg.stage.get("kind"))
@@ -124,14 +127,21 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
             raise BudgetReached(budget.stopped(settled, settled + len(pending)))
         if pending:
             endpoint = stack.enter_context(open_endpoint(cfg.model))
+            if endpoint.info.get("context_tokens") and not context_tokens(step.model_cfg):
+                step.model_cfg["context_tokens"] = endpoint.info["context_tokens"]  # what the server says it reads
+                print(f"  context  {endpoint.info['context_tokens']:,} tokens ({endpoint.info['context_source']})",
+                      file=sys.stderr)
             ledger = Ledger(rd.ledger_path)
             ledger.listeners.append(budget.add)
             stack.callback(ledger.close)
             proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
-                                                      float(cfg.model.get("timeout_s", 600)), str(cfg.model.model)))
+                                                      float(cfg.model.get("timeout_s", 600)), str(cfg.model.model),
+                                                      context_tokens(step.model_cfg), counter(step.model_cfg)))
             calls = pf.stage_calls(proxy.base_url, cfg, shapes, ledger)  # one per request shape
             print("\n".join(c.line() for c in calls), file=sys.stderr)
             pf.raise_first_failure(calls)
+            if budget.estimated_line():
+                print(budget.estimated_line(), file=sys.stderr)
             step.start(rd, info, endpoint, proxy.base_url)
             run_stage(cfg, step, rd, ledger, pending, budget)
             ledger.close()  # the judge appends to the same ledger through its own proxy

@@ -3,17 +3,22 @@
 It fits each request to the endpoint (`model.accepts`, harness.endpoints.fit), talks to the
 metering proxy, retries what may pass (429, 5xx, timeouts, a 200 reply with no choices or a
 body that is not a chat completion; a 429/503's `Retry-After` is honoured, at most the
-client's patience), and sorts what does not pass into two kinds (harness.failures): the run's
-own failure (`ModelCallFailed`: retries exhausted, a prompt over the context window, a
-rejection the body does not explain) and the environment's (`EnvironmentFailure`: key
-refused, model not found, upstream unreachable, a request the endpoint rejects as
-unsupported), which stops the stage instead.
+client's patience) within the run's retry budget (`model.retry_budget_s`: attempts and waits
+are cut to what is left of it), and sorts what does not pass into two kinds
+(harness.failures): the run's own failure (`ModelCallFailed`: retries exhausted, a prompt over
+the context window, a rejection the body does not explain; the driver's breaker decides
+whether retries exhausted are the server's) and the environment's (`EnvironmentFailure`: key
+refused, model not found, upstream unreachable, credit gone (`QuotaExhausted`, never
+retried), a request the endpoint rejects as unsupported), which stops the stage instead.
+Every answered call is metered with its usage checked (harness.endpoints.usage); a bad 200
+reply that carried usage was billed and is metered too, flagged as retried.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -23,7 +28,8 @@ import openai
 
 from harness.endpoints import fit as F
 from harness.endpoints.pricing import list_cost, paid_cost
-from harness.endpoints.proxy import ATTEMPT, ROLE, TAG, UNREACHABLE, usage_split
+from harness.endpoints.proxy import ATTEMPT, ROLE, TAG, UNREACHABLE, reply_error
+from harness.endpoints.usage import chars_count, context_tokens, counter, request_text, usage_split
 from harness.failures import EnvironmentFailure
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
@@ -58,22 +64,56 @@ class Meter:
     calls: list[dict] = field(default_factory=list)
     tools: list[dict] = field(default_factory=list)
     adapter: dict | None = None
+    retry_s: float = 0.0  # seconds this run's calls spent failing and waiting to retry (model.retry_budget_s)
 
     def add_call(self, usage: dict, latency: float, finish: str | None, role: str, sent: dict | None = None,
-                 dropped: list[str] | None = None) -> None:
-        u = usage_split(usage)
+                 dropped: list[str] | None = None, messages: list | None = None, tools: list | None = None,
+                 reply: dict | None = None, context: int | None = None, count=chars_count,
+                 flags: list[str] | None = None) -> dict:
+        """Meter one answered call (usage checked and estimated as the proxy does: harness.endpoints.usage)."""
+        u = usage_split(usage, messages, tools, reply if reply is not None else {}, context, count)
+        if finish == "length":
+            u["flags"].append("finish_reason length: the reply was cut at its token limit")
+        u["flags"] += list(flags or [])
         now = datetime.now(timezone.utc)
         u.update(latency_s=round(latency, 4), finish=finish, role=role, sent=sent, dropped=list(dropped or []),
                  cost_list=list_cost(self.prices, u["hit"], u["miss"], u["output"]),
                  cost_paid=paid_cost(self.prices, self.offpeak, u["hit"], u["miss"], u["output"], now),
                  ts=now.isoformat(timespec="milliseconds"))
         self.calls.append(u)
+        return u
+
+
+_QUOTA = re.compile(r"insufficient[_ ]quota|insufficient[_ ](account[_ ])?balance|exceeded your current quota|billing"
+                    r"|credit balance|out of credits?|payment required|no credits", re.I)
+
+
+class QuotaExhausted(EnvironmentFailure):
+    """The account's credit or quota is gone: the stage stops at once, nothing is retried."""
+
+
+def quota_failure(status: int | None, body: Any, message: str, model_cfg) -> EnvironmentFailure | None:
+    """Credit gone (OpenAI's 429 `insufficient_quota`, DeepSeek's 402 "Insufficient Balance", a gateway's
+    billing error, in an error status or a 200's error object): no retry helps and every run would fail."""
+    text = json.dumps(body, default=str) if isinstance(body, (dict, list)) else str(body or "")
+    if status != 402 and not _QUOTA.search(f"{text} {message or ''}"):
+        return None
+    where = model_cfg.get("base_url") or model_cfg.get("provider")
+    return QuotaExhausted(f"model={model_cfg.get('name')}: the endpoint {where} says the account has no credit "
+                              f"left (HTTP {status}): {F.describe(body, message)}",
+                              "add credit or raise the account's quota (or use another key); the runs it hit stay "
+                              "unrecorded and the same command runs them")
 
 
 def environment_failure(exc: openai.APIError, model_cfg) -> EnvironmentFailure | None:
     """The environment failure behind an API error, if it is one."""
     name = model_cfg.get("name")
     where = model_cfg.get("base_url") or model_cfg.get("provider")
+    if isinstance(exc, openai.APIStatusError):
+        quota = quota_failure(exc.status_code, exc.body if exc.body is not None else _response_text(exc),
+                              exc.message, model_cfg)
+        if quota is not None:
+            return quota
     if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
         env = model_cfg.get("api_key_env")
         return EnvironmentFailure(f"model={name}: the endpoint {where} refused the request "
@@ -127,8 +167,6 @@ def retry_after(exc: BaseException, limit: float) -> float | None:
 
 def _signature(status: int, text: str) -> str:
     """A rejection with its numbers blanked out: the same refusal of different runs compares equal."""
-    import re
-
     return f"{status}:{re.sub(r'[0-9]+', 'N', text)[:200]}"
 
 
@@ -138,25 +176,55 @@ def _error_type(exc: openai.APIStatusError) -> str | None:
     return err.get("type") if isinstance(err, dict) else None
 
 
-CUT_BELOW = 0.4  # reported prompt tokens under this share of the characters' estimate: the server cut it
-CUT_MIN_TOKENS = 1000  # shorter prompts are never checked (templates and tokenizers vary too much)
+RETRY_BUDGET_S = 600.0  # default model.retry_budget_s: the seconds one run's calls may spend failing
 
 
-def silently_cut(messages: list[dict], tools: list[dict] | None, usage: dict | None, model_cfg) -> str | None:
+def worst_wait(model_cfg) -> tuple[float, float]:
+    """(bounded, unbounded): the longest a failing server holds one run — by `model.retry_budget_s` — and
+    how long one call's retries alone would take without it (every attempt timing out, the longest backoff)."""
+    timeout = float(model_cfg.get("timeout_s", 600))
+    n = int(model_cfg.get("max_retries", 6))
+    backoff = float(model_cfg.get("backoff_s", 1.0))
+    patience = float(model_cfg.get("max_wait_s") or timeout)
+    unbounded = (n + 1) * timeout + sum(min(patience, max(backoff * 2 ** i * 1.5, 0)) for i in range(n))
+    budget = float(model_cfg.get("retry_budget_s") or RETRY_BUDGET_S)
+    return min(budget + 1.0, unbounded), unbounded
+
+
+def retry_line(model_cfg) -> str:
+    """The dry run's line: how long a server that fails every call can hold each run."""
+    bounded, unbounded = worst_wait(model_cfg)
+    return (f"  retries  a server failing every call holds each run at most {bounded:,.0f} s "
+            f"(model.retry_budget_s={float(model_cfg.get('retry_budget_s') or RETRY_BUDGET_S):g}; one call's "
+            f"{int(model_cfg.get('max_retries', 6)) + 1} attempts of timeout_s={float(model_cfg.get('timeout_s', 600)):g} "
+            f"and their backoff would take {unbounded:,.0f} s), then the stage stops (exit 3) with that run unrecorded "
+            f"when no call has succeeded meanwhile or runs of model.breaker_runs={int(model_cfg.get('breaker_runs', 3))} "
+            f"different questions in a row ran out of retries")
+
+
+def silently_cut(messages: list[dict], tools: list[dict] | None, call: dict, model_cfg,
+                 count=chars_count) -> str | None:
     """For an endpoint that cuts a prompt past its context instead of refusing it (`truncates_silently`:
-    Ollama at its default context): why this reply answered less than was sent, or None. The estimate
-    is four characters a token, and a cut is called only when the server counted under 40% of it."""
-    if not model_cfg.get("truncates_silently") or not isinstance(usage, dict):
+    Ollama at its default context): why this reply answered less than was sent, or None.
+
+    Judged by what the server knows, not by a share of an estimate: the prompt tokens it counted are at
+    its context (`context_tokens`: the config's, or what Ollama reports, harness.endpoints.registry) —
+    or, the context unknown, exactly at a power-of-two context size — while more than that was sent."""
+    if not model_cfg.get("truncates_silently") or call.get("usage_estimated"):
         return None
-    counted = usage.get("prompt_tokens")
-    if not isinstance(counted, int):
+    counted = int(call["prompt"])
+    ctx = context_tokens(model_cfg)
+    if ctx:
+        at_ceiling = counted >= ctx - max(8, ctx // 100)
+    else:
+        at_ceiling = counted >= 512 and counted & (counted - 1) == 0
+    sent = count(request_text(messages, tools))
+    if not at_ceiling or sent <= counted:
         return None
-    sent = (len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools or []))) // 4
-    if sent < CUT_MIN_TOKENS or counted >= CUT_BELOW * sent:
-        return None
-    return (f"the endpoint answered a prompt of about {sent:,} tokens having read {counted:,} of them: it cut "
-            f"the prompt to its context window without refusing (Ollama: start the server with "
-            f"OLLAMA_CONTEXT_LENGTH above {sent:,})")
+    where = f"its context of {ctx:,} tokens" if ctx else f"a context of {counted:,} tokens"
+    return (f"the endpoint answered a prompt of about {sent:,} tokens having read {counted:,} of them, {where}: it "
+            f"cut the prompt without refusing (Ollama: start the server with OLLAMA_CONTEXT_LENGTH above {sent:,}, "
+            f"or set model.params.options.num_ctx)")
 
 
 class Agent:
@@ -170,9 +238,11 @@ class Agent:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.params = dict(model_cfg.get("params") or {}) if params is None else dict(params)
+        self.timeout_s = float(model_cfg.get("timeout_s", 600))
+        self.retry_budget_s = float(model_cfg.get("retry_budget_s") or RETRY_BUDGET_S)
+        self.context, self.count = context_tokens(model_cfg), counter(model_cfg)
         self.client = openai.OpenAI(
-            base_url=base_url, api_key="metered-by-proxy", max_retries=0,
-            timeout=float(model_cfg.get("timeout_s", 600)),
+            base_url=base_url, api_key="metered-by-proxy", max_retries=0, timeout=self.timeout_s,
             default_headers={TAG: run_tag, ATTEMPT: str(attempt), ROLE: role})
 
     def request(self, tools: list[dict] | None = None, tool_choice: str | None = None) -> tuple[dict, dict, list[str]]:
@@ -192,24 +262,58 @@ class Agent:
                 sent["tool_choice"] = tool_choice
         return kwargs, sent, dropped
 
+    def _meter(self, raw: dict, t0: float, messages, tools, sent, dropped, flags=None) -> dict:
+        choices = raw.get("choices") or [{}]
+        first = choices[0] if isinstance(choices[0], dict) else {}
+        return self.meter.add_call(raw.get("usage"), time.perf_counter() - t0, first.get("finish_reason"), self.role,
+                                   sent=sent, dropped=dropped, messages=messages, tools=tools,
+                                   reply=first.get("message") or {}, context=self.context, count=self.count,
+                                   flags=flags)
+
     def complete(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: str | None = None):
+        """One answered call. Retries what may pass within the run's retry budget (`model.retry_budget_s`,
+        shared by every call of the run: attempts and waits are cut to what is left of it)."""
         kwargs, sent, dropped = self.request(tools, tool_choice)
-        patience = float(self.model_cfg.get("max_wait_s") or self.model_cfg.get("timeout_s", 600))
+        patience = float(self.model_cfg.get("max_wait_s") or self.timeout_s)
         for attempt in range(self.max_retries + 1):
+            left = self.retry_budget_s - self.meter.retry_s
             t0 = time.perf_counter()
+            resp = None
             try:
-                resp = self.client.chat.completions.create(model=self.model_cfg["model"], messages=messages, **kwargs)
-                if isinstance(resp, str) or not getattr(resp, "choices", None):
-                    raise BadReply("a 200 reply with no choices" if not isinstance(resp, str)
-                                   else f"a 200 reply that is not JSON: {resp[:120]!r}")
+                if left <= 0:
+                    raise ModelCallFailed(f"the run's retry budget of {self.retry_budget_s:g} s is spent "
+                                          f"(model.retry_budget_s)")
+                client = self.client.with_options(timeout=max(1.0, min(self.timeout_s, left)))
+                resp = client.chat.completions.create(model=self.model_cfg["model"], messages=messages, **kwargs)
+                if isinstance(resp, str):
+                    raise BadReply(f"a 200 reply that is not JSON: {resp[:120]!r}")
+                if not getattr(resp, "choices", None):
+                    raw = resp.model_dump(exclude_unset=True, warnings=False)
+                    problem = reply_error(raw)
+                    quota = quota_failure(200, raw.get("error"), "", self.model_cfg) if raw.get("error") else None
+                    if quota is not None:
+                        raise quota
+                    raise BadReply(problem or "a 200 reply with no choices")
             except (*RETRYABLE, BadReply, json.JSONDecodeError) as exc:
+                failed_s = time.perf_counter() - t0
+                if isinstance(exc, BadReply) and resp is not None and not isinstance(resp, str):
+                    raw = resp.model_dump(exclude_unset=True, warnings=False)
+                    if isinstance(raw.get("usage"), dict) and raw["usage"]:  # billed although unusable: it counts
+                        self._meter(raw, t0, messages, tools, sent, dropped, [f"retried: {exc}"[:200]])
                 env = environment_failure(exc, self.model_cfg) if isinstance(exc, openai.APIError) else None
-                if env is not None and attempt == self.max_retries:
+                if env is not None and (attempt == self.max_retries or isinstance(env, QuotaExhausted)):
                     raise env from exc
-                if attempt == self.max_retries:
-                    raise ModelCallFailed(f"{type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
+                self.meter.retry_s += failed_s
+                left = self.retry_budget_s - self.meter.retry_s
+                if attempt == self.max_retries or left <= 0:
+                    spent = "" if attempt == self.max_retries else f" (the run's retry budget of {self.retry_budget_s:g} s spent)"
+                    raise ModelCallFailed(f"{type(exc).__name__} after {attempt + 1} attempts{spent}; the server's last "
+                                          f"answer: {exc}"[:1500]) from exc
                 wait = retry_after(exc, patience)
-                time.sleep(wait if wait is not None else self.backoff_s * (2 ** attempt) * (0.5 + random.random()))
+                wait = wait if wait is not None else self.backoff_s * (2 ** attempt) * (0.5 + random.random())
+                wait = min(wait, left)
+                self.meter.retry_s += wait
+                time.sleep(wait)
                 continue
             except openai.APIStatusError as exc:
                 env = environment_failure(exc, self.model_cfg)
@@ -224,10 +328,9 @@ class Agent:
                 raise ModelCallFailed(f"the endpoint rejected the request (HTTP {exc.status_code}): {text}",
                                       reason="rejected", signature=_signature(exc.status_code, text)) from exc
             choice = resp.choices[0]
-            raw = resp.model_dump()
-            self.meter.add_call(raw.get("usage"), time.perf_counter() - t0, choice.finish_reason, self.role,
-                                sent=sent, dropped=dropped)
-            cut = silently_cut(messages, tools, raw.get("usage"), self.model_cfg)
+            raw = resp.model_dump(exclude_unset=True, warnings=False)
+            call = self._meter(raw, t0, messages, tools, sent, dropped)
+            cut = silently_cut(messages, tools, call, self.model_cfg, self.count)
             if cut:
                 raise ModelCallFailed(cut, reason="context_length")
             if raw.get("adapter"):

@@ -22,6 +22,7 @@ from urllib.parse import quote, unquote
 
 import httpx
 
+from harness.endpoints.usage import chars_count, usage_split
 from harness.records.ledger import Ledger
 
 TAG, ATTEMPT, ROLE = "X-Run-Tag", "X-Attempt", "X-Role"
@@ -38,41 +39,26 @@ def tagged_url(base_url: str, tag: str, attempt: int, role: str) -> str:
     return f"{root}/tag/{quote(tag, safe='')}/{int(attempt)}/{quote(role, safe='')}/v1"
 
 
-def usage_split(usage: dict | None) -> dict:
-    """Prompt tokens split into cache hit and miss, as each provider reports them.
-
-    DeepSeek reports `prompt_cache_hit_tokens` / `prompt_cache_miss_tokens`; OpenAI, vLLM
-    (with prefix caching) and newer llama.cpp servers `prompt_tokens_details.cached_tokens`
-    (OpenAI's reasoning models also `completion_tokens_details.reasoning_tokens`); Ollama and
-    older llama.cpp servers plain `prompt_tokens` / `completion_tokens`. When no cache split is
-    present every prompt token counts as a miss and `cache_reported` is false. A reply without
-    a usage block is not free: `usage_reported` is false and its cost is unknown (Table 6 counts
-    such calls), never silently zero.
-    """
-    reported_usage = isinstance(usage, dict) and bool(usage)
-    usage = usage or {}
-    prompt = int(usage.get("prompt_tokens") or 0)
-    output = int(usage.get("completion_tokens") or 0)
-    details = usage.get("completion_tokens_details") or {}
-    reasoning = int(details.get("reasoning_tokens") or 0)
-    if "prompt_cache_hit_tokens" in usage:
-        hit = int(usage.get("prompt_cache_hit_tokens") or 0)
-        reported = True
-    elif (usage.get("prompt_tokens_details") or {}).get("cached_tokens") is not None:
-        hit = int(usage["prompt_tokens_details"]["cached_tokens"] or 0)
-        reported = True
-    else:
-        hit, reported = 0, False
-    return {"prompt": prompt, "hit": hit, "miss": max(prompt - hit, 0), "output": output,
-            "reasoning": reasoning, "cache_reported": reported, "usage_reported": reported_usage}
+def reply_error(data) -> str | None:
+    """Why a 200 body is not a usable chat completion (an error object, no choices), or None."""
+    if not isinstance(data, dict):
+        return f"a 200 body that is not a JSON object: {str(data)[:120]!r}"
+    if data.get("choices"):
+        return None
+    err = data.get("error")
+    if err is not None:
+        what = err.get("message") or err.get("type") or err.get("code") if isinstance(err, dict) else err
+        return f"a 200 body carrying an error: {str(what)[:200]}"
+    return "a 200 reply with no choices"
 
 
 class MeteringProxy:
     """`with MeteringProxy(upstream, ledger, api_key) as p: p.base_url` (an OpenAI base URL)."""
 
     def __init__(self, upstream: str, ledger: Ledger, api_key: str | None = None, timeout_s: float = 600.0,
-                 model_name: str = ""):
+                 model_name: str = "", context: int | None = None, count=chars_count):
         self.upstream = upstream.rstrip("/")
+        self.context, self.count = context, count  # how replies' usage is checked and estimated (usage_split)
         self.ledger = ledger
         self.model_name = model_name
         self._key = api_key
@@ -121,6 +107,32 @@ class MeteringProxy:
     def __exit__(self, *exc):
         self.stop()
 
+    def _usage(self, req: dict, payload: bytes) -> dict:
+        """A 200 reply's ledger fields: its usage checked (estimated where a count is not one), the model
+        that answered, and `error` when the body is not a usable completion. Never raises: whatever
+        the upstream sent, the client gets its answer and the ledger its line."""
+        try:
+            data = json.loads(payload)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return {"error": "unparsable upstream body"}
+        try:
+            out: dict = {}
+            problem = reply_error(data)
+            if problem:
+                out["error"] = problem
+            usage = data.get("usage") if isinstance(data, dict) else None
+            if problem is None or (isinstance(usage, dict) and usage):  # a bad reply with usage was billed
+                choices = data.get("choices") or [{}]
+                reply = choices[0].get("message") if isinstance(choices[0], dict) else None
+                out.update(usage_split(usage, req.get("messages"), req.get("tools"), reply or {},
+                                       self.context, self.count))
+            out["response_model"] = data.get("model") if isinstance(data, dict) else None
+            if isinstance(data, dict) and data.get("adapter"):
+                out["adapter"] = data["adapter"]
+            return out
+        except Exception as exc:  # noqa: BLE001 - a body no one foresaw is a flagged line, not a dead thread
+            return {"error": f"unreadable upstream body: {type(exc).__name__}: {exc}"[:300]}
+
     def _forward(self, h: BaseHTTPRequestHandler, method: str) -> None:
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
@@ -135,11 +147,12 @@ class MeteringProxy:
         url = self.upstream + path
         call_id = uuid.uuid4().hex
         model = self.model_name
-        if body:
-            try:
-                model = json.loads(body).get("model", model)
-            except (json.JSONDecodeError, AttributeError):
-                pass
+        try:
+            req = json.loads(body) if body else {}
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            req = {}
+        req = req if isinstance(req, dict) else {}
+        model = req.get("model", model)
         base = {"call": call_id, "tag": tag, "attempt": attempt, "role": role, "model": model, "path": path}
         if method == "POST":
             self.ledger.append({**base, "event": "request", "ts": _now(), "sent": _sent(body)})
@@ -166,14 +179,7 @@ class MeteringProxy:
         if method == "POST":
             entry = {**base, "event": "response", "ts": _now(), "status": status, "latency_s": round(latency, 4)}
             if status == 200:
-                try:
-                    data = json.loads(payload)
-                    entry.update(usage_split(data.get("usage")))
-                    entry["response_model"] = data.get("model")
-                    if data.get("adapter"):
-                        entry["adapter"] = data["adapter"]
-                except (json.JSONDecodeError, AttributeError):
-                    entry["error"] = "unparsable upstream body"
+                entry.update(self._usage(req, payload))
             else:
                 entry["error"] = err or payload[:300].decode("utf-8", "replace")
             self.ledger.append(entry)

@@ -54,7 +54,39 @@ def _openai_compatible(cfg) -> Iterator[Endpoint]:
         if not key:
             raise EndpointError(f"model={_get(cfg, 'name')} needs an API key in ${env}, which is not set",
                                 f"export {env}=... (or set model.api_key_env=null for a server without keys)")
-    yield Endpoint(str(base_url).rstrip("/"), key, "openai_compatible", str(_get(cfg, "model")))
+    info = {}
+    if _get(cfg, "truncates_silently"):  # what the server says its context is (the silent cut is judged by it)
+        ctx, source = served_context(str(base_url), str(_get(cfg, "model")), key)
+        if ctx:
+            info = {"context_tokens": ctx, "context_source": source}
+    yield Endpoint(str(base_url).rstrip("/"), key, "openai_compatible", str(_get(cfg, "model")), info)
+
+
+def served_context(base_url: str, model: str, key: str | None = None) -> tuple[int | None, str | None]:
+    """The context an Ollama server runs `model` with: the loaded model's `context_length` (GET /api/ps),
+    else a `num_ctx` in its parameters (POST /api/show); (None, None) from a server that says neither.
+    (The model's own maximum in /api/show's model_info is not what Ollama serves by default.)"""
+    import re
+
+    import httpx
+
+    root = base_url.rstrip("/").removesuffix("/v1")
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        with httpx.Client(timeout=5.0, headers=headers) as c:
+            ps = c.get(f"{root}/api/ps")
+            if ps.status_code == 200:
+                for m in (ps.json() or {}).get("models") or []:
+                    if model in (m.get("name"), m.get("model")) and isinstance(m.get("context_length"), int):
+                        return m["context_length"], "ollama /api/ps"
+            show = c.post(f"{root}/api/show", json={"model": model})
+            if show.status_code == 200:
+                found = re.search(r"(?m)^\s*num_ctx\s+(\d+)", str((show.json() or {}).get("parameters") or ""))
+                if found:
+                    return int(found[1]), "ollama /api/show num_ctx"
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
+    return None, None
 
 
 PROVIDERS: Registry[Callable] = Registry("endpoint provider", None)  # a plugin registers its own the same way

@@ -43,7 +43,7 @@ from harness.kernel.identity import IdentityResolver
 from harness.records.provenance import versions
 from harness.records.schema import parse
 from harness.run import fidelity
-from harness.run.driver import RunStep, stage_info
+from harness.run.driver import RunStep, call_notes, stage_info, validated
 from harness.run.plan import PlanError
 
 from . import assistant, record
@@ -270,7 +270,8 @@ class PersonalStep(RunStep):
         mc = self.model_cfg
         params = dict(mc.get("params") or {})
         methods = self.methods()
-        shapes = [Shape("model", "assistant, plain request", mc, params, conditions=sorted(methods))]
+        shapes = [Shape("model", "assistant, plain request", mc, params, conditions=sorted(methods),
+                        system=assistant.SYSTEM)]
         writing = sorted(n for n, c in methods.items() if c.get("writers"))
         if writing:
             shapes.append(Shape("model", "writers, JSON mode (response_format json_object)", mc,
@@ -373,7 +374,8 @@ class PersonalStep(RunStep):
                            cond_cfg=OmegaConf.to_container(cond_cfg, resolve=True), attempt=attempt, status=status,
                            error=error, failure_reason=reason, injected=injected, answer=answer, answer_s=answer_s, queue_s=queue_s,
                            wall_s=wall, finish=finish, calls=list(meter.calls), transcript=transcript)
-        return parse("personal_record", rec, self.rd.records_dir), signature
+        return validated(self.rd, lambda d: parse("personal_record", d, self.rd.records_dir), rec,
+                         {"transcript": None, "answer": ""}), signature
 
     def _transcript(self, msgs: list[dict], answer: str) -> dict:
         """The assistant's call as sent and answered; its system prompt stored once in prompts/."""
@@ -386,7 +388,8 @@ class PersonalStep(RunStep):
     def summary(self, rd, labels=None, judge_name=None) -> str:
         """Per method: runs, failures, injected items, short reads (the store returned fewer of the user's visible
         items than it should), missed writes, the barrier's timeouts, foreign items, exposure, words and times."""
-        return summary_table([x.model_dump(mode="json") for x in rd.records()])
+        table = summary_table([x.model_dump(mode="json") for x in rd.records()])
+        return "\n".join([table, *call_notes(rd.records())])
 
 
 def _commit_s(r: dict) -> float | None:

@@ -41,7 +41,7 @@ from harness.records.shards import Shard, layouts, shard_dir
 VOLATILE = ("concurrency", "dry_run", "cache_dir", "judge", "retry_failed", "shard", "budget_usd", "memory_first",
             "allow_deviation")
 # the same inside the model config: how patiently calls are retried
-VOLATILE_MODEL = ("max_retries", "backoff_s", "timeout_s", "max_wait_s", "breaker_runs")
+VOLATILE_MODEL = ("max_retries", "backoff_s", "timeout_s", "max_wait_s", "breaker_runs", "retry_budget_s")
 
 
 def config_hash(cfg) -> str:

@@ -71,7 +71,13 @@ class ModelCall(_Model):
     cost_list: float
     cost_paid: float
     ts: str
-    usage_reported: bool = True  # false: the reply had no usage block, its cost is unknown (not zero)
+    usage_reported: bool = True  # false: the reply had no usage block
+    # a count was missing, null, not a number, negative or beyond the context: estimated from the request and
+    # reply (harness.endpoints.usage), and `flags` says which; tables show such calls as estimated
+    usage_estimated: bool = False
+    # what was odd about the call, one line each: usage counts, finish_reason length, a forced answer that came
+    # back as a tool call, tool calls normalised (arguments sent as an object, an id assigned), a retried bad reply
+    flags: list[str] = Field(default_factory=list)
     sent: dict[str, Any] | None = None  # parameters as sent after fitting to model.accepts; tools by name
     dropped: list[str] = Field(default_factory=list)  # parameters model.accepts left out
 
@@ -437,6 +443,8 @@ class LedgerEvent(_Model):
     reasoning: int | None = None
     cache_reported: bool | None = None
     usage_reported: bool | None = None
+    usage_estimated: bool | None = None  # a count was not a count: estimated (harness.endpoints.usage)
+    flags: list[str] | None = None
     sent: dict[str, Any] | None = None  # request: the parameters sent besides the messages, tools by name
     response_model: str | None = None
     adapter: dict[str, Any] | None = None

@@ -21,7 +21,7 @@ from harness.failures import EnvironmentFailure, classify
 from harness.records.schema import SCHEMA_VERSION, RunRecord
 from harness.run import fidelity
 from harness.run.context import Environment, RunContext
-from harness.run.driver import RunStep, now, stage_info
+from harness.run.driver import RunStep, call_notes, now, stage_info, validated
 from harness.run.loop import TranscriptRecorder, run_loop
 from harness.run.plan import Plan, RunSpec, build
 from harness.run.prepare import MemoryPreparer
@@ -172,7 +172,7 @@ class AgentStep(RunStep):
             self.rd.write_prompt(text)
         calls = meter.calls
         tok = {k: sum(c[k] for c in calls) for k in ("prompt", "hit", "miss", "output", "reasoning")}
-        return RunRecord.model_validate({
+        return validated(self.rd, RunRecord.model_validate, {
             "schema_version": SCHEMA_VERSION,
             "run_id": spec.run_id, "condition": spec.condition, "module": str(cond_cfg.module),
             "qid": spec.qid, "qtype": q.qtype, "variant": spec.variant, "repeat": spec.repeat, "org": spec.org,
@@ -200,7 +200,7 @@ class AgentStep(RunStep):
             "finished": now(),
             "transcript": ctx.transcript.transcript(),
             **self.common(),
-        }), signature
+        }, {"transcript": None, "tools": [], "prefetch": [], "answer": ""}), signature
 
     def summary(self, rd, labels: dict[str, bool | None] | None, judge_name: str | None) -> str:
         """Per condition: runs, failures, the share of runs that called a tool, tokens, and judged accuracy."""
@@ -213,11 +213,12 @@ class AgentStep(RunStep):
             n = len(rs)
             used = sum(r.tool_calls > 0 for r in rs)
             tokens = sum(r.tokens.prompt + r.tokens.output for r in rs) / n
+            est = "~" if any(c.usage_estimated for r in rs for c in r.calls) else " "
             judged = [labels.get(r.run_id) for r in rs] if labels else []
             acc = (f"{sum(bool(x) for x in judged) / n:>9.0%}" + ("*" if None in judged else " ")) if labels \
                 else "       -  "
             lines.append(f"{cond:<24}{var or '-':<9}{n:>5}{sum(r.status != 'ok' for r in rs):>7}"
-                         f"{used / n:>9.0%}{tokens:>11,.0f}{acc}")
+                         f"{used / n:>9.0%}{tokens:>10,.0f}{est}{acc}")
         if labels:
             lines.append(f"accuracy judged by {judge_name}; * = some runs not judged yet (counted wrong here)")
-        return "\n".join(lines)
+        return "\n".join(lines + call_notes(rd.records()))

@@ -34,7 +34,11 @@ class Budget:
         self.cap = None if cap_usd is None else float(cap_usd)
         self.model_prices, self.judge_prices = model_prices, judge_prices
         self._lock = threading.Lock()
-        self.spent = sum(self.cost(e) for p in ledgers for e in read_ledger(p))
+        lines = [e for p in ledgers for e in read_ledger(p)]
+        self.spent = sum(self.cost(e) for e in lines)
+        # calls whose usage was estimated (harness.endpoints.usage): the cap counts them, estimated
+        self.estimated = sum(bool(e.get("usage_estimated")) for e in lines if e.get("event") == "response")
+        self.estimated_usd = sum(self.cost(e) for e in lines if e.get("usage_estimated"))
 
     def cost(self, e: dict) -> float:
         judge = e.get("role") in ("judge",) or str(e.get("tag") or "").startswith("judge")
@@ -43,9 +47,19 @@ class Budget:
     def add(self, e: dict) -> None:
         """Ledger listener: count one appended line."""
         c = self.cost(e)
-        if c:
-            with self._lock:
-                self.spent += c
+        with self._lock:
+            self.spent += c
+            if e.get("event") == "response" and e.get("usage_estimated"):
+                self.estimated += 1
+                self.estimated_usd += c
+
+    def estimated_line(self) -> str | None:
+        """Said at the start of a capped stage when the server's usage is not (all) reported."""
+        if self.cap is None or not self.estimated:
+            return None
+        return (f"  budget: the endpoint's usage is missing or invalid in {self.estimated} call(s) so far: the cap counts "
+                f"them at estimated tokens (${self.estimated_usd:.4f} of ${self.spent:.4f}; the model's tokenizer "
+                "when model.tokenizer names one, else 4 characters a token), so it is kept only approximately")
 
     @property
     def exhausted(self) -> bool:

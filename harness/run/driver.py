@@ -22,9 +22,14 @@ fixed.
 An endpoint rejection every run gets (an unsupported parameter, tool calling not enabled)
 is an environment failure too (harness.endpoints.fit); one that depends on the run (its
 prompt exceeds the context window) fails that run with `failure_reason: context_length`.
-A rejection the body does not explain goes through a circuit breaker (`Breaker`): when the
-same rejection ends the first `model.breaker_runs` (3) runs of a stage before any run
-succeeded, the stage stops and those runs stay unrecorded.
+A server that keeps failing is the environment's too (`Breaker`): a run that ran out of
+retries while no call of the stage succeeded (and the server does not answer a plain probe),
+or runs of `model.breaker_runs` (3) different questions in a row out of retries, stop the stage with those runs
+unrecorded; a run out of retries while others succeed is recorded failed. A rejection the
+body does not explain goes through the same breaker: when the same rejection ends the first
+`model.breaker_runs` runs of a stage before any run succeeded, the stage stops and those
+runs stay unrecorded. A record that does not validate is a bug report (bugs/), and that run
+is recorded failed (`record_invalid`), never a stage stop (`validated`).
 """
 
 from __future__ import annotations
@@ -125,6 +130,47 @@ class RunStep:
         return max(1, int(self.cfg.concurrency))
 
 
+def validated(rd: RunDir, build, data: dict, blank: dict) -> BaseModel:
+    """`build(data)`, a record; one that does not validate is a bug of the harness, never a stage stop:
+    the data (the model's replies in its transcript and calls) goes to bugs/<run>.<attempt>.json with
+    the error, and the run is recorded failed (`failure_reason: record_invalid`) with the parts in
+    `blank` replaced, so the stage goes on and the report counts it."""
+    import json
+
+    from harness.records.rundir import atomic_write
+
+    try:
+        return build(data)
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError, the schema's RecordError
+        bugs = rd.root / "bugs"
+        bugs.mkdir(parents=True, exist_ok=True)
+        where = bugs / f"{data.get('run_id')}.{data.get('attempt')}.json"
+        atomic_write(where, json.dumps({"error": str(exc), "record": data}, default=str, indent=1))
+        print(f"harness bug: the record of {data.get('run_id')} does not validate; recorded as failed, the "
+              f"reply and the error are in {where} (please report it)", file=sys.stderr)
+        return build({**data, **blank, "status": "failed", "failure_reason": "record_invalid",
+                      "error": f"record_invalid: {exc}"[:4000] + f" (bug report: {where})"})
+
+
+def call_notes(records) -> list[str]:
+    """The summary's lines on calls that are not what they seem: usage estimated, replies cut at their
+    token limit (finish_reason length), other flags (harness.records.schema.ModelCall.flags)."""
+    calls = [c for r in records for c in r.calls]
+    est = sum(bool(c.usage_estimated) for c in calls)
+    length = sum(c.finish == "length" for c in calls)
+    other = sum(any(not f.startswith(("usage:", "finish_reason")) for f in c.flags) for c in calls)
+    out = []
+    if est:
+        out.append(f"~ usage estimated in {est} of {len(calls)} calls (the server's counts were missing or not counts): "
+                   "their tokens and costs are estimates")
+    if length:
+        out.append(f"finish_reason length in {length} calls: those replies were cut at their token limit")
+    if other:
+        out.append(f"{other} calls flagged (tool calls repaired, a forced answer that came back as a tool call, "
+                   "a retried bad reply): the records' calls[].flags say which")
+    return out
+
+
 def owned_runs(rd: RunDir, plan) -> list:
     """The runs this driver may run: its shard's part of the plan, or the whole plan."""
     return rd.shard.select(plan.runs) if rd.shard else list(plan.runs)
@@ -144,28 +190,49 @@ def mark_interrupted(rd: RunDir, ledger: Ledger, reason: str = "no record", owne
 
 
 class Breaker:
-    """Holds the records of runs an unexplained rejection ended while no run of the stage has
-    succeeded yet; `n` of them with the same rejection stop the stage (they stay unrecorded and
-    run again on resume). The first successful run disarms it and releases what it held."""
+    """Keeps the environment's failures from burning runs (harness.failures).
+
+    Runs that ran out of retries (`failure_reason: retries`) are held while no run has succeeded
+    since: such runs of `n` different questions (trials) in a row, or one during which no call of the
+    stage succeeded and the server does not answer a plain probe either (`persistent`), stop the stage; they stay unrecorded and run
+    again on resume. A successful run releases what is held as failed runs. Runs an unexplained
+    rejection ended are held the same way while no run of the stage has succeeded yet; `n` with the
+    same rejection stop the stage. `n` is `model.breaker_runs` (3; 0 turns the breaker off)."""
 
     def __init__(self, n: int, armed: bool = True):
         self.n, self.armed = n, armed and n > 0
         self.held: list[tuple[BaseModel, str]] = []
+        self.streak: list[BaseModel] = []  # runs that ran out of retries since the last successful run
         self.tripped = False
         self._lock = threading.Lock()
 
-    def admit(self, record: BaseModel, signature: str | None) -> list[BaseModel]:
+    def admit(self, record: BaseModel, signature: str | None, persistent: bool = False) -> list[BaseModel]:
         """The records to write now; raises EnvironmentFailure when the breaker trips."""
         with self._lock:
             if self.tripped:
                 return []  # the stage is stopping: runs still in flight stay unrecorded too
+            if record.status == "ok":
+                out = [r for r, _ in self.held] + self.streak + [record]
+                self.held.clear()
+                self.streak.clear()
+                self.armed = False
+                return out
+            if record.failure_reason == "retries" and self.n > 0:
+                self.streak.append(record)
+                # of different questions (trials): a question whose own requests break the server is not a dead server
+                asked = {getattr(r, "qid", None) or getattr(r, "trial_id", None) or r.run_id for r in self.streak}
+                if not persistent and len(asked) < self.n:
+                    return []
+                self.tripped = True
+                k = len(self.streak)
+                why = (f"{k} runs of {len(asked)} different questions in a row ran out of retries" if not persistent else
+                       "a run ran out of retries while no call of the stage succeeded, and the server does not "
+                       "answer a plain request either")
+                raise EnvironmentFailure(f"the model server keeps failing: {why}; its last answer: {record.error}",
+                                         "fix or restart the model server (model.base_url), then run the same command: "
+                                         f"the {k} run(s) it hit stay unrecorded and run again")
             if not self.armed:
                 return [record]
-            if record.status == "ok":
-                self.armed = False
-                out = [r for r, _ in self.held] + [record]
-                self.held.clear()
-                return out
             if record.failure_reason != "rejected" or signature is None:
                 return [record]
             self.held.append((record, signature))
@@ -182,8 +249,9 @@ class Breaker:
     def release(self) -> list[BaseModel]:
         """At the stage's end: what is still held is recorded, unless the breaker tripped."""
         with self._lock:
-            out = [] if self.tripped else [r for r, _ in self.held]
+            out = [] if self.tripped else [r for r, _ in self.held] + self.streak
             self.held.clear()
+            self.streak.clear()
             return out
 
 
@@ -192,13 +260,37 @@ class StageRunner:
 
     def __init__(self, cfg, plan, rd: RunDir, step: RunStep):
         self.cfg, self.plan, self.rd, self.step = cfg, plan, rd, step
-        self.totals = {"tokens": 0, "cost": 0.0, "failed": 0}
+        self.totals = {"tokens": 0, "cost": 0.0, "failed": 0, "estimated": 0}
         self._lock = threading.Lock()
         self.t0 = time.perf_counter()  # the session's runs start: the times to first results count from here
         self.first: dict[str, float] = {}  # "run_started", "record" -> seconds after t0
         self.started_runs = 0
         self.preparer: MemoryPreparer | None = None
         self.breaker = Breaker(int(step.model_cfg.get("breaker_runs", 3)))
+        self.last_good: float | None = None  # time.monotonic() of the stage's last answered call (the ledger's)
+        self._probe = threading.Lock()
+        self.probe_failed: float | None = None  # time.monotonic() of the last probe the server failed
+
+    def heard(self, e: dict) -> None:
+        """Ledger listener: an answered call (a 200 that is a completion) shows the server works."""
+        if e.get("event") == "response" and e.get("status") == 200 and not e.get("error"):
+            self.last_good = time.monotonic()
+
+    def silent_since(self, t: float) -> bool:
+        """No call of the stage succeeded since `t`, and the server does not answer one plain request
+        (the preflight's, one attempt: harness.run.preflight.model_call) either: the environment's failure."""
+        from harness.run.preflight import model_call
+
+        with self._probe:  # runs failing together share one probe
+            if self.breaker.tripped or (self.probe_failed is not None and self.probe_failed > t):
+                return True
+            if self.last_good is not None and self.last_good > t:
+                return False
+            check = model_call(self.step.proxy_url, {**self.step.model_cfg, "max_retries": 0}, "model")
+            print(f"probe after a run ran out of retries:{check.line()}", file=sys.stderr)
+            if check.ok is False:
+                self.probe_failed = time.monotonic()
+            return check.ok is False
 
     def prepare(self, pending: list) -> MemoryPreparer:
         self.preparer = self.step.prepare(pending)
@@ -207,8 +299,11 @@ class StageRunner:
     def run_one(self, spec, attempt: int) -> BaseModel:
         self._mark("run_started")
         self.rd.start_attempt(spec.run_id, attempt, now())
+        t = time.monotonic()
         record, signature = self.step.execute(spec, attempt)
-        for r in self.breaker.admit(record, signature):
+        persistent = (record.status != "ok" and record.failure_reason == "retries" and self.breaker.n > 0
+                      and not self.breaker.tripped and self.silent_since(t))
+        for r in self.breaker.admit(record, signature, persistent):
             self.write(r)
         return record
 
@@ -217,6 +312,7 @@ class StageRunner:
         self._mark("record")
         with self._lock:
             self.totals["tokens"] += sum(c.prompt + c.output for c in record.calls)
+            self.totals["estimated"] += sum(bool(getattr(c, "usage_estimated", False)) for c in record.calls)
             self.totals["cost"] += record.cost_list
             self.totals["failed"] += record.status != "ok"
 
@@ -278,6 +374,7 @@ def run_stage(cfg, step: RunStep, rd: RunDir, ledger: Ledger, pending: list, bud
     mark_interrupted(rd, ledger, owned=owned)
     runner = StageRunner(cfg, plan, rd, step)
     runner.breaker.armed = runner.breaker.armed and not any(r.status == "ok" for r in rd.records())
+    ledger.listeners.append(runner.heard)
     started = now()
     stop = None
     try:
@@ -298,8 +395,10 @@ def run_stage(cfg, step: RunStep, rd: RunDir, ledger: Ledger, pending: list, bud
                 raise
             print(f"warning: could not close the memory space: {exc}", file=sys.stderr)
     t = runner.totals
+    est = f" (usage of {t['estimated']} calls estimated: the server's counts were missing or not counts)" \
+        if t["estimated"] else ""
     print(f"runs done: {t['failed']} failed in this session, {t['tokens']:,} tokens, "
-          f"${t['cost']:.4f} at list price", file=sys.stderr)
+          f"${t['cost']:.4f} at list price{est}", file=sys.stderr)
     recorded = len(owned & {p.stem for p in rd.record_paths()})
     if stop == BUDGET:
         raise BudgetReached(budget.stopped(recorded, len(owned)))

@@ -120,6 +120,44 @@ def call_tool(tools: dict[str, Tool], name: str, raw_args: str, meter: Meter) ->
     return text
 
 
+def _text(content: Any) -> str:
+    """A reply's content as text (a list of content parts is joined; anything else is no text)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def normalise_calls(raw: Any, round_no: int) -> tuple[list[dict], list[str]]:
+    """A reply's tool calls as the loop can answer them (id, name, arguments as a string), and a flag per
+    repair: arguments sent as a JSON object are serialised, a missing or repeated id is assigned. What
+    still does not fit (no name, arguments that are not JSON) goes back to the model as a tool error."""
+    calls, flags, seen = [], [], set()
+    items = raw if isinstance(raw, list) else [raw] if raw else []
+    for i, c in enumerate(items):
+        fn = c.get("function") if isinstance(c, dict) else getattr(c, "function", None)
+        fget = (lambda k: fn.get(k)) if isinstance(fn, dict) else (lambda k: getattr(fn, k, None))
+        name, args = fget("name"), fget("arguments")
+        cid = c.get("id") if isinstance(c, dict) else getattr(c, "id", None)
+        if not isinstance(name, str):
+            flags.append(f"tool call {i} without a function name ({str(name)[:40]!r})")
+            name = "" if name is None else str(name)
+        if args is None:
+            args = ""
+        elif not isinstance(args, str):
+            flags.append(f"tool call {i} arguments sent as JSON {type(args).__name__}, not a string: serialised")
+            args = json.dumps(args, ensure_ascii=False)
+        if not isinstance(cid, str) or not cid or cid in seen:
+            new = f"call_h{round_no}_{i}"
+            flags.append(f"tool call {i} {'without an id' if not cid else f'with a repeated id {cid!r}'}: "
+                         f"assigned {new}")
+            cid = new
+        seen.add(cid)
+        calls.append({"id": cid, "name": name, "arguments": args})
+    return calls, flags
+
+
 def run_loop(agent: Agent, system: str, question: str, tools: list[Tool], max_rounds: int = 10,
              first_tool_choice: str | None = None, recorder: TranscriptRecorder | None = None) -> LoopResult:
     """`first_tool_choice` ("required") makes the first call use a tool; a model config sets it
@@ -138,23 +176,29 @@ def run_loop(agent: Agent, system: str, question: str, tools: list[Tool], max_ro
             choice = "none" if forced else (first_tool_choice if rounds == 0 else None)
             msg = agent.complete(messages, schemas, tool_choice=choice)
             call_index = len(agent.meter.calls) - 1
-            calls = [] if forced else (msg.tool_calls or [])
+            calls, flags = normalise_calls(getattr(msg, "tool_calls", None), rounds)
+            if forced and calls:
+                flags, calls = ["forced answer came back as a tool call: ignored, its text is the answer"], []
+            elif not schemas and calls:
+                flags, calls = ["tool call without tools offered: ignored, its text is the answer"], []
+            if flags and call_index >= 0:
+                agent.meter.calls[call_index]["flags"] += flags
+            content = _text(getattr(msg, "content", None))
             if not calls:
-                messages.append({"role": "assistant", "content": msg.content or ""})
-                said["messages"].append({"role": "assistant", "content": msg.content or "", "call": call_index})
-                return LoopResult((msg.content or "").strip(), messages, rounds, forced)
+                messages.append({"role": "assistant", "content": content})
+                said["messages"].append({"role": "assistant", "content": content, "call": call_index})
+                return LoopResult(content.strip(), messages, rounds, forced)
             rounds += 1
-            messages.append({"role": "assistant", "content": msg.content or "",
-                             "tool_calls": [{"id": c.id, "type": "function",
-                                             "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            messages.append({"role": "assistant", "content": content,
+                             "tool_calls": [{"id": c["id"], "type": "function",
+                                             "function": {"name": c["name"], "arguments": c["arguments"]}}
                                             for c in calls]})
-            said["messages"].append({"role": "assistant", "content": msg.content or "", "call": call_index,
-                                     "tool_calls": [{"id": c.id, "name": c.function.name,
-                                                     "arguments": c.function.arguments or ""} for c in calls]})
+            said["messages"].append({"role": "assistant", "content": content, "call": call_index,
+                                     "tool_calls": [dict(c) for c in calls]})
             for c in calls:
-                text = call_tool(by_name, c.function.name, c.function.arguments, agent.meter)
-                messages.append({"role": "tool", "tool_call_id": c.id, "content": text})
-                seen = {"role": "tool", "tool_call_id": c.id, "content": text, "tool": len(agent.meter.tools) - 1}
+                text = call_tool(by_name, c["name"], c["arguments"], agent.meter)
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": text})
+                seen = {"role": "tool", "tool_call_id": c["id"], "content": text, "tool": len(agent.meter.tools) - 1}
                 asked = recorder.nested(said)
                 if asked:
                     seen["asked"] = asked

@@ -146,6 +146,7 @@ class Shape:
     tools: list[dict] | None = None
     tool_choice: str | None = None
     conditions: list[str] = field(default_factory=list)
+    system: str | None = None  # the system message the runs send (a server without the system role fails here)
 
     def sent(self) -> dict:
         """What this request sends besides the prompt, after fitting to the endpoint's `accepts`."""
@@ -182,16 +183,18 @@ def request_shapes(cfg, judge_too: bool, used: set[str] | None = None) -> list[S
     from omegaconf import OmegaConf
 
     from harness.run.fidelity import _is_org
+    from harness.run.prompts import system_prompt
 
     mc = OmegaConf.to_container(cfg.model, resolve=True)
     params = dict(mc.get("params") or {})
     org = _is_org(cfg)
+    system = system_prompt(SAMPLE_DATE, "", org)
     shapes: dict[str, Shape] = {}
 
     def add(what: str, tools, choice, cond: str) -> None:
         key = json.dumps([tools, choice], sort_keys=True)
         if key not in shapes:
-            shapes[key] = Shape("model", what, mc, params, tools, choice)
+            shapes[key] = Shape("model", what, mc, params, tools, choice, system=system)
         shapes[key].conditions.append(cond)
 
     for name, c in sorted((cfg.stage.get("conditions") or {}).items()):
@@ -229,14 +232,16 @@ def dry_run_lines(shapes: list[Shape]) -> list[str]:
     return lines
 
 
-def messages(params: dict) -> list[dict]:
-    """The preflight's prompt; in JSON mode with a system line that mentions JSON (OpenAI's JSON mode
-    refuses a prompt that does not)."""
+def messages(params: dict, system: str | None = None) -> list[dict]:
+    """The preflight's prompt, after the runs' system message when the shape has one; in JSON mode the
+    system message mentions JSON (OpenAI's JSON mode refuses a prompt that does not)."""
     plain = [{"role": "user", "content": PROMPT}]
-    return [{"role": "system", "content": JSON_HINT}, *plain] if "response_format" in params else plain
+    text = "\n".join(t for t in (system, JSON_HINT if "response_format" in params else None) if t)
+    return [{"role": "system", "content": text}, *plain] if text else plain
 
 
 JSON_HINT = "Answer in JSON."
+SAMPLE_DATE = "2023/05/30 (Tue) 23:40"  # the date line of the runs' system prompt, in the benchmark's format
 
 
 def send(proxy_url: str, shape: Shape) -> Check:
@@ -246,7 +251,7 @@ def send(proxy_url: str, shape: Shape) -> Check:
     agent = Agent(proxy_url, mc, ROLE, 1, meter, role=ROLE, max_retries=min(2, int(mc.get("max_retries", 2))),
                   backoff_s=float(mc.get("backoff_s", 1.0)), params={**shape.params, "max_tokens": 1})
     try:
-        agent.complete(messages(shape.params), shape.tools, tool_choice=shape.tool_choice)
+        agent.complete(messages(shape.params, shape.system), shape.tools, tool_choice=shape.tool_choice)
     except EnvironmentFailure as exc:
         return Check("model", False, f"{shape.who} ({shape.what}): {exc}")
     except ModelCallFailed as exc:
