@@ -59,7 +59,10 @@ KEY_SHAPES = [(lit, re.compile(rx)) for lit, rx in [
     ("github_pat_", r"github_pat_[A-Za-z0-9_]{20,}"), ("AKIA", r"AKIA(?<![A-Z0-9]AKIA)[0-9A-Z]{16}"),
     ("xox", r"xox[abprs]-[A-Za-z0-9-]{10,}"), ("AIza", r"AIza[0-9A-Za-z_-]{35}"),
     ("eyJ", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    ("PRIVATE KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), ("earer ", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}")]]
+    # a PEM key whole: its body (base64, headers, raw or JSON-escaped line breaks) up to its END line
+    ("PRIVATE KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[A-Za-z0-9+/=\s:,.]|-(?!----)|\\[nrt])*"
+                    r"(?:-----END [A-Z ]*PRIVATE KEY-----)?"),
+    ("earer ", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}")]]
 
 
 def _keys_in(text: str) -> list[re.Match]:

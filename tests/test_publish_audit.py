@@ -1,0 +1,181 @@
+"""Publishing, audited from outside (issue 35's claims, docs/publishing.md): each test is an attack that
+got through before its fix. Safe to share: a PEM key's body, a key under a header's name (`x-api-key`),
+a URL written with JSON's `\\u` escapes. Safe to receive: a card or a cell nested past the recursion
+limit, a file name longer than the file system takes, a file where the data folder goes, files beside
+the card it does not name. Republishing: a crafted card in the folder must not make publish delete
+what it did not write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analysis import export_inspect
+from analysis import publish as P
+from analysis import results_page
+from analysis import run as A
+from harness.cli import publish as publish_cli
+from harness.records import privacy
+from tests.analysis_fixtures import Stage
+from tests.test_publish import published  # noqa: F401  (fixture)
+from tests.test_publish_safety import _every_reader_refuses, _published_bytes
+
+PEM_BODY = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw"
+PEM = f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n7YhUSqUr0ZMuWs4Q\n-----END RSA PRIVATE KEY-----"
+
+
+# ------------------------------------------------------------------------------ safe to share
+
+
+def test_a_pem_private_key_is_replaced_whole_not_only_its_first_line():
+    found = privacy.Private()
+    for text in (PEM, json.dumps({"error": f"could not load {PEM} for tls"})):
+        out = found.redact(text)
+        assert PEM_BODY not in out and "7YhUSqUr0ZMuWs4Q" not in out and "END RSA" not in out, out
+    assert found.redact(json.dumps({"error": f"load {PEM} for tls"})) == '{"error": "load <key> for tls"}'
+
+
+@pytest.mark.parametrize("name", ["x-api-key", "api-key", "X-Auth-Token", "Proxy-Authorization"])
+def test_a_key_under_a_header_s_name_is_replaced(name):
+    found = privacy.Private()
+    cfg = {"model": {"extra_headers": {name: "q7Zr2Lp9Wx4Kt8Vn"}}}
+    found.scan_object(cfg)
+    assert "q7Zr2Lp9Wx4Kt8Vn" not in found.redact(json.dumps(cfg))
+    assert found.redact("q7Zr2Lp9Wx4Kt8Vn") == privacy.KEY
+
+
+def test_urls_written_with_json_unicode_escapes_lose_their_host_and_query(tmp_path):
+    """json.dumps escapes non-ASCII by default (the judge's info file, the fixtures' records): a URL with
+    an IDN host or a non-ASCII path must still lose host, user info and query, in every cell."""
+    judge = "https://jüdge.intern.example.de/v1"
+    st = Stage(tmp_path / "runs", "idn", config_extra={"judge": {"name": "gpt", "base_url": judge}})
+    st.add("none", "q1", answer="see https://jdoe:pw1@files.intern.example.com/dösya?token=Zq81LmX3#frag")
+    for j in st.judgements:
+        j["judge"]["base_url"] = judge
+        j["judge"]["identity"] = f"openai_compatible:judge@{judge}:0123abcd4567"
+    folder = st.write()
+    info = folder / "judgements" / "j.info.json"
+    if not info.exists():
+        (info := next((folder / "judgements").glob("*.info.json")))
+    meta = json.loads(info.read_text())
+    meta["judge"]["base_url"] = judge
+    info.write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))  # as judge/answer_check.py writes it
+    assert "\\u00fc" in info.read_text()
+    out = tmp_path / "ds"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert publish_cli.main([f"runs={folder}", f"out={out}"]) == 0
+    for where, text in _published_bytes(out):
+        for bad in ("intern.example", "dge.intern", "jdoe", "pw1", "Zq81LmX3", "frag"):
+            assert bad not in text, f"{bad!r} in {where}: {text[:300]}"
+
+
+# ------------------------------------------------------------------------------ safe to receive
+
+
+def _reseal(ds: Path, table: str, rows: list[dict]) -> None:
+    """A changed table, its sha256 and the card written anew from them: what whoever crafts a dataset can do."""
+    path = ds / table / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(path)), path)
+    meta = P.read_card(ds)
+    meta["tables"][table] = P.sha256(path.read_bytes())
+    counts = {t: pq.read_metadata(ds / t / "train.parquet").num_rows for t in meta["tables"]}
+    (ds / "README.md").write_text(P.card_text(meta, counts))
+
+
+def test_a_card_nested_past_the_recursion_limit_is_refused_not_a_traceback(published, tmp_path, capsys):
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    (ds / "README.md").write_text("---\nmemspace: " + "[" * 20000 + "]" * 20000 + "\n---\n# x\n")
+    before = {str(p) for p in tmp_path.rglob("*")}
+    assert A.main([f"runs={ds}", f"out={tmp_path / 'analysis'}", "replay=none"]) == 2
+    assert results_page.main([f"datasets={ds}", f"out={tmp_path / 'page'}"]) == 2
+    assert export_inspect.main([f"runs={ds}", f"out={tmp_path / 'logs'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 3 and "Traceback" not in err, err
+    assert {str(p) for p in tmp_path.rglob("*")} == before
+
+
+def test_a_cell_nested_past_the_recursion_limit_is_refused_not_a_traceback(published, tmp_path, capsys):
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    runs = pq.read_table(ds / "runs" / "train.parquet").to_pylist()
+    runs[0]["_extra"] = "[" * 100000 + "]" * 100000
+    _reseal(ds, "runs", runs)
+    _every_reader_refuses(ds, tmp_path, capsys, "its tables are not what this harness writes (RecursionError")
+
+
+def _add_file(ds: Path, path: str, content: str = "x") -> None:
+    files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
+    row = dict(files[0], path=path, table=None, format=None, content=content, sha256=P.sha256(content),
+               bytes=len(content.encode()))
+    _reseal(ds, "files", files + [row])
+
+
+def test_a_file_name_longer_than_a_file_system_takes_is_refused_before_anything_is_written(
+        published, tmp_path, capsys):
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    _add_file(ds, "notes/" + "\N{GRINNING FACE}" * 100 + ".txt")  # 100 characters, 404 bytes: NAME_MAX is 255
+    _every_reader_refuses(ds, tmp_path, capsys, "leaves its folder or is no plain relative path")
+    with pytest.raises(P.PublishError):
+        P.rebuild(ds, tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_file_where_the_data_folder_goes_is_refused_before_anything_is_written(published, tmp_path, capsys):
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    _add_file(ds, "data")  # the stage folder's `data` a file, and the user's data file beside the card
+    (ds / "data").mkdir()
+    (ds / "data" / "synth_tiny.json").write_text("[]")
+    with pytest.raises(P.PublishError, match="a file named 'data' where the data folder goes"):
+        P.rebuild(ds, tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    _every_reader_refuses(ds, tmp_path, capsys, "a file named 'data' where the data folder goes")
+
+
+@pytest.mark.parametrize("extra", [".gitattributes.html", ".gitattributes-x/run.sh", "data/notes.html"])
+def test_a_file_beside_the_card_that_it_does_not_name_is_refused_whatever_its_name(published, tmp_path, capsys,
+                                                                                   extra):
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    (ds / extra).parent.mkdir(parents=True, exist_ok=True)
+    (ds / extra).write_text("<script>alert(1)</script>")
+    with pytest.raises(P.PublishError, match=f"file\\(s\\) the card does not name: {extra}"):
+        P.rebuild(ds, tmp_path / "r")
+    (ds / extra).unlink()
+    if extra.startswith("data/"):  # the stages' own data file, put there for the replay, is still welcome
+        (ds / "data" / "synth_tiny.json").write_text("[]")
+    (ds / ".gitattributes").write_text("*.parquet filter=lfs\n")
+    assert len(P.rebuild(ds, tmp_path / "ok")) == 2
+
+
+# ------------------------------------------------------------------------------ publishing into a folder again
+
+
+@pytest.mark.parametrize("named", ["../victim.txt", "mine/notes.txt", "../victim/train.parquet"])
+def test_a_crafted_card_in_the_folder_does_not_make_publish_delete_what_it_did_not_write(published, tmp_path,
+                                                                                          named):
+    out = tmp_path / "ds"
+    shutil.copytree(published["out"], out)
+    victim = (out / named).resolve()
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    victim.write_text("mine")
+    meta = P.read_card(out)
+    if named.endswith("/train.parquet"):  # a table's name that walks out
+        meta["tables"] = {**meta["tables"], named.rsplit("/", 1)[0]: "0" * 64}
+    else:
+        meta["files"] = [*meta["files"], [named, P.sha256("mine")]]
+    counts = {t: pq.read_metadata(published["out"] / t / "train.parquet").num_rows for t in P.read_card(out)["tables"]}
+    (out / "README.md").write_text(P.card_text(meta, counts))
+    P.publish(published["folders"], out, say=lambda s: None)
+    assert victim.read_text() == "mine"
+    assert len(P.rebuild(out, tmp_path / "r")) == 2
