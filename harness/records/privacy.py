@@ -49,7 +49,9 @@ _SEG = r"(?:[^\s/\"'`\\,;:()<>\[\]{}|*?]|\\u[0-9a-fA-F]{4})+"
 _PATH_RE = re.compile(rf"/(?:(?<=\\[nrt]/)|(?<![\w.:/<>~\\-]/))(?:{_SEG}(?: {_SEG})?/)+{_SEG}")
 _WIN_RE = re.compile(r"[A-Za-z]:(?:\\\\|\\|/)(?:[^\s\"'`<>|:*?\\/]+(?:\\\\|\\|/))+[^\s\"'`<>|:*?\\/]+")
 _KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
-_KEY_FIELD = re.compile(r"^(.*_)?(api_?key|secret_?key|access_?key|private_?key|token|secret|password|passwd|"
+# a field's or an HTTP header's name (`api_key`, `x-api-key`, `X-Auth-Token`, `Proxy-Authorization`)
+_KEY_FIELD = re.compile(r"^(.*[_-])?(api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|token|secret|"
+                        r"password|passwd|"
                         r"authorization|cookie|credentials?)$", re.IGNORECASE)
 _URL_FIELD = re.compile(r"^(.*_)?(base_?url|url|endpoint|api_?base|host_?url)$", re.IGNORECASE)
 # credential shapes, each behind a literal it must hold (a text without it is not searched: fast)
