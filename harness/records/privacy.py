@@ -40,10 +40,14 @@ KEY = "<key>"
 LOCAL = "<local path>"
 HOST = "<host>"
 
-_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{1,15}://[^\s\"'`<>\\]*")  # found from its "://" (_find)
+# an escaped character (JSON's \uXXXX, YAML's \xXX and \UXXXXXXXX): how json.dumps and yaml.safe_dump write a
+# non-ASCII host, user or folder name, one character of a URL or path
+_ESC = r"\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|\\U[0-9a-fA-F]{8}"
+_URL_CHAR = rf"(?:[^\s\"'`<>\\]|{_ESC})"
+_URL_RE = re.compile(rf"[A-Za-z][A-Za-z0-9+.-]{{1,15}}://{_URL_CHAR}*")  # found from its "://" (_find)
 _HASH_TAIL = re.compile(r":[0-9a-f]{6,}$")
-# a path's component: no separator, quote or bracket; a JSON \uXXXX escape counts as one character
-_SEG = r"(?:[^\s/\"'`\\,;:()<>\[\]{}|*?]|\\u[0-9a-fA-F]{4})+"
+# a path's component: no separator, quote or bracket; an escaped character (_ESC) counts as one
+_SEG = rf"(?:[^\s/\"'`\\,;:()<>\[\]{{}}|*?]|{_ESC})+"
 # one space inside any component but the last ("/home/Jo Doe/runs/x"; "/tmp/x and then" ends at x)
 # starts with its "/" (a literal first: the regex engine then skips to each "/"), the character before it checked
 _PATH_RE = re.compile(rf"/(?:(?<=\\[nrt]/)|(?<![\w.:/<>~\\-]/))(?:{_SEG}(?: {_SEG})?/)+{_SEG}")
@@ -129,7 +133,7 @@ SYSTEM_DIRS = {"usr", "bin", "sbin", "lib", "lib64", "etc", "proc", "dev", "sys"
 API_DIRS = {"v1", "v2", "v3", "v4", "api", "chat", "completions", "embeddings", "responses", "models", "openai",
             "messages", "generate", "health", "metrics", "tokenize"}  # endpoint routes, not folders
 
-_IDENTITY_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'`<>\\]+?(?=:[0-9a-f]{6,}$|$)")
+_IDENTITY_URL = re.compile(rf"[A-Za-z][A-Za-z0-9+.-]*://{_URL_CHAR}+?(?=:[0-9a-f]{{6,}}$|$)")
 
 
 def without_urls(text: str) -> str:
@@ -156,7 +160,7 @@ def _path_name(path: str) -> str:
 
 def _endpoint_key(url: str) -> tuple | None:
     try:
-        u = urlsplit(url)
+        u = urlsplit(re.sub(_ESC, lambda m: chr(int(m.group(0)[2:], 16)), url))  # as JSON or YAML reads it
         return (u.scheme.lower(), (u.hostname or "").lower(), u.port, u.path.rstrip("/"))
     except ValueError:
         return None
