@@ -827,7 +827,7 @@ def _card_parts(folder: Path) -> tuple[str, dict] | None:
         return None
     try:
         meta = (yaml.load(head, Loader=_NoAliases) or {}).get(CARD_KEY)
-    except (yaml.YAMLError, AttributeError):
+    except (yaml.YAMLError, AttributeError, RecursionError):  # a crafted card may nest past the stack
         return None
     return (text, meta) if isinstance(meta, dict) and "tables" in meta else None
 
@@ -944,7 +944,7 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
         _check_card(folder, tables, texts)
     except PublishError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:  # JSON nested deep
         raise PublishError(f"{folder}: its tables are not what this harness writes ({type(exc).__name__}: {exc}): "
                            f"refused") from None
     roots = []
