@@ -45,6 +45,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import types
@@ -852,13 +853,22 @@ def _inside(folder: Path, rel: str, what: str) -> Path:
         raise PublishError(f"{folder}: {what} {rel!r} is not a relative path: refused")
     parts = rel.split("/")
     if rel.startswith("/") or len(parts) > MAX_PATH_PARTS or any(
-            p in ("", ".", "..") or len(p) > 255 for p in parts) or ":" in parts[0]:
+            p in ("", ".", "..") or _name_bytes(p) > 255 for p in parts) or ":" in parts[0]:
         raise PublishError(f"{folder}: {what} {rel!r} leaves its folder or is no plain relative path: refused")
     base = folder.resolve()
     dest = (folder / rel).resolve()
     if not dest.is_relative_to(base):
         raise PublishError(f"{folder}: {what} {rel!r} resolves outside its folder (a symlink?): refused")
     return folder / rel
+
+
+def _name_bytes(part: str) -> int:
+    """A path part's length as the file system counts it (NAME_MAX is 255 bytes, not characters); one the
+    file system cannot encode (a lone surrogate) counts as too long."""
+    try:
+        return len(os.fsencode(part))
+    except UnicodeError:
+        return 1 << 30
 
 
 def check_folder(folder: Path, meta: dict) -> None:
