@@ -1052,6 +1052,10 @@ def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]]) -> dict[tuple[st
     clash = sorted(f"{s}/{p}" for s, p in dirs if (s, p) in out)
     if clash:
         raise PublishError(f"{folder}: {clash[0]} is both a file and a folder in table 'files': refused")
+    named_data = sorted(s for s, p in out if p == "data")  # rebuild links the user's data file under data/
+    if named_data:
+        raise PublishError(f"{folder}: {named_data[0]}: a file named 'data' where the data folder goes, in table "
+                           f"'files': refused")
     if any((s, "stage.json") not in out for s, _ in out):
         raise PublishError(f"{folder}: a stage folder without stage.json in table 'files': refused")
     return out
