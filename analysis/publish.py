@@ -844,6 +844,7 @@ def is_published(folder: str | Path) -> bool:
 
 
 IGNORED = (".gitattributes", ".git/", ".cache/huggingface/")  # what a Hub download or clone adds beside the card
+IGNORED_DIRS = tuple(i for i in IGNORED if i.endswith("/"))  # a folder's files; the others: that very file
 
 
 def _inside(folder: Path, rel: str, what: str) -> Path:
@@ -882,7 +883,7 @@ def check_folder(folder: Path, meta: dict) -> None:
             if not p.resolve().is_relative_to(folder.resolve()):
                 links.append(rel)
             continue
-        if p.is_dir() or rel in allowed or rel.startswith(IGNORED) or rel in IGNORED:
+        if p.is_dir() or rel in allowed or rel in IGNORED or rel.startswith(IGNORED_DIRS):
             continue
         if rel.startswith("data/") and rel.count("/") == 1:
             continue  # a data file its user put beside the card: the replay checks its sha256 against stage.json
@@ -952,6 +953,7 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
         tables = read_tables(folder)
         texts = _rebuilt_texts(folder, tables)
         _check_card(folder, tables, texts)
+        _check_data_files(folder, texts)
     except PublishError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:  # JSON nested deep
@@ -974,6 +976,19 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
             (root / "data").mkdir(exist_ok=True)
             (root / "data" / name).symlink_to(src.resolve())
     return roots
+
+
+def _check_data_files(folder: Path, texts: dict[tuple[str, str], str]) -> None:
+    """Beside the card, data/ holds only the data files the stages name (check_folder let any data/<file> by,
+    as only the rebuilt stage.json files say which)."""
+    names = {_data_name(_parsed(t)) for (_, rel), t in texts.items() if rel == "stage.json"}
+    found = sorted(q for q in (folder / "data").iterdir() if not q.is_dir() or q.is_symlink()) \
+        if (folder / "data").is_dir() and not (folder / "data").is_symlink() else []
+    extra = [f"data/{q.name}" for q in found if q.name not in names]
+    if extra:
+        raise PublishError(f"{folder}: file(s) the card does not name: {', '.join(extra[:5])}"
+                           f"{' ...' if len(extra) > 5 else ''}: refused (data/ holds only the data file a stage's "
+                           f"stage.json names: {', '.join(sorted(n for n in names if n)) or 'none'})")
 
 
 def _data_name(info: Any) -> str | None:
