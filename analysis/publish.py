@@ -679,6 +679,24 @@ def _written_by(meta: dict) -> list[str]:
         [str(f) for f, _ in meta.get("files") or []]
 
 
+def _earlier_files(out: Path, old: dict) -> list[str]:
+    """The files of `out` an earlier publish wrote, by the card there: only paths of the shapes publish
+    writes, inside `out`, regular files, each holding the sha256 that card gives it (the card in a folder
+    may be anyone's: it must not name a file outside, or one its user put there, for deletion)."""
+    want = {CARD: None} | {f"{t}/train.parquet": h for t, h in (old.get("tables") or {}).items() if t in BY_NAME}
+    want |= {str(f): h for f, h in old.get("files") or [] if str(f).startswith("prereg/") and str(f).count("/") == 1}
+    out_real, found = out.resolve(), []
+    for rel, h in want.items():
+        p = out / rel
+        try:
+            inside = "\\" not in rel and ".." not in rel.split("/") and p.resolve().parent == (out_real / rel).parent
+        except (OSError, ValueError):
+            continue
+        if inside and p.is_file() and not p.is_symlink() and (h is None or sha256(p.read_bytes()) == h):
+            found.append(rel)
+    return found
+
+
 def write(ex: Export, out: str | Path) -> Path:
     """Write the dataset into `out` (a new or empty folder, or one this wrote). Files of an earlier
     publish are replaced; nothing else in the folder is touched (a data file its user put there)."""
@@ -716,13 +734,14 @@ def write(ex: Export, out: str | Path) -> Path:
         (tmp / CARD).write_text(text, encoding="utf-8")
         new = _written_by(read_card(tmp))
         out.mkdir(exist_ok=True)
-        for rel in _written_by(old or {}):  # what the earlier publish wrote and this one does not
-            if rel not in new and (out / rel).is_file() and not (out / rel).is_symlink():
+        earlier = _earlier_files(out, old or {})
+        for rel in earlier:  # what the earlier publish wrote and this one does not
+            if rel not in new:
                 (out / rel).unlink()
         for rel in new:
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).replace(out / rel)
-        for d in sorted({(out / rel).parent for rel in _written_by(old or {})}, reverse=True):
+        for d in sorted({(out / rel).parent for rel in earlier}, reverse=True):
             if d != out and d.is_dir() and not any(d.iterdir()):
                 d.rmdir()
     finally:
