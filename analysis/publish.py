@@ -812,12 +812,18 @@ def push(folder: str | Path, repo_id: str, token: str | None = None, endpoint: s
         raise
     except Exception as exc:  # the client's errors (HTTP, connection, refused commit): said, never a traceback
         libs = {(c.__module__ or "").split(".")[0] for c in type(exc).__mro__}
-        if not (libs & {"huggingface_hub", "httpx", "httpcore", "requests", "urllib3"} or isinstance(exc, OSError)):
+        # an answer the client cannot read (a proxy's or a sign-in portal's HTML page, a body without its fields)
+        unread = isinstance(exc, (ValueError, KeyError, TypeError)) and not libs & {"huggingface_hub"}
+        if not (libs & {"huggingface_hub", "httpx", "httpcore", "requests", "urllib3"} or isinstance(exc, OSError)
+                or unread):
             raise
-        left = (f"the repository {repo_id} was created ({want}) and holds no commit of this dataset" if created
+        committing = step == "committing the dataset's files"
+        left = (f"the Hub's answer could not be read: whether {repo_id} holds this commit is unknown (look at it on "
+                f"the Hub{'; it was created now' if created else ''})" if unread and committing
+                else f"the repository {repo_id} was created ({want}) and holds no commit of this dataset" if created
                 else f"the repository {repo_id} is as it was (the upload is one commit, never made; files sent for "
                      f"it, if any, belong to no commit)"
-                if step == "committing the dataset's files" else f"nothing was changed on the Hub")
+                if committing else f"nothing was changed on the Hub")
         raise PushFailed(f"push to {repo_id} failed while {step}: {type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''}; {left}") from None
     return str(getattr(result, "commit_url", result))

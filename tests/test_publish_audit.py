@@ -25,7 +25,7 @@ from analysis import run as A
 from harness.cli import publish as publish_cli
 from harness.records import privacy
 from tests.analysis_fixtures import Stage
-from tests.test_publish import published  # noqa: F401  (fixture)
+from tests.test_publish import loopback_hub, published  # noqa: F401  (fixtures)
 from tests.test_publish_safety import _every_reader_refuses, _published_bytes
 
 PEM_BODY = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw"
@@ -180,3 +180,24 @@ def test_a_crafted_card_in_the_folder_does_not_make_publish_delete_what_it_did_n
     assert victim.read_text() == "mine"
     assert named not in P._written_by(P.read_card(out)) and P.read_card(out)["tables"] == P.read_card(
         published["out"])["tables"]  # the new card is publish's own
+
+
+# ------------------------------------------------------------------------------ push
+
+
+@pytest.mark.parametrize("html_for", ["info", "commit"])
+def test_a_hub_answering_with_an_html_page_is_a_failed_push_not_a_traceback(published, tmp_path, loopback_hub,
+                                                                              capsys, html_for):
+    """A proxy or a network's sign-in portal answers 200 with a page: exit 3, said, and what the Hub holds."""
+    loopback_hub.html_for = html_for
+    if html_for == "commit":
+        loopback_hub.repos["me/results"] = {"private": True, "commits": []}
+    code = publish_cli.main([f"runs={published['folders'][0]}", f"out={tmp_path / 'ds'}", "push=me/results",
+                             f"endpoint={loopback_hub.url}"])
+    err = capsys.readouterr().err
+    assert code == 3 and "Traceback" not in err, err
+    if html_for == "info":
+        assert "failed while reading the repository's visibility" in err and "nothing was changed on the Hub" in err
+    else:
+        assert "failed while committing the dataset's files" in err
+        assert "the Hub's answer could not be read: whether me/results holds this commit is unknown" in err
