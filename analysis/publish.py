@@ -458,7 +458,7 @@ def _add_data(ex: Export, name: str, root: Path, private_transcripts: bool) -> N
     path = Path(str(data.get("path") or ""))
     if any(f["folder"] == name and f["path"] == f"data/{path.name}" for f in ex.rows["files"]):
         return  # a folder rebuilt from a dataset carries it already
-    org = any(r["folder"] == name and r.get("variant") for r in ex.rows["runs"])
+    org = any(r["folder"] == name and r.get("variant") for r in ex.rows["runs"]) or _org_config(root)
     why = _not_generated(root, data, path)
     if why is None and org and not private_transcripts:
         why = "an Org stage's data holds the private agents' units: publish with private_transcripts=true to include it"
@@ -471,6 +471,24 @@ def _add_data(ex: Export, name: str, root: Path, private_transcripts: bool) -> N
         ex.left_out.append(f"{name}: the data file ({data.get('kind') or 'unknown kind'}, sha256 "
                            f"{data.get('sha256')}; {why}); for the exposure replay put it at data/{path.name} of this "
                            f"dataset's folder")
+
+
+def _org_config(root: Path) -> bool:
+    """Whether the stage's config.yaml plans Org variants (harness.run.fidelity's rule): a stage whose runs are
+    not recorded yet is an Org stage all the same; one whose config cannot be read counts as one."""
+    from omegaconf import OmegaConf
+
+    from harness.run.fidelity import _is_org
+
+    try:
+        cfg = yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8"))
+        return bool(_is_org(OmegaConf.create(cfg))) if isinstance(cfg, dict) and "stage" in cfg else False
+    except (OSError, yaml.YAMLError, ValueError, TypeError, AttributeError, KeyError):
+        return True
+    except Exception as exc:  # omegaconf's own errors on a config it cannot take
+        if type(exc).__module__.startswith("omegaconf"):
+            return True
+        raise
 
 
 def _not_generated(root: Path, data: dict, path: Path) -> str | None:

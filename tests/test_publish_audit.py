@@ -77,6 +77,32 @@ def test_urls_written_with_json_unicode_escapes_lose_their_host_and_query(tmp_pa
             assert bad not in text, f"{bad!r} in {where}: {text[:300]}"
 
 
+def test_the_data_file_of_an_org_stage_with_no_run_recorded_yet_stays_behind(tmp_path):
+    """An Org stage is one whose config plans public/private groups, not one whose runs say so: before its
+    first record its data file (the private agents' units) must stay behind too."""
+    from harness.data.synth import generate
+    from tests.analysis_fixtures import sha256_file
+
+    data_file = tmp_path / "cache" / "synth_tiny_seed0_q2.json"
+    data_file.parent.mkdir(parents=True)
+    data_file.write_text(json.dumps(generate(0, "tiny"), ensure_ascii=False))
+    stage = {"name": "o", "label": "o", "kind": "agents", "conditions": {"shared": {"module": "shared"}}}
+    data = {"kind": "synth", "size": "tiny", "seed": 0, "path": str(data_file)}
+    folders = {}
+    for name, groups in (("lme", [{"sample": "smoke"}]), ("org", [{"variant": "public"}, {"variant": "private"}])):
+        st = Stage(tmp_path / name, "o", data={"path": str(data_file), "sha256": sha256_file(data_file),
+                                               "kind": "synth"},
+                   config_extra={"stage": {**stage, "groups": groups}, "data": data})
+        folders[name] = st.write()  # no run recorded yet
+
+    def data_rows(folder, **kw):
+        return [f["path"] for f in P.collect([folder], **kw).rows["files"] if f["path"].startswith("data/")]
+
+    assert data_rows(folders["lme"]) == ["data/synth_tiny_seed0_q2.json"]
+    assert data_rows(folders["org"]) == []
+    assert data_rows(folders["org"], private_transcripts=True) == ["data/synth_tiny_seed0_q2.json"]
+
+
 # ------------------------------------------------------------------------------ safe to receive
 
 
