@@ -103,6 +103,16 @@ def test_the_data_file_of_an_org_stage_with_no_run_recorded_yet_stays_behind(tmp
     assert data_rows(folders["org"], private_transcripts=True) == ["data/synth_tiny_seed0_q2.json"]
 
 
+@pytest.mark.parametrize("url", ["file:///home/jdoe/runs/x.json", "file://localhost/home/jdoe/runs/x.json",
+                                 "sqlite:////scratch/jdoe/runs/x.json", "file:///C:/Users/jdoe/runs/x.json"])
+def test_a_file_url_loses_its_local_path(url):
+    """hydra.searchpath=[file:///...] and a database's URL name a local path: it goes as <local path>/NAME."""
+    found = privacy.Private()
+    text = found.redact(json.dumps({"searchpath": [url], "note": f"loaded {url} ok"}))
+    assert "jdoe" not in text and "<local path>/x.json" in text and privacy.leaks(text) == [], text
+    assert privacy.leaks(f"loaded {url} ok") != []  # and the last scan names one left behind
+
+
 # ------------------------------------------------------------------------------ safe to receive
 
 

@@ -166,12 +166,23 @@ def _endpoint_key(url: str) -> tuple | None:
         return None
 
 
+def _file_path(u) -> str | None:
+    """The local path a URL names (file:///home/..., sqlite:////scratch/...), or None: a file URL's path, or
+    any host-less URL's, is this machine's."""
+    path = "/" + u.path.lstrip("/")
+    return path if (u.scheme.lower() == "file" or not u.netloc) and is_local(path) else None
+
+
 def _sanitize_url(url: str) -> str:
-    """A URL that is no endpoint: its scheme and path, no user info, host, query or fragment."""
+    """A URL that is no endpoint: its scheme and path, no user info, host, query or fragment (a local file's
+    path as `<local path>/NAME`)."""
     try:
         u = urlsplit(url)
     except ValueError:
         return URL
+    local = _file_path(u)
+    if local:
+        return f"{u.scheme}:{LOCAL}/{_path_name(local)}"
     return f"{u.scheme}://{HOST}{u.path}" if u.netloc else f"{u.scheme}:{u.path}"
 
 
@@ -258,10 +269,13 @@ def leaks(text: str, known: Private | None = None) -> list[str]:
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
     for m in _urls(text):
         try:
-            netloc = urlsplit(m.group(0)).netloc
+            u = urlsplit(m.group(0))
+            netloc, local = u.netloc, _file_path(u)
         except ValueError:
-            netloc = m.group(0)
-        if netloc and not netloc.startswith(HOST):
+            netloc, local = m.group(0), None
+        if local:
+            out.append(f"a local path ({m.group(0)})")
+        elif netloc and not netloc.startswith(HOST):
             out.append(f"a URL ({_sanitize_url(m.group(0))} with its host)")
     for m in (list(_PATH_RE.finditer(text)) if "/" in text else []) + _drives(text):
         if is_local(m.group(0)):
