@@ -113,6 +113,12 @@ def test_a_file_url_loses_its_local_path(url):
     assert privacy.leaks(f"loaded {url} ok") != []  # and the last scan names one left behind
 
 
+def test_a_folder_name_of_several_words_in_a_traceback_is_replaced_whole():
+    found = privacy.Private()
+    text = found.redact('Traceback:\n  File "/home/Mary Ann Smith/proj/x.py", line 3 in /tmp/x and then')
+    assert text == 'Traceback:\n  File "<local path>/x.py", line 3 in <local path>/x and then', text
+
+
 # ------------------------------------------------------------------------------ safe to receive
 
 

@@ -48,9 +48,9 @@ _URL_RE = re.compile(rf"[A-Za-z][A-Za-z0-9+.-]{{1,15}}://{_URL_CHAR}*")  # found
 _HASH_TAIL = re.compile(r":[0-9a-f]{6,}$")
 # a path's component: no separator, quote or bracket; an escaped character (_ESC) counts as one
 _SEG = rf"(?:[^\s/\"'`\\,;:()<>\[\]{{}}|*?]|{_ESC})+"
-# one space inside any component but the last ("/home/Jo Doe/runs/x"; "/tmp/x and then" ends at x)
+# spaces inside any component but the last ("/home/Mary Ann Smith/runs/x"; "/tmp/x and then" ends at x)
 # starts with its "/" (a literal first: the regex engine then skips to each "/"), the character before it checked
-_PATH_RE = re.compile(rf"/(?:(?<=\\[nrt]/)|(?<![\w.:/<>~\\-]/))(?:{_SEG}(?: {_SEG})?/)+{_SEG}")
+_PATH_RE = re.compile(rf"/(?:(?<=\\[nrt]/)|(?<![\w.:/<>~\\-]/))(?:{_SEG}(?: {_SEG})*/)+{_SEG}")
 _WIN_RE = re.compile(r"[A-Za-z]:(?:\\\\|\\|/)(?:[^\s\"'`<>|:*?\\/]+(?:\\\\|\\|/))+[^\s\"'`<>|:*?\\/]+")
 _KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 # a field's or an HTTP header's name (`api_key`, `x-api-key`, `X-Auth-Token`, `Proxy-Authorization`)
