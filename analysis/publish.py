@@ -899,11 +899,17 @@ def _inside(folder: Path, rel: str, what: str) -> Path:
     if rel.startswith("/") or len(parts) > MAX_PATH_PARTS or any(
             p in ("", ".", "..") or _name_bytes(p) > 255 for p in parts) or ":" in parts[0]:
         raise PublishError(f"{folder}: {what} {rel!r} leaves its folder or is no plain relative path: refused")
-    base = folder.resolve()
-    dest = (folder / rel).resolve()
-    if not dest.is_relative_to(base):
+    if not _resolves_inside(folder / rel, folder):
         raise PublishError(f"{folder}: {what} {rel!r} resolves outside its folder (a symlink?): refused")
     return folder / rel
+
+
+def _resolves_inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, its symlinks followed, stays inside `folder`; a symlink loop (RuntimeError) does not."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):
+        return False
 
 
 def _name_bytes(part: str) -> int:
@@ -923,7 +929,7 @@ def check_folder(folder: Path, meta: dict) -> None:
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder).as_posix()
         if p.is_symlink():
-            if not p.resolve().is_relative_to(folder.resolve()):
+            if not _resolves_inside(p, folder):
                 links.append(rel)
             continue
         if p.is_dir() or rel in allowed or rel in IGNORED or rel.startswith(IGNORED_DIRS):

@@ -154,6 +154,14 @@ def test_a_cell_nested_past_the_recursion_limit_is_refused_not_a_traceback(publi
     _every_reader_refuses(ds, tmp_path, capsys, "its tables are not what this harness writes (RecursionError")
 
 
+def test_a_symlink_loop_in_the_dataset_is_refused_not_a_traceback(published, tmp_path, capsys):
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    (ds / "a").symlink_to(ds / "b")
+    (ds / "b").symlink_to(ds / "a")
+    _every_reader_refuses(ds, tmp_path, capsys, "symlink(s) out of the dataset's folder: a, b")
+
+
 def _add_file(ds: Path, path: str, content: str = "x") -> None:
     files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
     row = dict(files[0], path=path, table=None, format=None, content=content, sha256=P.sha256(content),
