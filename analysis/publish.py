@@ -987,6 +987,13 @@ def read_tables(folder: Path) -> dict[str, list[dict]]:
         if table.num_rows > MAX_FILES * 100:
             raise PublishError(f"{folder}: table {name!r} has {table.num_rows} rows: more than a dataset may hold")
         out[name] = table.to_pylist()  # to_pylist keeps null apart from NaN
+        seen: set[tuple] = set()
+        for row in out[name]:  # a row is placed by its keys: a second row there is no row this harness wrote
+            key = tuple(str(row.get(k)) for k in BY_NAME[name].keys)
+            if key in seen:
+                raise PublishError(f"{folder}: table {name!r} holds {dict(zip(BY_NAME[name].keys, key))} twice: "
+                                   f"refused")
+            seen.add(key)
     if len(out["files"]) > MAX_FILES:
         raise PublishError(f"{folder}: {len(out['files'])} files in table 'files': more than {MAX_FILES}: refused")
     return out

@@ -162,6 +162,22 @@ def test_a_symlink_loop_in_the_dataset_is_refused_not_a_traceback(published, tmp
     _every_reader_refuses(ds, tmp_path, capsys, "symlink(s) out of the dataset's folder: a, b")
 
 
+def test_a_row_twice_in_a_table_is_refused_though_the_files_rebuild_the_same(published, tmp_path, capsys):
+    """The runs table of a dataset is what `datasets.load_dataset` users count: a run twice in it (the card's
+    totals made to agree) must not pass as checked, though the rebuilt record file is the same."""
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    runs = pq.read_table(ds / "runs" / "train.parquet").to_pylist()
+    runs.append(dict(runs[0]))
+    path = ds / "runs" / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(runs, schema=pq.read_schema(path)), path)
+    meta = P.read_card(ds)
+    meta["tables"]["runs"], meta["totals"] = P.sha256(path.read_bytes()), P._totals(runs)
+    counts = {t: pq.read_metadata(ds / t / "train.parquet").num_rows for t in meta["tables"]}
+    (ds / "README.md").write_text(P.card_text(meta, counts))
+    _every_reader_refuses(ds, tmp_path, capsys, "table 'runs' holds {'folder': 'smoke/smoke', 'file': 'records/")
+
+
 def _add_file(ds: Path, path: str, content: str = "x") -> None:
     files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
     row = dict(files[0], path=path, table=None, format=None, content=content, sha256=P.sha256(content),
