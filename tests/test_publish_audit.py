@@ -119,6 +119,14 @@ def test_a_folder_name_of_several_words_in_a_traceback_is_replaced_whole():
     assert text == 'Traceback:\n  File "<local path>/x.py", line 3 in <local path>/x and then', text
 
 
+@pytest.mark.parametrize("path", ["/usr/home/jdoe/runs/x.json", "/run/media/jdoe/USB/runs/x.json"])
+def test_a_user_s_folder_under_a_system_folder_is_a_local_path(path):
+    """FreeBSD's homes are /usr/home/NAME, removable disks mount at /run/media/NAME: not the system's own."""
+    text = privacy.Private().redact(f"wrote {path} ok")
+    assert text == "wrote <local path>/x.json ok" and privacy.leaks(f"wrote {path}") != []
+    assert privacy.Private().redact("ran /usr/bin/sqlite3 on /run/user/1000") == "ran /usr/bin/sqlite3 on /run/user/1000"
+
+
 # ------------------------------------------------------------------------------ safe to receive
 
 

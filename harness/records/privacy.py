@@ -130,6 +130,7 @@ def _drives(text: str) -> list[re.Match]:
     return sorted({m.start(): m for m in found}.values(), key=lambda m: m.start())
 
 SYSTEM_DIRS = {"usr", "bin", "sbin", "lib", "lib64", "etc", "proc", "dev", "sys", "run"}  # the same on every machine
+USER_DIRS = {"home", "media", "Users"}  # under a system folder, a user's own: /usr/home/jo (FreeBSD), /run/media/jo
 API_DIRS = {"v1", "v2", "v3", "v4", "api", "chat", "completions", "embeddings", "responses", "models", "openai",
             "messages", "generate", "health", "metrics", "tokenize"}  # endpoint routes, not folders
 
@@ -150,7 +151,8 @@ def is_local(path: str) -> bool:
     parts = PurePosixPath(path.replace("\\\\", "/").replace("\\", "/")).parts
     if re.match(r"[A-Za-z]:", path):
         return len(parts) >= 3
-    return (len(parts) >= 3 and parts[0] == "/" and parts[1] not in SYSTEM_DIRS and parts[1] not in API_DIRS
+    system = parts[1] in SYSTEM_DIRS and not USER_DIRS & set(parts[2:4]) if len(parts) > 1 else False
+    return (len(parts) >= 3 and parts[0] == "/" and not system and parts[1] not in API_DIRS
             and not any(LOCAL in p or p.startswith("<") for p in parts))
 
 
