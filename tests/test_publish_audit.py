@@ -143,7 +143,7 @@ def _reseal(ds: Path, table: str, rows: list[dict]) -> None:
 def test_a_card_nested_past_the_recursion_limit_is_refused_not_a_traceback(published, tmp_path, capsys):
     ds = tmp_path / "ds"
     shutil.copytree(published["out"], ds)
-    (ds / "README.md").write_text("---\nmemspace: " + "[" * 20000 + "]" * 20000 + "\n---\n# x\n")
+    (ds / "README.md").write_text("---\nmemspace: " + "[" * 3000 + "]" * 3000 + "\n---\n# x\n")
     before = {str(p) for p in tmp_path.rglob("*")}
     assert A.main([f"runs={ds}", f"out={tmp_path / 'analysis'}", "replay=none"]) == 2
     assert results_page.main([f"datasets={ds}", f"out={tmp_path / 'page'}"]) == 2
