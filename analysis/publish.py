@@ -967,6 +967,7 @@ def read_tables(folder: Path) -> dict[str, list[dict]]:
             raise PublishError(f"{folder}: the card names a table {name!r} this harness does not know")
     check_folder(folder, meta)
     out: dict[str, list[dict]] = {t.name: [] for t in TABLES}
+    decoded = 0
     for name, want in meta["tables"].items():
         path = _inside(folder, f"{name}/train.parquet", "table")
         if not path.is_file():
@@ -978,15 +979,24 @@ def read_tables(folder: Path) -> dict[str, list[dict]]:
             raise PublishError(f"{folder}: table {name!r} does not match the card's sha256 (card {str(want)[:16]}, "
                                f"file {got[:16]}): the dataset was changed after it was published; refused")
         try:
-            table = pq.read_table(path)
+            pf = pq.ParquetFile(path, read_dictionary=[c for c, k in columns(BY_NAME[name]).items()
+                                                       if k in ("string", "json")])
+            want_cols = set(columns(BY_NAME[name]))
+            if set(pf.schema_arrow.names) != want_cols:
+                raise PublishError(f"{folder}: table {name!r} has other columns than this harness writes: refused")
+            if pf.metadata.num_rows > MAX_FILES * 100:
+                raise PublishError(f"{folder}: table {name!r} has {pf.metadata.num_rows} rows: more than a dataset "
+                                   f"may hold")
+            rows: list[dict] = []
+            for batch in pf.iter_batches(batch_size=1024):
+                decoded += sum(_decoded_bytes(col) for col in batch.columns)
+                if decoded > MAX_REBUILT_BYTES:  # a value repeated by its dictionary: sized before it is decoded
+                    raise PublishError(f"{folder}: its tables decode to more than {MAX_REBUILT_BYTES >> 30} GiB "
+                                       f"(table {name!r} at row {len(rows)}): refused")
+                rows += batch.to_pylist()  # to_pylist keeps null apart from NaN
         except (pa.ArrowException, OSError) as exc:
             raise PublishError(f"{folder}: table {name!r} is not a readable parquet file ({exc}): refused") from None
-        want_cols = set(columns(BY_NAME[name]))
-        if set(table.column_names) != want_cols:
-            raise PublishError(f"{folder}: table {name!r} has other columns than this harness writes: refused")
-        if table.num_rows > MAX_FILES * 100:
-            raise PublishError(f"{folder}: table {name!r} has {table.num_rows} rows: more than a dataset may hold")
-        out[name] = table.to_pylist()  # to_pylist keeps null apart from NaN
+        out[name] = rows
         seen: set[tuple] = set()
         for row in out[name]:  # a row is placed by its keys: a second row there is no row this harness wrote
             key = tuple(str(row.get(k)) for k in BY_NAME[name].keys)
@@ -997,6 +1007,20 @@ def read_tables(folder: Path) -> dict[str, list[dict]]:
     if len(out["files"]) > MAX_FILES:
         raise PublishError(f"{folder}: {len(out['files'])} files in table 'files': more than {MAX_FILES}: refused")
     return out
+
+
+def _decoded_bytes(col) -> int:
+    """What a column of a batch takes once decoded to values (a dictionary column: each row its value's size;
+    a 2 GiB table may hold one long value a billion times)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(col.type):
+        values = col.dictionary
+        sizes = pc.binary_length(values) if pa.types.is_string(values.type) or pa.types.is_binary(values.type) \
+            else pa.array([values.nbytes // max(len(values), 1)] * len(values), pa.int64())
+        return int(pc.sum(pc.take(sizes, col.indices)).as_py() or 0) + col.indices.nbytes
+    return col.nbytes
 
 
 def rebuild(folder: str | Path, into: str | Path) -> list[Path]:

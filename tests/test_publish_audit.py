@@ -186,6 +186,31 @@ def test_a_row_twice_in_a_table_is_refused_though_the_files_rebuild_the_same(pub
     _every_reader_refuses(ds, tmp_path, capsys, "table 'runs' holds {'folder': 'smoke/smoke', 'file': 'records/")
 
 
+def test_a_table_whose_values_decode_past_the_bound_is_refused_before_they_are_decoded(published, tmp_path,
+                                                                                     monkeypatch):
+    """Parquet stores a value repeated by its dictionary: a table of a few KB can decode to any size. The bound
+    on what a dataset rebuilds must hold while the tables are read, not after they are in memory."""
+    import tracemalloc
+
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    value = "x" * (1 << 20)
+    files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
+    _reseal(ds, "files", files + [dict(files[0], path=f"bomb/{i}.txt", table=None, format=None, content=value,
+                                       sha256=P.sha256(value), bytes=len(value)) for i in range(64)])
+    assert (ds / "files" / "train.parquet").stat().st_size < 256 << 10  # 64 MiB of values in a small file
+    monkeypatch.setattr(P, "MAX_REBUILT_BYTES", 8 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(P.PublishError, match="its tables decode to more than 0 GiB .table 'files'"):
+            P.rebuild(ds, tmp_path / "r")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 24 << 20, f"{peak >> 20} MiB decoded before the refusal"
+    assert not (tmp_path / "r").exists()
+
+
 def _add_file(ds: Path, path: str, content: str = "x") -> None:
     files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
     row = dict(files[0], path=path, table=None, format=None, content=content, sha256=P.sha256(content),
