@@ -1,9 +1,11 @@
 """Publishing, audited from outside (issue 35's claims, docs/publishing.md): each test is an attack that
-got through before its fix. Safe to share: a PEM key's body, a key under a header's name (`x-api-key`),
-a URL written with JSON's `\\u` escapes. Safe to receive: a card or a cell nested past the recursion
-limit, a file name longer than the file system takes, a file where the data folder goes, files beside
-the card it does not name. Republishing: a crafted card in the folder must not make publish delete
-what it did not write.
+got through before its fix. Safe to share: a PEM key's body, a key under a header's name (`x-api-key`), a URL
+written with JSON's or YAML's escapes, a file URL's path, a folder name of several words, a user's folder under
+a system folder, an Org stage's data before its first record. Safe to receive: a card or a cell nested past
+the recursion limit, a file name longer than the file system takes, a file where the data folder goes, files
+beside the card it does not name, a symlink loop, a row twice in a table, values that decode past the bound.
+Pushing and republishing: a Hub answering with an HTML page; a crafted card in the folder must not make
+publish delete what it did not write.
 """
 
 from __future__ import annotations
