@@ -45,6 +45,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import types
@@ -457,7 +458,7 @@ def _add_data(ex: Export, name: str, root: Path, private_transcripts: bool) -> N
     path = Path(str(data.get("path") or ""))
     if any(f["folder"] == name and f["path"] == f"data/{path.name}" for f in ex.rows["files"]):
         return  # a folder rebuilt from a dataset carries it already
-    org = any(r["folder"] == name and r.get("variant") for r in ex.rows["runs"])
+    org = any(r["folder"] == name and r.get("variant") for r in ex.rows["runs"]) or _org_config(root)
     why = _not_generated(root, data, path)
     if why is None and org and not private_transcripts:
         why = "an Org stage's data holds the private agents' units: publish with private_transcripts=true to include it"
@@ -470,6 +471,24 @@ def _add_data(ex: Export, name: str, root: Path, private_transcripts: bool) -> N
         ex.left_out.append(f"{name}: the data file ({data.get('kind') or 'unknown kind'}, sha256 "
                            f"{data.get('sha256')}; {why}); for the exposure replay put it at data/{path.name} of this "
                            f"dataset's folder")
+
+
+def _org_config(root: Path) -> bool:
+    """Whether the stage's config.yaml plans Org variants (harness.run.fidelity's rule): a stage whose runs are
+    not recorded yet is an Org stage all the same; one whose config cannot be read counts as one."""
+    from omegaconf import OmegaConf
+
+    from harness.run.fidelity import _is_org
+
+    try:
+        cfg = yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8"))
+        return bool(_is_org(OmegaConf.create(cfg))) if isinstance(cfg, dict) and "stage" in cfg else False
+    except (OSError, yaml.YAMLError, ValueError, TypeError, AttributeError, KeyError):
+        return True
+    except Exception as exc:  # omegaconf's own errors on a config it cannot take
+        if type(exc).__module__.startswith("omegaconf"):
+            return True
+        raise
 
 
 def _not_generated(root: Path, data: dict, path: Path) -> str | None:
@@ -678,6 +697,24 @@ def _written_by(meta: dict) -> list[str]:
         [str(f) for f, _ in meta.get("files") or []]
 
 
+def _earlier_files(out: Path, old: dict) -> list[str]:
+    """The files of `out` an earlier publish wrote, by the card there: only paths of the shapes publish
+    writes, inside `out`, regular files, each holding the sha256 that card gives it (the card in a folder
+    may be anyone's: it must not name a file outside, or one its user put there, for deletion)."""
+    want = {CARD: None} | {f"{t}/train.parquet": h for t, h in (old.get("tables") or {}).items() if t in BY_NAME}
+    want |= {str(f): h for f, h in old.get("files") or [] if str(f).startswith("prereg/") and str(f).count("/") == 1}
+    out_real, found = out.resolve(), []
+    for rel, h in want.items():
+        p = out / rel
+        try:
+            inside = "\\" not in rel and ".." not in rel.split("/") and p.resolve().parent == (out_real / rel).parent
+        except (OSError, ValueError):
+            continue
+        if inside and p.is_file() and not p.is_symlink() and (h is None or sha256(p.read_bytes()) == h):
+            found.append(rel)
+    return found
+
+
 def write(ex: Export, out: str | Path) -> Path:
     """Write the dataset into `out` (a new or empty folder, or one this wrote). Files of an earlier
     publish are replaced; nothing else in the folder is touched (a data file its user put there)."""
@@ -715,13 +752,14 @@ def write(ex: Export, out: str | Path) -> Path:
         (tmp / CARD).write_text(text, encoding="utf-8")
         new = _written_by(read_card(tmp))
         out.mkdir(exist_ok=True)
-        for rel in _written_by(old or {}):  # what the earlier publish wrote and this one does not
-            if rel not in new and (out / rel).is_file() and not (out / rel).is_symlink():
+        earlier = _earlier_files(out, old or {})
+        for rel in earlier:  # what the earlier publish wrote and this one does not
+            if rel not in new:
                 (out / rel).unlink()
         for rel in new:
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).replace(out / rel)
-        for d in sorted({(out / rel).parent for rel in _written_by(old or {})}, reverse=True):
+        for d in sorted({(out / rel).parent for rel in earlier}, reverse=True):
             if d != out and d.is_dir() and not any(d.iterdir()):
                 d.rmdir()
     finally:
@@ -792,12 +830,18 @@ def push(folder: str | Path, repo_id: str, token: str | None = None, endpoint: s
         raise
     except Exception as exc:  # the client's errors (HTTP, connection, refused commit): said, never a traceback
         libs = {(c.__module__ or "").split(".")[0] for c in type(exc).__mro__}
-        if not (libs & {"huggingface_hub", "httpx", "httpcore", "requests", "urllib3"} or isinstance(exc, OSError)):
+        # an answer the client cannot read (a proxy's or a sign-in portal's HTML page, a body without its fields)
+        unread = isinstance(exc, (ValueError, KeyError, TypeError)) and not libs & {"huggingface_hub"}
+        if not (libs & {"huggingface_hub", "httpx", "httpcore", "requests", "urllib3"} or isinstance(exc, OSError)
+                or unread):
             raise
-        left = (f"the repository {repo_id} was created ({want}) and holds no commit of this dataset" if created
+        committing = step == "committing the dataset's files"
+        left = (f"the Hub's answer could not be read: whether {repo_id} holds this commit is unknown (look at it on "
+                f"the Hub{'; it was created now' if created else ''})" if unread and committing
+                else f"the repository {repo_id} was created ({want}) and holds no commit of this dataset" if created
                 else f"the repository {repo_id} is as it was (the upload is one commit, never made; files sent for "
                      f"it, if any, belong to no commit)"
-                if step == "committing the dataset's files" else f"nothing was changed on the Hub")
+                if committing else f"nothing was changed on the Hub")
         raise PushFailed(f"push to {repo_id} failed while {step}: {type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''}; {left}") from None
     return str(getattr(result, "commit_url", result))
@@ -827,7 +871,7 @@ def _card_parts(folder: Path) -> tuple[str, dict] | None:
         return None
     try:
         meta = (yaml.load(head, Loader=_NoAliases) or {}).get(CARD_KEY)
-    except (yaml.YAMLError, AttributeError):
+    except (yaml.YAMLError, AttributeError, RecursionError):  # a crafted card may nest past the stack
         return None
     return (text, meta) if isinstance(meta, dict) and "tables" in meta else None
 
@@ -843,6 +887,7 @@ def is_published(folder: str | Path) -> bool:
 
 
 IGNORED = (".gitattributes", ".git/", ".cache/huggingface/")  # what a Hub download or clone adds beside the card
+IGNORED_DIRS = tuple(i for i in IGNORED if i.endswith("/"))  # a folder's files; the others: that very file
 
 
 def _inside(folder: Path, rel: str, what: str) -> Path:
@@ -852,13 +897,28 @@ def _inside(folder: Path, rel: str, what: str) -> Path:
         raise PublishError(f"{folder}: {what} {rel!r} is not a relative path: refused")
     parts = rel.split("/")
     if rel.startswith("/") or len(parts) > MAX_PATH_PARTS or any(
-            p in ("", ".", "..") or len(p) > 255 for p in parts) or ":" in parts[0]:
+            p in ("", ".", "..") or _name_bytes(p) > 255 for p in parts) or ":" in parts[0]:
         raise PublishError(f"{folder}: {what} {rel!r} leaves its folder or is no plain relative path: refused")
-    base = folder.resolve()
-    dest = (folder / rel).resolve()
-    if not dest.is_relative_to(base):
+    if not _resolves_inside(folder / rel, folder):
         raise PublishError(f"{folder}: {what} {rel!r} resolves outside its folder (a symlink?): refused")
     return folder / rel
+
+
+def _resolves_inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, its symlinks followed, stays inside `folder`; a symlink loop (RuntimeError) does not."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
+def _name_bytes(part: str) -> int:
+    """A path part's length as the file system counts it (NAME_MAX is 255 bytes, not characters); one the
+    file system cannot encode (a lone surrogate) counts as too long."""
+    try:
+        return len(os.fsencode(part))
+    except UnicodeError:
+        return 1 << 30
 
 
 def check_folder(folder: Path, meta: dict) -> None:
@@ -869,10 +929,10 @@ def check_folder(folder: Path, meta: dict) -> None:
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder).as_posix()
         if p.is_symlink():
-            if not p.resolve().is_relative_to(folder.resolve()):
+            if not _resolves_inside(p, folder):
                 links.append(rel)
             continue
-        if p.is_dir() or rel in allowed or rel.startswith(IGNORED) or rel in IGNORED:
+        if p.is_dir() or rel in allowed or rel in IGNORED or rel.startswith(IGNORED_DIRS):
             continue
         if rel.startswith("data/") and rel.count("/") == 1:
             continue  # a data file its user put beside the card: the replay checks its sha256 against stage.json
@@ -907,6 +967,7 @@ def read_tables(folder: Path) -> dict[str, list[dict]]:
             raise PublishError(f"{folder}: the card names a table {name!r} this harness does not know")
     check_folder(folder, meta)
     out: dict[str, list[dict]] = {t.name: [] for t in TABLES}
+    decoded = 0
     for name, want in meta["tables"].items():
         path = _inside(folder, f"{name}/train.parquet", "table")
         if not path.is_file():
@@ -918,18 +979,48 @@ def read_tables(folder: Path) -> dict[str, list[dict]]:
             raise PublishError(f"{folder}: table {name!r} does not match the card's sha256 (card {str(want)[:16]}, "
                                f"file {got[:16]}): the dataset was changed after it was published; refused")
         try:
-            table = pq.read_table(path)
+            pf = pq.ParquetFile(path, read_dictionary=[c for c, k in columns(BY_NAME[name]).items()
+                                                       if k in ("string", "json")])
+            want_cols = set(columns(BY_NAME[name]))
+            if set(pf.schema_arrow.names) != want_cols:
+                raise PublishError(f"{folder}: table {name!r} has other columns than this harness writes: refused")
+            if pf.metadata.num_rows > MAX_FILES * 100:
+                raise PublishError(f"{folder}: table {name!r} has {pf.metadata.num_rows} rows: more than a dataset "
+                                   f"may hold")
+            rows: list[dict] = []
+            for batch in pf.iter_batches(batch_size=1024):
+                decoded += sum(_decoded_bytes(col) for col in batch.columns)
+                if decoded > MAX_REBUILT_BYTES:  # a value repeated by its dictionary: sized before it is decoded
+                    raise PublishError(f"{folder}: its tables decode to more than {MAX_REBUILT_BYTES >> 30} GiB "
+                                       f"(table {name!r} at row {len(rows)}): refused")
+                rows += batch.to_pylist()  # to_pylist keeps null apart from NaN
         except (pa.ArrowException, OSError) as exc:
             raise PublishError(f"{folder}: table {name!r} is not a readable parquet file ({exc}): refused") from None
-        want_cols = set(columns(BY_NAME[name]))
-        if set(table.column_names) != want_cols:
-            raise PublishError(f"{folder}: table {name!r} has other columns than this harness writes: refused")
-        if table.num_rows > MAX_FILES * 100:
-            raise PublishError(f"{folder}: table {name!r} has {table.num_rows} rows: more than a dataset may hold")
-        out[name] = table.to_pylist()  # to_pylist keeps null apart from NaN
+        out[name] = rows
+        seen: set[tuple] = set()
+        for row in out[name]:  # a row is placed by its keys: a second row there is no row this harness wrote
+            key = tuple(str(row.get(k)) for k in BY_NAME[name].keys)
+            if key in seen:
+                raise PublishError(f"{folder}: table {name!r} holds {dict(zip(BY_NAME[name].keys, key))} twice: "
+                                   f"refused")
+            seen.add(key)
     if len(out["files"]) > MAX_FILES:
         raise PublishError(f"{folder}: {len(out['files'])} files in table 'files': more than {MAX_FILES}: refused")
     return out
+
+
+def _decoded_bytes(col) -> int:
+    """What a column of a batch takes once decoded to values (a dictionary column: each row its value's size;
+    a 2 GiB table may hold one long value a billion times)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(col.type):
+        values = col.dictionary
+        sizes = pc.binary_length(values) if pa.types.is_string(values.type) or pa.types.is_binary(values.type) \
+            else pa.array([values.nbytes // max(len(values), 1)] * len(values), pa.int64())
+        return int(pc.sum(pc.take(sizes, col.indices)).as_py() or 0) + col.indices.nbytes
+    return col.nbytes
 
 
 def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
@@ -942,9 +1033,10 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
         tables = read_tables(folder)
         texts = _rebuilt_texts(folder, tables)
         _check_card(folder, tables, texts)
+        _check_data_files(folder, texts)
     except PublishError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:  # JSON nested deep
         raise PublishError(f"{folder}: its tables are not what this harness writes ({type(exc).__name__}: {exc}): "
                            f"refused") from None
     roots = []
@@ -964,6 +1056,19 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
             (root / "data").mkdir(exist_ok=True)
             (root / "data" / name).symlink_to(src.resolve())
     return roots
+
+
+def _check_data_files(folder: Path, texts: dict[tuple[str, str], str]) -> None:
+    """Beside the card, data/ holds only the data files the stages name (check_folder let any data/<file> by,
+    as only the rebuilt stage.json files say which)."""
+    names = {_data_name(_parsed(t)) for (_, rel), t in texts.items() if rel == "stage.json"}
+    found = sorted(q for q in (folder / "data").iterdir() if not q.is_dir() or q.is_symlink()) \
+        if (folder / "data").is_dir() and not (folder / "data").is_symlink() else []
+    extra = [f"data/{q.name}" for q in found if q.name not in names]
+    if extra:
+        raise PublishError(f"{folder}: file(s) the card does not name: {', '.join(extra[:5])}"
+                           f"{' ...' if len(extra) > 5 else ''}: refused (data/ holds only the data file a stage's "
+                           f"stage.json names: {', '.join(sorted(n for n in names if n)) or 'none'})")
 
 
 def _data_name(info: Any) -> str | None:
@@ -1042,6 +1147,10 @@ def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]]) -> dict[tuple[st
     clash = sorted(f"{s}/{p}" for s, p in dirs if (s, p) in out)
     if clash:
         raise PublishError(f"{folder}: {clash[0]} is both a file and a folder in table 'files': refused")
+    named_data = sorted(s for s, p in out if p == "data")  # rebuild links the user's data file under data/
+    if named_data:
+        raise PublishError(f"{folder}: {named_data[0]}: a file named 'data' where the data folder goes, in table "
+                           f"'files': refused")
     if any((s, "stage.json") not in out for s, _ in out):
         raise PublishError(f"{folder}: a stage folder without stage.json in table 'files': refused")
     return out

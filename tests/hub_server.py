@@ -3,7 +3,8 @@
 Serves repository info (GET /api/datasets/<id>: 404 RepoNotFound for an unknown repository, else its
 visibility), repository creation, the card's YAML check, preupload and commit. `repos` holds the
 repositories it knows ({"me/x": {"private": False}}: an existing public one); `fail_commit` (an HTTP
-status) makes the commit answer with it (nothing committed); every request and every committed file is recorded.
+status) makes the commit answer with it (nothing committed); `html_for` answers one request with an HTML page;
+every request and every committed file is recorded.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Hub:
     commits: list[list[dict]] = field(default_factory=list)  # per commit: its operations
     seen: list[str] = field(default_factory=list)
     fail_commit: int = 0
+    html_for: str = ""  # "info" or "commit": that request is answered 200 with an HTML page (a proxy's, a portal's)
 
     def files(self, repo: str) -> list[str]:
         return sorted(op["value"]["path"] for c in self.repos.get(repo, {}).get("commits", []) for op in c
@@ -46,9 +48,19 @@ def serve(hub: Hub) -> ThreadingHTTPServer:
             self.end_headers()
             self.wfile.write(body)
 
+        def _html(self):
+            body = b"<html><body>Please sign in to the network</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def do_GET(self):
             hub.seen.append("GET " + self.path)
             path = self.path.split("?")[0]
+            if path.startswith("/api/datasets/") and hub.html_for == "info":
+                return self._html()
             if path.startswith("/api/datasets/"):
                 repo = "/".join(path.split("/")[3:5])
                 if repo not in hub.repos:
@@ -81,6 +93,8 @@ def serve(hub: Hub) -> ThreadingHTTPServer:
                 return self._reply({"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
                                               for f in files]})
             if self.path.endswith("/commit/main"):
+                if hub.html_for == "commit":
+                    return self._html()
                 if hub.fail_commit:
                     return self._reply({"error": "Your push was rejected: the repository is locked"},
                                        hub.fail_commit)

@@ -40,16 +40,22 @@ KEY = "<key>"
 LOCAL = "<local path>"
 HOST = "<host>"
 
-_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{1,15}://[^\s\"'`<>\\]*")  # found from its "://" (_find)
+# an escaped character (JSON's \uXXXX, YAML's \xXX and \UXXXXXXXX): how json.dumps and yaml.safe_dump write a
+# non-ASCII host, user or folder name, one character of a URL or path
+_ESC = r"\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|\\U[0-9a-fA-F]{8}"
+_URL_CHAR = rf"(?:[^\s\"'`<>\\]|{_ESC})"
+_URL_RE = re.compile(rf"[A-Za-z][A-Za-z0-9+.-]{{1,15}}://{_URL_CHAR}*")  # found from its "://" (_find)
 _HASH_TAIL = re.compile(r":[0-9a-f]{6,}$")
-# a path's component: no separator, quote or bracket; a JSON \uXXXX escape counts as one character
-_SEG = r"(?:[^\s/\"'`\\,;:()<>\[\]{}|*?]|\\u[0-9a-fA-F]{4})+"
-# one space inside any component but the last ("/home/Jo Doe/runs/x"; "/tmp/x and then" ends at x)
+# a path's component: no separator, quote or bracket; an escaped character (_ESC) counts as one
+_SEG = rf"(?:[^\s/\"'`\\,;:()<>\[\]{{}}|*?]|{_ESC})+"
+# spaces inside any component but the last ("/home/Mary Ann Smith/runs/x"; "/tmp/x and then" ends at x)
 # starts with its "/" (a literal first: the regex engine then skips to each "/"), the character before it checked
-_PATH_RE = re.compile(rf"/(?:(?<=\\[nrt]/)|(?<![\w.:/<>~\\-]/))(?:{_SEG}(?: {_SEG})?/)+{_SEG}")
+_PATH_RE = re.compile(rf"/(?:(?<=\\[nrt]/)|(?<![\w.:/<>~\\-]/))(?:{_SEG}(?: {_SEG})*/)+{_SEG}")
 _WIN_RE = re.compile(r"[A-Za-z]:(?:\\\\|\\|/)(?:[^\s\"'`<>|:*?\\/]+(?:\\\\|\\|/))+[^\s\"'`<>|:*?\\/]+")
 _KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
-_KEY_FIELD = re.compile(r"^(.*_)?(api_?key|secret_?key|access_?key|private_?key|token|secret|password|passwd|"
+# a field's or an HTTP header's name (`api_key`, `x-api-key`, `X-Auth-Token`, `Proxy-Authorization`)
+_KEY_FIELD = re.compile(r"^(.*[_-])?(api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|token|secret|"
+                        r"password|passwd|"
                         r"authorization|cookie|credentials?)$", re.IGNORECASE)
 _URL_FIELD = re.compile(r"^(.*_)?(base_?url|url|endpoint|api_?base|host_?url)$", re.IGNORECASE)
 # credential shapes, each behind a literal it must hold (a text without it is not searched: fast)
@@ -59,7 +65,10 @@ KEY_SHAPES = [(lit, re.compile(rx)) for lit, rx in [
     ("github_pat_", r"github_pat_[A-Za-z0-9_]{20,}"), ("AKIA", r"AKIA(?<![A-Z0-9]AKIA)[0-9A-Z]{16}"),
     ("xox", r"xox[abprs]-[A-Za-z0-9-]{10,}"), ("AIza", r"AIza[0-9A-Za-z_-]{35}"),
     ("eyJ", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    ("PRIVATE KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), ("earer ", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}")]]
+    # a PEM key whole: its body (base64, headers, raw or JSON-escaped line breaks) up to its END line
+    ("PRIVATE KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[A-Za-z0-9+/=\s:,.]|-(?!----)|\\[nrt])*"
+                    r"(?:-----END [A-Z ]*PRIVATE KEY-----)?"),
+    ("earer ", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}")]]
 
 
 def _keys_in(text: str) -> list[re.Match]:
@@ -121,10 +130,11 @@ def _drives(text: str) -> list[re.Match]:
     return sorted({m.start(): m for m in found}.values(), key=lambda m: m.start())
 
 SYSTEM_DIRS = {"usr", "bin", "sbin", "lib", "lib64", "etc", "proc", "dev", "sys", "run"}  # the same on every machine
+USER_DIRS = {"home", "media", "Users"}  # under a system folder, a user's own: /usr/home/jo (FreeBSD), /run/media/jo
 API_DIRS = {"v1", "v2", "v3", "v4", "api", "chat", "completions", "embeddings", "responses", "models", "openai",
             "messages", "generate", "health", "metrics", "tokenize"}  # endpoint routes, not folders
 
-_IDENTITY_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'`<>\\]+?(?=:[0-9a-f]{6,}$|$)")
+_IDENTITY_URL = re.compile(rf"[A-Za-z][A-Za-z0-9+.-]*://{_URL_CHAR}+?(?=:[0-9a-f]{{6,}}$|$)")
 
 
 def without_urls(text: str) -> str:
@@ -141,7 +151,8 @@ def is_local(path: str) -> bool:
     parts = PurePosixPath(path.replace("\\\\", "/").replace("\\", "/")).parts
     if re.match(r"[A-Za-z]:", path):
         return len(parts) >= 3
-    return (len(parts) >= 3 and parts[0] == "/" and parts[1] not in SYSTEM_DIRS and parts[1] not in API_DIRS
+    system = parts[1] in SYSTEM_DIRS and not USER_DIRS & set(parts[2:4]) if len(parts) > 1 else False
+    return (len(parts) >= 3 and parts[0] == "/" and not system and parts[1] not in API_DIRS
             and not any(LOCAL in p or p.startswith("<") for p in parts))
 
 
@@ -151,18 +162,29 @@ def _path_name(path: str) -> str:
 
 def _endpoint_key(url: str) -> tuple | None:
     try:
-        u = urlsplit(url)
+        u = urlsplit(re.sub(_ESC, lambda m: chr(int(m.group(0)[2:], 16)), url))  # as JSON or YAML reads it
         return (u.scheme.lower(), (u.hostname or "").lower(), u.port, u.path.rstrip("/"))
     except ValueError:
         return None
 
 
+def _file_path(u) -> str | None:
+    """The local path a URL names (file:///home/..., sqlite:////scratch/...), or None: a file URL's path, or
+    any host-less URL's, is this machine's."""
+    path = "/" + u.path.lstrip("/")
+    return path if (u.scheme.lower() == "file" or not u.netloc) and is_local(path) else None
+
+
 def _sanitize_url(url: str) -> str:
-    """A URL that is no endpoint: its scheme and path, no user info, host, query or fragment."""
+    """A URL that is no endpoint: its scheme and path, no user info, host, query or fragment (a local file's
+    path as `<local path>/NAME`)."""
     try:
         u = urlsplit(url)
     except ValueError:
         return URL
+    local = _file_path(u)
+    if local:
+        return f"{u.scheme}:{LOCAL}/{_path_name(local)}"
     return f"{u.scheme}://{HOST}{u.path}" if u.netloc else f"{u.scheme}:{u.path}"
 
 
@@ -249,10 +271,13 @@ def leaks(text: str, known: Private | None = None) -> list[str]:
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
     for m in _urls(text):
         try:
-            netloc = urlsplit(m.group(0)).netloc
+            u = urlsplit(m.group(0))
+            netloc, local = u.netloc, _file_path(u)
         except ValueError:
-            netloc = m.group(0)
-        if netloc and not netloc.startswith(HOST):
+            netloc, local = m.group(0), None
+        if local:
+            out.append(f"a local path ({m.group(0)})")
+        elif netloc and not netloc.startswith(HOST):
             out.append(f"a URL ({_sanitize_url(m.group(0))} with its host)")
     for m in (list(_PATH_RE.finditer(text)) if "/" in text else []) + _drives(text):
         if is_local(m.group(0)):
