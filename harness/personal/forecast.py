@@ -30,7 +30,7 @@ def _tokens(chars: float) -> float:
 
 
 def _writes(cond_cfg) -> str | None:
-    from harness.personal.step import method_class
+    from harness.personal.schedule import method_class
 
     return method_class(cond_cfg).writes
 
@@ -72,7 +72,7 @@ def forecast(cfg, plan) -> tuple[list[Row], str]:
 def barrier_check(cfg, plan) -> list[str]:
     """Lines saying, per method with a bounded wait for its writes, how long a read would wait and whether
     that passes its timeout at the endpoint's declared speed (or that the speed is not declared)."""
-    from harness.personal.step import slots, trials_in_flight
+    from harness.personal.schedule import slots, trials_in_flight
 
     speed = cfg.model.get("speed") or {}
     used = {r.condition for r in plan.runs}

@@ -44,6 +44,8 @@ from harness.records.provenance import versions
 from harness.records.schema import parse
 from harness.run import fidelity
 from harness.run.driver import RunStep, call_notes, stage_info, validated
+
+from .schedule import method_class, schedule_rows, slots, trials_in_flight  # noqa: F401 (slots: the tests)
 from harness.run.plan import PlanError
 
 from . import assistant, record
@@ -120,50 +122,6 @@ def index_services(index_cfg) -> set[str]:
 
     cfg = OmegaConf.to_container(index_cfg, resolve=True) if isinstance(index_cfg, DictConfig) else dict(index_cfg)
     return {service for service, _ in backend_class(str(cfg["name"])).service_configs(cfg)}
-
-
-def method_class(cond_cfg):
-    """The Method class a condition builds (its module's `build`), whose declarations (services, writes) the
-    stage reads without building it."""
-    return conditions.load(str(cond_cfg.module)).build
-
-
-def slots(model_cfg) -> int | None:
-    """The calls the endpoint serves at once (model.max_concurrency; a local model's llama.cpp slots), or None."""
-    n = model_cfg.get("max_concurrency")
-    if model_cfg.get("provider") == "local":
-        n = min(int(n or model_cfg.get("parallel") or 1), int(model_cfg.get("parallel") or 1))
-    return int(n) if n else None
-
-
-def trials_in_flight(cfg) -> int:
-    want = max(1, int(cfg.stage.get("concurrency") or cfg.concurrency))
-    cap = slots(cfg.model)
-    return min(want, cap) if cap else want
-
-
-def schedule_rows(cfg, in_flight: int) -> list:
-    """How the trials were scheduled and what an item is, beside the paper (declared, never silent)."""
-    from harness.run.fidelity import Row
-
-    want = max(1, int(cfg.stage.get("concurrency") or cfg.concurrency))
-    cap = slots(cfg.model)
-    capped = f", capped from {want} at the endpoint's {cap} slot(s)" if cap and want > cap else ""
-    return [
-        Row("pipeline", "trial pipeline", "ProfileAgent, then TaskAgent, then AssistantAgent (A.10); writes "
-            "asynchronous to the assistant's read, behind the barrier; each condition run for its trials",
-            "per trial the writers in the paper's order (profile, task, conversation) on the method's own pool, "
-            "asynchronous to the assistant, whose read waits behind the barrier; every model call holds one of the "
-            f"endpoint's slots; runs in flight are one method's (blocks of {in_flight}, blocks in a seeded order)",
-            "same", ""),
-        Row("trials_in_flight", "trials in flight", "not stated (one pipeline run per trial)",
-            f"{in_flight}{capped}", "same" if in_flight == 1 else "differs", "",
-            "" if in_flight == 1 else "trials of other users run at once, each method with its own writers' pool; "
-            "stage.concurrency=1 runs one trial at a time"),
-        Row("item_granularity", "memory items", "about 4 retrieved per trial (1,798 over 450 trials, A.2)",
-            "one item per extracted field value (up to 14 per user: profile 4 fields, task 4, a note)", "differs",
-            "", "harness/personal/writers.py Writer.items"),
-    ]
 
 
 def _versions() -> dict:

@@ -334,9 +334,16 @@ def condition_rows(cfg) -> list[Row]:
     return rows
 
 
-def _groups(groups: list | None) -> list[dict]:
+def _groups(groups: list | None, stage=None) -> list[dict]:
+    """Groups as compared: with `stage`, each group's conditions are the ones it runs (a group that names none
+    runs every condition of its stage, harness.run.plan.group_conditions); the order of conditions is not a setting."""
+    from harness.run.plan import group_conditions
+
+    def conds(g) -> list[str]:
+        return sorted(group_conditions(stage, g) if stage is not None else list(g.get("conditions") or []))
+
     return [{"sample": g.get("sample"), "variant": g.get("variant") or None, "repeats": int(g.get("repeats") or 1),
-             "conditions": list(g.get("conditions") or [])} for g in (groups or [])]
+             "conditions": conds(g)} for g in (groups or [])]
 
 
 def _used_samples(samples: dict, names: list[str]) -> list[str]:
@@ -357,7 +364,7 @@ def stage_rows(cfg, plan) -> list[Row]:
     and the number of questions it holds (a short sample differs)."""
     ref = reference()
     name = str(cfg.stage.get("name"))
-    groups = _groups(plain(cfg.stage.get("groups")))
+    groups = _groups(cfg.stage.get("groups"), cfg.stage)
     if name in ref["stages"]:
         want = _groups(ref["stages"][name]["groups"])
         same = groups == want

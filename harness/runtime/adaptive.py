@@ -364,7 +364,7 @@ def facts(search: str) -> dict:
     texts_detail, description (one line for the manifest).
     """
     from .hermes import SHAPE_TOP_WINDOW, SHAPES, runtime_version
-    from .session_search import runtime_schema
+    from .hermes import runtime_schema
 
     if search not in CHOICES:
         raise ValueError(f"runtime.session_search must be one of {', '.join(CHOICES)}, got {search!r}")
