@@ -247,3 +247,50 @@ def test_a_shard_cancelled_mid_run_is_named_and_the_same_command_resubmits_it_lo
     marked = {e["tag"] for e in read_ledger(folder / "shards" / "1of2" / "ledger.jsonl") if e.get("event") == "interrupted"}
     assert twice == marked and len(twice) <= 1  # only a run in flight at the kill runs again, and says so
     assert not any(e["attempt"] > 1 for e in read_ledger(folder / "shards" / "0of2" / "attempts.jsonl"))
+
+
+def test_a_job_requeued_during_its_preflight_starts_no_run_and_the_requeued_job_does_them(tmp_path, cluster):
+    """SIGTERM while the driver is still in its preflight (the request is held until the job has been told):
+    the ending job starts no run after it, so the next request the endpoint sees is the requeued job's
+    preflight, and no run is paid twice."""
+    import threading
+
+    from bench.fake_upstream import is_preflight
+
+    runs = tmp_path / "runs"
+    told, held = threading.Event(), []
+
+    def hold_the_first_preflight(req):  # the FakeModel's refuse hook: None lets the request through
+        if is_preflight(req) and not held:
+            held.append(req)
+            told.wait(120)
+
+    def logs() -> str:
+        return "".join(p.read_text(errors="replace") for p in runs.glob(".sweeps/smoke/*/.submitit/*/*_log.err"))
+
+    with FakeModel(delay_s=0.1, script=deterministic_answer, refuse=hold_the_first_preflight) as fake:
+        cmd = stage_cmd(fake, runs, "-m", "concurrency=1", *ON_SLURM)  # one job: the whole stage
+        launch = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("the preflight call", lambda: held)
+            (job,) = queue()
+            sh("scontrol", "requeue", job)
+            wait_for("the job told it is ending", lambda: "Bypassing signal SIGTERM" in logs())  # submitit's log
+            told.set()  # the preflight answers while the job is ending
+            err = launch.communicate(timeout=240)[1]
+        finally:
+            told.set()
+            if launch.poll() is None:
+                launch.kill()
+        assert launch.returncode == 0, err[-3000:]
+        kinds = [is_preflight(r["body"]) for r in fake.requests]
+    # every preflight call (the ending job's, then the requeued job's) came before the first run's call
+    assert kinds.count(True) >= 2 and kinds.index(False) == kinds.count(True), \
+        "a run started after the scheduler had told the job it is ending"
+    folder = folder_of(runs)
+    recs = records_of(folder)
+    plan = json.loads((folder / "stage.json").read_text())["plan"]["runs"]
+    assert sorted(recs) == sorted(plan)
+    assert all(e["attempt"] == 1 for e in read_ledger(folder / "attempts.jsonl"))  # none run twice
+    told_why = [json.loads(x)["stopped"] or "" for x in (folder / "sessions.jsonl").read_text().splitlines()]
+    assert any("the scheduler is ending this job" in x for x in told_why), told_why

@@ -141,6 +141,9 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
 def main(cfg: DictConfig) -> None:
     with exits_with_code():  # 2 bad input, 3 stopped, 4 budget (harness.failures)
         from harness import studies
+        from harness.run.driver import scheduler_ending
+
+        scheduler_ending()  # before the preflight: a job told to end during it starts no run
 
         sweep = sweep_label(cfg)
         try:
