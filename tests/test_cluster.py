@@ -172,6 +172,12 @@ def test_the_scheduler_refuses_what_it_cannot_run_and_the_submission_stops_with_
         assert res.returncode == 2, res.stderr[-2000:]
         assert "the scheduler refused the jobs" in res.stderr and said in res.stderr, res.stderr[-2000:]
         assert "Traceback" not in res.stderr
+    # a time limit within the warning before it (signal_delay_s, 120 s): every job would be told "out of
+    # time" at the scheduler's first look, before it recorded a run, however often the command is run again
+    res = subprocess.run(stage_cmd(nowhere, runs, "-m", "shard=0/2,1/2", *ON_SLURM, "hydra.launcher.timeout_min=1"),
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "timeout_min=1 is not longer than" in res.stderr, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr and "submitted" not in res.stderr
     assert not queue(), "nothing left in the queue"
     assert not (runs / "smoke").exists()  # no stage folder: no job ever started
 

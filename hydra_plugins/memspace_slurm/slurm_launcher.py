@@ -73,6 +73,12 @@ class SlurmLauncher(PluginLauncher):
 
         assert self.config is not None and job_overrides
         params = dict(self.params)
+        limit_s, warn_s = int(params.get("timeout_min") or 0) * 60, int(params.get("signal_delay_s") or 0)
+        if limit_s and warn_s >= limit_s:  # told "out of time" at its first check: no job would get anywhere
+            print(f"error: hydra.launcher.timeout_min={limit_s // 60} is not longer than the warning the job gets "
+                  f"before its time limit (hydra.launcher.signal_delay_s={warn_s}): every job would be stopped "
+                  "as out of time at once; ask for more time or a shorter signal_delay_s", file=sys.stderr)
+            sys.exit(BAD_INPUT)
         init = {"folder": params.pop("submitit_folder")}
         if "max_num_timeout" in params:
             init["slurm_max_num_timeout"] = params.pop("max_num_timeout")
