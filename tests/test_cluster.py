@@ -300,3 +300,32 @@ def test_a_job_requeued_during_its_preflight_starts_no_run_and_the_requeued_job_
     assert all(e["attempt"] == 1 for e in read_ledger(folder / "attempts.jsonl"))  # none run twice
     told_why = [json.loads(x)["stopped"] or "" for x in (folder / "sessions.jsonl").read_text().splitlines()]
     assert any("the scheduler is ending this job" in x for x in told_why), told_why
+
+
+def test_the_submission_stops_with_a_message_when_the_scheduler_stops_answering(tmp_path, cluster):
+    """The controller lost while a job runs (slurmctld stopped by its PID; `make cluster-down` stops it too):
+    the submitting command says so and stops (exit 3) once squeue has failed for MEMSPACE_SLURM_PATIENCE_S
+    (0 here: at the first failure) instead of waiting for ever."""
+    import os
+    import signal
+
+    runs = tmp_path / "runs"
+    with FakeModel(delay_s=0.2, script=deterministic_answer) as fake:
+        launch = subprocess.Popen(stage_cmd(fake, runs, "-m", "concurrency=1", *ON_SLURM), cwd=REPO,
+                                  env={**os.environ, "MEMSPACE_SLURM_PATIENCE_S": "0"},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("the job running", lambda: any(len(read_ledger(p)) >= 2
+                                                    for p in (runs / "smoke").glob("*/attempts.jsonl")))
+            (job,) = queue()
+            os.kill(slurm.running(cluster)["slurmctld"], signal.SIGTERM)
+            wait_for("slurmctld stopped", lambda: slurm.running(cluster)["slurmctld"] is None)
+            err = launch.communicate(timeout=150)[1]
+        finally:
+            if launch.poll() is None:
+                launch.kill()
+            slurm.up(cluster)  # the controller back: it finds the job where it left it
+            slurm.cancel_all(cluster)
+    assert launch.returncode == 3 and "Traceback" not in err, err[-3000:]
+    (said,) = [x for x in err.splitlines() if x.startswith("error: ")]
+    assert "the scheduler has not answered" in said and job in said and "same command" in said, said
