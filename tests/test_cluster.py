@@ -53,7 +53,7 @@ def wait_for(what: str, ok, timeout: float = 90) -> None:
     while time.time() < deadline:
         if ok():
             return
-        time.sleep(0.1)
+        time.sleep(0.3)  # most checks start squeue or read ledgers: fewer of them leave the 2 cores to the jobs
     raise AssertionError(f"timed out waiting for {what}; queue: {queue()}")
 
 
