@@ -53,7 +53,7 @@ def wait_for(what: str, ok, timeout: float = 90) -> None:
     while time.time() < deadline:
         if ok():
             return
-        time.sleep(0.1)
+        time.sleep(0.3)  # most checks start squeue or read ledgers: fewer of them leave the 2 cores to the jobs
     raise AssertionError(f"timed out waiting for {what}; queue: {queue()}")
 
 
@@ -172,6 +172,12 @@ def test_the_scheduler_refuses_what_it_cannot_run_and_the_submission_stops_with_
         assert res.returncode == 2, res.stderr[-2000:]
         assert "the scheduler refused the jobs" in res.stderr and said in res.stderr, res.stderr[-2000:]
         assert "Traceback" not in res.stderr
+    # a time limit within the warning before it (signal_delay_s, 120 s): every job would be told "out of
+    # time" at the scheduler's first look, before it recorded a run, however often the command is run again
+    res = subprocess.run(stage_cmd(nowhere, runs, "-m", "shard=0/2,1/2", *ON_SLURM, "hydra.launcher.timeout_min=1"),
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "timeout_min=1 is not longer than" in res.stderr, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr and "submitted" not in res.stderr
     assert not queue(), "nothing left in the queue"
     assert not (runs / "smoke").exists()  # no stage folder: no job ever started
 
@@ -247,3 +253,79 @@ def test_a_shard_cancelled_mid_run_is_named_and_the_same_command_resubmits_it_lo
     marked = {e["tag"] for e in read_ledger(folder / "shards" / "1of2" / "ledger.jsonl") if e.get("event") == "interrupted"}
     assert twice == marked and len(twice) <= 1  # only a run in flight at the kill runs again, and says so
     assert not any(e["attempt"] > 1 for e in read_ledger(folder / "shards" / "0of2" / "attempts.jsonl"))
+
+
+def test_a_job_requeued_during_its_preflight_starts_no_run_and_the_requeued_job_does_them(tmp_path, cluster):
+    """SIGTERM while the driver is still in its preflight (the request is held until the job has been told):
+    the ending job starts no run after it, so the next request the endpoint sees is the requeued job's
+    preflight, and no run is paid twice."""
+    import threading
+
+    from bench.fake_upstream import is_preflight
+
+    runs = tmp_path / "runs"
+    told, held = threading.Event(), []
+
+    def hold_the_first_preflight(req):  # the FakeModel's refuse hook: None lets the request through
+        if is_preflight(req) and not held:
+            held.append(req)
+            told.wait(120)
+
+    def logs() -> str:
+        return "".join(p.read_text(errors="replace") for p in runs.glob(".sweeps/smoke/*/.submitit/*/*_log.err"))
+
+    with FakeModel(delay_s=0.1, script=deterministic_answer, refuse=hold_the_first_preflight) as fake:
+        cmd = stage_cmd(fake, runs, "-m", "concurrency=1", *ON_SLURM)  # one job: the whole stage
+        launch = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("the preflight call", lambda: held)
+            (job,) = queue()
+            sh("scontrol", "requeue", job)
+            wait_for("the job told it is ending", lambda: "Bypassing signal SIGTERM" in logs())  # submitit's log
+            told.set()  # the preflight answers while the job is ending
+            err = launch.communicate(timeout=240)[1]
+        finally:
+            told.set()
+            if launch.poll() is None:
+                launch.kill()
+        assert launch.returncode == 0, err[-3000:]
+        kinds = [is_preflight(r["body"]) for r in fake.requests]
+    # every preflight call (the ending job's, then the requeued job's) came before the first run's call
+    assert kinds.count(True) >= 2 and kinds.index(False) == kinds.count(True), \
+        "a run started after the scheduler had told the job it is ending"
+    folder = folder_of(runs)
+    recs = records_of(folder)
+    plan = json.loads((folder / "stage.json").read_text())["plan"]["runs"]
+    assert sorted(recs) == sorted(plan)
+    assert all(e["attempt"] == 1 for e in read_ledger(folder / "attempts.jsonl"))  # none run twice
+    told_why = [json.loads(x)["stopped"] or "" for x in (folder / "sessions.jsonl").read_text().splitlines()]
+    assert any("the scheduler is ending this job" in x for x in told_why), told_why
+
+
+def test_the_submission_stops_with_a_message_when_the_scheduler_stops_answering(tmp_path, cluster):
+    """The controller lost while a job runs (slurmctld stopped by its PID; `make cluster-down` stops it too):
+    the submitting command says so and stops (exit 3) once squeue has failed for MEMSPACE_SLURM_PATIENCE_S
+    (0 here: at the first failure) instead of waiting for ever."""
+    import os
+    import signal
+
+    runs = tmp_path / "runs"
+    with FakeModel(delay_s=0.2, script=deterministic_answer) as fake:
+        launch = subprocess.Popen(stage_cmd(fake, runs, "-m", "concurrency=1", *ON_SLURM), cwd=REPO,
+                                  env={**os.environ, "MEMSPACE_SLURM_PATIENCE_S": "0"},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("the job running", lambda: any(len(read_ledger(p)) >= 2
+                                                    for p in (runs / "smoke").glob("*/attempts.jsonl")))
+            (job,) = queue()
+            os.kill(slurm.running(cluster)["slurmctld"], signal.SIGTERM)
+            wait_for("slurmctld stopped", lambda: slurm.running(cluster)["slurmctld"] is None)
+            err = launch.communicate(timeout=150)[1]
+        finally:
+            if launch.poll() is None:
+                launch.kill()
+            slurm.up(cluster)  # the controller back: it finds the job where it left it
+            slurm.cancel_all(cluster)
+    assert launch.returncode == 3 and "Traceback" not in err, err[-3000:]
+    (said,) = [x for x in err.splitlines() if x.startswith("error: ")]
+    assert "the scheduler has not answered" in said and job in said and "same command" in said, said

@@ -155,6 +155,9 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
 def main(cfg: DictConfig) -> None:
     with exits_with_code():  # 2 bad input, 3 stopped, 4 budget (harness.failures)
         from harness.run import settings
+        from harness.run.driver import scheduler_ending
+
+        scheduler_ending()  # before the preflight: a job told to end during it starts no run
 
         settings.check(cfg)  # an added option nobody reads, or two presets of one name: exit 2 before anything
         sweep = sweep_label(cfg)

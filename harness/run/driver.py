@@ -435,7 +435,7 @@ def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], conc
     bar = tqdm(total=total, initial=done, unit="run", dynamic_ncols=True, file=sys.stderr, position=0)
     stop: list[str] = []
     waiting = list(pending)
-    ending, previous = _scheduler_ending()
+    ending = scheduler_ending()
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent") as pool:
             running = set()
@@ -468,17 +468,22 @@ def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], conc
     finally:
         preparer.stop()
         bar.close()
-        if ending is not None:
-            signal.signal(signal.SIGTERM, previous)
     return stop[0] if stop else None
 
 
-def _scheduler_ending() -> tuple[threading.Event | None, Any]:
+_ENDING: threading.Event | None = None  # set by SIGTERM inside a SLURM job (scheduler_ending)
+
+
+def scheduler_ending() -> threading.Event | None:
     """Inside a SLURM job a SIGTERM means the scheduler is ending the job (requeue, preemption, scancel, time
     limit) and kills it KillWait seconds later: from then on no run starts, so a run killed mid-call (and paid
-    again on resume) is one that was already in flight. The handler before ours (submitit's) still runs."""
-    if "SLURM_JOB_ID" not in os.environ or threading.current_thread() is not threading.main_thread():
-        return None, None
+    again on resume) is one that was already in flight. Installed once per process, as early as the CLI can
+    (harness.cli.run), so a SIGTERM during the preflight counts too; the handler before ours (submitit's)
+    still runs."""
+    global _ENDING
+    if _ENDING is not None or "SLURM_JOB_ID" not in os.environ \
+            or threading.current_thread() is not threading.main_thread():
+        return _ENDING
     ending = threading.Event()
     previous = signal.getsignal(signal.SIGTERM)
 
@@ -488,7 +493,8 @@ def _scheduler_ending() -> tuple[threading.Event | None, Any]:
             previous(signum, frame)
 
     signal.signal(signal.SIGTERM, on_term)
-    return ending, previous
+    _ENDING = ending
+    return ending
 
 
 def _preparer_stop(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ far as this command is concerned: it waits, and the job resumes its slice of the
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -29,24 +30,27 @@ try:
 except ImportError:  # without the cluster extra: nothing to extend, and Hydra's plugin scan stays quiet
     PluginLauncher = object
 
-from harness.failures import BAD_INPUT
+from harness.failures import BAD_INPUT, STOPPED
 
 # pending reasons that no amount of waiting resolves (squeue's %r) on a cluster that accepts such jobs
 NEVER = {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "PartitionDown", "BadConstraints",
          "InvalidAccount", "InvalidQOS", "QOSMaxCpuPerJobLimit", "AssocMaxCpuPerJobLimit"}
 
 
-def _squeue_reasons(job_ids: list[str]) -> dict[str, tuple[str, str]] | None:
-    """Job id -> (state, reason) of those still queued; None when squeue cannot answer just now."""
-    r = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ",".join(job_ids)], capture_output=True,
-                       text=True, timeout=60)
+def _squeue_reasons(job_ids: list[str]) -> tuple[dict[str, tuple[str, str]] | None, str]:
+    """Job id -> (state, reason) of those still queued; None (and squeue's message) when it cannot answer."""
+    try:
+        r = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ",".join(job_ids)], capture_output=True,
+                           text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return None, "squeue did not answer within 60 s"
     if r.returncode:
-        return None
+        return None, " ".join((r.stderr or r.stdout).split())[:300]
     out = {}
     for line in r.stdout.splitlines():
         jid, state, reason = (line.split("|") + ["", ""])[:3]
         out[jid] = (state, reason)
-    return out
+    return out, ""
 
 
 def _ended(job_id: str) -> tuple[str, int | None]:
@@ -73,6 +77,12 @@ class SlurmLauncher(PluginLauncher):
 
         assert self.config is not None and job_overrides
         params = dict(self.params)
+        limit_s, warn_s = int(params.get("timeout_min") or 0) * 60, int(params.get("signal_delay_s") or 0)
+        if limit_s and warn_s >= limit_s:  # told "out of time" at its first check: no job would get anywhere
+            print(f"error: hydra.launcher.timeout_min={limit_s // 60} is not longer than the warning the job gets "
+                  f"before its time limit (hydra.launcher.signal_delay_s={warn_s}): every job would be stopped "
+                  "as out of time at once; ask for more time or a shorter signal_delay_s", file=sys.stderr)
+            sys.exit(BAD_INPUT)
         init = {"folder": params.pop("submitit_folder")}
         if "max_num_timeout" in params:
             init["slurm_max_num_timeout"] = params.pop("max_num_timeout")
@@ -113,8 +123,19 @@ class SlurmLauncher(PluginLauncher):
         """Until no job is in the queue (a preempted or requeued one is: pending again); a job pending for a
         reason that never passes is cancelled, with the reason."""
         ids = [j.job_id for j in jobs]
+        patience = float(os.environ.get("MEMSPACE_SLURM_PATIENCE_S", "300"))
+        unanswered = None  # since when squeue has failed, one failure after another
         while True:
-            queued = _squeue_reasons(ids)
+            queued, said = _squeue_reasons(ids)
+            if queued is None:  # the controller restarting, or gone (make cluster-down): not for ever
+                unanswered = unanswered if unanswered is not None else time.monotonic()
+                if time.monotonic() - unanswered >= patience:
+                    print(f"error: the scheduler has not answered for {patience:.0f} s ({said}); jobs "
+                          f"{', '.join(ids)} may still be running (squeue and sacct show them once SLURM is back); "
+                          "then run the same command: what is recorded stays, the rest runs", file=sys.stderr)
+                    sys.exit(STOPPED)
+            else:
+                unanswered = None
             if queued is not None and not set(queued) & set(ids):
                 return
             for jid, (state, reason) in (queued or {}).items():
