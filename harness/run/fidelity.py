@@ -159,6 +159,88 @@ def _is_org(cfg) -> bool:
     return any(g.get("variant") for g in cfg.stage.get("groups") or [])
 
 
+# ------------------------------------------------------------------------------ the rest of the config
+
+# paths other rows compare (reader_model, judge_model, judge_prompts, encoder, index, runtime, the
+# conditions and stage rows, `settings`): the generic rows skip them so one override is one row
+OWNED = ("model.model", "model.params", "model.accepts", "judge.model", "judge.prompts", "index.name", "index.m",
+         "index.ef_construction", "index.ef_runtime", "index.depth", "index.rrf_k", "encoder.name", "encoder.path",
+         "runtime.session_search", "stage.conditions", "stage.groups", "stage.name")
+
+
+@functools.lru_cache(maxsize=16)
+def _reference_config(stage_name: str, judge: str | None, mtime: float) -> dict:
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.types import RunMode
+
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(REPO / "conf")))
+    overrides = [f"stage={stage_name}", "preset=paper"] + ([f"judge={judge}"] if judge else [])
+    cfg = loader.load_configuration(config_name="config", overrides=overrides, run_mode=RunMode.RUN)
+    out = OmegaConf.to_container(cfg, resolve=False)
+    out.pop("hydra", None)
+    return plain(OmegaConf.create(out))
+
+
+def reference_config(stage_name: str | None, judge: str | None = None) -> dict:
+    """The config `preset=paper` resolves to for the paper's stage of this name (main when it is none of
+    them: its groups row differs already), composed afresh from conf/ without any override."""
+    stages = reference()["stages"]
+    name = stage_name if stage_name in stages else "main"
+    mtime = max(f.stat().st_mtime for f in (REPO / "conf").rglob("*.yaml"))
+    return _reference_config(name, judge, mtime)
+
+
+def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict) and tree:
+        out: dict[str, Any] = {}
+        for k, v in tree.items():
+            out |= _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return {prefix: tree}
+
+
+def _skipped(path: str, skip: tuple[str, ...]) -> bool:
+    return any(path == s or path.startswith(s + ".") for s in skip)
+
+
+def config_diffs(mine: dict, ref: dict, skip: tuple[str, ...]) -> dict[str, list[str]]:
+    """Section -> the leaves of `mine` that differ from `ref` (changed, added with `+`, removed)."""
+    a, b = _leaves(mine), _leaves(ref)
+    out: dict[str, list[str]] = {}
+    for path in sorted(set(a) | set(b)):
+        if _skipped(path, skip):
+            continue
+        got, want = a.get(path, MISSING), b.get(path, MISSING)
+        if got != want:
+            out.setdefault(path.split(".")[0], []).append(_field_diff(path, got, want))
+    return out
+
+
+def _config_skip() -> tuple[str, ...]:
+    return tuple(reference().get("config_not_compared") or []) + OWNED + tuple(reference()["settings"])
+
+
+def config_rows(cfg, sections_skipped: tuple[str, ...] = ("judge",)) -> list[Row]:
+    """One row per config section with leaves that differ from the preset's own resolved config (what no
+    other row compares: the index's other parameters, the provider, `accepts`, keys added with `+`)."""
+    name = str(cfg.stage.get("name"))
+    diffs = config_diffs(plain(cfg), reference_config(name), _config_skip() + sections_skipped)
+    return [Row(f"config.{sec}", f"config {sec} (the rest)", f"as preset=paper resolves stage {name}", "; ".join(d),
+                "differs", "", f"drop the override of {sec}") for sec, d in sorted(diffs.items())]
+
+
+def judge_config_row(judge_cfg, second: bool = False) -> Row:
+    """The judge's config beyond its model, prompts, endpoint and judge_params (provider, `accepts`, added
+    keys) against the paper's judge (deepseek; the second judge deepseek_pro)."""
+    ref = reference_config("main", "deepseek_pro" if second else None)["judge"]
+    diffs = config_diffs({"judge": plain(judge_cfg)}, {"judge": ref}, _config_skip()).get("judge", [])
+    key = "config.judge2" if second else "config.judge"
+    return Row(key, f"{'second ' if second else ''}judge config (the rest)", "as conf/judge/"
+               + ("deepseek_pro" if second else "deepseek") + ".yaml", "; ".join(diffs) or "as the paper's",
+               _status(not diffs), "", "" if not diffs else "drop the override of the judge config")
+
+
 # ------------------------------------------------------------------------------ rows
 
 
@@ -220,6 +302,7 @@ def judge_rows(cfg, judge_cfg=None, second: bool = False) -> list[Row]:
     for path, spec in ref["settings"].items():
         if path.startswith("judge."):
             rows.append(_setting_row(tree, path, spec, set(), key=prefix + path[len("judge"):]))
+    rows.append(judge_config_row(j, second))
     return rows
 
 
@@ -549,7 +632,8 @@ def manifest(cfg, plan) -> list[Row]:
     need = needs(cfg)
     return [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need, cfg), index_row(cfg, need),
             *settings_rows(cfg, need), tool_texts_row(cfg), *condition_rows(cfg), *stage_rows(cfg, plan),
-            data_row(plan, str(cfg.stage.get("name"))), seed_row(cfg), *services_rows(cfg, need)]
+            data_row(plan, str(cfg.stage.get("name"))), *config_rows(cfg), seed_row(cfg),
+            *services_rows(cfg, need)]
 
 
 # The second paper's study (Sections 4.1-4.2): its assistant models, its judge and the kernel's settings

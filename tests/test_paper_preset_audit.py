@@ -1,0 +1,59 @@
+"""Audit of issue 30: overrides that changed what a stage measures while the manifest said `same`.
+
+Each case composes the stage with preset=paper and one override (Hydra's compose, the real plan, in
+process) and asserts the row that must refuse it; the config is compared with what preset=paper
+resolves to for the stage without the override, so a whole class (any leaf, `+` added keys, another
+provider, `accepts`) is caught, not one key.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.run import fidelity
+from tests.test_paper_preset import refused, resolved
+
+# the rest of the config: no row compared these, the manifest said `same`
+CONFIG = [
+    ("main", "index.hybrid_policy=ADHOC_BF", "config.index"),
+    ("main", "+index.ef_search=5", "config.index"),
+    ("main", "+encoder.pooling=mean", "config.encoder"),
+    ("main", "model.provider=anthropic", "config.model"),
+    ("main", "+model.max_tokens=50", "config.model"),
+    ("main", "+judge.accepts={temperature:false}", "config.judge"),
+    ("main", "+judge.accepts={max_tokens:false}", "config.judge"),
+    ("main", "judge.provider=other", "config.judge"),
+    ("main", "+stage.max_rounds=2", "config.stage"),
+    ("org", "+stage.tool_result_chars=100", "config.stage"),
+    ("main", "+memory_read_window=1", "config.memory_read_window"),
+]
+
+
+@pytest.mark.parametrize("stage,override,key", CONFIG, ids=[c[1] for c in CONFIG])
+def test_an_override_no_named_row_compared_is_refused(stage, override, key):
+    got = refused(stage, override)
+    assert key in got, {k: r.line() for k, r in got.items()}
+    assert override.split("=")[0].lstrip("+").split(".")[-1] in got[key].stage
+
+
+def test_the_rest_of_the_config_is_same_without_an_override_and_operational_keys_pass():
+    for stage in ("main", "org"):
+        assert fidelity.config_rows(resolved(stage)) == []
+    assert refused("main", "concurrency=2", "encoder.batch_size=4", "model.timeout_s=5") == {}
+
+
+def test_a_judge_accepts_override_is_refused_by_the_judging_gate_row():
+    cfg = resolved("main", "+judge.accepts={temperature:false}")
+    rows = {r.key: r for r in fidelity.judge_rows(cfg)}
+    assert rows["config.judge"].status == "differs" and "temperature" in rows["config.judge"].stage
+    assert fidelity.judge_rows(resolved("main"))[-1].status == "same"
+
+
+# the reasoning effort spelled twice: the endpoint gets both, the manifest read only the first
+EFFORT = ["+model.params.reasoning={effort:high}", "+model.params.reasoning={effort:low,summary:auto}"]
+
+
+@pytest.mark.parametrize("override", EFFORT)
+def test_a_second_spelling_of_the_reasoning_effort_is_refused(override):
+    got = refused("main", override)
+    assert set(got) & {"reader_model", "model.other_params"}, {k: r.line() for k, r in got.items()}
