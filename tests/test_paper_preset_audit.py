@@ -57,3 +57,16 @@ EFFORT = ["+model.params.reasoning={effort:high}", "+model.params.reasoning={eff
 def test_a_second_spelling_of_the_reasoning_effort_is_refused(override):
     got = refused("main", override)
     assert set(got) & {"reader_model", "model.other_params"}, {k: r.line() for k, r in got.items()}
+
+
+def test_the_sent_rows_see_a_second_effort_and_any_other_parameter_the_reader_sent():
+    def call(sent):
+        tag = "tool_hybrid.lme.q1.r0"
+        return [{"event": "request", "role": "agent", "tag": tag, "model": "deepseek-flash", "sent": sent},
+                {"event": "response", "role": "agent", "tag": tag, "status": 200, "response_model": "deepseek-flash"}]
+
+    assert fidelity.sent_rows(call({"reasoning_effort": "low", "tools": ["memory_search"]}))[0].status == "same"
+    two = fidelity.sent_rows(call({"reasoning_effort": "low", "reasoning": {"effort": "high"}}))[0]
+    assert two.status == "differs" and "conflicting: high, low" in two.stage
+    hot = fidelity.sent_rows(call({"reasoning_effort": "low", "temperature": 1}))[0]
+    assert hot.status == "differs" and '"temperature": 1' in hot.stage

@@ -87,21 +87,39 @@ def lookup(tree: Any, path: str) -> Any:
     return node
 
 
+def _is_effort_key(k: str) -> bool:
+    return k == "reasoning_effort" or ("reason" in k and "effort" in k)
+
+
 def reasoning_effort(params: dict | None) -> str | None:
     """The reasoning effort however the endpoint spells it: `reasoning_effort: low`, `reasoning: {effort: low}`
-    or a name `model.accepts` renames it to (e.g. `reasoning.effort`)."""
+    or a name `model.accepts` renames it to (e.g. `reasoning.effort`). Spelled twice with two values (the
+    endpoint gets both and honours one), it is `conflicting: high, low`, never the first spelling alone."""
     params = params or {}
-    if params.get("reasoning_effort") is not None:
-        return str(params["reasoning_effort"])
+    efforts = {str(v) for k, v in params.items() if _is_effort_key(k) and v is not None}
     r = params.get("reasoning")
     if isinstance(r, dict) and r.get("effort") is not None:
-        return str(r["effort"])
-    named = [v for k, v in params.items() if "reason" in k and "effort" in k and v is not None]
-    return str(named[0]) if named else None
+        efforts.add(str(r["effort"]))
+    if len(efforts) > 1:
+        return "conflicting: " + ", ".join(sorted(efforts))
+    return next(iter(efforts), None)
 
 
 def _other_params(params: dict | None) -> dict:
-    return {k: v for k, v in (params or {}).items() if k not in ("reasoning_effort", "reasoning")}
+    """What is sent besides the reasoning effort (a `reasoning` block's other keys, e.g. summary, stay)."""
+    out = {k: v for k, v in (params or {}).items() if not _is_effort_key(k)}
+    if isinstance(out.get("reasoning"), dict):
+        rest = {k: v for k, v in out["reasoning"].items() if k != "effort"}
+        out = {k: v for k, v in out.items() if k != "reasoning"} | ({"reasoning": rest} if rest else {})
+    return out
+
+
+def sent_params(model: dict | None) -> dict:
+    """The reader's parameters as its calls send them: model.params fitted to model.accepts."""
+    from harness.endpoints.fit import fit
+
+    model = model or {}
+    return fit(model.get("params") or {}, model.get("accepts"))[0]
 
 
 def _fusion(tree: dict, key: str) -> Any:
@@ -113,8 +131,8 @@ def _fusion(tree: dict, key: str) -> Any:
 
 # values the reference names that are not one config path: what the code derives from the config
 DERIVED = {
-    "model.reasoning_effort": lambda t: reasoning_effort((t.get("model") or {}).get("params")),
-    "model.other_params": lambda t: _other_params((t.get("model") or {}).get("params")),
+    "model.reasoning_effort": lambda t: reasoning_effort(sent_params(t.get("model"))),
+    "model.other_params": lambda t: _other_params(sent_params(t.get("model"))),
     "fusion.depth": lambda t: _fusion(t, "depth"),
     "fusion.rrf_k": lambda t: _fusion(t, "rrf_k"),
 }
@@ -245,12 +263,9 @@ def judge_config_row(judge_cfg, second: bool = False) -> Row:
 
 
 def reader_row(cfg) -> Row:
-    from harness.endpoints.fit import fit
-
     m = cfg.model
     ref = reference()["reader"]
-    sent, _ = fit(plain(m.get("params")) or {}, plain(m.get("accepts")))  # what the calls send, after `accepts`
-    effort = reasoning_effort(sent)
+    effort = reasoning_effort(sent_params(plain(m)))  # what the calls send, after `accepts`
     same = str(m.get("model")) == ref["model"] and effort == ref["reasoning_effort"]
     return Row("reader_model", "reader model (configured)", PAPER_TEXT["reader_model"],
                f"{m.get('model')} ({m.get('name')}), reasoning effort {effort or 'not set'}", _status(same),
@@ -785,13 +800,17 @@ def sent_rows(entries: list[dict]) -> list[Row]:
                          and e.get("status") == 200 and e.get("response_model")})
         efforts = sorted({str(reasoning_effort(e.get("sent"))) for e in req})
         choices = sorted({str((e.get("sent") or {}).get("tool_choice", "auto (not sent)")) for e in req})
+        others = sorted({fmt(_other_params({k: v for k, v in (e.get("sent") or {}).items()
+                                            if k not in ("tools", "tool_choice")})) for e in req})
         same = models == [ref["reader"]["model"]] and efforts == [ref["reader"]["reasoning_effort"]] and \
-            not set(choices) - {"auto (not sent)", "auto", "none"} and echoed in ([], [ref["reader"]["model"]])
+            not set(choices) - {"auto (not sent)", "auto", "none"} and echoed in ([], [ref["reader"]["model"]]) and \
+            others == [fmt(reference()["settings"]["model.other_params"])]
         rows.append(Row("reader_sent", "reader calls (as sent, from the ledger)",
                         f"{ref['reader']['model']}, reasoning effort {ref['reader']['reasoning_effort']}, tool_choice "
                         "auto (none on the forced answer)",
                         f"{', '.join(models)} (endpoint replied {', '.join(echoed) or '-'}), reasoning effort "
-                        f"{', '.join(efforts)}, tool_choice {', '.join(choices)}", _status(same), "", refuse=False))
+                        f"{', '.join(efforts)}, tool_choice {', '.join(choices)}"
+                        + ("" if others == ["{}"] else f", also sent {'; '.join(others)}"), _status(same), "", refuse=False))
     req = [e for e in judge if e["event"] == "request"]
     if req:
         models = sorted({str(e.get("model")) for e in req})
