@@ -70,3 +70,38 @@ def test_the_sent_rows_see_a_second_effort_and_any_other_parameter_the_reader_se
     assert two.status == "differs" and "conflicting: high, low" in two.stage
     hot = fidelity.sent_rows(call({"reasoning_effort": "low", "temperature": 1}))[0]
     assert hot.status == "differs" and '"temperature": 1' in hot.stage
+
+
+def test_a_published_file_with_one_byte_changed_in_place_is_not_the_published_file(tmp_path, monkeypatch):
+    """The sha256 cache is keyed by the file's identity: an in-place edit that keeps the size and puts the
+    modification time back (cp -p, rsync -t, os.utime) must be hashed again, not recognised as S."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    import yaml
+    from hydra import compose, initialize_config_dir
+
+    from harness.data.longmemeval import sha256_file
+    from harness.run.plan import build
+    from tests.test_paper_preset import REPO
+
+    src = Path(build(resolved("main")).data["path"])
+    path = tmp_path / "longmemeval_s_cleaned.json"
+    shutil.copyfile(src, path)
+    ref = yaml.safe_load(fidelity.REFERENCE_PATH.read_text())
+    ref["data"]["s"]["sha256"] = sha256_file(path)  # as if this file were the published S
+    (tmp_path / "paper.yaml").write_text(yaml.safe_dump(ref))
+    monkeypatch.setattr(fidelity, "REFERENCE_PATH", tmp_path / "paper.yaml")
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["stage=main", "preset=paper", f"data.path={path}",
+                                           f"cache_dir={tmp_path / 'cache'}"])
+    assert fidelity.data_row(build(cfg), "main").status == "same"
+    st = path.stat()
+    raw = bytearray(path.read_bytes())
+    i = raw.index(b'"question": "') + len(b'"question": "')
+    raw[i] = ord(b"X") if raw[i] != ord(b"X") else ord(b"Y")  # one byte of a question, same size
+    path.write_bytes(bytes(raw))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    row = fidelity.data_row(build(cfg), "main")
+    assert row.status == "differs" and "not a published LongMemEval file" in row.detail
