@@ -105,3 +105,31 @@ def test_a_published_file_with_one_byte_changed_in_place_is_not_the_published_fi
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     row = fidelity.data_row(build(cfg), "main")
     assert row.status == "differs" and "not a published LongMemEval file" in row.detail
+
+
+@pytest.mark.parametrize("override", ["fidelity.preset=none", "fidelity.preset=mine", "fidelity.preset=Paper"])
+def test_judging_a_preset_stage_under_another_preset_name_is_refused(tmp_path, override):
+    """A stage that ran under preset=paper keeps the paper's judge whatever preset the judge command names."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.failures import EnvironmentFailure
+    from harness.records.rundir import RunDir
+    from harness.run.driver import stage_info
+    from harness.run.plan import build
+    from judge import prompts as P
+    from tests.test_paper_preset import REPO
+
+    cfg = resolved("main")
+    plan = build(cfg)
+    rd = RunDir(tmp_path / "main")
+    rd.open(cfg, stage_info(cfg, plan, fidelity.record(cfg, plan)))
+    assert rd.stage().fidelity["preset"] == "paper"
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        later = compose("config", overrides=["stage=main", "data=synth_tiny", "judge=vllm", override])
+    with pytest.raises((EnvironmentFailure, ValueError), match="judge_model|is not a preset"):
+        fidelity.gate_judging(later, rd, later.judge, P.load(str(later.judge.prompts)))
+
+
+def test_a_stage_under_preset_paper_cannot_rename_the_preset_away():
+    with pytest.raises(ValueError, match="fidelity.preset=mine is not a preset"):
+        refused("main", "fidelity.preset=mine", "index.ef_runtime=100")

@@ -710,9 +710,18 @@ def raise_refusals(cfg, rows: list[Row]) -> None:
         raise EnvironmentFailure("preflight fidelity failed: " + refusal_text(refused), FIX)
 
 
+PRESETS = ("paper",)  # conf/preset/
+
+
 def preset(cfg) -> str | None:
+    """The preset in force; a name that is not a preset is an error, never "no preset" (fidelity.preset=mine
+    beside preset=paper would otherwise switch every refusal off while the paper's config stays)."""
     p = (cfg.get("fidelity") or {}).get("preset")
-    return None if p in (None, "", "none") else str(p)
+    if p in (None, "", "none"):
+        return None
+    if str(p) not in PRESETS:
+        raise ValueError(f"fidelity.preset={p} is not a preset ({', '.join(PRESETS)}, or null); use preset=paper")
+    return str(p)
 
 
 def allowed(cfg) -> list[str]:
@@ -749,7 +758,7 @@ def gate_judging(cfg, rd, judge_cfg, prompts, second: bool = False) -> list[Row]
     rows = [r for r in judge_rows(cfg, judge_cfg, second) if r.key not in ("judge_prompts",)]
     rows.insert(1, prompts_row("builtin" if prompts.source == "builtin" else str(prompts.source),
                                prompts.source_sha256))
-    in_force = preset(cfg) or stage_fid.get("preset")
+    in_force = "paper" if "paper" in (preset(cfg), stage_fid.get("preset")) else None  # the stage's preset binds
     refused = refusals(cfg, rows, in_force, also_allowed=list(stage_fid.get("accepted") or []),
                        check_keys=False)
     if refused:
