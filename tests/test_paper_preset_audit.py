@@ -133,3 +133,17 @@ def test_judging_a_preset_stage_under_another_preset_name_is_refused(tmp_path, o
 def test_a_stage_under_preset_paper_cannot_rename_the_preset_away():
     with pytest.raises(ValueError, match="fidelity.preset=mine is not a preset"):
         refused("main", "fidelity.preset=mine", "index.ef_runtime=100")
+
+
+def test_the_judgements_record_the_parameters_the_judge_sent_not_the_official_ones_it_dropped():
+    from judge.answer_check import judge_model_config
+    from judge.common import judge_block
+
+    def line(*overrides):
+        jc = judge_model_config(resolved("main", *overrides).judge)
+        return {"judge": judge_block("deepseek", jc, "id"), "prompt_source": "evaluate_qa.py",
+                "prompt_source_sha256": fidelity.reference()["judge_prompts"]["sha256"]}
+
+    assert fidelity.judged_rows([line()])[0].status == "same"
+    row = fidelity.judged_rows([line("+judge.accepts={temperature:false}")])[0]
+    assert row.status == "differs" and '"temperature"' not in row.stage and '"max_tokens": 10' in row.stage
