@@ -147,3 +147,14 @@ def test_the_judgements_record_the_parameters_the_judge_sent_not_the_official_on
     assert fidelity.judged_rows([line()])[0].status == "same"
     row = fidelity.judged_rows([line("+judge.accepts={temperature:false}")])[0]
     assert row.status == "differs" and '"temperature"' not in row.stage and '"max_tokens": 10' in row.stage
+
+
+def test_the_second_judge_is_compared_at_agreement_not_in_the_stage():
+    """+judge@judge2 on a run is the agreement's (gate_judging, second=True): not a stage row; there its
+    config is compared with conf/judge/deepseek_pro.yaml."""
+    cfg = resolved("main", "+judge@judge2=deepseek_pro")
+    assert fidelity.config_rows(cfg) == []
+    assert fidelity.judge_config_row(cfg.judge2, second=True).status == "same"
+    other = resolved("main", "+judge@judge2=deepseek_pro", "+judge2.accepts={temperature:false}")
+    row = fidelity.judge_config_row(other.judge2, second=True)
+    assert row.key == "config.judge2" and row.status == "differs" and "temperature" in row.stage

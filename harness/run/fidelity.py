@@ -239,7 +239,7 @@ def _config_skip() -> tuple[str, ...]:
     return tuple(reference().get("config_not_compared") or []) + OWNED + tuple(reference()["settings"])
 
 
-def config_rows(cfg, sections_skipped: tuple[str, ...] = ("judge",)) -> list[Row]:
+def config_rows(cfg, sections_skipped: tuple[str, ...] = ("judge", "judge2")) -> list[Row]:
     """One row per config section with leaves that differ from the preset's own resolved config (what no
     other row compares: the index's other parameters, the provider, `accepts`, keys added with `+`)."""
     name = str(cfg.stage.get("name"))
