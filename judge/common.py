@@ -71,11 +71,14 @@ def identity(jc: dict) -> str:
 
 
 def judge_block(name: str, jc: dict, ident: str, with_base_url: bool = True) -> dict:
-    """The `judge` field of a judgement line."""
+    """The `judge` field of a judgement line; `params` as the calls send them (fitted to the judge's
+    `accepts`: a temperature the endpoint never gets is not recorded as the official temperature 0)."""
+    from harness.endpoints.fit import fit
+
     out = {"name": name, "model": jc.get("model"), "provider": jc.get("provider")}
     if with_base_url:
         out["base_url"] = jc.get("base_url")
-    return {**out, "identity": ident, "params": jc.get("params")}
+    return {**out, "identity": ident, "params": fit(jc.get("params") or {}, jc.get("accepts"))[0]}
 
 
 # ------------------------------------------------------------------------------ cache and calls

@@ -112,12 +112,12 @@ def test_a_setting_is_one_line_of_the_reference(tmp_path, monkeypatch):
     p = tmp_path / "paper.yaml"
     p.write_text(yaml.safe_dump(ref))
     monkeypatch.setattr(fidelity, "REFERENCE_PATH", p)
-    got = refused("main", "+runtime.session_search=installed")
+    got = refused("main", "runtime.session_search=installed")
     assert set(got) == {"runtime.session_search"} and got["runtime.session_search"].stage == "installed"
-    assert refused("main", "+runtime.session_search=adaptive") == {}
+    assert refused("main", "runtime.session_search=adaptive") == {}
     c = resolved("main", "stage.groups=[{sample:main,conditions:[none]}]", "~stage.conditions.session_search",
                  "~stage.conditions.session_search_compact", "~stage.conditions.shell",
-                 "+runtime.session_search=installed")
+                 "runtime.session_search=installed")
     rows = {r.key: r for r in fidelity.manifest(c, build(c))}
     assert rows["runtime.session_search"].status == "not used"  # no condition of the stage uses the runtime
 

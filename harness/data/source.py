@@ -34,7 +34,9 @@ def resolve(data_cfg) -> Path:
 def cached_sha256(path: Path, cache_dir: Path) -> str:
     cache = Path(cache_dir) / "sha256.json"
     st = path.stat()
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    # the inode and change time too: an in-place edit that keeps the size and puts the modification time
+    # back (cp -p, rsync -t, os.utime) must be hashed again, never recognised by its old sha256
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{st.st_ctime_ns}"
     known = json.loads(cache.read_text()) if cache.exists() else {}
     if key not in known:
         known[key] = sha256_file(path)

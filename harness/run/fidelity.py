@@ -87,21 +87,43 @@ def lookup(tree: Any, path: str) -> Any:
     return node
 
 
+def _is_effort_key(k: str) -> bool:
+    return k == "reasoning_effort" or ("reason" in k and "effort" in k)
+
+
 def reasoning_effort(params: dict | None) -> str | None:
     """The reasoning effort however the endpoint spells it: `reasoning_effort: low`, `reasoning: {effort: low}`
-    or a name `model.accepts` renames it to (e.g. `reasoning.effort`)."""
-    from harness.run.settings import reasoning_effort as one_setting
-
+    or a name `model.accepts` renames it to (e.g. `reasoning.effort`), also inside `extra_body`. Spelled twice with
+    two values (the endpoint gets both and honours one), it is `conflicting: high, low`, never the first spelling."""
     params = params or {}
-    found = one_setting({"params": params})  # the spellings the typed settings know
-    if found is not None:
-        return found
-    named = [v for k, v in params.items() if "reason" in k and "effort" in k and v is not None]
-    return str(named[0]) if named else None
+    efforts = {str(v) for k, v in params.items() if _is_effort_key(k) and v is not None}
+    r = params.get("reasoning")
+    if isinstance(r, dict) and r.get("effort") is not None:
+        efforts.add(str(r["effort"]))
+    body = params.get("extra_body")
+    if isinstance(body, dict):  # the openai client's pass-through: what the endpoint reads the same way
+        inner = reasoning_effort(body)
+        efforts |= set(inner.removeprefix("conflicting: ").split(", ")) if inner else set()
+    if len(efforts) > 1:
+        return "conflicting: " + ", ".join(sorted(efforts))
+    return next(iter(efforts), None)
 
 
 def _other_params(params: dict | None) -> dict:
-    return {k: v for k, v in (params or {}).items() if k not in ("reasoning_effort", "reasoning")}
+    """What is sent besides the reasoning effort (a `reasoning` block's other keys, e.g. summary, stay)."""
+    out = {k: v for k, v in (params or {}).items() if not _is_effort_key(k)}
+    if isinstance(out.get("reasoning"), dict):
+        rest = {k: v for k, v in out["reasoning"].items() if k != "effort"}
+        out = {k: v for k, v in out.items() if k != "reasoning"} | ({"reasoning": rest} if rest else {})
+    return out
+
+
+def sent_params(model: dict | None) -> dict:
+    """The reader's parameters as its calls send them: model.params fitted to model.accepts."""
+    from harness.endpoints.fit import fit
+
+    model = model or {}
+    return fit(model.get("params") or {}, model.get("accepts"))[0]
 
 
 def _fusion(tree: dict, key: str) -> Any:
@@ -113,8 +135,8 @@ def _fusion(tree: dict, key: str) -> Any:
 
 # values the reference names that are not one config path: what the code derives from the config
 DERIVED = {
-    "model.reasoning_effort": lambda t: reasoning_effort((t.get("model") or {}).get("params")),
-    "model.other_params": lambda t: _other_params((t.get("model") or {}).get("params")),
+    "model.reasoning_effort": lambda t: reasoning_effort(sent_params(t.get("model"))),
+    "model.other_params": lambda t: _other_params(sent_params(t.get("model"))),
     "fusion.depth": lambda t: _fusion(t, "depth"),
     "fusion.rrf_k": lambda t: _fusion(t, "rrf_k"),
 }
@@ -159,16 +181,95 @@ def _is_org(cfg) -> bool:
     return any(g.get("variant") for g in cfg.stage.get("groups") or [])
 
 
+# ------------------------------------------------------------------------------ the rest of the config
+
+# paths other rows compare (reader_model, judge_model, judge_prompts, encoder, index, runtime, the
+# conditions and stage rows, `settings`): the generic rows skip them so one override is one row
+OWNED = ("model.model", "model.params", "model.accepts", "judge.model", "judge.prompts", "index.name", "index.m",
+         "index.ef_construction", "index.ef_runtime", "index.depth", "index.rrf_k", "encoder.name", "encoder.path",
+         "runtime.session_search", "stage.conditions", "stage.groups", "stage.name")
+
+
+@functools.lru_cache(maxsize=16)
+def _reference_config(stage_name: str, judge: str | None, mtime: float) -> dict:
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.types import RunMode
+
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(REPO / "conf")))
+    overrides = [f"stage={stage_name}", "preset=paper"] + ([f"judge={judge}"] if judge else [])
+    cfg = loader.load_configuration(config_name="config", overrides=overrides, run_mode=RunMode.RUN)
+    out = OmegaConf.to_container(cfg, resolve=False)
+    out.pop("hydra", None)
+    return plain(OmegaConf.create(out))
+
+
+def reference_config(stage_name: str | None, judge: str | None = None) -> dict:
+    """The config `preset=paper` resolves to for the paper's stage of this name (main when it is none of
+    them: its groups row differs already), composed afresh from conf/ without any override."""
+    stages = reference()["stages"]
+    name = stage_name if stage_name in stages else "main"
+    mtime = max(f.stat().st_mtime for f in (REPO / "conf").rglob("*.yaml"))
+    return _reference_config(name, judge, mtime)
+
+
+def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict) and tree:
+        out: dict[str, Any] = {}
+        for k, v in tree.items():
+            out |= _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return {prefix: tree}
+
+
+def _skipped(path: str, skip: tuple[str, ...]) -> bool:
+    return any(path == s or path.startswith(s + ".") for s in skip)
+
+
+def config_diffs(mine: dict, ref: dict, skip: tuple[str, ...]) -> dict[str, list[str]]:
+    """Section -> the leaves of `mine` that differ from `ref` (changed, added with `+`, removed)."""
+    a, b = _leaves(mine), _leaves(ref)
+    out: dict[str, list[str]] = {}
+    for path in sorted(set(a) | set(b)):
+        if _skipped(path, skip):
+            continue
+        got, want = a.get(path, MISSING), b.get(path, MISSING)
+        if got != want:
+            out.setdefault(path.split(".")[0], []).append(_field_diff(path, got, want))
+    return out
+
+
+def _config_skip() -> tuple[str, ...]:
+    return tuple(reference().get("config_not_compared") or []) + OWNED + tuple(reference()["settings"])
+
+
+def config_rows(cfg, sections_skipped: tuple[str, ...] = ("judge", "judge2")) -> list[Row]:
+    """One row per config section with leaves that differ from the preset's own resolved config (what no
+    other row compares: the index's other parameters, the provider, `accepts`, keys added with `+`)."""
+    name = str(cfg.stage.get("name"))
+    diffs = config_diffs(plain(cfg), reference_config(name), _config_skip() + sections_skipped)
+    return [Row(f"config.{sec}", f"config {sec} (the rest)", f"as preset=paper resolves stage {name}", "; ".join(d),
+                "differs", "", f"drop the override of {sec}") for sec, d in sorted(diffs.items())]
+
+
+def judge_config_row(judge_cfg, second: bool = False) -> Row:
+    """The judge's config beyond its model, prompts, endpoint and judge_params (provider, `accepts`, added
+    keys) against the paper's judge (deepseek; the second judge deepseek_pro)."""
+    ref = reference_config("main", "deepseek_pro" if second else None)["judge"]
+    diffs = config_diffs({"judge": plain(judge_cfg)}, {"judge": ref}, _config_skip()).get("judge", [])
+    key = "config.judge2" if second else "config.judge"
+    return Row(key, f"{'second ' if second else ''}judge config (the rest)", "as conf/judge/"
+               + ("deepseek_pro" if second else "deepseek") + ".yaml", "; ".join(diffs) or "as the paper's",
+               _status(not diffs), "", "" if not diffs else "drop the override of the judge config")
+
+
 # ------------------------------------------------------------------------------ rows
 
 
 def reader_row(cfg) -> Row:
-    from harness.endpoints.fit import fit
-
     m = cfg.model
     ref = reference()["reader"]
-    sent, _ = fit(plain(m.get("params")) or {}, plain(m.get("accepts")))  # what the calls send, after `accepts`
-    effort = reasoning_effort(sent)
+    effort = reasoning_effort(sent_params(plain(m)))  # what the calls send, after `accepts`
     same = str(m.get("model")) == ref["model"] and effort == ref["reasoning_effort"]
     return Row("reader_model", "reader model (configured)", PAPER_TEXT["reader_model"],
                f"{m.get('model')} ({m.get('name')}), reasoning effort {effort or 'not set'}", _status(same),
@@ -220,6 +321,7 @@ def judge_rows(cfg, judge_cfg=None, second: bool = False) -> list[Row]:
     for path, spec in ref["settings"].items():
         if path.startswith("judge."):
             rows.append(_setting_row(tree, path, spec, set(), key=prefix + path[len("judge"):]))
+    rows.append(judge_config_row(j, second))
     return rows
 
 
@@ -559,7 +661,8 @@ def manifest(cfg, plan) -> list[Row]:
     need = conditions.needs(cfg)
     return [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need, cfg), index_row(cfg, need),
             *settings_rows(cfg, need), tool_texts_row(cfg), *condition_rows(cfg), *stage_rows(cfg, plan),
-            data_row(plan, str(cfg.stage.get("name"))), seed_row(cfg), *services_rows(cfg, need)]
+            data_row(plan, str(cfg.stage.get("name"))), *config_rows(cfg), seed_row(cfg),
+            *services_rows(cfg, need)]
 
 
 # The second paper's study (Sections 4.1-4.2): its assistant models, its judge and the kernel's settings
@@ -621,9 +724,18 @@ def raise_refusals(cfg, rows: list[Row]) -> None:
         raise EnvironmentFailure("preflight fidelity failed: " + refusal_text(refused), FIX)
 
 
+PRESETS = ("paper",)  # conf/preset/
+
+
 def preset(cfg) -> str | None:
+    """The preset in force; a name that is not a preset is an error, never "no preset" (fidelity.preset=mine
+    beside preset=paper would otherwise switch every refusal off while the paper's config stays)."""
     p = (cfg.get("fidelity") or {}).get("preset")
-    return None if p in (None, "", "none") else str(p)
+    if p in (None, "", "none"):
+        return None
+    if str(p) not in PRESETS:
+        raise ValueError(f"fidelity.preset={p} is not a preset ({', '.join(PRESETS)}, or null); use preset=paper")
+    return str(p)
 
 
 def allowed(cfg) -> list[str]:
@@ -660,7 +772,7 @@ def gate_judging(cfg, rd, judge_cfg, prompts, second: bool = False) -> list[Row]
     rows = [r for r in judge_rows(cfg, judge_cfg, second) if r.key not in ("judge_prompts",)]
     rows.insert(1, prompts_row("builtin" if prompts.source == "builtin" else str(prompts.source),
                                prompts.source_sha256))
-    in_force = preset(cfg) or stage_fid.get("preset")
+    in_force = "paper" if "paper" in (preset(cfg), stage_fid.get("preset")) else None  # the stage's preset binds
     refused = refusals(cfg, rows, in_force, also_allowed=list(stage_fid.get("accepted") or []),
                        check_keys=False)
     if refused:
@@ -711,13 +823,17 @@ def sent_rows(entries: list[dict]) -> list[Row]:
                          and e.get("status") == 200 and e.get("response_model")})
         efforts = sorted({str(reasoning_effort(e.get("sent"))) for e in req})
         choices = sorted({str((e.get("sent") or {}).get("tool_choice", "auto (not sent)")) for e in req})
+        others = sorted({fmt(_other_params({k: v for k, v in (e.get("sent") or {}).items()
+                                            if k not in ("tools", "tool_choice")})) for e in req})
         same = models == [ref["reader"]["model"]] and efforts == [ref["reader"]["reasoning_effort"]] and \
-            not set(choices) - {"auto (not sent)", "auto", "none"} and echoed in ([], [ref["reader"]["model"]])
+            not set(choices) - {"auto (not sent)", "auto", "none"} and echoed in ([], [ref["reader"]["model"]]) and \
+            others == [fmt(reference()["settings"]["model.other_params"])]
         rows.append(Row("reader_sent", "reader calls (as sent, from the ledger)",
                         f"{ref['reader']['model']}, reasoning effort {ref['reader']['reasoning_effort']}, tool_choice "
                         "auto (none on the forced answer)",
                         f"{', '.join(models)} (endpoint replied {', '.join(echoed) or '-'}), reasoning effort "
-                        f"{', '.join(efforts)}, tool_choice {', '.join(choices)}", _status(same), "", refuse=False))
+                        f"{', '.join(efforts)}, tool_choice {', '.join(choices)}"
+                        + ("" if others == ["{}"] else f", also sent {'; '.join(others)}"), _status(same), "", refuse=False))
     req = [e for e in judge if e["event"] == "request"]
     if req:
         models = sorted({str(e.get("model")) for e in req})
