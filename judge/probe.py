@@ -56,8 +56,10 @@ _ISO = re.compile(r"\b(\d{4})[-/](\d{2})[-/](\d{2})\b")
 _ASKS_NUMBER = re.compile(r"\bhow (many|much|long|old|far|often|fast|big|tall|heavy)\b|\bwhat (percentage|number|"
                           r"amount|price|total|age|score|time|year)\b|\bhow many\b", re.I)
 _ASKS_WHEN = re.compile(r"\b(when|what (date|day|month|year)|which (date|day|month|year))\b", re.I)
-_ASKS_ORDER = re.compile(r"\b(first|last|order|earlier|earliest|later|latest|before|after|sequence|rank|"
-                         r"chronological|most recent|oldest|newest)\b", re.I)
+# (stems: "ranked", "chronologically", "in sequence"; "from most to least ..." ranks by "most"/"least")
+_ASKS_ORDER = re.compile(r"\b(first|last|order\w*|earl\w*|later|latest|before|after|sequen\w*|rank\w*|"
+                         r"chronolog\w*|most|least|oldest|newest|previous|next|top|highest|lowest|best|worst|"
+                         r"sort\w*|reverse\w*)\b", re.I)
 # a sentence of a gold that states an accepted alternative ("22 days ... is also acceptable", "12 weeks if rounded up")
 _ALTERNATIVE = re.compile(r"\b(accept|acceptable|accepted|also|rounded|alternatively)\b", re.I)
 _WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",

@@ -1,0 +1,31 @@
+"""An outside statistician's audit of the trust features (issue 34): each test is a case the shipped
+code got wrong, with the truth written by hand (planted answers read one by one)."""
+
+from __future__ import annotations
+
+from judge import probe as PR
+
+
+def _q(qid: str, question: str, gold: str) -> dict:
+    return {"qid": qid, "qtype": "multi-session", "question": question, "gold": gold, "abstention": False}
+
+
+def _planted(*qs: dict) -> dict[tuple[str, str], str]:
+    return {(p["qid"], p["kind"]): p["answer"] for p in PR.plant(list(qs), seed=0)}
+
+
+def test_no_reordering_for_order_questions_without_the_word_order():
+    """'From most to least favourite', 'chronologically', 'ranked': the question asks for an order, so the
+    reversed list is a wrong answer and must not be planted as a right one (nor pass the second rule)."""
+    qs = [_q("o1", "What are my three favorite movies, from most to least favorite?", "Inception, Interstellar and Memento"),
+          _q("o2", "List the cities I visited chronologically.", "Paris, Rome and Berlin"),
+          _q("o3", "Can you give me the gyms I tried, ranked by how much I liked them?", "Equinox, Crunch and Planet Fitness")]
+    by = _planted(*qs)
+    assert not [k for k in by if k[1] == "reordered"], by
+    for q in qs:
+        parts = PR.list_parts(q["gold"])
+        reversed_ = {**q, "kind": "reordered", "truth": True, "answer": ", ".join(parts[::-1][:-1]) + " and " + parts[0]}
+        assert PR.check(reversed_), reversed_
+    # an unordered list is still reordered (a right answer)
+    assert _planted(_q("u1", "Which friends came to my birthday dinner?", "Alice, Bob and Carol"))[("u1", "reordered")] \
+        == "Carol, Bob and Alice"
