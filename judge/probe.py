@@ -150,8 +150,9 @@ def _change_date(question: str, gold: str) -> str | None:
 
 
 def list_parts(gold: str) -> list[str]:
-    """The items of a plain list ("A, B and C"), [] when the gold is not one (a number, a sentence)."""
-    if numbers(gold) or len(gold.split()) > 12 or re.search(r"[.;:()]", gold):
+    """The items of a plain list ("A, B and C"), [] when the gold is not one (a number, a sentence, or a
+    name joined by "and" without a comma: "Pride and Prejudice", "Tom and Jerry" are one item each)."""
+    if numbers(gold) or len(gold.split()) > 12 or re.search(r"[.;:()]", gold) or "," not in gold:
         return []
     parts = [p.strip() for p in re.split(r",\s+|\s+and\s+", gold) if p.strip()]
     return parts if len(parts) >= 2 and all(len(p.split()) <= 4 for p in parts) else []

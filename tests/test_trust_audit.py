@@ -29,3 +29,16 @@ def test_no_reordering_for_order_questions_without_the_word_order():
     # an unordered list is still reordered (a right answer)
     assert _planted(_q("u1", "Which friends came to my birthday dinner?", "Alice, Bob and Carol"))[("u1", "reordered")] \
         == "Carol, Bob and Alice"
+
+
+def test_a_name_or_title_joined_by_and_is_not_a_list_to_reorder():
+    """'Pride and Prejudice', 'Bread and Butter', 'Tom and Jerry' are one name each: 'Prejudice and Pride' is not
+    the gold, so it must not be planted as a right answer, and the second rule must refuse it."""
+    qs = [_q("t1", "Which book did I recommend to my sister?", "Pride and Prejudice"),
+          _q("t2", "Which restaurant did we go to for our anniversary?", "Bread and Butter"),
+          _q("t3", "Which cartoon did my son watch all weekend?", "Tom and Jerry")]
+    by = _planted(*qs)
+    assert not [k for k in by if k[1] == "reordered"], by
+    for q in qs:
+        a, b = q["gold"].split(" and ")
+        assert PR.check({**q, "kind": "reordered", "truth": True, "answer": f"{b} and {a}"})
