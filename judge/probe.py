@@ -204,7 +204,8 @@ def check(p: dict) -> str:
     kind, answer, gold, question = p["kind"], p["answer"], str(p["gold"]), str(p["question"])
     gold_n, ans_n = numbers(gold), numbers(answer)
     if kind == "changed_number":
-        if not ans_n or ans_n & gold_n:
+        gold_all = gold_n | {float(x) for x in from_words(gold)}  # "or twelve if rounded up" is an alternative too
+        if not ans_n or (ans_n | {float(x) for x in from_words(answer)}) & gold_all:
             return "it still contains a number of the gold (the answer or an accepted alternative)"
         if not _ASKS_NUMBER.search(question):
             return "the question does not ask for a quantity"

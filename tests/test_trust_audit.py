@@ -42,3 +42,28 @@ def test_a_name_or_title_joined_by_and_is_not_a_list_to_reorder():
     for q in qs:
         a, b = q["gold"].split(" and ")
         assert PR.check({**q, "kind": "reordered", "truth": True, "answer": f"{b} and {a}"})
+
+
+def test_a_changed_number_keeps_no_accepted_alternative_written_in_words():
+    """'11 weeks, or twelve if rounded up': changing 11 to 14 leaves 'twelve if rounded up', an accepted answer,
+    in a planted wrong answer. The second rule must see numbers in words too."""
+    q = _q("n1", "How many weeks did the course take?", "11 weeks, or twelve if rounded up")
+    by = _planted(q)
+    assert ("n1", "changed_number") not in by, by
+    assert PR.check({**q, "kind": "changed_number", "truth": False, "answer": "14 weeks, or twelve if rounded up"})
+    assert PR.check({**q, "kind": "changed_number", "truth": False, "answer": "eleven weeks"})  # the gold in words
+    # a number changed where nothing of the gold survives is kept
+    assert _planted(_q("n2", "How many days did it take?", "21 days. 22 days (including the last day) is also "
+                                                          "acceptable."))[("n2", "changed_number")] == "24 days"
+
+
+def test_a_date_is_changed_only_when_the_question_asks_when_not_for_a_when_clause():
+    """'What was I doing when I met Emma?' asks what, not when: 'a conference in August' still names the
+    conference, so it is no planted wrong answer; the second rule reads the question too."""
+    q = _q("d1", "What was I doing when I met Emma?", "I was at a conference in May")
+    by = _planted(q)
+    assert ("d1", "changed_date") not in by, by
+    assert PR.check({**q, "kind": "changed_date", "truth": False, "answer": "I was at a conference in August"})
+    for text in ("When did I start my new job?", "What date is my dentist appointment?",
+                 "On which day did I adopt my dog?"):
+        assert _planted(_q("d2", text, "March 2023"))[("d2", "changed_date")] == "June 2023", text
