@@ -55,7 +55,9 @@ _ISO = re.compile(r"\b(\d{4})[-/](\d{2})[-/](\d{2})\b")
 # the question asks for a quantity / for a time / for an order (then its parts cannot be reordered)
 _ASKS_NUMBER = re.compile(r"\bhow (many|much|long|old|far|often|fast|big|tall|heavy)\b|\bwhat (percentage|number|"
                           r"amount|price|total|age|score|time|year)\b|\bhow many\b", re.I)
-_ASKS_WHEN = re.compile(r"\b(when|what (date|day|month|year)|which (date|day|month|year))\b", re.I)
+# "when" as the question's word ("When did I ...", "... when was it"), not a clause ("What was I doing when I met ...")
+_ASKS_WHEN = re.compile(r"^\W*when\b|\bwhen (did|was|were|is|are|do|does|will|would|had|has|have)\b|"
+                        r"\b(what|which) (date|day|month|year)\b", re.I)
 # (stems: "ranked", "chronologically", "in sequence"; "from most to least ..." ranks by "most"/"least")
 _ASKS_ORDER = re.compile(r"\b(first|last|order\w*|earl\w*|later|latest|before|after|sequen\w*|rank\w*|"
                          r"chronolog\w*|most|least|oldest|newest|previous|next|top|highest|lowest|best|worst|"
@@ -210,6 +212,8 @@ def check(p: dict) -> str:
         if not _ASKS_NUMBER.search(question):
             return "the question does not ask for a quantity"
     elif kind == "changed_date":
+        if not _ASKS_WHEN.search(question):
+            return "the question does not ask when"
         if _has(answer, main_part(gold)) or _has(gold, answer):
             return "it still states the gold's date"
         names = [n for n in (*MONTHS, *DAYS) if _has(main_part(gold), n)]
