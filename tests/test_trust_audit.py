@@ -67,3 +67,23 @@ def test_a_date_is_changed_only_when_the_question_asks_when_not_for_a_when_claus
     for text in ("When did I start my new job?", "What date is my dentist appointment?",
                  "On which day did I adopt my dog?"):
         assert _planted(_q("d2", text, "March 2023"))[("d2", "changed_date")] == "June 2023", text
+
+
+def test_the_errata_list_the_open_reports_they_missed_and_claim_nothing_unread():
+    """Open LongMemEval reports #12 (ad7109d1), #21 (dd2973ad), #22 (51a45a95) and #41 (370a8ff4 filed again after
+    #40 was closed) had no choice recorded; #50's third item was described (a question about shoes) from an excerpt
+    that ends at the question id."""
+    from pathlib import Path
+
+    from harness.data import errata as E
+
+    er = E.load(Path(__file__).resolve().parents[1] / "data" / "errata" / "longmemeval.yaml")
+    by: dict[str, dict[str, str]] = {}
+    for r in er.reports():
+        for s in r["source"].split():
+            by.setdefault(s.rsplit("/", 1)[-1], {})[r["qid"]] = r["choice"]
+    assert by["41"] == {"370a8ff4": "corrected (answer)"}
+    assert by["21"] == {"dd2973ad": "excluded"}  # acknowledged upstream; no corrected bedtime established
+    assert by["12"] == {"ad7109d1": "left"} and by["22"] == {"51a45a95": "left"}
+    third = next(n for n in er.notes if n.get("qid") == "gpt4_5dcc0aab")["reasoning"].lower()
+    assert "shoe" not in third and "cut off" in third
