@@ -116,3 +116,39 @@ def test_the_exact_mcnemar_n_for_80_is_the_smallest_n_that_reaches_it_on_a_saw_t
     assert _exact_mcnemar_power(got, psi, delta) >= 0.8
     assert all(_exact_mcnemar_power(k, psi, delta) < 0.8 for k in range(180, got))
     assert got == 199
+
+
+def test_make_judge_refuses_an_errata_file_that_names_no_data_of_the_stage_before_paying(tmp_path):
+    """`make judge errata=FILE` on a stage whose data the errata is not about exits 2, and before any judge call:
+    the stage's own judging (paid) used to run first and the refusal came after it."""
+    import json
+    from pathlib import Path
+
+    import pytest
+    from hydra import compose, initialize_config_dir
+
+    from harness.data.errata import ErrataError
+    from harness.records import RunDir
+    from judge.answer_check import judge_command
+    from tests.analysis_fixtures import answered_record
+    from tests.fake_model import FakeModel
+    from tests.test_trust import ERRATA
+
+    rec_dir = tmp_path / "runs" / "smoke" / "smoke" / "records"
+    rec_dir.mkdir(parents=True)
+    rec = answered_record("none.lme.q00.r0", "q00", "single-session-user", "", "What is q00?", "41", "It is 41.")
+    rec["data_path"] = "/gen/longmemeval_org.json"  # not a file the errata names
+    (rec_dir / "none.lme.q00.r0.json").write_text(json.dumps(rec))
+    path = tmp_path / "errata.yaml"
+    path.write_text(ERRATA)
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with FakeModel(script=lambda req: {"role": "assistant", "content": "yes"}) as fake:
+        with initialize_config_dir(config_dir=conf, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[
+                "stage=smoke", "judge=vllm", f"judge.base_url={fake.base_url}", "judge.backoff_s=0.01",
+                f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache", f"+errata={path}"])
+        rd = RunDir.for_stage(cfg)
+        with pytest.raises(ErrataError, match="refused") as exc:
+            judge_command(cfg, rd)
+        assert exc.value.exit_code == 2
+        assert fake.run_requests == []  # nothing judged, nothing paid
