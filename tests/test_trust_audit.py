@@ -3,6 +3,8 @@ code got wrong, with the truth written by hand (planted answers read one by one)
 
 from __future__ import annotations
 
+import pytest
+
 from judge import probe as PR
 
 
@@ -152,3 +154,29 @@ def test_make_judge_refuses_an_errata_file_that_names_no_data_of_the_stage_befor
             judge_command(cfg, rd)
         assert exc.value.exit_code == 2
         assert fake.run_requests == []  # nothing judged, nothing paid
+
+
+@pytest.mark.xfail(strict=True, reason="open: Table 1 takes a run's cost from its record (last attempt only), "
+                   "Table 6 from the ledger (every attempt); not fixed in this audit")
+def test_usd_per_correct_reproduces_from_the_ledger_when_a_run_was_retried(tmp_path):
+    """A run whose first attempt (100k prompt tokens, metered) was superseded: the money was spent, so USD per
+    correct answer by hand from the ledger counts it. Table 1 (repeat 0: the same runs as Table 6 here) does not."""
+    from tests.analysis_fixtures import PRICES, Stage, sha256_file
+    from tests.test_analysis import csv, prereg_file, row
+    from tests.test_trust import analyse
+
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for i in range(10):
+        st.add("session_search", f"q{i:02d}", correct=i % 2 == 0, prompt=1000, output=100, attempt=2 if i == 0 else 1)
+        st.add("tool_hybrid", f"q{i:02d}", correct=True, prompt=500, output=50)
+    base = {"call": "deadbeef00000001", "tag": "session_search.lme.q00.r0", "attempt": 1, "role": "agent",
+            "model": "test-model", "path": "/chat/completions", "ts": "2026-10-08T10:00:00.000+00:00"}
+    st.ledger += [{**base, "event": "request"}, {**base, "event": "response", "status": 200, "prompt": 100000,
+                                                 "hit": 0, "miss": 100000, "output": 0, "reasoning": 0}]
+    st.write()
+    out = analyse(tmp_path, pre)
+    by_hand = (10 * (1000 * PRICES["miss"] + 100 * PRICES["output"]) + 100000 * PRICES["miss"]) / 1e6 / 5
+    assert row(csv(out, "table6.csv"), party="agents", condition="session_search")["usd_per_correct"] == \
+        pytest.approx(by_hand)
+    assert row(csv(out, "table1.csv"), condition="session_search")["usd_per_correct"] == pytest.approx(by_hand)
