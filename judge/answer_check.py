@@ -366,13 +366,15 @@ def judge_command(cfg, rd) -> int:
     if cfg.get("budget_usd") is not None:  # the stage's cap covers the judge's calls too
         budget = Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"),
                         judge_model_config(cfg.judge).get("prices"), rd.ledger_paths())
-    summary = judge_stage(cfg, rd, budget=budget)
-    failed = summary["failed"]
-    if cfg.get("errata"):  # the runs of corrected questions, judged again against the corrected gold
+    er = None
+    if cfg.get("errata"):  # checked before anything is judged: a refused file costs nothing
         from harness.data import errata as E
 
         er = E.load(str(cfg.errata), cfg.get("errata_sha256"))
         er.require({r.data_path for r in rd.records()}, f"stage {rd.root}")
+    summary = judge_stage(cfg, rd, budget=budget)
+    failed = summary["failed"]
+    if er is not None:  # the runs of corrected questions, judged again against the corrected gold
         answers = er.answers()
         only = {r.run_id for r in rd.records() if r.qid in answers}
         if only:

@@ -55,9 +55,13 @@ _ISO = re.compile(r"\b(\d{4})[-/](\d{2})[-/](\d{2})\b")
 # the question asks for a quantity / for a time / for an order (then its parts cannot be reordered)
 _ASKS_NUMBER = re.compile(r"\bhow (many|much|long|old|far|often|fast|big|tall|heavy)\b|\bwhat (percentage|number|"
                           r"amount|price|total|age|score|time|year)\b|\bhow many\b", re.I)
-_ASKS_WHEN = re.compile(r"\b(when|what (date|day|month|year)|which (date|day|month|year))\b", re.I)
-_ASKS_ORDER = re.compile(r"\b(first|last|order|earlier|earliest|later|latest|before|after|sequence|rank|"
-                         r"chronological|most recent|oldest|newest)\b", re.I)
+# "when" as the question's word ("When did I ...", "... when was it"), not a clause ("What was I doing when I met ...")
+_ASKS_WHEN = re.compile(r"^\W*when\b|\bwhen (did|was|were|is|are|do|does|will|would|had|has|have)\b|"
+                        r"\b(what|which) (date|day|month|year)\b", re.I)
+# (stems: "ranked", "chronologically", "in sequence"; "from most to least ..." ranks by "most"/"least")
+_ASKS_ORDER = re.compile(r"\b(first|last|order\w*|earl\w*|later|latest|before|after|sequen\w*|rank\w*|"
+                         r"chronolog\w*|most|least|oldest|newest|previous|next|top|highest|lowest|best|worst|"
+                         r"sort\w*|reverse\w*)\b", re.I)
 # a sentence of a gold that states an accepted alternative ("22 days ... is also acceptable", "12 weeks if rounded up")
 _ALTERNATIVE = re.compile(r"\b(accept|acceptable|accepted|also|rounded|alternatively)\b", re.I)
 _WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
@@ -148,8 +152,9 @@ def _change_date(question: str, gold: str) -> str | None:
 
 
 def list_parts(gold: str) -> list[str]:
-    """The items of a plain list ("A, B and C"), [] when the gold is not one (a number, a sentence)."""
-    if numbers(gold) or len(gold.split()) > 12 or re.search(r"[.;:()]", gold):
+    """The items of a plain list ("A, B and C"), [] when the gold is not one (a number, a sentence, or a
+    name joined by "and" without a comma: "Pride and Prejudice", "Tom and Jerry" are one item each)."""
+    if numbers(gold) or len(gold.split()) > 12 or re.search(r"[.;:()]", gold) or "," not in gold:
         return []
     parts = [p.strip() for p in re.split(r",\s+|\s+and\s+", gold) if p.strip()]
     return parts if len(parts) >= 2 and all(len(p.split()) <= 4 for p in parts) else []
@@ -201,11 +206,14 @@ def check(p: dict) -> str:
     kind, answer, gold, question = p["kind"], p["answer"], str(p["gold"]), str(p["question"])
     gold_n, ans_n = numbers(gold), numbers(answer)
     if kind == "changed_number":
-        if not ans_n or ans_n & gold_n:
+        gold_all = gold_n | {float(x) for x in from_words(gold)}  # "or twelve if rounded up" is an alternative too
+        if not ans_n or (ans_n | {float(x) for x in from_words(answer)}) & gold_all:
             return "it still contains a number of the gold (the answer or an accepted alternative)"
         if not _ASKS_NUMBER.search(question):
             return "the question does not ask for a quantity"
     elif kind == "changed_date":
+        if not _ASKS_WHEN.search(question):
+            return "the question does not ask when"
         if _has(answer, main_part(gold)) or _has(gold, answer):
             return "it still states the gold's date"
         names = [n for n in (*MONTHS, *DAYS) if _has(main_part(gold), n)]

@@ -347,7 +347,7 @@ def test_the_probe_measures_a_scripted_judges_known_false_positive_rate(tmp_path
     st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
     for qid, gold, ok, question in (("q0", "12 apples", True, "How many apples did I buy?"),
                                     ("q1", "May 3", True, "When is my dentist appointment?"),
-                                    ("q2", "Alice and Bob", False, "Who came to the party?"),
+                                    ("q2", "Alice, Bob and Carol", False, "Who came to the party?"),
                                     ("q3_abs", "The user never said.", True, "What is my hamster's name?")):
         st.add("tool_hybrid", qid, gold=gold, correct=ok, abstention=qid.endswith("_abs"))["question"] = question
     st.write()
