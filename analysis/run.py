@@ -158,6 +158,14 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     s = pre.settings
     st = Settings(int(s["seed"]), int(opts["resamples"] or s["resamples"]), float(s["confidence"]))
     runs = runs_frame(folders)
+    ledgers = {f.name: ledger_frame(f) for f in folders}
+    from analysis.tables.cost import superseded_costs
+
+    earlier = superseded_costs(folders, ledgers)  # billed calls of attempts a record no longer holds
+    if earlier and len(runs):
+        keys = list(zip(runs["folder"], runs["run_id"]))
+        runs["cost"] = runs["cost"] + [earlier.get(k, (0.0, 0.0))[0] for k in keys]
+        runs["cost_paid"] = runs["cost_paid"] + [earlier.get(k, (0.0, 0.0))[1] for k in keys]
     res = Results(folders, pre, st, runs, replay_mode=opts["replay"], options=opts)
     if opts.get("errata"):
         from harness.data import errata as E
@@ -165,7 +173,7 @@ def analyse(opts: dict, progress: bool = True) -> Results:
         res.errata = E.load(opts["errata"], opts.get("errata_sha256"))
         res.errata.require([(f.info.get("data") or {}).get("path") for f in folders if f.records],
                            "the analysed stage folders")
-    res.ledgers = {f.name: ledger_frame(f) for f in folders}
+    res.ledgers = ledgers
     res.first_calls = {f.name: first_call_ts(res.ledgers[f.name]) for f in folders}
     from harness.records.provenance import code_revision
 

@@ -156,11 +156,9 @@ def test_make_judge_refuses_an_errata_file_that_names_no_data_of_the_stage_befor
         assert fake.run_requests == []  # nothing judged, nothing paid
 
 
-@pytest.mark.xfail(strict=True, reason="open: Table 1 takes a run's cost from its record (last attempt only), "
-                   "Table 6 from the ledger (every attempt); not fixed in this audit")
 def test_usd_per_correct_reproduces_from_the_ledger_when_a_run_was_retried(tmp_path):
     """A run whose first attempt (100k prompt tokens, metered) was superseded: the money was spent, so USD per
-    correct answer by hand from the ledger counts it. Table 1 (repeat 0: the same runs as Table 6 here) does not."""
+    correct answer by hand from the ledger counts it, in Table 6 and in Table 1 (repeat 0: the same runs here)."""
     from tests.analysis_fixtures import PRICES, Stage, sha256_file
     from tests.test_analysis import csv, prereg_file, row
     from tests.test_trust import analyse

@@ -70,6 +70,31 @@ def _per_correct(df: pd.DataFrame, runs: pd.DataFrame | None) -> pd.DataFrame:
     return df
 
 
+def superseded_costs(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame]) -> dict[tuple[str, str], tuple]:
+    """(folder, run_id) -> (list, paid) USD of the agents' billed calls of a run's attempts before its recorded one.
+
+    A run record holds its last attempt's calls only; what earlier attempts were billed was spent all the same,
+    so a run's cost (Tables 1, 2 and USD per correct answer) adds it, as Table 6 sums it from the ledger."""
+    out: dict[tuple[str, str], tuple] = {}
+    for f in folders:
+        led = ledgers.get(f.name)
+        if led is None or led.empty or not f.records:
+            continue
+        final = {r["run_id"]: r["attempt"] for r in f.records}
+        resp = led[(led["event"] == "response") & (led["party"] == "agents")]
+        book = price_book(f)
+        for _, e in resp.iterrows():
+            rid = e["run_id"]
+            if rid not in final or not e["attempt"] < final[rid] or not (e["status"] == 200 and e.get("billed", True)):
+                continue
+            entry, _ = _prices_for(book, e["party"], e["model"], f)
+            lst = _cost_usd(entry.get("prices") if entry else None, e["hit"], e["miss"], e["output"])
+            paid = lst * _offpeak_factor(entry.get("offpeak") if entry else None, e["ts"])
+            a, b = out.get((f.name, rid), (0.0, 0.0))
+            out[(f.name, rid)] = (a + lst, b + paid)
+    return out
+
+
 def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame], runs: pd.DataFrame | None = None
                ) -> pd.DataFrame:
     """Table 6: every metered call summed by party (agents / each judge) and condition, list and paid, and
