@@ -217,14 +217,14 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
             r["gold"] = gold[r["qid"]]
     existing = load_judgements(rd, name)
     cache = C.open_cache(cfg)
+    chosen = kinds.chosen(judge_cfg, cfg.get("stage") if hasattr(cfg, "get") else None)
     if C.dry_run(cfg):
         try:
-            return _plan(rd, jc, name, prompts, cache, records, existing, only)
+            return _plan(rd, jc, name, prompts, cache, records, existing, only, chosen)
         finally:
             cache.close()
     job = _Judging(rd, jc, name, prompts, cache, tag_prefix)
     job.budget = budget
-    chosen = kinds.chosen(judge_cfg, cfg.get("stage") if hasattr(cfg, "get") else None)
     pending: list[tuple[dict, list[P.Item]]] = []
     skipped = 0
     try:
@@ -287,13 +287,13 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
 
 
 def _plan(rd: RunDir, jc: dict, name: str, prompts: P.PromptSet, cache: JudgeCache, records: list[dict],
-          existing: dict, only) -> dict:
+          existing: dict, only, chosen) -> dict:
     """dry_run=true: what judging would do, printed; no call, no line, no file."""
     ident = identity(jc)
     current = failed = cached = 0
     todo = []
     for rec in records:
-        for item in kinds.items_for(rec, prompts):
+        for item, _ in kinds.items_for(rec, prompts, chosen):  # the kinds judging would ask
             old = existing.get((rec["run_id"], item.kind))
             if old and (old["status"] == "failed_run" and rec.get("status") != "ok"
                         or old["status"] in DONE and old.get("prompt_sha256") == item.prompt_sha256
