@@ -19,3 +19,19 @@ def test_only_the_exact_shared_policy_shares(sharing):
     u = MemoryItem("user", "a2", "profile", sharing, {"field": "tools", "value": "vim"}).unit()
     assert u.visibility == "private" and unit_visible(u.owner, u.visibility, "a1") is False
     assert View("user", "a1", "shared").admits(u) is False
+
+
+@pytest.mark.parametrize("model", ["gpt-5.4-mini", "gpt-5.4-nano", "gpt-5.41", "GPT-5.4o"])
+def test_the_paper_judge_check_refuses_another_model_that_shares_its_prefix(tmp_path, model):
+    """Claim 4: make personal-paper refuses a JUDGE= other than the paper's GPT-5.4 unless declared; a smaller
+    sibling (gpt-5.4-mini) is another judge, while a dated snapshot of GPT-5.4 is the paper's."""
+    from judge.rubric import paper_judge_refusal
+
+    def cfg(*extra):
+        return stage_cfg(tmp_path, "http://127.0.0.1:9/v1", ["naive_concat"], n=2,
+                         extra=["judge=openai_reasoning", "paper_judge=true", *extra])
+
+    assert "not the paper's judge" in (paper_judge_refusal(cfg(f"judge.model={model}")) or "")
+    assert paper_judge_refusal(cfg(f"judge.model={model}", "allow_deviation=[judge_model]")) is None
+    assert paper_judge_refusal(cfg("judge.model=gpt-5.4-2026-03-05")) is None
+    assert paper_judge_refusal(cfg("judge.model=gpt-5.4")) is None
