@@ -35,3 +35,32 @@ def test_the_paper_judge_check_refuses_another_model_that_shares_its_prefix(tmp_
     assert paper_judge_refusal(cfg(f"judge.model={model}", "allow_deviation=[judge_model]")) is None
     assert paper_judge_refusal(cfg("judge.model=gpt-5.4-2026-03-05")) is None
     assert paper_judge_refusal(cfg("judge.model=gpt-5.4")) is None
+
+
+def _files(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_judge_dry_run_writes_no_file_anywhere(tmp_path, capsys):
+    """Claim 4: `judge.run dry_run=true` sends and writes nothing: no request, no judgement, and no file in the
+    stage folder or the cache folder (the judge's reply cache is read if it exists, never created)."""
+    from judge.run import main_entry
+    from tests.personal_helpers import fake_folder, scores
+
+    with FakeModel(script=Script()) as fake:
+        judge = ["judge=vllm", f"judge.base_url={fake.base_url}", "judge.model=judge-x", "dry_run=true"]
+        cfg = stage_cfg(tmp_path, fake.base_url, ["naive_concat"], n=2, extra=judge)
+        fake_folder(tmp_path / "runs", str(cfg.stage.name), str(cfg.stage.label), {"name": "vllm", "model": "m"},
+                    [{"condition": "naive_concat", "trial_id": t} for t in ("t0000", "t0001")])
+        before = _files(tmp_path)
+        assert main_entry(cfg) == 0
+        assert fake.requests == []
+        assert "2 would need a model call" in capsys.readouterr().out
+        assert _files(tmp_path) == before
+        from judge.cache import JudgeCache  # an existing cache is read, and no -wal/-shm appears beside it
+
+        JudgeCache(tmp_path / "cache" / "judge_cache.sqlite").close()
+        before = _files(tmp_path)
+        assert main_entry(cfg) == 0
+        assert fake.requests == [] and _files(tmp_path) == before
+    assert "2 would need a model call" in capsys.readouterr().out
