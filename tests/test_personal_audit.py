@@ -64,3 +64,22 @@ def test_judge_dry_run_writes_no_file_anywhere(tmp_path, capsys):
         assert main_entry(cfg) == 0
         assert fake.requests == [] and _files(tmp_path) == before
     assert "2 would need a model call" in capsys.readouterr().out
+
+
+def test_personal_paper_dry_run_plans_the_judge_of_a_stage_not_run_yet(tmp_path, capsys):
+    """Claim 4: `make personal-paper ARGS="dry_run=true"` prints both plans and sends nothing. Its second command,
+    judge.run, meets the folder the dry run did not write: a plan saying so (exit 0), not "run the stage first"
+    (exit 2, which fails the make)."""
+    from judge.run import main_entry
+
+    with FakeModel(script=Script()) as fake:
+        judge = ["judge=vllm", f"judge.base_url={fake.base_url}", "judge.model=judge-x"]
+        cfg = stage_cfg(tmp_path, fake.base_url, ["naive_concat"], n=2, extra=[*judge, "dry_run=true"])
+        assert main_entry(cfg) == 0
+        assert fake.requests == []
+    assert "dry run" in capsys.readouterr().out
+    assert list(tmp_path.rglob("*")) == []
+    # the paper's judge is still enforced in the plan, and without dry_run a stage never run is still refused
+    assert main_entry(stage_cfg(tmp_path, "http://127.0.0.1:9/v1", ["naive_concat"], n=2,
+                                extra=[*judge, "dry_run=true", "paper_judge=true"])) == 2
+    assert main_entry(stage_cfg(tmp_path, "http://127.0.0.1:9/v1", ["naive_concat"], n=2, extra=judge)) == 2
