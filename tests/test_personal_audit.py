@@ -83,3 +83,36 @@ def test_personal_paper_dry_run_plans_the_judge_of_a_stage_not_run_yet(tmp_path,
     assert main_entry(stage_cfg(tmp_path, "http://127.0.0.1:9/v1", ["naive_concat"], n=2,
                                 extra=[*judge, "dry_run=true", "paper_judge=true"])) == 2
     assert main_entry(stage_cfg(tmp_path, "http://127.0.0.1:9/v1", ["naive_concat"], n=2, extra=judge)) == 2
+
+
+class ManyFacts(Script):
+    """Mem0's extraction gives 6 facts per message (18 per user, more than k = 10), each unique to its user."""
+
+    def __call__(self, req: dict) -> dict:
+        import json
+
+        system = req["messages"][0]["content"]
+        if "memory" in system.lower() and "json" in system.lower() and req.get("response_format"):
+            from tests.personal_helpers import last_user
+
+            text = last_user(req)[-60:]
+            return {"role": "assistant", "content": json.dumps({"memory": [
+                {"text": f"Fact {i} of {abs(hash(text)) % 10 ** 8}: {text}"} for i in range(6)]})}
+        return super().__call__(req)
+
+
+@pytest.mark.services
+def test_mem0s_exposure_audit_reads_the_users_whole_partition(tmp_path):
+    """Claim 5: the exposure audit repeats each read over the user's whole partition. mem0_user, once its adds
+    are in, holding more of the user's facts than the read's k: every one of them is audited, not only the k
+    nearest (mem0_default reads at once, before its adds land, so its audit holds what was there then)."""
+    from harness.cli.run import run_personal
+    from tests.personal_helpers import records
+
+    with FakeModel(script=ManyFacts()) as fake:
+        rd = run_personal(stage_cfg(tmp_path, fake.base_url, ["mem0_user"], n=1, extra=["stage.concurrency=1"]))
+    (r,) = records(rd).values()
+    assert r["status"] == "ok" and not r["barrier"]["timed_out"], r["error"]
+    held = sum(w["items"] for w in r["writes"])
+    assert held > 10 and r["n_injected"] == 10, r["writes"]
+    assert r["audited_items"] == held, (r["audited_items"], held)
