@@ -116,3 +116,34 @@ def test_mem0s_exposure_audit_reads_the_users_whole_partition(tmp_path):
     held = sum(w["items"] for w in r["writes"])
     assert held > 10 and r["n_injected"] == 10, r["writes"]
     assert r["audited_items"] == held, (r["audited_items"], held)
+
+
+class ManyValues(Script):
+    """ProfileAgent lists 40 preferences: nothing in the writers bounds how many items a user gets."""
+
+    def __call__(self, req: dict) -> dict:
+        import json
+
+        from tests.personal_helpers import last_user
+
+        if req["messages"][0]["content"].startswith("You are ProfileAgent"):
+            tag = last_user(req)[:30]
+            return {"role": "assistant", "content": json.dumps({"preferences": [f"likes {tag} {i}" for i in range(40)]})}
+        return super().__call__(req)
+
+
+@pytest.mark.services
+def test_the_kernels_exposure_audit_reads_the_users_whole_partition(tmp_path):
+    """Claims 5 and 6: the audit covers the user's whole partition however many items the writers produced (the
+    items are one per extracted value, unbounded: 40 preferences give 40 profile items, past `candidates`)."""
+    from harness.cli.run import run_personal
+    from tests.personal_helpers import records
+
+    with FakeModel(script=ManyValues()) as fake:
+        rd = run_personal(stage_cfg(tmp_path, fake.base_url, ["kernel_shared"], n=1, extra=["index=exact"]))
+    (r,) = records(rd).values()
+    assert r["status"] == "ok" and not r["barrier"]["timed_out"], r["error"]
+    held = sum(w["items"] for w in r["writes"])
+    assert held >= 42, r["writes"]  # 40 profile items, a task item, a note
+    assert r["audited_items"] == held
+    assert r["prevented_items"] == 1 and r["prevented_conversation"] == 1  # the private note, kept out
