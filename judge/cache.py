@@ -24,10 +24,20 @@ CREATE TABLE IF NOT EXISTS replies (
 
 
 class JudgeCache:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, read_only: bool = False):
+        """`read_only` (a dry run's plan): an existing file is read as it is and nothing is created, so a plan
+        writes no file; no file reads as an empty cache, and `put` is refused."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
         self._lock = threading.Lock()
+        if read_only:
+            uri = f"{self.path.resolve().as_uri()}?mode=ro&immutable=1"  # immutable: no -wal/-shm files made
+            self._db = sqlite3.connect(uri if self.path.exists() else ":memory:", uri=self.path.exists(),
+                                       check_same_thread=False, isolation_level=None)
+            if not self.path.exists():
+                self._db.execute(_SCHEMA)
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -40,6 +50,8 @@ class JudgeCache:
         return row[0] if row else None
 
     def put(self, identity: str, prompt_sha256: str, reply: str, model: str | None = None) -> None:
+        if self.read_only:
+            raise RuntimeError(f"{self.path}: the judge cache is open read-only (dry run): nothing is written")
         ts = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?, ?)",

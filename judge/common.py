@@ -84,7 +84,8 @@ def judge_block(name: str, jc: dict, ident: str, with_base_url: bool = True) -> 
 # ------------------------------------------------------------------------------ cache and calls
 
 def open_cache(cfg) -> JudgeCache:
-    return JudgeCache(Path(str(cfg.cache_dir)) / "judge_cache.sqlite")
+    """The judge's reply cache; a dry run only reads it (never creates the file or its -wal/-shm)."""
+    return JudgeCache(Path(str(cfg.cache_dir)) / "judge_cache.sqlite", read_only=dry_run(cfg))
 
 
 def concurrency(cfg, jc: dict) -> int:

@@ -277,13 +277,21 @@ def _current(old: dict, rec: dict, trial: dict, hybrid: bool, ident: str) -> boo
 PAPER_JUDGE_MODEL = "gpt-5.4"  # the paper's sole judge (Section 4.2); conf/judge/gpt54.yaml
 
 
+def is_paper_judge(model) -> bool:
+    """GPT-5.4 itself or a dated snapshot of it (gpt-5.4-2026-03-05), never a sibling sharing its prefix
+    (gpt-5.4-mini, gpt-5.41): those are other judges."""
+    import re
+
+    return re.fullmatch(re.escape(PAPER_JUDGE_MODEL) + r"(-\d{4}-\d{2}-\d{2})?", str(model).strip().lower()) is not None
+
+
 def paper_judge_refusal(cfg) -> str | None:
     """With `paper_judge=true` (make personal-paper): why this judge is refused, or None. Any judge model but the
     paper's is refused unless declared (allow_deviation=[judge_model])."""
     if not cfg.get("paper_judge"):
         return None
     model = str(cfg.judge.get("model"))
-    if model.lower().startswith(PAPER_JUDGE_MODEL) or "judge_model" in [str(k) for k in cfg.get("allow_deviation") or []]:
+    if is_paper_judge(model) or "judge_model" in [str(k) for k in cfg.get("allow_deviation") or []]:
         return None
     return (f"judge {cfg.judge.get('name')} ({model}) is not the paper's judge ({PAPER_JUDGE_MODEL}, judge=gpt54); "
             "declare the fallback with allow_deviation=[judge_model]")

@@ -28,6 +28,17 @@ def main_entry(cfg) -> int:
 
     settings.check(cfg)  # an added option nobody reads (+judge.kind=...), or two presets of one name: exit 2
     rd = RunDir.for_stage(cfg)
+    if not rd.records_dir.exists() and cfg.get("dry_run"):  # after the stage's own dry run (make personal-paper)
+        from judge.rubric import paper_judge_refusal
+
+        refused = paper_judge_refusal(cfg)
+        if refused:
+            print(f"error: {refused}", file=sys.stderr)
+            return BAD_INPUT
+        j = cfg.get("judge") or {}
+        print(f"dry run: {rd.root} has no records yet: judge {j.get('name')} (model {j.get('model')}) would score "
+              "each of its runs once the stage has run; nothing sent, nothing written (dry_run=true)")
+        return 0
     if not rd.records_dir.exists():
         print(f"error: {rd.root} has no records; run the stage first (make run STAGE={cfg.stage.name})",
               file=sys.stderr)

@@ -19,7 +19,7 @@ from harness.memory.units import Round, Unit, units_of_sessions
     ("a2", "private", "a2", True),      # explicitly private, own
     ("a2", ["shared"], "a1", False),    # malformed (a list) -> private
     ("a2", {"sharing": "shared"}, "a1", False),
-    ("a2", " Shared ", "a1", True),
+    ("a2", " Shared ", "a1", False),   # not exactly "shared": malformed -> private
     ("a2", "private", "a1", False),
     ("a2", None, "a1", False),          # absent -> private
     ("a2", "", "a1", False),

@@ -24,7 +24,7 @@ def judge_row(folder, name: str | None) -> dict:
     """What judged this folder's rows: the rubric lines' judge blocks and the model its endpoint reported."""
     from analysis.load import ledger_frame
     from harness.records import RunDir
-    from judge.rubric import load_rubric
+    from judge.rubric import is_paper_judge, load_rubric
 
     row = {"folder": folder.name, "setting": "judge model (the judgements')", "paper": PAPER_JUDGE}
     lines = [ln for ln in (load_rubric(RunDir(folder.path), name) if name else {}).values()
@@ -40,7 +40,7 @@ def judge_row(folder, name: str | None) -> dict:
     said = "; ".join(f"{b['model']} ({b['name']}, {b['provider']}, params {b['params']})"
                      for b in map(json.loads, blocks))
     stage = f"{said}; endpoint reported {', '.join(reported) if reported else 'no model'}; {len(lines)} judgements"
-    same = all(str(m).lower().startswith(PAPER_JUDGE.lower()) for m in models)
+    same = all(is_paper_judge(m) for m in models)
     return {**row, "stage": stage, "status": "same" if same else "differs"}
 
 

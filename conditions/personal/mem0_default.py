@@ -167,8 +167,9 @@ class Mem0Default(Method):
         log = {"filters": scope, "returned": len(res), "user_memories": len(held), "read": read}
         if barrier is not None:
             log["barrier"] = barrier
-        audit = self.mem.search(t["query"], filters={"user_id": t["user_id"]}, top_k=k,
-                                threshold=float(self.cfg.threshold))["results"]  # untimed: no agent scope
+        # untimed, the exposure audit: the user's whole partition under no agent scope (every writer's fact), not
+        # only the k nearest, so what the scope kept out is counted in full
+        audit = self.mem.get_all(filters={"user_id": t["user_id"]}, top_k=10_000)["results"]
         return Injected(block, items, list(items), dt + float((barrier or {}).get("waited_s") or 0.0), log,
                         [self.describe(r) for r in audit])
 

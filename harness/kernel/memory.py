@@ -152,8 +152,11 @@ class KernelMemory:
         return {uid for w in ws for uid, owner, sharing in w.units if visible(owner, sharing, read.agent)}
 
     def unrestricted(self, user: str, query: str) -> list[MemoryItem]:
-        """The user's items nearest `query` under the unrestricted scope (View scope "all"), for the exposure audit."""
-        res = self.space.search(query, View(user, None, "all"), k=self.kernel.candidates, scoring="dense")
+        """The user's whole partition, nearest `query` first, under the unrestricted scope (View scope "all"), for the
+        exposure audit: k is every committed item of the user (the writers' items are unbounded), never `candidates`."""
+        with self._lock:
+            held = sum(w.items or 0 for (u, _), w in self._writes.items() if u == user and w.committed is not None)
+        res = self.space.search(query, View(user, None, "all"), k=max(self.kernel.candidates, held), scoring="dense")
         return [self._items[r.unit.uid] for r in res if r.unit.uid in self._items]
 
     def candidates(self, inj) -> list[MemoryItem]:

@@ -1,7 +1,7 @@
 """The kernel's visibility rule (the second seed paper): who may see a memory.
 
 visible(m, a) = owner(m) = a OR sharing(m) = "shared". An absent, malformed or unknown policy
-("public", "Shared!", None, 1, ...) or an explicit "private" means private: visibility fails
+("public", "Shared", " shared", None, 1, a list, ...) or an explicit "private" means private: visibility fails
 closed, never open (Section 3.3). In the memory space a shared item's unit carries the index's
 own spelling, visibility "public" (MemoryItem.unit writes it only for a well-formed "shared"),
 and `unit_visible` is the same rule on units.
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-SHARED = "shared"  # the one policy that shares (compared after strip() and lower())
+SHARED = "shared"  # the one policy that shares, compared exactly (Eq. 1: s = "shared"; no lenient parse)
 UNIT_PUBLIC = "public"  # how the memory space's units spell a shared item (harness.memory.views)
 
 
 def is_shared(sharing: Any) -> bool:
     """A well-formed "shared" policy; anything else is private."""
-    return isinstance(sharing, str) and sharing.strip().lower() == SHARED
+    return isinstance(sharing, str) and sharing == SHARED
 
 
 def visible(owner: str, sharing, agent: str) -> bool:

@@ -46,6 +46,7 @@ def schedule_rows(cfg, in_flight: int) -> list:
             "" if in_flight == 1 else "trials of other users run at once, each method with its own writers' pool; "
             "stage.concurrency=1 runs one trial at a time"),
         Row("item_granularity", "memory items", "about 4 retrieved per trial (1,798 over 450 trials, A.2)",
-            "one item per extracted field value (up to 14 per user: profile 4 fields, task 4, a note)", "differs",
+            "one item per extracted field value, as many as the writers list (8 fields and a note; 14 on the generated "
+            "trials)", "differs",
             "", "harness/personal/writers.py Writer.items"),
     ]

@@ -672,13 +672,15 @@ PERSONAL_KERNEL = {"threshold": 0.3, "cap": 10, "budget_tokens": 2000, "barrier_
 
 def personal_manifest(cfg) -> list[Row]:
     """The personalization stage's rows, against the second paper (not the first)."""
+    from judge.rubric import is_paper_judge
+
     m, j = cfg.model, cfg.judge
     model = str(m.get("model"))
     rows = [Row("reader_model", "assistant model", "GPT-4o, Llama-3.1:8B or Qwen-2.5:7B", f"{model} ({m.get('name')})",
                 _status(model.lower() in PERSONAL_MODELS), model, "" if model.lower() in PERSONAL_MODELS else
                 "one of the paper's three assistant models"),
             Row("judge_model", "judge model", "GPT-5.4", f"{j.get('model')} ({j.get('name')})",
-                _status(str(j.get("model")).lower().startswith("gpt-5.4")), str(j.get("model")),
+                _status(is_paper_judge(j.get("model"))), str(j.get("model")),
                 "the paper's judge, distinct from every assistant")]
     conds = cfg.stage.get("conditions") or {}
     k = conds.get("kernel_shared") or {}
