@@ -23,3 +23,28 @@ def test_every_link_of_the_readme_and_the_docs_resolves_without_exceptions():
     dead = [f"{doc.relative_to(REPO)} -> {t}" for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
             for t in _links(doc) if not (doc.parent / t).exists()]
     assert not dead, dead
+
+
+def _composed(*overrides):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def test_a_condition_option_of_the_wrong_type_is_refused_naming_its_key():
+    """`stage.conditions.shared.k=eight` (a key its yaml gives, typed by its module's Settings) was a
+    traceback from deep in the fidelity manifest (exit 1), not a refusal naming the key."""
+    from harness.run.settings import SettingsError, check_types
+
+    with pytest.raises(SettingsError, match=r"stage\.conditions\.shared\.k\b"):
+        check_types(_composed("stage=smoke_org", "stage.conditions.shared.k=eight"))
+    check_types(_composed("stage=smoke_org", "stage.conditions.shared.k=5"))  # the right type passes
+
+
+def test_a_wrong_typed_condition_option_stops_the_command_with_exit_2(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke_org", "dry_run=true",
+                          f"runs_dir={tmp_path}", "stage.conditions.shared.k=eight"],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "stage.conditions.shared.k" in res.stderr and "Traceback" not in res.stderr

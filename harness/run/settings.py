@@ -131,19 +131,22 @@ def reasoning_effort(model_cfg) -> Optional[str]:
     return values.pop() if values else None
 
 
+def own_settings(kind: str, node: Any = None):
+    """A condition module's own `Settings` dataclass (None: it declares none, or it does not import)."""
+    if kind != "condition" or node is None or not node.get("module"):
+        return None
+    import conditions
+
+    try:
+        return getattr(conditions.load(str(node.get("module"))), "Settings", None)
+    except ImportError:
+        return None
+
+
 def declared(kind: str, node: Any = None) -> set[str]:
     """The optional keys a node of this kind accepts; a condition's also its module's `Settings` fields."""
-    out = {f.name for f in fields(SCHEMAS[kind])}
-    if kind == "condition" and node is not None and node.get("module"):
-        import conditions
-
-        try:
-            own = getattr(conditions.load(str(node.get("module"))), "Settings", None)
-        except ImportError:
-            own = None
-        if own is not None:
-            out |= {f.name for f in fields(own)}
-    return out
+    own = own_settings(kind, node)
+    return {f.name for f in fields(SCHEMAS[kind])} | ({f.name for f in fields(own)} if own else set())
 
 
 def kind_of(path: list[str]) -> str | None:
@@ -206,13 +209,19 @@ def nodes(cfg) -> list[tuple[str, str, Any]]:
 
 def typed(kind: str, node: Any):
     """The node's declared settings as a typed (structured) config: a value of the wrong type is an error
-    naming the key. A module that wants its settings typed reads them through this."""
+    naming the key. A condition's module `Settings` types its own keys too. A module that wants its
+    settings typed reads them through this."""
     from omegaconf import OmegaConf
 
-    schema = SCHEMAS[kind]
-    names = {f.name for f in fields(schema)}
-    given = {k: node.get(k) for k in names if k in node and node.get(k) is not None}
-    return OmegaConf.merge(OmegaConf.structured(schema), given)
+    def fit(schema):
+        given = {f.name: node.get(f.name) for f in fields(schema) if f.name in node and node.get(f.name) is not None}
+        return OmegaConf.merge(OmegaConf.structured(schema), given)
+
+    out = fit(SCHEMAS[kind])
+    own = own_settings(kind, node)
+    if own is not None:
+        fit(own)  # its keys checked against their declared types
+    return out
 
 
 def check_types(cfg) -> None:
