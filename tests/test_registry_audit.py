@@ -48,3 +48,12 @@ def test_a_wrong_typed_condition_option_stops_the_command_with_exit_2(tmp_path):
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2, res.stderr[-2000:]
     assert "stage.conditions.shared.k" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_misspelt_judgement_kind_stops_the_run_command_before_anything_runs(tmp_path):
+    """`+judge.kinds=[answer_check,breif]` on a stage that judges after its runs passed the dry run and
+    would have failed only at judging, after every run had been made."""
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "dry_run=true", f"runs_dir={tmp_path}",
+                          "+judge.kinds=[answer_check,breif]"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 2, (res.stdout[-1000:], res.stderr[-2000:])
+    assert "judgement kind 'breif'" in res.stderr and "runs planned" not in res.stdout
