@@ -16,6 +16,7 @@ a method's timeout (`barrier_timeout_s`, mem0_user's `write_wait_s`): its reads 
 
 from __future__ import annotations
 
+import conditions
 from harness.run.forecast import CHARS_PER_TOKEN, Row, render_rows
 
 from . import assistant
@@ -25,13 +26,31 @@ REPLY_TOKENS = {"writer": 60, "assistant": 300, "mem0": 120}
 MEM0_PROMPT_CHARS = 6_000  # Mem0's extraction and update prompts, with their examples
 
 
+def method_class(cond_cfg):
+    """The Method class a condition builds (its module's `build`), whose declarations (services, writes) the
+    stage reads without building it."""
+    return conditions.load(str(cond_cfg.module)).build
+
+
+def slots(model_cfg) -> int | None:
+    """The calls the endpoint serves at once (model.max_concurrency; a local model's llama.cpp slots), or None."""
+    n = model_cfg.get("max_concurrency")
+    if model_cfg.get("provider") == "local":
+        n = min(int(n or model_cfg.get("parallel") or 1), int(model_cfg.get("parallel") or 1))
+    return int(n) if n else None
+
+
+def trials_in_flight(cfg) -> int:
+    want = max(1, int(cfg.stage.get("concurrency") or cfg.concurrency))
+    cap = slots(cfg.model)
+    return min(want, cap) if cap else want
+
+
 def _tokens(chars: float) -> float:
     return chars / CHARS_PER_TOKEN
 
 
 def _writes(cond_cfg) -> str | None:
-    from harness.personal.step import method_class
-
     return method_class(cond_cfg).writes
 
 
@@ -72,8 +91,6 @@ def forecast(cfg, plan) -> tuple[list[Row], str]:
 def barrier_check(cfg, plan) -> list[str]:
     """Lines saying, per method with a bounded wait for its writes, how long a read would wait and whether
     that passes its timeout at the endpoint's declared speed (or that the speed is not declared)."""
-    from harness.personal.step import slots, trials_in_flight
-
     speed = cfg.model.get("speed") or {}
     used = {r.condition for r in plan.runs}
     out = []

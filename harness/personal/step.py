@@ -38,6 +38,7 @@ import conditions
 from harness.data import personal as trials_data
 from harness.data.longmemeval import sha256_file
 from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.personal.forecast import method_class, render, slots, trials_in_flight
 from harness.failures import EnvironmentFailure, classify
 from harness.kernel.identity import IdentityResolver
 from harness.records.provenance import versions
@@ -120,26 +121,6 @@ def index_services(index_cfg) -> set[str]:
 
     cfg = OmegaConf.to_container(index_cfg, resolve=True) if isinstance(index_cfg, DictConfig) else dict(index_cfg)
     return {service for service, _ in backend_class(str(cfg["name"])).service_configs(cfg)}
-
-
-def method_class(cond_cfg):
-    """The Method class a condition builds (its module's `build`), whose declarations (services, writes) the
-    stage reads without building it."""
-    return conditions.load(str(cond_cfg.module)).build
-
-
-def slots(model_cfg) -> int | None:
-    """The calls the endpoint serves at once (model.max_concurrency; a local model's llama.cpp slots), or None."""
-    n = model_cfg.get("max_concurrency")
-    if model_cfg.get("provider") == "local":
-        n = min(int(n or model_cfg.get("parallel") or 1), int(model_cfg.get("parallel") or 1))
-    return int(n) if n else None
-
-
-def trials_in_flight(cfg) -> int:
-    want = max(1, int(cfg.stage.get("concurrency") or cfg.concurrency))
-    cap = slots(cfg.model)
-    return min(want, cap) if cap else want
 
 
 def schedule_rows(cfg, in_flight: int) -> list:
@@ -280,8 +261,6 @@ class PersonalStep(RunStep):
         return shapes
 
     def forecast(self) -> str:
-        from harness.personal.forecast import render
-
         return render(self.cfg, self.plan)
 
     def concurrency(self) -> int:

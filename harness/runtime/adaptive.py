@@ -363,8 +363,7 @@ def facts(search: str) -> dict:
     the installed store), texts ("0.21.5" from the downloaded file, or "installed"), texts_sha256,
     texts_detail, description (one line for the manifest).
     """
-    from .hermes import SHAPE_TOP_WINDOW, SHAPES, runtime_version
-    from .session_search import runtime_schema
+    from .hermes import SHAPE_TOP_WINDOW, SHAPES, runtime_schema, runtime_version
 
     if search not in CHOICES:
         raise ValueError(f"runtime.session_search must be one of {', '.join(CHOICES)}, got {search!r}")

@@ -34,6 +34,7 @@ code (its arguments), never assumed from the version number:
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import inspect
 import os
@@ -49,6 +50,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_HOME = REPO / ".cache" / "hermes_home"
 PACKAGE = "hermes-agent"
+TOOL_NAME = "session_search"
 
 # What the paper ran (Section 3.3, 5.1): the manifest compares runtime_facts() against these.
 PAPER_RUNTIME_VERSION = "0.21.5"
@@ -221,3 +223,19 @@ def load() -> Runtime:
             shape=session_search_shape(search_module),
         )
         return _loaded
+
+
+def runtime_schema() -> dict:
+    """The OpenAI tool definition exactly as the installed runtime's registry hands it out."""
+    rt = load()
+    defs = [] if rt.early_home else rt.registry.get_definitions({TOOL_NAME}, quiet=True)
+    if defs:
+        return copy.deepcopy(defs[0])
+    # The registry withholds a tool whose check_fn fails; session_search's only checks that
+    # the directory of the runtime's default store exists, which is false when hermes_state
+    # was first imported without our HERMES_HOME. The definition is then built the way
+    # get_definitions builds it (this tool has no dynamic overrides).
+    entry = rt.registry.get_entry(TOOL_NAME)
+    if entry is None or entry.dynamic_schema_overrides is not None:
+        raise RuntimeError("cannot read session_search's definition from the runtime's registry")
+    return {"type": "function", "function": copy.deepcopy({**entry.schema, "name": entry.name})}

@@ -64,30 +64,13 @@ from typing import Any, Mapping
 from harness.runtime.tools import ToolResult
 
 from .hermes import (
-    SHAPE_CAPPED, SHAPE_EXPANDED, SHAPE_SUMMARIES, SHAPE_TOP_WINDOW, WINDOW_MESSAGE_CHARS, RuntimeSetupError, load,
-    runtime_label,
+    SHAPE_CAPPED, SHAPE_EXPANDED, SHAPE_SUMMARIES, SHAPE_TOP_WINDOW, TOOL_NAME, WINDOW_MESSAGE_CHARS, RuntimeSetupError,
+    load, runtime_label, runtime_schema,
 )
 from .store import StoreInfo, open_session_db
 
-TOOL_NAME = "session_search"
 COMPACT_CHARS = 1000
 _MARKED_SHAPES = (SHAPE_CAPPED, SHAPE_TOP_WINDOW)  # shapes whose runtime flags a cut message
-
-
-def runtime_schema() -> dict:
-    """The OpenAI tool definition exactly as the installed runtime's registry hands it out."""
-    rt = load()
-    defs = [] if rt.early_home else rt.registry.get_definitions({TOOL_NAME}, quiet=True)
-    if defs:
-        return copy.deepcopy(defs[0])
-    # The registry withholds a tool whose check_fn fails; session_search's only checks that
-    # the directory of the runtime's default store exists, which is false when hermes_state
-    # was first imported without our HERMES_HOME. The definition is then built the way
-    # get_definitions builds it (this tool has no dynamic overrides).
-    entry = rt.registry.get_entry(TOOL_NAME)
-    if entry is None or entry.dynamic_schema_overrides is not None:
-        raise RuntimeError("cannot read session_search's definition from the runtime's registry")
-    return {"type": "function", "function": copy.deepcopy({**entry.schema, "name": entry.name})}
 
 
 # ---------------------------------------------------------------- result shapes
