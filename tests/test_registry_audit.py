@@ -57,3 +57,15 @@ def test_a_misspelt_judgement_kind_stops_the_run_command_before_anything_runs(tm
                           "+judge.kinds=[answer_check,breif]"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2, (res.stdout[-1000:], res.stderr[-2000:])
     assert "judgement kind 'breif'" in res.stderr and "runs planned" not in res.stdout
+
+
+@pytest.mark.parametrize("override, nearest", [
+    ("+model.temprature=0", "model.params.temperature"),  # was "did you mean model.parallel?"
+    ("+stage.conditions.prefetch.nn=5", "stage.conditions.prefetch.k"),  # was "...prefetch.scoring?"
+])
+def test_a_misspelt_option_names_the_nearest_key_also_inside_an_open_dictionary(override, nearest):
+    from harness.run.settings import SettingsError, check_additions
+
+    ov = ["stage=smoke", "model=vllm", override]
+    with pytest.raises(SettingsError, match=rf"did you mean {re.escape(nearest)}\?"):
+        check_additions(_composed(*ov), ov)

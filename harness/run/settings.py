@@ -160,9 +160,21 @@ def kind_of(path: list[str]) -> str | None:
     return None
 
 
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance: difflib's ratio alone called `model.parallel` nearer `temprature` than `temperature`."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
 def nearest(key: str, keys) -> str | None:
-    found = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=0.0)
-    return found[0] if found else None
+    """The key (dotted below an open dictionary: `params.temperature`) whose last part is fewest edits away."""
+    ranked = sorted(keys, key=lambda k: (_edits(key, k.rsplit(".", 1)[-1]),
+                                         -difflib.SequenceMatcher(None, key, k.rsplit(".", 1)[-1]).ratio(), k))
+    return ranked[0] if ranked else None
 
 
 def _select(cfg, path: list[str]):
@@ -193,7 +205,8 @@ def check_additions(cfg, overrides: list[str], groups: set[str] = frozenset()) -
         if leaf in allowed:
             continue
         have = (set(node.keys()) - {leaf}) | allowed
-        near = nearest(leaf, have)
+        inside = {f"{k}.{sub}" for k in OPEN & set(node.keys()) if hasattr(node.get(k), "keys") for sub in node.get(k)}
+        near = nearest(leaf, have | inside)
         raise SettingsError(f"unknown option {key}: no {kind} setting {leaf!r}"
                             + (f" (did you mean {'.'.join([*parent, near])}?)" if near else "")
                             + f"; a {kind} takes: {', '.join(sorted(have))}")
