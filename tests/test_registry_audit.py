@@ -69,3 +69,21 @@ def test_a_misspelt_option_names_the_nearest_key_also_inside_an_open_dictionary(
     ov = ["stage=smoke", "model=vllm", override]
     with pytest.raises(SettingsError, match=rf"did you mean {re.escape(nearest)}\?"):
         check_additions(_composed(*ov), ov)
+
+
+def test_the_readmes_second_study_command_passes_its_own_preflight(tmp_path):
+    """The README's `make personal-paper ...` line, as its first model's dry run: it named a judge the
+    paper-judge gate refuses (exit 3) without declaring the deviation."""
+    import os
+    import shlex
+
+    line = next(ln for ln in (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+                if ln.startswith("make personal-paper"))
+    words = shlex.split(line.split("#")[0])
+    make = dict(w.split("=", 1) for w in words[2:] if "=" in w)
+    judge = make.get("JUDGE") or re.search(r"^PAPER_JUDGE \?= (\S+)", (REPO / "Makefile").read_text(), re.M).group(1)
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=personal", "model=gpt4o", f"judge={judge}",
+                          "paper_judge=true", "dry_run=true", f"runs_dir={tmp_path}", *shlex.split(make.get("ARGS", ""))],
+                         capture_output=True, text=True, cwd=REPO, timeout=300,
+                         env={**os.environ, "OPENAI_API_KEY": "unused-in-a-dry-run"})
+    assert res.returncode == 0, (line, res.stdout[-1500:], res.stderr[-1500:])
