@@ -87,3 +87,20 @@ def test_the_readmes_second_study_command_passes_its_own_preflight(tmp_path):
                          capture_output=True, text=True, cwd=REPO, timeout=300,
                          env={**os.environ, "OPENAI_API_KEY": "unused-in-a-dry-run"})
     assert res.returncode == 0, (line, res.stdout[-1500:], res.stderr[-1500:])
+
+
+def test_a_chosen_judgement_kind_shows_in_the_dry_runs_judge_request(tmp_path):
+    """A kind added the README's way was found, but the dry run's judge line still read 'answer check' only:
+    nothing showed that the chosen kind would be judged."""
+    import os
+
+    (tmp_path / "auditkind.py").write_text(
+        "from judge.kinds import Kind, register\nfrom judge.prompts import Item\n\n"
+        "register(Kind('brief', lambda record, prompts: [Item('brief', 'toy', 'answer', 'Short? yes or no')]))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "MEMSPACE_PLUGINS": "auditkind"}
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "dry_run=true", f"runs_dir={tmp_path}",
+                          "+judge.kinds=[answer_check,brief]"], capture_output=True, text=True, cwd=REPO, timeout=300,
+                         env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    judge_lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip().startswith("judge: judge")]
+    assert judge_lines and all("answer_check" in ln and "brief" in ln for ln in judge_lines), judge_lines
