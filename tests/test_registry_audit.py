@@ -104,3 +104,18 @@ def test_a_chosen_judgement_kind_shows_in_the_dry_runs_judge_request(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     judge_lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip().startswith("judge: judge")]
     assert judge_lines and all("answer_check" in ln and "brief" in ln for ln in judge_lines), judge_lines
+
+
+def test_a_number_a_conditions_yaml_gives_keeps_its_type():
+    """`stage.conditions.prefetch.k=eight` passed the dry run and would have failed every prefetch run."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.run.settings import SettingsError, check_yaml_types
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        bad = compose("config", overrides=["stage=smoke", "stage.conditions.prefetch.k=eight"], return_hydra_config=True)
+        with pytest.raises(SettingsError, match=r"stage\.conditions\.prefetch\.k: 'eight' is not of type int"):
+            check_yaml_types(bad, bad.hydra.runtime.choices)
+        for stage in sorted(p.stem for p in (REPO / "conf" / "stage").glob("*.yaml")):  # no shipped stage refused
+            good = compose("config", overrides=[f"stage={stage}"], return_hydra_config=True)
+            check_yaml_types(good, good.hydra.runtime.choices)

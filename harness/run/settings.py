@@ -248,6 +248,32 @@ def check_types(cfg) -> None:
             raise SettingsError(f"{path}.{key}: {exc.msg if hasattr(exc, 'msg') else exc}".splitlines()[0]) from None
 
 
+def check_yaml_types(cfg, choices) -> None:
+    """A number or flag a condition's yaml gives keeps its type: `stage.conditions.prefetch.k=eight` is refused
+    naming the key, not a crash in every run. choices: Hydra's runtime choices (which yaml each condition is)."""
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    for name, node in ((cfg.get("stage") or {}).get("conditions") or {}).items():
+        choice = (choices or {}).get(f"condition@stage.conditions.{name}")
+        if not choice:
+            continue
+        try:
+            given = OmegaConf.to_container(compose(config_name=f"condition/{choice}").get("condition") or {},
+                                           resolve=False)
+        except Exception:  # noqa: BLE001 - a yaml Hydra cannot compose alone is left to the stage itself
+            continue
+        for key, was in given.items():
+            if not isinstance(was, (bool, int, float)) or key not in node or node.get(key) is None:
+                continue
+            now = node.get(key)
+            ok = isinstance(now, bool) if isinstance(was, bool) else (
+                isinstance(now, (int, float)) and not isinstance(now, bool) and (isinstance(was, float) or isinstance(now, int)))
+            if not ok:
+                raise SettingsError(f"stage.conditions.{name}.{key}: {now!r} is not of type {type(was).__name__} "
+                                    f"(condition/{choice}.yaml gives {was!r})")
+
+
 def config_sources() -> list[Path]:
     """The file folders Hydra composed from (the tree's conf/ and each hydra.searchpath entry), in order."""
     from hydra.core.hydra_config import HydraConfig
@@ -263,15 +289,17 @@ def config_sources() -> list[Path]:
 
 def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = None) -> None:
     """The config-loading edge: presets of one name once, and no added option nobody reads."""
+    from hydra.core.hydra_config import HydraConfig
+
     from harness.endpoints import presets
 
     if sources is None:
         sources = config_sources()
     if overrides is None:
-        from hydra.core.hydra_config import HydraConfig
-
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     presets.discover(sources)
     groups = {str(p.relative_to(src)) for src in sources for p in src.rglob("*") if p.is_dir()}
     check_additions(cfg, overrides, groups)
     check_types(cfg)
+    if HydraConfig.initialized():
+        check_yaml_types(cfg, HydraConfig.get().runtime.choices)
