@@ -18,6 +18,7 @@ and the paper preset, `paper`.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from conditions import Access
@@ -109,6 +110,16 @@ def read_schema() -> dict:
 
 
 PAPER_K = 8
+
+
+@dataclass
+class Settings:
+    """The memory tool's own options (conf/condition/tool_*.yaml), typed at the config edge (harness.run.settings)."""
+
+    scoring: str = "hybrid"
+    scope: str = "own"
+    k: int = PAPER_K
+    guidance: str = "paper"
 
 
 def tool_texts(cfg, org: bool) -> list[dict]:

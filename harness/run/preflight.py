@@ -210,16 +210,20 @@ def request_shapes(cfg, judge_too: bool, used: set[str] | None = None) -> list[S
         add(f"agents' forced answer, tools {names}, tool_choice none", tools, "none", name)
     out = list(shapes.values())
     if judge_too:
-        out.append(judge_shape(cfg.judge))
+        out.append(judge_shape(cfg.judge, cfg.get("stage")))
     return out
 
 
-def judge_shape(judge_cfg) -> Shape:
-    """The judge's answer-check request (judge.common.judge_model_config: its official parameters)."""
+def judge_shape(judge_cfg, stage_cfg=None) -> Shape:
+    """The judge's request (judge.common.judge_model_config: its official parameters), named by the
+    judgement kinds it will make (judge.kinds.chosen), so a dry run shows a chosen kind is used."""
+    from judge import kinds
     from judge.common import judge_model_config
 
     jc = judge_model_config(judge_cfg)
-    return Shape("judge", "judge, answer check", jc, dict(jc.get("params") or {}))
+    made = [k.name for k in kinds.chosen(judge_cfg, stage_cfg)]
+    label = "answer check" if made == list(kinds.DEFAULT) else "kinds " + ", ".join(made)
+    return Shape("judge", f"judge, {label}", jc, dict(jc.get("params") or {}))
 
 
 def dry_run_lines(shapes: list[Shape]) -> list[str]:

@@ -131,19 +131,22 @@ def reasoning_effort(model_cfg) -> Optional[str]:
     return values.pop() if values else None
 
 
+def own_settings(kind: str, node: Any = None):
+    """A condition module's own `Settings` dataclass (None: it declares none, or it does not import)."""
+    if kind != "condition" or node is None or not node.get("module"):
+        return None
+    import conditions
+
+    try:
+        return getattr(conditions.load(str(node.get("module"))), "Settings", None)
+    except ImportError:
+        return None
+
+
 def declared(kind: str, node: Any = None) -> set[str]:
     """The optional keys a node of this kind accepts; a condition's also its module's `Settings` fields."""
-    out = {f.name for f in fields(SCHEMAS[kind])}
-    if kind == "condition" and node is not None and node.get("module"):
-        import conditions
-
-        try:
-            own = getattr(conditions.load(str(node.get("module"))), "Settings", None)
-        except ImportError:
-            own = None
-        if own is not None:
-            out |= {f.name for f in fields(own)}
-    return out
+    own = own_settings(kind, node)
+    return {f.name for f in fields(SCHEMAS[kind])} | ({f.name for f in fields(own)} if own else set())
 
 
 def kind_of(path: list[str]) -> str | None:
@@ -157,9 +160,21 @@ def kind_of(path: list[str]) -> str | None:
     return None
 
 
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance: difflib's ratio alone called `model.parallel` nearer `temprature` than `temperature`."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
 def nearest(key: str, keys) -> str | None:
-    found = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=0.0)
-    return found[0] if found else None
+    """The key (dotted below an open dictionary: `params.temperature`) whose last part is fewest edits away."""
+    ranked = sorted(keys, key=lambda k: (_edits(key, k.rsplit(".", 1)[-1]),
+                                         -difflib.SequenceMatcher(None, key, k.rsplit(".", 1)[-1]).ratio(), k))
+    return ranked[0] if ranked else None
 
 
 def _select(cfg, path: list[str]):
@@ -190,7 +205,8 @@ def check_additions(cfg, overrides: list[str], groups: set[str] = frozenset()) -
         if leaf in allowed:
             continue
         have = (set(node.keys()) - {leaf}) | allowed
-        near = nearest(leaf, have)
+        inside = {f"{k}.{sub}" for k in OPEN & set(node.keys()) if hasattr(node.get(k), "keys") for sub in node.get(k)}
+        near = nearest(leaf, have | inside)
         raise SettingsError(f"unknown option {key}: no {kind} setting {leaf!r}"
                             + (f" (did you mean {'.'.join([*parent, near])}?)" if near else "")
                             + f"; a {kind} takes: {', '.join(sorted(have))}")
@@ -206,13 +222,19 @@ def nodes(cfg) -> list[tuple[str, str, Any]]:
 
 def typed(kind: str, node: Any):
     """The node's declared settings as a typed (structured) config: a value of the wrong type is an error
-    naming the key. A module that wants its settings typed reads them through this."""
+    naming the key. A condition's module `Settings` types its own keys too. A module that wants its
+    settings typed reads them through this."""
     from omegaconf import OmegaConf
 
-    schema = SCHEMAS[kind]
-    names = {f.name for f in fields(schema)}
-    given = {k: node.get(k) for k in names if k in node and node.get(k) is not None}
-    return OmegaConf.merge(OmegaConf.structured(schema), given)
+    def fit(schema):
+        given = {f.name: node.get(f.name) for f in fields(schema) if f.name in node and node.get(f.name) is not None}
+        return OmegaConf.merge(OmegaConf.structured(schema), given)
+
+    out = fit(SCHEMAS[kind])
+    own = own_settings(kind, node)
+    if own is not None:
+        fit(own)  # its keys checked against their declared types
+    return out
 
 
 def check_types(cfg) -> None:
@@ -224,6 +246,32 @@ def check_types(cfg) -> None:
         except ValidationError as exc:
             key = getattr(exc, "key", None) or getattr(exc, "full_key", "?")
             raise SettingsError(f"{path}.{key}: {exc.msg if hasattr(exc, 'msg') else exc}".splitlines()[0]) from None
+
+
+def check_yaml_types(cfg, choices) -> None:
+    """A number or flag a condition's yaml gives keeps its type: `stage.conditions.prefetch.k=eight` is refused
+    naming the key, not a crash in every run. choices: Hydra's runtime choices (which yaml each condition is)."""
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    for name, node in ((cfg.get("stage") or {}).get("conditions") or {}).items():
+        choice = (choices or {}).get(f"condition@stage.conditions.{name}")
+        if not choice:
+            continue
+        try:
+            given = OmegaConf.to_container(compose(config_name=f"condition/{choice}").get("condition") or {},
+                                           resolve=False)
+        except Exception:  # noqa: BLE001 - a yaml Hydra cannot compose alone is left to the stage itself
+            continue
+        for key, was in given.items():
+            if not isinstance(was, (bool, int, float)) or key not in node or node.get(key) is None:
+                continue
+            now = node.get(key)
+            ok = isinstance(now, bool) if isinstance(was, bool) else (
+                isinstance(now, (int, float)) and not isinstance(now, bool) and (isinstance(was, float) or isinstance(now, int)))
+            if not ok:
+                raise SettingsError(f"stage.conditions.{name}.{key}: {now!r} is not of type {type(was).__name__} "
+                                    f"(condition/{choice}.yaml gives {was!r})")
 
 
 def config_sources() -> list[Path]:
@@ -241,15 +289,17 @@ def config_sources() -> list[Path]:
 
 def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = None) -> None:
     """The config-loading edge: presets of one name once, and no added option nobody reads."""
+    from hydra.core.hydra_config import HydraConfig
+
     from harness.endpoints import presets
 
     if sources is None:
         sources = config_sources()
     if overrides is None:
-        from hydra.core.hydra_config import HydraConfig
-
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     presets.discover(sources)
     groups = {str(p.relative_to(src)) for src in sources for p in src.rglob("*") if p.is_dir()}
     check_additions(cfg, overrides, groups)
     check_types(cfg)
+    if HydraConfig.initialized():
+        check_yaml_types(cfg, HydraConfig.get().runtime.choices)
