@@ -13,7 +13,7 @@ DeepSeek-style usage fields. Two upstreams are built on it:
   is not JSON ("nonjson"), 503 ("503"), a 200 carrying an error object ("error200"), credit
   gone ("quota": OpenAI's 429 insufficient_quota; "402": DeepSeek's). `dies_with` is the
   fault of every request once the runs began (a server that passed the preflight, then
-  died). `ollama_ctx` serves Ollama's /api/ps and /api/show with that context. Usage numbers derive from the request size (half of the prompt a
+  died), or once `dies_after` run requests were answered (dying mid-stage). `ollama_ctx` serves Ollama's /api/ps and /api/show with that context. Usage numbers derive from the request size (half of the prompt a
   cache hit), so token accounting can be checked exactly; every request is kept.
 * FakeUpstream: the rehearsal's latency-simulating upstream (bench/rehearsal.py), below.
 
@@ -177,7 +177,7 @@ class FakeModel(ScriptedUpstream):
     def __init__(self, delay_s: float = 0.0, p429: float = 0.0, p500: float = 0.0, phang: float = 0.0,
                  hang_s: float = 30.0, seed: int = 0, script=None, answer: str = "I don't know.",
                  schedule: list[str] | None = None, always: str | None = None, refuse=None, usage=False,
-                 dies_with: str | None = None, ollama_ctx: int | None = None):
+                 dies_with: str | None = None, ollama_ctx: int | None = None, dies_after: int = 0):
         super().__init__()
         self.delay_s, self.p429, self.p500, self.phang, self.hang_s = delay_s, p429, p500, phang, hang_s
         self.rng = random.Random(seed)
@@ -192,6 +192,7 @@ class FakeModel(ScriptedUpstream):
         # the fault of every request once the stage's runs began (the first request that is not the
         # preflight's): a server that passes the preflight and then dies; None again: the server is fixed
         self.dies_with = dies_with
+        self.dies_after = dies_after  # run requests answered normally before `dies_with` starts (dying mid-stage)
         self._died = False
         self.ollama_ctx = ollama_ctx  # serve Ollama's /api/ps and /api/show with this context (num_ctx)
         self.requests: list[dict] = []
@@ -209,6 +210,8 @@ class FakeModel(ScriptedUpstream):
 
     def _next_fault(self, req: dict) -> str | None:
         if self.dies_with and (self._died or not is_preflight(req)):
+            if not self._died and sum(not is_preflight(r["body"]) for r in self.requests) <= self.dies_after:
+                return None
             self._died = True
             return self.dies_with
         if self.schedule:

@@ -23,7 +23,7 @@ An endpoint rejection every run gets (an unsupported parameter, tool calling not
 is an environment failure too (harness.endpoints.fit); one that depends on the run (its
 prompt exceeds the context window) fails that run with `failure_reason: context_length`.
 A server that keeps failing is the environment's too (`Breaker`): a run that ran out of
-retries while no call of the stage succeeded (and the server does not answer a plain probe),
+retries when the server does not answer a plain probe either (no call of the stage succeeded since),
 or runs of `model.breaker_runs` (3) different questions in a row out of retries, stop the stage with those runs
 unrecorded; a run out of retries while others succeed is recorded failed. A rejection the
 body does not explain goes through the same breaker: when the same rejection ends the first
@@ -299,8 +299,10 @@ class StageRunner:
     def run_one(self, spec, attempt: int) -> BaseModel:
         self._mark("run_started")
         self.rd.start_attempt(spec.run_id, attempt, now())
-        t = time.monotonic()
         record, signature = self.step.execute(spec, attempt)
+        # silent since the run gave up, not since it started: a server that died mid-stage answered the
+        # calls made before it died, this run's own and other runs' alike
+        t = time.monotonic()
         persistent = (record.status != "ok" and record.failure_reason == "retries" and self.breaker.n > 0
                       and not self.breaker.tripped and self.silent_since(t))
         for r in self.breaker.admit(record, signature, persistent):

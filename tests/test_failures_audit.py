@@ -1,0 +1,35 @@
+"""Audit of issue 33's claims (docs/failures.md): failure modes the claims do not list, each on the tiny
+stages of tests/test_failures_midstage.py against the scripted upstream (bench/fake_upstream.py)."""
+
+from __future__ import annotations
+
+from harness.cli.run import run_agents
+from harness.failures import STOPPED, exit_code
+from tests.fake_model import FakeModel
+from tests.test_failures_midstage import (  # noqa: F401 - _shared_cache: the same data and index cache
+    _shared_cache, agents_cfg, ledger_matches_records, recs, stage_of, stopped)
+
+
+def once(rd) -> dict[str, dict]:
+    """The stage's records, checking that no run was recorded twice."""
+    ids = [r.run_id for r in rd.records()]
+    assert len(ids) == len(set(ids)), ids
+    return recs(rd)
+
+
+def test_a_server_that_dies_mid_stage_after_some_successes_burns_no_run(tmp_path):
+    """The server answers 5 run requests (the last run's first call among them: one at a time, the runs ask
+    1, 1, 2, 2), then 503s for good: the run it hit had a call answered since it started, which must not make
+    its failure its own."""
+    with FakeModel(dies_with="503", dies_after=5) as fake:
+        exc = stopped(run_agents, agents_cfg(tmp_path, fake, "concurrency=1"))
+        assert exit_code(exc) == STOPPED and "keeps failing" in str(exc), exc
+        rd = stage_of(tmp_path)
+        first = once(rd)
+        assert first and all(r["status"] == "ok" for r in first.values()), first  # nothing recorded failed
+        fake.dies_with = None
+        run_agents(agents_cfg(tmp_path, fake, "concurrency=1"))
+    after = once(rd)
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
+    assert all(after[k]["attempt"] == r["attempt"] for k, r in first.items())  # the first session's runs kept
+    ledger_matches_records(rd, after)
