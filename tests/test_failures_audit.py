@@ -3,6 +3,9 @@ stages of tests/test_failures_midstage.py against the scripted upstream (bench/f
 
 from __future__ import annotations
 
+import pytest
+
+from bench.fake_upstream import is_preflight
 from harness.cli.run import run_agents
 from harness.failures import STOPPED, exit_code
 from tests.fake_model import FakeModel
@@ -32,4 +35,24 @@ def test_a_server_that_dies_mid_stage_after_some_successes_burns_no_run(tmp_path
     after = once(rd)
     assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
     assert all(after[k]["attempt"] == r["attempt"] for k, r in first.items())  # the first session's runs kept
+    ledger_matches_records(rd, after)
+
+
+@pytest.mark.parametrize("status, body", [
+    # OpenRouter: credit gone, inside a 200 (its error object carries the 402)
+    (200, {"error": {"code": 402, "message": "Insufficient credits. Add more using https://openrouter.ai/credits"}}),
+    # a gateway's 429 worded as credits, not quota
+    (429, {"error": {"message": "You have insufficient credits for this request", "type": "rate_limit_error"}})])
+def test_credit_gone_in_other_words_stops_at_once_and_burns_no_run(tmp_path, status, body):
+    broke = {"on": True}
+    with FakeModel(refuse=lambda req: (status, body) if broke["on"] and not is_preflight(req) else None) as fake:
+        exc = stopped(run_agents, agents_cfg(tmp_path, fake))
+        assert exit_code(exc) == STOPPED and "no credit left" in str(exc), exc
+        assert len(fake.run_requests) <= 2  # one per concurrent run: never retried
+        rd = stage_of(tmp_path)
+        assert once(rd) == {}
+        broke["on"] = False
+        run_agents(agents_cfg(tmp_path, fake))
+    after = once(rd)
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
     ledger_matches_records(rd, after)

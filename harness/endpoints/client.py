@@ -85,7 +85,7 @@ class Meter:
 
 
 _QUOTA = re.compile(r"insufficient[_ ]quota|insufficient[_ ](account[_ ])?balance|exceeded your current quota|billing"
-                    r"|credit balance|out of credits?|payment required|no credits", re.I)
+                    r"|credit balance|out of credits?|insufficient[_ ]credits?|credit limit|payment required|no credits", re.I)
 
 
 class QuotaExhausted(EnvironmentFailure):
@@ -93,10 +93,12 @@ class QuotaExhausted(EnvironmentFailure):
 
 
 def quota_failure(status: int | None, body: Any, message: str, model_cfg) -> EnvironmentFailure | None:
-    """Credit gone (OpenAI's 429 `insufficient_quota`, DeepSeek's 402 "Insufficient Balance", a gateway's
-    billing error, in an error status or a 200's error object): no retry helps and every run would fail."""
+    """Credit gone (OpenAI's 429 `insufficient_quota`, DeepSeek's 402 "Insufficient Balance", OpenRouter's
+    "Insufficient credits" with code 402, a gateway's billing error, in an error status or a 200's error object): no retry helps and every run would fail."""
     text = json.dumps(body, default=str) if isinstance(body, (dict, list)) else str(body or "")
-    if status != 402 and not _QUOTA.search(f"{text} {message or ''}"):
+    err = body.get("error", body) if isinstance(body, dict) else None
+    code = str(err.get("code") or err.get("status") or "") if isinstance(err, dict) else ""  # OpenRouter: 402 in a 200
+    if status != 402 and code != "402" and not _QUOTA.search(f"{text} {message or ''}"):
         return None
     where = model_cfg.get("base_url") or model_cfg.get("provider")
     return QuotaExhausted(f"model={model_cfg.get('name')}: the endpoint {where} says the account has no credit "
