@@ -8,6 +8,7 @@ import pytest
 from bench.fake_upstream import is_preflight
 from harness.cli.run import run_agents
 from harness.failures import STOPPED, exit_code
+from harness.run.loop import normalise_calls
 from tests.fake_model import FakeModel
 from tests.test_failures_midstage import (  # noqa: F401 - _shared_cache: the same data and index cache
     _shared_cache, agents_cfg, ledger_matches_records, recs, stage_of, stopped)
@@ -56,3 +57,14 @@ def test_credit_gone_in_other_words_stops_at_once_and_burns_no_run(tmp_path, sta
     after = once(rd)
     assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
     ledger_matches_records(rd, after)
+
+
+def test_an_assigned_tool_call_id_never_repeats_one_the_model_sent():
+    """A missing id is assigned call_h<round>_<i>; the model may have used that very id for another call."""
+    same = {"name": "memory_search", "arguments": "{}"}
+    calls, flags = normalise_calls([{"id": "call_h0_1", "function": same}, {"id": None, "function": same},
+                                    {"id": "call_h0_1", "function": same}], 0)
+    ids = [c["id"] for c in calls]
+    assert len(set(ids)) == 3 and ids[0] == "call_h0_1" and len(flags) == 2, (ids, flags)
+    many, flags = normalise_calls([{"id": "x", "function": same}] * 50, 1)  # 50 calls in one reply, one id
+    assert len({c["id"] for c in many}) == 50 and len(flags) == 49
