@@ -8,6 +8,7 @@ import pytest
 from bench.fake_upstream import is_preflight
 from harness.cli.run import run_agents
 from harness.failures import STOPPED, exit_code
+from harness.records.ledger import read_ledger
 from harness.run.loop import normalise_calls
 from tests.fake_model import FakeModel
 from tests.test_failures_midstage import (  # noqa: F401 - _shared_cache: the same data and index cache
@@ -68,3 +69,32 @@ def test_an_assigned_tool_call_id_never_repeats_one_the_model_sent():
     assert len(set(ids)) == 3 and ids[0] == "call_h0_1" and len(flags) == 2, (ids, flags)
     many, flags = normalise_calls([{"id": "x", "function": same}] * 50, 1)  # 50 calls in one reply, one id
     assert len({c["id"] for c in many}) == 50 and len(flags) == 49
+
+
+@pytest.mark.parametrize("choices", [["x"], {"0": 1}, [{"index": 0, "message": None, "finish_reason": "stop"}],
+                                     [{"index": 0, "finish_reason": "stop"}]])
+def test_a_200_whose_choices_carry_no_message_is_a_failed_call_not_a_harness_bug_or_an_answer(tmp_path, choices):
+    """After the preflight every answer is a 200 with usage whose choices are not messages: a bad reply,
+    retried, billed, and a dead server (the probe gets it too), never an empty answer or a loop crash."""
+    broke = {"on": True, "died": False}
+
+    def refuse(req):  # like dies_with: every request once the runs began, the probe's too
+        broke["died"] = broke["died"] or not is_preflight(req)
+        if broke["on"] and broke["died"]:
+            return 200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
+                         "usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+        return None
+
+    with FakeModel(refuse=refuse) as fake:
+        exc = stopped(run_agents, agents_cfg(tmp_path, fake))
+        assert exit_code(exc) == STOPPED and "choices carry no message" in str(exc), exc
+        rd = stage_of(tmp_path)
+        assert once(rd) == {}
+        bad = [e for p in rd.ledger_paths() for e in read_ledger(p) if e.get("event") == "response"
+               and str(e.get("tag")).startswith(("none.", "tool_bm25."))]  # the runs' calls
+        assert bad and all(e["error"].startswith("a 200 reply whose choices") and e["prompt"] == 10 for e in bad)
+        broke["on"] = False
+        run_agents(agents_cfg(tmp_path, fake))
+    after = once(rd)
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
+    ledger_matches_records(rd, after)
