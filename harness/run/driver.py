@@ -193,8 +193,8 @@ class Breaker:
     """Keeps the environment's failures from burning runs (harness.failures).
 
     Runs that ran out of retries (`failure_reason: retries`) are held while no run has succeeded
-    since: such runs of `n` different questions (trials) in a row, or one during which no call of the
-    stage succeeded and the server does not answer a plain probe either (`persistent`), stop the stage; they stay unrecorded and run
+    since: such runs of `n` different questions (trials) in a row, or one after which the server does
+    not answer a plain probe either (`persistent`), stop the stage; they stay unrecorded and run
     again on resume. A successful run releases what is held as failed runs. Runs an unexplained
     rejection ended are held the same way while no run of the stage has succeeded yet; `n` with the
     same rejection stop the stage. `n` is `model.breaker_runs` (3; 0 turns the breaker off)."""
