@@ -98,3 +98,19 @@ def test_a_200_whose_choices_carry_no_message_is_a_failed_call_not_a_harness_bug
     after = once(rd)
     assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
     ledger_matches_records(rd, after)
+
+
+@pytest.mark.parametrize("fault", ["reset", "drip", "html500", "empty200", "sse"])
+def test_transport_faults_after_the_preflight_stop_the_stage_unburnt_and_the_same_command_finishes(tmp_path, fault):
+    """Faults the claims do not list (held on audit): a reset after the headers, a body trickling past the
+    timeout, an HTML 500, an empty 200, an event stream to a plain request."""
+    with FakeModel(dies_with=fault, hang_s=2.5) as fake:
+        exc = stopped(run_agents, agents_cfg(tmp_path, fake))
+        assert exit_code(exc) == STOPPED and "keeps failing" in str(exc), exc
+        rd = stage_of(tmp_path)
+        assert once(rd) == {}
+        fake.dies_with = None
+        run_agents(agents_cfg(tmp_path, fake))
+    after = once(rd)
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
+    ledger_matches_records(rd, after)
