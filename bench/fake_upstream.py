@@ -11,9 +11,11 @@ DeepSeek-style usage fields. Two upstreams are built on it:
   timeout) or from an explicit schedule (the first requests) or `always` (every later
   request): also 401, 403, 404, a 200 reply with no choices ("empty"), a 200 body that
   is not JSON ("nonjson"), 503 ("503"), a 200 carrying an error object ("error200"), credit
-  gone ("quota": OpenAI's 429 insufficient_quota; "402": DeepSeek's). `dies_with` is the
+  gone ("quota": OpenAI's 429 insufficient_quota; "402": DeepSeek's), transport faults
+  ("reset": headers, then the connection reset; "drip": a body a byte at a time for hang_s;
+  "html500"; "empty200"; "sse": an event stream to a plain request). `dies_with` is the
   fault of every request once the runs began (a server that passed the preflight, then
-  died). `ollama_ctx` serves Ollama's /api/ps and /api/show with that context. Usage numbers derive from the request size (half of the prompt a
+  died), or once `dies_after` run requests were answered (dying mid-stage). `ollama_ctx` serves Ollama's /api/ps and /api/show with that context. Usage numbers derive from the request size (half of the prompt a
   cache hit), so token accounting can be checked exactly; every request is kept.
 * FakeUpstream: the rehearsal's latency-simulating upstream (bench/rehearsal.py), below.
 
@@ -140,6 +142,37 @@ class ScriptedUpstream:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a hang longer than its timeout, a killed driver)
 
+            def reset_after_headers(self) -> None:
+                import socket
+                import struct
+
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                self.wfile.flush()
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+
+            def drip(self, seconds: float) -> None:
+                body = json.dumps(completion({"role": "assistant", "content": "x" * 4096}, "fake",
+                                             usage_of(1, 1, 0))).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    end = time.monotonic() + seconds
+                    for b in body:
+                        if time.monotonic() > end:
+                            break
+                        self.wfile.write(bytes([b]))
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                    self.close_connection = True
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
             def do_GET(self):
                 self.send(*fake.get(self.path))
 
@@ -177,7 +210,7 @@ class FakeModel(ScriptedUpstream):
     def __init__(self, delay_s: float = 0.0, p429: float = 0.0, p500: float = 0.0, phang: float = 0.0,
                  hang_s: float = 30.0, seed: int = 0, script=None, answer: str = "I don't know.",
                  schedule: list[str] | None = None, always: str | None = None, refuse=None, usage=False,
-                 dies_with: str | None = None, ollama_ctx: int | None = None):
+                 dies_with: str | None = None, ollama_ctx: int | None = None, dies_after: int = 0):
         super().__init__()
         self.delay_s, self.p429, self.p500, self.phang, self.hang_s = delay_s, p429, p500, phang, hang_s
         self.rng = random.Random(seed)
@@ -192,6 +225,7 @@ class FakeModel(ScriptedUpstream):
         # the fault of every request once the stage's runs began (the first request that is not the
         # preflight's): a server that passes the preflight and then dies; None again: the server is fixed
         self.dies_with = dies_with
+        self.dies_after = dies_after  # run requests answered normally before `dies_with` starts (dying mid-stage)
         self._died = False
         self.ollama_ctx = ollama_ctx  # serve Ollama's /api/ps and /api/show with this context (num_ctx)
         self.requests: list[dict] = []
@@ -209,6 +243,8 @@ class FakeModel(ScriptedUpstream):
 
     def _next_fault(self, req: dict) -> str | None:
         if self.dies_with and (self._died or not is_preflight(req)):
+            if not self._died and sum(not is_preflight(r["body"]) for r in self.requests) <= self.dies_after:
+                return None
             self._died = True
             return self.dies_with
         if self.schedule:
@@ -264,6 +300,20 @@ class FakeModel(ScriptedUpstream):
                                       "model": req.get("model", "fake"), "choices": []})
         if fault == "nonjson":
             return handler.send_raw(200, b"<html>gateway says hi</html>", "text/html")
+        if fault == "reset":  # headers promise a body, then the connection is reset
+            return handler.reset_after_headers()
+        if fault == "drip":  # a 200 whose body trickles in a byte at a time, never finishing within hang_s
+            return handler.drip(self.hang_s)
+        if fault == "html500":  # a proxy's error page
+            return handler.send_raw(500, b"<html><body><h1>500 Internal Server Error</h1></body></html>", "text/html")
+        if fault == "empty200":  # a 200 with nothing in it
+            return handler.send_raw(200, b"", "application/json")
+        if fault == "sse":  # an event stream to a request that did not ask for one
+            pt = prompt_tokens(req["messages"], req.get("tools"))
+            chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": req.get("model", "fake"),
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": self.answer}}],
+                     "usage": usage_of(pt, 7, 0)}
+            return handler.send_raw(200, f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
         if fault == "hang":
             time.sleep(self.hang_s)
             return handler.send(500, error("late", "server_error"))

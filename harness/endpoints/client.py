@@ -85,7 +85,7 @@ class Meter:
 
 
 _QUOTA = re.compile(r"insufficient[_ ]quota|insufficient[_ ](account[_ ])?balance|exceeded your current quota|billing"
-                    r"|credit balance|out of credits?|payment required|no credits", re.I)
+                    r"|credit balance|out of credits?|insufficient[_ ]credits?|credit limit|payment required|no credits", re.I)
 
 
 class QuotaExhausted(EnvironmentFailure):
@@ -93,10 +93,12 @@ class QuotaExhausted(EnvironmentFailure):
 
 
 def quota_failure(status: int | None, body: Any, message: str, model_cfg) -> EnvironmentFailure | None:
-    """Credit gone (OpenAI's 429 `insufficient_quota`, DeepSeek's 402 "Insufficient Balance", a gateway's
-    billing error, in an error status or a 200's error object): no retry helps and every run would fail."""
+    """Credit gone (OpenAI's 429 `insufficient_quota`, DeepSeek's 402 "Insufficient Balance", OpenRouter's
+    "Insufficient credits" with code 402, a gateway's billing error, in an error status or a 200's error object): no retry helps and every run would fail."""
     text = json.dumps(body, default=str) if isinstance(body, (dict, list)) else str(body or "")
-    if status != 402 and not _QUOTA.search(f"{text} {message or ''}"):
+    err = body.get("error", body) if isinstance(body, dict) else None
+    code = str(err.get("code") or err.get("status") or "") if isinstance(err, dict) else ""  # OpenRouter: 402 in a 200
+    if status != 402 and code != "402" and not _QUOTA.search(f"{text} {message or ''}"):
         return None
     where = model_cfg.get("base_url") or model_cfg.get("provider")
     return QuotaExhausted(f"model={model_cfg.get('name')}: the endpoint {where} says the account has no credit "
@@ -263,8 +265,8 @@ class Agent:
         return kwargs, sent, dropped
 
     def _meter(self, raw: dict, t0: float, messages, tools, sent, dropped, flags=None) -> dict:
-        choices = raw.get("choices") or [{}]
-        first = choices[0] if isinstance(choices[0], dict) else {}
+        choices = raw.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         return self.meter.add_call(raw.get("usage"), time.perf_counter() - t0, first.get("finish_reason"), self.role,
                                    sent=sent, dropped=dropped, messages=messages, tools=tools,
                                    reply=first.get("message") or {}, context=self.context, count=self.count,
@@ -287,13 +289,13 @@ class Agent:
                 resp = client.chat.completions.create(model=self.model_cfg["model"], messages=messages, **kwargs)
                 if isinstance(resp, str):
                     raise BadReply(f"a 200 reply that is not JSON: {resp[:120]!r}")
-                if not getattr(resp, "choices", None):
-                    raw = resp.model_dump(exclude_unset=True, warnings=False)
-                    problem = reply_error(raw)
+                raw = resp.model_dump(exclude_unset=True, warnings=False)
+                problem = reply_error(raw)  # the proxy's test, so ledger and records agree on what failed
+                if problem:
                     quota = quota_failure(200, raw.get("error"), "", self.model_cfg) if raw.get("error") else None
                     if quota is not None:
                         raise quota
-                    raise BadReply(problem or "a 200 reply with no choices")
+                    raise BadReply(problem)
             except (*RETRYABLE, BadReply, json.JSONDecodeError) as exc:
                 failed_s = time.perf_counter() - t0
                 if isinstance(exc, BadReply) and resp is not None and not isinstance(resp, str):
@@ -328,7 +330,6 @@ class Agent:
                 raise ModelCallFailed(f"the endpoint rejected the request (HTTP {exc.status_code}): {text}",
                                       reason="rejected", signature=_signature(exc.status_code, text)) from exc
             choice = resp.choices[0]
-            raw = resp.model_dump(exclude_unset=True, warnings=False)
             call = self._meter(raw, t0, messages, tools, sent, dropped)
             cut = silently_cut(messages, tools, call, self.model_cfg, self.count)
             if cut:

@@ -40,11 +40,16 @@ def tagged_url(base_url: str, tag: str, attempt: int, role: str) -> str:
 
 
 def reply_error(data) -> str | None:
-    """Why a 200 body is not a usable chat completion (an error object, no choices), or None."""
+    """Why a 200 body is not a usable chat completion (an error object, no choices, a first choice without
+    a message object), or None."""
     if not isinstance(data, dict):
         return f"a 200 body that is not a JSON object: {str(data)[:120]!r}"
-    if data.get("choices"):
-        return None
+    choices = data.get("choices")
+    if choices:
+        first = choices[0] if isinstance(choices, list) else None
+        if isinstance(first, dict) and isinstance(first.get("message"), dict):
+            return None
+        return f"a 200 reply whose choices carry no message: {str(choices)[:120]!r}"
     err = data.get("error")
     if err is not None:
         what = err.get("message") or err.get("type") or err.get("code") if isinstance(err, dict) else err
@@ -122,8 +127,9 @@ class MeteringProxy:
                 out["error"] = problem
             usage = data.get("usage") if isinstance(data, dict) else None
             if problem is None or (isinstance(usage, dict) and usage):  # a bad reply with usage was billed
-                choices = data.get("choices") or [{}]
-                reply = choices[0].get("message") if isinstance(choices[0], dict) else None
+                choices = data.get("choices")
+                first = choices[0] if isinstance(choices, list) and choices else None
+                reply = first.get("message") if isinstance(first, dict) else None
                 out.update(usage_split(usage, req.get("messages"), req.get("tools"), reply or {},
                                        self.context, self.count))
             out["response_model"] = data.get("model") if isinstance(data, dict) else None

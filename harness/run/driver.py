@@ -23,7 +23,7 @@ An endpoint rejection every run gets (an unsupported parameter, tool calling not
 is an environment failure too (harness.endpoints.fit); one that depends on the run (its
 prompt exceeds the context window) fails that run with `failure_reason: context_length`.
 A server that keeps failing is the environment's too (`Breaker`): a run that ran out of
-retries while no call of the stage succeeded (and the server does not answer a plain probe),
+retries when the server does not answer a plain probe either (no call of the stage succeeded since),
 or runs of `model.breaker_runs` (3) different questions in a row out of retries, stop the stage with those runs
 unrecorded; a run out of retries while others succeed is recorded failed. A rejection the
 body does not explain goes through the same breaker: when the same rejection ends the first
@@ -193,8 +193,8 @@ class Breaker:
     """Keeps the environment's failures from burning runs (harness.failures).
 
     Runs that ran out of retries (`failure_reason: retries`) are held while no run has succeeded
-    since: such runs of `n` different questions (trials) in a row, or one during which no call of the
-    stage succeeded and the server does not answer a plain probe either (`persistent`), stop the stage; they stay unrecorded and run
+    since: such runs of `n` different questions (trials) in a row, or one after which the server does
+    not answer a plain probe either (`persistent`), stop the stage; they stay unrecorded and run
     again on resume. A successful run releases what is held as failed runs. Runs an unexplained
     rejection ended are held the same way while no run of the stage has succeeded yet; `n` with the
     same rejection stop the stage. `n` is `model.breaker_runs` (3; 0 turns the breaker off)."""
@@ -299,8 +299,10 @@ class StageRunner:
     def run_one(self, spec, attempt: int) -> BaseModel:
         self._mark("run_started")
         self.rd.start_attempt(spec.run_id, attempt, now())
-        t = time.monotonic()
         record, signature = self.step.execute(spec, attempt)
+        # silent since the run gave up, not since it started: a server that died mid-stage answered the
+        # calls made before it died, this run's own and other runs' alike
+        t = time.monotonic()
         persistent = (record.status != "ok" and record.failure_reason == "retries" and self.breaker.n > 0
                       and not self.breaker.tripped and self.silent_since(t))
         for r in self.breaker.admit(record, signature, persistent):

@@ -135,6 +135,7 @@ def normalise_calls(raw: Any, round_no: int) -> tuple[list[dict], list[str]]:
     still does not fit (no name, arguments that are not JSON) goes back to the model as a tool error."""
     calls, flags, seen = [], [], set()
     items = raw if isinstance(raw, list) else [raw] if raw else []
+    sent = {c.get("id") if isinstance(c, dict) else getattr(c, "id", None) for c in items}  # an assigned id is new
     for i, c in enumerate(items):
         fn = c.get("function") if isinstance(c, dict) else getattr(c, "function", None)
         fget = (lambda k: fn.get(k)) if isinstance(fn, dict) else (lambda k: getattr(fn, k, None))
@@ -150,6 +151,8 @@ def normalise_calls(raw: Any, round_no: int) -> tuple[list[dict], list[str]]:
             args = json.dumps(args, ensure_ascii=False)
         if not isinstance(cid, str) or not cid or cid in seen:
             new = f"call_h{round_no}_{i}"
+            while new in seen or new in sent:
+                new += "_"
             flags.append(f"tool call {i} {'without an id' if not cid else f'with a repeated id {cid!r}'}: "
                          f"assigned {new}")
             cid = new
