@@ -68,3 +68,33 @@ def long_question(n_sessions: int = 3, n_turns: int = 12, chars: int = 2500) -> 
     return Question(qid="glong", qtype="single-session-user", question="What was said?", answer="x",
                     date=base + timedelta(days=30), sessions=tuple(sessions),
                     evidence=frozenset({sessions[0].sid}))
+
+
+def imported_store(name: str, sessions: list[dict]) -> Path:
+    """A store written once per test session by the runtime's own import_sessions (shared_dir()/<name>)."""
+    import harness.runtime as R
+
+    path = shared_dir() / name / "state.db"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = R.load_runtime().SessionDB(db_path=path)
+        try:
+            res = db.import_sessions(sessions)
+            assert res.get("ok") and res.get("detached", 0) == 0, res
+        finally:
+            db.close()
+    return path
+
+
+def message_ids(store: Path) -> dict[str, list[int]]:
+    """Each session's message ids in the store, read with plain SQL (not through the code under test)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        out: dict[str, list[int]] = {}
+        for sid, mid in con.execute("SELECT session_id, id FROM messages ORDER BY id"):
+            out.setdefault(sid, []).append(mid)
+        return out
+    finally:
+        con.close()

@@ -20,7 +20,7 @@ import pytest
 
 from harness.runtime import SessionSearchTool, load_runtime
 from harness.runtime import adaptive as A
-from tests.runtime_helpers import shared_dir
+from tests.runtime_helpers import imported_store, message_ids
 from tests.test_hub import fake_raw  # noqa: F401  (the raw-file stand-in fixture)
 
 DAY = 86400.0
@@ -95,28 +95,12 @@ def sessions() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def store() -> Path:
-    path = shared_dir() / "adaptive" / "state.db"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        db = load_runtime().SessionDB(db_path=path)
-        try:
-            res = db.import_sessions(sessions())
-            assert res.get("ok") and res.get("detached", 0) == 0, res
-        finally:
-            db.close()
-    return path
+    return imported_store("adaptive", sessions())
 
 
 @pytest.fixture(scope="module")
 def ids(store) -> dict[str, list[int]]:
-    con = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
-    try:
-        out: dict[str, list[int]] = {}
-        for sid, mid in con.execute("SELECT session_id, id FROM messages ORDER BY id"):
-            out.setdefault(sid, []).append(mid)
-        return out
-    finally:
-        con.close()
+    return message_ids(store)
 
 
 @pytest.fixture(scope="module")
