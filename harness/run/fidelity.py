@@ -92,18 +92,20 @@ def _is_effort_key(k: str) -> bool:
 
 
 def reasoning_effort(params: dict | None) -> str | None:
-    """The reasoning effort however the endpoint spells it: `reasoning_effort: low`, `reasoning: {effort: low}`
-    or a name `model.accepts` renames it to (e.g. `reasoning.effort`), also inside `extra_body`. Spelled twice with
+    """The reasoning effort however the endpoint spells it: every spelling the typed settings know
+    (harness.run.settings.REASONING_SPELLINGS: `reasoning_effort`, `reasoning: {effort}`, inside `extra_body`,
+    `think`) and a name `model.accepts` renames it to (e.g. `reasoning.effort`), in lower case. Spelled twice with
     two values (the endpoint gets both and honours one), it is `conflicting: high, low`, never the first spelling."""
+    from harness.run.settings import REASONING_SPELLINGS
+
     params = params or {}
-    efforts = {str(v) for k, v in params.items() if _is_effort_key(k) and v is not None}
-    r = params.get("reasoning")
-    if isinstance(r, dict) and r.get("effort") is not None:
-        efforts.add(str(r["effort"]))
-    body = params.get("extra_body")
-    if isinstance(body, dict):  # the openai client's pass-through: what the endpoint reads the same way
-        inner = reasoning_effort(body)
-        efforts |= set(inner.removeprefix("conflicting: ").split(", ")) if inner else set()
+    efforts = {str(v).lower() for k, v in params.items() if _is_effort_key(k) and v is not None}
+    for path in REASONING_SPELLINGS:
+        node: Any = params
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None and not isinstance(node, dict):
+            efforts.add(str(node).lower())
     if len(efforts) > 1:
         return "conflicting: " + ", ".join(sorted(efforts))
     return next(iter(efforts), None)
