@@ -33,6 +33,7 @@ from omegaconf import DictConfig
 
 from harness.failures import exits_with_code
 from harness.records import RunDir
+from harness.run import sweep as _sweep  # noqa: F401  (hydra.sweep.dir's resolver: a dry run writes no sweep file)
 from judge import prompts as P
 from judge import common as C
 from judge.answer_check import judge_stage, load_judgements

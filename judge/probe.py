@@ -41,6 +41,7 @@ from omegaconf import DictConfig
 
 from harness.failures import STOPPED, exits_with_code
 from harness.records import RunDir
+from harness.run import sweep as _sweep  # noqa: F401  (hydra.sweep.dir's resolver: a dry run writes no sweep file)
 
 WRONG = ("other_gold", "changed_number", "changed_date", "denied", "confident_answer")
 RIGHT = ("paraphrase", "reordered", "extra_words", "number_words", "refusal")
