@@ -313,7 +313,10 @@ def run_probe(cfg, rd: RunDir | None = None) -> dict:
     from harness.run.budget import Budget
     from omegaconf import OmegaConf
 
+    from judge.common import answer_check_stage
+
     rd = rd or RunDir.for_stage(cfg)
+    answer_check_stage(cfg, rd, "judge.probe")
     records = [r.model_dump(mode="json") for r in rd.records()]
     if not records:
         raise SystemExit(f"error: {rd.root} has no records; run the stage first")
