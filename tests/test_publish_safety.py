@@ -406,3 +406,23 @@ def test_a_secret_in_the_path_of_a_url_that_is_no_endpoint_is_redacted(url, kept
 
     old = f"post it to https://<host>{urlsplit(url).path} now"  # what went out before: the host alone replaced
     assert any("a secret in its path" in x for x in privacy.leaks(old)) == kept.endswith("<key>"), old
+
+
+@pytest.mark.parametrize("edit", ["kept", "replaced"])
+def test_a_card_whose_kept_or_replaced_block_disagrees_with_its_tables_is_refused(published, tmp_path, capsys, edit):
+    """The card's `kept` (host names, pids) is what the rebuilt folders show and its `replaced` counts a kind of
+    private string wherever the tables hold its placeholder: a card rewritten whole (header and body agreeing,
+    as whoever crafts a dataset can write it) to say otherwise is refused."""
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    meta = P.read_card(ds)
+    assert meta["replaced"]["keys"] >= 1 and meta["replaced"]["local paths"] >= 1 and meta["kept"] == []
+    if edit == "kept":
+        meta["kept"] = ["the host names that ran the stage (driver lock, sessions): elsewhere"]
+        match = "the card's kept block"
+    else:
+        meta["replaced"] = {k: 0 for k in meta["replaced"]}
+        match = "the card's replaced block says no endpoint urls were replaced, yet the tables hold <endpoint url>"
+    counts = {t: pq.read_metadata(ds / t / "train.parquet").num_rows for t in meta["tables"]}
+    (ds / "README.md").write_text(P.card_text(meta, counts))
+    _every_reader_refuses(ds, tmp_path, capsys, match)
