@@ -324,10 +324,9 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
                     ex.private.scan_object(yaml.safe_load(text))
                 except yaml.YAMLError:
                     pass  # its text is still scanned for paths and keys below
-            if rel.endswith(("lock", "sessions.jsonl")):  # one JSON object per line: who ran the stage
-                objs = _objects(text, "lines.jsonl")
-                ex.hosts |= {str(o["host"]) for o in objs if o.get("host")}
-                ex.pids |= any(o.get("pid") is not None for o in objs)
+            hosts, pids = _who_ran(rel, text)
+            ex.hosts |= hosts
+            ex.pids |= pids
     for text in texts.values():
         ex.private.scan_text(text)
     for name, root in folders.items():
@@ -337,6 +336,15 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
                     private_transcripts)
         _add_data(ex, name, root, private_transcripts)
     return ex
+
+
+def _who_ran(rel: str, text: str) -> tuple[set[str], bool]:
+    """The host names and whether process ids are named, in a folder's driver lock or sessions file (one JSON
+    object per line): what the card's `kept` says goes along, read from the originals and from a rebuilt folder."""
+    if not rel.endswith(("lock", "sessions.jsonl")):
+        return set(), False
+    objs = _objects(text, "lines.jsonl")
+    return {str(o["host"]) for o in objs if o.get("host")}, any(o.get("pid") is not None for o in objs)
 
 
 def _objects(text: str, rel: str) -> list[dict]:
@@ -541,10 +549,14 @@ def card_left_out(ex: Export) -> list[str]:
 
 def card_kept(ex: Export) -> list[str]:
     """What identifies who ran the stage and still goes along (the card says so)."""
+    return _kept(ex.hosts, ex.pids)
+
+
+def _kept(hosts: set[str], pids: bool) -> list[str]:
     out = []
-    if ex.hosts:
-        out.append("the host names that ran the stage (driver lock, sessions): " + ", ".join(sorted(ex.hosts)))
-    if ex.pids:
+    if hosts:
+        out.append("the host names that ran the stage (driver lock, sessions): " + ", ".join(sorted(hosts)))
+    if pids:
         out.append("the process ids of the stage's drivers (driver lock, sessions)")
     return out
 
@@ -1180,6 +1192,7 @@ def _check_card(folder: Path, tables: dict[str, list[dict]], texts: dict[tuple[s
             if not p.is_file() or sha256(p.read_bytes()) != pre.get("sha256"):
                 raise PublishError(f"{folder}: {said['file']} is not the pre-registration file stage.json names "
                                    f"(sha256 {pre.get('sha256')}): refused")
+    _check_kept_and_replaced(folder, meta, texts)
     if json.loads(json.dumps(_totals(tables["runs"]))) != meta.get("totals"):
         raise PublishError(f"{folder}: the card's totals differ from the runs table: the card was edited; refused")
     want = card_text(meta, {t: len(rows) for t, rows in tables.items()})
@@ -1188,6 +1201,30 @@ def _check_card(folder: Path, tables: dict[str, list[dict]], texts: dict[tuple[s
         raise PublishError(f"{folder}: {CARD} is not the card this harness writes for these tables (line {line} "
                            f"differs: {text.splitlines()[line - 1][:80] if line <= len(text.splitlines()) else ''!r})"
                            f": the card was edited; refused")
+
+
+# which counts of the card's `replaced` may account for a placeholder in the tables (a URL that is no endpoint
+# becomes <host>, a file URL's path <local path>/NAME, a secret in its path <key>: privacy._sanitize_url)
+PLACEHOLDERS = {privacy.URL: ("endpoint urls",), privacy.HOST: ("other urls",),
+                privacy.KEY: ("keys", "other urls"), privacy.LOCAL: ("local paths", "other urls")}
+
+
+def _check_kept_and_replaced(folder: Path, meta: dict, texts: dict[tuple[str, str], str]) -> None:
+    """The card's `kept` is what the rebuilt folders' driver locks and sessions show (host names, pids), and its
+    `replaced` counts a kind of private string wherever the tables hold its placeholder; else refused."""
+    hosts, pids = set(), False
+    for (_, rel), text in texts.items():
+        h, p = _who_ran(rel, text)
+        hosts, pids = hosts | h, pids or p
+    if list(meta.get("kept") or []) != _kept(hosts, pids):
+        raise PublishError(f"{folder}: the card's kept block says {meta.get('kept') or []}, the tables show "
+                           f"{_kept(hosts, pids)}: the card was edited; refused")
+    replaced = meta.get("replaced") if isinstance(meta.get("replaced"), dict) else {}
+    for mark, counts in PLACEHOLDERS.items():
+        if not any(isinstance(replaced.get(c), int) and replaced[c] > 0 for c in counts) and any(
+                mark in t for t in texts.values()):
+            raise PublishError(f"{folder}: the card's replaced block says no {' or '.join(counts)} were replaced, "
+                               f"yet the tables hold {mark}: the card was edited; refused")
 
 
 def _parsed(text: str) -> Any:

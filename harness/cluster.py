@@ -32,6 +32,7 @@ import pwd
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -156,10 +157,21 @@ def slurm_conf(c: Cluster) -> str:
         ""])
 
 
+def _dbd_loopback() -> list[str]:
+    """slurmdbd 22.05 listens on every interface, or with NoInAddrAny on the address this machine's host name
+    resolves to: asked only where that is a loopback address (slurmctld reaches it at localhost)."""
+    try:
+        loopback = socket.gethostbyname(socket.gethostname()).startswith("127.")
+    except OSError:
+        loopback = False
+    return ["CommunicationParameters=NoInAddrAny"] if loopback else []
+
+
 def slurmdbd_conf(c: Cluster, password: str) -> str:
     me = _user()
     return "\n".join([
         "AuthType=auth/munge", f"AuthInfo=socket={c.munge_socket}", "DbdHost=localhost", f"DbdPort={c.dbd_port}",
+        *_dbd_loopback(),
         f"SlurmUser={me}", f"PidFile={c.dbd_pid}", f"LogFile={c.p('log', 'slurmdbd.log')}",
         "StorageType=accounting_storage/mysql", f"StorageHost={HOST}", f"StoragePort={c.db_port}",
         f"StorageUser={DB_USER}", f"StoragePass={password}", "StorageLoc=slurm_acct_db", ""])

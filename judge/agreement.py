@@ -33,6 +33,7 @@ from omegaconf import DictConfig
 
 from harness.failures import exits_with_code
 from harness.records import RunDir
+from harness.run import sweep as _sweep  # noqa: F401  (hydra.sweep.dir's resolver: a dry run writes no sweep file)
 from judge import prompts as P
 from judge import common as C
 from judge.answer_check import judge_stage, load_judgements
@@ -128,6 +129,7 @@ def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
     if cfg.get("judge2") is None:
         raise SystemExit("error: no second judge: add +judge@judge2=NAME (e.g. make agreement JUDGE2=deepseek)")
     rd = RunDir.for_stage(cfg)
+    C.answer_check_stage(cfg, rd, "judge.agreement")
     if not rd.records_dir.exists():
         raise SystemExit(f"error: {rd.root} has no records; run and judge the stage first")
     prompts = P.load(cfg.judge.get("prompts", "builtin"))

@@ -38,6 +38,27 @@ from judge.cache import JudgeCache
 ROLE = "judge"
 
 
+class OtherStudy(ValueError):
+    exit_code = 2  # harness.failures.BAD_INPUT
+
+
+def answer_check_stage(cfg, rd: RunDir, command: str) -> None:
+    """`command` (judge.agreement, judge.probe) checks LongMemEval's answer check; a stage whose study has another
+    judge (the personalization study's rubric) is refused before a record is read, naming what checks that judge."""
+    from harness import studies
+
+    kind = rd.stage().kind if rd.stage_path.exists() else cfg.stage.get("kind")
+    study = studies.get(kind)
+    if (study.judge or "").partition(":")[0] == "judge.answer_check":
+        return
+    name = cfg.stage.name
+    judged = (f"judged by {study.judge.partition(':')[0].replace('.', '/')}.py (`make judge STAGE={name}`)"
+              if study.judge else "with nothing to judge")
+    raise OtherStudy(f"{command} checks LongMemEval's answer check (judge/answer_check.py); stage {name!r} is a "
+                     f"{study.kind} stage, {judged}" + (f"; its judge is checked by {study.judge_checks}"
+                                                         if study.judge_checks else ""))
+
+
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 

@@ -41,6 +41,7 @@ from omegaconf import DictConfig
 
 from harness.failures import STOPPED, exits_with_code
 from harness.records import RunDir
+from harness.run import sweep as _sweep  # noqa: F401  (hydra.sweep.dir's resolver: a dry run writes no sweep file)
 
 WRONG = ("other_gold", "changed_number", "changed_date", "denied", "confident_answer")
 RIGHT = ("paraphrase", "reordered", "extra_words", "number_words", "refusal")
@@ -312,7 +313,10 @@ def run_probe(cfg, rd: RunDir | None = None) -> dict:
     from harness.run.budget import Budget
     from omegaconf import OmegaConf
 
+    from judge.common import answer_check_stage
+
     rd = rd or RunDir.for_stage(cfg)
+    answer_check_stage(cfg, rd, "judge.probe")
     records = [r.model_dump(mode="json") for r in rd.records()]
     if not records:
         raise SystemExit(f"error: {rd.root} has no records; run the stage first")

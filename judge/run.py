@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from harness.failures import BAD_INPUT, returns_exit_code
 from harness.records import RunDir
+from harness.run import sweep as _sweep  # noqa: F401  (hydra.sweep.dir's resolver: a dry run writes no sweep file)
 from judge.answer_check import identity, judge_model_config, judge_stage, judgements_path, load_judgements  # noqa: F401  (the old judge.run names)
 from judge.common import judgements_dir  # noqa: F401
 

@@ -383,3 +383,46 @@ def test_a_crafted_format_or_card_block_is_refused_not_a_traceback(published, tm
     assert A.main([f"runs={ds}", f"out={tmp_path / 'a'}", "replay=none"]) == 2
     err = capsys.readouterr().err
     assert match in err and "Traceback" not in err and not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("url,kept", [
+    ("https://hooks.slack.com/services/T000/B000/XXXXXXXX", "https://<host>/services/<key>"),
+    ("https://discord.com/api/webhooks/123456789012345678/AbCdEf-GhIjKl_MnOpQrStUvWx", "https://<host>/api/webhooks/<key>"),
+    ("https://api.telegram.org/bot123456:ABCdefGhIJKlmNoPQRsTUVwxyZ/sendMessage", "https://<host>/<key>"),
+    ("https://example.com/reset/token/plainlettersonly/x", "https://<host>/reset/token/<key>"),
+    ("https://example.com/files/a8Kq2mZ9xL4vB7nR", "https://<host>/files/<key>"),
+    ("https://example.com/s/AbCdEfGhIjKlMnOpQrStUvWx", "https://<host>/s/<key>"),
+    ("https://x.example/a?key=abc&token=zzz&sig=123", "https://<host>/a"),
+    ("https://docs.python.org/3/library/json.html", "https://<host>/3/library/json.html"),
+    ("https://example.com/recipes/chocolate-cake", "https://<host>/recipes/chocolate-cake")])
+def test_a_secret_in_the_path_of_a_url_that_is_no_endpoint_is_redacted(url, kept):
+    """A webhook's or a capability URL's secret sits in its path: from the first segment that could be one
+    (a digit in a word, a long or case-mixed word, or what follows a segment named like a key or a hook) the
+    rest of the path goes; a path of plain words stays. The last scan refuses such a path left unredacted."""
+    text = privacy.Private().redact(f"post it to {url} now")
+    assert text == f"post it to {kept} now"
+    assert privacy.leaks(text) == []
+    from urllib.parse import urlsplit
+
+    old = f"post it to https://<host>{urlsplit(url).path} now"  # what went out before: the host alone replaced
+    assert any("a secret in its path" in x for x in privacy.leaks(old)) == kept.endswith("<key>"), old
+
+
+@pytest.mark.parametrize("edit", ["kept", "replaced"])
+def test_a_card_whose_kept_or_replaced_block_disagrees_with_its_tables_is_refused(published, tmp_path, capsys, edit):
+    """The card's `kept` (host names, pids) is what the rebuilt folders show and its `replaced` counts a kind of
+    private string wherever the tables hold its placeholder: a card rewritten whole (header and body agreeing,
+    as whoever crafts a dataset can write it) to say otherwise is refused."""
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    meta = P.read_card(ds)
+    assert meta["replaced"]["keys"] >= 1 and meta["replaced"]["local paths"] >= 1 and meta["kept"] == []
+    if edit == "kept":
+        meta["kept"] = ["the host names that ran the stage (driver lock, sessions): elsewhere"]
+        match = "the card's kept block"
+    else:
+        meta["replaced"] = {k: 0 for k in meta["replaced"]}
+        match = "the card's replaced block says no endpoint urls were replaced, yet the tables hold <endpoint url>"
+    counts = {t: pq.read_metadata(ds / t / "train.parquet").num_rows for t in meta["tables"]}
+    (ds / "README.md").write_text(P.card_text(meta, counts))
+    _every_reader_refuses(ds, tmp_path, capsys, match)

@@ -601,7 +601,7 @@ def test_repeat_intervals_are_reported_beside_the_question_only_ones(tmp_path):
 
 
 def test_the_pilot_range_gives_the_questions_80_percent_needs_at_both_ends():
-    """A 12-question pilot: the n for 80% over its interval of the spread, each end the normal formula's."""
+    """A 12-question pilot: the n for 80% over its interval of the spread, each end the simulated rule's."""
     import dataclasses
 
     from analysis import power as W
@@ -610,7 +610,30 @@ def test_the_pilot_range_gives_the_questions_80_percent_needs_at_both_ends():
     c.pilot_n = 12
     a = W.assess([c], seed=0, sims=300, boot=200)[0]
     lo, hi = c.spread_range()
-    want = sorted(dataclasses.replace(c, spread=x).n80 for x in (lo, hi))
+    want = sorted(dataclasses.replace(c, spread=x).n80_rule for x in (lo, hi))
     assert a.pilot_n80 == pytest.approx(tuple(want))
-    assert want[0] < c.n80 < want[1] and want[1] > 3 * want[0]  # a 12-question pilot leaves the n wide open
+    assert want[0] < c.n80_rule < want[1] and want[1] > 3 * want[0]  # a 12-question pilot leaves the n wide open
     assert f"(n80 {want[0]:,.0f}-{want[1]:,.0f})" in W.render([c])
+
+
+@pytest.mark.parametrize("rule,effect,spread,threshold", [
+    ("noninferiority", 0.0, 0.3, -5.0),
+    ("accuracy_above", 10.0, 0.4, 0.0),
+    ("ratio_upper_below", 0.55, 1.0, 0.7),
+    ("ratio_lower_above", 1.3, 0.8, 1.0)])
+def test_the_n_for_80_of_an_interval_rule_is_searched_on_the_simulated_rule(rule, effect, spread, threshold):
+    """The interval rules' n for 80% is found on the same simulation their power is (the bootstrap percentile
+    bound, seeded): the simulated rule reaches 80% there and not a few questions below it. The normal formula
+    is the search's first guess and stays within 15% of it (its `approx`)."""
+    from analysis import power as W
+
+    c = comparison(rule, 100, effect, spread, threshold)
+    n = c.n80_rule
+    assert n == c.n80_rule  # seeded and cached: the same n each time it is asked
+    boot = W.BOOT // 2 if not c.accuracy else W.BOOT  # what assess simulates with
+
+    def pw(k):
+        return W.simulate(c, n=int(k), boot=boot).power
+    assert pw(n) >= 0.8 > pw(n - 1)  # the search's crossing, on the rule itself
+    assert pw(round(0.85 * n)) < 0.8  # well below it the rule falls short
+    assert n == pytest.approx(c.n80, rel=0.15)

@@ -166,10 +166,11 @@ def parse_record(rec: Any, index: int) -> Question:
     )
 
 
-def iter_raw(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield (index, raw record) from a JSON array, streaming; raise DataError on broken JSON."""
+def iter_raw(path) -> Iterator[tuple[int, Any]]:
+    """Yield (index, raw record) from a JSON array, streaming; raise DataError on broken JSON. `path` is a
+    path, or anything that opens like one (a dry run's generated file in memory, harness.data.source.Unwritten)."""
     index = -1
-    with open(path, "rb") as f:
+    with (path.open("rb") if hasattr(path, "open") else open(path, "rb")) as f:
         try:
             for index, rec in enumerate(ijson.items(f, "item", use_float=True), start=0):
                 yield index, rec

@@ -177,15 +177,25 @@ def write(path: str | Path, n: int, seed: int = 0) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(generate(n, seed), indent=1, sort_keys=True), encoding="utf-8")
+    tmp.write_bytes(dumps(n, seed))
     tmp.replace(path)
     return path
 
 
-def ensure(path: str | Path, n: int, seed: int) -> Path:
-    """The trials file, written on first use; an existing file must be the one this seed writes."""
+def dumps(n: int, seed: int = 0) -> bytes:
+    """The trials file's bytes: what `write` writes, and what a dry run holds in memory instead."""
+    return json.dumps(generate(n, seed), indent=1, sort_keys=True).encode("utf-8")
+
+
+def ensure(path: str | Path, n: int, seed: int, write_missing: bool = True):
+    """The trials file, written on first use (a dry run, `write_missing=False`, holds it in memory:
+    harness.data.source.Unwritten); an existing file must be the one this seed writes."""
     path = Path(path)
     if not path.exists():
+        if not write_missing:
+            from .source import Unwritten
+
+            return Unwritten(path, dumps(n, seed))
         return write(path, n, seed)
     data = load(path)
     if data["seed"] != seed or data["n"] != n:
@@ -193,8 +203,9 @@ def ensure(path: str | Path, n: int, seed: int) -> Path:
     return path
 
 
-def load(path: str | Path) -> dict:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+def load(path) -> dict:
+    """A trials file, or a dry run's in memory (anything with `read_bytes`)."""
+    data = json.loads((path if hasattr(path, "read_bytes") else Path(path)).read_bytes().decode("utf-8"))
     validate(data)
     return data
 

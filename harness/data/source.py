@@ -1,6 +1,7 @@
 """Where a stage's data file comes from, and its sha256 for the run metadata.
 
-Generated files are written on first use; LongMemEval files must be on disk
+Generated files are written on first use, except by a dry run: it generates them in memory
+(`Unwritten`) and writes nothing; LongMemEval files must be on disk
 (given by `data.path`, or fetched with `python -m harness.data download`).
 Hashing a 2.7 GB file takes a while, so digests are cached by path, size and
 modification time.
@@ -8,21 +9,48 @@ modification time.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 from .longmemeval import DataError, sha256_file
 
 
-def resolve(data_cfg) -> Path:
+@dataclass(frozen=True)
+class Unwritten:
+    """A generated file a dry run holds in memory: where a real run writes it, and the bytes it would write.
+    Read like a Path (`open`, `read_bytes`), so the plan and the forecast read it as they read the file."""
+    path: Path
+    content: bytes
+
+    def open(self, mode: str = "rb"):
+        return io.BytesIO(self.content)
+
+    def read_bytes(self) -> bytes:
+        return self.content
+
+    @property
+    def sha256(self) -> str:  # the sha256 the written file will have
+        return hashlib.sha256(self.content).hexdigest()
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def resolve(data_cfg, write: bool = True) -> Path | Unwritten:
+    """The stage's data file; a generated one missing is written (`write`) or held in memory (a dry run)."""
     path = Path(str(data_cfg["path"]))
     if data_cfg["kind"] == "synth":
         if not path.exists():
-            from .synth import write
+            from .synth import dumps, write as write_file
 
-            write(path.parent, int(data_cfg["seed"]), str(data_cfg["size"]), path=path)
+            if not write:
+                return Unwritten(path, dumps(int(data_cfg["seed"]), str(data_cfg["size"])))
+            write_file(path.parent, int(data_cfg["seed"]), str(data_cfg["size"]), path=path)
         return path
     if not path.exists():
         raise DataError(-1, None, "data.path",
@@ -31,7 +59,9 @@ def resolve(data_cfg) -> Path:
     return path
 
 
-def cached_sha256(path: Path, cache_dir: Path) -> str:
+def cached_sha256(path: Path | Unwritten, cache_dir: Path) -> str:
+    if isinstance(path, Unwritten):
+        return path.sha256
     cache = Path(cache_dir) / "sha256.json"
     st = path.stat()
     # the inode and change time too: an in-place edit that keeps the size and puts the modification time

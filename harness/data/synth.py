@@ -665,7 +665,11 @@ def write(out_dir: str | Path, seed: int, size: str, path: str | Path | None = N
     path.parent.mkdir(parents=True, exist_ok=True)
     # a temporary name of this process alone: shards of a stage may generate the same file at once
     tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(generate(seed, size), f, ensure_ascii=False)
+    tmp.write_bytes(dumps(seed, size))
     tmp.replace(path)
     return path
+
+
+def dumps(seed: int, size: str) -> bytes:
+    """The file's bytes: what `write` writes, and what a dry run holds in memory instead (harness.data.source)."""
+    return json.dumps(generate(seed, size), ensure_ascii=False).encode("utf-8")

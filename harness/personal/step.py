@@ -37,6 +37,7 @@ from omegaconf import OmegaConf
 import conditions
 from harness.data import personal as trials_data
 from harness.data.longmemeval import sha256_file
+from harness.data.source import Unwritten
 from harness.endpoints.client import Agent, Meter, ModelCallFailed
 from harness.failures import EnvironmentFailure, classify
 from harness.kernel.identity import IdentityResolver
@@ -78,17 +79,20 @@ class PersonalPlan:
     def render(self) -> str:
         by = Counter(r.condition for r in self.runs)
         return "\n".join([f"stage {self.stage}  label {self.label}  seed {self.seed}",
-                          f"trials {self.data['path']}  sha256 {self.data['sha256']}  ({self.data['n']} trials)",
+                          f"trials {self.data['path']}  sha256 {self.data['sha256']}  ({self.data['n']} trials)"
+                          + ("  generated in memory, written by the first run (dry run)"
+                             if self.data.get("unwritten") else ""),
                           f"{'method':<24}{'runs':>6}",
                           *(f"{c:<24}{n:>6}" for c, n in sorted(by.items())),
                           f"total runs {len(self.runs)} (seeded interleaved order)"])
 
 
-def trials_path(cfg) -> Path:
+def trials_path(cfg):
+    """The stage's trials file, written on first use; a dry run's is generated in memory (source.Unwritten)."""
     p = cfg.stage.trials
     path = Path(str(p.path)) if p.get("path") else trials_data.default_path(Path(str(cfg.cache_dir)) / "data",
                                                                           int(p.n), int(cfg.seed))
-    return trials_data.ensure(path, int(p.n), int(cfg.seed))
+    return trials_data.ensure(path, int(p.n), int(cfg.seed), write_missing=not cfg.get("dry_run"))
 
 
 def plan(cfg) -> PersonalPlan:
@@ -109,8 +113,10 @@ def plan(cfg) -> PersonalPlan:
         blocks += [[(t, str(c)) for t in order[i:i + size]] for i in range(0, len(order), size)]
     rng.shuffle(blocks)
     pairs = [p for b in blocks for p in b]
+    unwritten = isinstance(path, Unwritten)
     return PersonalPlan(str(cfg.stage.name), str(cfg.stage.label), int(cfg.seed),
-                        {"path": str(path), "sha256": sha256_file(path), "n": len(trials)},
+                        {"path": str(path), "n": len(trials), **({"unwritten": True} if unwritten else {}),
+                         "sha256": path.sha256 if unwritten else sha256_file(path)},
                         [TrialRun(t["trial_id"], c) for t, c in pairs], {t["trial_id"]: t for t in trials})
 
 

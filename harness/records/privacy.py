@@ -12,7 +12,8 @@ another trailing slash, or from another machine, is still found):
 * URLs, wherever they appear, are parsed: an endpoint's (the value of a `base_url`-like key,
   the URL of an identity `provider:model@URL[:hash]`, or any URL with the same scheme, host,
   port and path as one) becomes `<endpoint url>`; any other URL keeps its scheme and path and
-  loses its user info, host (`<host>`), query and fragment.
+  loses its user info, host (`<host>`), query and fragment, and its path from the first segment
+  that could be a secret (a webhook's, a capability link's: `_secret_at`) on (`/<key>`).
 * keys: values of `api_key`-like fields and of this process's environment variables named like
   keys (`*_KEY`, `*_TOKEN`, `*_SECRET`, `*PASSWORD*`), 8 characters or more (`EMPTY` is no key),
   and anything shaped like a well-known credential (`sk-...`, `hf_...`, `ghp_...`, `AKIA...`,
@@ -175,9 +176,36 @@ def _file_path(u) -> str | None:
     return path if (u.scheme.lower() == "file" or not u.netloc) and is_local(path) else None
 
 
+_WORD_SEGMENT = re.compile(r"(?:[A-Za-z]+(?:[-_.~+][A-Za-z0-9]+)*|\d{1,4}|v\d{1,2})")
+# a segment after which the rest of a path is a secret: named like a key, or a hook's ("/services/T0/B0/x")
+_SECRET_BEFORE = re.compile(r"^(?:.*[_-])?(?:api[_-]?key|key|token|secret|sig|signature|auth|password|"
+                            r"webhooks?|hooks?|services|invite|share|s)$", re.IGNORECASE)
+
+
+def _secret_at(path: str) -> int | None:
+    """The index of the first segment of a URL's path that could be a secret, or None (plain words, versions).
+    A secret's shape: not a plain word (a digit inside a word: T000, a8Kq2mZ9), a word over 24 characters or
+    with three case changes in it, or whatever follows a segment named like a key or a hook."""
+    parts = path.split("/")
+    for i, seg in enumerate(parts):
+        if not seg or seg == KEY:
+            continue
+        changes = sum(a.islower() and b.isupper() for a, b in zip(seg, seg[1:]))
+        if not _WORD_SEGMENT.fullmatch(seg) or len(seg) > 24 or changes >= 3:
+            return i
+        if _SECRET_BEFORE.match(seg) and any(p and p != KEY for p in parts[i + 1:]):
+            return i + 1
+    return None
+
+
+def _without_secret(path: str) -> str:
+    i = _secret_at(path)
+    return path if i is None else "/".join(path.split("/")[:i] + [KEY])
+
+
 def _sanitize_url(url: str) -> str:
-    """A URL that is no endpoint: its scheme and path, no user info, host, query or fragment (a local file's
-    path as `<local path>/NAME`)."""
+    """A URL that is no endpoint: its scheme and path up to a secret in it, no user info, host, query or fragment
+    (a local file's path as `<local path>/NAME`)."""
     try:
         u = urlsplit(url)
     except ValueError:
@@ -185,7 +213,7 @@ def _sanitize_url(url: str) -> str:
     local = _file_path(u)
     if local:
         return f"{u.scheme}:{LOCAL}/{_path_name(local)}"
-    return f"{u.scheme}://{HOST}{u.path}" if u.netloc else f"{u.scheme}:{u.path}"
+    return f"{u.scheme}://{HOST}{_without_secret(u.path)}" if u.netloc else f"{u.scheme}:{u.path}"
 
 
 @dataclass
@@ -279,6 +307,9 @@ def leaks(text: str, known: Private | None = None) -> list[str]:
             out.append(f"a local path ({m.group(0)})")
         elif netloc and not netloc.startswith(HOST):
             out.append(f"a URL ({_sanitize_url(m.group(0))} with its host)")
+    for m in re.finditer(re.escape(HOST) + r"(/[^\s\"'`<>\\]*)", text) if HOST in text else []:
+        if _secret_at(m.group(1)) is not None:
+            out.append(f"a URL with a secret in its path (<host>{_without_secret(m.group(1))})")
     for m in (list(_PATH_RE.finditer(text)) if "/" in text else []) + _drives(text):
         if is_local(m.group(0)):
             out.append(f"a local path ({m.group(0)})")

@@ -120,7 +120,7 @@ def forecast(cfg, plan) -> tuple[list[Row], str]:
         per_cond.setdefault(r.condition, []).append(r.qid)
     pilot, where = _pilot_means(Path(str(cfg.runs_dir)), str(cfg.model.model)) if plan.stage != "pilot" else ({}, None)
     need_data = [c for c in per_cond if c not in pilot]
-    questions = load(plan.data["path"], only={q for c in need_data for q in per_cond[c]}) if need_data else {}
+    questions = load(plan.source or plan.data["path"], only={q for c in need_data for q in per_cond[c]}) if need_data else {}
     system_chars = len(system_prompt("2023/05/30 (Tue) 23:40", "", org=any(r.variant for r in plan.runs))) + 200
     rows = []
     for cond, qids in sorted(per_cond.items()):

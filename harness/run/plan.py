@@ -48,6 +48,7 @@ class Plan:
     samples: dict[str, dict]
     runs: list[RunSpec]
     qtypes: dict[str, str]
+    source: object = None  # what the data is read from: its path, or a dry run's generated file in memory
 
     def to_dict(self) -> dict:
         return {
@@ -58,7 +59,8 @@ class Plan:
 
     def render(self, show_runs: bool = True) -> str:
         lines = [f"stage {self.stage}  label {self.label}  seed {self.seed}",
-                 f"data  {self.data['path']}  sha256 {self.data['sha256']}  ({self.data['questions']} questions)"]
+                 f"data  {self.data['path']}  sha256 {self.data['sha256']}  ({self.data['questions']} questions)"
+                 + ("  generated in memory, written by the first run (dry run)" if self.data.get("unwritten") else "")]
         for name, s in self.samples.items():
             note = f"  SHORT by {s['short']}" if s["short"] else ""
             lines.append(f"sample {name}: {len(s['ids'])} questions{note}")
@@ -106,7 +108,7 @@ def group_conditions(stage, group) -> list[str]:
 
 def build(cfg) -> Plan:
     stage = cfg.stage
-    path = source.resolve(cfg.data)
+    path = source.resolve(cfg.data, write=not cfg.get("dry_run"))
     index = scan(path)
     groups = list(stage.get("groups") or [])
     if not groups:
@@ -127,5 +129,7 @@ def build(cfg) -> Plan:
     random.Random(f"run-order:{cfg.seed}:{stage.name}").shuffle(order)
     data = {"path": str(path), "kind": str(cfg.data.kind),
             "sha256": source.cached_sha256(path, Path(str(cfg.cache_dir))), "questions": len(index)}
+    if isinstance(path, source.Unwritten):
+        data["unwritten"] = True
     return Plan(str(stage.name), str(stage.label), int(cfg.seed), data,
-                {k: samples[k] for k in samples}, order, dict(index))
+                {k: samples[k] for k in samples}, order, dict(index), path)

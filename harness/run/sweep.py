@@ -6,9 +6,32 @@ their folders the same way whether they run or judge, so this lives below both.
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import hashlib
 import re
+import shutil
+import tempfile
+
+from omegaconf import OmegaConf
+
+_DRY_SWEEP_DIR: list[str] = []
+
+
+def sweep_dir(dry_run, real: str) -> str:
+    """hydra.sweep.dir: `real` (under runs_dir), or for a dry run a private temporary folder removed when the
+    process ends. Hydra writes multirun.yaml and makes each job's folder there before any job runs; a dry run
+    writes nothing under runs/ (conf/config.yaml: ${memspace_sweep_dir:${dry_run},...})."""
+    if str(dry_run).lower() not in ("true", "1"):
+        return real
+    if not _DRY_SWEEP_DIR:
+        _DRY_SWEEP_DIR.append(tempfile.mkdtemp(prefix="memspace-dry-run-sweep-"))
+        atexit.register(shutil.rmtree, _DRY_SWEEP_DIR[0], True)
+    return _DRY_SWEEP_DIR[0]
+
+
+# every command that composes conf/config.yaml imports this module first (harness.cli.run, judge.*)
+OmegaConf.register_new_resolver("memspace_sweep_dir", sweep_dir, replace=True)
 
 
 def sweep_label(cfg) -> dict | None:

@@ -27,6 +27,7 @@ class Study:
     analysis: str  # the module `make analyze` runs on its folders
     record: str = "record"  # harness.records.schema name of its records
     power: str | None = None  # "module:function"(cfg, plan, forecast rows) -> str: a dry run's power lines
+    judge_checks: str = ""  # the commands that check this study's judge (named when another study's are refused)
     about: str = ""
 
     def step(self, name: str) -> Callable[..., Any]:

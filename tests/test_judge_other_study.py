@@ -1,0 +1,33 @@
+"""judge.agreement and judge.probe check LongMemEval's answer check; on a stage of another study (the
+personalization study, judged by its rubric) they stop with exit 2 and say what checks that study's judge,
+before reading a record or sending anything."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.fake_model import FakeModel
+
+
+@pytest.mark.parametrize("module,extra", [("judge.agreement", ["+judge@judge2=vllm", "judge2.model=k"]),
+                                          ("judge.probe", []), ("judge.agreement", ["dry_run=true",
+                                                                                    "+judge@judge2=vllm"])])
+def test_agreement_and_probe_on_a_personal_stage_refuse_it_naming_what_to_use(tmp_path, module, extra):
+    from tests.personal_helpers import fake_folder
+
+    fake_folder(tmp_path / "runs", "personal_smoke", "smoke", {"name": "vllm", "model": "m"},
+                [{"condition": "naive_concat", "trial_id": "t0000", "llm": {"profile": 3, "task": 3, "integration": 3}}])
+    with FakeModel(script=lambda req: {"role": "assistant", "content": "Yes"}) as fake:
+        res = subprocess.run([sys.executable, "-m", module, "stage=personal_smoke", f"runs_dir={tmp_path}/runs",
+                              f"cache_dir={tmp_path}/cache", "judge=vllm", f"judge.base_url={fake.base_url}",
+                              "judge.model=j", *extra] + ([f"judge2.base_url={fake.base_url}"] if extra else []),
+                             capture_output=True, text=True, timeout=120)
+        assert fake.requests == []
+    assert res.returncode == 2, res.stderr[-1500:]
+    err = res.stderr
+    assert "Traceback" not in err and "KeyError" not in err
+    assert "personal" in err and "rubric" in err and "analysis.personal.validation" in err, err
+    assert "make judge STAGE=personal_smoke" in err, err
