@@ -51,7 +51,7 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from harness.data.longmemeval import sha256_file
-from harness.failures import EnvironmentFailure, classify
+from harness.failures import EnvironmentFailure, StageStopping, classify
 from harness import studies
 from harness.records import RunDir, StageMismatch
 from harness.records.ledger import Ledger, read_ledger
@@ -112,6 +112,7 @@ class RunStep:
         self.info: StageInfo | None = None
         self.endpoint = None
         self.proxy_url = ""
+        self.abort = threading.Event()  # set when the stage stops: the runs' meters and the proxy send nothing more
 
     def start(self, rd: RunDir, info: StageInfo, endpoint, proxy_url: str) -> None:
         self.rd, self.info, self.endpoint, self.proxy_url = rd, info, endpoint, proxy_url
@@ -174,6 +175,17 @@ def call_notes(records) -> list[str]:
 def owned_runs(rd: RunDir, plan) -> list:
     """The runs this driver may run: its shard's part of the plan, or the whole plan."""
     return rd.shard.select(plan.runs) if rd.shard else list(plan.runs)
+
+
+def used_attempts(rd: RunDir) -> dict[str, int]:
+    """The highest attempt number used per run: started (the attempt logs) or with a call metered under it
+    (the ledgers), so a new attempt never takes a number some call was already sent under."""
+    out = dict(rd.attempts())
+    for path in rd.ledger_paths():
+        for e in read_ledger(path):
+            if e.get("event") == "request" and isinstance(e.get("attempt"), int) and e.get("tag"):
+                out[e["tag"]] = max(out.get(e["tag"], 0), e["attempt"])
+    return out
 
 
 def mark_interrupted(rd: RunDir, ledger: Ledger, reason: str = "no record", owned: set[str] | None = None) -> int:
@@ -299,14 +311,21 @@ class StageRunner:
     def run_one(self, spec, attempt: int) -> BaseModel:
         self._mark("run_started")
         self.rd.start_attempt(spec.run_id, attempt, now())
-        record, signature = self.step.execute(spec, attempt)
-        # silent since the run gave up, not since it started: a server that died mid-stage answered the
-        # calls made before it died, this run's own and other runs' alike
-        t = time.monotonic()
-        persistent = (record.status != "ok" and record.failure_reason == "retries" and self.breaker.n > 0
-                      and not self.breaker.tripped and self.silent_since(t))
-        for r in self.breaker.admit(record, signature, persistent):
-            self.write(r)
+        abort = self.step.abort
+        try:
+            record, signature = self.step.execute(spec, attempt)
+            if abort.is_set() and record.status != "ok":  # cut short by the stop, not by its own failure
+                raise StageStopping()
+            # silent since the run gave up, not since it started: a server that died mid-stage answered the
+            # calls made before it died, this run's own and other runs' alike
+            t = time.monotonic()
+            persistent = (record.status != "ok" and record.failure_reason == "retries" and self.breaker.n > 0
+                          and not self.breaker.tripped and self.silent_since(t))
+            for r in self.breaker.admit(record, signature, persistent):
+                self.write(r)
+        except EnvironmentFailure:
+            abort.set()  # the stage stops: the runs in flight send no further call and end at once
+            raise
         return record
 
     def write(self, record: BaseModel) -> None:
@@ -365,7 +384,7 @@ def run_stage(cfg, step: RunStep, rd: RunDir, ledger: Ledger, pending: list, bud
     BudgetReached when the spending cap did (runs in flight finish; none starts after it).
     """
     plan = step.plan
-    attempts = rd.attempts()
+    attempts = used_attempts(rd)
     concurrency = step.concurrency()
     ids = {r.run_id for r in pending}
     for r in rd.records():  # retry_failed: the failed attempt's calls stay in the ledger, marked
@@ -423,6 +442,8 @@ def describe_session(s: DriverSession) -> str:
 
 
 BUDGET = "budget"
+ENDING = ("the scheduler is ending this job (SIGTERM: requeued, preempted, cancelled or out of time); no run "
+          "started after it, the runs in flight finished")
 
 
 def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], concurrency: int,
@@ -438,35 +459,43 @@ def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], conc
     stop: list[str] = []
     waiting = list(pending)
     ending = scheduler_ending()
+    abort = runner.step.abort
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent") as pool:
-            running = set()
-            while waiting and not stop:
-                if ending is not None and ending.is_set():
-                    stop.append("the scheduler is ending this job (SIGTERM: requeued, preempted, cancelled or out of "
-                                "time); no run started after it, the runs in flight finished")
-                    break
-                if budget is not None and budget.exhausted:
-                    stop.append(BUDGET)
-                    break  # runs in flight finish; no new run starts
-                if preparer.error is not None:
-                    stop.append(_preparer_stop(preparer.error))
-                    break
-                may_start = not first or preparer.stats["all_ready_s"] is not None
-                i = next((i for i, s in enumerate(waiting) if preparer.ready(s)), None) \
-                    if len(running) < concurrency and may_start else None
-                if i is not None:
-                    spec = waiting.pop(i)
-                    running.add(pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1))
-                    continue
-                if running:  # a slot frees up, or (within a second) another question is ready
-                    finished, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+            try:
+                running = set()
+                while waiting and not stop:
+                    if ending is not None and ending.is_set():
+                        stop.append(ENDING)
+                        break
+                    if budget is not None and budget.exhausted:
+                        stop.append(BUDGET)
+                        break  # runs in flight finish; no new run starts
+                    if preparer.error is not None:
+                        stop.append(_preparer_stop(preparer.error))
+                        break
+                    may_start = not first or preparer.stats["all_ready_s"] is not None
+                    i = next((i for i, s in enumerate(waiting) if preparer.ready(s)), None) \
+                        if len(running) < concurrency and may_start else None
+                    if i is not None:
+                        spec = waiting.pop(i)
+                        running.add(pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1))
+                        continue
+                    if running:  # a slot frees up, or (within a second) another question is ready
+                        finished, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+                        _collect(finished, bar, runner, stop)
+                    else:
+                        preparer.wait(1.0)
+                if stop and stop[0] not in (BUDGET, ENDING):
+                    abort.set()  # runs in flight send no further call (a budget or a scheduler's stop lets them finish)
+                while running:
+                    finished, running = wait(running, return_when=FIRST_COMPLETED)
                     _collect(finished, bar, runner, stop)
-                else:
-                    preparer.wait(1.0)
-            while running:
-                finished, running = wait(running, return_when=FIRST_COMPLETED)
-                _collect(finished, bar, runner, stop)
+                    if stop and stop[0] not in (BUDGET, ENDING):
+                        abort.set()
+            except BaseException:  # Ctrl-C or a storage error: the pool's exit waits for runs that end at once
+                abort.set()
+                raise
     finally:
         preparer.stop()
         bar.close()

@@ -1,0 +1,124 @@
+"""Calls in flight (issue 33): a reply still coming when an attempt times out is never a billed reply
+missing from its record, and runs in flight when the stage stops send nothing more. Both are held by the
+scripted upstream on events (bench/fake_upstream.py), so the order of what happens is fixed, not timed."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from bench.fake_upstream import is_preflight
+from harness.cli.run import run_agents, run_personal
+from harness.failures import STOPPED, exit_code
+from harness.records import RunDir
+from harness.records.ledger import read_ledger
+from tests.fake_model import FakeModel
+from tests.test_failures_audit import once
+from tests.test_failures_midstage import (  # noqa: F401 - _shared_cache: the same data and index cache
+    FAST, _shared_cache, agents_cfg, ledger_matches_records, stopped)
+
+
+def key(req: dict) -> str:
+    return json.dumps([req.get("messages"), req.get("tools")], sort_keys=True)
+
+
+def question(req: dict) -> str:
+    return next((str(m.get("content")) for m in req.get("messages") or [] if m.get("role") == "user"), "")
+
+
+def test_a_reply_still_coming_when_its_attempt_times_out_is_no_billed_reply_missing_from_the_record(tmp_path):
+    """The first run request's reply is sent a byte at a time until its retry arrives. The client used to give
+    up at its timeout while the proxy read on, so the ledger got that billed 200 and the record did not (the
+    CI failure of test_transport_faults...[html500] under load); now the proxy keeps the deadline, answers
+    504, and the ledger's answered calls are the record's, call by call."""
+    held: dict[str, threading.Event] = {}
+    lock = threading.Lock()
+
+    def stall(req):
+        if is_preflight(req):
+            return None
+        with lock:
+            if not held:
+                held[key(req)] = threading.Event()
+                return held[key(req)]
+            if key(req) in held:
+                held[key(req)].set()  # its retry arrived: the held reply finishes now
+        return None
+
+    with FakeModel(stall=stall) as fake:
+        run_agents(agents_cfg(tmp_path, fake, "concurrency=1"))
+        (k,) = held
+        assert sum(key(r["body"]) == k for r in fake.requests) == 2  # the held call was retried
+    rd = RunDir(tmp_path / "runs" / "smoke" / "smoke")
+    after = once(rd)
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
+    ledger_matches_records(rd, after)
+    late = [e for e in read_ledger(rd.ledger_path) if e.get("event") == "response" and e.get("status") == 504]
+    assert len(late) == 1 and "timeout" in late[0]["error"]
+
+
+def _stage(kind: str, tmp_path, fake, extra: list[str]):
+    """(command, config, stage folder) for the smoke, Org smoke and personal smoke stages."""
+    if kind == "personal":
+        from tests.personal_helpers import stage_cfg
+
+        cfg = stage_cfg(tmp_path, fake.base_url, ["naive_concat"], n=2,
+                        extra=["index=exact", "stage.concurrency=2", *FAST, *extra])
+        return run_personal, cfg
+    return run_agents, agents_cfg(tmp_path, fake, *extra, stage="smoke_org" if kind == "org" else "smoke")
+
+
+@pytest.mark.parametrize("kind", ["smoke", "org", "personal"])
+def test_runs_in_flight_when_the_breaker_trips_send_nothing_more_and_the_same_command_finishes(tmp_path, kind):
+    """Two runs at once. The server fails one (A) at once, every time; the other's (B) first request is held
+    until the breaker's probe arrives, then fails asking for a 5 s wait. A runs out of retries, the probe fails,
+    the breaker trips: B must not wait and retry (it used to, into the stopped stage, until its retries or
+    budget ran out), no request reaches the server after the probe, and the driver returns only after B."""
+    from tests.personal_helpers import Script
+
+    state = {"on": True, "held": None, "probe": None}
+    lock = threading.Lock()
+    probed = threading.Event()
+    dead = {"error": {"message": "no healthy upstream", "type": "service_unavailable"}}
+
+    def refuse(req):
+        if not state["on"]:
+            return None
+        if is_preflight(req):
+            if state["held"] is None:
+                return None  # the stage's preflight: the server passes it
+            state["probe"] = len(fake.requests)
+            probed.set()
+            return 503, dead, {"Retry-After": "0"}
+        with lock:
+            state["held"] = state["held"] or question(req)
+            mine = question(req) == state["held"]
+        if mine and not probed.is_set():
+            probed.wait(30)
+            return 503, dead, {"Retry-After": "5"}
+        return 503, dead, {"Retry-After": "0"}
+
+    extra = ["+model.max_wait_s=30", "model.retry_budget_s=20", "concurrency=2"]
+    with FakeModel(refuse=refuse, script=Script() if kind == "personal" else None) as fake:
+        run, cfg = _stage(kind, tmp_path, fake, extra)
+        exc = stopped(run, cfg)
+        assert exit_code(exc) == STOPPED and "keeps failing" in str(exc) and "no healthy upstream" in str(exc), exc
+        assert not any(t.name.startswith("agent") and t.is_alive() for t in threading.enumerate())
+        assert state["probe"] is not None
+        after_stop = [r for r in fake.requests[state["probe"]:] if not is_preflight(r["body"])]
+        assert after_stop == []  # nothing from the stopped invocation reached the server after the stop
+        rd = RunDir(next((tmp_path / "runs").rglob("stage.json")).parent)
+        assert once(rd) == {}
+        used = {}
+        for e in read_ledger(rd.ledger_path):
+            if e.get("event") == "request" and e.get("role") != "preflight":
+                used[e["tag"]] = max(used.get(e["tag"], 0), e["attempt"])
+        state["on"] = False
+        run, cfg = _stage(kind, tmp_path, fake, extra)
+        run(cfg)
+    after = once(rd)
+    assert after and all(r["status"] == "ok" for r in after.values())
+    assert used and all(after[t]["attempt"] > a for t, a in used.items() if t in after)  # no attempt number reused
+    ledger_matches_records(rd, after)
