@@ -122,3 +122,56 @@ def test_runs_in_flight_when_the_breaker_trips_send_nothing_more_and_the_same_co
     assert after and all(r["status"] == "ok" for r in after.values())
     assert used and all(after[t]["attempt"] > a for t, a in used.items() if t in after)  # no attempt number reused
     ledger_matches_records(rd, after)
+
+
+# ------------------------------------------------------------------ event streams and 413
+
+def test_an_event_stream_to_a_plain_request_is_billed_in_ledger_record_and_budget(tmp_path):
+    """A server that answers `stream: false` with text/event-stream carrying a usage chunk: no completion
+    (retried, then the run's failure), but billed: the meter's calls, the ledger's lines and the cap agree."""
+    from harness.endpoints.client import Agent, Meter, ModelCallFailed
+    from harness.endpoints.pricing import list_cost
+    from harness.endpoints.proxy import STREAMED, MeteringProxy
+    from harness.records.ledger import Ledger
+    from harness.run.budget import Budget
+    from tests.fake_model import prompt_tokens
+
+    prices = {"currency": "USD", "hit": 0.5, "miss": 2.0, "output": 8.0, "usd_per_currency": 1.0}
+    msgs = [{"role": "user", "content": "what did I say about the garden? " + "z" * 200}]
+    with FakeModel(always="sse") as fake:
+        ledger = Ledger(tmp_path / "l.jsonl")
+        meter = Meter(prices)
+        with MeteringProxy(fake.base_url, ledger) as proxy:
+            agent = Agent(proxy.base_url, {"name": "t", "model": "m", "timeout_s": 5}, "r", 1, meter,
+                          max_retries=1, backoff_s=0.01)
+            with pytest.raises(ModelCallFailed):
+                agent.complete(msgs)
+        ledger.close()
+    pt = prompt_tokens(msgs, None)
+    resp = [e for e in read_ledger(tmp_path / "l.jsonl") if e["event"] == "response"]
+    assert [(e["prompt"], e["output"], e["error"]) for e in resp] == [(pt, 7, STREAMED)] * 2
+    assert [(c["prompt"], c["output"], c["usage_estimated"]) for c in meter.calls] == [(pt, 7, False)] * 2
+    assert all(c["flags"] == [f"retried: {STREAMED}"] for c in meter.calls)
+    billed = 2 * list_cost(prices, 0, pt, 7)
+    assert billed > 0 and sum(c["cost_list"] for c in meter.calls) == pytest.approx(billed)
+    assert Budget(1.0, prices, None, [tmp_path / "l.jsonl"]).spent == pytest.approx(billed)
+
+
+def test_a_413_is_the_runs_own_failure_never_the_breakers(tmp_path):
+    """A request too large for the endpoint (HTTP 413, body or not) fails that run as context_length; it used to
+    be an unexplained rejection the breaker counted toward stopping the stage."""
+    victim = {"q": None}
+
+    def refuse(req):
+        if is_preflight(req):
+            return None
+        victim["q"] = victim["q"] or question(req)
+        return (413, {"error": {"message": "Request Entity Too Large", "type": "invalid_request_error"}}) \
+            if question(req) == victim["q"] else None
+
+    with FakeModel(refuse=refuse) as fake:
+        run_agents(agents_cfg(tmp_path, fake, "concurrency=1", "model.breaker_runs=1"))
+    after = once(RunDir(tmp_path / "runs" / "smoke" / "smoke"))
+    failed = [r for r in after.values() if r["status"] == "failed"]
+    assert len(after) == 4 and len(failed) == 2 and {r["question"] for r in failed} == {victim["q"]}
+    assert all(r["failure_reason"] == "context_length" and "HTTP 413" in r["error"] for r in failed)

@@ -28,8 +28,8 @@ import openai
 
 from harness.endpoints import fit as F
 from harness.endpoints.pricing import list_cost, paid_cost
-from harness.endpoints.proxy import ATTEMPT, DEADLINE, ROLE, STOPPING, TAG, UNREACHABLE, reply_error
-from harness.endpoints.usage import chars_count, context_tokens, counter, request_text, usage_split
+from harness.endpoints.proxy import ATTEMPT, DEADLINE, ROLE, STOPPING, STREAMED, TAG, UNREACHABLE, reply_error
+from harness.endpoints.usage import chars_count, context_tokens, counter, event_stream, request_text, usage_split
 from harness.failures import EnvironmentFailure, StageStopping
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
@@ -315,7 +315,12 @@ class Agent:
                     raise BadReply(problem)
             except (*RETRYABLE, BadReply, json.JSONDecodeError) as exc:
                 failed_s = time.perf_counter() - t0
-                if isinstance(exc, BadReply) and resp is not None and not isinstance(resp, str):
+                if isinstance(exc, BadReply) and isinstance(resp, str):
+                    stream = event_stream(resp)
+                    if stream is not None and stream[0]:  # billed although no completion: it counts, as in the ledger
+                        self._meter({"usage": stream[0], "choices": [{"message": stream[1]}]}, t0, messages, tools,
+                                    sent, dropped, [f"retried: {STREAMED}"])
+                elif isinstance(exc, BadReply) and resp is not None:
                     raw = resp.model_dump(exclude_unset=True, warnings=False)
                     if isinstance(raw.get("usage"), dict) and raw["usage"]:  # billed although unusable: it counts
                         self._meter(raw, t0, messages, tools, sent, dropped, [f"retried: {exc}"[:200]])
@@ -345,8 +350,9 @@ class Agent:
                 kind = F.rejection_kind(exc.status_code, body, exc.message)
                 text = F.describe(body, exc.message)
                 if kind == F.CONTEXT:
-                    raise ModelCallFailed(f"the prompt exceeds the model's context window (HTTP {exc.status_code}): "
-                                          f"{text}", reason="context_length") from exc
+                    what = "the request is too large for the endpoint" if exc.status_code == 413 else \
+                        "the prompt exceeds the model's context window"
+                    raise ModelCallFailed(f"{what} (HTTP {exc.status_code}): {text}", reason="context_length") from exc
                 raise ModelCallFailed(f"the endpoint rejected the request (HTTP {exc.status_code}): {text}",
                                       reason="rejected", signature=_signature(exc.status_code, text)) from exc
             choice = resp.choices[0]

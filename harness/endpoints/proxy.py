@@ -28,12 +28,13 @@ from urllib.parse import quote, unquote
 
 import httpx
 
-from harness.endpoints.usage import chars_count, usage_split
+from harness.endpoints.usage import chars_count, event_stream, usage_split
 from harness.records.ledger import Ledger
 
 TAG, ATTEMPT, ROLE, DEADLINE = "X-Run-Tag", "X-Attempt", "X-Role", "X-Deadline-S"
 UNREACHABLE = "upstream_unreachable"  # error type of a 502 when the upstream refused the connection
 STOPPING = "stage_stopping"  # error type of the 503 the proxy answers once the stage stops (nothing forwarded)
+STREAMED = "an event stream to a plain request (stream: false)"
 _HOP = {"host", "content-length", "authorization", "connection", "accept-encoding",
         TAG.lower(), ATTEMPT.lower(), ROLE.lower(), DEADLINE.lower()}
 # clients that cannot set headers (a library's own OpenAI client, e.g. Mem0) put the tag in the path
@@ -128,7 +129,12 @@ class MeteringProxy:
         try:
             data = json.loads(payload)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return {"error": "unparsable upstream body"}
+            stream = event_stream(payload.decode("utf-8", "replace"))
+            if stream is None or not stream[0]:
+                return {"error": "unparsable upstream body"}
+            # an event stream to a plain request: no completion, but its usage chunk was billed
+            return {"error": STREAMED, **usage_split(stream[0], req.get("messages"), req.get("tools"), stream[1],
+                                                      self.context, self.count)}
         try:
             out: dict = {}
             problem = reply_error(data)
