@@ -175,3 +175,44 @@ def test_a_413_is_the_runs_own_failure_never_the_breakers(tmp_path):
     failed = [r for r in after.values() if r["status"] == "failed"]
     assert len(after) == 4 and len(failed) == 2 and {r["question"] for r in failed} == {victim["q"]}
     assert all(r["failure_reason"] == "context_length" and "HTTP 413" in r["error"] for r in failed)
+
+
+# ------------------------------------------------------------------ tables: length cuts and estimated usage
+
+def test_table6_counts_length_cut_replies_per_condition_and_tables_1_and_6_mark_estimated_usage(tmp_path):
+    from tests.analysis_fixtures import ON_PEAK_TS, Stage, run_id, sha256_file
+    from tests.test_analysis import analyse, csv, prereg_file, row
+
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for q in ("q0", "q1"):
+        st.add("session_search", q, calls=2, ts=ON_PEAK_TS)
+        st.add("none", q, calls=2, ts=ON_PEAK_TS)
+    cut, est = run_id("none", "q0"), run_id("none", "q1")
+    for rec in st.records:  # the records and their ledger lines say the same
+        if rec["run_id"] == cut:
+            rec["calls"][1]["finish"] = "length"
+            rec["calls"][1]["flags"] = ["finish_reason length: the reply was cut at its token limit"]
+        if rec["run_id"] == est:
+            rec["calls"][0]["usage_estimated"] = True
+    lines = [e for e in st.ledger if e["event"] == "response"]
+    [e for e in lines if e["tag"] == cut][1]["finish"] = "length"
+    [e for e in lines if e["tag"] == est][0]["usage_estimated"] = True
+    st.write()
+    out = analyse(tmp_path, pre)
+    t6 = csv(out, "table6.csv")
+    by = {c: row(t6, folder="main/main", party="agents", condition=c) for c in ("none", "session_search", "all")}
+    assert [int(by[c]["calls_cut_length"]) for c in ("none", "session_search", "all")] == [1, 0, 1]
+    assert [int(by[c]["calls_usage_estimated"]) for c in ("none", "session_search", "all")] == [1, 0, 1]
+    t1 = csv(out, "table1.csv")
+    assert int(row(t1, condition="none")["usage_estimated_calls"]) == 1
+    assert int(row(t1, condition="session_search")["usage_estimated_calls"]) == 0
+    tok = csv(out, "tokens.csv")  # the token table's count was always 0: the runs' frame dropped the column
+    assert [int(row(tok, condition=c)["usage_estimated_calls"]) for c in ("none", "session_search")] == [1, 0]
+    report = next(p for p in out.rglob("*.md") if "Table 1" in p.read_text()).read_text()
+    table1 = report.split("Table 1", 1)[1].split("\n## ", 1)[0]
+    none_row = next(ln for ln in table1.splitlines() if ln.startswith("| none "))
+    ref_row = next(ln for ln in table1.splitlines() if ln.startswith("| session_search "))
+    assert none_row.count("~") == 2 and "~" not in ref_row  # tokens and cost of the estimated condition only
+    assert "~ usage estimated in 1 model calls" in table1
+    assert "cut at length" in report.split("Table 6", 1)[1]

@@ -145,6 +145,8 @@ class MeteringProxy:
                 choices = data.get("choices")
                 first = choices[0] if isinstance(choices, list) and choices else None
                 reply = first.get("message") if isinstance(first, dict) else None
+                if isinstance(first, dict) and isinstance(first.get("finish_reason"), str):
+                    out["finish"] = first["finish_reason"]
                 out.update(usage_split(usage, req.get("messages"), req.get("tools"), reply or {},
                                        self.context, self.count))
             out["response_model"] = data.get("model") if isinstance(data, dict) else None
