@@ -28,7 +28,10 @@ or runs of `model.breaker_runs` (3) different questions in a row out of retries,
 unrecorded; a run out of retries while others succeed is recorded failed. A rejection the
 body does not explain goes through the same breaker: when the same rejection ends the first
 `model.breaker_runs` runs of a stage before any run succeeded, the stage stops and those
-runs stay unrecorded. A record that does not validate is a bug report (bugs/), and that run
+runs stay unrecorded. When the stage stops (but for the spending cap and a scheduler's SIGTERM, which let
+the runs in flight finish) the step's `abort` is set: the runs in flight send no further call and wait no
+further retry (harness.endpoints.client), the proxy forwards nothing more, and the pool is joined before
+the driver returns. A record that does not validate is a bug report (bugs/), and that run
 is recorded failed (`record_invalid`), never a stage stop (`validated`).
 """
 
@@ -53,6 +56,7 @@ from tqdm import tqdm
 from harness.data.longmemeval import sha256_file
 from harness.failures import EnvironmentFailure, StageStopping, classify
 from harness import studies
+from harness.endpoints.liveness import Liveness
 from harness.records import RunDir, StageMismatch
 from harness.records.ledger import Ledger, read_ledger
 from harness.records.ledger import mark_interrupted as mark_interrupted_lines
@@ -279,30 +283,21 @@ class StageRunner:
         self.started_runs = 0
         self.preparer: MemoryPreparer | None = None
         self.breaker = Breaker(int(step.model_cfg.get("breaker_runs", 3)))
-        self.last_good: float | None = None  # time.monotonic() of the stage's last answered call (the ledger's)
-        self._probe = threading.Lock()
-        self.probe_failed: float | None = None  # time.monotonic() of the last probe the server failed
+        self.why: str | None = None  # the environment failure that stopped the stage (StageStopping says less)
+        self.liveness = Liveness(self._probe)  # the ledger's answered calls, and one probe (harness.endpoints.liveness)
+        self.heard = self.liveness.heard
 
-    def heard(self, e: dict) -> None:
-        """Ledger listener: an answered call (a 200 that is a completion) shows the server works."""
-        if e.get("event") == "response" and e.get("status") == 200 and not e.get("error"):
-            self.last_good = time.monotonic()
+    def _probe(self) -> bool:
+        from harness.run.preflight import model_call
+
+        check = model_call(self.step.proxy_url, {**self.step.model_cfg, "max_retries": 0}, "model")
+        print(f"probe after a run ran out of retries:{check.line()}", file=sys.stderr)
+        return check.ok is not False
 
     def silent_since(self, t: float) -> bool:
         """No call of the stage succeeded since `t`, and the server does not answer one plain request
         (the preflight's, one attempt: harness.run.preflight.model_call) either: the environment's failure."""
-        from harness.run.preflight import model_call
-
-        with self._probe:  # runs failing together share one probe
-            if self.breaker.tripped or (self.probe_failed is not None and self.probe_failed > t):
-                return True
-            if self.last_good is not None and self.last_good > t:
-                return False
-            check = model_call(self.step.proxy_url, {**self.step.model_cfg, "max_retries": 0}, "model")
-            print(f"probe after a run ran out of retries:{check.line()}", file=sys.stderr)
-            if check.ok is False:
-                self.probe_failed = time.monotonic()
-            return check.ok is False
+        return self.breaker.tripped or self.liveness.silent_since(t)
 
     def prepare(self, pending: list) -> MemoryPreparer:
         self.preparer = self.step.prepare(pending)
@@ -323,7 +318,10 @@ class StageRunner:
                           and not self.breaker.tripped and self.silent_since(t))
             for r in self.breaker.admit(record, signature, persistent):
                 self.write(r)
-        except EnvironmentFailure:
+        except EnvironmentFailure as exc:
+            with self._lock:  # why the stage stops: the first failure, not the runs it then cut short
+                if self.why is None and not isinstance(exc, StageStopping):
+                    self.why = str(exc)
             abort.set()  # the stage stops: the runs in flight send no further call and end at once
             raise
         return record
@@ -541,6 +539,8 @@ def _collect(finished, bar, runner: StageRunner, stop: list[str]) -> None:
         exc = f.exception()
         if exc is None:
             bar.update(1)
+        elif isinstance(exc, StageStopping):
+            stop.append(runner.why or str(exc))
         elif isinstance(exc, EnvironmentFailure):
             stop.append(str(exc))
         elif isinstance(exc, OSError):
