@@ -41,7 +41,7 @@ RUN_COLUMNS = [
     "retrieval_s", "empty_results", "error_results", "ev_first", "ev_any", "dec_calls", "dec_prefix",
     "dec_results", "dec_output", "dec_input", "config_hash", "data_sha256", "seed", "prereg_sha256",
     "code_commit", "code_dirty", "memory_preparing", "overrides", "searches", "k_set", "k1", "k_sum",
-    "dated", "dated_empty", "literal", "result_chars",
+    "dated", "dated_empty", "literal", "result_chars", "usage_estimated_calls",
 ]
 
 
@@ -462,7 +462,7 @@ def ledger_frame(folder: Folder) -> pd.DataFrame:
         rows += _ledger_rows(folder, path)
     cols = ["folder", "ledger", "line", "event", "call", "tag", "run_id", "condition", "party", "role", "attempt",
             "status", "model", "response_model", "prompt", "hit", "miss", "output", "ts", "usage_reported",
-            "usage_estimated", "billed", "error"]
+            "usage_estimated", "billed", "error", "finish"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -495,6 +495,7 @@ def _ledger_rows(folder: Folder, path: Path) -> list[dict]:
             "usage_estimated": bool(e.usage_estimated),
             "billed": e.prompt is not None,  # a 200 that carried (or got estimated) usage
             "error": e.error,  # on a 200: the body was not a completion (an error object, no choices)
+            "finish": e.finish or "",  # "length": the reply was cut at its token limit
         })
     return rows
 

@@ -15,7 +15,8 @@ DeepSeek-style usage fields. Two upstreams are built on it:
   ("reset": headers, then the connection reset; "drip": a body a byte at a time for hang_s;
   "html500"; "empty200"; "sse": an event stream to a plain request). `dies_with` is the
   fault of every request once the runs began (a server that passed the preflight, then
-  died), or once `dies_after` run requests were answered (dying mid-stage). `ollama_ctx` serves Ollama's /api/ps and /api/show with that context. Usage numbers derive from the request size (half of the prompt a
+  died), or once `dies_after` run requests were answered (dying mid-stage). `stall` holds a
+  reply's body until an event (a reply still being sent when the client's timeout passed). `ollama_ctx` serves Ollama's /api/ps and /api/show with that context. Usage numbers derive from the request size (half of the prompt a
   cache hit), so token accounting can be checked exactly; every request is kept.
 * FakeUpstream: the rehearsal's latency-simulating upstream (bench/rehearsal.py), below.
 
@@ -173,6 +174,24 @@ class ScriptedUpstream:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
+            def stall(self, body: bytes, until: threading.Event) -> None:
+                """A 200 whose body comes a byte at a time until `until` is set, then the rest at once: a reply
+                the client's timeout has passed while the server is still sending (and billing) it."""
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    i = 0
+                    while not until.wait(0.05) and i < len(body) - 1:
+                        self.wfile.write(body[i:i + 1])
+                        self.wfile.flush()
+                        i += 1
+                    self.wfile.write(body[i:])
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
             def do_GET(self):
                 self.send(*fake.get(self.path))
 
@@ -210,7 +229,7 @@ class FakeModel(ScriptedUpstream):
     def __init__(self, delay_s: float = 0.0, p429: float = 0.0, p500: float = 0.0, phang: float = 0.0,
                  hang_s: float = 30.0, seed: int = 0, script=None, answer: str = "I don't know.",
                  schedule: list[str] | None = None, always: str | None = None, refuse=None, usage=False,
-                 dies_with: str | None = None, ollama_ctx: int | None = None, dies_after: int = 0):
+                 dies_with: str | None = None, ollama_ctx: int | None = None, dies_after: int = 0, stall=None):
         super().__init__()
         self.delay_s, self.p429, self.p500, self.phang, self.hang_s = delay_s, p429, p500, phang, hang_s
         self.rng = random.Random(seed)
@@ -228,6 +247,9 @@ class FakeModel(ScriptedUpstream):
         self.dies_after = dies_after  # run requests answered normally before `dies_with` starts (dying mid-stage)
         self._died = False
         self.ollama_ctx = ollama_ctx  # serve Ollama's /api/ps and /api/show with this context (num_ctx)
+        # callable(request_json) -> threading.Event or None: the normal reply, its body held (a byte at a time)
+        # until the event is set (a reply still coming when the client's timeout passed)
+        self.stall = stall
         self.requests: list[dict] = []
         self.faults: list[str] = []
 
@@ -342,6 +364,9 @@ class FakeModel(ScriptedUpstream):
                 reply.pop("usage")
             else:
                 reply["usage"] = block
+        held = self.stall(req) if self.stall else None
+        if held is not None:
+            return handler.stall(json.dumps(reply).encode(), held)
         handler.send(200, reply)
 
 

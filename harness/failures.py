@@ -25,6 +25,14 @@ class EnvironmentFailure(RuntimeError):
         super().__init__(f"{what} — fix: {fix}")
 
 
+class StageStopping(EnvironmentFailure):
+    """The stage is stopping (a breaker, credit gone, Ctrl-C): a run in flight sends no further model call and
+    stays unrecorded, so its failure is never counted as its own."""
+
+    def __init__(self, why: str = "the stage is stopping"):
+        super().__init__(f"{why}: no further model call is sent", "see why the stage stopped")
+
+
 def classify(exc: BaseException) -> EnvironmentFailure | None:
     """The environment failure `exc` stands for, or None if it is the run's own failure."""
     if isinstance(exc, EnvironmentFailure):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -37,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from harness.endpoints.client import Meter, ModelCallFailed
+from harness.endpoints.liveness import Liveness
 from harness.failures import EnvironmentFailure
 from harness.records import RunDir, atomic_write
 from harness.records.ledger import Ledger
@@ -92,6 +94,8 @@ class _Judging:
         self._key_locks: dict[str, threading.Lock] = {}
         self.budget = None  # harness.run.budget.Budget of the stage, when it has a spending cap
         self.over_budget = 0
+        self.liveness = None  # harness.endpoints.liveness.Liveness of the judge's server, once its proxy is open
+        self.abort = threading.Event()  # judging stops: the calls in flight send nothing more
 
     def close(self) -> None:
         self.out.close()
@@ -160,12 +164,24 @@ class _Judging:
 
     def _call(self, record: dict, item: P.Item, proxy_url: str, attempt: int) -> None:
         meter = C.meter(self.jc)
+        meter.abort = self.abort
         agent = C.agent(proxy_url, self.jc, f"{self.tag_prefix}:{record['run_id']}", attempt, meter)
         try:
             msg = agent.complete([{"role": "user", "content": item.prompt}])
         except EnvironmentFailure:
+            self.abort.set()
             raise  # a refused key or a missing model is not this judgement's failure: judging stops
         except (ModelCallFailed, openai.OpenAIError) as exc:
+            # the driver's rule (harness.endpoints.liveness): out of retries while no call succeeded since and
+            # the server does not answer a plain request either, the server is dead: nothing is written
+            if isinstance(exc, ModelCallFailed) and exc.reason == "retries" and \
+                    (self.abort.is_set() or self.liveness is not None and self.liveness.silent_since(time.monotonic())):
+                self.abort.set()
+                raise EnvironmentFailure(
+                    f"the judge's server keeps failing: a judgement ran out of retries while no call succeeded, and "
+                    f"the server does not answer a plain request either; its last answer: {exc}"[:1500],
+                    "fix or restart the judge's server (judge.base_url), then run the same command: the judgements "
+                    "it hit were not written and are made then (the others are kept and cached)") from exc
             with self._lock:
                 self.cost["calls"] += len(meter.calls)
             self.write({**self.base(record, item, item.kind), "prompt_sha256": item.prompt_sha256,
@@ -255,6 +271,9 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
                     from harness.run import preflight as pf  # the judge's request shape, before any judgement
 
                     pf.judge_preflight(proxy.base_url, judge_cfg, budget)
+                    job.liveness = Liveness(lambda: pf.model_call(proxy.base_url, {**jc, "max_retries": 0},
+                                                                  "judge").ok is not False)
+                    ledger.listeners.append(job.liveness.heard)
                     bar = tqdm(total=n_calls, unit="judgement", dynamic_ncols=True, file=sys.stderr,
                                disable=not progress, desc=f"judge {name}")
                     try:
@@ -262,8 +281,14 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
                             futures = [pool.submit(job.judge_run, rec, items, proxy.base_url,
                                                    attempts.get(rec["run_id"], 0) + 1, bar)
                                        for rec, items in pending]
-                            for f in futures:
-                                f.result()  # a storage error or a bug stops judging loudly
+                            try:
+                                for f in futures:
+                                    f.result()  # a dead server, a storage error or a bug stops judging loudly
+                            except BaseException:
+                                job.abort.set()  # what is in flight sends nothing more, what is queued never starts
+                                for f in futures:
+                                    f.cancel()
+                                raise
                     finally:
                         bar.close()
         finally:

@@ -82,7 +82,10 @@ def condition_tables(runs: pd.DataFrame, folders: Sequence[Folder], st: Settings
             for c in conds:
                 d = select(runs, f.name, variant, c)
                 row = {"folder": f.name, "stage": f.stage, "variant": variant, "condition": c, **describe(d),
-                       **per_correct_interval(d, st)}
+                       **per_correct_interval(d, st),
+                       # calls whose usage was estimated (harness.endpoints.usage): tokens and cost are estimates
+                       "usage_estimated_calls": int(d["usage_estimated_calls"].sum())
+                       if "usage_estimated_calls" in d else 0}
                 p = None
                 if ref in conds and c != ref:
                     p = done[(ref, c) if org else (c, ref)]
@@ -107,7 +110,9 @@ METRIC_DIGITS = {"model_calls": 2, "tool_calls": 2, "tokens": 0, "cost": 5, "tim
 
 
 def _metric_cell(r: pd.Series, k: str) -> str:
-    mean = num(r[f"mean_{k}"], METRIC_DIGITS[k])
+    est = "~" if k in ("tokens", "cost") and not is_missing(r.get("usage_estimated_calls")) \
+        and r.get("usage_estimated_calls") else ""
+    mean = est + num(r[f"mean_{k}"], METRIC_DIGITS[k])
     if is_missing(r.get(f"ratio_{k}")):
         return mean
     return f"{mean} ({ci(r[f'ratio_{k}'], r[f'ratio_{k}_lo'], r[f'ratio_{k}_hi'])}×)"
@@ -147,7 +152,14 @@ def conditions_section(t: pd.DataFrame, folder: str, variant: str, org: bool) ->
     r0 = d.iloc[0]
     return (f"{how} Each metric cell: mean per question (ratio [95% CI]×). Seed {int(r0['seed'])}, "
             f"{integer(r0['n_resamples'])} paired bootstrap resamples over questions; repeat 0 of each condition.\n\n"
-            + md_table(heads, rows) + "\n")
+            + md_table(heads, rows) + "\n" + _estimated_note(d))
+
+
+def _estimated_note(d: pd.DataFrame) -> str:
+    """The line under a table whose tokens or costs rest on estimated usage (marked ~)."""
+    n = int(d["usage_estimated_calls"].fillna(0).sum()) if "usage_estimated_calls" in d else 0
+    return (f"\n~ usage estimated in {n} model calls of these runs (the server's counts were missing or not counts): "
+            "those tokens and costs are estimates.\n" if n else "")
 
 
 def types_section(types: pd.DataFrame, folder: str, variant: str) -> str:

@@ -127,9 +127,10 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame], runs
                            "output": e["output"] if billed else 0, "list": lst, "paid": lst * factor,
                            "cny": cny, "source": source, "superseded": superseded,
                            "no_usage": billed and e.get("usage_reported") is False,
-                           "estimated": billed and bool(e.get("usage_estimated", False))})
+                           "estimated": billed and bool(e.get("usage_estimated", False)),
+                           "length": e.get("finish") == "length"})
         pf = pd.DataFrame(priced, columns=["party", "condition", "ok", "prompt", "hit", "miss", "output", "list",
-                                           "paid", "cny", "source", "superseded", "no_usage", "estimated"])
+                                           "paid", "cny", "source", "superseded", "no_usage", "estimated", "length"])
         un = unanswered.groupby(["party", "condition"]).size().to_dict() if len(unanswered) else {}
 
         def summarise(g: pd.DataFrame, party: str, condition: str) -> dict:
@@ -143,6 +144,7 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame], runs
                     "calls_without_usage": int(g["no_usage"].astype(bool).sum()),  # cost estimated, not zero
                     # usage missing or not counts (harness.endpoints.usage): tokens and cost here are estimates
                     "calls_usage_estimated": int(g["estimated"].astype(bool).sum()),
+                    "calls_cut_length": int(g["length"].astype(bool).sum()),  # finish_reason length
                     "prompt": int(g["prompt"].sum()), "hit": int(g["hit"].sum()), "miss": int(g["miss"].sum()),
                     "output": int(g["output"].sum()), "cost_list_usd": float(g["list"].sum()),
                     "cost_paid_usd": float(g["paid"].sum()),
@@ -165,7 +167,7 @@ def cost_table(folders: Sequence[Folder], ledgers: dict[str, pd.DataFrame], runs
         r = float(rate[0]) if len(rate) == 1 else math.nan
         row = {"folder": "all", "party": party, "condition": "all"}
         for k in ("calls", "failed_calls", "unanswered_requests", "calls_superseded_attempts", "calls_without_usage",
-                  "calls_usage_estimated", "prompt", "hit", "miss", "output"):
+                  "calls_usage_estimated", "calls_cut_length", "prompt", "hit", "miss", "output"):
             row[k] = int(g[k].sum())
         for k in ("cost_list_usd", "cost_paid_usd"):
             row[k] = float(g[k].sum())
@@ -185,12 +187,14 @@ def table6_section(res) -> str:
                  "(every model call, interrupted attempts included), priced per call at its party's prices; paid "
                  "applies the off-peak factor at the call's time. Calls whose usage the server did not report as "
                  "counts are priced at estimated tokens (\"usage estimated\"); a 200 reply that is not a completion is a "
-                 "failed call.\n\n")
+                 "failed call (what it billed counts); \"cut at length\": replies that ended at their token limit "
+                 "(finish_reason length).\n\n")
     t6 = t["table6"]
     parts.append(simple_section(t6[t6["condition"] == "all"] if not t6.empty else t6, [
         ("folder", "folder", text), ("party", "party", text), ("calls", "calls", integer),
         ("failed", "failed_calls", integer), ("unanswered", "unanswered_requests", integer),
-        ("no usage", "calls_without_usage", integer), ("usage estimated", "calls_usage_estimated", integer), ("prompt tokens", "prompt", integer), ("cache hit", "hit", integer), ("miss", "miss", integer),
+        ("no usage", "calls_without_usage", integer), ("usage estimated", "calls_usage_estimated", integer),
+        ("cut at length", "calls_cut_length", integer), ("prompt tokens", "prompt", integer), ("cache hit", "hit", integer), ("miss", "miss", integer),
         ("output", "output", integer), ("list USD", "cost_list_usd", money), ("paid USD", "cost_paid_usd", money),
         ("list CNY", "cost_list_cny", money), ("paid CNY", "cost_paid_cny", money),
         ("correct answers", "correct_answers", integer), ("list USD per correct (every repeat)", "usd_per_correct", money),

@@ -137,6 +137,7 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
             proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
                                                       float(cfg.model.get("timeout_s", 600)), str(cfg.model.model),
                                                       context_tokens(step.model_cfg), counter(step.model_cfg)))
+            proxy.stopping = step.abort  # the stage stopping: the proxy forwards nothing more
             calls = pf.stage_calls(proxy.base_url, cfg, shapes, ledger)  # one per request shape
             print("\n".join(c.line() for c in calls), file=sys.stderr)
             pf.raise_first_failure(calls)

@@ -28,9 +28,9 @@ import openai
 
 from harness.endpoints import fit as F
 from harness.endpoints.pricing import list_cost, paid_cost
-from harness.endpoints.proxy import ATTEMPT, ROLE, TAG, UNREACHABLE, reply_error
-from harness.endpoints.usage import chars_count, context_tokens, counter, request_text, usage_split
-from harness.failures import EnvironmentFailure
+from harness.endpoints.proxy import ATTEMPT, DEADLINE, ROLE, STOPPING, STREAMED, TAG, UNREACHABLE, reply_error
+from harness.endpoints.usage import chars_count, context_tokens, counter, event_stream, request_text, usage_split
+from harness.failures import EnvironmentFailure, StageStopping
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
              openai.APIConnectionError)
@@ -65,6 +65,7 @@ class Meter:
     tools: list[dict] = field(default_factory=list)
     adapter: dict | None = None
     retry_s: float = 0.0  # seconds this run's calls spent failing and waiting to retry (model.retry_budget_s)
+    abort: Any = None  # a threading.Event the driver sets when the stage stops: no further call, no retry wait
 
     def add_call(self, usage: dict, latency: float, finish: str | None, role: str, sent: dict | None = None,
                  dropped: list[str] | None = None, messages: list | None = None, tools: list | None = None,
@@ -125,6 +126,8 @@ def environment_failure(exc: openai.APIError, model_cfg) -> EnvironmentFailure |
         return EnvironmentFailure(f"model={name}: the endpoint {where} does not know model "
                                   f"{model_cfg.get('model')!r} (HTTP 404): {exc.message}",
                                   "check model.model and model.base_url")
+    if isinstance(exc, openai.APIStatusError) and _error_type(exc) == STOPPING:
+        return StageStopping()
     if isinstance(exc, openai.APIStatusError) and _error_type(exc) == UNREACHABLE:
         return EnvironmentFailure(f"model={name}: cannot reach {where}: {exc.message}",
                                   "start the model server or check model.base_url and the network")
@@ -179,6 +182,13 @@ def _error_type(exc: openai.APIStatusError) -> str | None:
 
 
 RETRY_BUDGET_S = 600.0  # default model.retry_budget_s: the seconds one run's calls may spend failing
+
+
+def client_timeout(deadline: float) -> float:
+    """How long the client waits for the metering proxy, which keeps the attempt's deadline itself (its
+    answer comes within about twice the deadline: a last read may start just before it): the client never
+    gives up on a reply the proxy then meters as answered."""
+    return 2 * deadline + 10.0
 
 
 def worst_wait(model_cfg) -> tuple[float, float]:
@@ -272,12 +282,17 @@ class Agent:
                                    reply=first.get("message") or {}, context=self.context, count=self.count,
                                    flags=flags)
 
+    def _check_abort(self) -> None:
+        if self.meter.abort is not None and self.meter.abort.is_set():
+            raise StageStopping()
+
     def complete(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: str | None = None):
         """One answered call. Retries what may pass within the run's retry budget (`model.retry_budget_s`,
         shared by every call of the run: attempts and waits are cut to what is left of it)."""
         kwargs, sent, dropped = self.request(tools, tool_choice)
         patience = float(self.model_cfg.get("max_wait_s") or self.timeout_s)
         for attempt in range(self.max_retries + 1):
+            self._check_abort()
             left = self.retry_budget_s - self.meter.retry_s
             t0 = time.perf_counter()
             resp = None
@@ -285,8 +300,10 @@ class Agent:
                 if left <= 0:
                     raise ModelCallFailed(f"the run's retry budget of {self.retry_budget_s:g} s is spent "
                                           f"(model.retry_budget_s)")
-                client = self.client.with_options(timeout=max(1.0, min(self.timeout_s, left)))
-                resp = client.chat.completions.create(model=self.model_cfg["model"], messages=messages, **kwargs)
+                deadline = max(1.0, min(self.timeout_s, left))  # kept by the proxy (harness.endpoints.proxy)
+                client = self.client.with_options(timeout=client_timeout(deadline))
+                resp = client.chat.completions.create(model=self.model_cfg["model"], messages=messages,
+                                                      extra_headers={DEADLINE: f"{deadline:.3f}"}, **kwargs)
                 if isinstance(resp, str):
                     raise BadReply(f"a 200 reply that is not JSON: {resp[:120]!r}")
                 raw = resp.model_dump(exclude_unset=True, warnings=False)
@@ -298,12 +315,17 @@ class Agent:
                     raise BadReply(problem)
             except (*RETRYABLE, BadReply, json.JSONDecodeError) as exc:
                 failed_s = time.perf_counter() - t0
-                if isinstance(exc, BadReply) and resp is not None and not isinstance(resp, str):
+                if isinstance(exc, BadReply) and isinstance(resp, str):
+                    stream = event_stream(resp)
+                    if stream is not None and stream[0]:  # billed although no completion: it counts, as in the ledger
+                        self._meter({"usage": stream[0], "choices": [{"message": stream[1]}]}, t0, messages, tools,
+                                    sent, dropped, [f"retried: {STREAMED}"])
+                elif isinstance(exc, BadReply) and resp is not None:
                     raw = resp.model_dump(exclude_unset=True, warnings=False)
                     if isinstance(raw.get("usage"), dict) and raw["usage"]:  # billed although unusable: it counts
                         self._meter(raw, t0, messages, tools, sent, dropped, [f"retried: {exc}"[:200]])
                 env = environment_failure(exc, self.model_cfg) if isinstance(exc, openai.APIError) else None
-                if env is not None and (attempt == self.max_retries or isinstance(env, QuotaExhausted)):
+                if env is not None and (attempt == self.max_retries or isinstance(env, (QuotaExhausted, StageStopping))):
                     raise env from exc
                 self.meter.retry_s += failed_s
                 left = self.retry_budget_s - self.meter.retry_s
@@ -315,7 +337,10 @@ class Agent:
                 wait = wait if wait is not None else self.backoff_s * (2 ** attempt) * (0.5 + random.random())
                 wait = min(wait, left)
                 self.meter.retry_s += wait
-                time.sleep(wait)
+                if self.meter.abort is not None:
+                    self.meter.abort.wait(wait)  # the stage stopping ends the wait at once
+                else:
+                    time.sleep(wait)
                 continue
             except openai.APIStatusError as exc:
                 env = environment_failure(exc, self.model_cfg)
@@ -325,8 +350,9 @@ class Agent:
                 kind = F.rejection_kind(exc.status_code, body, exc.message)
                 text = F.describe(body, exc.message)
                 if kind == F.CONTEXT:
-                    raise ModelCallFailed(f"the prompt exceeds the model's context window (HTTP {exc.status_code}): "
-                                          f"{text}", reason="context_length") from exc
+                    what = "the request is too large for the endpoint" if exc.status_code == 413 else \
+                        "the prompt exceeds the model's context window"
+                    raise ModelCallFailed(f"{what} (HTTP {exc.status_code}): {text}", reason="context_length") from exc
                 raise ModelCallFailed(f"the endpoint rejected the request (HTTP {exc.status_code}): {text}",
                                       reason="rejected", signature=_signature(exc.status_code, text)) from exc
             choice = resp.choices[0]

@@ -17,7 +17,8 @@ A rejection (HTTP 400/422) is sorted by its body into three kinds:
   request   the request itself is unsupported (an unknown or unsupported parameter or value,
             tool choice not enabled, response format not supported, an invalid tool schema):
             every run would get it, so it stops the stage (EnvironmentFailure);
-  context   the run's prompt is longer than the model's context window: that run's own failure;
+  context   the run's prompt is longer than the model's context window, or its request larger than the
+            endpoint takes (HTTP 413, any body): that run's own failure, never the breaker's;
   unknown   neither: the run fails, and the driver's circuit breaker stops the stage when the
             same rejection ends the first runs of a stage before any run succeeded.
 """
@@ -84,7 +85,7 @@ def rejection_kind(status: int | None, body, message: str = "") -> str:
     err = error_body(body)
     code = str(err.get("code") or "").lower()
     text = " ".join(str(x) for x in (err.get("message"), message, err.get("type")) if x)
-    if code in _CONTEXT_CODES or _CONTEXT.search(text):
+    if status == 413 or code in _CONTEXT_CODES or _CONTEXT.search(text):  # 413: this run's request is too large
         return CONTEXT
     if status not in (400, 422):
         return UNKNOWN

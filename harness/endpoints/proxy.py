@@ -7,6 +7,12 @@ a log), and appends two durable ledger lines per call: `request` before
 forwarding and `response` after, so a call cut off by a crash is still visible.
 Calls are tagged by the client with the `X-Run-Tag`, `X-Attempt` and
 `X-Role` headers (agent, asked agent, judge).
+
+The proxy, not the client, keeps a call's deadline (`X-Deadline-S`, the client's timeout for the
+attempt, as wall time on the upstream): it answers 504 when the upstream is late and the client
+waits for that answer, so every reply the ledger records as answered reached the run that asked
+(a client that gave up first would leave a billed reply in the ledger that no record has). Once
+`stopping` is set (the stage stops), no request is forwarded any more.
 """
 
 from __future__ import annotations
@@ -22,13 +28,15 @@ from urllib.parse import quote, unquote
 
 import httpx
 
-from harness.endpoints.usage import chars_count, usage_split
+from harness.endpoints.usage import chars_count, event_stream, usage_split
 from harness.records.ledger import Ledger
 
-TAG, ATTEMPT, ROLE = "X-Run-Tag", "X-Attempt", "X-Role"
+TAG, ATTEMPT, ROLE, DEADLINE = "X-Run-Tag", "X-Attempt", "X-Role", "X-Deadline-S"
 UNREACHABLE = "upstream_unreachable"  # error type of a 502 when the upstream refused the connection
+STOPPING = "stage_stopping"  # error type of the 503 the proxy answers once the stage stops (nothing forwarded)
+STREAMED = "an event stream to a plain request (stream: false)"
 _HOP = {"host", "content-length", "authorization", "connection", "accept-encoding",
-        TAG.lower(), ATTEMPT.lower(), ROLE.lower()}
+        TAG.lower(), ATTEMPT.lower(), ROLE.lower(), DEADLINE.lower()}
 # clients that cannot set headers (a library's own OpenAI client, e.g. Mem0) put the tag in the path
 _TAGGED = re.compile(r"^/tag/([^/]+)/(\d+)/([^/]+)(/.*)$")
 
@@ -67,7 +75,9 @@ class MeteringProxy:
         self.ledger = ledger
         self.model_name = model_name
         self._key = api_key
+        self.timeout_s = timeout_s
         self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
+        self.stopping = threading.Event()  # set when the stage stops: the driver's abort (harness.run.driver)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -119,7 +129,12 @@ class MeteringProxy:
         try:
             data = json.loads(payload)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return {"error": "unparsable upstream body"}
+            stream = event_stream(payload.decode("utf-8", "replace"))
+            if stream is None or not stream[0]:
+                return {"error": "unparsable upstream body"}
+            # an event stream to a plain request: no completion, but its usage chunk was billed
+            return {"error": STREAMED, **usage_split(stream[0], req.get("messages"), req.get("tools"), stream[1],
+                                                      self.context, self.count)}
         try:
             out: dict = {}
             problem = reply_error(data)
@@ -130,6 +145,8 @@ class MeteringProxy:
                 choices = data.get("choices")
                 first = choices[0] if isinstance(choices, list) and choices else None
                 reply = first.get("message") if isinstance(first, dict) else None
+                if isinstance(first, dict) and isinstance(first.get("finish_reason"), str):
+                    out["finish"] = first["finish_reason"]
                 out.update(usage_split(usage, req.get("messages"), req.get("tools"), reply or {},
                                        self.context, self.count))
             out["response_model"] = data.get("model") if isinstance(data, dict) else None
@@ -160,6 +177,9 @@ class MeteringProxy:
         req = req if isinstance(req, dict) else {}
         model = req.get("model", model)
         base = {"call": call_id, "tag": tag, "attempt": attempt, "role": role, "model": model, "path": path}
+        if method == "POST" and self.stopping.is_set():
+            return _reply(h, 503, json.dumps({"error": {"message": "the stage is stopping: the call was not sent",
+                                                        "type": STOPPING}}).encode(), "application/json", None)
         if method == "POST":
             self.ledger.append({**base, "event": "request", "ts": _now(), "sent": _sent(body)})
         headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP}
@@ -169,10 +189,7 @@ class MeteringProxy:
         status, payload, ctype, err, etype = 502, b"", "application/json", None, "proxy_error"
         retry_after = None
         try:
-            resp = self._client.request(method, url, content=body, headers=headers)
-            status, payload = resp.status_code, resp.content
-            ctype = resp.headers.get("content-type", ctype)
-            retry_after = resp.headers.get("retry-after")
+            status, payload, ctype, retry_after = self._send(method, url, body, headers, _deadline(h))
         except httpx.TimeoutException as exc:
             status, err = 504, f"upstream timeout: {type(exc).__name__}"
         except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:  # nothing listens there
@@ -189,13 +206,46 @@ class MeteringProxy:
             else:
                 entry["error"] = err or payload[:300].decode("utf-8", "replace")
             self.ledger.append(entry)
-        h.send_response(status)
-        h.send_header("Content-Type", ctype)
-        h.send_header("Content-Length", str(len(payload)))
-        if retry_after:  # a 429/503's wait reaches the client (harness.endpoints.client.retry_after)
-            h.send_header("Retry-After", retry_after)
-        h.end_headers()
-        h.wfile.write(payload)
+        _reply(h, status, payload, ctype, retry_after)
+
+    def _send(self, method: str, url: str, body: bytes, headers: dict, deadline: float | None):
+        """(status, body, content type, Retry-After) of the upstream's answer; with a deadline, the whole
+        answer within that many seconds of wall time (a body trickling past it is a timeout too)."""
+        if deadline is None:
+            resp = self._client.request(method, url, content=body, headers=headers)
+            return resp.status_code, resp.content, resp.headers.get("content-type", "application/json"), \
+                resp.headers.get("retry-after")
+        limit = min(self.timeout_s, deadline)
+        end = time.monotonic() + limit
+        with self._client.stream(method, url, content=body, headers=headers,
+                                 timeout=httpx.Timeout(limit, connect=min(10.0, limit))) as resp:
+            chunks = []
+            for chunk in resp.iter_bytes():
+                chunks.append(chunk)
+                if time.monotonic() > end:
+                    raise httpx.ReadTimeout(f"no whole reply within {limit:g} s")
+            if time.monotonic() > end:
+                raise httpx.ReadTimeout(f"no whole reply within {limit:g} s")
+            return resp.status_code, b"".join(chunks), resp.headers.get("content-type", "application/json"), \
+                resp.headers.get("retry-after")
+
+
+def _deadline(h: BaseHTTPRequestHandler) -> float | None:
+    try:
+        value = float(h.headers.get(DEADLINE) or "")
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def _reply(h: BaseHTTPRequestHandler, status: int, payload: bytes, ctype: str, retry_after: str | None) -> None:
+    h.send_response(status)
+    h.send_header("Content-Type", ctype)
+    h.send_header("Content-Length", str(len(payload)))
+    if retry_after:  # a 429/503's wait reaches the client (harness.endpoints.client.retry_after)
+        h.send_header("Retry-After", retry_after)
+    h.end_headers()
+    h.wfile.write(payload)
 
 
 def _sent(body: bytes) -> dict | None:

@@ -75,6 +75,30 @@ def reply_text(message: Any) -> str:
     return "".join(p or "" for p in parts)
 
 
+def event_stream(text: str) -> tuple[Any, dict] | None:
+    """(usage, message) of an event stream (`data: {chunk}` lines) sent to a request that did not ask for one
+    (`stream: false`): the last usage block any chunk carried, and the text the deltas wrote. None when the
+    text is not an event stream. The reply is no completion, but its usage was billed."""
+    usage, content, chunks = None, [], 0
+    for line in text.splitlines():
+        if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+            continue
+        try:
+            chunk = json.loads(line[5:])
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(chunk, dict):
+            continue
+        chunks += 1
+        if isinstance(chunk.get("usage"), dict) and chunk["usage"]:
+            usage = chunk["usage"]
+        for c in chunk.get("choices") or []:
+            delta = c.get("delta") if isinstance(c, dict) else None
+            if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+                content.append(delta["content"])
+    return (usage, {"content": "".join(content)}) if chunks else None
+
+
 def _count(block: dict, key: str, limit: int, flags: list[str], where: str = "") -> int | None:
     name = f"{where}{key}"
     if key not in block:

@@ -292,7 +292,7 @@ class PersonalStep(RunStep):
         trial = self.plan.trials[spec.trial_id]
         condition, run_id, mc = spec.condition, spec.run_id, self.model_cfg
         cond_cfg = self.cfg.stage.conditions[condition]
-        meter = Meter(mc["prices"], mc.get("offpeak"))
+        meter = Meter(mc["prices"], mc.get("offpeak"), abort=self.abort)
         seen: list[EnvironmentFailure] = []
 
         def agent(role: str, json: bool = False):

@@ -447,6 +447,7 @@ class LedgerEvent(_Model):
     flags: list[str] | None = None
     sent: dict[str, Any] | None = None  # request: the parameters sent besides the messages, tools by name
     response_model: str | None = None
+    finish: str | None = None  # response: the reply's finish_reason ("length": cut at its token limit)
     adapter: dict[str, Any] | None = None
     error: str | None = None
     reason: str | None = None  # interrupted: why (killed, environment failure, ...)

@@ -132,7 +132,7 @@ class AgentStep(RunStep):
         q = self.env.questions[spec.qid]
         cond_cfg = self.cfg.stage.conditions[spec.condition]
         mc = self.model_cfg
-        meter = Meter(mc["prices"], mc.get("offpeak"))
+        meter = Meter(mc["prices"], mc.get("offpeak"), abort=self.abort)
         ctx = RunContext(spec, self.env)
         ctx.first_tool_choice = mc.get("first_tool_choice")
         ctx.transcript = TranscriptRecorder()

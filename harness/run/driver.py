@@ -28,7 +28,10 @@ or runs of `model.breaker_runs` (3) different questions in a row out of retries,
 unrecorded; a run out of retries while others succeed is recorded failed. A rejection the
 body does not explain goes through the same breaker: when the same rejection ends the first
 `model.breaker_runs` runs of a stage before any run succeeded, the stage stops and those
-runs stay unrecorded. A record that does not validate is a bug report (bugs/), and that run
+runs stay unrecorded. When the stage stops (but for the spending cap and a scheduler's SIGTERM, which let
+the runs in flight finish) the step's `abort` is set: the runs in flight send no further call and wait no
+further retry (harness.endpoints.client), the proxy forwards nothing more, and the pool is joined before
+the driver returns. A record that does not validate is a bug report (bugs/), and that run
 is recorded failed (`record_invalid`), never a stage stop (`validated`).
 """
 
@@ -51,8 +54,9 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from harness.data.longmemeval import sha256_file
-from harness.failures import EnvironmentFailure, classify
+from harness.failures import EnvironmentFailure, StageStopping, classify
 from harness import studies
+from harness.endpoints.liveness import Liveness
 from harness.records import RunDir, StageMismatch
 from harness.records.ledger import Ledger, read_ledger
 from harness.records.ledger import mark_interrupted as mark_interrupted_lines
@@ -112,6 +116,7 @@ class RunStep:
         self.info: StageInfo | None = None
         self.endpoint = None
         self.proxy_url = ""
+        self.abort = threading.Event()  # set when the stage stops: the runs' meters and the proxy send nothing more
 
     def start(self, rd: RunDir, info: StageInfo, endpoint, proxy_url: str) -> None:
         self.rd, self.info, self.endpoint, self.proxy_url = rd, info, endpoint, proxy_url
@@ -174,6 +179,17 @@ def call_notes(records) -> list[str]:
 def owned_runs(rd: RunDir, plan) -> list:
     """The runs this driver may run: its shard's part of the plan, or the whole plan."""
     return rd.shard.select(plan.runs) if rd.shard else list(plan.runs)
+
+
+def used_attempts(rd: RunDir) -> dict[str, int]:
+    """The highest attempt number used per run: started (the attempt logs) or with a call metered under it
+    (the ledgers), so a new attempt never takes a number some call was already sent under."""
+    out = dict(rd.attempts())
+    for path in rd.ledger_paths():
+        for e in read_ledger(path):
+            if e.get("event") == "request" and isinstance(e.get("attempt"), int) and e.get("tag"):
+                out[e["tag"]] = max(out.get(e["tag"], 0), e["attempt"])
+    return out
 
 
 def mark_interrupted(rd: RunDir, ledger: Ledger, reason: str = "no record", owned: set[str] | None = None) -> int:
@@ -267,30 +283,21 @@ class StageRunner:
         self.started_runs = 0
         self.preparer: MemoryPreparer | None = None
         self.breaker = Breaker(int(step.model_cfg.get("breaker_runs", 3)))
-        self.last_good: float | None = None  # time.monotonic() of the stage's last answered call (the ledger's)
-        self._probe = threading.Lock()
-        self.probe_failed: float | None = None  # time.monotonic() of the last probe the server failed
+        self.why: str | None = None  # the environment failure that stopped the stage (StageStopping says less)
+        self.liveness = Liveness(self._probe)  # the ledger's answered calls, and one probe (harness.endpoints.liveness)
+        self.heard = self.liveness.heard
 
-    def heard(self, e: dict) -> None:
-        """Ledger listener: an answered call (a 200 that is a completion) shows the server works."""
-        if e.get("event") == "response" and e.get("status") == 200 and not e.get("error"):
-            self.last_good = time.monotonic()
+    def _probe(self) -> bool:
+        from harness.run.preflight import model_call
+
+        check = model_call(self.step.proxy_url, {**self.step.model_cfg, "max_retries": 0}, "model")
+        print(f"probe after a run ran out of retries:{check.line()}", file=sys.stderr)
+        return check.ok is not False
 
     def silent_since(self, t: float) -> bool:
         """No call of the stage succeeded since `t`, and the server does not answer one plain request
         (the preflight's, one attempt: harness.run.preflight.model_call) either: the environment's failure."""
-        from harness.run.preflight import model_call
-
-        with self._probe:  # runs failing together share one probe
-            if self.breaker.tripped or (self.probe_failed is not None and self.probe_failed > t):
-                return True
-            if self.last_good is not None and self.last_good > t:
-                return False
-            check = model_call(self.step.proxy_url, {**self.step.model_cfg, "max_retries": 0}, "model")
-            print(f"probe after a run ran out of retries:{check.line()}", file=sys.stderr)
-            if check.ok is False:
-                self.probe_failed = time.monotonic()
-            return check.ok is False
+        return self.breaker.tripped or self.liveness.silent_since(t)
 
     def prepare(self, pending: list) -> MemoryPreparer:
         self.preparer = self.step.prepare(pending)
@@ -299,14 +306,24 @@ class StageRunner:
     def run_one(self, spec, attempt: int) -> BaseModel:
         self._mark("run_started")
         self.rd.start_attempt(spec.run_id, attempt, now())
-        record, signature = self.step.execute(spec, attempt)
-        # silent since the run gave up, not since it started: a server that died mid-stage answered the
-        # calls made before it died, this run's own and other runs' alike
-        t = time.monotonic()
-        persistent = (record.status != "ok" and record.failure_reason == "retries" and self.breaker.n > 0
-                      and not self.breaker.tripped and self.silent_since(t))
-        for r in self.breaker.admit(record, signature, persistent):
-            self.write(r)
+        abort = self.step.abort
+        try:
+            record, signature = self.step.execute(spec, attempt)
+            if abort.is_set() and record.status != "ok":  # cut short by the stop, not by its own failure
+                raise StageStopping()
+            # silent since the run gave up, not since it started: a server that died mid-stage answered the
+            # calls made before it died, this run's own and other runs' alike
+            t = time.monotonic()
+            persistent = (record.status != "ok" and record.failure_reason == "retries" and self.breaker.n > 0
+                          and not self.breaker.tripped and self.silent_since(t))
+            for r in self.breaker.admit(record, signature, persistent):
+                self.write(r)
+        except EnvironmentFailure as exc:
+            with self._lock:  # why the stage stops: the first failure, not the runs it then cut short
+                if self.why is None and not isinstance(exc, StageStopping):
+                    self.why = str(exc)
+            abort.set()  # the stage stops: the runs in flight send no further call and end at once
+            raise
         return record
 
     def write(self, record: BaseModel) -> None:
@@ -365,7 +382,7 @@ def run_stage(cfg, step: RunStep, rd: RunDir, ledger: Ledger, pending: list, bud
     BudgetReached when the spending cap did (runs in flight finish; none starts after it).
     """
     plan = step.plan
-    attempts = rd.attempts()
+    attempts = used_attempts(rd)
     concurrency = step.concurrency()
     ids = {r.run_id for r in pending}
     for r in rd.records():  # retry_failed: the failed attempt's calls stay in the ledger, marked
@@ -423,6 +440,8 @@ def describe_session(s: DriverSession) -> str:
 
 
 BUDGET = "budget"
+ENDING = ("the scheduler is ending this job (SIGTERM: requeued, preempted, cancelled or out of time); no run "
+          "started after it, the runs in flight finished")
 
 
 def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], concurrency: int,
@@ -438,35 +457,43 @@ def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], conc
     stop: list[str] = []
     waiting = list(pending)
     ending = scheduler_ending()
+    abort = runner.step.abort
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent") as pool:
-            running = set()
-            while waiting and not stop:
-                if ending is not None and ending.is_set():
-                    stop.append("the scheduler is ending this job (SIGTERM: requeued, preempted, cancelled or out of "
-                                "time); no run started after it, the runs in flight finished")
-                    break
-                if budget is not None and budget.exhausted:
-                    stop.append(BUDGET)
-                    break  # runs in flight finish; no new run starts
-                if preparer.error is not None:
-                    stop.append(_preparer_stop(preparer.error))
-                    break
-                may_start = not first or preparer.stats["all_ready_s"] is not None
-                i = next((i for i, s in enumerate(waiting) if preparer.ready(s)), None) \
-                    if len(running) < concurrency and may_start else None
-                if i is not None:
-                    spec = waiting.pop(i)
-                    running.add(pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1))
-                    continue
-                if running:  # a slot frees up, or (within a second) another question is ready
-                    finished, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+            try:
+                running = set()
+                while waiting and not stop:
+                    if ending is not None and ending.is_set():
+                        stop.append(ENDING)
+                        break
+                    if budget is not None and budget.exhausted:
+                        stop.append(BUDGET)
+                        break  # runs in flight finish; no new run starts
+                    if preparer.error is not None:
+                        stop.append(_preparer_stop(preparer.error))
+                        break
+                    may_start = not first or preparer.stats["all_ready_s"] is not None
+                    i = next((i for i, s in enumerate(waiting) if preparer.ready(s)), None) \
+                        if len(running) < concurrency and may_start else None
+                    if i is not None:
+                        spec = waiting.pop(i)
+                        running.add(pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1))
+                        continue
+                    if running:  # a slot frees up, or (within a second) another question is ready
+                        finished, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+                        _collect(finished, bar, runner, stop)
+                    else:
+                        preparer.wait(1.0)
+                if stop and stop[0] not in (BUDGET, ENDING):
+                    abort.set()  # runs in flight send no further call (a budget or a scheduler's stop lets them finish)
+                while running:
+                    finished, running = wait(running, return_when=FIRST_COMPLETED)
                     _collect(finished, bar, runner, stop)
-                else:
-                    preparer.wait(1.0)
-            while running:
-                finished, running = wait(running, return_when=FIRST_COMPLETED)
-                _collect(finished, bar, runner, stop)
+                    if stop and stop[0] not in (BUDGET, ENDING):
+                        abort.set()
+            except BaseException:  # Ctrl-C or a storage error: the pool's exit waits for runs that end at once
+                abort.set()
+                raise
     finally:
         preparer.stop()
         bar.close()
@@ -512,6 +539,8 @@ def _collect(finished, bar, runner: StageRunner, stop: list[str]) -> None:
         exc = f.exception()
         if exc is None:
             bar.update(1)
+        elif isinstance(exc, StageStopping):
+            stop.append(runner.why or str(exc))
         elif isinstance(exc, EnvironmentFailure):
             stop.append(str(exc))
         elif isinstance(exc, OSError):
