@@ -19,7 +19,7 @@ from harness.data.longmemeval import DATE_FORMAT
 from harness.endpoints.client import Agent, Meter, ModelCallFailed
 from harness.failures import EnvironmentFailure, classify
 from harness.records.schema import SCHEMA_VERSION, RunRecord
-from harness.run import fidelity
+from harness.run import fidelity, settings
 from harness.run.context import Environment, RunContext
 from harness.run.driver import RunStep, call_notes, now, stage_info, validated
 from harness.run.loop import TranscriptRecorder, run_loop
@@ -70,6 +70,7 @@ class AgentStep(RunStep):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.plan: Plan = build(cfg)
+        self.conditions = settings.condition_nodes(cfg)  # each condition's own typed node (its module's Settings)
         self.env: Environment | None = None
         self.preparer: MemoryPreparer | None = None
 
@@ -143,7 +144,7 @@ class AgentStep(RunStep):
         preparing = self.preparer is not None and self.preparer.stats["all_ready_s"] is None
         t0 = time.perf_counter()
         try:  # preparing the run (stores, indexes, prefetch): a failure here is not the run's
-            access = conditions.load(str(cond_cfg.module)).build(cond_cfg, ctx)
+            access = conditions.load(str(cond_cfg.module)).build(self.conditions[spec.condition], ctx)
         except Exception as exc:
             raise classify(exc) or exc
         setup_s = time.perf_counter() - t0 - access.retrieval_s

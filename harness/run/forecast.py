@@ -5,11 +5,13 @@ Two sources, and the forecast says which one each condition used:
 * a pilot stage of the same model (runs/pilot/*/records): the mean calls and tokens per run
   of each condition, times the planned runs;
 * otherwise the data: the prompt a run starts from (system prompt, question, tool schemas;
-  for `full` the whole history of each planned question, oldest first) and a typical shape
-  of the conversation per way of reaching memory (model calls per run, characters each tool
-  result adds), with every later call's prompt prefix counted as a cache hit. The typical
-  shapes below are rough (the paper's Section 5.1 means); a condition's yaml may give its own
-  under `forecast:`.
+  for `full` the whole history of each planned question, oldest first) and the shape of the
+  conversation per way of reaching memory (model calls per run, characters each tool result
+  adds), with every later call's prompt prefix counted as a cache hit. A condition whose
+  `forecast(settings, question)` takes the question sizes its results from that question's own
+  history (the memory tool: k of its rounds as the tool shows them; prefetch: the k results in
+  the prompt), so a stage on longer histories forecasts more; the rest are typical shapes (the
+  paper's Section 5.1 means). A condition's yaml may give its own under `forecast:`.
 
 Tokens are estimated as characters / 4. Off-peak cost applies the model's off-peak factor to
 every call, the price paid when a stage runs inside the provider's window.
@@ -17,6 +19,7 @@ every call, the price paid when a stage runs inside the provider's window.
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +33,29 @@ OUTPUT_TOKENS = 60  # per call: a short answer or one tool call
 DEFAULT_SHAPE = {"calls": 3, "result_chars": 6_000, "schema_chars": 1_200}
 
 
-def shape(cond_cfg) -> dict:
+def reads_question(fn) -> bool:
+    """Does a condition's forecast() take the question (forecast(settings, question)) besides its settings?"""
+    try:
+        return len(inspect.signature(fn).parameters) >= 2
+    except (TypeError, ValueError):
+        return False
+
+
+def shape(cond_cfg, question=None) -> dict:
     """calls per run, characters each tool result adds, characters of tool schemas, and what the first
-    prompt holds besides the question (`prefix: history` or `prefix_chars`), from the condition itself;
-    the condition's config may override any of them under `forecast:`."""
+    prompt holds besides the question (`prefix: history` or `prefix_chars`), from the condition itself
+    (its forecast() receives the condition's typed settings, and the question when it reads one); the
+    condition's config may override any of them under `forecast:`."""
     import conditions
+    from harness.run.settings import condition_node
 
     mod = conditions.load(str(cond_cfg.module))
-    own = mod.forecast(cond_cfg) if callable(getattr(mod, "forecast", None)) else getattr(mod, "FORECAST", DEFAULT_SHAPE)
+    fn = getattr(mod, "forecast", None)
+    node = condition_node(cond_cfg)
+    if callable(fn):
+        own = fn(node, question) if question is not None and reads_question(fn) else fn(node)
+    else:
+        own = getattr(mod, "FORECAST", DEFAULT_SHAPE)
     return {**DEFAULT_SHAPE, **own, **dict(cond_cfg.get("forecast") or {})}
 
 
@@ -97,17 +115,22 @@ def _conversation(prefix_chars: float, calls: int, result_chars: float) -> tuple
 
 
 def _from_data(cond: str, cond_cfg, qids: list[str], questions, system_chars: int) -> Row:
-    sh = shape(cond_cfg)
-    calls, result, schema = int(sh["calls"]), sh["result_chars"], sh["schema_chars"]
-    hit = miss = out = 0.0
+    import conditions
+
+    per_question = reads_question(getattr(conditions.load(str(cond_cfg.module)), "forecast", None))
+    hit = miss = out = calls_all = 0.0
     for qid in qids:
         q = questions[qid]
+        sh = shape(cond_cfg, q)
+        calls, result, schema = int(sh["calls"]), sh["result_chars"], sh["schema_chars"]
+        calls_all += calls
         prefix = system_chars + len(q.question) + schema + int(sh.get("prefix_chars") or 0)
         if sh.get("prefix") == "history":
             prefix += sum(len(t.content) + 40 for s in q.sessions for t in s.turns)
         h, m, o = _conversation(prefix, calls, result)
         hit, miss, out = hit + h, miss + m, out + o
-    return Row(cond, len(qids), calls * len(qids), hit, miss, out, "data (typical conversation shape)")
+    how = "its questions' histories" if per_question else "typical conversation shape"
+    return Row(cond, len(qids), calls_all, hit, miss, out, f"data ({how})")
 
 
 def forecast(cfg, plan) -> tuple[list[Row], str]:
