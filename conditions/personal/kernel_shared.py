@@ -20,13 +20,14 @@ from harness.personal import assistant, writers
 from harness.kernel import KernelMemory
 from harness.kernel.syscalls import Syscalls
 from harness.personal.method import Injected, Method, RunCtx
+from harness.run.settings import index_node
 
 
 def kernel_for(cfg, ctx: RunCtx) -> Syscalls:
     """The condition's kernel (one memory space for every user of the stage), reached by its system calls."""
     def make() -> Syscalls:
         sh = ctx.shared
-        space = space_from_config(sh.cfg.index, encoder=sh.encoder)
+        space = space_from_config(index_node(sh.cfg.index), encoder=sh.encoder)
         return Syscalls(KernelMemory(space, sh.resolver, bool(cfg.barrier), float(cfg.barrier_timeout_s),
                                      int(cfg.budget_tokens), int(cfg.cap), float(cfg.threshold), int(cfg.candidates),
                                      str(cfg.format), float(cfg.write_delay_s)))

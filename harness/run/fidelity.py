@@ -177,7 +177,7 @@ def _is_org(cfg) -> bool:
 
 # paths other rows compare (reader_model, judge_model, judge_prompts, encoder, index, runtime, the
 # conditions and stage rows, `settings`): the generic rows skip them so one override is one row
-OWNED = ("model.model", "model.params", "model.accepts", "judge.model", "judge.prompts", "index.name", "index.m",
+OWNED = ("model.model", "model.params", "model.reasoning_effort", "model.accepts", "judge.model", "judge.prompts", "index.name", "index.m",
          "index.ef_construction", "index.ef_runtime", "index.depth", "index.rrf_k", "encoder.name", "encoder.path",
          "runtime.session_search", "stage.conditions", "stage.groups", "stage.name")
 

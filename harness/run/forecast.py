@@ -155,7 +155,8 @@ def forecast(cfg, plan) -> tuple[list[Row], str]:
             rows.append(_from_data(cond, cfg.stage.conditions[cond], qids, questions, system_chars))
     sources = Counter(r.source.split(" (")[0] for r in rows)
     said = (f"pilot stage {where}" if where else "") + (" and " if where and sources["data"] else "") + \
-        ("the data's prompt sizes with typical conversation shapes (harness/run/forecast.py)" if sources["data"] else "")
+        ("the data's prompt sizes, with each question's history for the conditions that read it and typical "
+         "conversation shapes for the rest (harness/run/forecast.py)" if sources["data"] else "")
     return rows, said
 
 

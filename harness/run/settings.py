@@ -346,6 +346,7 @@ def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = 
         if cfg.get(kind) is not None:
             effort_into_params(cfg.get(kind))
     typed_nodes(cfg)  # every module's own node builds: an unknown key or a wrong type stops here
+    check_indexes(cfg)
 
 
 # ------------------------------------------------------------------ the typed nodes modules receive
@@ -436,3 +437,57 @@ def condition_nodes(cfg) -> dict:
 def typed_nodes(cfg) -> Nodes:
     return Nodes(condition_nodes(cfg), endpoint_node(cfg.model, "model") if cfg.get("model") is not None else None,
                  endpoint_node(cfg.judge, "judge") if cfg.get("judge") is not None else None)
+
+
+# keys an index node carries for the memory space rather than for its backend (harness.memory.space)
+SPACE_KEYS = {"name": str, "backend": str, "depth": int, "rrf_k": int, "dense": Any, "lexical": Any}
+
+
+def _kind(default):
+    """The type a constructor's default says (an option without a scalar default takes anything)."""
+    return type(default) if isinstance(default, (bool, int, float, str)) else Any
+
+
+def index_schema(name: str):
+    """An index backend's settings: its constructor's keyword parameters (their defaults typing them) and the
+    space's keys, as one dataclass. WHY: the backends took `**_ignored`, so a misspelt option was dropped."""
+    import inspect
+    from dataclasses import make_dataclass
+
+    from harness.memory.backends.base import backend_class
+
+    cls = backend_class(name)
+    params = [p for p in inspect.signature(cls.__init__).parameters.values()
+              if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    own = [(p.name, _kind(p.default), field(default=None if p.default is p.empty or not isinstance(
+        p.default, (bool, int, float, str, type(None))) else p.default)) for p in params]
+    taken = {p.name for p in params}
+    space = [(k, t if t is Any else Optional[t], field(default=None)) for k, t in SPACE_KEYS.items() if k not in taken]
+    return make_dataclass(f"{cls.__name__}Settings", [(n, Optional[t] if t is not Any else t, f) for n, t, f in own]
+                          + space)
+
+
+def index_node(node, where: str = "index") -> dict:
+    """What an index backend is built from (make_backend / space_from_config): the node's keys checked against
+    its backend's settings (index_schema), a hybrid's `dense` / `lexical` each against its own; a key none
+    declares is an error naming the nearest, a number or flag of the wrong type is refused naming its key."""
+    value = _resolved(node)
+    name = value.get("name") or value.get("backend")
+    if not name:
+        raise SettingsError(f"{where}: no backend name (name: exact | fts5 | hybrid | redis_qe | ...)")
+    _closed(index_schema(str(name)), value, where)
+    for side in ("dense", "lexical"):
+        if isinstance(value.get(side), dict):
+            value[side] = index_node(value[side], f"{where}.{side}")
+    return value
+
+
+def check_indexes(cfg) -> None:
+    """The stage's index and every configuration of the backend study (its build and query options)."""
+    if cfg.get("index") is not None:
+        index_node(cfg.index, "index")
+    stage = cfg.get("stage") or {}
+    for i, c in enumerate(stage.get("configs") or []):
+        c = _resolved(c)
+        index_node({"name": c.get("backend"), **(c.get("build") or {}), **(c.get("query") or {})},
+                   f"stage.configs[{i}] ({c.get('id')})")
