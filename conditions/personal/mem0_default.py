@@ -23,6 +23,7 @@ import copy
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 
 from harness.endpoints.client import Meter
 from harness.personal import assistant, writers
@@ -45,6 +46,18 @@ def minilm_dir() -> str:
     from harness.memory.encoder import SPECS, resolve_model_dir
 
     return str(resolve_model_dir(SPECS["minilm"]))
+
+
+@dataclass
+class Settings:
+    """conf/condition/mem0_default.yaml: the writers, the search's k and minimum score, Mem0's LLM reply cap,
+    and whether its collection has an HNSW index (Mem0's HNSW post-filters)."""
+
+    writers: list = field(default_factory=lambda: ["profile_agent", "task_agent", "conversation_extractor"])
+    k: int = 10
+    llm_max_tokens: int = 400
+    hnsw: bool = False
+    threshold: float = 0.1
 
 
 def llm_config(cfg, shared, run_id: str, attempt: int, meter: Meter) -> dict:
@@ -71,7 +84,7 @@ def mem0_config(cfg, shared, condition: str, llm: dict) -> dict:
         "embedder": {"provider": "huggingface", "config": {"model": minilm_dir(), "embedding_dims": 384}},
         "vector_store": {"provider": "pgvector", "config": {
             "connection_string": _pg_url(), "collection_name": f"mem0_{shared.token}_{condition}",
-            "embedding_model_dims": 384, "hnsw": bool(cfg.get("hnsw", False))}},
+            "embedding_model_dims": 384, "hnsw": cfg.hnsw}},
         "history_db_path": os.path.join(str(shared.cfg.cache_dir), "mem0", f"history_{shared.token}.db"),
     }
 
@@ -163,7 +176,7 @@ class Mem0Default(Method):
         expected = min(k, len(held))
         read = {"visible": len(held), "expected": expected, "returned": len(res),
                 "short": max(0, expected - len(res)), "threshold": float(self.cfg.threshold),
-                "plan": "hnsw" if self.cfg.get("hnsw") else "exact scan"}
+                "plan": "hnsw" if self.cfg.hnsw else "exact scan"}
         log = {"filters": scope, "returned": len(res), "user_memories": len(held), "read": read}
         if barrier is not None:
             log["barrier"] = barrier

@@ -5,7 +5,14 @@ No writers, no memory system: the soft ceiling on available context.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from harness.personal.method import Injected, Method, RunCtx
+
+
+@dataclass
+class Settings:
+    """No options of its own: every message of the trial in the prompt."""
 
 HEADER = "Everything the user has told you:"
 

@@ -11,7 +11,17 @@ from __future__ import annotations
 import re
 import time
 
+from dataclasses import dataclass, field
+
 from harness.personal.method import Injected, Method, RunCtx
+
+
+@dataclass
+class Settings:
+    """The message sources chunked into sentences and how many are retrieved (conf/condition/vanilla_rag.yaml)."""
+
+    sources: list = field(default_factory=lambda: ["profile", "task", "conversation"])
+    k: int = 3
 
 HEADER = "Retrieved context:"
 
