@@ -48,7 +48,7 @@ def ask_schema(agents: list[str]) -> dict:
         }, "required": ["agent", "question"]}}}
 
 
-def tool_texts(cfg, org: bool) -> list[dict]:
+def tool_texts(cfg: Settings, org: bool) -> list[dict]:
     """The memory tool's texts and ask_agent's schema: its request carries all three tools."""
     return [*memory_tool.tool_texts(cfg, org), ask_schema([str(a) for a in cfg.agents])]
 
@@ -56,7 +56,7 @@ def tool_texts(cfg, org: bool) -> list[dict]:
 class AskAgent:
     name = "ask_agent"
 
-    def __init__(self, ctx, cfg):
+    def __init__(self, ctx, cfg: Settings):
         self.ctx, self.cfg = ctx, cfg
         self.agents = [str(a) for a in cfg.agents]
 
@@ -80,7 +80,7 @@ class AskAgent:
                                "asked_rounds": result.tool_rounds, "wall_s": round(time.perf_counter() - t0, 4)})
 
 
-def build(cfg, ctx) -> Access:
+def build(cfg: Settings, ctx) -> Access:
     return Access(text=str(cfg.access), tools=[*tools_for(ctx, cfg), AskAgent(ctx, cfg)],
                   notes={"guidance": check_guidance(cfg.guidance), "asked_agents": [str(a) for a in cfg.agents],
                          "asked_max_rounds": cfg.asked_max_rounds})

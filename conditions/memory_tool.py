@@ -82,7 +82,7 @@ def result_chars(question, k: int) -> int:
     return round(sum(shown) / len(shown) * n) if shown else len("No matching memories.")
 
 
-def forecast(cfg, question=None) -> dict:
+def forecast(cfg: Settings, question=None) -> dict:
     """harness.run.forecast's run: three searches whose results are sized from the question's own history."""
     if question is None:
         return FORECAST
@@ -139,7 +139,7 @@ class Settings:
     guidance: str = "paper"
 
 
-def tool_texts(cfg, org: bool) -> list[dict]:
+def tool_texts(cfg: Settings, org: bool) -> list[dict]:
     """Every text the model reads from these tools besides results, as this stage has them: the fidelity
     manifest compares their sha256 with the paper's, pinned in conf/paper.yaml (harness.run.fidelity)."""
     guidance = check_guidance(cfg.guidance)
@@ -245,13 +245,13 @@ def replay_read(ctx, view: View, log: dict) -> list[list[str]]:
 REPLAY = {"read": replay_read}
 
 
-def tools_for(ctx, cfg, agent: str | None = None):
+def tools_for(ctx, cfg: Settings, agent: str | None = None):
     ctx.space  # load the organisation's units now, so indexing is setup and not retrieval time
     view = ctx.view(cfg.scope, agent=agent)
     return [MemorySearch(ctx, view, cfg.scoring, cfg.k, agent, cfg.guidance),
             MemoryRead(ctx, view, agent)]
 
 
-def build(cfg, ctx) -> Access:
+def build(cfg: Settings, ctx) -> Access:
     return Access(text=str(cfg.access), tools=tools_for(ctx, cfg),
                   notes={"guidance": check_guidance(cfg.guidance)})

@@ -57,7 +57,7 @@ def kernel_for(cfg: Settings, ctx: RunCtx) -> Syscalls:
 class KernelShared(Method):
     writes = "kernel"
 
-    def __init__(self, cfg, ctx: RunCtx):
+    def __init__(self, cfg: Settings, ctx: RunCtx):
         self.cfg, self.ctx = cfg, ctx
         self.kernel = kernel_for(cfg, ctx)
         self.attach = cfg.attach_user_id

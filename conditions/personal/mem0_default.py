@@ -60,7 +60,7 @@ class Settings:
     threshold: float = 0.1
 
 
-def llm_config(cfg, shared, run_id: str, attempt: int, meter: Meter) -> dict:
+def llm_config(cfg: Settings, shared, run_id: str, attempt: int, meter: Meter) -> dict:
     """Mem0's LLM for one run: its own OpenAI client through the metering proxy, tagged by this run, whose usage
     is added to the run's meter."""
     mc = shared.model_cfg
@@ -78,7 +78,7 @@ def llm_config(cfg, shared, run_id: str, attempt: int, meter: Meter) -> dict:
             "response_callback": metered}
 
 
-def mem0_config(cfg, shared, condition: str, llm: dict) -> dict:
+def mem0_config(cfg: Settings, shared, condition: str, llm: dict) -> dict:
     return {
         "llm": {"provider": "openai", "config": llm},
         "embedder": {"provider": "huggingface", "config": {"model": minilm_dir(), "embedding_dims": 384}},
@@ -89,7 +89,7 @@ def mem0_config(cfg, shared, condition: str, llm: dict) -> dict:
     }
 
 
-def _store(cfg, shared, condition: str):
+def _store(cfg: Settings, shared, condition: str):
     """This condition's Mem0 (its collection), built once per process; every condition shares the first one's
     embedder, so the model is loaded once, never per run."""
     os.environ.setdefault("MEM0_TELEMETRY", "False")
@@ -121,7 +121,7 @@ def _store(cfg, shared, condition: str):
     return shared.once(f"mem0:{condition}", make).mem
 
 
-def memory(cfg, ctx: RunCtx, meter: Meter):
+def memory(cfg: Settings, ctx: RunCtx, meter: Meter):
     """The condition's Mem0 for one run: the process's store and embedder, this run's metered LLM."""
     from mem0.utils.factory import LlmFactory
 
@@ -135,11 +135,11 @@ class Mem0Default(Method):
     writes = "mem0"
 
     @classmethod
-    def setup(cls, cfg, shared, condition: str) -> None:
+    def setup(cls, cfg: Settings, shared, condition: str) -> None:
         """Mem0's embedder and this condition's collection, before the first run."""
         _store(cfg, shared, condition)
 
-    def __init__(self, cfg, ctx: RunCtx):
+    def __init__(self, cfg: Settings, ctx: RunCtx):
         self.cfg, self.ctx = cfg, ctx
         self.mem = memory(cfg, ctx, ctx.meter)
         self.futures = []

@@ -18,7 +18,7 @@ HEADER = "Everything the user has told you:"
 
 
 class NaiveConcat(Method):
-    def __init__(self, cfg, ctx: RunCtx):
+    def __init__(self, cfg: Settings, ctx: RunCtx):
         self.ctx = ctx
 
     def inject(self) -> Injected:

@@ -31,7 +31,7 @@ def sentences(text: str) -> list[str]:
 
 
 class VanillaRag(Method):
-    def __init__(self, cfg, ctx: RunCtx):
+    def __init__(self, cfg: Settings, ctx: RunCtx):
         self.cfg, self.ctx = cfg, ctx
 
     def inject(self) -> Injected:

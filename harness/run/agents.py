@@ -57,10 +57,10 @@ def evidence(q, access_sessions: list[str], tools: list[dict], search_tools: set
             "evidence_sessions": sorted(ev)}
 
 
-def needs_memory(cfg):
-    """spec -> does its condition read the memory space (declared by the module: NEEDS)?"""
-    uses = {name: "memory_space" in getattr(conditions.load(str(c.module)), "NEEDS", ())
-            for name, c in cfg.stage.conditions.items()}
+def needs_memory(nodes):
+    """spec -> does its condition read the memory space (declared by the module: NEEDS)? nodes: condition key ->
+    its node (settings.condition_nodes)."""
+    uses = {name: "memory_space" in getattr(conditions.load(str(c.module)), "NEEDS", ()) for name, c in nodes.items()}
     return lambda spec: uses[spec.condition]
 
 
@@ -101,7 +101,7 @@ class AgentStep(RunStep):
         return text
 
     def concurrency(self) -> int:
-        return max(1, min(int(self.cfg.concurrency), int(self.cfg.model.get("max_concurrency") or self.cfg.concurrency)))
+        return max(1, min(int(self.cfg.concurrency), int(self.model_cfg.get("max_concurrency") or self.cfg.concurrency)))
 
     # --- the runs -------------------------------------------------------------------------
     def start(self, rd, info, endpoint, proxy_url: str) -> None:
@@ -109,7 +109,7 @@ class AgentStep(RunStep):
         self.env = Environment(self.cfg, self.plan)
 
     def prepare(self, pending: list[RunSpec]) -> MemoryPreparer:
-        self.preparer = MemoryPreparer(self.env, pending, needs_memory(self.cfg)).start()
+        self.preparer = MemoryPreparer(self.env, pending, needs_memory(self.conditions)).start()
         return self.preparer
 
     def close(self) -> None:

@@ -650,7 +650,7 @@ def services_rows(cfg, need: set[str], study: str = "agents") -> list[Row]:
 def manifest(cfg, plan) -> list[Row]:
     import conditions
 
-    need = conditions.needs(cfg)
+    need = conditions.needs(cfg.stage.get("conditions"))
     return [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need, cfg), index_row(cfg, need),
             *settings_rows(cfg, need), tool_texts_row(cfg), *condition_rows(cfg), *stage_rows(cfg, plan),
             data_row(plan, str(cfg.stage.get("name"))), *config_rows(cfg), seed_row(cfg),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.endpoints.pricing import list_cost
+from harness.run.settings import EndpointSettings, endpoint_node
 
 CHARS_PER_TOKEN = 4
 OUTPUT_TOKENS = 60  # per call: a short answer or one tool call
@@ -163,17 +164,18 @@ def forecast(cfg, plan) -> tuple[list[Row], str]:
 def render(cfg, plan) -> tuple[str, list[Row]]:
     """The forecast table, and its rows (the power lines of the analysis price each comparison with them)."""
     rows, said = forecast(cfg, plan)
-    return render_rows(cfg, rows, said, "judging adds about one short call per run (two for Org private runs) at the "
+    return render_rows(endpoint_node(cfg.model), rows, said, "judging adds about one short call per run (two for Org private runs) at the "
                                         "judge's prices"), rows
 
 
-def render_rows(cfg, rows: list[Row], said: str, judging: str) -> str:
-    """The forecast table of any study: a row per condition, the total, and what judging adds."""
-    prices = dict(cfg.model.prices)
-    off = cfg.model.get("offpeak")
+def render_rows(model: EndpointSettings, rows: list[Row], said: str, judging: str) -> str:
+    """The forecast table of any study: a row per condition, the total, and what judging adds, at the prices of
+    the model's typed node (harness.run.settings.endpoint_node)."""
+    prices = dict(model.prices)
+    off = model.offpeak
     factor = float(off["factor"]) if off else 1.0
     cur = "USD"
-    lines = [f"cost forecast for model {cfg.model.model} (list prices per 1M tokens: hit {prices['hit']}, "
+    lines = [f"cost forecast for model {model.model} (list prices per 1M tokens: hit {prices['hit']}, "
              f"miss {prices['miss']}, output {prices['output']}); from {said}",
              f"{'condition':<24}{'runs':>6}{'calls':>9}{'prompt tok':>13}{'output tok':>12}{'list ' + cur:>12}"
              f"{'off-peak ' + cur:>14}  source"]

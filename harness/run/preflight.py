@@ -354,7 +354,7 @@ def static_checks(cfg, plan, judge_too: bool) -> list[Check]:
         c = _prices_check(mc, who, cfg.get("budget_usd"))
         if c is not None:
             checks.append(c)
-    need = conditions.needs(cfg)
+    need = conditions.needs(cfg.stage.get("conditions"))
     if "memory_space" in need:
         checks.append(_services_check(cfg.index))
     if "sandbox" in need:
