@@ -189,3 +189,15 @@ def test_a_stage_runs_end_to_end_with_each_condition_built_from_its_typed_node(t
     recs = list(RunDir(rd.root).records())
     assert len(recs) == 4 and all(r.status == "ok" for r in recs)
     assert tools and {t["function"]["parameters"]["properties"]["k"]["default"] for t in tools} == {3}
+
+
+def test_the_judge_kinds_are_read_from_the_judges_typed_node():
+    from judge import kinds
+
+    cfg = composed("stage=smoke", "+judge.kinds=[answer_check]")
+    nodes = settings.check(cfg, overrides=["+judge.kinds=[answer_check]"], sources=[REPO / "conf"])
+    assert isinstance(nodes.judge, settings.JudgeSettings) and nodes.judge.kinds == ["answer_check"]
+    assert [k.name for k in kinds.chosen(nodes.judge, cfg.stage)] == ["answer_check"]
+    bad = composed("stage=smoke", "+judge.kinds=[no_such_kind]")
+    with pytest.raises(Exception, match="no_such_kind"):
+        kinds.chosen(settings.typed_nodes(bad).judge, bad.stage)

@@ -326,8 +326,9 @@ def config_sources() -> list[Path]:
     return out
 
 
-def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = None) -> None:
-    """The config-loading edge: presets of one name once, and no added option nobody reads."""
+def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = None) -> "Nodes":
+    """The config-loading edge: presets of one name once, no added option nobody reads, and every module's
+    typed node built (returned)."""
     from hydra.core.hydra_config import HydraConfig
 
     from harness.endpoints import presets
@@ -345,8 +346,9 @@ def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = 
     for kind in ("model", "judge"):  # `+model.reasoning_effort=low` reaches the requests through params
         if cfg.get(kind) is not None:
             effort_into_params(cfg.get(kind))
-    typed_nodes(cfg)  # every module's own node builds: an unknown key or a wrong type stops here
+    nodes = typed_nodes(cfg)  # every module's own node builds: an unknown key or a wrong type stops here
     check_indexes(cfg)
+    return nodes
 
 
 # ------------------------------------------------------------------ the typed nodes modules receive
