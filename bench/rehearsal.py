@@ -147,7 +147,7 @@ def memory_sessions(rd, planned_runs: list, cfg) -> dict:
     from harness.run.agents import needs_memory
 
     sessions = rd.sessions()
-    needs = needs_memory(cfg)
+    needs = needs_memory(cfg.stage.conditions)
     memory_runs = {r.run_id for r in planned_runs if needs(r)}
     first: dict[str, float] = {}
     for r in sorted(rd.records(), key=lambda r: r.finished):

@@ -56,10 +56,10 @@ def modules() -> list:
     return [m for n, m in sorted(CONDITIONS.items().items()) if not n.startswith("personal.")]
 
 
-def needs(cfg) -> set[str]:
-    """What the stage's conditions need (their NEEDS: memory_space, sandbox, runtime)."""
+def needs(nodes) -> set[str]:
+    """What the stage's conditions need (their NEEDS: memory_space, sandbox, runtime); nodes: key -> node."""
     out: set[str] = set()
-    for c in (cfg.stage.get("conditions") or {}).values():
+    for c in (nodes or {}).values():
         out |= set(getattr(load(str(c.module)), "NEEDS", ()))
     return out
 

@@ -10,7 +10,9 @@ recorded under the ask_agent call in the run's transcript.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from dataclasses import dataclass, field
 
 from conditions import Access
 from conditions import memory_tool
@@ -22,6 +24,14 @@ from harness.runtime.tools import ToolError, ToolResult
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
 FORECAST = {"calls": 12, "result_chars": 4_000, "schema_chars": 1_600}  # asked agents' loops included
+
+@dataclass
+class Settings(memory_tool.Settings):
+    """The memory tool's options, the agents one may ask and the asked loop's rounds (conf/condition/ask_agent.yaml)."""
+
+    agents: list = field(default_factory=lambda: ["a1", "a2", "a3"])
+    asked_max_rounds: int = 6
+
 
 ASKED_ACCESS = ("Use memory_search to find relevant past exchanges (each result shows its date, session and round) "
                 "and memory_read to see a whole exchange or the rounds around it.")
@@ -38,7 +48,7 @@ def ask_schema(agents: list[str]) -> dict:
         }, "required": ["agent", "question"]}}}
 
 
-def tool_texts(cfg, org: bool) -> list[dict]:
+def tool_texts(cfg: Settings, org: bool) -> list[dict]:
     """The memory tool's texts and ask_agent's schema: its request carries all three tools."""
     return [*memory_tool.tool_texts(cfg, org), ask_schema([str(a) for a in cfg.agents])]
 
@@ -46,7 +56,7 @@ def tool_texts(cfg, org: bool) -> list[dict]:
 class AskAgent:
     name = "ask_agent"
 
-    def __init__(self, ctx, cfg):
+    def __init__(self, ctx, cfg: Settings):
         self.ctx, self.cfg = ctx, cfg
         self.agents = [str(a) for a in cfg.agents]
 
@@ -59,12 +69,10 @@ class AskAgent:
         if not isinstance(question, str) or not question.strip():
             raise ToolError("question must be a non-empty string")
         t0 = time.perf_counter()
-        sub_cfg = {"scope": "own", "scoring": self.cfg.scoring, "k": self.cfg.get("k", 8),
-                   "guidance": self.cfg.get("guidance", "paper")}
-        tools = tools_for(self.ctx, _Cfg(sub_cfg), agent=agent)
+        tools = tools_for(self.ctx, dataclasses.replace(self.cfg, scope="own"), agent=agent)
         system = system_prompt(self.ctx.question.date.strftime(DATE_FORMAT), ASKED_ACCESS, org=True)
         result = run_loop(self.ctx.run_agent(f"asked:{agent}"), system, question, tools,
-                          max_rounds=int(self.cfg.get("asked_max_rounds", 6)),
+                          max_rounds=self.cfg.asked_max_rounds,
                           first_tool_choice=getattr(self.ctx, "first_tool_choice", None),
                           recorder=getattr(self.ctx, "transcript", None))
         return ToolResult(result.answer or "(no answer)", retrieval_s=0.0,
@@ -72,13 +80,7 @@ class AskAgent:
                                "asked_rounds": result.tool_rounds, "wall_s": round(time.perf_counter() - t0, 4)})
 
 
-class _Cfg(dict):
-    """Attribute access over a plain dict, like the OmegaConf configs the tools read."""
-
-    __getattr__ = dict.__getitem__
-
-
-def build(cfg, ctx) -> Access:
+def build(cfg: Settings, ctx) -> Access:
     return Access(text=str(cfg.access), tools=[*tools_for(ctx, cfg), AskAgent(ctx, cfg)],
-                  notes={"guidance": check_guidance(cfg.get("guidance", "paper")), "asked_agents": [str(a) for a in cfg.agents],
-                         "asked_max_rounds": int(cfg.get("asked_max_rounds", 6))})
+                  notes={"guidance": check_guidance(cfg.guidance), "asked_agents": [str(a) for a in cfg.agents],
+                         "asked_max_rounds": cfg.asked_max_rounds})

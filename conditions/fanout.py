@@ -6,6 +6,8 @@ with full-text search off), so the tool opens each named store directly with
 SessionDB(db_path=...); every result records `fanout_mode`.
 """
 
+from dataclasses import dataclass, field
+
 from conditions import Access
 from conditions.session_search import search_notes, store_notes
 from harness.runtime import SessionSearchTool, build_org_stores, fanout_paragraph, runtime_label, search_choice
@@ -16,7 +18,14 @@ FORECAST = {"calls": 4, "result_chars": 16_000, "schema_chars": 5_800}  # harnes
 NOT_REPLAYED = "fan-out searches the runtime's stores"
 
 
-def build(cfg, ctx) -> Access:
+@dataclass
+class Settings:
+    """The agents whose stores are searched (conf/condition/fanout.yaml)."""
+
+    agents: list = field(default_factory=lambda: ["a0", "a1", "a2", "a3"])
+
+
+def build(cfg: Settings, ctx) -> Access:
     if not ctx.is_org:
         raise ValueError("fanout is a LongMemEval-Org condition; run it in an Org stage")
     agents = [str(a) for a in cfg.agents]

@@ -1,5 +1,7 @@
 """The whole history in the prompt, oldest first, each session headed by its date."""
 
+from dataclasses import dataclass
+
 from conditions import Access
 from harness.data.longmemeval import DATE_FORMAT
 
@@ -16,6 +18,11 @@ def history(question) -> str:
     return "\n\n".join(parts)
 
 
-def build(cfg, ctx) -> Access:
+@dataclass
+class Settings:
+    """No options of its own: `access` (every condition's) holds the {history} slot."""
+
+
+def build(cfg: Settings, ctx) -> Access:
     # no retrieval happens, so no evidence-hit is measured for this condition
     return Access(text=str(cfg.access).format(history=history(ctx.question)), notes={"history_in_prompt": True})

@@ -7,6 +7,7 @@ message. The kernel is harness/kernel/ (injection.py).
 """
 
 import time
+from dataclasses import dataclass
 
 from conditions import Access
 from harness.kernel import Kernel, WriteBarrier
@@ -15,13 +16,25 @@ NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight
 FORECAST = {"calls": 1, "result_chars": 0, "schema_chars": 0}  # harness.run.forecast: the block is injected
 
 
-def build(cfg, ctx) -> Access:
+@dataclass
+class Settings:
+    """The kernel's retrieval and injection (conf/condition/kernel.yaml); scoring dense: the 0.3 threshold is a cosine."""
+
+    scoring: str = "dense"
+    candidates: int = 30
+    cap: int = 10
+    threshold: float = 0.3
+    budget_tokens: int = 2000
+    barrier_timeout_s: float = 5.0
+
+
+def build(cfg: Settings, ctx) -> Access:
     space = ctx.space  # loading the organisation's units is setup
-    kernel = Kernel(space, WriteBarrier(float(cfg.barrier_timeout_s)), int(cfg.budget_tokens), int(cfg.cap),
-                    float(cfg.threshold), str(cfg.scoring), int(cfg.candidates))
+    kernel = Kernel(space, WriteBarrier(cfg.barrier_timeout_s), cfg.budget_tokens, cfg.cap, cfg.threshold, cfg.scoring,
+                    cfg.candidates)
     t0 = time.perf_counter()
     inj = kernel.inject(ctx.spec.org, ctx.agent, ctx.question.question)
-    return Access(text=str(cfg.get("access") or ""), prefix=inj.block, retrieval_s=time.perf_counter() - t0,
+    return Access(text=cfg.access or "", prefix=inj.block, retrieval_s=time.perf_counter() - t0,
                   sessions=[r.unit.session for r in inj.memories], log=[inj.log],
                   notes={"injected": len(inj.memories), "dropped": inj.log["dropped"],
                          "barrier": inj.log["barrier"]})

@@ -28,7 +28,7 @@ from harness.memory.views import View
 from harness.runtime.tools import ToolError, ToolResult
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
-FORECAST = {"calls": 3, "result_chars": 6_000, "schema_chars": 1_200}  # harness.run.forecast
+FORECAST = {"calls": 3, "result_chars": 6_000, "schema_chars": 1_200}  # without a question: harness.run.forecast
 SEARCH_TOOLS = ("memory_search",)  # the tool_use table counts these calls as searches (analysis.load)
 
 GUIDANCE = ("paper", "assisted")
@@ -73,6 +73,22 @@ def format_results(results, show_owner: bool) -> str:
     return "\n\n".join(out)
 
 
+def result_chars(question, k: int) -> int:
+    """What one search adds for this question, read from its data: k of its rounds (or all it has), each as
+    format_results shows one (a head line and at most 1,000 characters)."""
+    sizes = sorted((len(r.user) + len(r.assistant) + 12 for s in question.sessions for r in rounds_of(s)), reverse=True)
+    shown = [min(1000, n) + 80 for n in sizes]
+    n = min(k, len(shown))
+    return round(sum(shown) / len(shown) * n) if shown else len("No matching memories.")
+
+
+def forecast(cfg: Settings, question=None) -> dict:
+    """harness.run.forecast's run: three searches whose results are sized from the question's own history."""
+    if question is None:
+        return FORECAST
+    return {**FORECAST, "result_chars": result_chars(question, cfg.k)}
+
+
 def check_guidance(value) -> str:
     g = str(value)
     if g not in GUIDANCE:
@@ -114,7 +130,8 @@ PAPER_K = 8
 
 @dataclass
 class Settings:
-    """The memory tool's own options (conf/condition/tool_*.yaml), typed at the config edge (harness.run.settings)."""
+    """The memory tool's own options (conf/condition/tool_*.yaml): build(), tools_for() and tool_texts() receive
+    an instance, with every condition's keys (harness.run.settings.ConditionSettings), built at the config edge."""
 
     scoring: str = "hybrid"
     scope: str = "own"
@@ -122,11 +139,11 @@ class Settings:
     guidance: str = "paper"
 
 
-def tool_texts(cfg, org: bool) -> list[dict]:
+def tool_texts(cfg: Settings, org: bool) -> list[dict]:
     """Every text the model reads from these tools besides results, as this stage has them: the fidelity
     manifest compares their sha256 with the paper's, pinned in conf/paper.yaml (harness.run.fidelity)."""
-    guidance = check_guidance(cfg.get("guidance", "paper"))
-    k = int(cfg.get("k", PAPER_K))
+    guidance = check_guidance(cfg.guidance)
+    k = cfg.k
     texts: list[dict] = [search_schema(guidance, org, k), read_schema()]
     if guidance == "assisted":
         texts.append({"empty_dated_search": "No matching memories {asked}, but your memory holds exchanges from "
@@ -228,13 +245,13 @@ def replay_read(ctx, view: View, log: dict) -> list[list[str]]:
 REPLAY = {"read": replay_read}
 
 
-def tools_for(ctx, cfg, agent: str | None = None):
+def tools_for(ctx, cfg: Settings, agent: str | None = None):
     ctx.space  # load the organisation's units now, so indexing is setup and not retrieval time
-    view = ctx.view(str(cfg.get("scope", "own")), agent=agent)
-    return [MemorySearch(ctx, view, str(cfg.scoring), int(cfg.get("k", 8)), agent, str(cfg.get("guidance", "paper"))),
+    view = ctx.view(cfg.scope, agent=agent)
+    return [MemorySearch(ctx, view, cfg.scoring, cfg.k, agent, cfg.guidance),
             MemoryRead(ctx, view, agent)]
 
 
-def build(cfg, ctx) -> Access:
+def build(cfg: Settings, ctx) -> Access:
     return Access(text=str(cfg.access), tools=tools_for(ctx, cfg),
-                  notes={"guidance": check_guidance(cfg.get("guidance", "paper"))})
+                  notes={"guidance": check_guidance(cfg.guidance)})

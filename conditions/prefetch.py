@@ -1,25 +1,40 @@
 """Prefetch: the memory tool's results for the question itself, placed in the prompt; no tool."""
 
 import time
+from dataclasses import dataclass
 
 from conditions import Access
-from conditions.memory_tool import format_results
+from conditions.memory_tool import format_results, result_chars
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
 # harness.run.forecast: one call; the eight results are in the prompt
 FORECAST = {"calls": 1, "result_chars": 0, "schema_chars": 0, "prefix_chars": 6_500}
 
 
-def build(cfg, ctx) -> Access:
-    view = ctx.view(str(cfg.get("scope", "own")))
-    k = int(cfg.get("k", 8))
+@dataclass
+class Settings:
+    """The search placed in the prompt (conf/condition/prefetch.yaml): the memory tool's, for the question itself."""
+
+    scoring: str = "hybrid"
+    scope: str = "own"
+    k: int = 8
+
+
+def forecast(cfg: Settings, question=None) -> dict:
+    """One call; the k results placed in the prompt, sized from the question's own history."""
+    return FORECAST if question is None else {**FORECAST, "prefix_chars": result_chars(question, cfg.k)}
+
+
+def build(cfg: Settings, ctx) -> Access:
+    view = ctx.view(cfg.scope)
+    k = cfg.k
     space = ctx.space  # loads the organisation's units first: setup, not retrieval time
     t0 = time.perf_counter()
-    results = space.search(ctx.question.question, view, k=k, scoring=str(cfg.scoring))
+    results = space.search(ctx.question.question, view, k=k, scoring=cfg.scoring)
     took = time.perf_counter() - t0
     return Access(
         text=str(cfg.access).format(results=format_results(results, ctx.is_org)),
         retrieval_s=took, sessions=[r.unit.session for r in results],
         log=[{"kind": "search", "agent": view.agent, "query": ctx.question.question, "k": k, "since": None,
-              "until": None, "scoring": str(cfg.scoring), "view": view.describe(),
+              "until": None, "scoring": cfg.scoring, "view": view.describe(),
               "units": [[r.unit.uid, r.unit.owner] for r in results]}])

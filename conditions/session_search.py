@@ -10,15 +10,24 @@ installed package's. `compact: true` cuts each result to the matching message
 and one neighbour on each side (<= 1,000 characters each), without bookends.
 """
 
+from dataclasses import dataclass
+
 from conditions import Access
 from harness.runtime import SessionSearchTool, build_store, runtime_label, search_choice
 
 NEEDS = ("runtime",)  # the runtime's store and tool: the fidelity manifest names its version
 
 
-def forecast(cfg) -> dict:
+@dataclass
+class Settings:
+    """compact: cut each result to the matching message and a neighbour each side (conf/condition/session_search*.yaml)."""
+
+    compact: bool = False
+
+
+def forecast(cfg: Settings) -> dict:
     """harness.run.forecast's typical run: 0.19.0's search returns 8-31k characters; the compact cut ~3k."""
-    return {"calls": 3, "result_chars": 3_000 if cfg.get("compact") else 16_000, "schema_chars": 5_800}
+    return {"calls": 3, "result_chars": 3_000 if cfg.compact else 16_000, "schema_chars": 5_800}
 
 
 def store_notes(info) -> dict:
@@ -26,7 +35,7 @@ def store_notes(info) -> dict:
             "build_s": info.build_s, "cache_hit": info.cache_hit}
 
 
-def build(cfg, ctx) -> Access:
+def build(cfg: Settings, ctx) -> Access:
     q, a = ctx.question, ctx.assignment
     sha = ctx.env.plan.data["sha256"]
     if a is None:
@@ -34,9 +43,9 @@ def build(cfg, ctx) -> Access:
     else:
         store = build_store(q, sha, agent=ctx.agent, layout=f"org-{ctx.spec.variant}",
                             sessions=a.sessions_of(ctx.agent))
-    tool = SessionSearchTool(store, compact=bool(cfg.compact), search=search_choice(getattr(ctx.env, "cfg", None)))
+    tool = SessionSearchTool(store, compact=cfg.compact, search=search_choice(getattr(ctx.env, "cfg", None)))
     return Access(text=str(cfg.access), tools=[tool], close=[tool.close],
-                  notes={"runtime": runtime_label(), **search_notes(tool), "compact": bool(cfg.compact),
+                  notes={"runtime": runtime_label(), **search_notes(tool), "compact": cfg.compact,
                          "store": store_notes(store)})
 
 

@@ -1,5 +1,7 @@
 """terminal(command) in a read-only sandbox that shows only the agent's store (Appendix B)."""
 
+from dataclasses import dataclass
+
 from conditions import Access
 from conditions.session_search import store_notes
 from harness.runtime import ShellTool, build_store, runtime_label, search_choice, shell_paragraph
@@ -8,7 +10,12 @@ NEEDS = ("sandbox", "runtime")  # checked before the first run (harness.run.pref
 FORECAST = {"calls": 5, "result_chars": 2_500, "schema_chars": 900}  # harness.run.forecast
 
 
-def build(cfg, ctx) -> Access:
+@dataclass
+class Settings:
+    """No options of its own: the sandbox's bounds are the runtime's (harness/runtime/sandbox)."""
+
+
+def build(cfg: Settings, ctx) -> Access:
     q, a = ctx.question, ctx.assignment
     sha = ctx.env.plan.data["sha256"]
     store = build_store(q, sha) if a is None else build_store(

@@ -257,12 +257,15 @@ def test_every_index_config_builds_a_space(index, unique_name):
 
 
 def test_space_from_the_runs_hydra_config():
-    """MemorySpace.from_config takes the run's whole config (cfg.index, cfg.encoder, cfg.cache_dir)."""
+    """A space is built from the run's index node, as the config edge checked it (harness.run.settings.index_node)."""
     from hydra import compose, initialize_config_dir
+
+    from harness.memory.space import space_from_config
+    from harness.run.settings import index_node
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         cfg = compose(config_name="config", overrides=["index=exact", "encoder=minilm"])
-    sp = MemorySpace.from_config(cfg)
+    sp = space_from_config(index_node(cfg.index), encoder_cfg=cfg.encoder, cache_dir=cfg.get("cache_dir"))
     try:
         assert sp.describe()["dense"]["backend"] == "exact"
         assert sp.describe()["encoder"]["encoder_id"].startswith("minilm:")

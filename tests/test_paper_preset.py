@@ -70,7 +70,6 @@ OVERRIDES = [
     ("main", ["model.base_url=http://127.0.0.1:9/v1"], "model.base_url", "another endpoint"),  # no URL printed
     ("main", ["stage.groups=[{sample:main,conditions:[tool_hybrid]},{sample:full,conditions:[none]}]"], "stage.groups",
      "tool_hybrid"),
-    ("main", ["+stage.conditions.tool_hybrid.extra=1"], "conditions.tool_hybrid", "extra 1 (paper <not set>)"),
 ]
 
 
@@ -80,6 +79,15 @@ def test_each_override_that_changes_the_study_is_refused_by_name(stage, override
     assert set(got) == {key}, {k: r.line() for k, r in got.items()}
     assert said in got[key].stage
     assert refused(stage, *overrides, allow=HERE + SHORT[stage] + [key]) == {}  # accepted by name, nothing else
+
+
+def test_a_key_no_condition_declares_is_refused_before_the_manifest_naming_the_nearest():
+    """An option the memory tool's Settings do not declare is not a deviation to accept: it is refused."""
+    from harness.run.settings import SettingsError
+
+    with pytest.raises(SettingsError, match=r"stage\.conditions\.tool_hybrid\.kk: no such setting \(did you mean "
+                                            r"stage\.conditions\.tool_hybrid\.k\?\)"):
+        refused("main", "+stage.conditions.tool_hybrid.kk=1")
 
 
 def test_ask_agent_reaching_a_private_agent_changes_its_condition_and_its_tool():

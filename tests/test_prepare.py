@@ -54,7 +54,7 @@ def test_questions_are_prepared_in_order_of_first_need_and_runs_without_memory_n
     gates = {q: threading.Event() for q in ("q1", "q2", "q3")}
     pending = [RunSpec("none", "q3", "", 0), RunSpec("tool", "q2", "", 0), RunSpec("prefetch", "q1", "", 0),
                RunSpec("tool", "q1", "", 0), RunSpec("none", "q1", "", 0)]
-    p = MemoryPreparer(GatedEnv(gates), pending, needs_memory(CFG))
+    p = MemoryPreparer(GatedEnv(gates), pending, needs_memory(CFG.stage.conditions))
     assert [s.qid for s in p.order] == ["q2", "q1"]  # q3 is only read by a run without memory
     p.start()
     try:
@@ -86,7 +86,7 @@ class Runner:
         self.on_start = on_start or {}
 
     def prepare(self, pending):  # what AgentStep.prepare does
-        self.preparer = MemoryPreparer(self.env, pending, needs_memory(self.cfg)).start()
+        self.preparer = MemoryPreparer(self.env, pending, needs_memory(self.cfg.stage.conditions)).start()
         return self.preparer
 
     def run_one(self, spec, attempt):

@@ -228,7 +228,11 @@ def test_condition_notes_name_the_shape(tmp_path, monkeypatch):
     q = next(iter(qs.values()))
     ctx = types.SimpleNamespace(question=q, assignment=None, env=types.SimpleNamespace(
         plan=types.SimpleNamespace(data={"sha256": sha})))
-    cfg = types.SimpleNamespace(compact=True, access="Your past conversations are stored in your session database.")
+    from harness.run.settings import condition_node
+
+    cfg = condition_node({"module": "session_search", "compact": True,  # what the driver hands build()
+                          "access": "Your past conversations are stored in your session database."})
+    assert isinstance(cfg, cond.Settings)
     access = cond.build(cfg, ctx)
     try:
         assert access.notes["runtime"] == runtime_label()

@@ -14,22 +14,42 @@ the index's plan); `short` > 0 is a read the index truncated.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 from harness.memory.space import space_from_config
 from harness.personal import assistant, writers
 from harness.kernel import KernelMemory
 from harness.kernel.syscalls import Syscalls
 from harness.personal.method import Injected, Method, RunCtx
+from harness.run.settings import index_node
 
 
-def kernel_for(cfg, ctx: RunCtx) -> Syscalls:
+@dataclass
+class Settings:
+    """conf/condition/kernel_shared.yaml (and its ablations): the writers, what each memory type shares, the
+    barrier, the kernel's retrieval and the injected format."""
+
+    writers: list = field(default_factory=lambda: ["profile_agent", "task_agent", "conversation_extractor"])
+    sharing: dict = field(default_factory=lambda: {"profile": "shared", "task_context": "shared",
+                                                   "conversation": "private"})
+    barrier: bool = True
+    barrier_timeout_s: float = 5.0
+    write_delay_s: float = 0.0
+    attach_user_id: bool = True
+    budget_tokens: int = 2000
+    cap: int = 10
+    threshold: float = 0.3
+    candidates: int = 30
+    format: str = "statement"
+
+
+def kernel_for(cfg: Settings, ctx: RunCtx) -> Syscalls:
     """The condition's kernel (one memory space for every user of the stage), reached by its system calls."""
     def make() -> Syscalls:
         sh = ctx.shared
-        space = space_from_config(sh.cfg.index, encoder=sh.encoder)
-        return Syscalls(KernelMemory(space, sh.resolver, bool(cfg.barrier), float(cfg.barrier_timeout_s),
-                                     int(cfg.budget_tokens), int(cfg.cap), float(cfg.threshold), int(cfg.candidates),
-                                     str(cfg.format), float(cfg.write_delay_s)))
+        space = space_from_config(index_node(sh.cfg.index), encoder=sh.encoder)
+        return Syscalls(KernelMemory(space, sh.resolver, cfg.barrier, cfg.barrier_timeout_s, cfg.budget_tokens, cfg.cap,
+                                     cfg.threshold, cfg.candidates, cfg.format, cfg.write_delay_s))
 
     return ctx.shared.once(f"kernel:{ctx.condition}", make)
 
@@ -37,10 +57,10 @@ def kernel_for(cfg, ctx: RunCtx) -> Syscalls:
 class KernelShared(Method):
     writes = "kernel"
 
-    def __init__(self, cfg, ctx: RunCtx):
+    def __init__(self, cfg: Settings, ctx: RunCtx):
         self.cfg, self.ctx = cfg, ctx
         self.kernel = kernel_for(cfg, ctx)
-        self.attach = bool(cfg.get("attach_user_id", True))
+        self.attach = cfg.attach_user_id
         self.futures = []
         self.read = None
 

@@ -23,6 +23,7 @@ import copy
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 
 from harness.endpoints.client import Meter
 from harness.personal import assistant, writers
@@ -47,7 +48,19 @@ def minilm_dir() -> str:
     return str(resolve_model_dir(SPECS["minilm"]))
 
 
-def llm_config(cfg, shared, run_id: str, attempt: int, meter: Meter) -> dict:
+@dataclass
+class Settings:
+    """conf/condition/mem0_default.yaml: the writers, the search's k and minimum score, Mem0's LLM reply cap,
+    and whether its collection has an HNSW index (Mem0's HNSW post-filters)."""
+
+    writers: list = field(default_factory=lambda: ["profile_agent", "task_agent", "conversation_extractor"])
+    k: int = 10
+    llm_max_tokens: int = 400
+    hnsw: bool = False
+    threshold: float = 0.1
+
+
+def llm_config(cfg: Settings, shared, run_id: str, attempt: int, meter: Meter) -> dict:
     """Mem0's LLM for one run: its own OpenAI client through the metering proxy, tagged by this run, whose usage
     is added to the run's meter."""
     mc = shared.model_cfg
@@ -65,18 +78,18 @@ def llm_config(cfg, shared, run_id: str, attempt: int, meter: Meter) -> dict:
             "response_callback": metered}
 
 
-def mem0_config(cfg, shared, condition: str, llm: dict) -> dict:
+def mem0_config(cfg: Settings, shared, condition: str, llm: dict) -> dict:
     return {
         "llm": {"provider": "openai", "config": llm},
         "embedder": {"provider": "huggingface", "config": {"model": minilm_dir(), "embedding_dims": 384}},
         "vector_store": {"provider": "pgvector", "config": {
             "connection_string": _pg_url(), "collection_name": f"mem0_{shared.token}_{condition}",
-            "embedding_model_dims": 384, "hnsw": bool(cfg.get("hnsw", False))}},
+            "embedding_model_dims": 384, "hnsw": cfg.hnsw}},
         "history_db_path": os.path.join(str(shared.cfg.cache_dir), "mem0", f"history_{shared.token}.db"),
     }
 
 
-def _store(cfg, shared, condition: str):
+def _store(cfg: Settings, shared, condition: str):
     """This condition's Mem0 (its collection), built once per process; every condition shares the first one's
     embedder, so the model is loaded once, never per run."""
     os.environ.setdefault("MEM0_TELEMETRY", "False")
@@ -108,7 +121,7 @@ def _store(cfg, shared, condition: str):
     return shared.once(f"mem0:{condition}", make).mem
 
 
-def memory(cfg, ctx: RunCtx, meter: Meter):
+def memory(cfg: Settings, ctx: RunCtx, meter: Meter):
     """The condition's Mem0 for one run: the process's store and embedder, this run's metered LLM."""
     from mem0.utils.factory import LlmFactory
 
@@ -122,11 +135,11 @@ class Mem0Default(Method):
     writes = "mem0"
 
     @classmethod
-    def setup(cls, cfg, shared, condition: str) -> None:
+    def setup(cls, cfg: Settings, shared, condition: str) -> None:
         """Mem0's embedder and this condition's collection, before the first run."""
         _store(cfg, shared, condition)
 
-    def __init__(self, cfg, ctx: RunCtx):
+    def __init__(self, cfg: Settings, ctx: RunCtx):
         self.cfg, self.ctx = cfg, ctx
         self.mem = memory(cfg, ctx, ctx.meter)
         self.futures = []
@@ -163,7 +176,7 @@ class Mem0Default(Method):
         expected = min(k, len(held))
         read = {"visible": len(held), "expected": expected, "returned": len(res),
                 "short": max(0, expected - len(res)), "threshold": float(self.cfg.threshold),
-                "plan": "hnsw" if self.cfg.get("hnsw") else "exact scan"}
+                "plan": "hnsw" if self.cfg.hnsw else "exact scan"}
         log = {"filters": scope, "returned": len(res), "user_memories": len(held), "read": read}
         if barrier is not None:
             log["barrier"] = barrier

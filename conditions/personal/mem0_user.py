@@ -18,11 +18,20 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import wait
+from dataclasses import dataclass
 
 from harness.personal import writers
 from harness.personal.method import Injected
 
+from . import mem0_default
 from .mem0_default import Mem0Default
+
+
+@dataclass
+class Settings(mem0_default.Settings):
+    """Mem0's options and how long a read waits for the trial's own adds (conf/condition/mem0_user.yaml)."""
+
+    write_wait_s: float = 5.0
 
 
 class Mem0User(Mem0Default):

@@ -11,7 +11,17 @@ from __future__ import annotations
 import re
 import time
 
+from dataclasses import dataclass, field
+
 from harness.personal.method import Injected, Method, RunCtx
+
+
+@dataclass
+class Settings:
+    """The message sources chunked into sentences and how many are retrieved (conf/condition/vanilla_rag.yaml)."""
+
+    sources: list = field(default_factory=lambda: ["profile", "task", "conversation"])
+    k: int = 3
 
 HEADER = "Retrieved context:"
 
@@ -21,7 +31,7 @@ def sentences(text: str) -> list[str]:
 
 
 class VanillaRag(Method):
-    def __init__(self, cfg, ctx: RunCtx):
+    def __init__(self, cfg: Settings, ctx: RunCtx):
         self.cfg, self.ctx = cfg, ctx
 
     def inject(self) -> Injected:

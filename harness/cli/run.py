@@ -160,10 +160,10 @@ def main(cfg: DictConfig) -> None:
 
         scheduler_ending()  # before the preflight: a job told to end during it starts no run
 
-        settings.check(cfg)  # an added option nobody reads, or two presets of one name: exit 2 before anything
+        nodes = settings.check(cfg)  # an added option nobody reads, or two presets of one name: exit 2 before anything
         from judge import kinds
 
-        kinds.chosen(cfg.get("judge"), cfg.get("stage"))  # an unregistered judgement kind: exit 2 now, not after the runs
+        kinds.chosen(nodes.judge, cfg.get("stage"))  # an unregistered judgement kind: exit 2 now, not after the runs
         sweep = sweep_label(cfg)
         try:
             studies.get(cfg.stage.get("kind")).step("run")(cfg, sweep)  # the stage's study (harness/studies/)

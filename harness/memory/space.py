@@ -88,11 +88,6 @@ class MemorySpace:
         self._rounds: dict[tuple[str, str], dict[int, StoredRound]] = {}
         self._lock = threading.RLock()
 
-    @classmethod
-    def from_config(cls, cfg) -> "MemorySpace":
-        """From the run's whole Hydra config: cfg.index, cfg.encoder and cfg.cache_dir."""
-        return space_from_config(cfg.index, encoder_cfg=cfg.encoder, cache_dir=cfg.get("cache_dir"))
-
     # -- writes -------------------------------------------------------------------------
     def add_units(self, units: Iterable[Unit], progress: bool | None = None) -> int:
         """Embed (through the cache) and index units not yet in the space; return how many were new."""

@@ -17,6 +17,7 @@ a method's timeout (`barrier_timeout_s`, mem0_user's `write_wait_s`): its reads 
 from __future__ import annotations
 
 from harness.run.forecast import CHARS_PER_TOKEN, Row, render_rows
+from harness.run.settings import endpoint_node
 
 from . import assistant
 from .writers import WRITERS
@@ -107,5 +108,5 @@ def barrier_check(cfg, plan) -> list[str]:
 
 def render(cfg, plan) -> str:
     rows, said = forecast(cfg, plan)
-    table = render_rows(cfg, rows, said, "judging adds one rubric call per run at the judge's prices (make judge)")
+    table = render_rows(endpoint_node(cfg.model), rows, said, "judging adds one rubric call per run at the judge's prices (make judge)")
     return "\n".join([table, *barrier_check(cfg, plan)])

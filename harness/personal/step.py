@@ -35,6 +35,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 import conditions
+from harness.run import settings
 from harness.data import personal as trials_data
 from harness.data.longmemeval import sha256_file
 from harness.data.source import Unwritten
@@ -166,6 +167,7 @@ class PersonalStep(RunStep):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.plan = plan(cfg)
+        self.nodes = settings.condition_nodes(cfg)  # each method's own typed node (its module's Settings)
         self.shared: Shared | None = None
         self.provenance: dict = {}
 
@@ -267,7 +269,7 @@ class PersonalStep(RunStep):
                              Slots(slots(self.model_cfg)), workers=4 * self.concurrency())
         for name, c in self.methods().items():  # setup (Mem0's embedder and collection) is never a run's time
             try:
-                method_class(c).setup(c, self.shared, name)
+                method_class(c).setup(self.nodes[name], self.shared, name)
             except Exception as exc:
                 raise classify(exc) or exc
         mc = self.model_cfg
@@ -306,7 +308,7 @@ class PersonalStep(RunStep):
         injected, answer, answer_s, queue_s, msgs, finish = None, "", 0.0, 0.0, None, {}
         self.shared.resolver.register_session(trial["session_id"], trial["user_id"])
         try:  # building a method (loading Mem0, its collection): a failure here is not the run's
-            method = conditions.load(str(cond_cfg.module)).build(cond_cfg, ctx)
+            method = conditions.load(str(cond_cfg.module)).build(self.nodes[condition], ctx)
         except Exception as exc:
             raise classify(exc) or exc
         t0 = time.perf_counter()

@@ -19,7 +19,7 @@ from harness.data.longmemeval import DATE_FORMAT
 from harness.endpoints.client import Agent, Meter, ModelCallFailed
 from harness.failures import EnvironmentFailure, classify
 from harness.records.schema import SCHEMA_VERSION, RunRecord
-from harness.run import fidelity
+from harness.run import fidelity, settings
 from harness.run.context import Environment, RunContext
 from harness.run.driver import RunStep, call_notes, now, stage_info, validated
 from harness.run.loop import TranscriptRecorder, run_loop
@@ -57,10 +57,10 @@ def evidence(q, access_sessions: list[str], tools: list[dict], search_tools: set
             "evidence_sessions": sorted(ev)}
 
 
-def needs_memory(cfg):
-    """spec -> does its condition read the memory space (declared by the module: NEEDS)?"""
-    uses = {name: "memory_space" in getattr(conditions.load(str(c.module)), "NEEDS", ())
-            for name, c in cfg.stage.conditions.items()}
+def needs_memory(nodes):
+    """spec -> does its condition read the memory space (declared by the module: NEEDS)? nodes: condition key ->
+    its node (settings.condition_nodes)."""
+    uses = {name: "memory_space" in getattr(conditions.load(str(c.module)), "NEEDS", ()) for name, c in nodes.items()}
     return lambda spec: uses[spec.condition]
 
 
@@ -70,6 +70,7 @@ class AgentStep(RunStep):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.plan: Plan = build(cfg)
+        self.conditions = settings.condition_nodes(cfg)  # each condition's own typed node (its module's Settings)
         self.env: Environment | None = None
         self.preparer: MemoryPreparer | None = None
 
@@ -100,7 +101,7 @@ class AgentStep(RunStep):
         return text
 
     def concurrency(self) -> int:
-        return max(1, min(int(self.cfg.concurrency), int(self.cfg.model.get("max_concurrency") or self.cfg.concurrency)))
+        return max(1, min(int(self.cfg.concurrency), int(self.model_cfg.get("max_concurrency") or self.cfg.concurrency)))
 
     # --- the runs -------------------------------------------------------------------------
     def start(self, rd, info, endpoint, proxy_url: str) -> None:
@@ -108,7 +109,7 @@ class AgentStep(RunStep):
         self.env = Environment(self.cfg, self.plan)
 
     def prepare(self, pending: list[RunSpec]) -> MemoryPreparer:
-        self.preparer = MemoryPreparer(self.env, pending, needs_memory(self.cfg)).start()
+        self.preparer = MemoryPreparer(self.env, pending, needs_memory(self.conditions)).start()
         return self.preparer
 
     def close(self) -> None:
@@ -143,7 +144,7 @@ class AgentStep(RunStep):
         preparing = self.preparer is not None and self.preparer.stats["all_ready_s"] is None
         t0 = time.perf_counter()
         try:  # preparing the run (stores, indexes, prefetch): a failure here is not the run's
-            access = conditions.load(str(cond_cfg.module)).build(cond_cfg, ctx)
+            access = conditions.load(str(cond_cfg.module)).build(self.conditions[spec.condition], ctx)
         except Exception as exc:
             raise classify(exc) or exc
         setup_s = time.perf_counter() - t0 - access.retrieval_s

@@ -59,9 +59,12 @@ class Environment:
     def space(self):
         with self._lock:
             if self._space is None:
-                from harness.memory.space import MemorySpace
+                from harness.memory.space import space_from_config
+                from harness.run.settings import index_node
 
-                self._space = MemorySpace.from_config(self.cfg)
+                # the index node checked against its backend's settings (a misspelt option is an error)
+                self._space = space_from_config(index_node(self.cfg.index), encoder_cfg=self.cfg.encoder,
+                                                cache_dir=self.cfg.get("cache_dir"))
                 if self._space.dense is not None:
                     # load the encoder now (setup): lazily, the first query's ~5 s model load held
                     # every agent's search behind the model lock inside its loop (the rehearsal)

@@ -33,6 +33,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 import conditions
+from harness.run.settings import condition_node
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE_PATH = REPO / "conf" / "paper.yaml"
@@ -87,32 +88,21 @@ def lookup(tree: Any, path: str) -> Any:
     return node
 
 
-def _is_effort_key(k: str) -> bool:
-    return k == "reasoning_effort" or ("reason" in k and "effort" in k)
+def reasoning_effort(model: dict | None) -> str | None:
+    """The reasoning effort of a reader's (or a judge's) config as its calls send it: the one reader of the
+    typed settings (harness.run.settings.reasoning_effort) over its params fitted to `accepts`, every
+    spelling included. Spelled twice with two values (the endpoint gets both and honours one), it is
+    `conflicting: high, low`, never the first spelling."""
+    from harness.run.settings import reasoning_effort as one_reader
 
-
-def reasoning_effort(params: dict | None) -> str | None:
-    """The reasoning effort however the endpoint spells it: every spelling the typed settings know
-    (harness.run.settings.REASONING_SPELLINGS: `reasoning_effort`, `reasoning: {effort}`, inside `extra_body`,
-    `think`) and a name `model.accepts` renames it to (e.g. `reasoning.effort`), in lower case. Spelled twice with
-    two values (the endpoint gets both and honours one), it is `conflicting: high, low`, never the first spelling."""
-    from harness.run.settings import REASONING_SPELLINGS
-
-    params = params or {}
-    efforts = {str(v).lower() for k, v in params.items() if _is_effort_key(k) and v is not None}
-    for path in REASONING_SPELLINGS:
-        node: Any = params
-        for part in path:
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None and not isinstance(node, dict):
-            efforts.add(str(node).lower())
-    if len(efforts) > 1:
-        return "conflicting: " + ", ".join(sorted(efforts))
-    return next(iter(efforts), None)
+    model = model or {}
+    return one_reader({**model, "params": sent_params(model)}, strict=False)
 
 
 def _other_params(params: dict | None) -> dict:
     """What is sent besides the reasoning effort (a `reasoning` block's other keys, e.g. summary, stay)."""
+    from harness.run.settings import _is_effort_key
+
     out = {k: v for k, v in (params or {}).items() if not _is_effort_key(k)}
     if isinstance(out.get("reasoning"), dict):
         rest = {k: v for k, v in out["reasoning"].items() if k != "effort"}
@@ -137,7 +127,7 @@ def _fusion(tree: dict, key: str) -> Any:
 
 # values the reference names that are not one config path: what the code derives from the config
 DERIVED = {
-    "model.reasoning_effort": lambda t: reasoning_effort(sent_params(t.get("model"))),
+    "model.reasoning_effort": lambda t: reasoning_effort(t.get("model")),
     "model.other_params": lambda t: _other_params(sent_params(t.get("model"))),
     "fusion.depth": lambda t: _fusion(t, "depth"),
     "fusion.rrf_k": lambda t: _fusion(t, "rrf_k"),
@@ -187,7 +177,7 @@ def _is_org(cfg) -> bool:
 
 # paths other rows compare (reader_model, judge_model, judge_prompts, encoder, index, runtime, the
 # conditions and stage rows, `settings`): the generic rows skip them so one override is one row
-OWNED = ("model.model", "model.params", "model.accepts", "judge.model", "judge.prompts", "index.name", "index.m",
+OWNED = ("model.model", "model.params", "model.reasoning_effort", "model.accepts", "judge.model", "judge.prompts", "index.name", "index.m",
          "index.ef_construction", "index.ef_runtime", "index.depth", "index.rrf_k", "encoder.name", "encoder.path",
          "runtime.session_search", "stage.conditions", "stage.groups", "stage.name")
 
@@ -271,7 +261,7 @@ def judge_config_row(judge_cfg, second: bool = False) -> Row:
 def reader_row(cfg) -> Row:
     m = cfg.model
     ref = reference()["reader"]
-    effort = reasoning_effort(sent_params(plain(m)))  # what the calls send, after `accepts`
+    effort = reasoning_effort(plain(m))  # what the calls send, after `accepts`
     same = str(m.get("model")) == ref["model"] and effort == ref["reasoning_effort"]
     return Row("reader_model", "reader model (configured)", PAPER_TEXT["reader_model"],
                f"{m.get('model')} ({m.get('name')}), reasoning effort {effort or 'not set'}", _status(same),
@@ -508,7 +498,7 @@ def tool_texts_row(cfg) -> Row:
         mod = conditions.load(str(c.module))
         if not hasattr(mod, "tool_texts"):
             continue
-        h = sha256_json(mod.tool_texts(c, org))
+        h = sha256_json(mod.tool_texts(condition_node(c, f"stage.conditions.{name}"), org))
         mine.append([name, h])
         want = (pins.get(str(c.module)) or {}).get("org" if org else "lme")
         if h != want:
@@ -660,7 +650,7 @@ def services_rows(cfg, need: set[str], study: str = "agents") -> list[Row]:
 def manifest(cfg, plan) -> list[Row]:
     import conditions
 
-    need = conditions.needs(cfg)
+    need = conditions.needs(cfg.stage.get("conditions"))
     return [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need, cfg), index_row(cfg, need),
             *settings_rows(cfg, need), tool_texts_row(cfg), *condition_rows(cfg), *stage_rows(cfg, plan),
             data_row(plan, str(cfg.stage.get("name"))), *config_rows(cfg), seed_row(cfg),
@@ -825,7 +815,7 @@ def sent_rows(entries: list[dict]) -> list[Row]:
         models = sorted({str(e.get("model")) for e in req})
         echoed = sorted({str(e.get("response_model")) for e in reader if e["event"] == "response"
                          and e.get("status") == 200 and e.get("response_model")})
-        efforts = sorted({str(reasoning_effort(e.get("sent"))) for e in req})
+        efforts = sorted({str(reasoning_effort({"params": e.get("sent")})) for e in req})
         choices = sorted({str((e.get("sent") or {}).get("tool_choice", "auto (not sent)")) for e in req})
         others = sorted({fmt(_other_params({k: v for k, v in (e.get("sent") or {}).items()
                                             if k not in ("tools", "tool_choice")})) for e in req})

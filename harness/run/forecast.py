@@ -5,11 +5,13 @@ Two sources, and the forecast says which one each condition used:
 * a pilot stage of the same model (runs/pilot/*/records): the mean calls and tokens per run
   of each condition, times the planned runs;
 * otherwise the data: the prompt a run starts from (system prompt, question, tool schemas;
-  for `full` the whole history of each planned question, oldest first) and a typical shape
-  of the conversation per way of reaching memory (model calls per run, characters each tool
-  result adds), with every later call's prompt prefix counted as a cache hit. The typical
-  shapes below are rough (the paper's Section 5.1 means); a condition's yaml may give its own
-  under `forecast:`.
+  for `full` the whole history of each planned question, oldest first) and the shape of the
+  conversation per way of reaching memory (model calls per run, characters each tool result
+  adds), with every later call's prompt prefix counted as a cache hit. A condition whose
+  `forecast(settings, question)` takes the question sizes its results from that question's own
+  history (the memory tool: k of its rounds as the tool shows them; prefetch: the k results in
+  the prompt), so a stage on longer histories forecasts more; the rest are typical shapes (the
+  paper's Section 5.1 means). A condition's yaml may give its own under `forecast:`.
 
 Tokens are estimated as characters / 4. Off-peak cost applies the model's off-peak factor to
 every call, the price paid when a stage runs inside the provider's window.
@@ -17,11 +19,13 @@ every call, the price paid when a stage runs inside the provider's window.
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.endpoints.pricing import list_cost
+from harness.run.settings import EndpointSettings, endpoint_node
 
 CHARS_PER_TOKEN = 4
 OUTPUT_TOKENS = 60  # per call: a short answer or one tool call
@@ -30,14 +34,29 @@ OUTPUT_TOKENS = 60  # per call: a short answer or one tool call
 DEFAULT_SHAPE = {"calls": 3, "result_chars": 6_000, "schema_chars": 1_200}
 
 
-def shape(cond_cfg) -> dict:
+def reads_question(fn) -> bool:
+    """Does a condition's forecast() take the question (forecast(settings, question)) besides its settings?"""
+    try:
+        return len(inspect.signature(fn).parameters) >= 2
+    except (TypeError, ValueError):
+        return False
+
+
+def shape(cond_cfg, question=None) -> dict:
     """calls per run, characters each tool result adds, characters of tool schemas, and what the first
-    prompt holds besides the question (`prefix: history` or `prefix_chars`), from the condition itself;
-    the condition's config may override any of them under `forecast:`."""
+    prompt holds besides the question (`prefix: history` or `prefix_chars`), from the condition itself
+    (its forecast() receives the condition's typed settings, and the question when it reads one); the
+    condition's config may override any of them under `forecast:`."""
     import conditions
+    from harness.run.settings import condition_node
 
     mod = conditions.load(str(cond_cfg.module))
-    own = mod.forecast(cond_cfg) if callable(getattr(mod, "forecast", None)) else getattr(mod, "FORECAST", DEFAULT_SHAPE)
+    fn = getattr(mod, "forecast", None)
+    node = condition_node(cond_cfg)
+    if callable(fn):
+        own = fn(node, question) if question is not None and reads_question(fn) else fn(node)
+    else:
+        own = getattr(mod, "FORECAST", DEFAULT_SHAPE)
     return {**DEFAULT_SHAPE, **own, **dict(cond_cfg.get("forecast") or {})}
 
 
@@ -97,17 +116,22 @@ def _conversation(prefix_chars: float, calls: int, result_chars: float) -> tuple
 
 
 def _from_data(cond: str, cond_cfg, qids: list[str], questions, system_chars: int) -> Row:
-    sh = shape(cond_cfg)
-    calls, result, schema = int(sh["calls"]), sh["result_chars"], sh["schema_chars"]
-    hit = miss = out = 0.0
+    import conditions
+
+    per_question = reads_question(getattr(conditions.load(str(cond_cfg.module)), "forecast", None))
+    hit = miss = out = calls_all = 0.0
     for qid in qids:
         q = questions[qid]
+        sh = shape(cond_cfg, q)
+        calls, result, schema = int(sh["calls"]), sh["result_chars"], sh["schema_chars"]
+        calls_all += calls
         prefix = system_chars + len(q.question) + schema + int(sh.get("prefix_chars") or 0)
         if sh.get("prefix") == "history":
             prefix += sum(len(t.content) + 40 for s in q.sessions for t in s.turns)
         h, m, o = _conversation(prefix, calls, result)
         hit, miss, out = hit + h, miss + m, out + o
-    return Row(cond, len(qids), calls * len(qids), hit, miss, out, "data (typical conversation shape)")
+    how = "its questions' histories" if per_question else "typical conversation shape"
+    return Row(cond, len(qids), calls_all, hit, miss, out, f"data ({how})")
 
 
 def forecast(cfg, plan) -> tuple[list[Row], str]:
@@ -132,24 +156,26 @@ def forecast(cfg, plan) -> tuple[list[Row], str]:
             rows.append(_from_data(cond, cfg.stage.conditions[cond], qids, questions, system_chars))
     sources = Counter(r.source.split(" (")[0] for r in rows)
     said = (f"pilot stage {where}" if where else "") + (" and " if where and sources["data"] else "") + \
-        ("the data's prompt sizes with typical conversation shapes (harness/run/forecast.py)" if sources["data"] else "")
+        ("the data's prompt sizes, with each question's history for the conditions that read it and typical "
+         "conversation shapes for the rest (harness/run/forecast.py)" if sources["data"] else "")
     return rows, said
 
 
 def render(cfg, plan) -> tuple[str, list[Row]]:
     """The forecast table, and its rows (the power lines of the analysis price each comparison with them)."""
     rows, said = forecast(cfg, plan)
-    return render_rows(cfg, rows, said, "judging adds about one short call per run (two for Org private runs) at the "
+    return render_rows(endpoint_node(cfg.model), rows, said, "judging adds about one short call per run (two for Org private runs) at the "
                                         "judge's prices"), rows
 
 
-def render_rows(cfg, rows: list[Row], said: str, judging: str) -> str:
-    """The forecast table of any study: a row per condition, the total, and what judging adds."""
-    prices = dict(cfg.model.prices)
-    off = cfg.model.get("offpeak")
+def render_rows(model: EndpointSettings, rows: list[Row], said: str, judging: str) -> str:
+    """The forecast table of any study: a row per condition, the total, and what judging adds, at the prices of
+    the model's typed node (harness.run.settings.endpoint_node)."""
+    prices = dict(model.prices)
+    off = model.offpeak
     factor = float(off["factor"]) if off else 1.0
     cur = "USD"
-    lines = [f"cost forecast for model {cfg.model.model} (list prices per 1M tokens: hit {prices['hit']}, "
+    lines = [f"cost forecast for model {model.model} (list prices per 1M tokens: hit {prices['hit']}, "
              f"miss {prices['miss']}, output {prices['output']}); from {said}",
              f"{'condition':<24}{'runs':>6}{'calls':>9}{'prompt tok':>13}{'output tok':>12}{'list ' + cur:>12}"
              f"{'off-peak ' + cur:>14}  source"]

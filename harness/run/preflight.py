@@ -29,6 +29,7 @@ import os
 from dataclasses import dataclass, field
 
 import conditions
+from harness.run.settings import condition_node
 from harness.endpoints.client import Agent, Meter, ModelCallFailed
 from harness.endpoints.registry import PROVIDERS
 from harness.failures import EnvironmentFailure, classify
@@ -169,6 +170,7 @@ def _condition_tools(name: str, c, org: bool) -> list[dict] | None:
     """The tool definitions a condition's agent is offered, as far as the module declares them
     (`tool_texts`); a condition with tools but no declared texts gets a probe tool."""
     mod = conditions.load(str(c.module))
+    c = condition_node(c, f"stage.conditions.{name}")  # what the module's build() receives
     if hasattr(mod, "tool_texts"):
         schemas = [t for t in mod.tool_texts(c, org) if isinstance(t, dict) and t.get("type") == "function"]
         if schemas:
@@ -352,7 +354,7 @@ def static_checks(cfg, plan, judge_too: bool) -> list[Check]:
         c = _prices_check(mc, who, cfg.get("budget_usd"))
         if c is not None:
             checks.append(c)
-    need = conditions.needs(cfg)
+    need = conditions.needs(cfg.stage.get("conditions"))
     if "memory_space" in need:
         checks.append(_services_check(cfg.index))
     if "sandbox" in need:

@@ -77,7 +77,9 @@ class EndpointSettings:
     accepts: dict = field(default_factory=dict)
     prices: dict = field(default_factory=dict)
     offpeak: Optional[dict] = None
+    reasoning_effort: Optional[str] = None  # the one reasoning setting; filled from whichever spelling params use
     timeout_s: Optional[float] = None
+    retry_budget_s: Optional[float] = None
     max_retries: Optional[int] = None
     backoff_s: Optional[float] = None
     max_wait_s: Optional[float] = None
@@ -87,6 +89,8 @@ class EndpointSettings:
     breaker_runs: Optional[int] = None
     first_tool_choice: Optional[str] = None
     truncates_silently: Optional[bool] = None
+    context_tokens: Optional[int] = None
+    speed: Optional[Any] = None
 
 
 @dataclass
@@ -111,24 +115,59 @@ REASONING_SPELLINGS = (("reasoning_effort",), ("reasoning", "effort"), ("extra_b
                        ("extra_body", "reasoning", "effort"), ("think",))
 
 
-def reasoning_effort(model_cfg) -> Optional[str]:
-    """The one reasoning setting of an endpoint config, whatever the provider calls it (None: not set).
+def _is_effort_key(k: str) -> bool:
+    """A flat name `accepts` may rename the effort to (`reasoning.effort`, `reasoningEffort`)."""
+    k = str(k).lower()
+    return k == "reasoning_effort" or ("reason" in k and "effort" in k)
 
-    WHY: the fidelity manifest compares it with the paper's (low); a preset that writes
-    `params: {reasoning: {effort: low}}` must not read as "not set"."""
-    params = (model_cfg.get("params") if hasattr(model_cfg, "get") else None) or {}
-    found = []
-    for path in REASONING_SPELLINGS:
+
+def efforts(params) -> list[tuple[str, str]]:
+    """(spelling, value in lower case) of every reasoning effort a parameter mapping sets."""
+    params = params or {}
+    found = [(str(k), str(v).lower()) for k, v in params.items()
+             if _is_effort_key(k) and v is not None and not hasattr(v, "get")]
+    for path in REASONING_SPELLINGS[1:]:
         node: Any = params
         for p in path:
             node = node.get(p) if hasattr(node, "get") else None
         if node is not None and not hasattr(node, "get"):
-            found.append((".".join(path), str(node).lower() if not isinstance(node, bool) else str(node).lower()))
-    values = {v for _, v in found}
+            found.append((".".join(path), str(node).lower()))
+    return found
+
+
+def reasoning_effort(model_cfg, strict: bool = True) -> Optional[str]:
+    """The one reasoning setting of an endpoint config (a preset, a typed node, or a record's plain copy),
+    whatever the provider calls it: `reasoning_effort:` beside the params, or any spelling inside them,
+    also after `accepts` renamed it. None: not set. Two values: an error (strict, the config edge) or
+    `conflicting: a, b` (the fidelity manifest of what was sent).
+
+    WHY: the request and the fidelity manifest read this one function; a preset that writes
+    `params: {reasoning: {effort: low}}` must not read as "not set"."""
+    get = (lambda k: getattr(model_cfg, k, None)) if not hasattr(model_cfg, "get") else model_cfg.get
+    found = [(f"params.{k}", v) for k, v in efforts(get("params"))]
+    if get("reasoning_effort") is not None:
+        found.append(("reasoning_effort", str(get("reasoning_effort")).lower()))
+    values = sorted({v for _, v in found})
     if len(values) > 1:
-        raise SettingsError(f"model {model_cfg.get('name')}: the reasoning effort is set twice, differently: "
-                            + ", ".join(f"params.{k}={v}" for k, v in found))
-    return values.pop() if values else None
+        if not strict:
+            return "conflicting: " + ", ".join(values)
+        raise SettingsError(f"model {get('name')}: the reasoning effort is set twice, differently: "
+                            + ", ".join(f"{k}={v}" for k, v in found))
+    return values[0] if values else None
+
+
+def effort_into_params(model_cfg) -> None:
+    """`+model.reasoning_effort=low` (the typed field) reaches the request: written into `params` under its
+    usual name (`accepts` renames it for the endpoint) unless a spelling there already says the same."""
+    from omegaconf import open_dict
+
+    value = reasoning_effort(model_cfg)  # an error if the field and a spelling disagree
+    if value is None or efforts(model_cfg.get("params")):
+        return
+    with open_dict(model_cfg):
+        if model_cfg.get("params") is None:
+            model_cfg.params = {}
+        model_cfg.params.reasoning_effort = value
 
 
 def own_settings(kind: str, node: Any = None):
@@ -287,8 +326,9 @@ def config_sources() -> list[Path]:
     return out
 
 
-def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = None) -> None:
-    """The config-loading edge: presets of one name once, and no added option nobody reads."""
+def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = None) -> "Nodes":
+    """The config-loading edge: presets of one name once, no added option nobody reads, and every module's
+    typed node built (returned)."""
     from hydra.core.hydra_config import HydraConfig
 
     from harness.endpoints import presets
@@ -303,3 +343,153 @@ def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = 
     check_types(cfg)
     if HydraConfig.initialized():
         check_yaml_types(cfg, HydraConfig.get().runtime.choices)
+    for kind in ("model", "judge"):  # `+model.reasoning_effort=low` reaches the requests through params
+        if cfg.get(kind) is not None:
+            effort_into_params(cfg.get(kind))
+    nodes = typed_nodes(cfg)  # every module's own node builds: an unknown key or a wrong type stops here
+    check_indexes(cfg)
+    return nodes
+
+
+# ------------------------------------------------------------------ the typed nodes modules receive
+
+
+def _closed(schema, value: dict, where: str):
+    """`value` on the schema (a dataclass) as a structured config: a key the schema does not declare is an
+    error naming the nearest one, a value of the wrong type one naming its key (SettingsError, exit 2)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, ValidationError
+
+    try:
+        return OmegaConf.merge(OmegaConf.structured(schema), value)
+    except ConfigKeyError as exc:
+        key = str(exc.key or exc.full_key).rsplit(".", 1)[-1]
+        have = [f.name for f in fields(schema)]
+        near = nearest(key, have)
+        raise SettingsError(f"{where}.{key}: no such setting" + (f" (did you mean {where}.{near}?)" if near else "")
+                            + f"; {where} takes: {', '.join(sorted(have))}") from None
+    except ValidationError as exc:
+        msg = str(getattr(exc, "msg", exc)).splitlines()[0]
+        raise SettingsError(f"{where}.{exc.full_key or exc.key}: {msg}") from None
+
+
+def _resolved(node) -> dict:
+    from omegaconf import DictConfig, OmegaConf
+
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+
+
+_SCHEMAS: dict[type, type] = {}
+
+
+def condition_schema(module: str):
+    """The schema of a condition whose module declares `Settings`: its fields and every condition's
+    (ConditionSettings), one dataclass whose instances are the module's `Settings` (None: it declares none)."""
+    from dataclasses import make_dataclass
+
+    own = own_settings("condition", {"module": module})
+    if own is None or issubclass(own, ConditionSettings):
+        return own
+    if own not in _SCHEMAS:
+        _SCHEMAS[own] = make_dataclass(own.__name__, [], bases=(own, ConditionSettings))
+    return _SCHEMAS[own]
+
+
+def condition_node(node, where: str = "condition"):
+    """What a condition's build(), tool_texts() and forecast() receive: an instance of its module's
+    `Settings` (with ConditionSettings' keys), from its yaml and the overrides, interpolations resolved;
+    a key neither declares is an error naming the nearest. A module that declares no `Settings` (a plugin
+    written before them) still gets its config node, its common keys type-checked."""
+    from omegaconf import OmegaConf
+
+    value = _resolved(node)
+    schema = condition_schema(str(value.get("module")))
+    if schema is None:
+        typed("condition", node)
+        return node
+    return OmegaConf.to_object(_closed(schema, value, where))
+
+
+def endpoint_node(node, kind: str = "model"):
+    """The typed model (EndpointSettings) or judge (JudgeSettings) preset: every key a preset may give, a key
+    none declares refused naming the nearest, and `reasoning_effort` the one reasoning setting, read from
+    whichever spelling the params use."""
+    from omegaconf import OmegaConf
+
+    value = _resolved(node)
+    value["reasoning_effort"] = reasoning_effort(value)  # raises when two spellings disagree
+    return OmegaConf.to_object(_closed(SCHEMAS[kind], value, kind))
+
+
+@dataclass
+class Nodes:
+    """The typed nodes of a composed config, built once at the config edge (check) and by each study step."""
+
+    conditions: dict = field(default_factory=dict)  # key -> the condition's Settings instance (or its node)
+    model: Optional[EndpointSettings] = None
+    judge: Optional[JudgeSettings] = None
+
+
+def condition_nodes(cfg) -> dict:
+    """key -> what that condition's module receives (condition_node), for every condition of the stage."""
+    stage = cfg.get("stage") or {}
+    return {str(k): condition_node(v, f"stage.conditions.{k}") for k, v in (stage.get("conditions") or {}).items()}
+
+
+def typed_nodes(cfg) -> Nodes:
+    return Nodes(condition_nodes(cfg), endpoint_node(cfg.model, "model") if cfg.get("model") is not None else None,
+                 endpoint_node(cfg.judge, "judge") if cfg.get("judge") is not None else None)
+
+
+# keys an index node carries for the memory space rather than for its backend (harness.memory.space)
+SPACE_KEYS = {"name": str, "backend": str, "depth": int, "rrf_k": int, "dense": Any, "lexical": Any}
+
+
+def _kind(default):
+    """The type a constructor's default says (an option without a scalar default takes anything)."""
+    return type(default) if isinstance(default, (bool, int, float, str)) else Any
+
+
+def index_schema(name: str):
+    """An index backend's settings: its constructor's keyword parameters (their defaults typing them) and the
+    space's keys, as one dataclass. WHY: the backends took `**_ignored`, so a misspelt option was dropped."""
+    import inspect
+    from dataclasses import make_dataclass
+
+    from harness.memory.backends.base import backend_class
+
+    cls = backend_class(name)
+    params = [p for p in inspect.signature(cls.__init__).parameters.values()
+              if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    own = [(p.name, _kind(p.default), field(default=None if p.default is p.empty or not isinstance(
+        p.default, (bool, int, float, str, type(None))) else p.default)) for p in params]
+    taken = {p.name for p in params}
+    space = [(k, t if t is Any else Optional[t], field(default=None)) for k, t in SPACE_KEYS.items() if k not in taken]
+    return make_dataclass(f"{cls.__name__}Settings", [(n, Optional[t] if t is not Any else t, f) for n, t, f in own]
+                          + space)
+
+
+def index_node(node, where: str = "index") -> dict:
+    """What an index backend is built from (make_backend / space_from_config): the node's keys checked against
+    its backend's settings (index_schema), a hybrid's `dense` / `lexical` each against its own; a key none
+    declares is an error naming the nearest, a number or flag of the wrong type is refused naming its key."""
+    value = _resolved(node)
+    name = value.get("name") or value.get("backend")
+    if not name:
+        raise SettingsError(f"{where}: no backend name (name: exact | fts5 | hybrid | redis_qe | ...)")
+    _closed(index_schema(str(name)), value, where)
+    for side in ("dense", "lexical"):
+        if isinstance(value.get(side), dict):
+            value[side] = index_node(value[side], f"{where}.{side}")
+    return value
+
+
+def check_indexes(cfg) -> None:
+    """The stage's index and every configuration of the backend study (its build and query options)."""
+    if cfg.get("index") is not None:
+        index_node(cfg.index, "index")
+    stage = cfg.get("stage") or {}
+    for i, c in enumerate(stage.get("configs") or []):
+        c = _resolved(c)
+        index_node({"name": c.get("backend"), **(c.get("build") or {}), **(c.get("query") or {})},
+                   f"stage.configs[{i}] ({c.get('id')})")

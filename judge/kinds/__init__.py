@@ -44,11 +44,13 @@ def register(kind: Kind) -> Kind:
 
 
 def chosen(judge_cfg=None, stage_cfg=None) -> list[Kind]:
-    """The kinds a judge makes: the judge config's `kinds`, else the stage's `judge_kinds`, else the answer check."""
+    """The kinds a judge makes: the judge config's `kinds`, else the stage's `judge_kinds`, else the answer check.
+    judge_cfg: the judge's typed node (harness.run.settings.JudgeSettings) or its config."""
     names: Sequence[str] | None = None
     for node, key in ((judge_cfg, "kinds"), (stage_cfg, "judge_kinds")):
-        if node is not None and hasattr(node, "get") and node.get(key):
-            names = [str(n) for n in node.get(key)]
+        value = (node.get(key) if hasattr(node, "get") else getattr(node, key, None)) if node is not None else None
+        if value:
+            names = [str(n) for n in value]
             break
     return [KINDS.get(n) for n in (names or DEFAULT)]
 

@@ -1,0 +1,203 @@
+"""Each module receives its own typed node (harness/run/settings.py): a condition its module's `Settings`,
+a backend its constructor's settings, the model and the judge their presets' schema; the reasoning effort is
+one field; the forecast reads the data (issue 31, item 3)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+
+from harness.run import settings
+from harness.run.settings import SettingsError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def composed(*overrides):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def test_a_condition_gets_its_modules_settings_with_the_yamls_and_the_overrides_values():
+    from conditions import memory_tool, prefetch
+
+    nodes = settings.condition_nodes(composed("stage=smoke", "stage.conditions.tool_bm25.k=3",
+                                              "stage.tool_guidance=assisted"))
+    bm25 = nodes["tool_bm25"]
+    assert type(bm25) is not memory_tool.Settings and isinstance(bm25, memory_tool.Settings)  # with every condition's keys
+    assert (bm25.k, bm25.scoring, bm25.scope, bm25.guidance) == (3, "bm25", "own", "assisted")  # override, yaml, interpolation
+    assert bm25.compare_with == [] and bm25.module == "memory_tool"
+    assert isinstance(nodes["prefetch"], prefetch.Settings) and nodes["prefetch"].k == 8
+
+
+def test_a_plugin_condition_without_settings_still_gets_its_config_node():
+    from omegaconf import DictConfig
+
+    node = OmegaConf.create({"module": "mypkg.nosettings_toy", "access": "x", "anything": 1})
+    assert settings.condition_schema("mypkg.nosettings_toy") is None
+    assert isinstance(settings.condition_node(node), DictConfig)
+
+
+def _with_key(cfg, path: str, key: str, value):
+    node = OmegaConf.select(cfg, path)
+    with open_dict(node):
+        node[key] = value
+    return cfg
+
+
+@pytest.mark.parametrize("over, path, key, near", [
+    (["stage=smoke"], "stage.conditions.prefetch", "kk", "stage.conditions.prefetch.k"),
+    (["stage=org"], "stage.conditions.ask_agent", "asked_max_round", "stage.conditions.ask_agent.asked_max_rounds"),
+    (["index=pgvector"], "index", "ef_serch", "index.ef_search"),
+    (["index=hybrid"], "index.dense", "ef_runtme", "index.dense.ef_runtime"),
+    (["model=deepseek"], "model", "timout_s", "model.timeout_s"),
+    (["judge=deepseek"], "judge", "promts", "judge.prompts"),
+])
+def test_a_key_a_yaml_gives_that_its_node_does_not_declare_is_an_error_naming_the_nearest(over, path, key, near):
+    """Not only `+key=` on the command line: a misspelt key in a condition's, an index's or a preset's yaml."""
+    cfg = _with_key(composed(*over), path, key, 5)
+    with pytest.raises(SettingsError, match=rf"{path}\.{key}: no such setting \(did you mean {near}\?\)"):
+        settings.typed_nodes(cfg)
+        settings.check_indexes(cfg)
+
+
+def test_a_backend_study_configuration_is_checked_against_its_backends_settings():
+    cfg = composed("stage=backends", "stage.configs=[{id: r, backend: redis_qe, query: {ef_runtim: 10}}]")
+    with pytest.raises(SettingsError, match=r"did you mean stage\.configs\[0\] \(r\)\.ef_runtime\?"):
+        settings.check_indexes(cfg)
+
+
+@pytest.mark.parametrize("over, key", [
+    (["stage=smoke", "stage.conditions.prefetch.k=eight"], "stage.conditions.prefetch.k"),
+    (["stage=smoke", "stage.conditions.tool_bm25.k=[1]"], "stage.conditions.tool_bm25.k"),
+    (["index=pgvector", "index.m=many"], "index.m"),
+    (["model=deepseek", "model.max_retries=often"], "model.max_retries"),
+])
+def test_a_value_of_the_wrong_type_is_refused_naming_its_key(over, key):
+    cfg = composed(*over)
+    with pytest.raises(SettingsError, match=key.replace(".", r"\.")):
+        settings.typed_nodes(cfg)
+        settings.check_indexes(cfg)
+
+
+def test_every_shipped_preset_and_stage_builds_its_typed_nodes():
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for group in ("stage", "model", "judge", "index"):
+            for path in sorted((REPO / "conf" / group).glob("*.yaml")):
+                cfg = compose("config", overrides=[f"{group}={path.stem}"])
+                n = settings.typed_nodes(cfg)
+                settings.check_indexes(cfg)
+                assert isinstance(n.model, settings.EndpointSettings) and isinstance(n.judge, settings.JudgeSettings)
+
+
+@pytest.mark.parametrize("over", [["+model.reasoning_effort=LOW"], ["~model.params", "+model.params={reasoning_effort: low}"],
+                                  ["~model.params", "+model.params={reasoning: {effort: low}}"],
+                                  ["~model.params", "+model.params={extra_body: {reasoning_effort: low}}"], ["~model.params", "+model.params={think: low}"],
+                                  ["model=openai_reasoning", "model.accepts.reasoning_effort=reasoning.effort"]])
+def test_the_reasoning_effort_in_any_spelling_is_the_one_field_the_request_and_the_manifest_read(over):
+    from harness.endpoints.fit import fit
+    from harness.run import fidelity
+
+    cfg = composed("stage=smoke", "model=vllm", *over)  # vllm's preset sets no reasoning effort
+    settings.check(cfg, overrides=over, sources=[REPO / "conf"])  # the config edge
+    assert settings.typed_nodes(cfg).model.reasoning_effort == "low"
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    sent, _ = fit(model["params"], model.get("accepts"))
+    assert [v for _, v in settings.efforts(sent)] == ["low"]  # the request carries it, in the provider's spelling
+    assert fidelity.reasoning_effort(fidelity.plain(cfg.model)) == "low"  # the manifest reads the same field
+    assert "reasoning effort low" in fidelity.reader_row(cfg).stage
+
+
+def test_the_field_and_a_spelling_that_disagree_are_refused():
+    cfg = composed("stage=smoke", "model=deepseek", "+model.reasoning_effort=high")  # the preset says low
+    with pytest.raises(SettingsError, match="set twice, differently"):
+        settings.check(cfg, overrides=["+model.reasoning_effort=high"], sources=[REPO / "conf"])
+
+
+# ------------------------------------------------------------------ the forecast reads the data
+
+def _question(round_chars: int, rounds: int):
+    from harness.data.longmemeval import Question, Session, Turn
+
+    turns = tuple(t for i in range(rounds) for t in (Turn("user", "u" * round_chars), Turn("assistant", "a")))
+    s = Session("s1", datetime(2023, 1, 1), turns)
+    return Question("q", "multi-session", "What did I say?", "a", datetime(2023, 1, 2), (s,))
+
+
+@pytest.mark.parametrize("cond", ["tool_bm25", "prefetch"])
+def test_two_data_sets_of_different_sizes_give_different_forecasts(cond):
+    """The same question over short and long rounds, few and many: the memory tool's and prefetch's
+    forecast follow the history, as the nominal shape could not."""
+    from conditions.memory_tool import result_chars
+    from harness.run.forecast import _from_data
+
+    cfg = composed("stage=smoke").stage.conditions[cond]
+    rows = {name: _from_data(cond, cfg, ["q"], {"q": q}, 500) for name, q in
+            {"short": _question(100, 20), "long": _question(900, 20), "few": _question(900, 2)}.items()}
+    assert rows["long"].miss > rows["short"].miss > 0 and rows["long"].miss > rows["few"].miss
+    # k = 8 results of min(1000, round) + 80 characters each (what format_results shows of one)
+    assert result_chars(_question(900, 20), 8) == 8 * (900 + 1 + 12 + 80)
+    assert result_chars(_question(900, 2), 8) == 2 * (900 + 1 + 12 + 80)
+    assert all(r.source == "data (its questions' histories)" for r in rows.values())
+
+
+def test_a_dry_run_forecasts_from_its_own_data_set_and_calls_no_model(tmp_path):
+    """Two generated data sets, one dry run each against an address nothing listens on: prefetch's prompt
+    less the no-memory prompt of the same question is the k results, sized from each data set (the nominal
+    shape gave 6,500 characters for both), and nothing started."""
+    from conditions.memory_tool import result_chars
+    from harness.data.longmemeval import load
+
+    extra = {}
+    for data in ("synth_tiny", "synth_xs"):
+        res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", f"data={data}", "model=vllm",
+                              "model.base_url=http://127.0.0.1:9/v1", "dry_run=true", f"runs_dir={tmp_path}/runs",
+                              f"cache_dir={tmp_path}/cache", "samples.smoke.limit=1",
+                              "stage.groups=[{sample:smoke,conditions:[prefetch,none]}]"],
+                             capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert "dry run: nothing started" in res.stdout and not (tmp_path / "runs").exists()
+        rows = {line.split()[0]: line.split() for line in res.stdout.splitlines() if "data (" in line}
+        extra[data] = int(rows["prefetch"][3].replace(",", "")) - int(rows["none"][3].replace(",", ""))
+        qid = next(w for line in res.stdout.splitlines() for w in line.split() if w.startswith("prefetch.lme."))
+        path = next(tmp_path.joinpath("cache", "data").glob(f"{data}_*.json"))
+        q = load(str(path))[qid.split(".")[2]]  # run ids are condition.variant.qid.repeat
+        assert abs(extra[data] - result_chars(q, 8) / 4) <= 1, (data, extra[data], result_chars(q, 8) / 4)
+    assert extra["synth_tiny"] != extra["synth_xs"], extra
+
+
+def test_a_stage_runs_end_to_end_with_each_condition_built_from_its_typed_node(tmp_path):
+    """The smoke stage against the scripted upstream: the memory tool built from its Settings sends the
+    overridden default k in its schema, and every run is recorded."""
+    from harness.cli.run import run_agents
+    from harness.records import RunDir
+    from tests.fake_model import FakeModel
+    from tests.test_failures_midstage import _CACHE, agents_cfg
+
+    _CACHE.setdefault("dir", tmp_path / "cache")
+    with FakeModel() as fake:
+        cfg = agents_cfg(tmp_path, fake, "stage.conditions.tool_bm25.k=3", conds="none,tool_bm25")
+        rd = run_agents(cfg)
+        tools = [t for r in fake.requests for t in (r["body"].get("tools") or [])
+                 if t["function"]["name"] == "memory_search"]
+    recs = list(RunDir(rd.root).records())
+    assert len(recs) == 4 and all(r.status == "ok" for r in recs)
+    assert tools and {t["function"]["parameters"]["properties"]["k"]["default"] for t in tools} == {3}
+
+
+def test_the_judge_kinds_are_read_from_the_judges_typed_node():
+    from judge import kinds
+
+    cfg = composed("stage=smoke", "+judge.kinds=[answer_check]")
+    nodes = settings.check(cfg, overrides=["+judge.kinds=[answer_check]"], sources=[REPO / "conf"])
+    assert isinstance(nodes.judge, settings.JudgeSettings) and nodes.judge.kinds == ["answer_check"]
+    assert [k.name for k in kinds.chosen(nodes.judge, cfg.stage)] == ["answer_check"]
+    bad = composed("stage=smoke", "+judge.kinds=[no_such_kind]")
+    with pytest.raises(Exception, match="no_such_kind"):
+        kinds.chosen(settings.typed_nodes(bad).judge, bad.stage)
