@@ -153,6 +153,7 @@ def test_a_dry_run_forecasts_from_its_own_data_set_and_calls_no_model(tmp_path):
     shape gave 6,500 characters for both), and nothing started."""
     from conditions.memory_tool import result_chars
     from harness.data.longmemeval import load
+    from harness.data.source import Unwritten, resolve
 
     extra = {}
     for data in ("synth_tiny", "synth_xs"):
@@ -166,8 +167,10 @@ def test_a_dry_run_forecasts_from_its_own_data_set_and_calls_no_model(tmp_path):
         rows = {line.split()[0]: line.split() for line in res.stdout.splitlines() if "data (" in line}
         extra[data] = int(rows["prefetch"][3].replace(",", "")) - int(rows["none"][3].replace(",", ""))
         qid = next(w for line in res.stdout.splitlines() for w in line.split() if w.startswith("prefetch.lme."))
-        path = next(tmp_path.joinpath("cache", "data").glob(f"{data}_*.json"))
-        q = load(str(path))[qid.split(".")[2]]  # run ids are condition.variant.qid.repeat
+        # the dry run wrote no data file: the same generated set, held in memory as the dry run held it
+        held = resolve(composed(f"data={data}", f"cache_dir={tmp_path}/cache").data, write=False)
+        assert isinstance(held, Unwritten), held
+        q = load(held)[qid.split(".")[2]]  # run ids are condition.variant.qid.repeat
         assert abs(extra[data] - result_chars(q, 8) / 4) <= 1, (data, extra[data], result_chars(q, 8) / 4)
     assert extra["synth_tiny"] != extra["synth_xs"], extra
 
