@@ -1,0 +1,45 @@
+"""An outside audit of branch lo's claims (_notes/claims-lo.md): each test a way a claim was found to break."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.records import privacy
+
+HOOK = "https://hooks.slack.com/services/T0A1B2C3D/B0A1B2C3D/abcdefghijklmnopqrstuvwx"
+
+
+@pytest.mark.parametrize("wrap", ["plain", "json-escaped"])
+def test_a_webhook_url_written_with_escaped_slashes_loses_its_host_and_secret(wrap):
+    """JSON may write "/" as "\\/" (PHP's json_encode, a tool's output read back as text): the URL is the same URL,
+    so its host and the secret in its path go as they do when written plainly, and the last scan finds it if
+    left behind."""
+    url = HOOK if wrap == "plain" else HOOK.replace("/", "\\/")
+    text = privacy.Private().redact(f'{{"hook": "{url}"}}')
+    assert "hooks.slack.com" not in text and "abcdefghijklmnopqrstuvwx" not in text and "T0A1B2C3D" not in text
+    assert json.loads(text)["hook"] == "https://<host>/services/<key>"
+    assert privacy.leaks(text) == []
+    assert privacy.leaks(f'{{"hook": "{url}"}}') != []  # unredacted, it is refused
+    left = "https://<host>/services/T0A1B2C3D/B0A1B2C3D/abcdefgh"  # the host alone replaced
+    left = left if wrap == "plain" else left.replace("/", "\\/")
+    assert any("a secret in its path" in x for x in privacy.leaks(left))
+
+
+def test_an_interval_rules_n_for_80_below_the_cap_is_the_simulated_rules_not_the_normal_formulas():
+    """Below SIM_N_CAP questions the n for 80% is searched on the simulated rule: it reaches 80% there. A
+    normal-formula n of 2,609 that the simulated rule does not reach (its search doubling past the cap) was
+    returned as it was; the search now stops at the cap, and an n beyond it is at least the cap."""
+    from analysis import power as W
+    from tests.test_trust_checks import comparison
+
+    c = comparison("accuracy_above", 100, 3.0, 0.3, 0.0)
+    assert c.n80 < W.SIM_N_CAP  # the normal formula's n is below the cap: the simulation decides
+    n = c.n80_rule
+    boot = W.BOOT // 2 if not c.accuracy else W.BOOT  # what assess and simulated_n simulate with
+    if n <= W.SIM_N_CAP:
+        assert W.simulate(c, n=int(n), boot=boot).power >= 0.8
+        assert W.simulate(c, n=int(n) - 1, boot=boot).power < 0.8
+    else:
+        assert W.simulate(c, n=W.SIM_N_CAP, boot=boot).power < 0.8
