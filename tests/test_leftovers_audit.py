@@ -43,3 +43,17 @@ def test_an_interval_rules_n_for_80_below_the_cap_is_the_simulated_rules_not_the
         assert W.simulate(c, n=int(n) - 1, boot=boot).power < 0.8
     else:
         assert W.simulate(c, n=W.SIM_N_CAP, boot=boot).power < 0.8
+
+
+def test_agreement_on_a_personal_stage_without_a_second_judge_is_refused_for_its_study_first(tmp_path):
+    """`make agreement STAGE=personal` without JUDGE2: the stage is refused for its study (exit 2, the rubric and its
+    validation named), not told to add a second judge that would then be refused."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "judge.agreement", "stage=personal_smoke", f"runs_dir={tmp_path}/runs",
+                          f"cache_dir={tmp_path}/cache", "judge=vllm", "judge.base_url=http://127.0.0.1:9/v1",
+                          "judge.model=j"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2, res.stderr[-1500:]
+    assert "rubric" in res.stderr and "analysis.personal.validation" in res.stderr, res.stderr
+    assert "no second judge" not in res.stderr
