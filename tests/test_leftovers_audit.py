@@ -7,6 +7,7 @@ import json
 import pytest
 
 from harness.records import privacy
+from tests.test_publish import loopback_hub, published  # noqa: F401  (fixtures)
 
 HOOK = "https://hooks.slack.com/services/T0A1B2C3D/B0A1B2C3D/abcdefghijklmnopqrstuvwx"
 
@@ -57,3 +58,23 @@ def test_agreement_on_a_personal_stage_without_a_second_judge_is_refused_for_its
     assert res.returncode == 2, res.stderr[-1500:]
     assert "rubric" in res.stderr and "analysis.personal.validation" in res.stderr, res.stderr
     assert "no second judge" not in res.stderr
+
+
+def test_a_card_whose_replaced_block_counts_with_true_instead_of_a_number_is_refused(published, tmp_path, capsys):
+    """`replaced` holds counts: a card rewritten whole to say `true` (a bool passes as an int) for each kind is no
+    count of what was replaced, and is refused like any other edit of the block."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from analysis import publish as P
+    from tests.test_publish_safety import _every_reader_refuses
+
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    meta = P.read_card(ds)
+    assert meta["replaced"]["endpoint urls"] >= 1
+    meta["replaced"] = {k: True for k in meta["replaced"]}
+    counts = {t: pq.read_metadata(ds / t / "train.parquet").num_rows for t in meta["tables"]}
+    (ds / "README.md").write_text(P.card_text(meta, counts))
+    _every_reader_refuses(ds, tmp_path, capsys, "the card's replaced block")
