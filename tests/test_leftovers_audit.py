@@ -78,3 +78,18 @@ def test_a_card_whose_replaced_block_counts_with_true_instead_of_a_number_is_ref
     counts = {t: pq.read_metadata(ds / t / "train.parquet").num_rows for t in meta["tables"]}
     (ds / "README.md").write_text(P.card_text(meta, counts))
     _every_reader_refuses(ds, tmp_path, capsys, "the card's replaced block")
+
+
+def test_a_dry_sweep_spelt_dry_run_yes_writes_no_sweep_file_under_runs(tmp_path):
+    """The stage reads `dry_run=yes` as a dry run (any true value); hydra.sweep.dir must read it the same way, or
+    the dry sweep leaves multirun.yaml and its job folders under runs/.sweeps."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "harness.run", "-m", "stage=smoke", "seed=0,1", "dry_run=yes",
+                          f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache",
+                          "model.base_url=http://127.0.0.1:9/v1"], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.count("dry run: nothing started") == 2  # both jobs took it for a dry run
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").rglob("*")) == []
