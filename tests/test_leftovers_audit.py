@@ -115,3 +115,19 @@ def test_a_dry_run_with_another_data_seed_prints_that_seeds_data_not_seed_0s_cac
     line = next(x for x in res.stdout.splitlines() if x.startswith("data "))
     assert f"sha256 {hashlib.sha256(synth.dumps(1, size)).hexdigest()}" in line, line
     assert synth.file_name(size, 1) in line, line
+
+
+@pytest.mark.parametrize("text,kept", [
+    ("post it to hooks.slack.com/services/T0A1B2C3D/B0A1B2C3D/abcdefghijklmnopqrstuvwx now",
+     "post it to <host>/services/<key> now"),
+    ("(discord.com/api/webhooks/123456789012345678/AbCdEf-GhIjKl_MnOpQrStUvWx)", "(<host>/api/webhooks/<key>)"),
+    ("see example.com/recipes/chocolate-cake", "see example.com/recipes/chocolate-cake"),  # no secret: as it was
+    ("the module analysis.personal/validation", "the module analysis.personal/validation"),
+    ("mail bob@example.com/T0A1B2C3D", "mail bob@example.com/T0A1B2C3D")])  # not a bare host: left to the key rules
+def test_a_webhook_url_written_without_its_scheme_loses_its_host_and_secret(text, kept):
+    """A webhook pasted without "https://" is the same secret: a bare host/path whose path holds a secret-looking
+    segment goes as the URL would (`<host>/services/<key>`); a bare host with a plain-word path is left alone, and
+    the last scan finds one left behind."""
+    assert privacy.Private().redact(text) == kept
+    assert privacy.leaks(kept) == []
+    assert (privacy.leaks(text) != []) == (kept != text)
