@@ -137,6 +137,17 @@ def _unescaped(url: str) -> str:
     return url.replace("\\/", "/")
 
 
+# a host and path written without a scheme ("hooks.slack.com/services/..."), not inside a URL, a path or an address
+_BARE_URL_RE = re.compile(r"(?<![\w.@/:\\-])(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,24}(/[^\s\"'`<>\\]*)")
+
+
+def _bare_urls(text: str) -> list[re.Match]:
+    """Scheme-less URLs whose path holds a secret (`_secret_at`): redacted as that URL would be; one with a path
+    of plain words is no more private than the words."""
+    return [m for m in _BARE_URL_RE.finditer(text) if _secret_at(m.group(1).rstrip(".,;:!?)]}")) is not None] \
+        if "/" in text else []
+
+
 def _drives(text: str) -> list[re.Match]:
     found = _find(text, ":\\", _WIN_RE, False) + _find(text, ":/", _WIN_RE, False)
     return sorted({m.start(): m for m in found}.values(), key=lambda m: m.start())
@@ -278,6 +289,11 @@ class Private:
             out = _sanitize_url(stripped)
         return (out + tail).replace("/", "\\/") if escaped else out + tail
 
+    def _bare_url(self, m: re.Match) -> str:
+        path = m.group(1).rstrip(".,;:!?)]}")
+        self.other_urls.add(m.group(0)[:len(m.group(0)) - len(m.group(1)) + len(path)])
+        return f"{HOST}{_without_secret(path)}{m.group(1)[len(path):]}"
+
     def _path(self, m: re.Match) -> str:
         p = m.group(0)
         if not is_local(p):
@@ -292,6 +308,7 @@ class Private:
         endpoints = self._endpoints()
         text = _sub(text, _urls(text), lambda m: self._url(m, endpoints))
         text = _sub(text, _escaped_urls(text), lambda m: self._url(m, endpoints, escaped=True))
+        text = _sub(text, _bare_urls(text), self._bare_url)
         literal = [(k, KEY) for k in self.keys] + [(p, f"{LOCAL}/{_path_name(p)}") for p in self.paths]
         for old, new in sorted(set(literal), key=lambda r: (-len(r[0]), r[0])):
             for form in {old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1]}:
@@ -324,6 +341,7 @@ def leaks(text: str, known: Private | None = None) -> list[str]:
             out.append(f"a local path ({url})")
         elif netloc and not netloc.startswith(HOST):
             out.append(f"a URL ({_sanitize_url(url)} with its host)")
+    out += [f"a URL without its scheme ({HOST}{_without_secret(m.group(1))} with its host)" for m in _bare_urls(text)]
     for m in re.finditer(re.escape(HOST) + r"((?:\\?/[^\s\"'`<>\\]*)+)", text) if HOST in text else []:
         path = _unescaped(m.group(1))
         if _secret_at(path) is not None:
