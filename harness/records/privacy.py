@@ -276,6 +276,8 @@ class Private:
         back escaped."""
         after_at = m.start() > 0 and m.string[m.start() - 1] == "@"  # an identity's provider:model@URL
         url, tail = (_unescaped(m.group(0)) if escaped else m.group(0)), ""
+        if url.endswith("://") and m.string.startswith(HOST, m.end()):  # redacted already: "https://<host>/..."
+            return m.group(0)
         h = _HASH_TAIL.search(url)
         if h and after_at:
             url, tail = url[:h.start()], h.group(0)
