@@ -13,7 +13,9 @@ another trailing slash, or from another machine, is still found):
   the URL of an identity `provider:model@URL[:hash]`, or any URL with the same scheme, host,
   port and path as one) becomes `<endpoint url>`; any other URL keeps its scheme and path and
   loses its user info, host (`<host>`), query and fragment, and its path from the first segment
-  that could be a secret (a webhook's, a capability link's: `_secret_at`) on (`/<key>`).
+  that could be a secret (a webhook's, a capability link's: `_secret_at`) on (`/<key>`); the same
+  URL written with escaped slashes (`https:\\/\\/...`) likewise, and a host/path without a scheme when
+  its path holds such a segment (`hooks.slack.com/services/T0/...`).
 * keys: values of `api_key`-like fields and of this process's environment variables named like
   keys (`*_KEY`, `*_TOKEN`, `*_SECRET`, `*PASSWORD*`), 8 characters or more (`EMPTY` is no key),
   and anything shaped like a well-known credential (`sk-...`, `hf_...`, `ghp_...`, `AKIA...`,
