@@ -122,6 +122,7 @@ def test_a_dry_run_with_another_data_seed_prints_that_seeds_data_not_seed_0s_cac
      "post it to <host>/services/<key> now"),
     ("(discord.com/api/webhooks/123456789012345678/AbCdEf-GhIjKl_MnOpQrStUvWx)", "(<host>/api/webhooks/<key>)"),
     ("see example.com/recipes/chocolate-cake", "see example.com/recipes/chocolate-cake"),  # no secret: as it was
+    ("watch www.youtube.com/watch?v=IIHZUR67JsY now", "watch <host>/watch now"),  # a query goes, as from a URL
     ("the module analysis.personal/validation", "the module analysis.personal/validation"),
     ("mail bob@example.com/T0A1B2C3D", "mail bob@example.com/T0A1B2C3D")])  # not a bare host: left to the key rules
 def test_a_webhook_url_written_without_its_scheme_loses_its_host_and_secret(text, kept):

@@ -144,10 +144,18 @@ _BARE_URL_RE = re.compile(r"(?<![\w.@/:\\-])(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,24}(/
 
 
 def _bare_urls(text: str) -> list[re.Match]:
-    """Scheme-less URLs whose path holds a secret (`_secret_at`): redacted as that URL would be; one with a path
-    of plain words is no more private than the words."""
-    return [m for m in _BARE_URL_RE.finditer(text) if _secret_at(m.group(1).rstrip(".,;:!?)]}")) is not None] \
-        if "/" in text else []
+    """Scheme-less URLs whose path holds a secret (`_secret_at`) or that have a query or fragment: redacted as the
+    URL would be (`_bare_redacted`); one with a path of plain words is no more private than the words."""
+    return [m for m in _BARE_URL_RE.finditer(text) if _bare_redacted(m)[1]] if "/" in text else []
+
+
+def _bare_redacted(m: re.Match) -> tuple[str, bool]:
+    """A scheme-less URL's replacement (`<host>`, its path up to a secret, no query or fragment), and whether
+    anything private was in it."""
+    found = m.group(1)
+    url = found.rstrip(".,;:!?)]}")
+    path, rest = (re.split(r"[?#]", url, maxsplit=1) + [""])[:2]
+    return f"{HOST}{_without_secret(path)}{found[len(url):]}", bool(rest) or _secret_at(path) is not None
 
 
 def _drives(text: str) -> list[re.Match]:
@@ -294,9 +302,8 @@ class Private:
         return (out + tail).replace("/", "\\/") if escaped else out + tail
 
     def _bare_url(self, m: re.Match) -> str:
-        path = m.group(1).rstrip(".,;:!?)]}")
-        self.other_urls.add(m.group(0)[:len(m.group(0)) - len(m.group(1)) + len(path)])
-        return f"{HOST}{_without_secret(path)}{m.group(1)[len(path):]}"
+        self.other_urls.add(m.group(0).rstrip(".,;:!?)]}"))
+        return _bare_redacted(m)[0]
 
     def _path(self, m: re.Match) -> str:
         p = m.group(0)
@@ -345,7 +352,7 @@ def leaks(text: str, known: Private | None = None) -> list[str]:
             out.append(f"a local path ({url})")
         elif netloc and not netloc.startswith(HOST):
             out.append(f"a URL ({_sanitize_url(url)} with its host)")
-    out += [f"a URL without its scheme ({HOST}{_without_secret(m.group(1))} with its host)" for m in _bare_urls(text)]
+    out += [f"a URL without its scheme ({_bare_redacted(m)[0]} with its host)" for m in _bare_urls(text)]
     for m in re.finditer(re.escape(HOST) + r"((?:\\?/[^\s\"'`<>\\]*)+)", text) if HOST in text else []:
         path = _unescaped(m.group(1))
         if _secret_at(path) is not None:
