@@ -160,3 +160,13 @@ def test_a_dry_backend_study_refuses_the_papers_preset_on_generated_data_whether
     assert fresh.returncode == 3, fresh.stdout[-1500:] + fresh.stderr[-1500:]
     assert "generated data; allow_deviation=[data] accepts it" in fresh.stdout + fresh.stderr
     assert not (tmp_path / "cache" / "data").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("text", ["see https://example.com/recipes/chocolate-cake.",
+                                  "(https://docs.python.org/3/library/json.html)", "at https://example.com/a/b, then",
+                                  "see example.com/a/T0A1B2C3D."])
+def test_a_redacted_url_ending_a_sentence_is_not_taken_for_a_secret_by_the_last_scan(text):
+    """A URL followed by a full stop, a comma or a closing bracket keeps that mark after it (it is no part of the
+    URL); the last scan must read the path as the redaction did, or every such sentence refuses the dataset."""
+    redacted = privacy.Private().redact(text)
+    assert privacy.leaks(redacted) == [], redacted
