@@ -354,7 +354,7 @@ def leaks(text: str, known: Private | None = None) -> list[str]:
             out.append(f"a URL ({_sanitize_url(url)} with its host)")
     out += [f"a URL without its scheme ({_bare_redacted(m)[0]} with its host)" for m in _bare_urls(text)]
     for m in re.finditer(re.escape(HOST) + r"((?:\\?/[^\s\"'`<>\\]*)+)", text) if HOST in text else []:
-        path = _unescaped(m.group(1))
+        path = _unescaped(m.group(1)).rstrip(".,;:!?)]}")  # a mark after a URL is no part of it (as in `_url`)
         if _secret_at(path) is not None:
             out.append(f"a URL with a secret in its path (<host>{_without_secret(path)})")
     for m in (list(_PATH_RE.finditer(text)) if "/" in text else []) + _drives(text):
