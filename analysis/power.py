@@ -417,7 +417,8 @@ def simulated_n(hypothesis: str, rule: str, what: str, effect: float, spread: fl
     """Smallest n at which the simulated interval rule (`simulate`, seeded, as `assess` runs it) reaches
     `target`, by bisection from the normal formula's n (`guess`): the n returned reaches it and the one below
     does not. The simulated power is noisy in n (Monte Carlo sd about 0.013 at 80%), so the n is that of
-    this seed, within a few percent of the rule's. Beyond SIM_N_CAP questions, the normal formula's n."""
+    this seed, within a few percent of the rule's. Beyond SIM_N_CAP questions (the normal formula's n above it, or
+    the simulated rule short of `target` at it), the normal formula's n, and never one the search found short."""
     if not math.isfinite(guess) or guess > SIM_N_CAP:
         return guess
     c = Comparison(hypothesis, rule, what, "a", "b", "", 1, effect, "", spread, "", threshold, alpha1, 0.0)
@@ -433,9 +434,9 @@ def simulated_n(hypothesis: str, rule: str, what: str, effect: float, spread: fl
         lo = hi // 2
     else:
         while not reaches(hi):
-            lo, hi = hi, 2 * hi
-            if hi > SIM_N_CAP:
-                return guess
+            if hi >= SIM_N_CAP:  # short at the cap: beyond it, and the normal formula's n no lower than that
+                return max(guess, float(SIM_N_CAP + 1))
+            lo, hi = hi, min(2 * hi, SIM_N_CAP)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if reaches(mid) else (mid, hi)

@@ -1220,8 +1220,12 @@ def _check_kept_and_replaced(folder: Path, meta: dict, texts: dict[tuple[str, st
         raise PublishError(f"{folder}: the card's kept block says {meta.get('kept') or []}, the tables show "
                            f"{_kept(hosts, pids)}: the card was edited; refused")
     replaced = meta.get("replaced") if isinstance(meta.get("replaced"), dict) else {}
+    bad = {k: v for k, v in replaced.items() if type(v) is not int or v < 0}  # a bool is an int to isinstance
+    if bad:
+        raise PublishError(f"{folder}: the card's replaced block says {bad}, no count of what was replaced: "
+                           f"the card was edited; refused")
     for mark, counts in PLACEHOLDERS.items():
-        if not any(isinstance(replaced.get(c), int) and replaced[c] > 0 for c in counts) and any(
+        if not any(replaced.get(c, 0) > 0 for c in counts) and any(
                 mark in t for t in texts.values()):
             raise PublishError(f"{folder}: the card's replaced block says no {' or '.join(counts)} were replaced, "
                                f"yet the tables hold {mark}: the card was edited; refused")

@@ -126,10 +126,10 @@ def _write_csv(path: Path, rows: list[dict], fields: list[str]) -> None:
 
 
 def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
+    rd = RunDir.for_stage(cfg)
+    C.answer_check_stage(cfg, rd, "judge.agreement")  # first: a second judge would not make another study's stage do
     if cfg.get("judge2") is None:
         raise SystemExit("error: no second judge: add +judge@judge2=NAME (e.g. make agreement JUDGE2=deepseek)")
-    rd = RunDir.for_stage(cfg)
-    C.answer_check_stage(cfg, rd, "judge.agreement")
     if not rd.records_dir.exists():
         raise SystemExit(f"error: {rd.root} has no records; run and judge the stage first")
     prompts = P.load(cfg.judge.get("prompts", "builtin"))

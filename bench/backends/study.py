@@ -324,9 +324,8 @@ def run_study(cfg, sweep: dict | None = None) -> dict | None:
 
     if cfg.get("dry_run"):
         print(render_plan(plan(stage, n, None)))
-        known = Path(str(cfg.data.path))
-        if known.is_file():  # a generated file is not written by a dry run
-            fidelity.raise_refusals(cfg, manifest(known))
+        # the checks the real run makes, on the data it reads (a generated file not yet written: held in memory)
+        fidelity.raise_refusals(cfg, manifest(source.resolve(cfg.data, write=False)))
         return None
     path = source.resolve(cfg.data)
     rows = manifest(path)

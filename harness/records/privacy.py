@@ -13,7 +13,9 @@ another trailing slash, or from another machine, is still found):
   the URL of an identity `provider:model@URL[:hash]`, or any URL with the same scheme, host,
   port and path as one) becomes `<endpoint url>`; any other URL keeps its scheme and path and
   loses its user info, host (`<host>`), query and fragment, and its path from the first segment
-  that could be a secret (a webhook's, a capability link's: `_secret_at`) on (`/<key>`).
+  that could be a secret (a webhook's, a capability link's: `_secret_at`) on (`/<key>`); the same
+  URL written with escaped slashes (`https:\\/\\/...`) likewise, and a host/path without a scheme when
+  its path holds such a segment (`hooks.slack.com/services/T0/...`).
 * keys: values of `api_key`-like fields and of this process's environment variables named like
   keys (`*_KEY`, `*_TOKEN`, `*_SECRET`, `*PASSWORD*`), 8 characters or more (`EMPTY` is no key),
   and anything shaped like a well-known credential (`sk-...`, `hf_...`, `ghp_...`, `AKIA...`,
@@ -46,6 +48,8 @@ HOST = "<host>"
 _ESC = r"\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|\\U[0-9a-fA-F]{8}"
 _URL_CHAR = rf"(?:[^\s\"'`<>\\]|{_ESC})"
 _URL_RE = re.compile(rf"[A-Za-z][A-Za-z0-9+.-]{{1,15}}://{_URL_CHAR}*")  # found from its "://" (_find)
+# the same URL with its slashes escaped ("\/", as PHP's json_encode writes them): read, and redacted, as the URL
+_URL_ESC_RE = re.compile(rf"[A-Za-z][A-Za-z0-9+.-]{{1,15}}:\\/\\/(?:\\/|{_URL_CHAR})*")
 _HASH_TAIL = re.compile(r":[0-9a-f]{6,}$")
 # a path's component: no separator, quote or bracket; an escaped character (_ESC) counts as one
 _SEG = rf"(?:[^\s/\"'`\\,;:()<>\[\]{{}}|*?]|{_ESC})+"
@@ -124,6 +128,34 @@ def _sub(text: str, matches: list[re.Match], fn) -> str:
 
 def _urls(text: str) -> list[re.Match]:
     return _find(text, "://", _URL_RE, True)
+
+
+def _escaped_urls(text: str) -> list[re.Match]:
+    """URLs written with escaped slashes ("https:\\/\\/host\\/path"); `_unescaped` reads one as the URL it is."""
+    return _find(text, ":\\/\\/", _URL_ESC_RE, True) if ":\\/\\/" in text else []
+
+
+def _unescaped(url: str) -> str:
+    return url.replace("\\/", "/")
+
+
+# a host and path written without a scheme ("hooks.slack.com/services/..."), not inside a URL, a path or an address
+_BARE_URL_RE = re.compile(r"(?<![\w.@/:\\-])(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,24}(/[^\s\"'`<>\\]*)")
+
+
+def _bare_urls(text: str) -> list[re.Match]:
+    """Scheme-less URLs whose path holds a secret (`_secret_at`) or that have a query or fragment: redacted as the
+    URL would be (`_bare_redacted`); one with a path of plain words is no more private than the words."""
+    return [m for m in _BARE_URL_RE.finditer(text) if _bare_redacted(m)[1]] if "/" in text else []
+
+
+def _bare_redacted(m: re.Match) -> tuple[str, bool]:
+    """A scheme-less URL's replacement (`<host>`, its path up to a secret, no query or fragment), and whether
+    anything private was in it."""
+    found = m.group(1)
+    url = found.rstrip(".,;:!?)]}")
+    path, rest = (re.split(r"[?#]", url, maxsplit=1) + [""])[:2]
+    return f"{HOST}{_without_secret(path)}{found[len(url):]}", bool(rest) or _secret_at(path) is not None
 
 
 def _drives(text: str) -> list[re.Match]:
@@ -249,18 +281,29 @@ class Private:
     def _endpoints(self) -> set[tuple]:
         return {k for k in map(_endpoint_key, self.urls) if k}
 
-    def _url(self, m: re.Match, endpoints: set[tuple]) -> str:
-        url, tail = m.group(0), ""
+    def _url(self, m: re.Match, endpoints: set[tuple], escaped: bool = False) -> str:
+        """A found URL's replacement; one written with escaped slashes is redacted as the URL it is and written
+        back escaped."""
+        after_at = m.start() > 0 and m.string[m.start() - 1] == "@"  # an identity's provider:model@URL
+        url, tail = (_unescaped(m.group(0)) if escaped else m.group(0)), ""
+        if url.endswith("://") and m.string.startswith(HOST, m.end()):  # redacted already: "https://<host>/..."
+            return m.group(0)
         h = _HASH_TAIL.search(url)
-        if h and m.start() > 0 and m.string[m.start() - 1] == "@":
+        if h and after_at:
             url, tail = url[:h.start()], h.group(0)
         stripped = url.rstrip(".,;:!?)]}")
         tail = url[len(stripped):] + tail
-        if (m.start() > 0 and m.string[m.start() - 1] == "@") or _endpoint_key(stripped) in endpoints:
+        if after_at or _endpoint_key(stripped) in endpoints:
             self.urls.add(stripped)
-            return URL + tail
-        self.other_urls.add(stripped)
-        return _sanitize_url(stripped) + tail
+            out = URL
+        else:
+            self.other_urls.add(stripped)
+            out = _sanitize_url(stripped)
+        return (out + tail).replace("/", "\\/") if escaped else out + tail
+
+    def _bare_url(self, m: re.Match) -> str:
+        self.other_urls.add(m.group(0).rstrip(".,;:!?)]}"))
+        return _bare_redacted(m)[0]
 
     def _path(self, m: re.Match) -> str:
         p = m.group(0)
@@ -275,6 +318,8 @@ class Private:
         writes them), then keys and paths by their shape."""
         endpoints = self._endpoints()
         text = _sub(text, _urls(text), lambda m: self._url(m, endpoints))
+        text = _sub(text, _escaped_urls(text), lambda m: self._url(m, endpoints, escaped=True))
+        text = _sub(text, _bare_urls(text), self._bare_url)
         literal = [(k, KEY) for k in self.keys] + [(p, f"{LOCAL}/{_path_name(p)}") for p in self.paths]
         for old, new in sorted(set(literal), key=lambda r: (-len(r[0]), r[0])):
             for form in {old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1]}:
@@ -297,19 +342,21 @@ def leaks(text: str, known: Private | None = None) -> list[str]:
     secrets = set(known.keys) if known else set()
     secrets |= {v for n, v in os.environ.items() if _KEY_NAME.search(n) and len(v) >= 8}
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
-    for m in _urls(text):
+    for url in [m.group(0) for m in _urls(text)] + [_unescaped(m.group(0)) for m in _escaped_urls(text)]:
         try:
-            u = urlsplit(m.group(0))
+            u = urlsplit(url)
             netloc, local = u.netloc, _file_path(u)
         except ValueError:
-            netloc, local = m.group(0), None
+            netloc, local = url, None
         if local:
-            out.append(f"a local path ({m.group(0)})")
+            out.append(f"a local path ({url})")
         elif netloc and not netloc.startswith(HOST):
-            out.append(f"a URL ({_sanitize_url(m.group(0))} with its host)")
-    for m in re.finditer(re.escape(HOST) + r"(/[^\s\"'`<>\\]*)", text) if HOST in text else []:
-        if _secret_at(m.group(1)) is not None:
-            out.append(f"a URL with a secret in its path (<host>{_without_secret(m.group(1))})")
+            out.append(f"a URL ({_sanitize_url(url)} with its host)")
+    out += [f"a URL without its scheme ({_bare_redacted(m)[0]} with its host)" for m in _bare_urls(text)]
+    for m in re.finditer(re.escape(HOST) + r"((?:\\?/[^\s\"'`<>\\]*)+)", text) if HOST in text else []:
+        path = _unescaped(m.group(1)).rstrip(".,;:!?)]}")  # a mark after a URL is no part of it (as in `_url`)
+        if _secret_at(path) is not None:
+            out.append(f"a URL with a secret in its path (<host>{_without_secret(path)})")
     for m in (list(_PATH_RE.finditer(text)) if "/" in text else []) + _drives(text):
         if is_local(m.group(0)):
             out.append(f"a local path ({m.group(0)})")

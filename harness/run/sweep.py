@@ -22,7 +22,7 @@ def sweep_dir(dry_run, real: str) -> str:
     """hydra.sweep.dir: `real` (under runs_dir), or for a dry run a private temporary folder removed when the
     process ends. Hydra writes multirun.yaml and makes each job's folder there before any job runs; a dry run
     writes nothing under runs/ (conf/config.yaml: ${memspace_sweep_dir:${dry_run},...})."""
-    if str(dry_run).lower() not in ("true", "1"):
+    if not dry_run:  # as the commands read it (`if cfg.dry_run`): any true value is a dry run, `yes` too
         return real
     if not _DRY_SWEEP_DIR:
         _DRY_SWEEP_DIR.append(tempfile.mkdtemp(prefix="memspace-dry-run-sweep-"))
