@@ -1,0 +1,80 @@
+"""Estimated usage is shown as estimated in every table (issue 33): the tables that show tokens, costs or their
+ratios are found in the registries (analysis.tables, analysis.personal), so a new table is covered. Stages whose
+every model call had estimated usage (the server's counts missing): each such table counts those calls in a
+column and marks its section with ~ and the line under it; the same stages with reported usage mark nothing."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.analysis_fixtures import Stage, sha256_file
+
+USAGE_COLUMN = re.compile(r"(^|_)(tokens?|cost|usd|cny|paid|prompt|output|hit|miss)(_|$)")
+USAGE_WORD = re.compile(r"\b(tokens?|cost|USD)\b")
+NOTE = "usage estimated in"
+
+
+def shows_usage(frame: pd.DataFrame) -> bool:
+    """By its columns' names, or a column naming what it measures (a test, a metric) as tokens or costs."""
+    if any(USAGE_COLUMN.search(str(c)) for c in frame.columns):
+        return True
+    return any(frame[c].astype(str).str.contains(USAGE_WORD).any()
+               for c in ("metric", "test", "tests", "what") if c in frame)
+
+
+def estimated_column(frame: pd.DataFrame) -> str | None:
+    return next((c for c in frame.columns if "usage_estimated" in str(c)), None)
+
+
+def agent_stages(tmp: Path, estimated: bool) -> Path:
+    from tests.test_analysis import prereg_file
+
+    pre = prereg_file(tmp)
+    sha = sha256_file(pre)
+    main, scale, org = (Stage(tmp / "runs", s, prereg_sha=sha) for s in ("main", "scale", "org"))
+    for i in range(6):
+        q = f"q{i}"
+        for c in ("session_search", "tool_hybrid", "shell"):
+            main.add(c, q, correct=i % 2 == 0, prompt=1000 + 100 * i, output=50, calls=2)
+            scale.add(c, q, correct=i % 3 == 0, prompt=1500 + 100 * i, output=50, calls=2)
+        main.add("shell", q, repeat=1, correct=True, prompt=1200, output=40, calls=2)
+        org.add("shared", q, variant="public", correct=True, prompt=1000, output=100)
+        org.add("isolated", q, variant="public", correct=i == 0, prompt=800, output=100)
+    for st in (main, scale, org):
+        if estimated:
+            for rec in st.records:
+                for c in rec["calls"]:
+                    c["usage_estimated"] = True
+            for e in st.ledger:
+                if e["event"] == "response":
+                    e["usage_estimated"] = True
+        st.write()
+    return pre
+
+
+@pytest.mark.parametrize("estimated", [True, False])
+def test_every_registered_table_showing_tokens_or_costs_marks_estimated_usage(tmp_path, estimated):
+    import analysis.run as A
+    from analysis import tables as registry
+
+    pre = agent_stages(tmp_path, estimated)
+    res = A.analyse(A.parse_args([f"runs={tmp_path / 'runs'}", f"prereg={pre}"]), progress=False)
+    checked = []
+    for t in registry.tables():
+        frame = res.table(t.name)
+        if frame.empty or not shows_usage(frame):
+            continue
+        col = estimated_column(frame)
+        assert col is not None, f"{t.name} ({t.module}) shows tokens or costs but counts no estimated usage"
+        assert (frame[col].fillna(0).sum() > 0) == estimated, (t.name, col)
+        if t.section:
+            sec = t.section(res)
+            assert ("~" in sec and NOTE in sec) == estimated, (t.name, sec[:2000])
+        checked.append(t.name)
+    # the tables this fixture fills: a table that stops showing its usage here is noticed
+    assert {"table1", "table2", "table3", "table3_components", "table5", "table6", "tokens", "scale",
+            "table2_whole_history", "comparisons", "table3_exploratory"} <= set(checked), checked
