@@ -78,3 +78,48 @@ def test_every_registered_table_showing_tokens_or_costs_marks_estimated_usage(tm
     # the tables this fixture fills: a table that stops showing its usage here is noticed
     assert {"table1", "table2", "table3", "table3_components", "table5", "table6", "tokens", "scale",
             "table2_whole_history", "comparisons", "table3_exploratory"} <= set(checked), checked
+
+
+@pytest.mark.parametrize("estimated", [True, False])
+def test_every_personal_table_showing_tokens_or_costs_marks_estimated_usage_and_the_latency_table_length_cuts(
+        tmp_path, estimated):
+    """A tiny personal stage whose server reports no usage (estimated) or does, and cuts kernel_shared's answers at
+    their token limit: every personal table showing tokens or costs marks the estimates; the latency table counts
+    the cut replies per method."""
+    from analysis import personal as registry
+    from analysis.load import find_folders
+    from analysis.personal.report import analyse
+    from harness.cli.run import run_personal
+    from bench.fake_upstream import is_preflight
+    from tests.fake_model import FakeModel
+    from tests.personal_helpers import Script, stage_cfg
+
+    script = Script()
+
+    def cut(req):
+        out = script(req)
+        if "Everything the user has told you" not in str(req["messages"]) and not req.get("response_format") \
+                and not is_preflight(req):
+            out = {**out, "finish_reason": "length"}  # the assistant's answer of a memory method
+        return out
+
+    with FakeModel(script=cut, usage=(lambda pt: None) if estimated else False) as fake:
+        rd = run_personal(stage_cfg(tmp_path, fake.base_url, ["naive_concat", "kernel_shared"], n=2,
+                                    extra=["index=exact", "stage.concurrency=1"]))
+    st = analyse(find_folders([rd.root]), resamples=50)
+    checked = []
+    for t in registry.tables():
+        frame = st.table(t.name)
+        if frame.empty or not shows_usage(frame):
+            continue
+        col = estimated_column(frame)
+        assert col is not None, f"{t.name} shows tokens or costs but counts no estimated usage"
+        assert (frame[col].fillna(0).sum() > 0) == estimated, (t.name, col)
+        if t.section:
+            sec = t.section(st)
+            assert ("~" in sec and NOTE in sec) == estimated, (t.name, sec)
+        checked.append(t.name)
+    assert "latency" in checked
+    lat = st.table("latency").set_index("condition")
+    assert lat.loc["kernel_shared", "calls_cut_length"] == 2 and lat.loc["naive_concat", "calls_cut_length"] == 0
+    assert "cut at length" in registry.get("latency").section(st)
