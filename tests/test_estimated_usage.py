@@ -123,3 +123,23 @@ def test_every_personal_table_showing_tokens_or_costs_marks_estimated_usage_and_
     lat = st.table("latency").set_index("condition")
     assert lat.loc["kernel_shared", "calls_cut_length"] == 2 and lat.loc["naive_concat", "calls_cut_length"] == 0
     assert "cut at length" in registry.get("latency").section(st)
+
+
+@pytest.mark.parametrize("estimated", [True, False])
+def test_the_results_page_marks_estimated_tokens_and_costs(tmp_path, estimated):
+    from analysis import results_page
+    from analysis.load import find_folders, load_folder
+
+    agent_stages(tmp_path, estimated)
+    folders = find_folders([str(tmp_path / "runs")])
+    for f in folders:
+        load_folder(f, None)
+
+    class Logs(dict):
+        def __missing__(self, key):
+            return "log.eval"
+
+    table = results_page.rows(folders, "http://viewer/", Logs())
+    assert all((r["usage_estimated_calls"] > 0) == estimated for r in table)
+    page = results_page.render(table, ["x"])
+    assert (">~" in page and NOTE in page) == estimated
