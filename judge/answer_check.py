@@ -86,7 +86,7 @@ class _Judging:
         self.attempt_log = Ledger(self.attempts_path)
         self.counts: Counter = Counter()
         self.problems: list[dict] = []
-        self.cost = {"list": 0.0, "paid": 0.0, "calls": 0}
+        self.cost = {"list": 0.0, "paid": 0.0, "calls": 0, "estimated": 0}
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self.budget = None  # harness.run.budget.Budget of the stage, when it has a spending cap
@@ -178,6 +178,7 @@ class _Judging:
             self.cost["calls"] += len(meter.calls)
             self.cost["list"] += sum(c["cost_list"] for c in meter.calls)
             self.cost["paid"] += sum(c["cost_paid"] for c in meter.calls)
+            self.cost["estimated"] += C.estimated(meter.calls)
         self._write_reply(record, item, reply, cached=False, attempt=attempt, meter=meter)
 
 
@@ -330,6 +331,7 @@ def _summary(rd: RunDir, job: _Judging, name: str, records: list[dict], skipped:
         "this_session": {"already_done": skipped, "model_judgements": n_calls,
                          "written": dict((f"{k}/{s}", n) for (k, s), n in sorted(job.counts.items())),
                          "calls": job.cost["calls"], "cost_list": job.cost["list"], "cost_paid": job.cost["paid"],
+                         "usage_estimated_calls": job.cost["estimated"],
                          "interrupted_marked": interrupted},
         "problems": [{k: v[k] for k in ("run_id", "kind", "status", "reply", "error")}
                      for v in mine.values() if v["status"] in ("failed", "unparsable")],
@@ -344,7 +346,7 @@ def report(s: dict) -> None:
           f"{s['records']} records{planned}, {s['judgements']} judgements {s['status']}; "
           f"accuracy {acc}, leaks {s['leaks']}/{s['leak_judgements']}", file=sys.stderr)
     print(f"  this session: {t['already_done']} already judged, {t['model_judgements']} needed the model, "
-          f"{t['calls']} calls, ${t['cost_list']:.4f} at list price", file=sys.stderr)
+          + C.cost_line(t["calls"], t["cost_list"], t["usage_estimated_calls"]), file=sys.stderr)
     if s["planned_runs"] is not None and s["records"] < s["planned_runs"]:
         print(f"  note: {s['planned_runs'] - s['records']} planned runs have no record yet (not judged)",
               file=sys.stderr)

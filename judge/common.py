@@ -162,6 +162,19 @@ def ask(proxy_url: str, jc: dict, tag: str, attempt: int, prompt: str, m: Meter,
         raise
 
 
+def estimated(calls: list[dict]) -> int:
+    """Of a judgement's metered calls, those whose usage the server did not report as counts (estimated)."""
+    return sum(bool(c.get("usage_estimated")) for c in calls)
+
+
+def cost_line(calls: int, cost_list: float, estimated_calls: int) -> str:
+    """A judging session's calls and cost, saying when some of it rests on estimated usage (as the run driver's
+    session line does)."""
+    est = (f" (usage of {estimated_calls} calls estimated: the server's counts were missing or not counts)"
+           if estimated_calls else "")
+    return f"{calls} calls, ${cost_list:.4f} at list price{est}"
+
+
 def liveness(proxy_url: str, jc: dict, ledger: Ledger, plain_call: Callable) -> Liveness:
     """The judge server's liveness: heard from the ledger, probed with one plain request of its own shape, one
     attempt (`plain_call`: harness.run.preflight.model_call, passed in: the preflight imports this module)."""

@@ -142,6 +142,7 @@ class _Rubric:
         self.out = Ledger(lines_path(rd, name))
         self.lock = threading.Lock()
         self.counts: dict[str, int] = {}
+        self.cost = {"calls": 0, "list": 0.0, "estimated": 0}  # this session's judge calls (C.cost_line)
         self.liveness = None  # the judge server's (judge.common.liveness), once its proxy is open
         self.abort = threading.Event()  # judging stops: the calls queued or in flight send nothing more
 
@@ -191,6 +192,10 @@ class _Rubric:
                         "cached": False, "reply": None, "error": f"{type(exc).__name__}: {exc}"[:1000]})
             return
         reply = (msg.content or "").strip()
+        with self.lock:
+            self.cost["calls"] += len(meter.calls)
+            self.cost["list"] += sum(c["cost_list"] for c in meter.calls)
+            self.cost["estimated"] += C.estimated(meter.calls)
         self.cache.put(self.ident, hashlib.sha256(prompt.encode()).hexdigest(), reply, str(self.jc.get("model")))
         self.scored(rec, trial, prompt, reply, False, meter)
 
@@ -241,9 +246,11 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
     failed_runs = sum(r["status"] != "ok" for r in records)
     summary = {"run_dir": str(rd.root), "judge": name, "identity": job.ident, "hybrid": hybrid,
                "records": len(records), "failed_runs": failed_runs, "model_calls": len(todo),
-               "written": dict(job.counts)}
+               "written": dict(job.counts), "calls": job.cost["calls"], "cost_list": job.cost["list"],
+               "usage_estimated_calls": job.cost["estimated"]}
     print(f"{rd.root}: rubric judge {name} ({job.ident}, hybrid={hybrid}): {len(records)} records, "
-          f"{failed_runs} failed runs not judged, {len(todo)} needed the model, written {job.counts}", file=sys.stderr)
+          f"{failed_runs} failed runs not judged, {len(todo)} needed the model, written {job.counts}; "
+          + C.cost_line(job.cost["calls"], job.cost["list"], job.cost["estimated"]), file=sys.stderr)
     return summary
 
 

@@ -143,3 +143,36 @@ def test_the_results_page_marks_estimated_tokens_and_costs(tmp_path, estimated):
     assert all((r["usage_estimated_calls"] > 0) == estimated for r in table)
     page = results_page.render(table, ["x"])
     assert (">~" in page and NOTE in page) == estimated
+
+
+# ------------------------------------------------------------------------------ the judges' session lines
+
+from tests.test_judge import judge_cmd, judge_script, stage_runs  # noqa: E402,F401  (the answer check's stage)
+from tests.test_judge import stage as judged_stage  # noqa: E402,F401
+from tests.test_judge_rubric_breaker import grade, judge as rubric_judge  # noqa: E402
+from tests.test_judge_rubric_breaker import stage as rubric_stage  # noqa: E402,F401
+
+
+@pytest.mark.parametrize("estimated", [True, False])
+def test_the_answer_checks_session_line_says_when_its_cost_rests_on_estimated_usage(judged_stage, estimated):
+    import subprocess
+
+    from tests.fake_model import FakeModel
+
+    with FakeModel(script=lambda req: judge_script(req, None), usage=(lambda pt: None) if estimated else False) as fake:
+        res = subprocess.run(judge_cmd(judged_stage, fake), capture_output=True, text=True, timeout=300)
+        asked = len(fake.run_requests)
+    assert res.returncode == 0, res.stderr
+    line = next(ln for ln in res.stderr.splitlines() if "this session:" in ln)
+    assert (f"usage of {asked} calls estimated" in line) == estimated, line
+
+
+@pytest.mark.parametrize("estimated", [True, False])
+def test_the_rubric_judges_session_line_says_when_its_cost_rests_on_estimated_usage(rubric_stage, capsys, estimated):
+    from tests.fake_model import FakeModel
+
+    tmp, _ = rubric_stage
+    with FakeModel(script=grade, usage=(lambda pt: None) if estimated else False) as fake:
+        code, err = rubric_judge(tmp, fake, capsys)
+    assert code == 0, err
+    assert "6 calls, $" in err and ("usage of 6 calls estimated" in err) == estimated, err
