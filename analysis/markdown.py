@@ -90,6 +90,12 @@ def estimated_note(n: Any) -> str:
             "counts): those tokens and costs are estimates.\n" if n else "")
 
 
+def estimated_caption(n: Any) -> str:
+    """What a figure's caption adds when the tokens or costs it plots rest on `n` calls of estimated usage."""
+    n = 0 if is_missing(n) else int(n)
+    return f" (~ usage estimated in {n:,} model calls: their tokens and costs are estimates)" if n else ""
+
+
 def estimated_calls(df: pd.DataFrame | None, column: str = ESTIMATED) -> int:
     return int(df[column].fillna(0).sum()) if df is not None and column in df else 0
 

@@ -62,6 +62,7 @@ def test_every_registered_table_showing_tokens_or_costs_marks_estimated_usage(tm
     from analysis import tables as registry
 
     pre = agent_stages(tmp_path, estimated)
+    (tmp_path / "figs").mkdir()
     res = A.analyse(A.parse_args([f"runs={tmp_path / 'runs'}", f"prereg={pre}"]), progress=False)
     checked = []
     for t in registry.tables():
@@ -74,6 +75,9 @@ def test_every_registered_table_showing_tokens_or_costs_marks_estimated_usage(tm
         if t.section:
             sec = t.section(res)
             assert ("~" in sec and NOTE in sec) == estimated, (t.name, sec[:2000])
+        if t.draw:  # its figures' captions say so too
+            caps = t.draw(res, tmp_path / "figs")
+            assert caps and all((NOTE in c) == estimated for c in caps.values()), (t.name, caps)
         checked.append(t.name)
     # the tables this fixture fills: a table that stops showing its usage here is noticed
     assert {"table1", "table2", "table3", "table3_components", "table5", "table6", "tokens", "scale",

@@ -17,6 +17,7 @@ from analysis.markdown import (
     ci,
     estimated,
     estimated_calls,
+    estimated_caption,
     estimated_note,
     integer,
     is_missing,
@@ -271,7 +272,8 @@ def draw_figure3(res, out: Path) -> dict[str, str]:
     for f in res.folders:
         name = f"figure3_{f.name.replace('/', '_')}.png"
         if not t1.empty and (t1["folder"] == f.name).any() and figures.figure3(t1, f.name, out / name):
-            figs[name] = f"Figure 3: accuracy against tokens per condition, {f.name}"
+            figs[name] = (f"Figure 3: accuracy against tokens per condition, {f.name}"
+                          + estimated_caption(estimated_calls(t1[t1["folder"] == f.name])))
     return figs
 
 
@@ -280,7 +282,8 @@ def draw_figure6(res, out: Path) -> dict[str, str]:
     for f in res.folders:
         name = f"figure6_{f.name.replace('/', '_')}.png"
         if not t2.empty and (t2["folder"] == f.name).any() and figures.figure6(t2, f.name, out / name):
-            figs[name] = f"Figure 6: LongMemEval-Org conditions, {f.name}"
+            figs[name] = (f"Figure 6: LongMemEval-Org conditions, {f.name}"
+                          + estimated_caption(estimated_calls(t2[t2["folder"] == f.name])))
     return figs
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from analysis import figures, stats
 from analysis.load import Folder
-from analysis.markdown import ESTIMATED, estimated_calls, integer, link, num, simple_section, text
+from analysis.markdown import ESTIMATED, estimated_calls, estimated_caption, integer, link, num, simple_section, text
 from analysis.tables import Table, register
 from analysis.tables.common import Settings, conditions_in, select
 from analysis.tables.status import status_line as _status_line
@@ -87,7 +87,8 @@ def _scale(res) -> pd.DataFrame:
 def draw_figure5(res, out: Path) -> dict[str, str]:
     scale = res.table("scale")
     if not scale.empty and figures.figure5(scale, out / "figure5.png"):
-        return {"figure5.png": "Figure 5: S vs M histories on the scale questions"}
+        return {"figure5.png": "Figure 5: S vs M histories on the scale questions"
+                + estimated_caption(estimated_calls(scale))}
     return {}
 
 
