@@ -7,11 +7,17 @@ number in the report can always be found, at full precision, in the CSV named ab
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
 DASH = "–"
+# a row's model calls whose usage the server did not report as counts (harness.endpoints.usage): its tokens and
+# costs are estimates, marked "~" with a line under the table (`estimated`, `estimated_note`); every table showing
+# tokens, costs or their ratios carries it (tests/test_estimated_usage.py)
+ESTIMATED = "usage_estimated_calls"
+USAGE = re.compile(r"(^|_)(tokens?|cost|usd|cny|paid)(_|$)")  # a column of tokens, costs or their ratios
 
 
 def is_missing(x: Any) -> bool:
@@ -72,12 +78,39 @@ def link(name: str) -> str:
     return f"[`{name}`]({name})"
 
 
-def simple_section(df: pd.DataFrame, columns: Sequence[tuple[str, str, Any]]) -> str:
-    """columns: (header, column, formatter)."""
+def estimated(cell: str, n: Any) -> str:
+    """A token or cost cell of a row with `n` calls of estimated usage: marked ~."""
+    return "~" + cell if not is_missing(n) and n and cell != DASH else cell
+
+
+def estimated_note(n: Any) -> str:
+    """The line under a table whose tokens or costs rest on `n` calls of estimated usage ("" when none)."""
+    n = 0 if is_missing(n) else int(n)
+    return (f"\n~ usage estimated in {n:,} model calls of these runs (the server's counts were missing or not "
+            "counts): those tokens and costs are estimates.\n" if n else "")
+
+
+def estimated_caption(n: Any) -> str:
+    """What a figure's caption adds when the tokens or costs it plots rest on `n` calls of estimated usage."""
+    n = 0 if is_missing(n) else int(n)
+    return f" (~ usage estimated in {n:,} model calls: their tokens and costs are estimates)" if n else ""
+
+
+def estimated_calls(df: pd.DataFrame | None, column: str = ESTIMATED) -> int:
+    return int(df[column].fillna(0).sum()) if df is not None and column in df else 0
+
+
+def simple_section(df: pd.DataFrame, columns: Sequence[tuple[str, str, Any]], estimated_in: str = ESTIMATED,
+                   usage: Sequence[str] | None = None) -> str:
+    """columns: (header, column, formatter). When the frame counts calls of estimated usage (`estimated_in`), the
+    cells of `usage` (default: the columns named for tokens or costs, USAGE) are marked ~ in rows that have any."""
     if df is None or df.empty:
         return "Nothing to show.\n"
-    rows = [[fmt(r[col]) for _, col, fmt in columns] for _, r in df.iterrows()]
-    return md_table([h for h, _, _ in columns], rows) + "\n"
+    marked = set(usage if usage is not None else [c for _, c, _ in columns if USAGE.search(c)])
+    has = estimated_in in df
+    rows = [[estimated(fmt(r[col]), r[estimated_in]) if has and col in marked else fmt(r[col])
+             for _, col, fmt in columns] for _, r in df.iterrows()]
+    return md_table([h for h, _, _ in columns], rows) + "\n" + estimated_note(estimated_calls(df, estimated_in))
 
 
 def text(x: Any) -> str:

@@ -819,13 +819,16 @@ def exploratory_rows(pairs: pd.DataFrame, folders: Sequence[Folder], prereg: Pre
                 "tokens_ratio": float(rt["estimate"].iloc[0]) if len(rt) else math.nan,
                 "tokens_ratio_lo": float(rt["lo"].iloc[0]) if len(rt) else math.nan,
                 "tokens_ratio_hi": float(rt["hi"].iloc[0]) if len(rt) else math.nan,
+                "usage_estimated_calls": int(rt["usage_estimated_calls"].iloc[0])
+                if len(rt) and "usage_estimated_calls" in rt else 0,  # the pair's calls of estimated usage
                 "status": "exploratory", "reason": "not in the pre-registration file"})
     for name in analyses_done:
         if name not in prereg.analyses:
             rows.append({"analysis": name, "folder": "", "variant": "", "a": "", "b": "", "status": "exploratory",
-                         "reason": "not in the pre-registration file"})
+                         "reason": "not in the pre-registration file", "usage_estimated_calls": 0})
     cols = ["analysis", "folder", "variant", "a", "b", "n", "acc_diff_pts", "acc_diff_lo", "acc_diff_hi",
-            "mcnemar_p", "tokens_ratio", "tokens_ratio_lo", "tokens_ratio_hi", "status", "reason"]
+            "mcnemar_p", "tokens_ratio", "tokens_ratio_lo", "tokens_ratio_hi", "usage_estimated_calls", "status",
+            "reason"]
     return pd.DataFrame(rows, columns=cols)
 
 

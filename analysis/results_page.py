@@ -24,6 +24,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from analysis import export_inspect
 from analysis.load import AnalysisError, find_folders, load_folder, runs_frame
+from analysis.markdown import estimated, estimated_calls, estimated_note
 from harness.failures import announce
 
 COLUMNS = ["stage", "model", "condition", "variant", "runs", "accuracy", "interval", "tokens / run", "cost (USD)",
@@ -56,6 +57,7 @@ def rows(folders, viewer: str, logs: dict[tuple[str, str], str]) -> list[dict]:
                 out.append({"stage": f.name, "model": model, "condition": cond, "variant": variant or "-",
                             "runs": len(g), "accuracy": k / n if n else math.nan, "lo": lo, "hi": hi,
                             "tokens": float(g["tokens"].mean()), "cost": float(g["cost"].sum()),
+                            "usage_estimated_calls": estimated_calls(g),  # tokens and cost marked ~
                             "manifest": manifest_status(f.info),
                             "link": f"{viewer}#/logs/{logs[(f.name, cond)]}"})
     return out
@@ -74,6 +76,7 @@ def render(table: list[dict], sources: list[str]) -> str:
         interval = "–" if math.isnan(r["lo"]) else f"{r['lo']:.1%} – {r['hi']:.1%}"
         tok, tok_key = _num(r["tokens"], ",.0f")
         cost, cost_key = _num(r["cost"], ".4f")
+        tok, cost = (estimated(x, r.get("usage_estimated_calls")) for x in (tok, cost))
         cells = [(r["stage"], r["stage"]), (r["model"], r["model"]),
                  (f'<a href="{html.escape(r["link"], quote=True)}">{html.escape(r["condition"])}</a>', r["condition"]),
                  (r["variant"], r["variant"]), (str(r["runs"]), str(r["runs"])), (acc, acc_key),
@@ -81,6 +84,8 @@ def render(table: list[dict], sources: list[str]) -> str:
         tds = "".join(f'<td data-key="{html.escape(k, quote=True)}">{v if i == 2 else html.escape(v)}</td>'
                       for i, (v, k) in enumerate(cells))
         body.append(f"<tr>{tds}</tr>")
+    est = estimated_note(sum(r.get("usage_estimated_calls") or 0 for r in table)).strip()
+    note = f"<p>{html.escape(est)}</p>\n" if est else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>memspace-harness results</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
@@ -92,7 +97,7 @@ viewer.</p>
 <table id="results"><thead><tr>{head}</tr></thead><tbody>
 {chr(10).join(body)}
 </tbody></table>
-<script>
+{note}<script>
 let last = null, asc = true;
 function sortBy(col) {{
   asc = last === col ? !asc : true; last = col;

@@ -23,12 +23,11 @@ runs/<stage>/<label>/judgements/<judge name>.jsonl; the latest line per
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
-import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable
@@ -38,8 +37,6 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from harness.endpoints.client import Meter, ModelCallFailed
-from harness.endpoints.liveness import Liveness
-from harness.failures import EnvironmentFailure
 from harness.records import RunDir, atomic_write
 from harness.records.ledger import Ledger
 from harness.records.schema import SCHEMA_VERSION, Judgement
@@ -89,7 +86,7 @@ class _Judging:
         self.attempt_log = Ledger(self.attempts_path)
         self.counts: Counter = Counter()
         self.problems: list[dict] = []
-        self.cost = {"list": 0.0, "paid": 0.0, "calls": 0}
+        self.cost = {"list": 0.0, "paid": 0.0, "calls": 0, "estimated": 0}
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self.budget = None  # harness.run.budget.Budget of the stage, when it has a spending cap
@@ -164,24 +161,10 @@ class _Judging:
 
     def _call(self, record: dict, item: P.Item, proxy_url: str, attempt: int) -> None:
         meter = C.meter(self.jc)
-        meter.abort = self.abort
-        agent = C.agent(proxy_url, self.jc, f"{self.tag_prefix}:{record['run_id']}", attempt, meter)
-        try:
-            msg = agent.complete([{"role": "user", "content": item.prompt}])
-        except EnvironmentFailure:
-            self.abort.set()
-            raise  # a refused key or a missing model is not this judgement's failure: judging stops
+        try:  # a dead server, credit gone or a refused key raise here: judging stops, nothing written (C.ask)
+            msg = C.ask(proxy_url, self.jc, f"{self.tag_prefix}:{record['run_id']}", attempt, item.prompt, meter,
+                        self.abort, self.liveness)
         except (ModelCallFailed, openai.OpenAIError) as exc:
-            # the driver's rule (harness.endpoints.liveness): out of retries while no call succeeded since and
-            # the server does not answer a plain request either, the server is dead: nothing is written
-            if isinstance(exc, ModelCallFailed) and exc.reason == "retries" and \
-                    (self.abort.is_set() or self.liveness is not None and self.liveness.silent_since(time.monotonic())):
-                self.abort.set()
-                raise EnvironmentFailure(
-                    f"the judge's server keeps failing: a judgement ran out of retries while no call succeeded, and "
-                    f"the server does not answer a plain request either; its last answer: {exc}"[:1500],
-                    "fix or restart the judge's server (judge.base_url), then run the same command: the judgements "
-                    "it hit were not written and are made then (the others are kept and cached)") from exc
             with self._lock:
                 self.cost["calls"] += len(meter.calls)
             self.write({**self.base(record, item, item.kind), "prompt_sha256": item.prompt_sha256,
@@ -195,6 +178,7 @@ class _Judging:
             self.cost["calls"] += len(meter.calls)
             self.cost["list"] += sum(c["cost_list"] for c in meter.calls)
             self.cost["paid"] += sum(c["cost_paid"] for c in meter.calls)
+            self.cost["estimated"] += C.estimated(meter.calls)
         self._write_reply(record, item, reply, cached=False, attempt=attempt, meter=meter)
 
 
@@ -271,24 +255,14 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
                     from harness.run import preflight as pf  # the judge's request shape, before any judgement
 
                     pf.judge_preflight(proxy.base_url, judge_cfg, budget)
-                    job.liveness = Liveness(lambda: pf.model_call(proxy.base_url, {**jc, "max_retries": 0},
-                                                                  "judge").ok is not False)
-                    ledger.listeners.append(job.liveness.heard)
+                    job.liveness = C.liveness(proxy.base_url, jc, ledger, pf.model_call)
                     bar = tqdm(total=n_calls, unit="judgement", dynamic_ncols=True, file=sys.stderr,
                                disable=not progress, desc=f"judge {name}")
                     try:
-                        with ThreadPoolExecutor(max_workers=C.concurrency(cfg, jc), thread_name_prefix="judge") as pool:
-                            futures = [pool.submit(job.judge_run, rec, items, proxy.base_url,
-                                                   attempts.get(rec["run_id"], 0) + 1, bar)
-                                       for rec, items in pending]
-                            try:
-                                for f in futures:
-                                    f.result()  # a dead server, a storage error or a bug stops judging loudly
-                            except BaseException:
-                                job.abort.set()  # what is in flight sends nothing more, what is queued never starts
-                                for f in futures:
-                                    f.cancel()
-                                raise
+                        C.judge_all(C.concurrency(cfg, jc), [
+                            functools.partial(job.judge_run, rec, items, proxy.base_url,
+                                              attempts.get(rec["run_id"], 0) + 1, bar) for rec, items in pending],
+                            job.abort)
                     finally:
                         bar.close()
         finally:
@@ -357,6 +331,7 @@ def _summary(rd: RunDir, job: _Judging, name: str, records: list[dict], skipped:
         "this_session": {"already_done": skipped, "model_judgements": n_calls,
                          "written": dict((f"{k}/{s}", n) for (k, s), n in sorted(job.counts.items())),
                          "calls": job.cost["calls"], "cost_list": job.cost["list"], "cost_paid": job.cost["paid"],
+                         "usage_estimated_calls": job.cost["estimated"],
                          "interrupted_marked": interrupted},
         "problems": [{k: v[k] for k in ("run_id", "kind", "status", "reply", "error")}
                      for v in mine.values() if v["status"] in ("failed", "unparsable")],
@@ -371,7 +346,7 @@ def report(s: dict) -> None:
           f"{s['records']} records{planned}, {s['judgements']} judgements {s['status']}; "
           f"accuracy {acc}, leaks {s['leaks']}/{s['leak_judgements']}", file=sys.stderr)
     print(f"  this session: {t['already_done']} already judged, {t['model_judgements']} needed the model, "
-          f"{t['calls']} calls, ${t['cost_list']:.4f} at list price", file=sys.stderr)
+          + C.cost_line(t["calls"], t["cost_list"], t["usage_estimated_calls"]), file=sys.stderr)
     if s["planned_runs"] is not None and s["records"] < s["planned_runs"]:
         print(f"  note: {s['planned_runs'] - s['records']} planned runs have no record yet (not judged)",
               file=sys.stderr)

@@ -9,6 +9,10 @@ imports the other.
 * Cache: <cache_dir>/judge_cache.sqlite, shared across stages and judges (judge/cache.py).
 * Calls: every judge call goes through a metering proxy into the stage's ledger with role
   "judge" and a tag "<prefix>:<run_id>" under an attempt number.
+* A dead server (harness.endpoints.liveness, the driver's rule): a call out of retries while no call
+  succeeded since and the server fails a plain probe, or credit gone, stops judging (exit 3, the
+  server's last answer); nothing is written failed, the calls queued or in flight are aborted, and
+  the same command judges the rest (`ask`, `liveness`, `judge_all`).
 * Crash safety: a judge's attempts log says which run was being judged under which attempt;
   attempts that wrote no judgement line are marked interrupted in the ledger.
 * Dry run: with `dry_run=true` every judging command (make judge, agreement, probe,
@@ -21,16 +25,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from typing import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.endpoints.client import Agent, Meter
+from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.endpoints.liveness import Liveness
 from harness.endpoints.proxy import MeteringProxy
 from harness.endpoints.registry import identity as endpoint_identity
 from harness.endpoints.registry import open_endpoint
+from harness.failures import EnvironmentFailure
 from harness.records import RunDir
 from harness.records.ledger import Ledger, mark_interrupted, read_ledger
 from judge.cache import JudgeCache
@@ -127,6 +137,65 @@ def agent(proxy_url: str, jc: dict, tag: str, attempt: int, m: Meter) -> Agent:
     """A judge's client: role "judge", the judge config's retries and backoff."""
     return Agent(proxy_url, jc, tag, attempt, m, role=ROLE,
                  max_retries=int(jc.get("max_retries", 6)), backoff_s=float(jc.get("backoff_s", 1.0)))
+
+
+def ask(proxy_url: str, jc: dict, tag: str, attempt: int, prompt: str, m: Meter, abort: threading.Event,
+        alive: Liveness | None):
+    """One judgement's call, metered by `m`: its message, or the call's own failure raised (ModelCallFailed, an OpenAI error)
+    for the judge to write `failed`. The server's failure is raised as EnvironmentFailure with `abort` set, so
+    the calls in flight send nothing more: credit gone or a refused key, or out of retries while no call
+    succeeded since and the server fails a plain request too (harness.endpoints.liveness, the driver's rule)."""
+    m.abort = abort
+    try:
+        return agent(proxy_url, jc, tag, attempt, m).complete([{"role": "user", "content": prompt}])
+    except EnvironmentFailure:
+        abort.set()
+        raise
+    except ModelCallFailed as exc:
+        if exc.reason == "retries" and (abort.is_set() or alive is not None and alive.silent_since(time.monotonic())):
+            abort.set()
+            raise EnvironmentFailure(
+                f"the judge's server keeps failing: a judgement ran out of retries while no call succeeded, and "
+                f"the server does not answer a plain request either; its last answer: {exc}"[:1500],
+                "fix or restart the judge's server (judge.base_url), then run the same command: the judgements "
+                "it hit were not written and are made then (the others are kept and cached)") from exc
+        raise
+
+
+def estimated(calls: list[dict]) -> int:
+    """Of a judgement's metered calls, those whose usage the server did not report as counts (estimated)."""
+    return sum(bool(c.get("usage_estimated")) for c in calls)
+
+
+def cost_line(calls: int, cost_list: float, estimated_calls: int) -> str:
+    """A judging session's calls and cost, saying when some of it rests on estimated usage (as the run driver's
+    session line does)."""
+    est = (f" (usage of {estimated_calls} calls estimated: the server's counts were missing or not counts)"
+           if estimated_calls else "")
+    return f"{calls} calls, ${cost_list:.4f} at list price{est}"
+
+
+def liveness(proxy_url: str, jc: dict, ledger: Ledger, plain_call: Callable) -> Liveness:
+    """The judge server's liveness: heard from the ledger, probed with one plain request of its own shape, one
+    attempt (`plain_call`: harness.run.preflight.model_call, passed in: the preflight imports this module)."""
+    alive = Liveness(lambda: plain_call(proxy_url, {**jc, "max_retries": 0}, ROLE).ok is not False)
+    ledger.listeners.append(alive.heard)
+    return alive
+
+
+def judge_all(workers: int, tasks: list[Callable[[], None]], abort: threading.Event) -> None:
+    """The judging pool: every task, `workers` at a time; the first that raises (a dead server, a storage error,
+    a bug) stops judging loudly: `abort` set (what is in flight sends nothing more), what is queued never starts."""
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="judge") as pool:
+        futures = [pool.submit(t) for t in tasks]
+        try:
+            for f in futures:
+                f.result()
+        except BaseException:
+            abort.set()
+            for f in futures:
+                f.cancel()
+            raise
 
 
 def open_proxy(stack: ExitStack, endpoint, judge_cfg, jc: dict, ledger: Ledger) -> MeteringProxy:

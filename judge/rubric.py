@@ -12,7 +12,9 @@ through the metering proxy into the stage's ledger with role "judge" and tag
 "judge:<run_id>", and nothing is dropped: a reply without three scores is recorded as
 `unparsable`, a call that fails as `failed` (retried next time), a failed run as
 `failed_run`: not judged and given no scores (an empty answer is no answer to score; the
-tables count failed runs apart), and the summary counts them. The call's parameters are the
+tables count failed runs apart), and the summary counts them. A dead server is not a judgement's
+failure: the answer check's rule and pool (judge.common.ask/judge_all) stop judging with exit 3,
+nothing written failed, and the same command scores the rest. The call's parameters are the
 judge model config's, fitted to its `accepts` (harness.endpoints.fit) like the answer
 check's: a reasoning model's judge sends no temperature and `max_completion_tokens`.
 Lines go to runs/<stage>/<label>/judgements/<judge>.rubric.jsonl; the latest per run wins.
@@ -23,12 +25,12 @@ agreement by method) is analysis/personal/validation.py.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -140,6 +142,9 @@ class _Rubric:
         self.out = Ledger(lines_path(rd, name))
         self.lock = threading.Lock()
         self.counts: dict[str, int] = {}
+        self.cost = {"calls": 0, "list": 0.0, "estimated": 0}  # this session's judge calls (C.cost_line)
+        self.liveness = None  # the judge server's (judge.common.liveness), once its proxy is open
+        self.abort = threading.Event()  # judging stops: the calls queued or in flight send nothing more
 
     def write(self, line: dict) -> None:
         line["ts"] = now()
@@ -180,14 +185,17 @@ class _Rubric:
     def call(self, rec: dict, trial: dict, proxy_url: str) -> None:
         prompt = prompt_for(rec, trial)
         meter = C.meter(self.jc)
-        agent = C.agent(proxy_url, self.jc, f"judge:{rec['run_id']}", 1, meter)
-        try:
-            msg = agent.complete([{"role": "user", "content": prompt}])
+        try:  # a dead server, credit gone or a refused key raise here: judging stops, nothing written (C.ask)
+            msg = C.ask(proxy_url, self.jc, f"judge:{rec['run_id']}", 1, prompt, meter, self.abort, self.liveness)
         except (ModelCallFailed, openai.OpenAIError) as exc:
             self.write({**self.base(rec, prompt), "status": "failed", "llm": None, "keyword": None, "scores": None,
                         "cached": False, "reply": None, "error": f"{type(exc).__name__}: {exc}"[:1000]})
             return
         reply = (msg.content or "").strip()
+        with self.lock:
+            self.cost["calls"] += len(meter.calls)
+            self.cost["list"] += sum(c["cost_list"] for c in meter.calls)
+            self.cost["estimated"] += C.estimated(meter.calls)
         self.cache.put(self.ident, hashlib.sha256(prompt.encode()).hexdigest(), reply, str(self.jc.get("model")))
         self.scored(rec, trial, prompt, reply, False, meter)
 
@@ -227,9 +235,9 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
                     from harness.run import preflight as pf  # the rubric's request shape, before any score
 
                     pf.judge_preflight(proxy.base_url, None, config=jc)
-                    with ThreadPoolExecutor(max_workers=C.concurrency(cfg, jc)) as pool:
-                        for f in [pool.submit(job.call, rec, trials[rec["trial_id"]], proxy.base_url) for rec in todo]:
-                            f.result()
+                    job.liveness = C.liveness(proxy.base_url, jc, ledger, pf.model_call)
+                    C.judge_all(C.concurrency(cfg, jc), [functools.partial(job.call, rec, trials[rec["trial_id"]],
+                                                                           proxy.base_url) for rec in todo], job.abort)
             finally:
                 ledger.close()
     finally:
@@ -238,9 +246,11 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
     failed_runs = sum(r["status"] != "ok" for r in records)
     summary = {"run_dir": str(rd.root), "judge": name, "identity": job.ident, "hybrid": hybrid,
                "records": len(records), "failed_runs": failed_runs, "model_calls": len(todo),
-               "written": dict(job.counts)}
+               "written": dict(job.counts), "calls": job.cost["calls"], "cost_list": job.cost["list"],
+               "usage_estimated_calls": job.cost["estimated"]}
     print(f"{rd.root}: rubric judge {name} ({job.ident}, hybrid={hybrid}): {len(records)} records, "
-          f"{failed_runs} failed runs not judged, {len(todo)} needed the model, written {job.counts}", file=sys.stderr)
+          f"{failed_runs} failed runs not judged, {len(todo)} needed the model, written {job.counts}; "
+          + C.cost_line(job.cost["calls"], job.cost["list"], job.cost["estimated"]), file=sys.stderr)
     return summary
 
 

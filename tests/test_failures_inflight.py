@@ -213,6 +213,6 @@ def test_table6_counts_length_cut_replies_per_condition_and_tables_1_and_6_mark_
     table1 = report.split("Table 1", 1)[1].split("\n## ", 1)[0]
     none_row = next(ln for ln in table1.splitlines() if ln.startswith("| none "))
     ref_row = next(ln for ln in table1.splitlines() if ln.startswith("| session_search "))
-    assert none_row.count("~") == 2 and "~" not in ref_row  # tokens and cost of the estimated condition only
+    assert none_row.count("~") == 3 and "~" not in ref_row  # tokens, cost, USD per correct: the estimated condition only
     assert "~ usage estimated in 1 model calls" in table1
     assert "cut at length" in report.split("Table 6", 1)[1]

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.markdown import md_table, money
+from analysis.markdown import estimated, estimated_calls, estimated_note, md_table, money
 from analysis.personal import Table, register
 
 
 COLUMNS = ("model", "condition", "n", "failed", "answer_s_mean", "answer_s_sd", "answer_s_median",
            "reduction_vs_concat_pct", "queue_s_mean", "retrieval_s_mean", "barrier_wait_s_mean", "wall_s_mean",
            "assistant_prompt_tokens", "assistant_output_tokens", "tokens_per_call", "calls_per_run", "cost_list",
-           "usage_estimated_calls")
+           "usage_estimated_calls", "calls_cut_length")
 
 
 def build(st) -> pd.DataFrame:
@@ -46,7 +46,9 @@ def build(st) -> pd.DataFrame:
                          "tokens_per_call": (c.tokens_prompt.sum() + c.tokens_output.sum()) / calls if calls else None,
                          "calls_per_run": c.calls.mean(), "cost_list": c.cost_list.sum(),
                          "usage_estimated_calls": int(c.usage_estimated_calls.sum())
-                         if "usage_estimated_calls" in c else 0})
+                         if "usage_estimated_calls" in c else 0,
+                         # replies that ended at their token limit (finish_reason length): answers cut short
+                         "calls_cut_length": int(c.calls_cut_length.sum()) if "calls_cut_length" in c else 0})
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -64,20 +66,19 @@ def section(st) -> str:
                          f"{c.answer_s_mean.iloc[0]:.1f} s ({_s(k.reduction_vs_concat_pct.iloc[0], 0)}% lower)")
     body = [[r.model, r.condition, r.n, _s(r.answer_s_mean, 2), _s(r.reduction_vs_concat_pct, 0),
              _s(r.queue_s_mean, 2), _s(r.retrieval_s_mean, 3), _s(r.barrier_wait_s_mean, 3), _s(r.wall_s_mean, 2),
-             _s(r.assistant_prompt_tokens, 0), _s(r.tokens_per_call, 0) + ("~" if r.usage_estimated_calls else ""),
-             money(r.cost_list) + ("~" if r.usage_estimated_calls else "")] for r in t.itertuples()]
-    est = int(t.usage_estimated_calls.sum()) if len(t) else 0
+             estimated(_s(r.assistant_prompt_tokens, 0), r.usage_estimated_calls),
+             estimated(_s(r.tokens_per_call, 0), r.usage_estimated_calls),
+             estimated(money(r.cost_list), r.usage_estimated_calls), r.calls_cut_length] for r in t.itertuples()]
     return ("## Section 4.5: latency (the assistant's answer call) and tokens\n\n[`latency_tokens.csv`]"
             f"(latency_tokens.csv); reduction = ({who.reference} - method) / {who.reference}. The wait for an "
             "endpoint slot (queued), retrieval and the barrier's wait are beside the latency, not in it; wall = write "
-            "acceptance to answer."
-            + (f" ~ = estimated: the usage of {est} calls was missing or not counts (harness/endpoints/usage.py)."
-               if est else "") + "\n\n"
+            "acceptance to answer; cut at length: model calls whose reply ended at its token limit (finish_reason "
+            "length).\n\n"
             + ("\n".join(lines) + "\n\n" if lines else "")
             + (md_table(["model", "method", "n", "latency s", "reduction %", "queued s", "retrieval s",
                          "barrier wait s",
-                         "wall s", "assistant prompt tokens", "tokens / call", "cost (list)"], body)
-               if body else "(no runs)") + "\n")
+                         "wall s", "assistant prompt tokens", "tokens / call", "cost (list)", "cut at length"], body)
+               if body else "(no runs)") + "\n" + estimated_note(estimated_calls(t)))
 
 
 register(Table("latency", "latency_tokens.csv", build, section, order=55, columns=COLUMNS))

@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis import stats
 from analysis.load import Folder
+from analysis.markdown import ESTIMATED, estimated_calls
 
 METRICS = ("model_calls", "tool_calls", "tokens", "cost", "time")
 QTYPE_ORDER = ("single-session-user", "single-session-assistant", "single-session-preference", "multi-session",
@@ -46,6 +47,7 @@ class Paired:
     qids_judged: list[str]  # of those, correctness known on both sides
     metrics: stats.PairComparison | None
     accuracy: stats.PairComparison | None
+    estimated: int = 0  # calls of both sides' paired runs whose usage was estimated: their token/cost ratios too
 
     @property
     def n(self) -> int:
@@ -110,7 +112,12 @@ def compare_frames(m: pd.DataFrame, folder: str, variant: str, a: str, b: str, s
         ac = stats.compare_pair({}, {}, correct_a=j["correct_a"].to_numpy(float),
                                 correct_b=j["correct_b"].to_numpy(float), seed=st.seed, n_resamples=st.resamples,
                                 confidence=st.confidence, keep_boot=keep_boot, names=(a, b))
-    return Paired(folder, variant, a, b, qids, j["qid"].tolist(), mc, ac)
+    return Paired(folder, variant, a, b, qids, j["qid"].tolist(), mc, ac, paired_estimated(m))
+
+
+def paired_estimated(m: pd.DataFrame) -> int:
+    """Calls of estimated usage in the runs of a merged pair (merge_pairs), both sides."""
+    return sum(estimated_calls(m, f"{ESTIMATED}{s}") for s in ("_a", "_b"))
 
 
 def pair_rows(p: Paired) -> list[dict]:
@@ -119,7 +126,8 @@ def pair_rows(p: Paired) -> list[dict]:
     for pc in (p.metrics, p.accuracy):
         if pc is not None:
             for r in pc.rows():
-                rows.append({"folder": p.folder, "variant": p.variant, **r})
+                rows.append({"folder": p.folder, "variant": p.variant, **r,
+                             ESTIMATED: p.estimated if r.get("metric") in ("tokens", "cost") else 0})
     return rows
 
 

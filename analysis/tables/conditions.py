@@ -13,7 +13,12 @@ from analysis import figures, stats
 from analysis.load import Folder
 from analysis.markdown import (
     DASH,
+    ESTIMATED,
     ci,
+    estimated,
+    estimated_calls,
+    estimated_caption,
+    estimated_note,
     integer,
     is_missing,
     link,
@@ -99,7 +104,7 @@ def condition_tables(runs: pd.DataFrame, folders: Sequence[Folder], st: Settings
                 row.update(seed=st.seed, n_resamples=st.resamples, confidence=st.confidence, repeat=0)
                 (t2 if org else t1).append(row)
                 types += per_type_rows(d, f.name, variant, c)
-    cols_pairs = ["folder", "variant", "kind", *stats.ROW_FIELDS]
+    cols_pairs = ["folder", "variant", "kind", *stats.ROW_FIELDS, ESTIMATED]
     return {"table1": pd.DataFrame(t1), "table2": pd.DataFrame(t2),
             "table1_types": pd.DataFrame(types), "pairs": pd.DataFrame(pairs, columns=cols_pairs)}
 
@@ -109,13 +114,15 @@ METRIC_NAMES = {"model_calls": "model calls", "tool_calls": "tool calls", "token
 METRIC_DIGITS = {"model_calls": 2, "tool_calls": 2, "tokens": 0, "cost": 5, "time": 2}
 
 
-def _metric_cell(r: pd.Series, k: str) -> str:
-    est = "~" if k in ("tokens", "cost") and not is_missing(r.get("usage_estimated_calls")) \
-        and r.get("usage_estimated_calls") else ""
-    mean = est + num(r[f"mean_{k}"], METRIC_DIGITS[k])
+def _metric_cell(r: pd.Series, k: str, ref_estimated: int = 0) -> str:
+    """Mean (ratio); tokens and costs marked ~ when this condition's calls (or, for the ratio, the reference's) had
+    estimated usage."""
+    n = r.get(ESTIMATED) if k in ("tokens", "cost") else 0
+    mean = estimated(num(r[f"mean_{k}"], METRIC_DIGITS[k]), n)
     if is_missing(r.get(f"ratio_{k}")):
         return mean
-    return f"{mean} ({ci(r[f'ratio_{k}'], r[f'ratio_{k}_lo'], r[f'ratio_{k}_hi'])}×)"
+    cell = f"{mean} ({ci(r[f'ratio_{k}'], r[f'ratio_{k}_lo'], r[f'ratio_{k}_hi'])}×)"
+    return cell if is_missing(n) or n or k not in ("tokens", "cost") else estimated(cell, ref_estimated)
 
 
 def conditions_section(t: pd.DataFrame, folder: str, variant: str, org: bool) -> str:
@@ -127,22 +134,23 @@ def conditions_section(t: pd.DataFrame, folder: str, variant: str, org: bool) ->
              "tool-result chars", "USD per correct [95% CI]"]
     if org and variant == "private":
         heads += ["leaks", "runs with private units", "private units"]
+    ref = d["b"].dropna().iloc[0] if not org and d["b"].notna().any() else (
+        d["a"].dropna().iloc[0] if org and d["a"].notna().any() else None)
+    ref_est = estimated_calls(d[d["condition"] == ref]) if ref else 0
     rows = []
     for _, r in d.iterrows():
         diff = DASH if is_missing(r["acc_diff_pts"]) else (
             ci(r["acc_diff_pts"], r["acc_diff_lo"], r["acc_diff_hi"], 1, sign=True) + f" (n={integer(r['n_paired_judged'])})")
         row = [r["condition"], integer(r["n_questions"]), integer(r["n_failed"]), integer(r["n_unjudged"]),
                num(r["accuracy_pct"], 1), diff, pval(r["mcnemar_p"]),
-               *(_metric_cell(r, k) for k in ("model_calls", "tool_calls", "tokens", "cost", "time")),
+               *(_metric_cell(r, k, ref_est) for k in ("model_calls", "tool_calls", "tokens", "cost", "time")),
                num(r["median_time"], 2), integer(r["mean_result_chars"]),
-               money(r["usd_per_correct"]) + ("" if is_missing(r.get("usd_per_correct_lo")) else
-                                              f" [{money(r['usd_per_correct_lo'])}, {money(r['usd_per_correct_hi'])}]")]
+               estimated(money(r["usd_per_correct"]) + ("" if is_missing(r.get("usd_per_correct_lo")) else
+                         f" [{money(r['usd_per_correct_lo'])}, {money(r['usd_per_correct_hi'])}]"), r.get(ESTIMATED))]
         if org and variant == "private":
             row += [f"{integer(r['leaks'])} of {integer(r['leak_judged'])}", integer(r["exposed_runs"]),
                     integer(r["private_units"])]
         rows.append(row)
-    ref = d["b"].dropna().iloc[0] if not org and d["b"].notna().any() else (
-        d["a"].dropna().iloc[0] if org and d["a"].notna().any() else None)
     if org:
         how = (f"Ratios are **{ref} / condition** on the questions both ran; Δ accuracy = {ref} − condition."
                if ref else "The shared view was not run: no ratios.")
@@ -152,14 +160,7 @@ def conditions_section(t: pd.DataFrame, folder: str, variant: str, org: bool) ->
     r0 = d.iloc[0]
     return (f"{how} Each metric cell: mean per question (ratio [95% CI]×). Seed {int(r0['seed'])}, "
             f"{integer(r0['n_resamples'])} paired bootstrap resamples over questions; repeat 0 of each condition.\n\n"
-            + md_table(heads, rows) + "\n" + _estimated_note(d))
-
-
-def _estimated_note(d: pd.DataFrame) -> str:
-    """The line under a table whose tokens or costs rest on estimated usage (marked ~)."""
-    n = int(d["usage_estimated_calls"].fillna(0).sum()) if "usage_estimated_calls" in d else 0
-    return (f"\n~ usage estimated in {n} model calls of these runs (the server's counts were missing or not counts): "
-            "those tokens and costs are estimates.\n" if n else "")
+            + md_table(heads, rows) + "\n" + estimated_note(estimated_calls(d)))
 
 
 def types_section(types: pd.DataFrame, folder: str, variant: str) -> str:
@@ -217,15 +218,18 @@ def table1_section(res) -> str:
         parts.append(conditions_section(t1, folder, "", org=False))
         d = t1[t1["folder"] == folder]
         med = d[d["median_ratio_tokens"].notna()]
+        ref = d["b"].dropna().iloc[0] if d["b"].notna().any() else None
+        ref_est = estimated_calls(d[d["condition"] == ref]) if ref else 0
         if not med.empty:
             parts.append("\nPer-question token ratio (median [95% CI]) and share of questions where the "
                          "condition used fewer tokens:\n\n" + md_table(
                              ["condition", "median ratio", "questions excluded (0 tokens in reference)", "cheaper",
                               "ties"],
-                             [[r["condition"], ci(r["median_ratio_tokens"], r["median_ratio_tokens_lo"],
-                                                  r["median_ratio_tokens_hi"]),
+                             [[r["condition"], estimated(ci(r["median_ratio_tokens"], r["median_ratio_tokens_lo"],
+                                                            r["median_ratio_tokens_hi"]), r[ESTIMATED] + ref_est),
                                integer(r["median_ratio_tokens_excluded"]), share(r["share_cheaper_tokens"]),
-                               share(r["share_ties_tokens"])] for _, r in med.iterrows()]) + "\n")
+                               share(r["share_ties_tokens"])] for _, r in med.iterrows()]) + "\n"
+                         + estimated_note(estimated_calls(med) + (ref_est if ref not in set(med["condition"]) else 0)))
         parts.append("\n" + types_section(t["table1_types"], folder, ""))
         parts.append("\n" + pairs_section(t["comparisons"], folder, ""))
         fig = f"figure3_{folder.replace('/', '_')}.png"
@@ -268,7 +272,8 @@ def draw_figure3(res, out: Path) -> dict[str, str]:
     for f in res.folders:
         name = f"figure3_{f.name.replace('/', '_')}.png"
         if not t1.empty and (t1["folder"] == f.name).any() and figures.figure3(t1, f.name, out / name):
-            figs[name] = f"Figure 3: accuracy against tokens per condition, {f.name}"
+            figs[name] = (f"Figure 3: accuracy against tokens per condition, {f.name}"
+                          + estimated_caption(estimated_calls(t1[t1["folder"] == f.name])))
     return figs
 
 
@@ -277,7 +282,8 @@ def draw_figure6(res, out: Path) -> dict[str, str]:
     for f in res.folders:
         name = f"figure6_{f.name.replace('/', '_')}.png"
         if not t2.empty and (t2["folder"] == f.name).any() and figures.figure6(t2, f.name, out / name):
-            figs[name] = f"Figure 6: LongMemEval-Org conditions, {f.name}"
+            figs[name] = (f"Figure 6: LongMemEval-Org conditions, {f.name}"
+                          + estimated_caption(estimated_calls(t2[t2["folder"] == f.name])))
     return figs
 
 

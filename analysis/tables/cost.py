@@ -198,7 +198,9 @@ def table6_section(res) -> str:
         ("output", "output", integer), ("list USD", "cost_list_usd", money), ("paid USD", "cost_paid_usd", money),
         ("list CNY", "cost_list_cny", money), ("paid CNY", "cost_paid_cny", money),
         ("correct answers", "correct_answers", integer), ("list USD per correct (every repeat)", "usd_per_correct", money),
-        ("prices", "price_source", text)]))
+        ("prices", "price_source", text)], estimated_in="calls_usage_estimated",
+        usage=("prompt", "hit", "miss", "output", "cost_list_usd", "cost_paid_usd", "cost_list_cny", "cost_paid_cny",
+               "usd_per_correct")))
 
     return "".join(parts)
 

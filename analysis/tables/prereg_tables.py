@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pandas as pd
 
-from analysis.markdown import DASH, ci, integer, is_missing, link, md_table, num, pval
+from analysis.markdown import (DASH, ESTIMATED, ci, estimated, estimated_calls, estimated_note, integer, is_missing,
+                               link, md_table, num, pval)
+
+USAGE_TEST = re.compile(r"\b(tokens?|cost)\b")  # a component whose estimate is a ratio of tokens or costs
 from analysis.tables import Table, register
 
 
@@ -18,25 +22,26 @@ def table3_section(t3: pd.DataFrame, comps: pd.DataFrame, expl: pd.DataFrame) ->
 
     rows = []
     for _, r in t3.iterrows():
-        est = DASH if is_missing(r["estimate"]) else ci(r["estimate"], r["lo"], r["hi"], 3)
+        est = DASH if is_missing(r["estimate"]) else estimated(ci(r["estimate"], r["lo"], r["hi"], 3), r.get(ESTIMATED))
         rows.append([r["id"], r["family"], r["tests"], r["threshold_source"], r["folders"] or DASH, integer(r["n"]),
                      est, pval(r["p"]), pval(r["p_holm"]) if r["in_holm"] else DASH, f"**{r['outcome']}**",
                      r["status"] + (f" ({r['reason']})" if r["reason"] else "")])
     out = md_table(["id", "family", "rule", "threshold from", "folders", "n", "estimate [95% CI]", "p", "p (Holm)",
-                    "outcome", "status"], rows) + "\n"
+                    "outcome", "status"], rows) + "\n" + estimated_note(estimated_calls(t3))
     out += "\n" + "\n".join(f"- **{r['id']}**: {r['statement']} (hypothesis from "
                             f"{origin(r['hypothesis_source'], r['hypothesis_quote'], r['hypothesis_why'])})"
                             for _, r in t3.iterrows()) + "\n"
     crow = []
     for _, c in comps.iterrows():
         crow.append([f"{c['id']}.{int(c['component'])}", c["test"], c["folder"] or DASH, integer(c["n"]),
-                     DASH if is_missing(c["estimate"]) else ci(c["estimate"], c["lo"], c["hi"], 3),
+                     DASH if is_missing(c["estimate"]) else estimated(ci(c["estimate"], c["lo"], c["hi"], 3),
+                                                                      c.get(ESTIMATED)),
                      num(c["threshold"], 3), c["threshold_source"], pval(c["p"]),
                      DASH if is_missing(c["holds"]) else ("holds" if c["holds"] else "does not hold"),
                      "; ".join(x for x in (c["note"], c["error"]) if isinstance(x, str) and x)])
     out += "\nComponents (" + link("table3_components.csv") + "):\n\n" + md_table(
         ["test", "rule", "folder", "n", "estimate [95% CI]", "threshold", "threshold from", "p", "result", "note"],
-        crow) + "\n"
+        crow) + "\n" + estimated_note(estimated_calls(comps))
     out += ("\nWhere each threshold comes from (paper: the paper's words; reconstructed: our choice):\n\n"
             + "\n".join(f"- {c['id']}.{int(c['component'])} {c['test']}: "
                          f"{origin(c['threshold_source'], c['threshold_quote'], c['threshold_why'])}"
@@ -47,12 +52,13 @@ def table3_section(t3: pd.DataFrame, comps: pd.DataFrame, expl: pd.DataFrame) ->
             if e["analysis"] == "comparison":
                 what = f"{e['a']} vs {e['b']} ({e['folder']}{' ' + e['variant'] if e['variant'] else ''})"
                 res = (f"Δ acc {ci(e['acc_diff_pts'], e['acc_diff_lo'], e['acc_diff_hi'], 1, True)} pts, "
-                       f"McNemar p {pval(e['mcnemar_p'])}; tokens {ci(e['tokens_ratio'], e['tokens_ratio_lo'], e['tokens_ratio_hi'])}×")
+                       f"McNemar p {pval(e['mcnemar_p'])}; tokens "
+                       f"{estimated(ci(e['tokens_ratio'], e['tokens_ratio_lo'], e['tokens_ratio_hi']), e.get(ESTIMATED))}×")
             else:
                 what, res = e["analysis"], "descriptive"
             erow.append([what, res, f"{e['status']} ({e['reason']})"])
         out += "\nAnalyses not in the pre-registration file (" + link("table3_exploratory.csv") + "):\n\n" + md_table(
-            ["analysis", "result", "status"], erow) + "\n"
+            ["analysis", "result", "status"], erow) + "\n" + estimated_note(estimated_calls(expl))
     return out
 
 
@@ -93,13 +99,23 @@ def _outcomes(res) -> list:
 def _table3(res) -> pd.DataFrame:
     from analysis import prereg as P
 
-    return P.table3(_outcomes(res), res.prereg)
+    t = P.table3(_outcomes(res), res.prereg)
+    if not t.empty:  # a test's calls of estimated usage: those of its token or cost components
+        t[ESTIMATED] = t["id"].map(res.table("table3_components").groupby("id")[ESTIMATED].sum()).fillna(0).astype(int)
+    return t
 
 
 def _components(res) -> pd.DataFrame:
+    """The components; a token or cost component counts the calls of estimated usage in the runs of its folders."""
     from analysis import prereg as P
 
-    return P.components_table(_outcomes(res))
+    c = P.components_table(_outcomes(res))
+    if not c.empty:
+        runs = res.runs
+        c[ESTIMATED] = [
+            estimated_calls(runs[runs["folder"].isin(set(re.split(r"[;,+ ]+", str(f or ""))))])
+            if USAGE_TEST.search(str(test)) else 0 for test, f in zip(c["test"], c["folder"])]
+    return c
 
 
 def _exploratory(res) -> pd.DataFrame:

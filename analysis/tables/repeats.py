@@ -13,7 +13,7 @@ import pandas as pd
 
 from analysis import stats
 from analysis.load import Folder
-from analysis.markdown import ci, integer, link, md_table, num, share, simple_section, text
+from analysis.markdown import ESTIMATED, ci, estimated_calls, integer, link, md_table, num, share, simple_section, text
 from analysis.tables import Table, register
 from analysis.tables.common import each_condition, select
 from analysis.tables.status import status_line as _status_line
@@ -40,6 +40,7 @@ def agreement_table(runs: pd.DataFrame, folders: Sequence[Folder]) -> pd.DataFra
         if len(m):
             t0, t1 = m["tokens_0"].to_numpy(float), m["tokens_1"].to_numpy(float)
             row["tokens_r1_over_r0"] = float(t1.sum() / t0.sum()) if t0.sum() else math.nan
+        row[ESTIMATED] = estimated_calls(m, f"{ESTIMATED}_0") + estimated_calls(m, f"{ESTIMATED}_1")
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from analysis import figures, stats
 from analysis.load import Folder
-from analysis.markdown import integer, link, num, simple_section, text
+from analysis.markdown import ESTIMATED, estimated_calls, estimated_caption, integer, link, num, simple_section, text
 from analysis.tables import Table, register
 from analysis.tables.common import Settings, conditions_in, select
 from analysis.tables.status import status_line as _status_line
@@ -43,6 +43,8 @@ def scale_table(runs: pd.DataFrame, s_folder: Folder, m_folder: Folder, st: Sett
         gc = growth(runs, s_folder.name, m_folder.name, c, "model_calls")
         row["model_calls_growth"] = (float(gc["model_calls_to"].sum() / gc["model_calls_from"].sum())
                                      if gc["model_calls_from"].sum() else math.nan)
+        row[ESTIMATED] = sum(estimated_calls(d[d["qid"].isin(g["qid"])]) for d in (
+            select(runs, s_folder.name, "", c), select(runs, m_folder.name, "", c)))  # their tokens are estimates
         row.update(seed=st.seed, n_resamples=st.resamples, confidence=st.confidence)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -85,7 +87,8 @@ def _scale(res) -> pd.DataFrame:
 def draw_figure5(res, out: Path) -> dict[str, str]:
     scale = res.table("scale")
     if not scale.empty and figures.figure5(scale, out / "figure5.png"):
-        return {"figure5.png": "Figure 5: S vs M histories on the scale questions"}
+        return {"figure5.png": "Figure 5: S vs M histories on the scale questions"
+                + estimated_caption(estimated_calls(scale))}
     return {}
 
 

@@ -49,7 +49,9 @@ def tokens_section(res) -> str:
         ("results", "mean_results", integer), ("output", "mean_output", integer), ("input", "mean_input", integer),
         ("tokens", "mean_tokens", integer), ("CV tokens", "cv_tokens", num),
         ("asked agents' tokens", "asked_agent_tokens", integer),
-        ("calls with usage estimated", "usage_estimated_calls", integer)]))
+        ("calls with usage estimated", "usage_estimated_calls", integer)],
+        usage=("mean_prefix", "mean_results", "mean_output", "mean_input", "mean_tokens", "cv_tokens",
+               "asked_agent_tokens")))
     return "".join(parts)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.markdown import integer, link, num, pval, simple_section, text
+from analysis.markdown import ESTIMATED, integer, link, num, pval, simple_section, text
 from analysis.tables import Table, register
 from analysis.tables.common import merge_pairs, compare_frames, pair_columns, select
 from analysis.tables.fidelity import pool
@@ -35,7 +35,7 @@ def _build(res: Any) -> pd.DataFrame:
             rows.append({"folder": o.name, "whole_history_folder": m.name, "variant": VARIANT,
                          "accuracy_shared_pct": float(j["correct_a"].mean() * 100) if len(j) else float("nan"),
                          "accuracy_whole_pct": float(j["correct_b"].mean() * 100) if len(j) else float("nan"),
-                         **pair_columns(p), "seed": res.settings.seed, "n_resamples": res.settings.resamples,
+                         **pair_columns(p), ESTIMATED: p.estimated, "seed": res.settings.seed, "n_resamples": res.settings.resamples,
                          "confidence": res.settings.confidence})
     return pd.DataFrame(rows)
 
