@@ -334,7 +334,9 @@ class FakeModel(ScriptedUpstream):
             pt = prompt_tokens(req["messages"], req.get("tools"))
             chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": req.get("model", "fake"),
                      "choices": [{"index": 0, "delta": {"role": "assistant", "content": self.answer}}],
-                     "usage": usage_of(pt, 7, 0)}
+                     "usage": usage_of(pt, 7, 0) if self.usage is False else self.usage(pt)}
+            if chunk["usage"] is None:  # `usage` may leave the usage chunk out (a stream without include_usage)
+                chunk.pop("usage")
             return handler.send_raw(200, f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
         if fault == "hang":
             time.sleep(self.hang_s)
