@@ -3,8 +3,6 @@ each, held on the scripted upstream (bench/fake_upstream.py) rather than on timi
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from bench.fake_upstream import is_preflight
@@ -47,27 +45,16 @@ def test_an_event_stream_without_a_usage_chunk_is_billed_at_estimated_usage_neve
 
 
 def test_a_whole_reply_that_arrives_just_past_the_deadline_is_answered_not_thrown_away(tmp_path):
-    """The server sends its whole 200 (usage and all: billed) a little after the attempt's deadline, the body
-    trickling in so no single read times out. The proxy read all of it, then answered 504 and logged the
-    call without its usage: a billed reply in no record, counted $0 by the cap, and paid again by the
-    retry. A reply the proxy holds complete is the call's answer (the client waits twice the deadline)."""
-    deadline_s = 1.0
-    held = []
-
-    def stall(req):
-        if held:
-            return None
-        ev = threading.Event()
-        held.append(ev)
-        # set once the deadline has surely passed for the proxy (its clock started before the request reached us)
-        threading.Timer(deadline_s + 0.4, ev.set).start()
-        return ev
-
-    with FakeModel(stall=stall) as fake:
+    """The server sends its whole 200 (usage and all: billed) a little after the attempt's deadline of 2 s: headers
+    and half the body at 1.2 s, the rest at 2.4 s, so no read waits longer than the deadline. The proxy read
+    all of it, then answered 504 and logged the call without its usage: a billed reply in no record, counted
+    $0 by the cap, and paid again by the retry. A reply the proxy holds whole is the call's answer (the
+    client waits twice the deadline for the proxy); a body still coming past the deadline is a timeout."""
+    with FakeModel(schedule=["late"], hang_s=1.2) as fake:
         ledger = Ledger(tmp_path / "l.jsonl")
         meter = Meter(PRICES)
         with MeteringProxy(fake.base_url, ledger) as proxy:
-            msg = _agent(proxy, meter, timeout_s=deadline_s).complete(MSGS)
+            msg = _agent(proxy, meter, timeout_s=2.0).complete(MSGS)
         ledger.close()
         n_requests = len(fake.requests)
     assert msg.content == "I don't know."
