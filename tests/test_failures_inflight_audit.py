@@ -3,6 +3,8 @@ each, held on the scripted upstream (bench/fake_upstream.py) rather than on timi
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from bench.fake_upstream import is_preflight
@@ -11,7 +13,12 @@ from harness.endpoints.proxy import STREAMED, MeteringProxy
 from harness.endpoints.usage import chars_count, request_text
 from harness.records.ledger import Ledger, read_ledger
 from harness.run.budget import Budget
+from harness.cli.run import run_agents
+from harness.records import RunDir
 from tests.fake_model import FakeModel, prompt_tokens
+from tests.test_failures_audit import once
+from tests.test_failures_midstage import (  # noqa: F401 - _shared_cache: the same data and index cache
+    _shared_cache, agents_cfg, ledger_matches_records)
 
 PRICES = {"currency": "USD", "hit": 0.5, "miss": 2.0, "output": 8.0, "usd_per_currency": 1.0}
 MSGS = [{"role": "user", "content": "what did I say about the garden? " + "z" * 200}]
@@ -63,3 +70,67 @@ def test_a_whole_reply_that_arrives_just_past_the_deadline_is_answered_not_throw
     pt = prompt_tokens(MSGS, None)
     assert [(e["status"], e["prompt"], e["output"]) for e in resp] == [(200, pt, 7)]
     assert [(c["prompt"], c["output"]) for c in meter.calls] == [(pt, 7)]
+
+
+# ------------------------------------------------------------------ Ctrl-C while runs are in flight
+
+def _main_thread_in_pool_shutdown() -> bool:
+    """The main thread is past the driver's abort, waiting in the pool's shutdown for its workers."""
+    import sys
+
+    f = sys._current_frames().get(threading.main_thread().ident)
+    while f is not None:
+        if f.f_code.co_name == "shutdown" and "concurrent" in f.f_code.co_filename:
+            return True
+        f = f.f_back
+    return False
+
+
+def test_ctrl_c_while_runs_are_in_flight_sends_nothing_more_and_the_same_command_finishes_each_run_once(tmp_path):
+    """Two runs' first requests are held by the server; Ctrl-C arrives (KeyboardInterrupt in the main thread)
+    while both are in flight, and the replies come once the driver is waiting for its workers. A run the
+    reply finished is recorded whole; no other request reaches the server; the rerun finishes every run
+    exactly once, with new attempt numbers and ledger and records matching call by call."""
+    import _thread
+
+
+    state = {"hold": True, "held": [], "sent_at_release": None}
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def stall(req):
+        if not state["hold"] or is_preflight(req):
+            return None
+        with lock:
+            state["held"].append(req)
+            if len(state["held"]) == 2:
+                _thread.interrupt_main()  # Ctrl-C, with both runs in flight
+        return release
+
+    def releaser():
+        while not _main_thread_in_pool_shutdown():
+            threading.Event().wait(0.01)
+        state["sent_at_release"] = len(fake.run_requests)
+        release.set()
+
+    extra = ["concurrency=2", "model.timeout_s=10", "model.retry_budget_s=20"]
+    with FakeModel(stall=stall) as fake:
+        watcher = threading.Thread(target=releaser, daemon=True)
+        watcher.start()
+        with pytest.raises(KeyboardInterrupt):
+            run_agents(agents_cfg(tmp_path, fake, *extra))
+        watcher.join(5)
+        assert not any(t.name.startswith("agent") and t.is_alive() for t in threading.enumerate())
+        assert state["sent_at_release"] == 2 and len(fake.run_requests) == 2  # nothing sent after Ctrl-C
+        rd = RunDir(tmp_path / "runs" / "smoke" / "smoke")
+        first = once(rd)
+        assert all(r["status"] == "ok" for r in first.values())  # only runs the held replies finished
+        used = {e["tag"]: e["attempt"] for e in read_ledger(rd.ledger_path)
+                if e.get("event") == "request" and e.get("role") != "preflight"}
+        state["hold"] = False
+        run_agents(agents_cfg(tmp_path, fake, *extra))
+    after = once(rd)
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
+    assert all(after[t]["attempt"] > a for t, a in used.items() if t not in first)  # no attempt number reused
+    assert all(after[t] == first[t] for t in first)  # a recorded run is never run again
+    ledger_matches_records(rd, after)
