@@ -17,6 +17,7 @@ from harness.cli.run import run_agents
 from harness.records import RunDir
 from tests.fake_model import FakeModel, prompt_tokens
 from tests.test_failures_audit import once
+from tests.test_judge import stage, stage_runs  # noqa: F401 - the judged stage (fixtures)
 from tests.test_failures_midstage import (  # noqa: F401 - _shared_cache: the same data and index cache
     _shared_cache, agents_cfg, ledger_matches_records)
 
@@ -134,3 +135,36 @@ def test_ctrl_c_while_runs_are_in_flight_sends_nothing_more_and_the_same_command
     assert all(after[t]["attempt"] > a for t, a in used.items() if t not in first)  # no attempt number reused
     assert all(after[t] == first[t] for t in first)  # a recorded run is never run again
     ledger_matches_records(rd, after)
+
+
+# ------------------------------------------------------------------ the judge's server, several judgements at once
+
+@pytest.mark.parametrize("fault, said", [("503", "no healthy upstream"), ("quota", "no credit left")])
+def test_a_judge_server_dying_with_judgements_in_flight_writes_none_failed_and_the_rerun_judges_exactly_the_rest(
+        stage, fault, said):
+    """Four judgements at once; the judge's server answers 4 judgements, then fails for good (a 503, or credit
+    gone): exit 3 naming its answer, nothing written failed (neither the judgement that tripped the stop nor
+    those in flight), and the fixed server is asked exactly the prompts not judged, each once."""
+    import subprocess
+
+    from judge.run import load_judgements
+    from tests.test_judge import expected, judge_cmd, judge_script, stage_dir
+
+    with FakeModel(script=lambda req: judge_script(req, None), dies_with=fault, dies_after=4) as fake:
+        res = subprocess.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=4"), capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 3, res.stderr
+        assert said in res.stderr, res.stderr[-2000:]
+        first = load_judgements(stage_dir(stage), "vllm")
+        assert {v["status"] for v in first.values()} <= {"ok", "failed_run"}  # nothing written failed
+        ok = {k: v for k, v in first.items() if v["status"] == "ok"}
+        fake.dies_with = None
+        before = len(fake.run_requests)
+        res = subprocess.run(judge_cmd(stage, fake, "concurrency=4"), capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        asked = [r for r in fake.run_requests[before:] if "Model response" in r["body"]["messages"][0]["content"]]
+    got = load_judgements(stage_dir(stage), "vllm")
+    assert {k: v["label"] for k, v in got.items()} == expected(stage)
+    assert all(got[k]["attempt"] == v["attempt"] for k, v in ok.items())  # the first session's kept
+    todo = {v["prompt_sha256"] for v in got.values() if v["status"] == "ok"} - {v["prompt_sha256"] for v in ok.values()}
+    assert len(asked) == len(todo)  # exactly the rest, each once
