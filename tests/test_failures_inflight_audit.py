@@ -168,3 +168,26 @@ def test_a_judge_server_dying_with_judgements_in_flight_writes_none_failed_and_t
     assert all(got[k]["attempt"] == v["attempt"] for k, v in ok.items())  # the first session's kept
     todo = {v["prompt_sha256"] for v in got.values() if v["status"] == "ok"} - {v["prompt_sha256"] for v in ok.values()}
     assert len(asked) == len(todo)  # exactly the rest, each once
+
+
+# ------------------------------------------------------------------ a 413 on the preflight
+
+def test_a_413_on_the_preflight_stops_the_stage_before_any_run_and_the_same_command_runs_them(tmp_path):
+    """A gateway whose request-size limit is below even the preflight's request: the stage stops there
+    (exit 3, the 413 named), no run starts or is recorded, and the fixed gateway then runs every run once."""
+    from harness.failures import STOPPED, exit_code
+    from tests.test_failures_midstage import stopped
+
+    state = {"on": True}
+    too_large = (413, {"error": {"message": "Request Entity Too Large", "type": "invalid_request_error"}})
+    with FakeModel(refuse=lambda req: too_large if state["on"] else None) as fake:
+        exc = stopped(run_agents, agents_cfg(tmp_path, fake))
+        assert exit_code(exc) == STOPPED and "preflight" in str(exc) and "413" in str(exc), exc
+        assert fake.run_requests == []
+        rd = RunDir(tmp_path / "runs" / "smoke" / "smoke")
+        assert once(rd) == {} and not rd.attempts()
+        state["on"] = False
+        run_agents(agents_cfg(tmp_path, fake))
+    after = once(rd)
+    assert len(after) == 4 and all(r["status"] == "ok" and r["attempt"] == 1 for r in after.values())
+    ledger_matches_records(rd, after)
