@@ -227,3 +227,28 @@ def test_the_personal_output_length_table_counts_answers_cut_at_their_token_limi
 
     text = table5.section(st)
     assert "3 answers cut at their token limit" in text
+
+
+# ------------------------------------------------------------------ the breaker on a stage of fewer questions than breaker_runs
+
+def test_a_gateway_failing_every_run_request_of_a_stage_with_fewer_questions_than_breaker_runs_burns_no_run(tmp_path):
+    """The smoke stage asks 2 questions (4 runs); a gateway fails every run request but answers the probe.
+    At the default breaker_runs=3 "different questions in a row" can never be reached, so every run was
+    recorded failed at the stage's end with exit 0 — the whole stage burnt, no run ever succeeding. Every
+    question of the stage out of retries, none succeeding, is the server's: exit 3, 0 runs recorded."""
+    from harness.failures import STOPPED, exit_code
+    from tests.test_failures_midstage import stopped
+
+    broken = {"on": True}
+    refuse = lambda req: (503, {"error": {"message": "upstream overloaded", "type": "x"}}, {"Retry-After": "0"}) \
+        if broken["on"] and not is_preflight(req) else None  # noqa: E731
+    with FakeModel(refuse=refuse) as fake:
+        exc = stopped(run_agents, agents_cfg(tmp_path, fake, "concurrency=1"))
+        assert exit_code(exc) == STOPPED and "upstream overloaded" in str(exc), exc
+        rd = RunDir(tmp_path / "runs" / "smoke" / "smoke")
+        assert once(rd) == {}
+        broken["on"] = False
+        run_agents(agents_cfg(tmp_path, fake, "concurrency=1"))
+    after = once(rd)
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
+    ledger_matches_records(rd, after)
