@@ -252,3 +252,39 @@ def test_a_gateway_failing_every_run_request_of_a_stage_with_fewer_questions_tha
     after = once(rd)
     assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
     ledger_matches_records(rd, after)
+
+
+def test_an_event_stream_with_a_usage_block_in_every_chunk_bills_the_last_not_their_sum(tmp_path):
+    """vLLM's continuous usage stats put a running total in every chunk: the stream billed the last total
+    once (summing the chunks would bill it several times over; the first would bill a fraction)."""
+    import json
+
+    from harness.endpoints.usage import event_stream
+    from bench.fake_upstream import usage_of
+
+    chunks = [{"choices": [{"delta": {"content": w}}], "usage": usage_of(50, i + 1, 0)}
+              for i, w in enumerate(["I ", "don't ", "know."])]
+    text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    usage, message = event_stream(text)
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (50, 3) and message["content"] == "I don't know."
+
+
+def test_a_judge_endpoint_rejecting_the_judges_request_stops_judging_at_its_preflight_writing_nothing_failed(stage):
+    """The judge's endpoint rejects its request shape with a 400 the body does not explain (as a gateway does
+    for a parameter it will not take): the judge's preflight is that very request, so every judgement would
+    be rejected too. Judging must stop there (exit 3, the rejection named), not write each judgement failed."""
+    import subprocess
+
+    from judge.run import load_judgements
+    from tests.test_judge import judge_cmd, stage_dir
+
+    odd = (400, {"error": {"message": "unsupported request for this deployment", "type": "invalid_request_error"}})
+    with FakeModel(refuse=lambda req: odd) as fake:
+        res = subprocess.run(judge_cmd(stage, fake, "judge.max_retries=1"), capture_output=True, text=True,
+                             timeout=300)
+        asked = [r for r in fake.requests if "Model response" in r["body"]["messages"][0]["content"]]
+    assert res.returncode == 3, res.stderr[-2000:]
+    assert "unsupported request for this deployment" in res.stderr
+    assert asked == []  # no judgement sent after the preflight's refusal
+    got = load_judgements(stage_dir(stage), "vllm")
+    assert {j["status"] for j in got.values()} <= {"failed_run"}
