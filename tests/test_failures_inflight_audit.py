@@ -288,3 +288,35 @@ def test_a_judge_endpoint_rejecting_the_judges_request_stops_judging_at_its_pref
     assert asked == []  # no judgement sent after the preflight's refusal
     got = load_judgements(stage_dir(stage), "vllm")
     assert {j["status"] for j in got.values()} <= {"failed_run"}
+
+
+def test_a_judge_stop_names_the_server_failure_not_a_judgement_it_cut_short(stage):
+    """Two judgements at once: the first run's waits out a long Retry-After while the other runs' judgements fail
+    fast until one runs out of retries and the probe fails too. The first run's judgement is then cut short
+    (it raises "stopping"); the stop must still name the server's failure and its last answer, as the driver's
+    does, whichever judgement's result is read first."""
+    import json
+    import subprocess
+
+    from tests.test_judge import judge_cmd, records
+
+    first = sorted((r for r in records(stage).values() if r["status"] == "ok"), key=lambda r: r["run_id"])[0]
+    state = {"preflight": False}
+    dead = {"error": {"message": "no healthy upstream", "type": "service_unavailable"}}
+
+    def refuse(req):
+        if is_preflight(req):
+            if not state["preflight"]:
+                state["preflight"] = True
+                return None  # judging's preflight passes
+            return 503, dead, {"Retry-After": "0"}  # the probe
+        if json.dumps(first["question"])[1:-1] in json.dumps(req["messages"]):
+            return 503, dead, {"Retry-After": "60"}
+        return 503, dead, {"Retry-After": "0"}
+
+    with FakeModel(refuse=refuse) as fake:
+        res = subprocess.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=2", "+judge.max_wait_s=120"),
+                             capture_output=True, text=True, timeout=300)
+    last = [ln for ln in res.stderr.splitlines() if ln.startswith("stopped")]
+    assert res.returncode == 3 and last, res.stderr[-2000:]
+    assert "keeps failing" in last[-1] and "no healthy upstream" in last[-1], last[-1]
