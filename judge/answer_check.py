@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable
@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from harness.endpoints.client import Meter, ModelCallFailed
 from harness.endpoints.liveness import Liveness
-from harness.failures import EnvironmentFailure
+from harness.failures import EnvironmentFailure, StageStopping
 from harness.records import RunDir, atomic_write
 from harness.records.ledger import Ledger
 from harness.records.schema import SCHEMA_VERSION, Judgement
@@ -198,6 +198,14 @@ class _Judging:
         self._write_reply(record, item, reply, cached=False, attempt=attempt, meter=meter)
 
 
+def _cause(futures) -> BaseException | None:
+    """Why judging stopped, once what is in flight has ended: the first failure that is not a judgement cut
+    short by the stop (StageStopping)."""
+    wait(futures)
+    errors = (f.exception() for f in futures if not f.cancelled())
+    return next((e for e in errors if e is not None and not isinstance(e, StageStopping)), None)
+
+
 def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | None = None,
                 name: str | None = None, prompts: P.PromptSet | str | None = None, tag_prefix: str = "judge",
                 progress: bool = True, budget=None, gold: dict[str, str] | None = None,
@@ -284,10 +292,12 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
                             try:
                                 for f in futures:
                                     f.result()  # a dead server, a storage error or a bug stops judging loudly
-                            except BaseException:
+                            except BaseException as exc:
                                 job.abort.set()  # what is in flight sends nothing more, what is queued never starts
                                 for f in futures:
                                     f.cancel()
+                                if isinstance(exc, StageStopping):  # a judgement the stop cut short: name the cause
+                                    raise _cause(futures) or exc
                                 raise
                     finally:
                         bar.close()
