@@ -13,7 +13,7 @@ DeepSeek-style usage fields. Two upstreams are built on it:
   is not JSON ("nonjson"), 503 ("503"), a 200 carrying an error object ("error200"), credit
   gone ("quota": OpenAI's 429 insufficient_quota; "402": DeepSeek's), transport faults
   ("reset": headers, then the connection reset; "drip": a body a byte at a time for hang_s;
-  "html500"; "empty200"; "sse": an event stream to a plain request). `dies_with` is the
+  "html500"; "empty200"; "sse": an event stream to a plain request; "late": the reply in two pieces hang_s apart, after hang_s). `dies_with` is the
   fault of every request once the runs began (a server that passed the preflight, then
   died), or once `dies_after` run requests were answered (dying mid-stage). `stall` holds a
   reply's body until an event (a reply still being sent when the client's timeout passed). `ollama_ctx` serves Ollama's /api/ps and /api/show with that context. Usage numbers derive from the request size (half of the prompt a
@@ -192,6 +192,23 @@ class ScriptedUpstream:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
+            def late(self, body: bytes, seconds: float) -> None:
+                """A 200 that takes 2 x `seconds` in all, no read waiting longer than `seconds`: its headers and half
+                the body after `seconds`, the rest `seconds` later (a whole reply just past a deadline)."""
+                try:
+                    time.sleep(seconds)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body[:len(body) // 2])
+                    self.wfile.flush()
+                    time.sleep(seconds)
+                    self.wfile.write(body[len(body) // 2:])
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
             def do_GET(self):
                 self.send(*fake.get(self.path))
 
@@ -334,7 +351,9 @@ class FakeModel(ScriptedUpstream):
             pt = prompt_tokens(req["messages"], req.get("tools"))
             chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": req.get("model", "fake"),
                      "choices": [{"index": 0, "delta": {"role": "assistant", "content": self.answer}}],
-                     "usage": usage_of(pt, 7, 0)}
+                     "usage": usage_of(pt, 7, 0) if self.usage is False else self.usage(pt)}
+            if chunk["usage"] is None:  # `usage` may leave the usage chunk out (a stream without include_usage)
+                chunk.pop("usage")
             return handler.send_raw(200, f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
         if fault == "hang":
             time.sleep(self.hang_s)
@@ -364,6 +383,8 @@ class FakeModel(ScriptedUpstream):
                 reply.pop("usage")
             else:
                 reply["usage"] = block
+        if fault == "late":  # the normal reply, whole, in two pieces hang_s apart after hang_s
+            return handler.late(json.dumps(reply).encode(), self.hang_s)
         held = self.stall(req) if self.stall else None
         if held is not None:
             return handler.stall(json.dumps(reply).encode(), held)

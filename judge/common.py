@@ -27,7 +27,7 @@ import json
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from typing import Callable
 from datetime import datetime, timezone
@@ -40,7 +40,7 @@ from harness.endpoints.liveness import Liveness
 from harness.endpoints.proxy import MeteringProxy
 from harness.endpoints.registry import identity as endpoint_identity
 from harness.endpoints.registry import open_endpoint
-from harness.failures import EnvironmentFailure
+from harness.failures import EnvironmentFailure, StageStopping
 from harness.records import RunDir
 from harness.records.ledger import Ledger, mark_interrupted, read_ledger
 from judge.cache import JudgeCache
@@ -191,10 +191,14 @@ def judge_all(workers: int, tasks: list[Callable[[], None]], abort: threading.Ev
         try:
             for f in futures:
                 f.result()
-        except BaseException:
+        except BaseException as exc:
             abort.set()
             for f in futures:
                 f.cancel()
+            if isinstance(exc, StageStopping):  # a judgement the stop cut short: name what stopped it
+                wait(futures)
+                errors = (f.exception() for f in futures if not f.cancelled())
+                raise next((e for e in errors if e is not None and not isinstance(e, StageStopping)), exc)
             raise
 
 

@@ -63,7 +63,7 @@ def fake_folder(root: Path, stage: str, label: str, model: dict, runs: list[dict
     """A personalization stage folder written as the stage writes one (stage.json, config.yaml, records/, the
     ledger, rubric judgements), without running it: each `runs` entry gives condition, trial_id and optionally
     llm / keyword scores (dicts over the three dimensions), words, answer_s, wall_s, injected [(type, score)],
-    n_candidates, exposure_private, status, format, threshold. `reported` is the model id the endpoint named
+    n_candidates, exposure_private, status, format, threshold, calls. `reported` is the model id the endpoint named
     in each assistant reply (None: no ledger lines)."""
     import yaml
 
@@ -103,7 +103,7 @@ def fake_folder(root: Path, stage: str, label: str, model: dict, runs: list[dict
                "identity_rule": "request", "foreign_items": 0, "exposure_private": r.get("exposure_private", 0),
                "conversation_retrieved": r.get("conversation_retrieved", 0), "conversation_injected": 0,
                "barrier": None, "method_log": {}, "missed_writes": None, "writes_before_read": None,
-               "failed_writes": None, "unfinished_writes": None, "write_errors": [], "writes": [], "calls": [],
+               "failed_writes": None, "unfinished_writes": None, "write_errors": [], "writes": [], "calls": r.get("calls", []),
                "calls_by_role": {}, "tokens": {"prompt": 100, "hit": 0, "miss": 100, "output": 10},
                "assistant_tokens": {"prompt": 90, "output": 10, "latency_s": r.get("answer_s", 1.0)},
                "cost_list": 0.0, "cost_paid": 0.0, "finished": "2026-01-01T00:00:00", "kind": "personal"}

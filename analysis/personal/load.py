@@ -113,6 +113,9 @@ def runs_frame(folders, judge: str | None = None) -> pd.DataFrame:
                 # calls whose usage the server did not report as counts (harness.endpoints.usage): estimates
                 "usage_estimated_calls": sum(bool(c.get("usage_estimated")) for c in r["calls"]),
                 "calls_cut_length": sum(c.get("finish") == "length" for c in r["calls"]),  # cut at the token limit
+                # the assistant's answer ended at its token limit (finish_reason length): shorter for that, Table 5
+                "answer_cut_length": any(c.get("role") == "assistant" and c.get("finish") == "length"
+                                         for c in r["calls"]),
                 "assistant_prompt": (r.get("assistant_tokens") or {}).get("prompt"),
                 "assistant_output": (r.get("assistant_tokens") or {}).get("output"),
                 "tokens_prompt": r["tokens"]["prompt"], "tokens_output": r["tokens"]["output"],

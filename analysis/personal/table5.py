@@ -17,7 +17,7 @@ from analysis.personal import Table, register
 from .common import mean_sd
 
 COLUMNS = ("model", "condition", "n", "words_mean", "words_sd", "latency_mean", "r_words_latency", "r_p",
-           "words_diff_vs_concat", "welch_t", "welch_p")
+           "words_diff_vs_concat", "welch_t", "welch_p", "answers_cut_length")
 
 
 def build(st) -> pd.DataFrame:
@@ -27,7 +27,9 @@ def build(st) -> pd.DataFrame:
         for cond in who.order(g.condition):
             c = g[g.condition == cond]
             row = {"model": model, "condition": cond, "n": len(c), "words_mean": c.words.mean(),
-                   "words_sd": c.words.std(ddof=1), "latency_mean": c.answer_s.mean()}
+                   "words_sd": c.words.std(ddof=1), "latency_mean": c.answer_s.mean(),
+                   # answers that ended at their token limit: their words count the cut, not the method
+                   "answers_cut_length": int(c.answer_cut_length.sum()) if "answer_cut_length" in c else 0}
             if len(c) >= 3 and c.words.nunique() > 1 and c.answer_s.nunique() > 1:
                 r = stats.pearsonr(c.words, c.answer_s)
                 row["r_words_latency"], row["r_p"] = float(r.statistic), float(r.pvalue)
@@ -46,18 +48,21 @@ def section(st) -> str:
     ok = st.study[st.study.status == "ok"]
     shown = t[t.condition.isin(who.shown_in("table5", t.condition.unique()))]
     left_out = sorted(set(t.condition) - set(shown.condition))
+    cut = int(shown.answers_cut_length.sum()) if len(shown) else 0
     body = []
     for r in shown.itertuples():
         words = mean_sd(ok.loc[(ok.model == r.model) & (ok.condition == r.condition), "words"])
         test = "" if pd.isna(r.welch_p) else f"{r.words_diff_vs_concat:+.0f} (t {r.welch_t:.2f}, p {pval(r.welch_p)})"
-        body.append([r.model, r.condition, r.n, words, "–" if pd.isna(r.r_words_latency) else
+        body.append([r.model, r.condition, r.n, words, r.answers_cut_length, "–" if pd.isna(r.r_words_latency) else
                      f"{r.r_words_latency:.2f} (p {pval(r.r_p)})", test])
     return ("## Table 5: output length (words) by method and model\n\n[`table5_words.csv`](table5_words.csv); "
             f"r(words, latency) within each method, latency = the assistant's answer call; {who.under_test} - "
             f"{who.reference} words with Welch's t."
             + (f" {', '.join(left_out)} left out of the table, as in the paper (in the CSV)." if left_out else "")
+            + (f" {cut} answers cut at their token limit (finish_reason length, \"cut\"): their words count the "
+               "cut, not the method." if cut else "")
             + "\n\n"
-            + (md_table(["model", "method", "n", "words (mean ± SD)", "r(words, latency)",
+            + (md_table(["model", "method", "n", "words (mean ± SD)", "cut", "r(words, latency)",
                          f"{who.under_test} - {who.reference} words"], body) if body else "(no successful runs)") + "\n")
 
 

@@ -317,7 +317,7 @@ class Agent:
                 failed_s = time.perf_counter() - t0
                 if isinstance(exc, BadReply) and isinstance(resp, str):
                     stream = event_stream(resp)
-                    if stream is not None and stream[0]:  # billed although no completion: it counts, as in the ledger
+                    if stream is not None:  # billed although no completion (no usage chunk: estimated), as in the ledger
                         self._meter({"usage": stream[0], "choices": [{"message": stream[1]}]}, t0, messages, tools,
                                     sent, dropped, [f"retried: {STREAMED}"])
                 elif isinstance(exc, BadReply) and resp is not None:

@@ -130,9 +130,9 @@ class MeteringProxy:
             data = json.loads(payload)
         except (json.JSONDecodeError, UnicodeDecodeError):
             stream = event_stream(payload.decode("utf-8", "replace"))
-            if stream is None or not stream[0]:
+            if stream is None:
                 return {"error": "unparsable upstream body"}
-            # an event stream to a plain request: no completion, but its usage chunk was billed
+            # an event stream to a plain request: no completion, but billed (no usage chunk: estimated)
             return {"error": STREAMED, **usage_split(stream[0], req.get("messages"), req.get("tools"), stream[1],
                                                       self.context, self.count)}
         try:
@@ -219,13 +219,17 @@ class MeteringProxy:
         end = time.monotonic() + limit
         with self._client.stream(method, url, content=body, headers=headers,
                                  timeout=httpx.Timeout(limit, connect=min(10.0, limit))) as resp:
-            chunks = []
+            chunks, got = [], 0
+            try:
+                whole = int(resp.headers.get("content-length") or -1)
+            except ValueError:
+                whole = -1
             for chunk in resp.iter_bytes():
                 chunks.append(chunk)
-                if time.monotonic() > end:
+                got += len(chunk)
+                # late with more to come is a timeout; a reply held whole (billed) is the call's answer
+                if time.monotonic() > end and got != whole:
                     raise httpx.ReadTimeout(f"no whole reply within {limit:g} s")
-            if time.monotonic() > end:
-                raise httpx.ReadTimeout(f"no whole reply within {limit:g} s")
             return resp.status_code, b"".join(chunks), resp.headers.get("content-type", "application/json"), \
                 resp.headers.get("retry-after")
 

@@ -217,6 +217,7 @@ class Breaker:
 
     def __init__(self, n: int, armed: bool = True):
         self.n, self.armed = n, armed and n > 0
+        self.succeeded = False  # a run of this session succeeded
         self.held: list[tuple[BaseModel, str]] = []
         self.streak: list[BaseModel] = []  # runs that ran out of retries since the last successful run
         self.tripped = False
@@ -228,6 +229,7 @@ class Breaker:
             if self.tripped:
                 return []  # the stage is stopping: runs still in flight stay unrecorded too
             if record.status == "ok":
+                self.succeeded = True
                 out = [r for r, _ in self.held] + self.streak + [record]
                 self.held.clear()
                 self.streak.clear()
@@ -263,8 +265,20 @@ class Breaker:
             "stay unrecorded, and the same command runs them again")
 
     def release(self) -> list[BaseModel]:
-        """At the stage's end: what is still held is recorded, unless the breaker tripped."""
+        """At the stage's end: what is still held is recorded, unless the breaker tripped. Runs out of retries
+        in a session where no run succeeded are the server's even when they asked fewer than `n` different
+        questions (a small stage, the tail of a resume): EnvironmentFailure, they stay unrecorded."""
         with self._lock:
+            if self.streak and not self.tripped and not self.succeeded and self.n > 0:
+                self.tripped = True
+                k, asked = len(self.streak), {getattr(r, "qid", None) or getattr(r, "trial_id", None) or r.run_id
+                                              for r in self.streak}
+                raise EnvironmentFailure(
+                    f"the model server keeps failing: {k} runs of {len(asked)} different question(s) ran out of "
+                    f"retries and no run of this session succeeded; its last answer: {self.streak[-1].error}",
+                    "fix or restart the model server (model.base_url), then run the same command: the "
+                    f"{k} run(s) it hit stay unrecorded and run again (if only these questions' own requests fail, "
+                    "model.breaker_runs=0 records them failed)")
             out = [] if self.tripped else [r for r, _ in self.held] + self.streak
             self.held.clear()
             self.streak.clear()
@@ -398,7 +412,11 @@ def run_stage(cfg, step: RunStep, rd: RunDir, ledger: Ledger, pending: list, bud
     stop = None
     try:
         stop = _run_pool(runner, pending, attempts, concurrency, len(owned), len(owned) - len(pending), budget)
-        for r in runner.breaker.release():  # failed runs the breaker held while no run had succeeded
+        try:
+            held = runner.breaker.release()  # failed runs the breaker held while no run had succeeded
+        except EnvironmentFailure as exc:
+            stop, held = stop or str(exc), []
+        for r in held:
             runner.write(r)
     except BaseException as exc:
         stop = f"{type(exc).__name__}: {exc}"[:300]

@@ -273,8 +273,9 @@ def model_call(proxy_url: str, model_cfg, who: str) -> Check:
 def judge_preflight(proxy_url: str, judge_cfg, budget=None, config: dict | None = None) -> None:
     """Before judging (`make judge`, or after a stage's runs): the judge's request shape once
     (`config`: a judge config with its call parameters already set, e.g. the rubric judge's). A
-    request the endpoint refuses stops judging (EnvironmentFailure); a call that fails otherwise
-    (a bad reply, retries exhausted) is left to the judgements, which record and retry their own."""
+    request the endpoint refuses stops judging (EnvironmentFailure), a rejection the body does not
+    explain or a "too large" included: every judgement sends this shape; retries exhausted are left to
+    the judgements, which record and retry their own (and the judge's breaker, harness.endpoints.liveness)."""
     if budget is not None and budget.exhausted:
         return
     shape = judge_shape(judge_cfg) if config is None else Shape("judge", "judge", config, dict(config.get("params") or {}))
@@ -286,8 +287,10 @@ def judge_preflight(proxy_url: str, judge_cfg, budget=None, config: dict | None 
         agent.complete(messages(shape.params))
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"preflight judge failed: {exc.what}", exc.fix) from exc
-    except ModelCallFailed:
-        pass
+    except ModelCallFailed as exc:
+        if exc.reason != "retries":
+            raise EnvironmentFailure(f"preflight judge failed: model={mc.get('name')} refuses the judge's request: "
+                                     f"{exc}", _FIX["model"]) from exc
 
 
 def stage_calls(proxy_url: str, cfg, shapes: list[Shape], ledger=None) -> list[Check]:
