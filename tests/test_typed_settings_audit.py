@@ -138,3 +138,22 @@ def test_full_is_forecast_from_its_questions_histories_and_says_so():
     short, long = (_from_data("full", cfg, ["q"], {"q": _question(n, 20)}, 500) for n in (100, 900))
     assert long.miss > short.miss
     assert short.source == "data (its questions' histories)"
+
+
+def test_a_number_a_plugin_conditions_yaml_gives_keeps_its_type(tmp_path, monkeypatch):
+    """A plugin condition without Settings, its yaml under hydra.searchpath: `depth: 3` overridden with `abc`
+    passed (its yaml was looked up on the tree's search path only, not found, and skipped)."""
+    (tmp_path / "auditnost").mkdir()
+    (tmp_path / "auditnost" / "__init__.py").write_text("")
+    (tmp_path / "auditnost" / "toy.py").write_text("def build(cfg, ctx):\n    return None\n")
+    (tmp_path / "conf" / "condition").mkdir(parents=True)
+    (tmp_path / "conf" / "condition" / "auditnost.yaml").write_text("module: auditnost.toy\ndepth: 3\naccess: x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = ["stage=smoke", f"hydra.searchpath=[file://{tmp_path}/conf]", "+condition@stage.conditions.nost=auditnost"]
+    sources = [REPO / "conf", tmp_path / "conf"]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        good = compose("config", overrides=[*base, "stage.conditions.nost.depth=4"], return_hydra_config=True)
+        bad = compose("config", overrides=[*base, "stage.conditions.nost.depth=abc"], return_hydra_config=True)
+    settings.check(good, overrides=[*base, "stage.conditions.nost.depth=4"], sources=sources)
+    with pytest.raises(SettingsError, match=r"stage\.conditions\.nost\.depth: 'abc' is not of type int"):
+        settings.check(bad, overrides=[*base, "stage.conditions.nost.depth=abc"], sources=sources)
