@@ -301,11 +301,20 @@ def check_types(cfg) -> None:
             raise SettingsError(f"{path}.{key}: {exc.msg if hasattr(exc, 'msg') else exc}".splitlines()[0]) from None
 
 
-def check_yaml_types(cfg, choices) -> None:
+def check_yaml_types(cfg, choices, sources: list[Path] | None = None) -> None:
     """A number or flag a condition's yaml gives keeps its type: `stage.conditions.prefetch.k=eight` is refused
-    naming the key, not a crash in every run. choices: Hydra's runtime choices (which yaml each condition is)."""
+    naming the key, not a crash in every run. choices: Hydra's runtime choices (which yaml each condition is);
+    sources: the config folders, so that a plugin's yaml under hydra.searchpath is found too."""
     from hydra import compose
     from omegaconf import OmegaConf
+
+    def own_yaml(choice: str) -> dict:
+        """A yaml Hydra's compose cannot find as a primary config (a plugin's, under hydra.searchpath): its own keys."""
+        for src in sources or []:
+            path = Path(src) / "condition" / f"{choice}.yaml"
+            if path.is_file():
+                return {k: v for k, v in (OmegaConf.to_container(OmegaConf.load(path)) or {}).items() if k != "defaults"}
+        return {}
 
     for name, node in ((cfg.get("stage") or {}).get("conditions") or {}).items():
         choice = (choices or {}).get(f"condition@stage.conditions.{name}")
@@ -314,8 +323,8 @@ def check_yaml_types(cfg, choices) -> None:
         try:
             given = OmegaConf.to_container(compose(config_name=f"condition/{choice}").get("condition") or {},
                                            resolve=False)
-        except Exception:  # noqa: BLE001 - a yaml Hydra cannot compose alone is left to the stage itself
-            continue
+        except Exception:  # noqa: BLE001 - a yaml Hydra cannot compose alone: its own keys
+            given = own_yaml(str(choice))
         for key, was in given.items():
             if not isinstance(was, (bool, int, float)) or key not in node or node.get(key) is None:
                 continue
@@ -353,23 +362,24 @@ def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = 
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     presets.discover(sources)
     groups = {str(p.relative_to(src)) for src in sources for p in src.rglob("*") if p.is_dir()}
-    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else None
-    nodes = _check_one(cfg, overrides, groups, choices)
+    choices = (cfg.hydra.runtime.choices if cfg.get("hydra") is not None  # compose(..., return_hydra_config=True)
+               else HydraConfig.get().runtime.choices if HydraConfig.initialized() else None)
+    nodes = _check_one(cfg, overrides, groups, choices, sources)
     for job in later_jobs():  # a sweep: every job's config checked before the first one runs
         with _interpolations():
             composed = compose_job(job)
-        _check_one(composed, job, groups, composed.hydra.runtime.choices)
+        _check_one(composed, job, groups, composed.hydra.runtime.choices, sources)
     return nodes
 
 
-def _check_one(cfg, overrides, groups, choices) -> "Nodes":
+def _check_one(cfg, overrides, groups, choices, sources) -> "Nodes":
     with _interpolations():
         for _, _, node in nodes(cfg):  # resolved whole first: the error then names the key
             _resolved(node)
         check_additions(cfg, overrides, groups)
         check_types(cfg)
         if choices is not None:
-            check_yaml_types(cfg, choices)
+            check_yaml_types(cfg, choices, sources)
         for kind in ("model", "judge"):  # `+model.reasoning_effort=low` reaches the requests through params
             if cfg.get(kind) is not None:
                 effort_into_params(cfg.get(kind), kind)
