@@ -36,9 +36,13 @@ def test_a_condition_gets_its_modules_settings_with_the_yamls_and_the_overrides_
     assert isinstance(nodes["prefetch"], prefetch.Settings) and nodes["prefetch"].k == 8
 
 
-def test_a_plugin_condition_without_settings_still_gets_its_config_node():
+def test_a_plugin_condition_without_settings_still_gets_its_config_node(tmp_path, monkeypatch):
     from omegaconf import DictConfig
 
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "nosettings_toy.py").write_text("def build(cfg, ctx):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # a module that loads (one that does not is refused)
     node = OmegaConf.create({"module": "mypkg.nosettings_toy", "access": "x", "anything": 1})
     assert settings.condition_schema("mypkg.nosettings_toy") is None
     assert isinstance(settings.condition_node(node), DictConfig)

@@ -37,7 +37,8 @@ DEFAULT_SHAPE = {"calls": 3, "result_chars": 6_000, "schema_chars": 1_200}
 def reads_question(fn) -> bool:
     """Does a condition's forecast() take the question (forecast(settings, question)) besides its settings?"""
     try:
-        return len(inspect.signature(fn).parameters) >= 2
+        inspect.signature(fn).bind(None, None)  # a second positional parameter, not a keyword-only option
+        return True
     except (TypeError, ValueError):
         return False
 
@@ -120,6 +121,7 @@ def _from_data(cond: str, cond_cfg, qids: list[str], questions, system_chars: in
 
     per_question = reads_question(getattr(conditions.load(str(cond_cfg.module)), "forecast", None))
     hit = miss = out = calls_all = 0.0
+    histories = False  # `prefix: history` (full) is sized from each question's history too
     for qid in qids:
         q = questions[qid]
         sh = shape(cond_cfg, q)
@@ -127,10 +129,11 @@ def _from_data(cond: str, cond_cfg, qids: list[str], questions, system_chars: in
         calls_all += calls
         prefix = system_chars + len(q.question) + schema + int(sh.get("prefix_chars") or 0)
         if sh.get("prefix") == "history":
+            histories = True
             prefix += sum(len(t.content) + 40 for s in q.sessions for t in s.turns)
         h, m, o = _conversation(prefix, calls, result)
         hit, miss, out = hit + h, miss + m, out + o
-    how = "its questions' histories" if per_question else "typical conversation shape"
+    how = "its questions' histories" if per_question or histories else "typical conversation shape"
     return Row(cond, len(qids), calls_all, hit, miss, out, f"data ({how})")
 
 

@@ -135,16 +135,17 @@ def efforts(params) -> list[tuple[str, str]]:
     return found
 
 
-def reasoning_effort(model_cfg, strict: bool = True) -> Optional[str]:
+def reasoning_effort(model_cfg, strict: bool = True, sent: str = "params") -> Optional[str]:
     """The one reasoning setting of an endpoint config (a preset, a typed node, or a record's plain copy),
     whatever the provider calls it: `reasoning_effort:` beside the params, or any spelling inside them,
     also after `accepts` renamed it. None: not set. Two values: an error (strict, the config edge) or
-    `conflicting: a, b` (the fidelity manifest of what was sent).
+    `conflicting: a, b` (the fidelity manifest of what was sent). sent: the parameters the calls send
+    (`judge_params` for a judge: judge.common.model_config sends those, never its model preset's params).
 
     WHY: the request and the fidelity manifest read this one function; a preset that writes
     `params: {reasoning: {effort: low}}` must not read as "not set"."""
     get = (lambda k: getattr(model_cfg, k, None)) if not hasattr(model_cfg, "get") else model_cfg.get
-    found = [(f"params.{k}", v) for k, v in efforts(get("params"))]
+    found = [(f"{sent}.{k}", v) for k, v in efforts(get(sent))]
     if get("reasoning_effort") is not None:
         found.append(("reasoning_effort", str(get("reasoning_effort")).lower()))
     values = sorted({v for _, v in found})
@@ -156,35 +157,48 @@ def reasoning_effort(model_cfg, strict: bool = True) -> Optional[str]:
     return values[0] if values else None
 
 
-def effort_into_params(model_cfg) -> None:
-    """`+model.reasoning_effort=low` (the typed field) reaches the request: written into `params` under its
-    usual name (`accepts` renames it for the endpoint) unless a spelling there already says the same."""
+SENT = {"model": "params", "judge": "judge_params"}  # what an endpoint node's calls send (judge.common.model_config)
+
+
+def effort_into_params(model_cfg, kind: str = "model") -> None:
+    """`+model.reasoning_effort=low` (the typed field) reaches the request: written into `params` (a judge's
+    `judge_params`) under its usual name (`accepts` renames it for the endpoint) unless a spelling there
+    already says the same."""
     from omegaconf import open_dict
 
-    value = reasoning_effort(model_cfg)  # an error if the field and a spelling disagree
-    if value is None or efforts(model_cfg.get("params")):
+    sent = SENT[kind]
+    value = reasoning_effort(model_cfg, sent=sent)  # an error if the field and a spelling disagree
+    if value is None or efforts(model_cfg.get(sent)):
         return
     with open_dict(model_cfg):
-        if model_cfg.get("params") is None:
-            model_cfg.params = {}
-        model_cfg.params.reasoning_effort = value
+        if model_cfg.get(sent) is None:
+            model_cfg[sent] = {}
+        model_cfg[sent].reasoning_effort = value
 
 
-def own_settings(kind: str, node: Any = None):
-    """A condition module's own `Settings` dataclass (None: it declares none, or it does not import)."""
-    if kind != "condition" or node is None or not node.get("module"):
+def own_settings(kind: str, node: Any = None, where: str = "condition"):
+    """A condition module's own `Settings` dataclass (None: it declares none). A condition naming no module,
+    or one that does not load, is refused naming its key (it was passed as a plugin without Settings and
+    failed later with a traceback)."""
+    if kind != "condition" or node is None:
         return None
     import conditions
 
+    module = node.get("module")
+    if module is None or str(module) in ("", "???"):
+        raise SettingsError(f"{where}.module: a condition names its module (known: {', '.join(conditions.CONDITIONS.names())})")
     try:
-        return getattr(conditions.load(str(node.get("module"))), "Settings", None)
-    except ImportError:
-        return None
+        return getattr(conditions.load(str(module)), "Settings", None)
+    except ImportError as exc:
+        raise SettingsError(f"{where}.module: {exc}") from None
 
 
-def declared(kind: str, node: Any = None) -> set[str]:
-    """The optional keys a node of this kind accepts; a condition's also its module's `Settings` fields."""
-    own = own_settings(kind, node)
+def declared(kind: str, node: Any = None, where: str = "condition") -> set[str]:
+    """The optional keys a node of this kind accepts; a condition's also its module's `Settings` fields, an
+    index's its backend's settings (index_schema)."""
+    if kind == "index" and node is not None and (node.get("name") or node.get("backend")):
+        return {f.name for f in fields(index_schema(str(node.get("name") or node.get("backend"))))}
+    own = own_settings(kind, node, where)
     return {f.name for f in fields(SCHEMAS[kind])} | ({f.name for f in fields(own)} if own else set())
 
 
@@ -240,7 +254,7 @@ def check_additions(cfg, overrides: list[str], groups: set[str] = frozenset()) -
         node = _select(cfg, parent)
         if kind is None or node is None:
             continue
-        allowed = declared(kind, node)
+        allowed = declared(kind, node, ".".join(parent))
         if leaf in allowed:
             continue
         have = (set(node.keys()) - {leaf}) | allowed
@@ -259,7 +273,7 @@ def nodes(cfg) -> list[tuple[str, str, Any]]:
     return out
 
 
-def typed(kind: str, node: Any):
+def typed(kind: str, node: Any, where: str = "condition"):
     """The node's declared settings as a typed (structured) config: a value of the wrong type is an error
     naming the key. A condition's module `Settings` types its own keys too. A module that wants its
     settings typed reads them through this."""
@@ -270,7 +284,7 @@ def typed(kind: str, node: Any):
         return OmegaConf.merge(OmegaConf.structured(schema), given)
 
     out = fit(SCHEMAS[kind])
-    own = own_settings(kind, node)
+    own = own_settings(kind, node, where)
     if own is not None:
         fit(own)  # its keys checked against their declared types
     return out
@@ -281,17 +295,26 @@ def check_types(cfg) -> None:
 
     for path, kind, node in nodes(cfg):
         try:
-            typed(kind, node)
+            typed(kind, node, path)
         except ValidationError as exc:
             key = getattr(exc, "key", None) or getattr(exc, "full_key", "?")
             raise SettingsError(f"{path}.{key}: {exc.msg if hasattr(exc, 'msg') else exc}".splitlines()[0]) from None
 
 
-def check_yaml_types(cfg, choices) -> None:
+def check_yaml_types(cfg, choices, sources: list[Path] | None = None) -> None:
     """A number or flag a condition's yaml gives keeps its type: `stage.conditions.prefetch.k=eight` is refused
-    naming the key, not a crash in every run. choices: Hydra's runtime choices (which yaml each condition is)."""
+    naming the key, not a crash in every run. choices: Hydra's runtime choices (which yaml each condition is);
+    sources: the config folders, so that a plugin's yaml under hydra.searchpath is found too."""
     from hydra import compose
     from omegaconf import OmegaConf
+
+    def own_yaml(choice: str) -> dict:
+        """A yaml Hydra's compose cannot find as a primary config (a plugin's, under hydra.searchpath): its own keys."""
+        for src in sources or []:
+            path = Path(src) / "condition" / f"{choice}.yaml"
+            if path.is_file():
+                return {k: v for k, v in (OmegaConf.to_container(OmegaConf.load(path)) or {}).items() if k != "defaults"}
+        return {}
 
     for name, node in ((cfg.get("stage") or {}).get("conditions") or {}).items():
         choice = (choices or {}).get(f"condition@stage.conditions.{name}")
@@ -300,8 +323,8 @@ def check_yaml_types(cfg, choices) -> None:
         try:
             given = OmegaConf.to_container(compose(config_name=f"condition/{choice}").get("condition") or {},
                                            resolve=False)
-        except Exception:  # noqa: BLE001 - a yaml Hydra cannot compose alone is left to the stage itself
-            continue
+        except Exception:  # noqa: BLE001 - a yaml Hydra cannot compose alone: its own keys
+            given = own_yaml(str(choice))
         for key, was in given.items():
             if not isinstance(was, (bool, int, float)) or key not in node or node.get(key) is None:
                 continue
@@ -339,16 +362,79 @@ def check(cfg, overrides: list[str] | None = None, sources: list[Path] | None = 
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     presets.discover(sources)
     groups = {str(p.relative_to(src)) for src in sources for p in src.rglob("*") if p.is_dir()}
-    check_additions(cfg, overrides, groups)
-    check_types(cfg)
-    if HydraConfig.initialized():
-        check_yaml_types(cfg, HydraConfig.get().runtime.choices)
-    for kind in ("model", "judge"):  # `+model.reasoning_effort=low` reaches the requests through params
-        if cfg.get(kind) is not None:
-            effort_into_params(cfg.get(kind))
-    nodes = typed_nodes(cfg)  # every module's own node builds: an unknown key or a wrong type stops here
-    check_indexes(cfg)
+    choices = (cfg.hydra.runtime.choices if cfg.get("hydra") is not None  # compose(..., return_hydra_config=True)
+               else HydraConfig.get().runtime.choices if HydraConfig.initialized() else None)
+    nodes = _check_one(cfg, overrides, groups, choices, sources)
+    for job in later_jobs():  # a sweep: every job's config checked before the first one runs
+        with _interpolations():
+            composed = compose_job(job)
+        _check_one(composed, job, groups, composed.hydra.runtime.choices, sources)
     return nodes
+
+
+def _check_one(cfg, overrides, groups, choices, sources) -> "Nodes":
+    with _interpolations():
+        for _, _, node in nodes(cfg):  # resolved whole first: the error then names the key
+            _resolved(node)
+        check_additions(cfg, overrides, groups)
+        check_types(cfg)
+        if choices is not None:
+            check_yaml_types(cfg, choices, sources)
+        for kind in ("model", "judge"):  # `+model.reasoning_effort=low` reaches the requests through params
+            if cfg.get(kind) is not None:
+                effort_into_params(cfg.get(kind), kind)
+        built = typed_nodes(cfg)  # every module's own node builds: an unknown key or a wrong type stops here
+        check_indexes(cfg)
+    return built
+
+
+class _interpolations:
+    """An interpolation that does not resolve (`k=${nope.x}`) is bad input naming its key, not a traceback."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        from omegaconf.errors import InterpolationResolutionError
+
+        if isinstance(exc, InterpolationResolutionError):
+            msg = str(exc).splitlines()[0]
+            raise SettingsError(f"{exc.full_key or exc.key or '?'}: {msg}") from None
+        return False
+
+
+def later_jobs() -> list[list[str]]:
+    """In job 0 of a multirun with the in-process launcher, the overrides of every other job of the sweep.
+    WHY: `-m stage.conditions.prefetch.k=3,eight` ran job 0's whole stage before job 1 was refused."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return []
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN or int(hc.job.num or 0) != 0 or hc.sweeper.get("_target_") != \
+            "hydra._internal.core_plugins.basic_sweeper.BasicSweeper":
+        return []
+    import sys
+
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hydra._internal.utils import get_args_parser
+
+    args = get_args_parser().parse_known_args(sys.argv[1:])[0].overrides  # Hydra's own reading of the command
+    parsed = OverridesParser.create().parse_overrides(args)
+    params = hc.sweeper.get("params") or {}
+    parsed += OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
+    jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    return [list(j) for j in jobs[1:]]
+
+
+def compose_job(overrides: list[str]):
+    """One job's config as the sweep will compose it (its hydra node kept for its runtime choices)."""
+    from hydra import compose
+
+    return compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
 
 
 # ------------------------------------------------------------------ the typed nodes modules receive
@@ -403,9 +489,10 @@ def condition_node(node, where: str = "condition"):
     from omegaconf import OmegaConf
 
     value = _resolved(node)
+    own_settings("condition", value, where)  # no module, or one that does not load: refused naming the key
     schema = condition_schema(str(value.get("module")))
     if schema is None:
-        typed("condition", node)
+        typed("condition", node, where)
         return node
     return OmegaConf.to_object(_closed(schema, value, where))
 
@@ -417,7 +504,7 @@ def endpoint_node(node, kind: str = "model"):
     from omegaconf import OmegaConf
 
     value = _resolved(node)
-    value["reasoning_effort"] = reasoning_effort(value)  # raises when two spellings disagree
+    value["reasoning_effort"] = reasoning_effort(value, sent=SENT[kind])  # raises when two spellings disagree
     return OmegaConf.to_object(_closed(SCHEMAS[kind], value, kind))
 
 
@@ -484,6 +571,17 @@ def index_node(node, where: str = "index") -> dict:
     return value
 
 
+@dataclass
+class StudyConfigSettings:
+    """One configuration of the backend study (bench.backends.cases.Config reads these keys)."""
+
+    id: str = "???"
+    backend: str = "???"
+    build: dict = field(default_factory=dict)
+    query: dict = field(default_factory=dict)
+    cases: Optional[list] = None
+
+
 def check_indexes(cfg) -> None:
     """The stage's index and every configuration of the backend study (its build and query options)."""
     if cfg.get("index") is not None:
@@ -491,5 +589,6 @@ def check_indexes(cfg) -> None:
     stage = cfg.get("stage") or {}
     for i, c in enumerate(stage.get("configs") or []):
         c = _resolved(c)
+        _closed(StudyConfigSettings, c, f"stage.configs[{i}] ({c.get('id')})")  # `buld:` was dropped silently
         index_node({"name": c.get("backend"), **(c.get("build") or {}), **(c.get("query") or {})},
                    f"stage.configs[{i}] ({c.get('id')})")
