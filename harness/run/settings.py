@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
+from harness.endpoints.settings import EndpointSettings, JudgeSettings  # noqa: F401 - the typed endpoint nodes
 from harness.plugins import RegistryError
 
 
@@ -62,42 +63,6 @@ class ConditionSettings:
 class IndexSettings:
     name: str = "???"
     dim: Optional[int] = None
-
-
-@dataclass
-class EndpointSettings:
-    """A model preset (conf/model/) and, with JudgeSettings' keys, a judge preset (conf/judge/)."""
-
-    name: str = "???"
-    provider: str = "???"
-    model: Optional[str] = None
-    base_url: Optional[str] = None
-    api_key_env: Optional[str] = None
-    params: dict = field(default_factory=dict)  # open: sent as the provider spells it
-    accepts: dict = field(default_factory=dict)
-    prices: dict = field(default_factory=dict)
-    offpeak: Optional[dict] = None
-    reasoning_effort: Optional[str] = None  # the one reasoning setting; filled from whichever spelling params use
-    timeout_s: Optional[float] = None
-    retry_budget_s: Optional[float] = None
-    max_retries: Optional[int] = None
-    backoff_s: Optional[float] = None
-    max_wait_s: Optional[float] = None
-    max_concurrency: Optional[int] = None
-    parallel: Optional[int] = None
-    ctx_size: Optional[int] = None
-    breaker_runs: Optional[int] = None
-    first_tool_choice: Optional[str] = None
-    truncates_silently: Optional[bool] = None
-    context_tokens: Optional[int] = None
-    speed: Optional[Any] = None
-
-
-@dataclass
-class JudgeSettings(EndpointSettings):
-    prompts: str = "builtin"
-    judge_params: dict = field(default_factory=dict)  # open
-    kinds: Optional[list] = None  # judgement kinds (judge/kinds/), default [answer_check]
 
 
 OPEN = {"params", "judge_params", "accepts", "prices", "offpeak", "forecast", "trials", "realism", "rates"}
