@@ -32,7 +32,8 @@ class SettingsError(RegistryError):
 
 @dataclass
 class StageSettings:
-    """Optional stage keys the code reads besides those of conf/stage/<name>.yaml."""
+    """Optional stage keys the code reads besides those of conf/stage/<name>.yaml. A stage's typed node
+    (stage_node) is an instance of a subclass whose other fields are its yaml's keys."""
 
     judge_after_run: bool = False
     judge_kinds: Optional[list] = None  # judgement kinds (judge/kinds/) for this stage's judge; default the answer check
@@ -43,6 +44,11 @@ class StageSettings:
     lexical: bool = True
     builds: int = 3
     concurrency: Optional[int] = None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A mapping's read, for the helpers that take a stage's node or a record's plain copy alike."""
+        value = getattr(self, key, None)
+        return default if value is None else value
 
 
 @dataclass
@@ -393,6 +399,7 @@ class Nodes:
     conditions: dict = field(default_factory=dict)  # key -> the condition's Settings instance (or its node)
     model: Optional[EndpointSettings] = None
     judge: Optional[JudgeSettings] = None
+    stage: Optional[StageSettings] = None
 
 
 def condition_nodes(cfg) -> dict:
@@ -403,7 +410,33 @@ def condition_nodes(cfg) -> dict:
 
 def typed_nodes(cfg) -> Nodes:
     return Nodes(condition_nodes(cfg), endpoint_node(cfg.model, "model") if cfg.get("model") is not None else None,
-                 endpoint_node(cfg.judge, "judge") if cfg.get("judge") is not None else None)
+                 endpoint_node(cfg.judge, "judge") if cfg.get("judge") is not None else None,
+                 stage_node(cfg) if cfg.get("stage") is not None else None)
+
+
+def stage_schema(value: dict):
+    """A stage's settings: its yaml's keys (a number or flag typed by its value; the yaml and the overrides
+    are composed already, so every key present is one the stage gives) and StageSettings' optional fields."""
+    from dataclasses import make_dataclass
+
+    have = {f.name for f in fields(StageSettings)}
+    bad = [k for k in value if not str(k).isidentifier()]
+    if bad:
+        raise SettingsError(f"stage: {', '.join(map(str, bad))}: a stage key must be a name")
+    own = [(str(k), Optional[_kind(v)] if _kind(v) is not Any else Any, field(default=None))
+           for k, v in value.items() if k not in have]
+    name = "".join(p.title() for p in str(value.get("name") or "stage").replace("-", "_").split("_"))
+    return make_dataclass(f"{name}StageSettings", own, bases=(StageSettings,))
+
+
+def stage_node(cfg) -> StageSettings:
+    """What a stage's planner and driver read (cfg.stage as its typed node): the composed stage, interpolations
+    resolved, as an instance of stage_schema; a declared field of the wrong type is refused naming its key.
+    The conditions stay their plain nodes here (condition_nodes types each for its module)."""
+    value = _resolved(cfg.stage)
+    schema = stage_schema(value)
+    _closed(schema, value, "stage")  # types checked, e.g. stage.builds=three
+    return schema(**value)
 
 
 # keys an index node carries for the memory space rather than for its backend (harness.memory.space)
