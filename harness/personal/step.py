@@ -296,7 +296,7 @@ class PersonalStep(RunStep):
     def _execute(self, spec: TrialRun, attempt: int):
         trial = self.plan.trials[spec.trial_id]
         condition, run_id, mc = spec.condition, spec.run_id, self.model_cfg
-        cond_cfg = self.cfg.stage.conditions[condition]
+        cond_cfg = self.stage.conditions[condition]  # as the stage node holds it (resolved)
         meter = Meter(mc.prices, mc.offpeak, abort=self.abort)
         seen: list[EnvironmentFailure] = []
 
@@ -311,7 +311,7 @@ class PersonalStep(RunStep):
         injected, answer, answer_s, queue_s, msgs, finish = None, "", 0.0, 0.0, None, {}
         self.shared.resolver.register_session(trial["session_id"], trial["user_id"])
         try:  # building a method (loading Mem0, its collection): a failure here is not the run's
-            method = conditions.load(str(cond_cfg.module)).build(self.nodes[condition], ctx)
+            method = conditions.load(str(cond_cfg["module"])).build(self.nodes[condition], ctx)
         except Exception as exc:
             raise classify(exc) or exc
         t0 = time.perf_counter()
@@ -340,7 +340,7 @@ class PersonalStep(RunStep):
             raise seen[0]
         transcript = self._transcript(msgs, answer) if msgs else None
         rec = record.build(provenance=self.provenance, trial=trial, condition=condition,
-                           cond_cfg=OmegaConf.to_container(cond_cfg, resolve=True), attempt=attempt, status=status,
+                           cond_cfg=dict(cond_cfg), attempt=attempt, status=status,
                            error=error, failure_reason=reason, injected=injected, answer=answer, answer_s=answer_s, queue_s=queue_s,
                            wall_s=wall, finish=finish, calls=list(meter.calls), transcript=transcript)
         return validated(self.rd, lambda d: parse("personal_record", d, self.rd.records_dir), rec,

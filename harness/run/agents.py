@@ -132,7 +132,7 @@ class AgentStep(RunStep):
         """Run one planned run. Raises EnvironmentFailure (or a harness error while preparing
         the run) instead of returning a record the environment's fault would have spoilt."""
         q = self.env.questions[spec.qid]
-        cond_cfg = self.cfg.stage.conditions[spec.condition]
+        cond_cfg = self.stage.conditions[spec.condition]  # as the stage node holds it (resolved)
         mc = self.model_cfg
         meter = Meter(mc.prices, mc.offpeak, abort=self.abort)
         ctx = RunContext(spec, self.env)
@@ -144,7 +144,7 @@ class AgentStep(RunStep):
         preparing = self.preparer is not None and self.preparer.stats["all_ready_s"] is None
         t0 = time.perf_counter()
         try:  # preparing the run (stores, indexes, prefetch): a failure here is not the run's
-            access = conditions.load(str(cond_cfg.module)).build(self.conditions[spec.condition], ctx)
+            access = conditions.load(str(cond_cfg["module"])).build(self.conditions[spec.condition], ctx)
         except Exception as exc:
             raise classify(exc) or exc
         setup_s = time.perf_counter() - t0 - access.retrieval_s
@@ -175,7 +175,7 @@ class AgentStep(RunStep):
         tok = {k: sum(c[k] for c in calls) for k in ("prompt", "hit", "miss", "output", "reasoning")}
         return validated(self.rd, RunRecord.model_validate, {
             "schema_version": SCHEMA_VERSION,
-            "run_id": spec.run_id, "condition": spec.condition, "module": str(cond_cfg.module),
+            "run_id": spec.run_id, "condition": spec.condition, "module": str(cond_cfg["module"]),
             "qid": spec.qid, "qtype": q.qtype, "variant": spec.variant, "repeat": spec.repeat, "org": spec.org,
             "attempt": attempt, "status": status, "error": error, "failure_reason": reason,
             "question": q.question, "question_date": q.date.strftime(DATE_FORMAT), "gold": q.answer,
@@ -190,11 +190,11 @@ class AgentStep(RunStep):
             "retrieval_s": round(access.retrieval_s + sum(t["retrieval_s"] for t in meter.tools), 6),
             "empty_results": sum(bool(t["empty"]) for t in meter.tools),
             "error_results": sum(bool(t["error"]) for t in meter.tools),
-            "evidence": evidence(q, access.sessions, meter.tools, conditions.search_tools(str(cond_cfg.module))),
+            "evidence": evidence(q, access.sessions, meter.tools, conditions.search_tools(str(cond_cfg["module"]))),
             "decomposition": decomposition(calls),
             "calls": calls, "tools": meter.tools, "prefetch": access.log,
             "condition_notes": access.notes,
-            "condition_config": OmegaConf.to_container(cond_cfg, resolve=True),
+            "condition_config": dict(cond_cfg),
             "adapter": meter.adapter, "endpoint": self.endpoint.info,
             # which encoder (and whether it is the study's), dense backend and lexical indexes served
             "memory_space": self.env.space_description(),
