@@ -46,8 +46,10 @@ def full_size(o: dict) -> dict:
     """The study's main stage at its own size (the config's samples, not the rehearsal's): its questions
     and runs counted from the plan, so a condition added to the stage is counted without an edit here."""
     from harness.run.plan import build
+    from harness.run.settings import stage_node
 
-    plan = build(compose(["stage=main", "data=synth_s", f"seed={o['seed']}", f"cache_dir={o['cache_dir']}"]))
+    cfg = compose(["stage=main", "data=synth_s", f"seed={o['seed']}", f"cache_dir={o['cache_dir']}"])
+    plan = build(stage_node(cfg), cfg)
     return {"questions": len({r.qid for r in plan.runs}), "runs": len(plan.runs), "chunks": FULL_CHUNKS}
 
 
@@ -118,13 +120,14 @@ def prepare(cfg) -> dict:
     from harness.data import source
     from harness.run.context import Environment
     from harness.run.plan import build
+    from harness.run.settings import stage_node
     from harness.runtime import build_store
 
     t = Timer()
     with t.part("data generation (first use only)"):
         source.resolve(cfg.data)
     with t.part("data check (plan: validate + hash)"):
-        plan = build(cfg)
+        plan = build(stage_node(cfg), cfg)
     env = Environment(cfg, plan)
     with t.part("load histories"):
         questions = env.questions

@@ -35,11 +35,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.endpoints.client import Agent, Meter, ModelCallFailed, backoff_s, max_retries
 from harness.endpoints.liveness import Liveness
 from harness.endpoints.proxy import MeteringProxy
 from harness.endpoints.registry import identity as endpoint_identity
 from harness.endpoints.registry import open_endpoint
+from harness.endpoints.settings import endpoint_settings
 from harness.failures import EnvironmentFailure, StageStopping
 from harness.records import RunDir
 from harness.records.ledger import Ledger, mark_interrupted, read_ledger
@@ -134,9 +135,9 @@ def meter(jc: dict) -> Meter:
 
 
 def agent(proxy_url: str, jc: dict, tag: str, attempt: int, m: Meter) -> Agent:
-    """A judge's client: role "judge", the judge config's retries and backoff."""
-    return Agent(proxy_url, jc, tag, attempt, m, role=ROLE,
-                 max_retries=int(jc.get("max_retries", 6)), backoff_s=float(jc.get("backoff_s", 1.0)))
+    """A judge's client: role "judge", built from the judge's typed node (JudgeSettings), its retries and backoff."""
+    judge = endpoint_settings(jc)
+    return Agent(proxy_url, judge, tag, attempt, m, role=ROLE, max_retries=max_retries(judge), backoff_s=backoff_s(judge))
 
 
 def ask(proxy_url: str, jc: dict, tag: str, attempt: int, prompt: str, m: Meter, abort: threading.Event,

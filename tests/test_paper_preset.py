@@ -23,6 +23,7 @@ from hydra import compose, initialize_config_dir
 
 from harness.run import fidelity
 from harness.run.plan import build
+from harness.run.settings import stage_node
 from tests.fake_model import FakeModel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ def resolved(stage: str, *overrides: str, allow: list[str] | None = None):
 
 def refused(stage: str, *overrides: str, allow: list[str] | None = None) -> dict[str, fidelity.Row]:
     cfg = resolved(stage, *overrides, allow=allow)
-    rows = fidelity.manifest(cfg, build(cfg))
+    rows = fidelity.manifest(cfg, build(stage_node(cfg), cfg))
     return {r.key: r for r in fidelity.refusals(cfg, rows)}
 
 
@@ -126,7 +127,7 @@ def test_a_setting_is_one_line_of_the_reference(tmp_path, monkeypatch):
     c = resolved("main", "stage.groups=[{sample:main,conditions:[none]}]", "~stage.conditions.session_search",
                  "~stage.conditions.session_search_compact", "~stage.conditions.shell",
                  "runtime.session_search=installed")
-    rows = {r.key: r for r in fidelity.manifest(c, build(c))}
+    rows = {r.key: r for r in fidelity.manifest(c, build(stage_node(c), c))}
     assert rows["runtime.session_search"].status == "not used"  # no condition of the stage uses the runtime
 
 
@@ -135,7 +136,7 @@ def test_a_setting_is_one_line_of_the_reference(tmp_path, monkeypatch):
 
 def generated_copy(tmp_path: Path, name: str) -> Path:
     cfg = resolved("main")
-    src = Path(build(cfg).data["path"])
+    src = Path(build(stage_node(cfg), cfg).data["path"])
     dst = tmp_path / name
     shutil.copyfile(src, dst)
     return dst
@@ -149,7 +150,7 @@ def test_a_longmemeval_format_file_that_is_not_the_published_one_is_refused_what
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"stage={stage}", "preset=paper", f"data.path={path}",
                                            f"allow_deviation=[{','.join(allow)}]"])
-    got = {r.key: r for r in fidelity.refusals(cfg, fidelity.manifest(cfg, build(cfg)))}
+    got = {r.key: r for r in fidelity.refusals(cfg, fidelity.manifest(cfg, build(stage_node(cfg), cfg)))}
     assert set(got) == {"data"} and "not a published LongMemEval file" in got["data"].detail
     assert cfg.data.kind == "longmemeval"  # read as the real benchmark, refused by its content
 
@@ -166,9 +167,9 @@ def test_the_published_file_is_recognised_by_its_content_whatever_its_name(tmp_p
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         main = compose("config", overrides=["stage=main", "preset=paper", f"data.path={path}"])
         scale = compose("config", overrides=["stage=scale", "preset=paper", f"data=s", f"data.path={path}"])
-    row = fidelity.data_row(build(main), "main")
+    row = fidelity.data_row(build(stage_node(main), main), "main")
     assert row.status == "same" and "= the published longmemeval_s_cleaned.json" in row.stage
-    row = fidelity.data_row(build(scale), "scale")  # S where the scale stage needs M
+    row = fidelity.data_row(build(stage_node(scale), scale), "scale")  # S where the scale stage needs M
     assert row.status == "differs" and "the published S file where the paper's scale stage used M" in row.detail
 
 

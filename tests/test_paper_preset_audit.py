@@ -84,9 +84,10 @@ def test_a_published_file_with_one_byte_changed_in_place_is_not_the_published_fi
 
     from harness.data.longmemeval import sha256_file
     from harness.run.plan import build
+    from harness.run.settings import stage_node
     from tests.test_paper_preset import REPO
 
-    src = Path(build(resolved("main")).data["path"])
+    src = Path(build(stage_node(resolved("main")), resolved("main")).data["path"])
     path = tmp_path / "longmemeval_s_cleaned.json"
     shutil.copyfile(src, path)
     ref = yaml.safe_load(fidelity.REFERENCE_PATH.read_text())
@@ -96,14 +97,14 @@ def test_a_published_file_with_one_byte_changed_in_place_is_not_the_published_fi
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["stage=main", "preset=paper", f"data.path={path}",
                                            f"cache_dir={tmp_path / 'cache'}"])
-    assert fidelity.data_row(build(cfg), "main").status == "same"
+    assert fidelity.data_row(build(stage_node(cfg), cfg), "main").status == "same"
     st = path.stat()
     raw = bytearray(path.read_bytes())
     i = raw.index(b'"question": "') + len(b'"question": "')
     raw[i] = ord(b"X") if raw[i] != ord(b"X") else ord(b"Y")  # one byte of a question, same size
     path.write_bytes(bytes(raw))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    row = fidelity.data_row(build(cfg), "main")
+    row = fidelity.data_row(build(stage_node(cfg), cfg), "main")
     assert row.status == "differs" and "not a published LongMemEval file" in row.detail
 
 
@@ -116,13 +117,17 @@ def test_judging_a_preset_stage_under_another_preset_name_is_refused(tmp_path, o
     from harness.records.rundir import RunDir
     from harness.run.driver import stage_info
     from harness.run.plan import build
+    from omegaconf import OmegaConf
+
+    from harness.run.settings import stage_node
     from judge import prompts as P
     from tests.test_paper_preset import REPO
 
     cfg = resolved("main")
-    plan = build(cfg)
+    plan = build(stage_node(cfg), cfg)
     rd = RunDir(tmp_path / "main")
-    rd.open(cfg, stage_info(cfg, plan, fidelity.record(cfg, plan)))
+    rd.open(cfg, stage_info(stage_node(cfg), OmegaConf.to_container(cfg.model, resolve=True), plan,
+                            fidelity.record(cfg, plan)))
     assert rd.stage().fidelity["preset"] == "paper"
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         later = compose("config", overrides=["stage=main", "data=synth_tiny", "judge=vllm", override])

@@ -24,8 +24,9 @@ def expected_runs(cfg) -> dict[str, int]:
     """Runs per condition the stage's groups ask for, from its config and the plan's samples: a question
     in two groups' samples runs once per repeat (the subset's repeat 0 is the main sample's run)."""
     from harness.run.plan import build
+    from harness.run.settings import stage_node
 
-    plan = build(cfg)
+    plan = build(stage_node(cfg), cfg)
     out: dict[str, set] = {}
     for g in cfg.stage.groups:
         for c in group_conditions(cfg.stage, g):

@@ -98,6 +98,7 @@ def test_every_shipped_preset_and_stage_builds_its_typed_nodes():
                 n = settings.typed_nodes(cfg)
                 settings.check_indexes(cfg)
                 assert isinstance(n.model, settings.EndpointSettings) and isinstance(n.judge, settings.JudgeSettings)
+                assert isinstance(n.stage, settings.StageSettings) and n.stage.name == cfg.stage.name
 
 
 @pytest.mark.parametrize("over", [["+model.reasoning_effort=LOW"], ["~model.params", "+model.params={reasoning_effort: low}"],
@@ -208,3 +209,61 @@ def test_the_judge_kinds_are_read_from_the_judges_typed_node():
     bad = composed("stage=smoke", "+judge.kinds=[no_such_kind]")
     with pytest.raises(Exception, match="no_such_kind"):
         kinds.chosen(settings.typed_nodes(bad).judge, bad.stage)
+
+
+def test_a_client_built_from_a_preset_with_overrides_sends_the_overrides_values():
+    """The client reads its typed node: the overrides' timeout and temperature reach the request, not the preset's."""
+    from harness.endpoints.client import Agent, Meter
+    from harness.endpoints.proxy import DEADLINE
+    from tests.fake_model import FakeModel
+
+    over = ["model=vllm", "model.timeout_s=7", "model.params.temperature=0.25", "+model.params.seed=11"]
+    cfg = composed("stage=smoke", *over)  # vllm's preset: timeout_s 300, temperature 0
+    node = settings.check(cfg, overrides=over, sources=[REPO / "conf"]).model
+    assert isinstance(node, settings.EndpointSettings)
+    with FakeModel() as fake:
+        node.model = "fake"
+        agent = Agent(fake.base_url, node, "run", 1, Meter(node.prices), max_retries=0)
+        assert agent.model_cfg is node  # the typed node itself, not a copy of a mapping
+        agent.complete([{"role": "user", "content": "hi"}])
+        sent = fake.requests[-1]
+    assert sent["body"]["temperature"] == 0.25 and sent["body"]["seed"] == 11
+    assert float(sent["headers"][DEADLINE]) == 7.0  # the attempt's deadline is the override's timeout_s
+
+
+def test_the_judges_client_is_built_from_its_typed_node():
+    from judge.common import agent, judge_model_config, meter
+
+    cfg = composed("stage=smoke", "judge.max_retries=1", "judge.backoff_s=0.5")
+    a = agent("http://127.0.0.1:9/v1", judge_model_config(cfg.judge), "t", 1, meter(judge_model_config(cfg.judge)))
+    assert isinstance(a.model_cfg, settings.JudgeSettings) and (a.max_retries, a.backoff_s) == (1, 0.5)
+    assert a.params == {"temperature": 0, "max_tokens": 10, **(cfg.judge.get("judge_params") or {})}
+
+
+def test_the_stages_planner_reads_its_typed_stage_node_with_the_overrides_values(tmp_path):
+    from harness.run.agents import AgentStep
+
+    base = AgentStep(composed("stage=smoke", f"cache_dir={tmp_path}", "dry_run=true"))
+    twice = AgentStep(composed("stage=smoke", f"cache_dir={tmp_path}", "dry_run=true", "+stage.groups.0.repeats=2"))
+    assert isinstance(twice.stage, settings.StageSettings) and type(twice.stage).__name__ == "SmokeStageSettings"
+    assert twice.stage.groups[0]["repeats"] == 2 and twice.stage.judge_after_run is True  # the yaml's keys
+    assert twice.stage.builds == 3 and twice.stage.only is None  # the declared fields' defaults
+    assert len(twice.plan.runs) == 2 * len(base.plan.runs)  # the planner read the override from the typed node
+    assert twice.stage_info()["kind"] == "agents"
+
+
+def test_the_planner_reads_the_stage_node_it_is_given_not_the_config():
+    from dataclasses import replace
+
+    from harness.run.plan import build
+
+    cfg = composed("stage=smoke", "dry_run=true")
+    stage = settings.stage_node(cfg)
+    other = replace(stage, groups=[{**stage.groups[0], "repeats": 3}], name="renamed")
+    plan = build(other, cfg)  # cfg.stage still says one repeat and `smoke`
+    assert len(plan.runs) == 3 * len(build(stage, cfg).runs) and plan.stage == "renamed"
+
+
+def test_a_stage_value_of_the_wrong_type_is_refused_naming_its_key():
+    with pytest.raises(SettingsError, match="stage.builds"):
+        settings.stage_node(composed("stage=backends", "stage.builds=three"))

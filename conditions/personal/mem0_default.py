@@ -72,7 +72,7 @@ def llm_config(cfg: Settings, shared, run_id: str, attempt: int, meter: Meter) -
         meter.add_call(usage, 0.0, response.choices[0].finish_reason if response.choices else None, "mem0",
                        messages=params.get("messages") if isinstance(params, dict) else None, reply=reply)
 
-    return {"model": str(mc["model"]), "api_key": "metered-by-proxy", "temperature": 0.0,
+    return {"model": str(mc.model), "api_key": "metered-by-proxy", "temperature": 0.0,
             "max_tokens": int(cfg.llm_max_tokens),
             "openai_base_url": tagged_url(shared.proxy_url, run_id, attempt, "mem0"),
             "response_callback": metered}
@@ -101,7 +101,7 @@ def _store(cfg: Settings, shared, condition: str):
         from mem0.utils.factory import VectorStoreFactory
 
         conf = mem0_config(cfg, shared, condition, llm_config(cfg, shared, "setup", 0, Meter(
-            shared.model_cfg["prices"], shared.model_cfg.get("offpeak"))))
+            shared.model_cfg.prices, shared.model_cfg.offpeak)))
         os.makedirs(os.path.dirname(conf["history_db_path"]), exist_ok=True)
         with _INIT:
             first = shared._memories.get("mem0:embedder")

@@ -68,7 +68,7 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
     `step` is the study's run step (harness.run.driver.RunStep); `judge_after(cfg, rd,
     endpoint, budget) -> labels` judges after the runs when the stage asks for it
     (`stage.judge_after_run`). Returns the stage's RunDir (None for a dry run)."""
-    from harness.endpoints.client import retry_line
+    from harness.endpoints.client import retry_line, timeout_s
     from harness.endpoints.proxy import MeteringProxy
     from harness.endpoints.registry import open_endpoint
     from harness.endpoints.usage import context_tokens, counter
@@ -128,14 +128,14 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
         if pending:
             endpoint = stack.enter_context(open_endpoint(cfg.model))
             if endpoint.info.get("context_tokens") and not context_tokens(step.model_cfg):
-                step.model_cfg["context_tokens"] = endpoint.info["context_tokens"]  # what the server says it reads
+                step.model_cfg.context_tokens = endpoint.info["context_tokens"]  # what the server says it reads
                 print(f"  context  {endpoint.info['context_tokens']:,} tokens ({endpoint.info['context_source']})",
                       file=sys.stderr)
             ledger = Ledger(rd.ledger_path)
             ledger.listeners.append(budget.add)
             stack.callback(ledger.close)
             proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
-                                                      float(cfg.model.get("timeout_s", 600)), str(cfg.model.model),
+                                                      timeout_s(step.model_cfg), str(step.model_cfg.model),
                                                       context_tokens(step.model_cfg), counter(step.model_cfg)))
             proxy.stopping = step.abort  # the stage stopping: the proxy forwards nothing more
             calls = pf.stage_calls(proxy.base_url, cfg, shapes, ledger)  # one per request shape

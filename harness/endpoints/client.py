@@ -29,6 +29,7 @@ import openai
 from harness.endpoints import fit as F
 from harness.endpoints.pricing import list_cost, paid_cost
 from harness.endpoints.proxy import ATTEMPT, DEADLINE, ROLE, STOPPING, STREAMED, TAG, UNREACHABLE, reply_error
+from harness.endpoints.settings import EndpointSettings, endpoint_settings
 from harness.endpoints.usage import chars_count, context_tokens, counter, event_stream, request_text, usage_split
 from harness.failures import EnvironmentFailure, StageStopping
 
@@ -101,8 +102,9 @@ def quota_failure(status: int | None, body: Any, message: str, model_cfg) -> Env
     code = str(err.get("code") or err.get("status") or "") if isinstance(err, dict) else ""  # OpenRouter: 402 in a 200
     if status != 402 and code != "402" and not _QUOTA.search(f"{text} {message or ''}"):
         return None
-    where = model_cfg.get("base_url") or model_cfg.get("provider")
-    return QuotaExhausted(f"model={model_cfg.get('name')}: the endpoint {where} says the account has no credit "
+    mc = endpoint_settings(model_cfg)
+    where = mc.base_url or mc.provider
+    return QuotaExhausted(f"model={mc.name}: the endpoint {where} says the account has no credit "
                               f"left (HTTP {status}): {F.describe(body, message)}",
                               "add credit or raise the account's quota (or use another key); the runs it hit stay "
                               "unrecorded and the same command runs them")
@@ -110,21 +112,22 @@ def quota_failure(status: int | None, body: Any, message: str, model_cfg) -> Env
 
 def environment_failure(exc: openai.APIError, model_cfg) -> EnvironmentFailure | None:
     """The environment failure behind an API error, if it is one."""
-    name = model_cfg.get("name")
-    where = model_cfg.get("base_url") or model_cfg.get("provider")
+    model_cfg = endpoint_settings(model_cfg)
+    name = model_cfg.name
+    where = model_cfg.base_url or model_cfg.provider
     if isinstance(exc, openai.APIStatusError):
         quota = quota_failure(exc.status_code, exc.body if exc.body is not None else _response_text(exc),
                               exc.message, model_cfg)
         if quota is not None:
             return quota
     if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
-        env = model_cfg.get("api_key_env")
+        env = model_cfg.api_key_env
         return EnvironmentFailure(f"model={name}: the endpoint {where} refused the request "
                                   f"(HTTP {exc.status_code}): {exc.message}",
                                   f"check the key in ${env}" if env else "check the endpoint's access settings")
     if isinstance(exc, openai.NotFoundError):
         return EnvironmentFailure(f"model={name}: the endpoint {where} does not know model "
-                                  f"{model_cfg.get('model')!r} (HTTP 404): {exc.message}",
+                                  f"{model_cfg.model!r} (HTTP 404): {exc.message}",
                                   "check model.model and model.base_url")
     if isinstance(exc, openai.APIStatusError) and _error_type(exc) == STOPPING:
         return StageStopping()
@@ -184,6 +187,23 @@ def _error_type(exc: openai.APIStatusError) -> str | None:
 RETRY_BUDGET_S = 600.0  # default model.retry_budget_s: the seconds one run's calls may spend failing
 
 
+def timeout_s(mc: EndpointSettings) -> float:
+    """`model.timeout_s`, default 600 s: one attempt's deadline."""
+    return float(mc.timeout_s if mc.timeout_s is not None else 600)
+
+
+def max_retries(mc: EndpointSettings) -> int:
+    return int(mc.max_retries if mc.max_retries is not None else 6)
+
+
+def backoff_s(mc: EndpointSettings) -> float:
+    return float(mc.backoff_s if mc.backoff_s is not None else 1.0)
+
+
+def retry_budget_s(mc: EndpointSettings) -> float:
+    return float(mc.retry_budget_s or RETRY_BUDGET_S)
+
+
 def client_timeout(deadline: float) -> float:
     """How long the client waits for the metering proxy, which keeps the attempt's deadline itself (its
     answer comes within about twice the deadline: a last read may start just before it): the client never
@@ -194,23 +214,23 @@ def client_timeout(deadline: float) -> float:
 def worst_wait(model_cfg) -> tuple[float, float]:
     """(bounded, unbounded): the longest a failing server holds one run — by `model.retry_budget_s` — and
     how long one call's retries alone would take without it (every attempt timing out, the longest backoff)."""
-    timeout = float(model_cfg.get("timeout_s", 600))
-    n = int(model_cfg.get("max_retries", 6))
-    backoff = float(model_cfg.get("backoff_s", 1.0))
-    patience = float(model_cfg.get("max_wait_s") or timeout)
+    mc = endpoint_settings(model_cfg)
+    timeout, n, backoff = timeout_s(mc), max_retries(mc), backoff_s(mc)
+    patience = float(mc.max_wait_s or timeout)
     unbounded = (n + 1) * timeout + sum(min(patience, max(backoff * 2 ** i * 1.5, 0)) for i in range(n))
-    budget = float(model_cfg.get("retry_budget_s") or RETRY_BUDGET_S)
+    budget = retry_budget_s(mc)
     return min(budget + 1.0, unbounded), unbounded
 
 
 def retry_line(model_cfg) -> str:
     """The dry run's line: how long a server that fails every call can hold each run."""
-    bounded, unbounded = worst_wait(model_cfg)
+    mc = endpoint_settings(model_cfg)
+    bounded, unbounded = worst_wait(mc)
     return (f"  retries  a server failing every call holds each run at most {bounded:,.0f} s "
-            f"(model.retry_budget_s={float(model_cfg.get('retry_budget_s') or RETRY_BUDGET_S):g}; one call's "
-            f"{int(model_cfg.get('max_retries', 6)) + 1} attempts of timeout_s={float(model_cfg.get('timeout_s', 600)):g} "
+            f"(model.retry_budget_s={retry_budget_s(mc):g}; one call's "
+            f"{max_retries(mc) + 1} attempts of timeout_s={timeout_s(mc):g} "
             f"and their backoff would take {unbounded:,.0f} s), then the stage stops (exit 3) with that run unrecorded "
-            f"when no call has succeeded meanwhile or runs of model.breaker_runs={int(model_cfg.get('breaker_runs', 3))} "
+            f"when no call has succeeded meanwhile or runs of model.breaker_runs={mc.breaker_runs if mc.breaker_runs is not None else 3} "
             f"different questions in a row ran out of retries")
 
 
@@ -222,7 +242,8 @@ def silently_cut(messages: list[dict], tools: list[dict] | None, call: dict, mod
     Judged by what the server knows, not by a share of an estimate: the prompt tokens it counted are at
     its context (`context_tokens`: the config's, or what Ollama reports, harness.endpoints.registry) —
     or, the context unknown, exactly at a power-of-two context size — while more than that was sent."""
-    if not model_cfg.get("truncates_silently") or call.get("usage_estimated"):
+    model_cfg = endpoint_settings(model_cfg)
+    if not model_cfg.truncates_silently or call.get("usage_estimated"):
         return None
     counted = int(call["prompt"])
     ctx = context_tokens(model_cfg)
@@ -242,16 +263,18 @@ def silently_cut(messages: list[dict], tools: list[dict] | None, call: dict, mod
 class Agent:
     """Talks to one endpoint (normally the metering proxy) on behalf of one run."""
 
-    def __init__(self, base_url: str, model_cfg, run_tag: str, attempt: int, meter: Meter, role: str = "agent",
-                 max_retries: int = 6, backoff_s: float = 1.0, params: dict | None = None):
-        self.model_cfg = model_cfg
+    def __init__(self, base_url: str, model_cfg: EndpointSettings, run_tag: str, attempt: int, meter: Meter,
+                 role: str = "agent", max_retries: int = 6, backoff_s: float = 1.0, params: dict | None = None):
+        """model_cfg: the endpoint's typed node (EndpointSettings / JudgeSettings, built at the config edge by
+        harness.run.settings.endpoint_node); a plain mapping is typed the same way (endpoint_settings)."""
+        self.model_cfg = model_cfg = endpoint_settings(model_cfg)
         self.meter = meter
         self.role = role
         self.max_retries = max_retries
         self.backoff_s = backoff_s
-        self.params = dict(model_cfg.get("params") or {}) if params is None else dict(params)
-        self.timeout_s = float(model_cfg.get("timeout_s", 600))
-        self.retry_budget_s = float(model_cfg.get("retry_budget_s") or RETRY_BUDGET_S)
+        self.params = dict(model_cfg.params or {}) if params is None else dict(params)
+        self.timeout_s = timeout_s(model_cfg)
+        self.retry_budget_s = retry_budget_s(model_cfg)
         self.context, self.count = context_tokens(model_cfg), counter(model_cfg)
         self.client = openai.OpenAI(
             base_url=base_url, api_key="metered-by-proxy", max_retries=0, timeout=self.timeout_s,
@@ -260,7 +283,7 @@ class Agent:
     def request(self, tools: list[dict] | None = None, tool_choice: str | None = None) -> tuple[dict, dict, list[str]]:
         """The call's keyword arguments, what is sent besides the messages (param names and values after
         fitting to `model.accepts`; tools by name) and the parameters left out."""
-        fitted, dropped = F.fit(self.params, self.model_cfg.get("accepts"))
+        fitted, dropped = F.fit(self.params, self.model_cfg.accepts)
         sent = dict(fitted)
         params = dict(fitted)
         kwargs: dict[str, Any] = {k: params.pop(k) for k in list(params) if k in _DIRECT}
@@ -290,7 +313,7 @@ class Agent:
         """One answered call. Retries what may pass within the run's retry budget (`model.retry_budget_s`,
         shared by every call of the run: attempts and waits are cut to what is left of it)."""
         kwargs, sent, dropped = self.request(tools, tool_choice)
-        patience = float(self.model_cfg.get("max_wait_s") or self.timeout_s)
+        patience = float(self.model_cfg.max_wait_s or self.timeout_s)
         for attempt in range(self.max_retries + 1):
             self._check_abort()
             left = self.retry_budget_s - self.meter.retry_s
@@ -302,7 +325,7 @@ class Agent:
                                           f"(model.retry_budget_s)")
                 deadline = max(1.0, min(self.timeout_s, left))  # kept by the proxy (harness.endpoints.proxy)
                 client = self.client.with_options(timeout=client_timeout(deadline))
-                resp = client.chat.completions.create(model=self.model_cfg["model"], messages=messages,
+                resp = client.chat.completions.create(model=self.model_cfg.model, messages=messages,
                                                       extra_headers={DEADLINE: f"{deadline:.3f}"}, **kwargs)
                 if isinstance(resp, str):
                     raise BadReply(f"a 200 reply that is not JSON: {resp[:120]!r}")

@@ -90,7 +90,7 @@ def barrier_check(cfg, plan) -> list[str]:
                                    + len(trial["messages"][w.message])) for w in ws)
         output = len(ws) * per * REPLY_TOKENS["mem0" if writes == "mem0" else "writer"]
         head = (f"barrier: {name}'s read waits for {len(ws) * per} writer calls, one after another "
-                f"({trials_in_flight(cfg)} trials in flight, endpoint slots {slots(cfg.model) or 'unlimited'})")
+                f"({trials_in_flight(cfg.stage, cfg.concurrency, cfg.model)} trials in flight, endpoint slots {slots(cfg.model) or 'unlimited'})")
         if not speed.get("output_tokens_per_s"):
             out.append(f"{head}; set model.speed.output_tokens_per_s (and prompt_tokens_per_s) to forecast the wait "
                        f"against its {float(timeout):g} s timeout")

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from harness.endpoints.settings import EndpointSettings
 from harness.kernel.identity import IdentityResolver
 
 
@@ -130,7 +131,7 @@ class Slotted:
 class Shared:
     cfg: Any  # the whole Hydra config
     proxy_url: str
-    model_cfg: dict
+    model_cfg: EndpointSettings  # the typed model node (harness.endpoints.settings)
     resolver: IdentityResolver
     encoder: Any
     token: str  # names this process's stores (mem0 collections), so a rerun never reads old writes

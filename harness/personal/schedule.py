@@ -21,18 +21,19 @@ def slots(model_cfg) -> int | None:
     return int(n) if n else None
 
 
-def trials_in_flight(cfg) -> int:
-    want = max(1, int(cfg.stage.get("concurrency") or cfg.concurrency))
-    cap = slots(cfg.model)
+def trials_in_flight(stage, concurrency: int, model) -> int:
+    """`stage.concurrency` (default: the command's `concurrency`), at most the endpoint's slots (model: its node)."""
+    want = max(1, int(stage.get("concurrency") or concurrency))
+    cap = slots(model)
     return min(want, cap) if cap else want
 
 
-def schedule_rows(cfg, in_flight: int) -> list:
+def schedule_rows(stage, concurrency: int, model, in_flight: int) -> list:
     """How the trials were scheduled and what an item is, beside the paper (declared, never silent)."""
     from harness.run.fidelity import Row
 
-    want = max(1, int(cfg.stage.get("concurrency") or cfg.concurrency))
-    cap = slots(cfg.model)
+    want = max(1, int(stage.get("concurrency") or concurrency))
+    cap = slots(model)
     capped = f", capped from {want} at the endpoint's {cap} slot(s)" if cap and want > cap else ""
     return [
         Row("pipeline", "trial pipeline", "ProfileAgent, then TaskAgent, then AssistantAgent (A.10); writes "

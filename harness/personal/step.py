@@ -39,7 +39,7 @@ from harness.run import settings
 from harness.data import personal as trials_data
 from harness.data.longmemeval import sha256_file
 from harness.data.source import Unwritten
-from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.endpoints.client import Agent, Meter, ModelCallFailed, backoff_s, max_retries
 from harness.failures import EnvironmentFailure, classify
 from harness.kernel.identity import IdentityResolver
 from harness.records.provenance import versions
@@ -49,6 +49,7 @@ from harness.run.driver import RunStep, call_notes, stage_info, validated
 
 from .schedule import method_class, schedule_rows, slots, trials_in_flight  # noqa: F401 (slots: the tests)
 from harness.run.plan import PlanError
+from harness.run.settings import StageSettings
 
 from . import assistant, record
 from .method import RunCtx, Shared, Slots, Slotted
@@ -88,34 +89,34 @@ class PersonalPlan:
                           f"total runs {len(self.runs)} (seeded interleaved order)"])
 
 
-def trials_path(cfg):
+def trials_path(stage: StageSettings, cfg):
     """The stage's trials file, written on first use; a dry run's is generated in memory (source.Unwritten)."""
-    p = cfg.stage.trials
-    path = Path(str(p.path)) if p.get("path") else trials_data.default_path(Path(str(cfg.cache_dir)) / "data",
-                                                                          int(p.n), int(cfg.seed))
-    return trials_data.ensure(path, int(p.n), int(cfg.seed), write_missing=not cfg.get("dry_run"))
+    p = stage.trials
+    path = Path(str(p["path"])) if p.get("path") else trials_data.default_path(Path(str(cfg.cache_dir)) / "data",
+                                                                             int(p["n"]), int(cfg.seed))
+    return trials_data.ensure(path, int(p["n"]), int(cfg.seed), write_missing=not cfg.get("dry_run"))
 
 
-def plan(cfg) -> PersonalPlan:
+def plan(stage: StageSettings, cfg) -> PersonalPlan:
     """Every (trial, method) once, in blocks of one method (as many runs as trials in flight), the blocks in a
     seeded shuffle: methods interleave across the stage (a drift of the endpoint hits them alike), yet the runs in
     flight together are one method's (the gate in `execute` keeps a block from overlapping the next)."""
-    for c in cfg.stage.methods:
-        if c not in (cfg.stage.get("conditions") or {}):
-            raise PlanError(f"stage {cfg.stage.name!r} runs method {c!r} but does not define it "
+    for c in stage.methods:
+        if c not in (stage.conditions or {}):
+            raise PlanError(f"stage {stage.name!r} runs method {c!r} but does not define it "
                             f"(add '/condition@stage.conditions.{c}: {c}' to its defaults)")
-    path = trials_path(cfg)
+    path = trials_path(stage, cfg)
     trials = trials_data.load(path)["trials"]
-    rng, size = random.Random(int(cfg.seed)), trials_in_flight(cfg)
+    rng, size = random.Random(int(cfg.seed)), trials_in_flight(stage, cfg.concurrency, cfg.model)
     blocks = []
-    for c in cfg.stage.methods:
+    for c in stage.methods:
         order = list(trials)
         rng.shuffle(order)
         blocks += [[(t, str(c)) for t in order[i:i + size]] for i in range(0, len(order), size)]
     rng.shuffle(blocks)
     pairs = [p for b in blocks for p in b]
     unwritten = isinstance(path, Unwritten)
-    return PersonalPlan(str(cfg.stage.name), str(cfg.stage.label), int(cfg.seed),
+    return PersonalPlan(str(stage.name), str(stage.label), int(cfg.seed),
                         {"path": str(path), "n": len(trials), **({"unwritten": True} if unwritten else {}),
                          "sha256": path.sha256 if unwritten else sha256_file(path)},
                         [TrialRun(t["trial_id"], c) for t, c in pairs], {t["trial_id"]: t for t in trials})
@@ -166,7 +167,7 @@ class PersonalStep(RunStep):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.plan = plan(cfg)
+        self.plan = plan(self.stage, cfg)
         self.nodes = settings.condition_nodes(cfg)  # each method's own typed node (its module's Settings)
         self.shared: Shared | None = None
         self.provenance: dict = {}
@@ -174,13 +175,15 @@ class PersonalStep(RunStep):
     # --- before the runs ------------------------------------------------------------------
     def methods(self) -> dict:
         used = {r.condition for r in self.plan.runs}
-        return {name: c for name, c in self.cfg.stage.conditions.items() if name in used}
+        return {name: c for name, c in self.nodes.items() if name in used}  # their typed nodes
 
     def fidelity_rows(self):
-        return fidelity.personal_manifest(self.cfg) + schedule_rows(self.cfg, self.concurrency())
+        return fidelity.personal_manifest(self.cfg) + schedule_rows(self.stage, self.cfg.concurrency, self.model_cfg,
+                                                                    self.concurrency())
 
     def stage_info(self) -> dict:
-        return stage_info(self.cfg, self.plan, fidelity.record(self.cfg, rows=self.fidelity_rows()),
+        return stage_info(self.stage, OmegaConf.to_container(self.cfg.model, resolve=True), self.plan,
+                          fidelity.record(self.cfg, rows=self.fidelity_rows()),
                           prereg=None, versions=_versions())  # the hypotheses file is the first paper's
 
     def render_plan(self) -> str:
@@ -234,11 +237,11 @@ class PersonalStep(RunStep):
         from judge.rubric import rubric_config
 
         mc = self.model_cfg
-        params = dict(mc.get("params") or {})
+        params = dict(mc.params or {})
         methods = self.methods()
         shapes = [Shape("model", "assistant, plain request", mc, params, conditions=sorted(methods),
                         system=assistant.SYSTEM)]
-        writing = sorted(n for n, c in methods.items() if c.get("writers"))
+        writing = sorted(n for n, c in methods.items() if getattr(c, "writers", None))
         if writing:
             shapes.append(Shape("model", "writers, JSON mode (response_format json_object)", mc,
                                 {**params, **JSON_PARAMS}, conditions=writing))
@@ -255,7 +258,7 @@ class PersonalStep(RunStep):
         """Trials in flight: `stage.concurrency`, never more than the endpoint serves at once
         (model.max_concurrency: one per slot for Ollama or llama.cpp), so a trial never waits behind
         another trial's calls and the barrier's timeouts are the method's and the endpoint's own."""
-        return trials_in_flight(self.cfg)
+        return trials_in_flight(self.stage, self.cfg.concurrency, self.model_cfg)
 
     # --- the runs -------------------------------------------------------------------------
     def start(self, rd, info, endpoint, proxy_url: str) -> None:
@@ -278,7 +281,7 @@ class PersonalStep(RunStep):
             "config_hash": info.config_hash, "data_path": info.data["path"], "data_sha256": info.data["sha256"],
             "versions": info.versions, "code": info.code.model_dump(),
             "model": {k: mc.get(k) for k in ("name", "provider", "model", "params", "accepts")},
-            "prices": mc.get("prices"), "offpeak": mc.get("offpeak"),
+            "prices": mc.prices, "offpeak": mc.offpeak,
             "encoder": OmegaConf.to_container(cfg.encoder, resolve=True),
             "index": OmegaConf.to_container(cfg.index, resolve=True), "endpoint": endpoint.info}
 
@@ -293,14 +296,14 @@ class PersonalStep(RunStep):
     def _execute(self, spec: TrialRun, attempt: int):
         trial = self.plan.trials[spec.trial_id]
         condition, run_id, mc = spec.condition, spec.run_id, self.model_cfg
-        cond_cfg = self.cfg.stage.conditions[condition]
-        meter = Meter(mc["prices"], mc.get("offpeak"), abort=self.abort)
+        cond_cfg = self.stage.conditions[condition]  # as the stage node holds it (resolved)
+        meter = Meter(mc.prices, mc.offpeak, abort=self.abort)
         seen: list[EnvironmentFailure] = []
 
         def agent(role: str, json: bool = False):
-            params = {**(mc.get("params") or {}), **(JSON_PARAMS if json else {})}
+            params = {**(mc.params or {}), **(JSON_PARAMS if json else {})}
             a = Agent(self.proxy_url, mc, run_id, attempt, meter, role=role, params=params,
-                      max_retries=int(mc.get("max_retries", 6)), backoff_s=float(mc.get("backoff_s", 1.0)))
+                      max_retries=max_retries(mc), backoff_s=backoff_s(mc))
             return _Watched(Slotted(a, self.shared.slots), seen)
 
         ctx = RunCtx(trial, condition, self.shared, agent, meter, run_id, attempt)
@@ -308,7 +311,7 @@ class PersonalStep(RunStep):
         injected, answer, answer_s, queue_s, msgs, finish = None, "", 0.0, 0.0, None, {}
         self.shared.resolver.register_session(trial["session_id"], trial["user_id"])
         try:  # building a method (loading Mem0, its collection): a failure here is not the run's
-            method = conditions.load(str(cond_cfg.module)).build(self.nodes[condition], ctx)
+            method = conditions.load(str(cond_cfg["module"])).build(self.nodes[condition], ctx)
         except Exception as exc:
             raise classify(exc) or exc
         t0 = time.perf_counter()
@@ -337,7 +340,7 @@ class PersonalStep(RunStep):
             raise seen[0]
         transcript = self._transcript(msgs, answer) if msgs else None
         rec = record.build(provenance=self.provenance, trial=trial, condition=condition,
-                           cond_cfg=OmegaConf.to_container(cond_cfg, resolve=True), attempt=attempt, status=status,
+                           cond_cfg=dict(cond_cfg), attempt=attempt, status=status,
                            error=error, failure_reason=reason, injected=injected, answer=answer, answer_s=answer_s, queue_s=queue_s,
                            wall_s=wall, finish=finish, calls=list(meter.calls), transcript=transcript)
         return validated(self.rd, lambda d: parse("personal_record", d, self.rd.records_dir), rec,

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 import conditions
 from harness.data.longmemeval import DATE_FORMAT
-from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.endpoints.client import Agent, Meter, ModelCallFailed, backoff_s, max_retries
 from harness.failures import EnvironmentFailure, classify
 from harness.records.schema import SCHEMA_VERSION, RunRecord
 from harness.run import fidelity, settings
@@ -69,14 +69,15 @@ class AgentStep(RunStep):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.plan: Plan = build(cfg)
+        self.plan: Plan = build(self.stage, cfg)
         self.conditions = settings.condition_nodes(cfg)  # each condition's own typed node (its module's Settings)
         self.env: Environment | None = None
         self.preparer: MemoryPreparer | None = None
 
     # --- before the runs: what the driver prints, checks and sends ------------------------
     def stage_info(self) -> dict:
-        return stage_info(self.cfg, self.plan, fidelity.record(self.cfg, self.plan))
+        return stage_info(self.stage, OmegaConf.to_container(self.cfg.model, resolve=True), self.plan,
+                          fidelity.record(self.cfg, self.plan))
 
     def render_plan(self) -> str:
         return self.plan.render()
@@ -101,7 +102,7 @@ class AgentStep(RunStep):
         return text
 
     def concurrency(self) -> int:
-        return max(1, min(int(self.cfg.concurrency), int(self.model_cfg.get("max_concurrency") or self.cfg.concurrency)))
+        return max(1, min(int(self.cfg.concurrency), int(self.model_cfg.max_concurrency or self.cfg.concurrency)))
 
     # --- the runs -------------------------------------------------------------------------
     def start(self, rd, info, endpoint, proxy_url: str) -> None:
@@ -122,7 +123,7 @@ class AgentStep(RunStep):
                 "config_hash": info.config_hash, "data_sha256": self.plan.data["sha256"],
                 "data_path": self.plan.data["path"], "versions": info.versions, "code": info.code.model_dump(),
                 "model": {k: mc.get(k) for k in ("name", "provider", "model", "params", "first_tool_choice", "accepts")},
-                "prices": mc["prices"], "offpeak": mc.get("offpeak"),
+                "prices": mc.prices, "offpeak": mc.offpeak,
                 "index": OmegaConf.to_container(cfg.index, resolve=True),
                 "encoder": OmegaConf.to_container(cfg.encoder, resolve=True),
                 "prereg_sha256": (info.prereg or {}).get("sha256")}
@@ -131,20 +132,19 @@ class AgentStep(RunStep):
         """Run one planned run. Raises EnvironmentFailure (or a harness error while preparing
         the run) instead of returning a record the environment's fault would have spoilt."""
         q = self.env.questions[spec.qid]
-        cond_cfg = self.cfg.stage.conditions[spec.condition]
+        cond_cfg = self.stage.conditions[spec.condition]  # as the stage node holds it (resolved)
         mc = self.model_cfg
-        meter = Meter(mc["prices"], mc.get("offpeak"), abort=self.abort)
+        meter = Meter(mc.prices, mc.offpeak, abort=self.abort)
         ctx = RunContext(spec, self.env)
-        ctx.first_tool_choice = mc.get("first_tool_choice")
+        ctx.first_tool_choice = mc.first_tool_choice
         ctx.transcript = TranscriptRecorder()
         ctx.run_agent = lambda role: Agent(self.proxy_url, mc, spec.run_id, attempt, meter, role=role,
-                                           max_retries=int(mc.get("max_retries", 6)),
-                                           backoff_s=float(mc.get("backoff_s", 1.0)))
+                                           max_retries=max_retries(mc), backoff_s=backoff_s(mc))
         status, error, answer, loop, reason, signature = "ok", None, "", None, None, None
         preparing = self.preparer is not None and self.preparer.stats["all_ready_s"] is None
         t0 = time.perf_counter()
         try:  # preparing the run (stores, indexes, prefetch): a failure here is not the run's
-            access = conditions.load(str(cond_cfg.module)).build(self.conditions[spec.condition], ctx)
+            access = conditions.load(str(cond_cfg["module"])).build(self.conditions[spec.condition], ctx)
         except Exception as exc:
             raise classify(exc) or exc
         setup_s = time.perf_counter() - t0 - access.retrieval_s
@@ -175,7 +175,7 @@ class AgentStep(RunStep):
         tok = {k: sum(c[k] for c in calls) for k in ("prompt", "hit", "miss", "output", "reasoning")}
         return validated(self.rd, RunRecord.model_validate, {
             "schema_version": SCHEMA_VERSION,
-            "run_id": spec.run_id, "condition": spec.condition, "module": str(cond_cfg.module),
+            "run_id": spec.run_id, "condition": spec.condition, "module": str(cond_cfg["module"]),
             "qid": spec.qid, "qtype": q.qtype, "variant": spec.variant, "repeat": spec.repeat, "org": spec.org,
             "attempt": attempt, "status": status, "error": error, "failure_reason": reason,
             "question": q.question, "question_date": q.date.strftime(DATE_FORMAT), "gold": q.answer,
@@ -190,11 +190,11 @@ class AgentStep(RunStep):
             "retrieval_s": round(access.retrieval_s + sum(t["retrieval_s"] for t in meter.tools), 6),
             "empty_results": sum(bool(t["empty"]) for t in meter.tools),
             "error_results": sum(bool(t["error"]) for t in meter.tools),
-            "evidence": evidence(q, access.sessions, meter.tools, conditions.search_tools(str(cond_cfg.module))),
+            "evidence": evidence(q, access.sessions, meter.tools, conditions.search_tools(str(cond_cfg["module"]))),
             "decomposition": decomposition(calls),
             "calls": calls, "tools": meter.tools, "prefetch": access.log,
             "condition_notes": access.notes,
-            "condition_config": OmegaConf.to_container(cond_cfg, resolve=True),
+            "condition_config": dict(cond_cfg),
             "adapter": meter.adapter, "endpoint": self.endpoint.info,
             # which encoder (and whether it is the study's), dense backend and lexical indexes served
             "memory_space": self.env.space_description(),

@@ -45,6 +45,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ from harness.records.provenance import code_revision, versions
 from harness.records.schema import SCHEMA_VERSION, DriverSession, MemoryPrep, StageInfo
 from harness.run.budget import Budget, BudgetReached
 from harness.run.prepare import MemoryPreparer
+from harness.run.settings import StageSettings, endpoint_node, stage_node
 
 REPO = Path(__file__).resolve().parents[2]
 PREREG = REPO / "conf" / "prereg" / "hypotheses.yaml"
@@ -81,14 +83,15 @@ def now() -> str:
 
 
 
-def stage_info(cfg, plan, fidelity_record: dict, **extra) -> dict:
-    """stage.json's content for `plan` (anything with stage, label, seed, data, runs, to_dict())."""
+def stage_info(stage: StageSettings, model: dict, plan, fidelity_record: dict, **extra) -> dict:
+    """stage.json's content for `plan` (anything with stage, label, seed, data, runs, to_dict()); stage: the
+    stage's typed node, model: the model preset as recorded (resolved)."""
     return {
-        "schema_version": SCHEMA_VERSION, "kind": str(cfg.stage.get("kind") or "agents"),
-        "record": studies.get(cfg.stage.get("kind")).record,
+        "schema_version": SCHEMA_VERSION, "kind": str(stage.get("kind") or "agents"),
+        "record": studies.get(stage.get("kind")).record,
         "stage": plan.stage, "label": plan.label, "seed": plan.seed, "data": plan.data,
         "plan": plan.to_dict(), "versions": versions(), "code": code_revision(REPO),
-        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "model": model,
         "prereg": {"path": str(PREREG.relative_to(REPO)), "sha256": sha256_file(PREREG) if PREREG.exists() else None},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "fidelity": fidelity_record, **extra,
@@ -111,7 +114,8 @@ class RunStep:
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+        self.model_cfg = endpoint_node(cfg.model)  # the typed model node every client of the stage is built from
+        self.stage: StageSettings = stage_node(cfg)  # the stage's typed node its planner and driver read
         self.rd: RunDir | None = None
         self.info: StageInfo | None = None
         self.endpoint = None
@@ -296,7 +300,7 @@ class StageRunner:
         self.first: dict[str, float] = {}  # "run_started", "record" -> seconds after t0
         self.started_runs = 0
         self.preparer: MemoryPreparer | None = None
-        self.breaker = Breaker(int(step.model_cfg.get("breaker_runs", 3)))
+        self.breaker = Breaker(int(step.model_cfg.breaker_runs if step.model_cfg.breaker_runs is not None else 3))
         self.why: str | None = None  # the environment failure that stopped the stage (StageStopping says less)
         self.liveness = Liveness(self._probe)  # the ledger's answered calls, and one probe (harness.endpoints.liveness)
         self.heard = self.liveness.heard
@@ -304,7 +308,7 @@ class StageRunner:
     def _probe(self) -> bool:
         from harness.run.preflight import model_call
 
-        check = model_call(self.step.proxy_url, {**self.step.model_cfg, "max_retries": 0}, "model")
+        check = model_call(self.step.proxy_url, replace(self.step.model_cfg, max_retries=0), "model")
         print(f"probe after a run ran out of retries:{check.line()}", file=sys.stderr)
         return check.ok is not False
 

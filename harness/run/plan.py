@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.data import source
 from harness.data.longmemeval import iter_raw, parse_record, DataError
 from harness.data.samples import draw
+from harness.run.settings import StageSettings
 
 
 class PlanError(ValueError):
@@ -106,16 +107,16 @@ def group_conditions(stage, group) -> list[str]:
     return [c for c in chosen if c not in exclude]
 
 
-def build(cfg) -> Plan:
-    stage = cfg.stage
+def build(stage: StageSettings, cfg) -> Plan:
+    """The stage's runs: its groups (stage, its typed node: harness.run.settings.stage_node) over the samples
+    drawn from the data set; cfg gives the data set, samples, seed and cache only."""
     path = source.resolve(cfg.data, write=not cfg.get("dry_run"))
     index = scan(path)
-    groups = list(stage.get("groups") or [])
+    groups = list(stage.groups or [])
     if not groups:
         raise PlanError(f"stage {stage.name!r} has no groups of runs")
     wanted = sorted({g["sample"] for g in groups})
     samples = draw(index, cfg.samples, int(cfg.seed), names=wanted)
-    conditions = stage.get("conditions") or {}
     runs: set[RunSpec] = set()
     for g in groups:
         repeats = int(g.get("repeats", 1))

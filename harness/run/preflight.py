@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 
 import conditions
 from harness.run.settings import condition_node
-from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.endpoints.client import Agent, Meter, ModelCallFailed, backoff_s
 from harness.endpoints.registry import PROVIDERS
+from harness.endpoints.settings import EndpointSettings, endpoint_settings
 from harness.failures import EnvironmentFailure, classify
 
 ROLE = "preflight"
@@ -142,18 +143,21 @@ class Shape:
 
     who: str  # model | judge
     what: str  # e.g. "agents, tools memory_search+memory_read, tool_choice none"
-    model_cfg: dict
+    model_cfg: EndpointSettings  # a mapping given is typed (endpoint_settings)
     params: dict
     tools: list[dict] | None = None
     tool_choice: str | None = None
     conditions: list[str] = field(default_factory=list)
     system: str | None = None  # the system message the runs send (a server without the system role fails here)
 
+    def __post_init__(self):
+        self.model_cfg = endpoint_settings(self.model_cfg)
+
     def sent(self) -> dict:
         """What this request sends besides the prompt, after fitting to the endpoint's `accepts`."""
         from harness.endpoints.fit import fit
 
-        out, dropped = fit({**self.params, "max_tokens": 1}, self.model_cfg.get("accepts"))
+        out, dropped = fit({**self.params, "max_tokens": 1}, self.model_cfg.accepts)
         if self.tools:
             out["tools"] = [t["function"]["name"] for t in self.tools]
             if self.tool_choice:
@@ -250,24 +254,30 @@ JSON_HINT = "Answer in JSON."
 SAMPLE_DATE = "2023/05/30 (Tue) 23:40"  # the date line of the runs' system prompt, in the benchmark's format
 
 
+def _retries(mc: EndpointSettings) -> int:
+    """The preflight's retries: the endpoint's, default 2."""
+    return int(mc.max_retries if mc.max_retries is not None else 2)
+
+
 def send(proxy_url: str, shape: Shape) -> Check:
     """One metered call of at most one output token in this shape, under role `preflight`."""
     mc = shape.model_cfg
-    meter = Meter(mc["prices"], mc.get("offpeak"))
-    agent = Agent(proxy_url, mc, ROLE, 1, meter, role=ROLE, max_retries=min(2, int(mc.get("max_retries", 2))),
-                  backoff_s=float(mc.get("backoff_s", 1.0)), params={**shape.params, "max_tokens": 1})
+    meter = Meter(mc.prices, mc.offpeak)
+    agent = Agent(proxy_url, mc, ROLE, 1, meter, role=ROLE, max_retries=min(2, _retries(mc)),
+                  backoff_s=backoff_s(mc), params={**shape.params, "max_tokens": 1})
     try:
         agent.complete(messages(shape.params, shape.system), shape.tools, tool_choice=shape.tool_choice)
     except EnvironmentFailure as exc:
         return Check("model", False, f"{shape.who} ({shape.what}): {exc}")
     except ModelCallFailed as exc:
-        return Check("model", False, f"{shape.who} ({shape.what}): model={mc.get('name')} does not answer: {exc}")
-    return Check("model", True, f"{shape.who}: {mc.get('name')} ({mc.get('model')}) answered {shape.what}")
+        return Check("model", False, f"{shape.who} ({shape.what}): model={mc.name} does not answer: {exc}")
+    return Check("model", True, f"{shape.who}: {mc.name} ({mc.model}) answered {shape.what}")
 
 
 def model_call(proxy_url: str, model_cfg, who: str) -> Check:
     """One plain metered call of at most one output token, under role `preflight`."""
-    return send(proxy_url, Shape(who, "a plain request", dict(model_cfg), dict(model_cfg.get("params") or {})))
+    mc = endpoint_settings(model_cfg)
+    return send(proxy_url, Shape(who, "a plain request", mc, dict(mc.params or {})))
 
 
 def judge_preflight(proxy_url: str, judge_cfg, budget=None, config: dict | None = None) -> None:
@@ -280,9 +290,8 @@ def judge_preflight(proxy_url: str, judge_cfg, budget=None, config: dict | None 
         return
     shape = judge_shape(judge_cfg) if config is None else Shape("judge", "judge", config, dict(config.get("params") or {}))
     mc = shape.model_cfg
-    agent = Agent(proxy_url, mc, ROLE, 1, Meter(mc["prices"], mc.get("offpeak")), role=ROLE,
-                  max_retries=min(2, int(mc.get("max_retries", 2))), backoff_s=float(mc.get("backoff_s", 1.0)),
-                  params={**shape.params, "max_tokens": 1})
+    agent = Agent(proxy_url, mc, ROLE, 1, Meter(mc.prices, mc.offpeak), role=ROLE,
+                  max_retries=min(2, _retries(mc)), backoff_s=backoff_s(mc), params={**shape.params, "max_tokens": 1})
     try:
         agent.complete(messages(shape.params))
     except EnvironmentFailure as exc:

@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
+from harness.endpoints.settings import EndpointSettings, JudgeSettings  # noqa: F401 - the typed endpoint nodes
 from harness.plugins import RegistryError
 
 
@@ -31,7 +32,8 @@ class SettingsError(RegistryError):
 
 @dataclass
 class StageSettings:
-    """Optional stage keys the code reads besides those of conf/stage/<name>.yaml."""
+    """Optional stage keys the code reads besides those of conf/stage/<name>.yaml. A stage's typed node
+    (stage_node) is an instance of a subclass whose other fields are its yaml's keys."""
 
     judge_after_run: bool = False
     judge_kinds: Optional[list] = None  # judgement kinds (judge/kinds/) for this stage's judge; default the answer check
@@ -42,6 +44,11 @@ class StageSettings:
     lexical: bool = True
     builds: int = 3
     concurrency: Optional[int] = None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A mapping's read, for the helpers that take a stage's node or a record's plain copy alike."""
+        value = getattr(self, key, None)
+        return default if value is None else value
 
 
 @dataclass
@@ -62,42 +69,6 @@ class ConditionSettings:
 class IndexSettings:
     name: str = "???"
     dim: Optional[int] = None
-
-
-@dataclass
-class EndpointSettings:
-    """A model preset (conf/model/) and, with JudgeSettings' keys, a judge preset (conf/judge/)."""
-
-    name: str = "???"
-    provider: str = "???"
-    model: Optional[str] = None
-    base_url: Optional[str] = None
-    api_key_env: Optional[str] = None
-    params: dict = field(default_factory=dict)  # open: sent as the provider spells it
-    accepts: dict = field(default_factory=dict)
-    prices: dict = field(default_factory=dict)
-    offpeak: Optional[dict] = None
-    reasoning_effort: Optional[str] = None  # the one reasoning setting; filled from whichever spelling params use
-    timeout_s: Optional[float] = None
-    retry_budget_s: Optional[float] = None
-    max_retries: Optional[int] = None
-    backoff_s: Optional[float] = None
-    max_wait_s: Optional[float] = None
-    max_concurrency: Optional[int] = None
-    parallel: Optional[int] = None
-    ctx_size: Optional[int] = None
-    breaker_runs: Optional[int] = None
-    first_tool_choice: Optional[str] = None
-    truncates_silently: Optional[bool] = None
-    context_tokens: Optional[int] = None
-    speed: Optional[Any] = None
-
-
-@dataclass
-class JudgeSettings(EndpointSettings):
-    prompts: str = "builtin"
-    judge_params: dict = field(default_factory=dict)  # open
-    kinds: Optional[list] = None  # judgement kinds (judge/kinds/), default [answer_check]
 
 
 OPEN = {"params", "judge_params", "accepts", "prices", "offpeak", "forecast", "trials", "realism", "rates"}
@@ -515,6 +486,7 @@ class Nodes:
     conditions: dict = field(default_factory=dict)  # key -> the condition's Settings instance (or its node)
     model: Optional[EndpointSettings] = None
     judge: Optional[JudgeSettings] = None
+    stage: Optional[StageSettings] = None
 
 
 def condition_nodes(cfg) -> dict:
@@ -525,7 +497,33 @@ def condition_nodes(cfg) -> dict:
 
 def typed_nodes(cfg) -> Nodes:
     return Nodes(condition_nodes(cfg), endpoint_node(cfg.model, "model") if cfg.get("model") is not None else None,
-                 endpoint_node(cfg.judge, "judge") if cfg.get("judge") is not None else None)
+                 endpoint_node(cfg.judge, "judge") if cfg.get("judge") is not None else None,
+                 stage_node(cfg) if cfg.get("stage") is not None else None)
+
+
+def stage_schema(value: dict):
+    """A stage's settings: its yaml's keys (a number or flag typed by its value; the yaml and the overrides
+    are composed already, so every key present is one the stage gives) and StageSettings' optional fields."""
+    from dataclasses import make_dataclass
+
+    have = {f.name for f in fields(StageSettings)}
+    bad = [k for k in value if not str(k).isidentifier()]
+    if bad:
+        raise SettingsError(f"stage: {', '.join(map(str, bad))}: a stage key must be a name")
+    own = [(str(k), Optional[_kind(v)] if _kind(v) is not Any else Any, field(default=None))
+           for k, v in value.items() if k not in have]
+    name = "".join(p.title() for p in str(value.get("name") or "stage").replace("-", "_").split("_"))
+    return make_dataclass(f"{name}StageSettings", own, bases=(StageSettings,))
+
+
+def stage_node(cfg) -> StageSettings:
+    """What a stage's planner and driver read (cfg.stage as its typed node): the composed stage, interpolations
+    resolved, as an instance of stage_schema; a declared field of the wrong type is refused naming its key.
+    The conditions stay their plain nodes here (condition_nodes types each for its module)."""
+    value = _resolved(cfg.stage)
+    schema = stage_schema(value)
+    _closed(schema, value, "stage")  # types checked, e.g. stage.builds=three
+    return schema(**value)
 
 
 # keys an index node carries for the memory space rather than for its backend (harness.memory.space)
