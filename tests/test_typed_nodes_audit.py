@@ -48,7 +48,7 @@ def composed_checked(*overrides):
     ("model.prices.hit=abc", "model.prices.hit"),
     ("++model.offpeak={start_utc: '16:30', end_utc: '00:30', factor: x}", "model.offpeak.factor"),
     ("++model.offpeak={start_utc: 'late', end_utc: '00:30', factor: 0.5}", "model.offpeak.start_utc"),
-    ("++model.offpeak={factor: 0.5}", "model.offpeak.start_utc"),
+    ("model.offpeak.end_utc=null", "model.offpeak.end_utc"),
     ("judge.prices.output=dear", "judge.prices.output"),
 ])
 def test_a_price_or_offpeak_window_that_is_not_one_is_refused_naming_its_key(override, key):

@@ -519,9 +519,16 @@ def endpoint_node(node, kind: str = "model"):
     whichever spelling the params use."""
     from omegaconf import OmegaConf
 
+    from harness.endpoints.pricing import check_prices
+
     value = _resolved(node)
     value["reasoning_effort"] = reasoning_effort(value, sent=SENT[kind])  # raises when two spellings disagree
-    return OmegaConf.to_object(_closed(SCHEMAS[kind], value, kind))
+    out = OmegaConf.to_object(_closed(SCHEMAS[kind], value, kind))
+    try:
+        check_prices(out.prices, out.offpeak)
+    except ValueError as exc:
+        raise SettingsError(f"{kind}.{exc}") from None
+    return out
 
 
 @dataclass
