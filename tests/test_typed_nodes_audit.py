@@ -87,3 +87,15 @@ def test_a_preset_of_ones_own_prices_offpeak_and_renames_reach_the_request_and_t
     m = 1_000_000
     assert paid_cost(mc.prices, mc.offpeak, m, m, m, datetime(2026, 1, 1, 10, 30)) == pytest.approx(3.5)
     assert paid_cost(mc.prices, mc.offpeak, m, m, m, datetime(2026, 1, 1, 12, 0)) == pytest.approx(7.0)
+
+
+def test_a_stage_key_keeps_its_type_beside_a_plugin_yaml_under_hydra_searchpath(tmp_path):
+    """The stage's own yaml is composed with the command's groups, a plugin's under hydra.searchpath among them:
+    the first fix composed without the command's searchpath and failed on `+condition@...=toy`."""
+    (tmp_path / "conf" / "condition").mkdir(parents=True)
+    (tmp_path / "conf" / "condition" / "toy_audit.yaml").write_text("module: prefetch\nk: 3\n")
+    plug = [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "+condition@stage.conditions.toy=toy_audit"]
+    res, out = dry(tmp_path, "stage=personal_smoke", *plug, "stage.trials.n=many")
+    assert res.returncode == 2 and "stage.trials.n" in out and "Traceback" not in out, out[-2000:]
+    res, out = dry(tmp_path, "stage=personal_smoke", *plug, "stage.trials.n=3")
+    assert "stage.trials" not in out and "Traceback" not in out, out[-2000:]
