@@ -325,13 +325,21 @@ def check_stage_yaml_types(cfg, overrides: list[str], groups: set[str], sources:
         key = ov.lstrip("+~").partition("=")[0]
         return key.startswith("hydra.") or "@" in key or key.replace(".", "/") in groups
 
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
+
     same_groups = [o for o in overrides if is_group(o)]
-    if GlobalHydra.instance().is_initialized():
-        given = compose(config_name="config", overrides=same_groups).get("stage")
-    elif sources:  # a config composed earlier (a test's, the bench's): compose from its first folder
-        with initialize_config_dir(config_dir=str(Path(sources[0]).resolve()), version_base="1.3"):
+    if HydraConfig.initialized():  # the command's own hydra.searchpath (not among the task's overrides)
+        same_groups += [o for o in HydraConfig.get().overrides.hydra if o.startswith("hydra.searchpath")]
+    try:
+        if GlobalHydra.instance().is_initialized():
             given = compose(config_name="config", overrides=same_groups).get("stage")
-    else:
+        elif sources:  # a config composed earlier (a test's, the bench's): compose from its first folder
+            with initialize_config_dir(config_dir=str(Path(sources[0]).resolve()), version_base="1.3"):
+                given = compose(config_name="config", overrides=same_groups).get("stage")
+        else:
+            return
+    except HydraException:  # the stage as its yaml gives it does not compose alone: nothing to compare with
         return
     if given is None or cfg.get("stage") is None:
         return
