@@ -21,6 +21,30 @@ def unknown_prices(prices) -> list[str]:
     return [k for k in ("hit", "miss", "output") if not prices or prices.get(k) is None]
 
 
+NUMBERS = ("hit", "miss", "output", "usd_per_currency", "cny_per_usd")  # the prices' keys the cost reads as numbers
+
+
+def check_prices(prices, offpeak) -> None:
+    """A price the cost reads must be a number or null, an off-peak window start_utc/end_utc as HH:MM and a
+    numeric factor: a ValueError naming the key (`prices.hit: ...`). WHY: both are open nodes of the typed
+    endpoint node, so `model.prices.hit=abc` passed the check and died in the forecast or the first call."""
+    for k in NUMBERS:
+        v = (prices or {}).get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ValueError(f"prices.{k}: {v!r} is not a number (per million tokens) or null")
+    if not offpeak:
+        return
+    for k in ("start_utc", "end_utc"):
+        try:
+            _parse(str(offpeak[k]))
+        except (KeyError, ValueError):
+            raise ValueError(f"offpeak.{k}: {offpeak.get(k)!r} is not a time HH:MM (UTC); an off-peak window takes "
+                             f"start_utc, end_utc and factor") from None
+    f = offpeak.get("factor")
+    if isinstance(f, bool) or not isinstance(f, (int, float)):
+        raise ValueError(f"offpeak.factor: {f!r} is not a number (the factor applied to list prices)")
+
+
 def _parse(hhmm: str) -> time:
     h, m = hhmm.split(":")
     return time(int(h), int(m))

@@ -300,11 +300,63 @@ def check_yaml_types(cfg, choices, sources: list[Path] | None = None) -> None:
             if not isinstance(was, (bool, int, float)) or key not in node or node.get(key) is None:
                 continue
             now = node.get(key)
-            ok = isinstance(now, bool) if isinstance(was, bool) else (
-                isinstance(now, (int, float)) and not isinstance(now, bool) and (isinstance(was, float) or isinstance(now, int)))
-            if not ok:
+            if not _same_kind(was, now):
                 raise SettingsError(f"stage.conditions.{name}.{key}: {now!r} is not of type {type(was).__name__} "
                                     f"(condition/{choice}.yaml gives {was!r})")
+
+
+def _same_kind(was, now) -> bool:
+    """`now` may stand where a yaml gives the number or flag `was` (an int where a float is given, not a str)."""
+    if isinstance(was, bool):
+        return isinstance(now, bool)
+    return isinstance(now, (int, float)) and not isinstance(now, bool) and (isinstance(was, float) or isinstance(now, int))
+
+
+def check_stage_yaml_types(cfg, overrides: list[str], groups: set[str], sources: list[Path] | None = None) -> None:
+    """A number, flag or mapping the stage's yaml gives keeps its kind under a value override: `stage.trials.n=many`
+    or `stage.delta_rounds=many` is refused naming the key. WHY: stage_node types a key by its composed value,
+    the override included, so only StageSettings' declared fields were checked; the planner then crashed or a
+    dry run passed. The yaml's values are those of the config composed with the same groups and no value override."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    def is_group(ov: str) -> bool:
+        key = ov.lstrip("+~").partition("=")[0]
+        return key.startswith("hydra.") or "@" in key or key.replace(".", "/") in groups
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
+
+    same_groups = [o for o in overrides if is_group(o)]
+    if HydraConfig.initialized():  # the command's own hydra.searchpath (not among the task's overrides)
+        same_groups += [o for o in HydraConfig.get().overrides.hydra if o.startswith("hydra.searchpath")]
+    try:
+        if GlobalHydra.instance().is_initialized():
+            given = compose(config_name="config", overrides=same_groups).get("stage")
+        elif sources:  # a config composed earlier (a test's, the bench's): compose from its first folder
+            with initialize_config_dir(config_dir=str(Path(sources[0]).resolve()), version_base="1.3"):
+                given = compose(config_name="config", overrides=same_groups).get("stage")
+        else:
+            return
+    except HydraException:  # the stage as its yaml gives it does not compose alone: nothing to compare with
+        return
+    if given is None or cfg.get("stage") is None:
+        return
+
+    def walk(was, now, where: str) -> None:
+        if now is None or was is None or where == "stage.conditions":  # the conditions: check_yaml_types
+            return
+        if isinstance(was, dict):
+            if not isinstance(now, dict):
+                raise SettingsError(f"{where}: {now!r} is not a mapping (the stage's yaml gives {was!r})")
+            for k, v in was.items():
+                if k in now:
+                    walk(v, now[k], f"{where}.{k}")
+        elif isinstance(was, (bool, int, float)) and not _same_kind(was, now):
+            raise SettingsError(f"{where}: {now!r} is not of type {type(was).__name__} (the stage's yaml gives {was!r})")
+
+    walk(OmegaConf.to_container(given, resolve=False), OmegaConf.to_container(cfg.stage, resolve=True), "stage")
 
 
 def config_sources() -> list[Path]:
@@ -351,6 +403,7 @@ def _check_one(cfg, overrides, groups, choices, sources) -> "Nodes":
         check_types(cfg)
         if choices is not None:
             check_yaml_types(cfg, choices, sources)
+            check_stage_yaml_types(cfg, overrides, groups, sources)
         for kind in ("model", "judge"):  # `+model.reasoning_effort=low` reaches the requests through params
             if cfg.get(kind) is not None:
                 effort_into_params(cfg.get(kind), kind)
@@ -474,9 +527,16 @@ def endpoint_node(node, kind: str = "model"):
     whichever spelling the params use."""
     from omegaconf import OmegaConf
 
+    from harness.endpoints.pricing import check_prices
+
     value = _resolved(node)
     value["reasoning_effort"] = reasoning_effort(value, sent=SENT[kind])  # raises when two spellings disagree
-    return OmegaConf.to_object(_closed(SCHEMAS[kind], value, kind))
+    out = OmegaConf.to_object(_closed(SCHEMAS[kind], value, kind))
+    try:
+        check_prices(out.prices, out.offpeak)
+    except ValueError as exc:
+        raise SettingsError(f"{kind}.{exc}") from None
+    return out
 
 
 @dataclass
