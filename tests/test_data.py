@@ -270,6 +270,7 @@ def test_paraphrases_still_avoid_the_evidence_words(s_records):
 def test_conf_paths_name_the_current_file_version():
     """conf/data points at the file name the generator uses, so a changed generator writes a new file."""
     import yaml
+    from omegaconf import OmegaConf
 
     from harness.data.synth import file_name
 
@@ -277,4 +278,6 @@ def test_conf_paths_name_the_current_file_version():
     assert confs
     for p in confs:
         c = yaml.safe_load(p.read_text())
-        assert c["path"].endswith("/" + file_name(c["size"], c["seed"])), p
+        for seed in (c["seed"], c["seed"] + 1):  # the path names the seed it is given (${.seed})
+            node = OmegaConf.create({"cache_dir": "/c", "data": {**c, "seed": seed}})
+            assert node.data.path.endswith("/" + file_name(c["size"], seed)), (p, seed)
