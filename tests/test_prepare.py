@@ -81,6 +81,7 @@ class Runner:
 
     def __init__(self, env, on_start=None):
         self.env, self.cfg = env, CFG
+        self.step = SimpleNamespace(abort=threading.Event())  # the stop the pool sets and its runs obey
         self.totals = {"tokens": 0, "cost": 0.0, "failed": 0}
         self.started: list[str] = []
         self.on_start = on_start or {}
