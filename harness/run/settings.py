@@ -437,8 +437,10 @@ def later_jobs() -> list[list[str]]:
         return []
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN or int(hc.job.num or 0) != 0 or hc.sweeper.get("_target_") != \
-            "hydra._internal.core_plugins.basic_sweeper.BasicSweeper":
-        return []
+            "hydra._internal.core_plugins.basic_sweeper.BasicSweeper" or hc.launcher.get("_target_") != \
+            "hydra._internal.core_plugins.basic_launcher.BasicLauncher":
+        return []  # another launcher's job runs apart from the command line (submitit, SLURM): Hydra composed every job
+
     import sys
 
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
