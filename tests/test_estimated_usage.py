@@ -56,6 +56,27 @@ def agent_stages(tmp: Path, estimated: bool) -> Path:
     return pre
 
 
+def check_marks(registry, res, estimated: bool, figs=None) -> list[str]:
+    """Every table of `registry` that shows tokens or costs counts its estimated calls and marks its section (and,
+    with `figs`, its figures' captions) exactly when usage was estimated; the names of the tables checked."""
+    checked = []
+    for t in registry.tables():
+        frame = res.table(t.name)
+        if frame.empty or not shows_usage(frame):
+            continue
+        col = estimated_column(frame)
+        assert col is not None, f"{t.name} ({getattr(t, 'module', '')}) shows tokens or costs but counts no estimated usage"
+        assert (frame[col].fillna(0).sum() > 0) == estimated, (t.name, col)
+        if t.section:
+            sec = t.section(res)
+            assert ("~" in sec and NOTE in sec) == estimated, (t.name, sec[:2000])
+        if figs is not None and t.draw:  # its figures' captions say so too
+            caps = t.draw(res, figs)
+            assert caps and all((NOTE in c) == estimated for c in caps.values()), (t.name, caps)
+        checked.append(t.name)
+    return checked
+
+
 @pytest.mark.parametrize("estimated", [True, False])
 def test_every_registered_table_showing_tokens_or_costs_marks_estimated_usage(tmp_path, estimated):
     import analysis.run as A
@@ -64,21 +85,7 @@ def test_every_registered_table_showing_tokens_or_costs_marks_estimated_usage(tm
     pre = agent_stages(tmp_path, estimated)
     (tmp_path / "figs").mkdir()
     res = A.analyse(A.parse_args([f"runs={tmp_path / 'runs'}", f"prereg={pre}"]), progress=False)
-    checked = []
-    for t in registry.tables():
-        frame = res.table(t.name)
-        if frame.empty or not shows_usage(frame):
-            continue
-        col = estimated_column(frame)
-        assert col is not None, f"{t.name} ({t.module}) shows tokens or costs but counts no estimated usage"
-        assert (frame[col].fillna(0).sum() > 0) == estimated, (t.name, col)
-        if t.section:
-            sec = t.section(res)
-            assert ("~" in sec and NOTE in sec) == estimated, (t.name, sec[:2000])
-        if t.draw:  # its figures' captions say so too
-            caps = t.draw(res, tmp_path / "figs")
-            assert caps and all((NOTE in c) == estimated for c in caps.values()), (t.name, caps)
-        checked.append(t.name)
+    checked = check_marks(registry, res, estimated, figs=tmp_path / "figs")
     # the tables this fixture fills: a table that stops showing its usage here is noticed
     assert {"table1", "table2", "table3", "table3_components", "table5", "table6", "tokens", "scale",
             "table2_whole_history", "comparisons", "table3_exploratory"} <= set(checked), checked
@@ -111,18 +118,7 @@ def test_every_personal_table_showing_tokens_or_costs_marks_estimated_usage_and_
         rd = run_personal(stage_cfg(tmp_path, fake.base_url, ["naive_concat", "kernel_shared"], n=2,
                                     extra=["index=exact", "stage.concurrency=1"]))
     st = analyse(find_folders([rd.root]), resamples=50)
-    checked = []
-    for t in registry.tables():
-        frame = st.table(t.name)
-        if frame.empty or not shows_usage(frame):
-            continue
-        col = estimated_column(frame)
-        assert col is not None, f"{t.name} shows tokens or costs but counts no estimated usage"
-        assert (frame[col].fillna(0).sum() > 0) == estimated, (t.name, col)
-        if t.section:
-            sec = t.section(st)
-            assert ("~" in sec and NOTE in sec) == estimated, (t.name, sec)
-        checked.append(t.name)
+    checked = check_marks(registry, st, estimated)
     assert "latency" in checked
     lat = st.table("latency").set_index("condition")
     assert lat.loc["kernel_shared", "calls_cut_length"] == 2 and lat.loc["naive_concat", "calls_cut_length"] == 0
