@@ -149,7 +149,7 @@ def test_a_judge_server_dying_with_judgements_in_flight_writes_none_failed_and_t
     import subprocess
 
     from judge.run import load_judgements
-    from tests.test_judge import expected, judge_cmd, judge_script, stage_dir
+    from tests.test_judge import judge_cmd, judge_fixed_server, judge_script, judged_exactly_the_rest, stage_dir
 
     with FakeModel(script=lambda req: judge_script(req, None), dies_with=fault, dies_after=4) as fake:
         res = subprocess.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=4"), capture_output=True,
@@ -159,16 +159,8 @@ def test_a_judge_server_dying_with_judgements_in_flight_writes_none_failed_and_t
         first = load_judgements(stage_dir(stage), "vllm")
         assert {v["status"] for v in first.values()} <= {"ok", "failed_run"}  # nothing written failed
         ok = {k: v for k, v in first.items() if v["status"] == "ok"}
-        fake.dies_with = None
-        before = len(fake.run_requests)
-        res = subprocess.run(judge_cmd(stage, fake, "concurrency=4"), capture_output=True, text=True, timeout=300)
-        assert res.returncode == 0, res.stderr
-        asked = [r for r in fake.run_requests[before:] if "Model response" in r["body"]["messages"][0]["content"]]
-    got = load_judgements(stage_dir(stage), "vllm")
-    assert {k: v["label"] for k, v in got.items()} == expected(stage)
-    assert all(got[k]["attempt"] == v["attempt"] for k, v in ok.items())  # the first session's kept
-    todo = {v["prompt_sha256"] for v in got.values() if v["status"] == "ok"} - {v["prompt_sha256"] for v in ok.values()}
-    assert len(asked) == len(todo)  # exactly the rest, each once
+        asked = judge_fixed_server(stage, fake, "concurrency=4")
+    judged_exactly_the_rest(stage, ok, asked)
 
 
 # ------------------------------------------------------------------ a 413 on the preflight

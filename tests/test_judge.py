@@ -450,6 +450,24 @@ def test_a_judge_server_failing_every_call_stops_judging_unwritten_and_the_same_
     assert db.execute("SELECT COUNT(*) FROM replies").fetchone()[0] == len(good.run_requests)
 
 
+def judge_fixed_server(stage, fake, *args) -> list[dict]:
+    """The same judging command once the server is fixed: the grading requests it sent."""
+    fake.dies_with = None
+    before = len(fake.run_requests)
+    res = subprocess.run(judge_cmd(stage, fake, *args), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return [r for r in fake.run_requests[before:] if "Model response" in r["body"]["messages"][0]["content"]]
+
+
+def judged_exactly_the_rest(stage, ok: dict, asked: list[dict]) -> None:
+    """Every judgement made, the first session's kept, and the rerun asked each missing prompt once."""
+    got = load_judgements(stage_dir(stage), "vllm")
+    assert {k: v["label"] for k, v in got.items()} == expected(stage)
+    assert all(got[k]["attempt"] == v["attempt"] for k, v in ok.items())  # the first session's kept
+    todo = {v["prompt_sha256"] for v in got.values() if v["status"] == "ok"} - {v["prompt_sha256"] for v in ok.values()}
+    assert len(asked) == len(todo)  # exactly the rest, each once
+
+
 def test_a_judge_server_dying_after_some_judgements_stops_judging_and_the_rerun_judges_exactly_the_rest(stage):
     """The judge's server answers 4 judgements, then 503s for good (its probe too): exit 3 naming its last
     answer, the 4 kept, none written failed; the fixed server is then asked exactly the prompts not judged."""
@@ -462,16 +480,8 @@ def test_a_judge_server_dying_after_some_judgements_stops_judging_and_the_rerun_
         ok = {k: v for k, v in first.items() if v["status"] == "ok"}
         assert len({v["prompt_sha256"] for v in ok.values()}) == 4
         assert {v["status"] for v in first.values()} <= {"ok", "failed_run"}  # nothing written failed
-        fake.dies_with = None
-        before = len(fake.run_requests)
-        res = subprocess.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
-        assert res.returncode == 0, res.stderr
-        asked = [r for r in fake.run_requests[before:] if "Model response" in r["body"]["messages"][0]["content"]]
-    got = load_judgements(stage_dir(stage), "vllm")
-    assert {k: v["label"] for k, v in got.items()} == expected(stage)
-    assert all(got[k]["attempt"] == v["attempt"] for k, v in ok.items())  # the first session's kept
-    todo = {v["prompt_sha256"] for v in got.values() if v["status"] == "ok"} - {v["prompt_sha256"] for v in ok.values()}
-    assert len(asked) == len(todo)  # exactly the rest, each once
+        asked = judge_fixed_server(stage, fake)
+    judged_exactly_the_rest(stage, ok, asked)
 
 
 def test_stratified_sample_is_seeded_and_takes_three_per_condition_and_type():
