@@ -11,7 +11,7 @@ import pytest
 
 from analysis import conclusions as C
 from tests.analysis_fixtures import JUDGE, Stage, run_id, sha256_file
-from tests.test_analysis import csv, prereg_file, row
+from tests.test_analysis import csv, holm_by_hand, prereg_file, row
 from tests.test_trust import TYPES, analyse, second_judge
 
 
@@ -74,7 +74,8 @@ def test_a_judge_that_agrees_fully_on_its_sample_flips_nothing(tmp_path):
 
 def test_a_judge_built_to_flip_one_conclusion_flips_that_one_and_the_chance_is_stated(tmp_path):
     """One hybrid answer relabelled wrong: H1c (non-inferiority at -3 points) flips, the paired comparison
-    (interval includes 0 on both sides) does not; the chance flips are those of the closed form."""
+    (interval includes 0 on both sides) does not; the chance of each flip is that of an independent
+    relabelling written here (the percentile bootstrap on the analysis's resample draw, Holm by hand)."""
     pre = prereg_file(tmp_path)
     st = stage_with_hybrid_wrong(tmp_path, sha256_file(pre), wrong=0)
     st.write()
@@ -85,14 +86,77 @@ def test_a_judge_built_to_flip_one_conclusion_flips_that_one_and_the_chance_is_s
     assert list(v.index[v["flips"] > 0]) == ["H1c"] and v.at["H1c", "flips_under"] == "strict1"
     main = next(lab for lab in t["labels"].unique() if lab.startswith("main"))
     assert not any(" on " in lab for lab in t["labels"])  # it graded every run: the main rows are its reference
-    # chance: r = 1 disagreement in 40 labels; H1c (estimate 0, bound 0 under main, margin 3, n 20)
-    r, s = 1 / 40, 100 * math.sqrt(2 * (1 / 40) * (1 - 1 / 40) / 20)
-    from scipy.stats import norm
-
-    assert row(t[t["conclusion"] == "H1c"], labels="strict1")["p_chance"] == pytest.approx(norm.cdf(-3 / s), abs=1e-9)
     assert row(t[t["conclusion"] == "H1c"], labels=main)["verdict"] == "supported"
+    t3 = csv(out, "table3.csv").set_index("id")
+    # independently: r = 1 disagreement in 40 labels; every label flipped at r, H1c and the comparison decided
+    r, n, sims = 1 / 40, 20, 4000
+    B1, B2 = min(400, C.CHANCE_RESAMPLES), min(200, C.CHANCE_RESAMPLES)  # primary and secondary resamples, capped
+    seed = int(t3["seed"].iloc[0])
+    from analysis.stats import resample_counts
+
+    k1, k2 = resample_counts(n, B1, seed).astype(float), resample_counts(n, B2, seed).astype(float)
+    rng = np.random.default_rng(11)
+    ya, yb = np.ones((sims, n)), np.ones((sims, n))
+    ya = np.where(rng.random((sims, n)) < r, 1 - ya, ya)
+    yb = np.where(rng.random((sims, n)) < r, 1 - yb, yb)
+    d = 100 * (ya - yb)
+    boot1, boot2 = d @ k1 / n, d @ k2 / n
+    lo1 = np.quantile(boot1, 0.025, axis=1)
+    p1 = ((boot1 <= -3).sum(1) + 1) / (B1 + 1)
+    others = [float(t3.at[h, "p"]) if t3.at[h, "p"] == t3.at[h, "p"] else 1.0 for h in ("H1a", "H1b", "H2a", "H2c")]
+    holm_h1c = np.array([holm_by_hand({"x": p, **{str(i): q for i, q in enumerate(others)}})["x"] for p in p1])
+    h1c_flip = ~((lo1 > -3) & (holm_h1c <= 0.05))  # the reference: supported
+    lo2, hi2 = np.quantile(boot2, [0.025, 0.975], axis=1)
+    pair_flip = (lo2 > 0) | (hi2 < 0)  # the reference: no difference shown
+    for cid, flip in (("H1c", h1c_flip), ("main/main: tool_hybrid vs session_search", pair_flip)):
+        x = row(t[t["conclusion"] == cid], labels="strict1")
+        want, se = flip.mean(), math.sqrt(flip.mean() * (1 - flip.mean()) / sims)
+        assert abs(x["p_chance"] - want) <= 4.5 * math.hypot(x["p_chance_se"], se) + 0.005, (cid, x["p_chance"], want)
+    assert row(t[t["conclusion"] == "H1c"], labels="strict1")["p_chance"] > 0.2  # about 40%: far from 0
     rep = (out / "report.md").read_text()
     assert "H1c: flips under strict1" in rep and "1 flip(s)" in rep
+    assert f"{C.CHANCE_SIMS} seeded relabellings" in rep and "Monte Carlo" in rep
+
+
+def test_h2a_chance_of_a_flip_is_exact_mcnemar_on_relabelled_labels(tmp_path):
+    """H2a is decided by exact McNemar and Holm: its chance of a flip is that of McNemar (scipy's exact binomial
+    test) on relabelled labels, not of a bootstrap interval (8e-08 reported against 0.166 by relabelling)."""
+    from scipy.stats import binomtest
+
+    pre = prereg_file(tmp_path)
+    org = Stage(tmp_path / "runs", "org", prereg_sha=sha256_file(pre))
+    n, a_only, b_only, both = 30, 12, 1, 10
+    for i in range(n):
+        q = f"o{i:02d}"
+        ra = i < both + a_only
+        rb = i < both or both + a_only <= i < both + a_only + b_only
+        org.add("shared", q, variant="public", correct=ra)
+        org.add("isolated", q, variant="public", correct=rb)
+    org.write()
+    flipped = {run_id("isolated", f"o{i:02d}", variant="public") for i in range(3)}  # right under the main judge
+    judge_file(org, "other", keep=lambda rid: True, relabel=flipped)
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_robustness.csv")
+    main = next(lab for lab in t["labels"].unique() if lab.startswith("main"))
+    assert row(t[t["conclusion"] == "H2a"], labels=main)["verdict"] == "supported"
+    r, sims = 3 / (2 * n), 4000
+    rng = np.random.default_rng(5)
+    ya = (np.arange(n) < both + a_only).astype(float)
+    yb = ((np.arange(n) < both) | ((np.arange(n) >= both + a_only) & (np.arange(n) < both + a_only + b_only))).astype(float)
+    fa = np.where(rng.random((sims, n)) < r, 1 - ya, ya)
+    fb = np.where(rng.random((sims, n)) < r, 1 - yb, yb)
+    a1, b1 = ((fa == 1) & (fb == 0)).sum(1), ((fa == 0) & (fb == 1)).sum(1)
+    exact = {(x, y): binomtest(x, x + y, 0.5).pvalue if x + y else 1.0 for x, y in set(zip(a1.tolist(), b1.tolist()))}
+    p = np.array([exact[(x, y)] for x, y in zip(a1.tolist(), b1.tolist())])
+    holds = (p <= 0.05) & (a1 > b1)
+    holm = np.minimum(1, 5 * p)  # the four other primary hypotheses are not run: p = 1
+    verdict = np.where(holds & (holm <= 0.05), "supported",
+                       np.where(holds, "holds unadjusted only", np.where(a1 > b1, "direction only", "not supported")))
+    flip = verdict != "supported"
+    x = row(t[t["conclusion"] == "H2a"], labels="other")
+    se = math.sqrt(flip.mean() * (1 - flip.mean()) / sims)
+    assert abs(x["p_chance"] - flip.mean()) <= 4.5 * math.hypot(x["p_chance_se"], se) + 0.005
+    assert 0.02 < x["p_chance"] < 0.9, x["p_chance"]
 
 
 def org_stage(tmp_path, sha: str) -> Stage:
@@ -125,48 +189,6 @@ def test_a_judge_that_never_graded_a_folder_is_not_comparable_there(tmp_path):
     assert v.at["H2b", "flips"] == 0 and v.at["H2b", "checks"] == 0
     assert "lmeonly (overlap 0 of 24 labels)" in v.at["H2b", "not_comparable_under"]
     assert "flips" not in v.at["H2b", "robust"] and "not comparable" in v.at["H2b", "robust"]
-
-
-@pytest.mark.parametrize("rule,est,lo,hi,thr,n,r", [
-    ("noninferiority", -1.0, -6.0, 4.0, -3.0, 200, 0.05),
-    ("comparison", 4.0, 0.7, 7.3, 0.0, 200, 0.04),
-    ("comparison", 1.0, -2.4, 4.4, 0.0, 300, 0.03),
-    ("count_at_most", 3, 3, 3, 2, 120, 0.02),
-    ("count_at_least", 1, 1, 1, 1, 42, 0.05),
-])
-def test_chance_of_flip_matches_a_simulation_of_random_relabelling(rule, est, lo, hi, thr, n, r):
-    """The closed form against labels flipped at random (the interval's width kept): within 0.02."""
-    rng = np.random.default_rng(7)
-    sims = 40000
-    if rule in C.COUNT_RULES:
-        y = np.zeros(n)
-        y[:int(est)] = 1
-        flip = rng.random((sims, n)) < r
-        k = np.where(flip, 1 - y, y).sum(1)
-        keep = ((k <= thr) == (est <= thr)) if rule == "count_at_most" else ((k >= thr) == (est >= thr))
-    else:
-        m = n
-        ya = (np.arange(m) < m * 0.8).astype(float)  # accuracy a 80%
-        yb = ya.copy()
-        k = int(round(abs(est) / 100 * m))
-        if est > 0:
-            yb[:k] = 0  # b wrong where a is right
-        else:
-            yb[int(m * 0.8):int(m * 0.8) + k] = 1  # b right where a is wrong
-        assert 100 * (ya - yb).mean() == pytest.approx(est)
-        fa, fb = rng.random((sims, m)) < r, rng.random((sims, m)) < r
-        d = 100 * (np.where(fa, 1 - ya, ya) - np.where(fb, 1 - yb, yb)).mean(1) - est
-        lo2, hi2 = lo + d, hi + d
-        if rule == "comparison":
-            v0 = C.pair_verdict(est, lo, hi)
-            v = np.where(lo2 > 0, "a > b", np.where(hi2 < 0, "a < b", "no difference shown"))
-            keep = v == v0
-        else:
-            keep = (lo2 > thr) == (lo > thr)
-    import pandas as pd
-
-    ref = pd.DataFrame([{"rule": rule, "estimate": est, "lo": lo, "hi": hi, "threshold": thr, "n": n}])
-    assert C.chance_of_flip(ref, r) == pytest.approx(1 - keep.mean(), abs=0.02)
 
 
 def test_the_corrected_view_scores_every_judge_against_the_corrected_gold(tmp_path):
