@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as hst
 
 from analysis import conclusions as C
 from tests.analysis_fixtures import JUDGE, Stage, run_id, sha256_file
@@ -189,6 +191,98 @@ def test_a_judge_that_never_graded_a_folder_is_not_comparable_there(tmp_path):
     assert v.at["H2b", "flips"] == 0 and v.at["H2b", "checks"] == 0
     assert "lmeonly (overlap 0 of 24 labels)" in v.at["H2b", "not_comparable_under"]
     assert "flips" not in v.at["H2b", "robust"] and "not comparable" in v.at["H2b", "robust"]
+
+
+def _tiny_hypothesis(rule: str, ya: np.ndarray, yb: np.ndarray):
+    """One registered test of `rule` on a two-condition folder (a: ya, b: yb), as prereg reads it."""
+    import types
+
+    import pandas as pd
+
+    from analysis import prereg as P
+
+    n = len(ya)
+    runs = pd.DataFrame([{"folder": "f", "variant": "", "condition": c, "repeat": 0, "qid": f"q{i:03d}",
+                          "correct": float(y[i]), "leak": math.nan}
+                         for c, y in (("a", ya), ("b", yb)) for i in range(n)])
+    t = {"rule": rule, "a": "a", "b": "b"}
+    t.update({"noninferiority": {"margin": 5.0}, "accuracy_above": {"threshold": 0.0},
+              "count_at_most": {"condition": "a", "measure": "correct", "threshold": int(ya.sum())},
+              "count_at_least": {"condition": "a", "measure": "correct", "threshold": int(ya.sum())}}.get(rule, {}))
+    h = {"id": "Hx", "family": "secondary", "stage": "main", "statement": "", "tests": [t],
+         "origin": {"source": "reconstructed", "quote": [], "why": "a test"}}
+    prereg = P.Prereg(__import__("pathlib").Path("tiny.yaml"), "0" * 64,
+                      {"alpha": 0.05, "confidence": 0.95, "seed": 3, "resamples": 200, "primary_resamples": 200,
+                       "holm_family": []}, [], [h])
+    ctx = P.Context(runs, [types.SimpleNamespace(name="f", stage="main", info={})], None, {})
+    return prereg, ctx, runs
+
+
+def _brute_verdicts(rule: str, fa: np.ndarray, fb: np.ndarray, B: int, seed: int, thr_count: int) -> np.ndarray:
+    """Each relabelled row decided independently of prereg: scipy's exact binomial test for McNemar, the
+    percentile interval of the paired difference on the analysis's resample draw, a count by hand."""
+    from scipy.stats import binomtest
+
+    from analysis.stats import resample_counts
+
+    n = fa.shape[1]
+    if rule in ("count_at_most", "count_at_least"):
+        k = fa.sum(1)
+        ok = k <= thr_count if rule == "count_at_most" else k >= thr_count
+        return np.where(ok, "supported", "not supported")
+    if rule == "mcnemar_superior":
+        a1, b1 = ((fa == 1) & (fb == 0)).sum(1).tolist(), ((fa == 0) & (fb == 1)).sum(1).tolist()
+        exact = {(x, y): binomtest(x, x + y, 0.5).pvalue if x + y else 1.0 for x, y in set(zip(a1, b1))}
+        p = np.array([exact[k] for k in zip(a1, b1)])
+        a1, b1 = np.array(a1), np.array(b1)
+        return np.where((p <= 0.05) & (a1 > b1), "supported", np.where(a1 > b1, "direction only", "not supported"))
+    d = 100 * (fa - fb)
+    boot = d @ resample_counts(n, B, seed).astype(float) / n
+    lo, hi = np.quantile(boot, [0.025, 0.975], axis=1)
+    est = d.mean(1)
+    if rule == "comparison":
+        return np.where(lo > 0, "a > b", np.where(hi < 0, "a < b", "no difference shown"))
+    thr = -5.0 if rule == "noninferiority" else 0.0
+    return np.where(lo > thr, "supported", np.where(est > thr, "direction only", "not supported"))
+
+
+RULE_KINDS = ("mcnemar_superior", "noninferiority", "accuracy_above", "comparison", "count_at_most", "count_at_least")
+
+
+@settings(max_examples=14, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(rule=hst.sampled_from(RULE_KINDS), both=hst.integers(0, 12), a_only=hst.integers(0, 10),
+       b_only=hst.integers(0, 10), neither=hst.integers(0, 12), r=hst.sampled_from([0.0, 0.01, 0.05, 0.15, 0.3]))
+@example(rule="comparison", both=4, a_only=0, b_only=0, neither=4, r=0.01)  # no discordant pair: not 1.000
+@example(rule="mcnemar_superior", both=10, a_only=12, b_only=1, neither=7, r=0.05)
+def test_the_chance_of_a_flip_agrees_with_an_independent_relabelling(rule, both, a_only, b_only, neither, r):
+    """For random paired outcome tables, the chance of a flip the shared function estimates (the rule run by
+    prereg.redecide / decide_comparison on relabellings) agrees with a brute-force relabelling written here
+    within Monte Carlo error; r = 0 flips nothing."""
+    from analysis import prereg as P
+    from analysis.tables.common import Settings
+
+    ya = np.array([1] * both + [1] * a_only + [0] * b_only + [0] * neither, float)
+    yb = np.array([1] * both + [0] * a_only + [1] * b_only + [0] * neither, float)
+    assume(len(ya) >= 2)
+    prereg, ctx, runs = _tiny_hypothesis("noninferiority" if rule == "comparison" else rule, ya, yb)
+    B, sims = 200, 300
+    ref = P.evaluate(prereg, ctx, resamples_cap=B)
+    pairs = {"cmp": P.paired_reads(runs, "f", "", "a", "b")[0]} if rule == "comparison" else {}
+    got = C.simulate_flips(prereg, ref, pairs, P.labels_of(runs), r, np.random.default_rng(1), sims, B,
+                           Settings(3, B, 0.95))
+    p, se = got["cmp" if rule == "comparison" else "Hx"]
+    if r == 0:
+        assert (p, se) == (0.0, 0.0)
+        return
+    rng = np.random.default_rng(99)
+    m = 3000
+    fa = np.where(rng.random((m, len(ya))) < r, 1 - ya, ya)
+    fb = np.where(rng.random((m, len(yb))) < r, 1 - yb, yb)
+    thr = int(ya.sum())
+    base = _brute_verdicts(rule, ya[None, :], yb[None, :], B, 3, thr)[0]
+    want = (_brute_verdicts(rule, fa, fb, B, 3, thr) != base).mean()
+    tol = 4.5 * math.hypot(se, math.sqrt(want * (1 - want) / m)) + 0.01
+    assert abs(p - want) <= tol, (rule, p, want)
 
 
 def test_the_corrected_view_scores_every_judge_against_the_corrected_gold(tmp_path):
