@@ -732,6 +732,57 @@ def test_the_pilot_range_gives_the_questions_80_percent_needs_at_both_ends():
     assert f"(n80 {want[0]:,.0f}-{want[1]:,.0f})" in W.render([c])
 
 
+def test_a_pilot_interval_with_an_impossible_end_is_clipped_and_still_contains_the_point():
+    """The issue's case: a 10-question pilot with 2 discordant questions, a 10-point effect: the Jeffreys
+    lower end of the discordant share (about 0.04) is below the 0.10 a 10-point difference needs. The end is
+    clipped to 0.10 and said so; the range is no longer one point and contains the point power."""
+    from analysis import power as W
+
+    c = comparison("accuracy_above", 60, 10.0, 0.2, 0.0)
+    c.pilot_n = 10
+    lo, hi = c.spread_range()
+    assert lo < 0.10 < 0.2 < hi
+    a = W.assess([c], seed=0, sims=400, boot=200)[0]
+    assert "clipped to 0.100" in a.clipped
+    assert a.pilot_range[0] <= a.at_effect.power <= a.pilot_range[1]
+    assert a.pilot_range[1] - a.pilot_range[0] > 0.2  # not "0.38-0.38"
+    text = W.render([c])
+    assert "pilot range clipped: the pilot's lower end" in text and "*" in text
+
+
+def test_power_at_a_tiny_n_is_warned_about():
+    from analysis import power as W
+
+    c = comparison("mcnemar_superior", 2, 20.0, 0.3, 0.0)
+    assert "warning: 2 planned question(s)" in W.render([c])
+    c = comparison("noninferiority", 300, 0.0, 0.5, -5.0)
+    c.pilot_n = 2
+    assert [w.split(":")[0] for w in W.tiny(c)] == ["the spread comes from 2 pilot question(s)"]
+    assert W.tiny(comparison("noninferiority", 300, 0.0, 0.3, -5.0)) == []
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(rule=hst.sampled_from(["noninferiority", "accuracy_above", "mcnemar_superior", "ratio_upper_below"]),
+       m=hst.integers(1, 40), k=hst.integers(0, 40), effect=hst.sampled_from([0.0, 3.0, 10.0, 25.0]),
+       n=hst.sampled_from([2, 30, 120]))
+def test_the_pilot_power_range_always_contains_the_point_power(rule, m, k, effect, n):
+    """Random pilots: whatever the pilot's size and spread, the range over its interval contains the power at its
+    own spread, and an end no data can have is clipped and said so."""
+    from analysis import power as W
+
+    k = min(k, m)
+    if rule == "ratio_upper_below":
+        c = comparison(rule, n, 0.6, 0.2 + k / 10, 0.7)
+    else:
+        c = comparison(rule, n, effect, k / m, -3.0 if rule == "noninferiority" else 0.0)
+    c.pilot_n = m
+    assume(not c.refused and c.spread_range() is not None)
+    a = W.assess([c], seed=0, sims=200, boot=100, search_n=False)[0]
+    assert a.pilot_range[0] <= a.at_effect.power <= a.pilot_range[1]
+    lo = c.spread_range()[0]
+    assert bool(a.clipped) == (c.accuracy and lo < abs(effect) / 100)
+
+
 @pytest.mark.parametrize("rule,effect,spread,threshold", [
     ("noninferiority", 0.0, 0.3, -5.0),
     ("accuracy_above", 10.0, 0.4, 0.0),
