@@ -206,7 +206,7 @@ def test_dollars_per_correct_answer_in_tables_1_2_and_6(tmp_path):
 ERRATA = """errata_format: 1
 name: test-errata
 version: "1"
-applies_to: [data.json]
+applies_to: [{file: data.json, sha256: dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd}]
 entries:
   - {qid: q00, action: answer, answer: "forty-two", source: "https://example.org/report/1", reasoning: "the gold is 41 by mistake"}
   - {qid: q01, action: exclude, source: "https://example.org/report/2", reasoning: "no answer is supported"}

@@ -139,7 +139,8 @@ def test_make_judge_refuses_an_errata_file_that_names_no_data_of_the_stage_befor
     rec_dir = tmp_path / "runs" / "smoke" / "smoke" / "records"
     rec_dir.mkdir(parents=True)
     rec = answered_record("none.lme.q00.r0", "q00", "single-session-user", "", "What is q00?", "41", "It is 41.")
-    rec["data_path"] = "/gen/longmemeval_org.json"  # not a file the errata names
+    rec["data_path"] = "/gen/longmemeval_org.json"  # not a file the errata lists (by its content's sha256)
+    rec["data_sha256"] = "e" * 64
     (rec_dir / "none.lme.q00.r0.json").write_text(json.dumps(rec))
     path = tmp_path / "errata.yaml"
     path.write_text(ERRATA)

@@ -341,14 +341,15 @@ def test_an_errata_pin_is_the_full_sha256_and_a_prefix_or_another_file_is_refuse
     path.write_text(ERRATA.replace("by mistake", "by mistake!"))  # a modified file under the old pin
     with pytest.raises(E.ErrataError, match="the file changed"):
         E.load(path, sha)
-    path.write_text(ERRATA.replace("applies_to: [data.json]\n", ""))
+    path.write_text(ERRATA[:ERRATA.index("applies_to:")] + ERRATA[ERRATA.index("entries:"):])
     with pytest.raises(E.ErrataError, match="applies_to"):
         E.load(path)
 
 
-def test_errata_apply_only_to_the_data_they_name_and_are_refused_where_none_matches(tmp_path):
-    """The main folder's data is data.json (named); the Org folder's is generated: it keeps the official gold
-    (its q-ids overlap). An errata file naming neither is refused with exit 2."""
+def test_errata_apply_only_to_the_data_they_list_by_content_and_are_refused_where_none_matches(tmp_path):
+    """The main folder's data has the listed sha256; the Org folder's file has the same name (data.json) but
+    another content: it keeps the official gold (its q-ids overlap). An errata file listing neither content is
+    refused with exit 2, whatever the names."""
     from analysis import run as A
     from tests.test_trust import ERRATA
 
@@ -357,7 +358,7 @@ def test_errata_apply_only_to_the_data_they_name_and_are_refused_where_none_matc
     st = stage_with_hybrid_wrong(tmp_path, sha, wrong=0)
     st.write()
     org = Stage(tmp_path / "runs", "org", prereg_sha=sha,
-                data={"path": "/gen/longmemeval_org.json", "sha256": "e" * 64, "kind": "org"})
+                data={"path": "/gen/data.json", "sha256": "e" * 64, "kind": "org"})  # the listed name, other content
     for q in ("q01", "q02"):  # the same question ids as the main stage's excluded and evidence entries
         org.add("shared", q, variant="public", correct=True)
         org.add("isolated", q, variant="public", correct=False)
@@ -371,11 +372,35 @@ def test_errata_apply_only_to_the_data_they_name_and_are_refused_where_none_matc
     assert set(runs.loc[runs["folder"] == "org/org", "qid"]) == {"q01", "q02"}  # q01 not excluded there
     assert "q01" not in set(runs.loc[runs["folder"] == "main/main", "qid"])
     rep = (out / "report.md").read_text()
-    assert "not applied to org/org (longmemeval_org.json)" in rep
+    assert "not applied to org/org (data.json, sha256 eeeeeeeeeeee)" in rep
     other = tmp_path / "other.yaml"
-    other.write_text(ERRATA.replace("[data.json]", "[longmemeval_s_cleaned.json]"))
+    other.write_text(ERRATA.replace("d" * 64, "a" * 64))  # another content (the name data.json kept): refused
     assert A.main([f"runs={tmp_path / 'runs'}", f"out={tmp_path / 'r2'}", f"prereg={pre}", "replay=none",
                    f"errata={other}"]) == 2
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(listed=hst.lists(hst.tuples(hst.from_regex(r"[a-z_]{1,12}\.json", fullmatch=True),
+                                   hst.from_regex(r"[0-9a-f]{64}", fullmatch=True)), min_size=1, max_size=3),
+       name=hst.from_regex(r"[a-z_]{1,12}\.json", fullmatch=True), sha=hst.from_regex(r"[0-9a-f]{64}", fullmatch=True))
+def test_errata_apply_by_content_never_by_name(tmp_path_factory, listed, name, sha):
+    """Any listed files, any data file: the corrections apply exactly when its sha256 is listed, whatever its name."""
+    import yaml
+
+    from harness.data import errata as E
+
+    path = tmp_path_factory.mktemp("e") / "e.yaml"
+    path.write_text(yaml.safe_dump({"errata_format": 1, "name": "x", "applies_to": [{"file": f, "sha256": h}
+                                                                                     for f, h in listed],
+                                    "notes": [{"source": "https://example.org/1", "reasoning": "r"}]}))
+    er = E.load(path)
+    assert er.applies(sha) == (sha in {h for _, h in listed})
+    for f, h in listed:
+        assert er.applies(h) and er.applies(h.upper())
+    assert not er.applies(None) and not any(er.applies(f) for f, _ in listed)  # a name is never a match
+    if sha not in {h for _, h in listed}:
+        with pytest.raises(E.ErrataError, match="refused"):
+            er.require({sha: f"/x/{listed[0][0]}"}, "here")  # the listed name with another content
 
 
 def test_the_shipped_errata_list_every_open_report_with_its_choice():
@@ -395,7 +420,8 @@ def test_the_shipped_errata_list_every_open_report_with_its_choice():
     assert {r["qid"]: r["choice"] for r in by_issue["40"]} == {"370a8ff4": "corrected (answer)",
                                                                "gpt4_88806d6e": "left"}
     assert by_issue["38"][0]["choice"] == "left"
-    assert er.applies_to == ("longmemeval_s_cleaned.json", "longmemeval_m_cleaned.json")
+    assert er.applies_to == {"d6f21ea9d60a0d56f34a05b609c79c88a451d2ae03597821ea3d5a9678c3a442":
+                             "longmemeval_s_cleaned.json"}  # by content: the published S file
 
 
 # ------------------------------------------------------------------------------ 3. power for the rule that decides
