@@ -586,9 +586,8 @@ def test_each_transformation_is_applied_only_where_it_keeps_or_changes_the_answe
     kept, dropped = PR.plant_checked(lme_questions(), seed=0)
     by = {(p["qid"], p["kind"]): p["answer"] for p in kept}
     assert not dropped
-    # no reordering of an order answer, of money, or of a sentence; a plain list is reordered
-    assert not any(k == "reordered" for (q, k) in by if q in ("a1", "a4", "a5", "b1", "b2"))
-    assert by[("a6", "reordered")] == "Carol, Bob and Alice"
+    # no list is reordered (issue 44: whether a comma or "and" separates items is a reading of the gold)
+    assert not any(k == "reordered" for (q, k) in by)
     # a number changed only where it is the asked value, and no accepted alternative survives
     assert ("a7", "changed_number") not in by and ("a9", "changed_number") not in by
     for q in ("a1", "a2", "a3", "a8"):
@@ -613,8 +612,8 @@ def test_each_transformation_is_applied_only_where_it_keeps_or_changes_the_answe
 
 
 def test_a_substring_matcher_fails_the_probe_on_longmemeval_answers():
-    """Right answers that share no surface form with the gold (its number in words, a reordered list) and wrong
-    ones that do (the gold named and denied): the substring control judge errs both ways."""
+    """Right answers that share no surface form with the gold (its numbers in words) and wrong ones that do (the
+    gold named and denied): the substring control judge errs both ways."""
     from judge import probe as PR
 
     kept = PR.plant(lme_questions(), seed=0)
@@ -622,7 +621,7 @@ def test_a_substring_matcher_fails_the_probe_on_longmemeval_answers():
     fp = sum(1 for truth, yes in said if not truth and yes)
     fn = sum(1 for truth, yes in said if truth and not yes)
     wrong, right = sum(1 for t, _ in said if not t), sum(1 for t, _ in said if t)
-    assert fp >= len([q for q in LME]) and fn >= 4  # every denial accepted; the number words and the list refused
+    assert fp >= len([q for q in LME]) and fn >= 3  # every denial accepted; the numbers in words refused
     assert fp / wrong > 0.2 and fn / right > 0.1
 
 
