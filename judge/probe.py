@@ -58,7 +58,7 @@ _NUMBER = re.compile(r"(?<![\w.,$])\$?(\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w,]
 _MONTH = re.compile(r"\b(" + "|".join(MONTHS) + r")\b")
 _DAY = re.compile(r"\b(" + "|".join(DAYS) + r")\b")
 _ISO = re.compile(r"\b(\d{4})[-/](\d{2})[-/](\d{2})\b")
-# the question asks for a quantity / for a time / for an order (then its parts cannot be reordered)
+# the question asks for a quantity / for a time
 _ASKS_NUMBER = re.compile(r"\bhow (many|much|long|old|far|often|fast|big|tall|heavy)\b|\bwhat (percentage|number|"
                           r"amount|price|total|age|score|time|year)\b|\bhow many\b", re.I)
 # "when" as the question's word ("When did I ...", "... when was it"), not a clause ("What was I doing when I met ...")
