@@ -187,7 +187,7 @@ def resample_counts(n: int, n_resamples: int, seed: int, *, chunk_rows: int | No
         counts[:, s : s + c] = np.bincount(flat, minlength=c * n).reshape(c, n).T
     if n * n_resamples <= _COUNTS_CACHED:  # read-only, so a cached draw cannot be changed by a caller
         counts.flags.writeable = False
-        if len(_COUNTS_CACHE) >= 16:
+        if len(_COUNTS_CACHE) >= 8:
             _COUNTS_CACHE.pop(next(iter(_COUNTS_CACHE)))
         _COUNTS_CACHE[key] = counts
     return counts
@@ -626,7 +626,10 @@ def compare_many(
     if corr is not None:
         # 0/1 labels: every per-resample sum is an integer below 2^53, exact in any summation order, so a matrix
         # product gives the same bits as `products` on every machine, and in a fraction of its time
-        sums = corr.T @ counts.astype(np.float64)
+        sums = np.empty((corr.shape[1], n_resamples))
+        step = max(1, _DRAW_ELEMENTS // n)  # column blocks: a float copy of all counts would be 8 x n x B bytes
+        for s in range(0, n_resamples, step):
+            sums[:, s : s + step] = corr.T @ counts[:, s : s + step].astype(np.float64)
         acc = corr.mean(axis=0) * 100.0
         for j, p in enumerate(pairs):
             out[p].accuracy = _estimate("accuracy_diff_points", acc[ia[j]] - acc[ib[j]],

@@ -285,6 +285,31 @@ def test_the_chance_of_a_flip_agrees_with_an_independent_relabelling(rule, both,
     assert abs(p - want) <= tol, (rule, p, want)
 
 
+@pytest.mark.parametrize("rule", [k for k in RULE_KINDS if k != "comparison"])
+def test_the_simulation_decides_through_the_function_that_decided_the_report(rule):
+    """redecide on the labels evaluate read gives exactly evaluate's outcome (estimate, interval, p, verdict): the
+    relabelling simulation runs the report's own decision, not a model of it."""
+    import dataclasses
+
+    from analysis import prereg as P
+
+    ya = np.array([1] * 9 + [1] * 6 + [0] * 2 + [0] * 3, float)
+    yb = np.array([1] * 9 + [0] * 6 + [1] * 2 + [0] * 3, float)
+    prereg, ctx, runs = _tiny_hypothesis(rule, ya, yb)
+    base = P.evaluate(prereg, ctx)
+    again = P.redecide(prereg, base, P.labels_of(runs))
+    keep = ("estimate", "lo", "hi", "p", "holds", "direction", "n", "note")
+    for o0, o1 in zip(base, again):
+        assert (o0.outcome, o0.p, o0.supported) == (o1.outcome, o1.p, o1.supported)
+        for c0, c1 in zip(o0.components, o1.components):
+            assert {k: getattr(c0, k) for k in keep} == {k: getattr(c1, k) for k in keep}
+            assert c0.reads is not None and c0 is not c1
+    flipped = P.labels_of(runs)
+    flipped["correct"] = 1 - flipped["correct"]  # every label flipped: the decision follows the labels
+    assert P.redecide(prereg, base, flipped)[0].components[0].estimate != base[0].components[0].estimate
+    assert dataclasses.replace(base[0]).outcome == base[0].outcome
+
+
 def test_the_corrected_view_scores_every_judge_against_the_corrected_gold(tmp_path):
     """q00's gold is corrected. A second judge marked hybrid's q00 answer wrong against the old gold (a flip of
     H1c under the official gold) and right against the corrected one: under the corrected gold it flips
