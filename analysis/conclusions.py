@@ -12,10 +12,15 @@ A check is one conclusion under one other set of labels, set against a reference
 same runs (`against`): a judge that graded a sample is compared with the main judge on that
 sample, never with the main judge on all runs. A check whose verdict or reference is undecided
 (missing judgements, nothing graded) is "not comparable" and shows its overlap (n of the main's n).
-`p_chance` is the probability that the check flips by chance: each label the other judge gave
-disagrees independently with the main judge's at that judge's observed rate r (no systematic
-disagreement), which moves an accuracy difference in points by N(-2 r d, 100^2 2 r (1 - r) / n) and
-a count of k by k - Binom(k, r) + Binom(n - k, r) (exact); summed over the checks it is the flips chance alone gives.
+`p_chance` is the probability that the check flips by chance, computed by running the registered
+rules themselves (`chance_of_flips`): each label on the reference runs is flipped independently at
+the other judge's observed disagreement rate r (no systematic disagreement), every conclusion is
+decided again by the same function that decided it (prereg.redecide: exact McNemar, the interval
+rules with their bootstrap, H2c's intersection-union, Holm over the family; `decide_comparison` for
+a paired comparison), and the share of relabellings whose decided verdict differs from the
+reference's is the chance, with its Monte Carlo standard error. Seeded; CHANCE_SIMS relabellings,
+each bootstrap at most CHANCE_RESAMPLES resamples (the reference decided at the same count, so
+r = 0 flips nothing).
 """
 
 from __future__ import annotations
@@ -23,20 +28,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from statistics import NormalDist
+import zlib
 
 import numpy as np
 import pandas as pd
 
 from analysis import prereg as P
-from analysis.tables.common import compare
+from analysis.stats import make_rng
+from analysis.tables.common import Settings
 
 COLUMNS = ("conclusion", "kind", "component", "test", "labels", "main", "n", "estimate", "lo", "hi", "p",
-           "holds", "verdict", "rule", "threshold", "against", "p_chance", "folder", "overlap")
+           "holds", "verdict", "rule", "threshold", "against", "p_chance", "p_chance_se", "folder", "overlap")
 NOT_DECIDED = ("not run", "not evaluable", "undecided", "descriptive")
-ACCURACY_RULES = ("noninferiority", "accuracy_above", "mcnemar_superior")  # decided on the lower bound
-COUNT_RULES = {"count_at_most": "<=", "count_at_least": ">="}
-_N = NormalDist()
+CHANCE_SIMS = 400  # relabellings per other judge (Monte Carlo se of a chance at most 0.025)
+CHANCE_RESAMPLES = 1000  # bootstrap resamples of each interval rule inside the simulation (the analysis: 10,000+)
 
 
 def comparison_id(folder: str, variant: str, a: str, b: str) -> str:
@@ -74,13 +79,29 @@ def outcome_rows(outcomes: list, judged: set[str], labels: str, main: bool) -> l
                          "p": math.nan if c.p is None else c.p,
                          "holds": None if c.holds is None else bool(c.holds), "verdict": o.outcome,
                          "rule": c.rule, "threshold": 0.0 if c.rule == "mcnemar_superior" else c.threshold,
-                         "against": "", "p_chance": math.nan, "folder": c.folder, "overlap": ""})
+                         "against": "", "p_chance": math.nan, "p_chance_se": math.nan, "folder": c.folder,
+                         "overlap": ""})
     return rows
 
 
 def main_outcomes(res: Any) -> list:
     res.table("table3")  # evaluates the hypotheses once (analysis/tables/prereg_tables.py)
     return list(res.outcomes)
+
+
+def decide_comparison(reads: P.Reads, labels: dict[str, np.ndarray], st: Settings) -> dict:
+    """THE decision of a paired accuracy comparison (a − b in points, its bootstrap interval, exact McNemar p,
+    its verdict); `conclusions` and the relabelling simulation both call it."""
+    if not len(reads.a):
+        return {"n": 0, "estimate": math.nan, "lo": math.nan, "hi": math.nan, "p": math.nan,
+                "verdict": "not evaluable"}
+    e, m = P.accuracy_difference(reads, labels, st)
+    return {"n": len(reads.a), "estimate": e.estimate, "lo": e.lo, "hi": e.hi, "p": m.p,
+            "verdict": pair_verdict(e.estimate, e.lo, e.hi)}
+
+
+def _comparison_reads(res: Any, runs: pd.DataFrame) -> dict[str, tuple[tuple, P.Reads]]:
+    return {comparison_id(*k): (k, P.paired_reads(runs, *k)[0]) for k in accuracy_pairs(res)}
 
 
 def conclusions(res: Any, runs: pd.DataFrame, labels: str, main: bool = False, outcomes: list | None = None
@@ -94,17 +115,13 @@ def conclusions(res: Any, runs: pd.DataFrame, labels: str, main: bool = False, o
         ctx = P.Context(runs, res.folders, res.table("table4"), res.first_calls)
         outcomes = P.reevaluate(res.prereg, ctx, main_outcomes(res))
     rows = outcome_rows(outcomes, judged, labels, main)
-    for folder, variant, a, b in accuracy_pairs(res):
-        p = compare(runs, folder, variant, a, b, res.settings, metrics=())
-        e = p.accuracy.accuracy if p.accuracy is not None else None
-        rows.append({"conclusion": comparison_id(folder, variant, a, b), "kind": "comparison", "component": 0,
-                     "test": f"accuracy {a} − {b} (points)", "labels": labels, "main": main, "n": p.n_judged,
-                     "estimate": e.estimate if e else math.nan, "lo": e.lo if e else math.nan,
-                     "hi": e.hi if e else math.nan, "p": p.accuracy.mcnemar.p if p.accuracy is not None else math.nan,
-                     "holds": None,
-                     "verdict": pair_verdict(e.estimate, e.lo, e.hi) if e else "not evaluable",
-                     "rule": "comparison", "threshold": 0.0, "against": "", "p_chance": math.nan, "folder": folder,
-                     "overlap": ""})
+    lab = P.labels_of(runs)
+    for cid, ((folder, variant, a, b), reads) in _comparison_reads(res, runs).items():
+        d = decide_comparison(reads, lab, res.settings)
+        rows.append({"conclusion": cid, "kind": "comparison", "component": 0,
+                     "test": f"accuracy {a} − {b} (points)", "labels": labels, "main": main, **d,
+                     "holds": None, "rule": "comparison", "threshold": 0.0, "against": "", "p_chance": math.nan,
+                     "p_chance_se": math.nan, "folder": folder, "overlap": ""})
     return rows
 
 
@@ -112,45 +129,66 @@ def undecided(verdict: Any) -> bool:
     return not isinstance(verdict, str) or verdict.startswith(NOT_DECIDED)
 
 
-def _stay(rule: str, est: float, lo: float, hi: float, thr: float, n: float, r: float) -> float:
-    """P(one decision keeps its outcome) when every label flips independently with probability r."""
-    if not n or not all(math.isfinite(x) for x in (est, n, r)) or r <= 0:
-        return 1.0
-    if rule in COUNT_RULES:  # exact: the count keeps k - Binom(k, r) and gains Binom(n - k, r)
-        from scipy.stats import binom
-
-        k, n = int(round(est)), int(n)
-        after = np.convolve(binom.pmf(np.arange(k + 1)[::-1], k, r), binom.pmf(np.arange(n - k + 1), n - k, r))
-        counts = np.arange(len(after))
-        held = (counts <= thr) if COUNT_RULES[rule] == "<=" else (counts >= thr)
-        p_hold = float(after[held].sum())
-        return p_hold if (k <= thr if COUNT_RULES[rule] == "<=" else k >= thr) else 1 - p_hold
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return 1.0
-    mu, s = -2 * r * est, 100 * math.sqrt(2 * r * (1 - r) / n)
-    up = 1 - _N.cdf((thr - lo - mu) / s)  # P(lower bound above thr)
-    if rule in ACCURACY_RULES:
-        return up if lo > thr else 1 - up
-    if rule == "comparison":
-        down = _N.cdf((thr - hi - mu) / s)  # P(upper bound below thr)
-        v = pair_verdict(est, lo, hi)
-        return up if v == "a > b" else down if v == "a < b" else max(0.0, 1 - up - down)
-    return 1.0  # a rule that does not read judgements
+def relabel(labels: dict[str, np.ndarray], r: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Every label (not a missing one) flipped independently with probability r."""
+    out = {}
+    for col, v in labels.items():
+        flip = (rng.random(len(v)) < r) & ~np.isnan(v)
+        out[col] = np.where(flip, 1.0 - v, v)
+    return out
 
 
-def chance_of_flip(reference: pd.DataFrame, r: float) -> float:
-    """P(the reference's conclusion flips) under random disagreement at rate r: any of its decisions moves."""
-    stay = 1.0
-    for x in reference.itertuples():
-        stay *= _stay(str(x.rule), float(x.estimate), float(x.lo), float(x.hi), float(x.threshold), float(x.n), r)
-    return 1 - stay
+def chance_of_flips(res: Any, runs: pd.DataFrame, r: float, key: str = "", sims: int = CHANCE_SIMS,
+                    resamples: int = CHANCE_RESAMPLES) -> dict[str, tuple[float, float]]:
+    """conclusion -> (chance it flips, Monte Carlo se) when every label of `runs` (the reference: the main
+    judge on the other judge's runs) is flipped independently at rate r and each conclusion is decided again
+    by its own rule (`simulate_flips`). Seeded by the analysis seed and `key` (the judge): a report reproduces."""
+    if not (r == r) or r < 0:
+        return {}
+    ctx = P.Context(runs, res.folders, res.table("table4"), res.first_calls)
+    ref = P.reevaluate(res.prereg, ctx, main_outcomes(res), resamples_cap=resamples)
+    st = Settings(res.settings.seed, min(int(res.settings.resamples), int(resamples)), res.settings.confidence)
+    pairs = {cid: reads for cid, (_, reads) in _comparison_reads(res, runs).items()}
+    rng = make_rng([int(res.settings.seed), zlib.crc32(key.encode())])
+    return simulate_flips(res.prereg, ref, pairs, P.labels_of(runs), r, rng, sims, resamples, st)
+
+
+def simulate_flips(prereg: P.Prereg, ref: list, pairs: dict[str, P.Reads], labels: dict[str, np.ndarray], r: float,
+                   rng: np.random.Generator, sims: int = CHANCE_SIMS, resamples: int = CHANCE_RESAMPLES,
+                   st: Settings | None = None) -> dict[str, tuple[float, float]]:
+    """The relabelling simulation: `ref` (outcomes evaluated on the reference labels, at most `resamples`
+    resamples) and `pairs` (paired comparisons, decided at `st`) decided again on `sims` relabellings at
+    rate r, through the same functions (prereg.redecide, decide_comparison). A flip: a decided verdict other
+    than the reference's; an undecided reference gives NaN. Returns conclusion -> (chance, its Monte Carlo se)."""
+    judged = {h["id"] for h in prereg.hypotheses if P.reads_judgements(h)}
+
+    def verdicts(outs, lab) -> dict[str, str]:
+        v = {o.id: o.outcome for o in outs if o.id in judged}
+        v.update({cid: decide_comparison(reads, lab, st)["verdict"] for cid, reads in pairs.items()})
+        return v
+
+    base = verdicts(ref, labels)
+    live = [cid for cid, v in base.items() if not undecided(v)]
+    flips = dict.fromkeys(live, 0)
+    runs = sims if r > 0 else 0  # r = 0 changes no label: nothing can flip
+    for _ in range(runs):
+        lab = relabel(labels, r, rng)
+        got = verdicts(P.redecide(prereg, ref, lab, resamples), lab)
+        for cid in live:
+            if not undecided(got[cid]) and got[cid] != base[cid]:
+                flips[cid] += 1
+    out = {cid: (math.nan, math.nan) for cid in base}
+    for cid in live:
+        p = flips[cid] / runs if runs else 0.0
+        out[cid] = (p, math.sqrt(p * (1 - p) / runs) if runs else 0.0)
+    return out
 
 
 def compare_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
     """Per conclusion: the main verdict, which checks flip it (decided, and another verdict than their
     reference on the same runs), which are not comparable (with their overlap), and the checks made."""
     cols = ["conclusion", "kind", "main_verdict", "flips_under", "not_comparable_under", "checks", "flips",
-            "chance_flips", "robust"]
+            "chance_flips", "chance_flips_se", "robust"]
     if rows.empty:
         return pd.DataFrame(columns=cols)
     out = []
@@ -160,7 +198,7 @@ def compare_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
         main_label = main_l.iloc[0] if len(main_l) else ""
         main_v = per.at[main_label, "verdict"] if main_label else ""
         n_main = g.loc[g["labels"] == main_label, "n"]
-        flips, apart, checks, chance = [], [], 0, 0.0
+        flips, apart, checks, chance, chance_se = [], [], 0, 0.0, 0.0
         for lab, x in per.iterrows():
             if str(main_v).startswith("not run"):
                 break  # no conclusion to check (its stage was not analysed)
@@ -173,6 +211,8 @@ def compare_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
                 continue
             checks += 1
             chance += float(x["p_chance"]) if x["p_chance"] == x["p_chance"] else 0.0
+            se = x.get("p_chance_se", math.nan)
+            chance_se += float(se) if se == se else 0.0
             if x["verdict"] != per.at[ref, "verdict"]:
                 flips.append(lab)
         tail = f" (not comparable: {'; '.join(apart)})" if apart else ""
@@ -180,7 +220,7 @@ def compare_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
             ("holds under all" if checks else "no comparable check") + tail)
         out.append({"conclusion": cid, "kind": g["kind"].iloc[0], "main_verdict": main_v,
                     "flips_under": "; ".join(flips), "not_comparable_under": "; ".join(apart), "checks": checks,
-                    "flips": len(flips), "chance_flips": chance, "robust": robust + (tail if flips else "")})
+                    "flips": len(flips), "chance_flips": chance, "chance_flips_se": chance_se, "robust": robust + (tail if flips else "")})
     return pd.DataFrame(out, columns=cols)
 
 
@@ -194,8 +234,10 @@ def summary(verdicts: pd.DataFrame, what: str) -> str:
     if verdicts.empty:
         return ""
     k, f, e = int(verdicts["checks"].sum()), int(verdicts["flips"].sum()), float(verdicts["chance_flips"].sum())
+    se = float(verdicts["chance_flips_se"].sum()) if "chance_flips_se" in verdicts else math.nan
     nc = int((verdicts["not_comparable_under"].astype(str) != "").sum())
-    chance = (f"; random disagreement at each judge's observed rate would flip about {e:.2f} of them"
-              if what == "judges" else "")
+    chance = (f"; random disagreement at each judge's observed rate would flip about {e:.2f} of them (each rule "
+              f"run on {CHANCE_SIMS} seeded relabellings, bootstraps of {CHANCE_RESAMPLES:,} resamples; Monte Carlo "
+              f"error at most ±{se:.2f})" if what == "judges" else "")
     return (f"{k} check(s) made ({what}; each conclusion under each other set of labels against the reference on "
             f"the same runs), {f} flip(s){chance}; {nc} conclusion(s) with a check that is not comparable.")

@@ -45,10 +45,16 @@ def data_path(folder) -> str | None:
     return (folder.info.get("data") or {}).get("path")
 
 
+def data_sha256(folder) -> str | None:
+    """The sha256 of the data file the stage ran on (recorded in its stage.json): what `applies_to` matches."""
+    return (folder.info.get("data") or {}).get("sha256")
+
+
 def not_applied(res: Any, er: Errata) -> list[str]:
-    """'org/org (longmemeval_org.json)' for each folder with runs whose data the errata is not about."""
-    return [f"{f.name} ({Path(str(data_path(f) or '?')).name})" for f in res.folders
-            if f.records and not er.applies(data_path(f))]
+    """'org/org (longmemeval_org.json, sha256 0123456789ab)' for each folder with runs whose data the errata is
+    not about."""
+    return [f"{f.name} ({Path(str(data_path(f) or '?')).name}, sha256 {str(data_sha256(f) or '?')[:12]})"
+            for f in res.folders if f.records and not er.applies(data_sha256(f))]
 
 
 def corrected_runs(res: Any, er: Errata) -> tuple[pd.DataFrame, list[dict]]:
@@ -57,8 +63,8 @@ def corrected_runs(res: Any, er: Errata) -> tuple[pd.DataFrame, list[dict]]:
     keep = pd.Series(True, index=runs.index)
     affected = []
     for f in res.folders:
-        if not er.applies(data_path(f)):
-            continue  # another data file (applies_to): its questions keep the official gold
+        if not er.applies(data_sha256(f)):
+            continue  # data with another content (applies_to): its questions keep the official gold
         lines = _lines(f, er.judgements_name(f.judge)) if f.judge else {}
         for qid, e in sorted(er.entries.items()):
             sel = (runs["folder"] == f.name) & (runs["qid"] == qid)

@@ -453,9 +453,37 @@ class Assessed:
     at_smallest: Simulated | None = None
     pilot_range: tuple[float, float] | None = None
     pilot_n80: tuple[float, float] | None = None  # questions for 80% at the two ends of the pilot's interval
+    clipped: str = ""  # an end of the pilot's interval no data can have, and what it was clipped to
 
 
-def assess(rows: Iterable[Comparison], seed: int = 0, sims: int = SIMS, boot: int = BOOT) -> list[Assessed]:
+TINY_N = 10  # below this many planned (or pilot) questions a power is printed with a warning
+
+
+def feasible_range(c: Comparison) -> tuple[tuple[float, float], str] | None:
+    """The pilot's 95% interval of the spread, each end no data can have clipped to the nearest one that can
+    (a discordant share below the effect's |delta| or above 1), and a sentence saying so ('' when none was)."""
+    rng_ = c.spread_range()
+    if rng_ is None:
+        return None
+    lo, hi = rng_
+    said = []
+    if c.accuracy:
+        floor = abs(c.effect) / 100
+        if lo < floor:
+            said.append(f"the pilot's lower end {lo:.3f} of the discordant share is below the {floor:.3f} a difference "
+                        f"of {c.effect:g} points needs: clipped to {floor:.3f}")
+            lo = floor
+        if hi > 1:
+            said.append(f"the upper end {hi:.3f} is above 1: clipped to 1")
+            hi = 1.0
+        hi = max(hi, lo)
+    return (lo, hi), "; ".join(said)
+
+
+def assess(rows: Iterable[Comparison], seed: int = 0, sims: int = SIMS, boot: int = BOOT,
+           search_n: bool = True) -> list[Assessed]:
+    """Each comparison's simulated power; `search_n`: also the questions for 80% at the ends of the pilot's
+    interval (a search on the simulated rule per end: seconds each)."""
     out = []
     for c in rows:
         a = Assessed(c, c.refused)
@@ -466,15 +494,20 @@ def assess(rows: Iterable[Comparison], seed: int = 0, sims: int = SIMS, boot: in
             a.at_effect = simulate(c, **kw)
             if math.isfinite(c.smallest) and not refusal(c.rule, c.n_planned, c.smallest, c.spread):
                 a.at_smallest = simulate(c, effect=c.smallest, **kw)
-            rng_ = c.spread_range()
-            if rng_ is not None:
-                ok = [x for x in rng_ if not refusal(c.rule, c.n_planned, c.effect, x)]
-                ps = [simulate(c, spread=x, **kw).power for x in ok]
-                a.pilot_range = (min(ps), max(ps)) if ps else None
+            fr = feasible_range(c)
+            if fr is not None:
+                # the range over the (clipped) interval: its two ends and the pilot's own spread, which lies in it,
+                # so the range always contains the point power whatever the Monte Carlo noise at the ends
                 import dataclasses
 
-                ns = [dataclasses.replace(c, spread=x).n80_rule for x in ok]
-                a.pilot_n80 = (min(ns), max(ns)) if ns else None
+                ends, a.clipped = fr
+                ok = [x for x in ends if not refusal(c.rule, c.n_planned, c.effect, x)]
+                ps = [simulate(c, spread=x, **kw).power for x in ok] + [a.at_effect.power]
+                a.pilot_range = (min(ps), max(ps))
+                if search_n:
+                    ns = [dataclasses.replace(c, spread=x).n80_rule for x in ok] + [c.n80_rule]
+                    ns = [x for x in ns if not math.isnan(x)]
+                    a.pilot_n80 = (min(ns), max(ns)) if ns else None
         out.append(a)
     return out
 
@@ -526,7 +559,9 @@ def render(rows: Iterable[Comparison], prereg=None, seed: int = 0) -> str:
              f"registered rule itself (exact McNemar, or the {BOOT}-resample bootstrap interval) on {SIMS:,} simulated "
              "samples (seeded), `approx` the normal formula; n for 80% exact for McNemar, else searched on the simulated rule; "
              "`smallest` the smallest effect of interest (conf/prereg/smallest_effects.yaml); `pilot range` the power "
-             "(and the questions for 80%) over the pilot's 95% interval of the spread; cost at list price, both conditions; exploratory:",
+             "(and the questions for 80%) over the pilot's 95% interval of the spread, its ends and the pilot's own spread "
+             "(so it contains `power`; * an end no data can have, clipped and said below); cost at list price, both "
+             f"conditions; fewer than {TINY_N} planned or pilot questions are warned about; exploratory:",
              f"{'test':<46}{'n':>6}{'effect':>10}{'power':>7}{'approx':>7}{'n for 80%':>11}{'smallest':>10}"
              f"{'power':>7}{'pilot range':>13}{'cost (n)':>11}{'cost (n80)':>12}  effect from; spread from"]
     for a in assessed:
@@ -543,17 +578,30 @@ def render(rows: Iterable[Comparison], prereg=None, seed: int = 0) -> str:
         n80s = "-" if not math.isfinite(n80) and not math.isinf(n80) else ("never" if math.isinf(n80) else f"{n80:,.0f}")
         sm = f"{c.smallest:.3g}{unit}" if math.isfinite(c.smallest) else "-"
         smp = f"{a.at_smallest.power:.2f}" if a.at_smallest is not None else "-"
-        pr = f"{a.pilot_range[0]:.2f}-{a.pilot_range[1]:.2f}" if a.pilot_range else "-"
+        pr = (f"{a.pilot_range[0]:.2f}-{a.pilot_range[1]:.2f}" + ("*" if a.clipped else "")) if a.pilot_range else "-"
         if a.pilot_n80 and all(math.isfinite(x) for x in a.pilot_n80):
             pr += f" (n80 {a.pilot_n80[0]:,.0f}-{a.pilot_n80[1]:,.0f})"
         cost_n = c.cost_per_question * c.n_planned
         cost_80 = c.cost_per_question * n80 if math.isfinite(n80) else math.nan
         lines.append(f"{head}{pw:>7}{ap:>7}{n80s:>11}{sm:>10}{smp:>7}{pr:>13}{_usd(cost_n):>11}{_usd(cost_80):>12}"
                      f"  {c.effect_from}; {c.spread_from}")
+        lines += [f"    * pilot range clipped: {a.clipped}"] * bool(a.clipped) + [
+            f"    warning: {w}" for w in tiny(c)]
     hyp = hypothesis_lines(assessed, prereg)
     if hyp:
         lines += ["the decision of each hypothesis (its tests together, and Holm where it is primary):", *hyp]
     return "\n".join(lines)
+
+
+def tiny(c: Comparison) -> list[str]:
+    """Warnings for a power computed on too few questions (planned, or the pilot's the spread comes from)."""
+    out = []
+    if c.n_planned < TINY_N:
+        out.append(f"{c.n_planned} planned question(s): with so few the rule can hardly decide, and the power at "
+                   f"this n says little about the study")
+    if 0 < c.pilot_n < TINY_N:
+        out.append(f"the spread comes from {c.pilot_n} pilot question(s): its interval is too wide to plan on")
+    return out
 
 
 def _usd(x: float) -> str:

@@ -18,6 +18,7 @@ the stage's first model call. Here:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -162,6 +163,8 @@ class Component:
     threshold_source: str = "none"  # paper | reconstructed; none: a rule without threshold (descriptive)
     threshold_quote: str = ""
     threshold_why: str = ""
+    test: dict = field(default_factory=dict, repr=False)  # the test's fields (with stage and variant)
+    reads: "Reads | None" = field(default=None, repr=False)  # the labels a judged test decided on
 
 
 @dataclass
@@ -235,10 +238,67 @@ class Rule:
     reads_judgements: ClassVar[bool] = False  # its result depends on a judge's labels (accuracy, leaks)
 
     def evaluate(self, ctx: Context, t: dict, st: Settings, c: Component) -> None:
+        """A rule that reads judgements gathers which labels it reads, then decides on their values (`decide`,
+        the one function the analysis, the robustness table and the relabelling simulation all call)."""
+        if not self.reads_judgements:
+            raise NotImplementedError
+        c.reads = self.gather(ctx, t, st, c)
+        self.decide(c.reads, labels_of(ctx.runs), t, st, ctx.alpha, c)
+
+    def gather(self, ctx: Context, t: dict, st: Settings, c: Component) -> "Reads":
+        raise NotImplementedError
+
+    def decide(self, reads: "Reads", labels: dict[str, np.ndarray], t: dict, st: Settings, alpha: float,
+               c: Component) -> None:
+        """Fill c's estimate, interval, p, holds and direction from the label values (`labels[col][positions]`)."""
         raise NotImplementedError
 
     def describe(self, t: dict) -> str:
         return f"{self.name} {t.get('source', '')}".strip()
+
+
+@dataclass(frozen=True)
+class Reads:
+    """Which labels a judged test decides on: positions in the runs frame of the runs whose `col` (correct or
+    leak) it reads; a paired test reads a's and b's runs of the questions both judged (in question order), a
+    count one condition's runs. Relabelling changes the values at these positions, never the positions."""
+
+    col: str
+    a: np.ndarray
+    b: np.ndarray | None = None
+    note: str = ""  # what gathering them noted (questions left out, the exposure audit)
+
+
+def labels_of(runs: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The label columns of a runs frame as float arrays (NaN: no label), by position."""
+    return {col: runs[col].to_numpy(float) for col in ("correct", "leak") if col in runs}
+
+
+def _positions(runs: pd.DataFrame, d: pd.DataFrame) -> np.ndarray:
+    if not runs.index.is_unique:
+        raise ValueError("the runs frame needs a unique index")
+    return runs.index.get_indexer(d.index)
+
+
+def paired_reads(runs: pd.DataFrame, folder: str, variant: str, a: str, b: str) -> tuple[Reads, int]:
+    """(the correct labels of a and b on the questions both ran and both have judged, questions both ran)."""
+    da, db = select(runs, folder, variant, a), select(runs, folder, variant, b)
+    m = pd.DataFrame({"qid": da["qid"].to_numpy(), "ia": _positions(runs, da)}).merge(
+        pd.DataFrame({"qid": db["qid"].to_numpy(), "ib": _positions(runs, db)}), on="qid", how="inner",
+        validate="one_to_one").sort_values("qid", kind="mergesort")
+    lab = runs["correct"].to_numpy(float)
+    ia, ib = m["ia"].to_numpy(), m["ib"].to_numpy()
+    both = ~np.isnan(lab[ia]) & ~np.isnan(lab[ib])
+    return Reads("correct", ia[both], ib[both]), len(m)
+
+
+def accuracy_difference(reads: Reads, labels: dict[str, np.ndarray], st: Settings) -> tuple[stats.Estimate,
+                                                                                              stats.McNemar]:
+    """a - b in points (paired bootstrap, st's seed and resamples) and exact McNemar on the labels read."""
+    ca, cb = labels[reads.col][reads.a], labels[reads.col][reads.b]
+    e = stats.accuracy_difference(ca, cb, seed=st.seed, n_resamples=st.resamples, confidence=st.confidence,
+                                  keep_boot=True)
+    return e, stats.mcnemar_exact(ca, cb)
 
 
 RULES: Registry[Rule] = Registry("pre-registered rule", None)  # this module's classes, and the plugins'
@@ -290,30 +350,36 @@ class RatioLowerAbove(_Ratio):
     upper = False
 
 
-def _accuracy(ctx: Context, t: dict, st: Settings, c: Component):
-    f = ctx.folder(t["stage"])
-    _need(ctx, f, t["variant"], t["a"], t["b"])
-    p = compare(ctx.runs, f.name, t["variant"], t["a"], t["b"], st, metrics=(), keep_boot=True)
-    if p.accuracy is None:
-        raise NotEvaluable(f"no question with judged answers of both {t['a']} and {t['b']}")
-    c.folder, c.n = f.name, p.n_judged
-    if p.n_judged < p.n:
-        c.note = f"{p.n - p.n_judged} of {p.n} paired questions left out: judgement missing"
-    return p.accuracy
+class _Accuracy(Rule):
+    """Accuracy a - b in points on the questions both ran and both have judged."""
+
+    reads_judgements = True
+
+    def gather(self, ctx, t, st, c):
+        f = ctx.folder(t["stage"])
+        _need(ctx, f, t["variant"], t["a"], t["b"])
+        reads, n = paired_reads(ctx.runs, f.name, t["variant"], t["a"], t["b"])
+        if not len(reads.a):
+            raise NotEvaluable(f"no question with judged answers of both {t['a']} and {t['b']}")
+        c.folder, c.n = f.name, len(reads.a)
+        if len(reads.a) < n:
+            reads = dataclasses.replace(reads, note=f"{n - len(reads.a)} of {n} paired questions left out: "
+                                                    f"judgement missing")
+            c.note = reads.note
+        return reads
 
 
 @register
-class NonInferiority(Rule):
+class NonInferiority(_Accuracy):
     """Accuracy a - b in points: holds if the lower CI bound > -margin."""
 
     name = "noninferiority"
     resampled = ci_resampled = True
-    reads_judgements = True
 
-    def evaluate(self, ctx, t, st, c):
-        pc = _accuracy(ctx, t, st, c)
+    def decide(self, reads, labels, t, st, alpha, c):
+        e, _ = accuracy_difference(reads, labels, st)
         margin = float(t["margin"])
-        ni = stats.non_inferiority(pc.accuracy, margin)
+        ni = stats.non_inferiority(e, margin)
         c.estimate, c.lo, c.hi, c.threshold = ni.estimate, ni.lo, ni.hi, -margin
         c.p, c.holds, c.direction = ni.p, ni.holds, bool(ni.estimate > -margin)
 
@@ -322,16 +388,15 @@ class NonInferiority(Rule):
 
 
 @register
-class AccuracyAbove(Rule):
+class AccuracyAbove(_Accuracy):
     """Accuracy a - b in points: holds if the lower CI bound > threshold."""
 
     name = "accuracy_above"
     resampled = ci_resampled = True
-    reads_judgements = True
 
-    def evaluate(self, ctx, t, st, c):
-        pc = _accuracy(ctx, t, st, c)
-        e, thr = pc.accuracy, float(t.get("threshold", 0.0))
+    def decide(self, reads, labels, t, st, alpha, c):
+        e, _ = accuracy_difference(reads, labels, st)
+        thr = float(t.get("threshold", 0.0))
         c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, thr
         c.p, c.holds, c.direction = e.p_value(thr, "greater"), bool(e.lo > thr), bool(e.estimate > thr)
 
@@ -340,45 +405,22 @@ class AccuracyAbove(Rule):
 
 
 @register
-class McNemarSuperior(Rule):
+class McNemarSuperior(_Accuracy):
     """a more accurate than b: exact McNemar p <= alpha and a_only > b_only (the CI is bootstrapped)."""
 
     name = "mcnemar_superior"
     ci_resampled = True
-    reads_judgements = True
 
-    def evaluate(self, ctx, t, st, c):
-        pc = _accuracy(ctx, t, st, c)
-        e, m = pc.accuracy, pc.mcnemar
-        c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, ctx.alpha
+    def decide(self, reads, labels, t, st, alpha, c):
+        e, m = accuracy_difference(reads, labels, st)
+        c.estimate, c.lo, c.hi, c.threshold = e.estimate, e.lo, e.hi, alpha
         c.p, c.direction = m.p, bool(m.a_only > m.b_only)
-        c.holds = bool(m.p <= ctx.alpha and m.a_only > m.b_only)
-        c.note = (f"discordant: {m.a_only} only {t['a']}, {m.b_only} only {t['b']}"
-                  + (f"; {c.note}" if c.note else ""))
+        c.holds = bool(m.p <= alpha and m.a_only > m.b_only)
+        c.note = "; ".join(x for x in (f"discordant: {m.a_only} only {t['a']}, {m.b_only} only {t['b']}",
+                                        reads.note) if x)
 
     def describe(self, t):
         return f"accuracy {t['a']} > {t['b']} (exact McNemar)"
-
-
-def _count(ctx: Context, t: dict, c: Component) -> tuple[int, int, int]:
-    f = ctx.folder(t["stage"])
-    _need(ctx, f, t["variant"], t["condition"])
-    d = select(ctx.runs, f.name, t["variant"], t["condition"])
-    col = str(t.get("measure", "leak"))
-    known = d[col].notna()
-    count, missing = int(d.loc[known, col].sum()), int((~known).sum())
-    c.folder, c.n, c.estimate, c.threshold = f.name, len(d), count, float(t["threshold"])
-    notes = [f"{missing} of {len(d)} runs without a {col} judgement (not counted)"] if missing else []
-    ex = ctx.exposure
-    if col == "leak" and ex is not None and not ex.empty:  # the exposure audit, reported next to the leak count
-        e = ex[(ex["folder"] == f.name) & (ex["variant"] == t["variant"]) & (ex["condition"] == t["condition"])]
-        if not e.empty and bool(e["replayed"].iloc[0]):
-            notes.append(f"exposure (replay): private units in the context of {int(e['runs_with_private'].iloc[0])} "
-                         f"of {int(e['runs'].iloc[0])} runs ({int(e['private_units'].iloc[0])} units)")
-        elif not e.empty:
-            notes.append(f"exposure: {e['replay_status'].iloc[0]}")
-    c.note = "; ".join(notes)
-    return count, missing, int(t["threshold"])
 
 
 class _Count(Rule):
@@ -387,6 +429,37 @@ class _Count(Rule):
 
     op: ClassVar[str] = "<="
     reads_judgements = True
+
+    def gather(self, ctx, t, st, c):
+        f = ctx.folder(t["stage"])
+        _need(ctx, f, t["variant"], t["condition"])
+        d = select(ctx.runs, f.name, t["variant"], t["condition"])
+        col = str(t.get("measure", "leak"))
+        missing = int(d[col].isna().sum())
+        c.folder, c.n, c.threshold = f.name, len(d), float(t["threshold"])
+        notes = [f"{missing} of {len(d)} runs without a {col} judgement (not counted)"] if missing else []
+        ex = ctx.exposure
+        if col == "leak" and ex is not None and not ex.empty:  # the exposure audit, reported next to the leak count
+            e = ex[(ex["folder"] == f.name) & (ex["variant"] == t["variant"]) & (ex["condition"] == t["condition"])]
+            if not e.empty and bool(e["replayed"].iloc[0]):
+                notes.append(f"exposure (replay): private units in the context of {int(e['runs_with_private'].iloc[0])} "
+                             f"of {int(e['runs'].iloc[0])} runs ({int(e['private_units'].iloc[0])} units)")
+            elif not e.empty:
+                notes.append(f"exposure: {e['replay_status'].iloc[0]}")
+        c.note = "; ".join(notes)
+        return Reads(col, _positions(ctx.runs, d), note=c.note)
+
+    def decide(self, reads, labels, t, st, alpha, c):
+        v = labels[reads.col][reads.a]
+        known = ~np.isnan(v)
+        count, missing, thr = int(v[known].sum()), int((~known).sum()), int(t["threshold"])
+        c.estimate, c.threshold = count, float(thr)
+        if self.op == "<=":
+            c.holds = True if count + missing <= thr else (False if count > thr else None)
+            c.direction = count <= thr
+        else:
+            c.holds = True if count >= thr else (False if count + missing < thr else None)
+            c.direction = count >= thr
 
     def describe(self, t):
         return f"{t.get('measure', 'leak')} runs of {t['condition']} {self.op} {t['threshold']}"
@@ -397,21 +470,11 @@ class CountAtMost(_Count):
     name = "count_at_most"
     op = "<="
 
-    def evaluate(self, ctx, t, st, c):
-        count, missing, thr = _count(ctx, t, c)
-        c.holds = True if count + missing <= thr else (False if count > thr else None)
-        c.direction = count <= thr
-
 
 @register
 class CountAtLeast(_Count):
     name = "count_at_least"
     op = ">="
-
-    def evaluate(self, ctx, t, st, c):
-        count, missing, thr = _count(ctx, t, c)
-        c.holds = True if count >= thr else (False if count + missing < thr else None)
-        c.direction = count >= thr
 
 
 @register
@@ -646,19 +709,23 @@ def _verdict(comps: list[Component], family: str) -> tuple[str, bool | None]:
     return "not supported", False
 
 
-def evaluate(prereg: Prereg, ctx: Context) -> list[Outcome]:
+def evaluate(prereg: Prereg, ctx: Context, resamples_cap: int | None = None) -> list[Outcome]:
+    """Every hypothesis on ctx.runs: each test gathered and decided by its rule, then `decide` (IUT, verdict,
+    Holm). `resamples_cap` bounds every bootstrap (the relabelling simulation's reduced count; None: as registered)."""
     s = prereg.settings
     ctx.alpha, ctx.confidence = float(s["alpha"]), float(s["confidence"])
     out: list[Outcome] = []
     for h in prereg.hypotheses:
         ctx.used = set()
         resamples = int(h.get("resamples") or (s["primary_resamples"] if h["family"] == "primary" else s["resamples"]))
+        if resamples_cap:
+            resamples = min(resamples, int(resamples_cap))
         st = Settings(int(s["seed"]), resamples, ctx.confidence)
         comps = []
         for i, t in enumerate(h["tests"]):
             t = {"stage": h["stage"], "variant": h.get("variant", ""), **t}
             t["variant"] = t["variant"] or ""
-            c = Component(h["id"], i, t["rule"], describe_test(t), variant=t["variant"])
+            c = Component(h["id"], i, t["rule"], describe_test(t), variant=t["variant"], test=t)
             to = t.get("threshold_origin")
             if to:
                 c.threshold_source, c.threshold_quote, c.threshold_why = (to["source"], QUOTE_SEP.join(to["quote"]),
@@ -674,13 +741,11 @@ def evaluate(prereg: Prereg, ctx: Context) -> list[Outcome]:
                 c.error = f"not evaluable: {exc}"
             comps.append(c)
         stages = h["stage"] if isinstance(h["stage"], list) else [h["stage"]]
-        o = Outcome(h["id"], h["family"], str(h.get("statement", "")).strip(), [str(x) for x in stages],
-                    sorted(ctx.used), comps, source=h["origin"]["source"], quote=QUOTE_SEP.join(h["origin"]["quote"]),
-                    why=h["origin"]["why"])
-        ps = {f"{c.index}": c.p for c in comps if c.p is not None}
-        if ps and not any(c.error for c in comps):
-            o.p = next(iter(ps.values())) if len(ps) == 1 else stats.intersection_union(ps, ctx.alpha).p
-        o.outcome, o.supported = _verdict(comps, h["family"])
+        out.append(Outcome(h["id"], h["family"], str(h.get("statement", "")).strip(), [str(x) for x in stages],
+                           sorted(ctx.used), comps, source=h["origin"]["source"],
+                           quote=QUOTE_SEP.join(h["origin"]["quote"]), why=h["origin"]["why"]))
+    decide(prereg, out, ctx.alpha)
+    for o in out:
         reasons = []
         for name in o.folders:
             f = next(f for f in ctx.folders if f.name == name)
@@ -694,8 +759,46 @@ def evaluate(prereg: Prereg, ctx: Context) -> list[Outcome]:
                 reasons.append("no stage folder was read")
             o.status = "exploratory" if reasons else "confirmatory"
             o.reason = "; ".join(reasons)
-        out.append(o)
-    _holm(prereg, out, ctx.alpha)
+    return out
+
+
+def decide(prereg: Prereg, outcomes: list[Outcome], alpha: float) -> None:
+    """THE decision of every hypothesis from its decided tests: its p (one test's, or the intersection-union
+    p of several), its verdict (all tests must hold), then Holm over the primary family. The analysis, the
+    robustness table and the relabelling simulation (`redecide`) all decide through here."""
+    for o in outcomes:
+        o.p_holm, o.in_holm, o.note = None, False, ""
+        ps = {f"{c.index}": c.p for c in o.components if c.p is not None}
+        o.p = None
+        if ps and not any(c.error for c in o.components):
+            o.p = next(iter(ps.values())) if len(ps) == 1 else stats.intersection_union(ps, alpha).p
+        o.outcome, o.supported = _verdict(o.components, o.family)
+    _holm(prereg, outcomes, alpha)
+
+
+def redecide(prereg: Prereg, base: Sequence[Outcome], labels: dict[str, np.ndarray],
+             resamples_cap: int | None = None) -> list[Outcome]:
+    """The outcomes of `base` (evaluated on some runs frame) with other values of the labels they read
+    (`labels`, by position in that frame): every test that read labels is decided again by its own rule
+    (`Rule.decide`, its seed, at most `resamples_cap` resamples), the others kept, then `decide`."""
+    alpha, conf = float(prereg.settings["alpha"]), float(prereg.settings["confidence"])
+    out = []
+    for o in base:
+        comps = []
+        for c in o.components:
+            if c.reads is None or c.error:
+                comps.append(c)
+                continue
+            c2 = dataclasses.replace(c)
+            b = int(c.resamples) if c.resamples == c.resamples else 1
+            b = min(b, int(resamples_cap)) if resamples_cap else b
+            seed = int(c.seed) if c.seed == c.seed else int(prereg.settings["seed"])
+            RULES[c.rule].decide(c.reads, labels, c.test, Settings(seed, b, conf), alpha, c2)
+            if c.resamples == c.resamples:
+                c2.resamples = b
+            comps.append(c2)
+        out.append(dataclasses.replace(o, components=comps))
+    decide(prereg, out, alpha)
     return out
 
 
@@ -704,26 +807,18 @@ def reads_judgements(h: dict) -> bool:
     return any(RULES[t["rule"]].reads_judgements for t in h["tests"])
 
 
-def reevaluate(prereg: Prereg, ctx: Context, base: Sequence[Outcome]) -> list[Outcome]:
+def reevaluate(prereg: Prereg, ctx: Context, base: Sequence[Outcome],
+               resamples_cap: int | None = None) -> list[Outcome]:
     """The outcomes on other labels (another judge, corrected gold) in `ctx.runs`: every hypothesis
     that reads judgements is evaluated again, the others are copied from `base` (their numbers do
-    not depend on labels), and Holm is applied to the mix, as `evaluate` would."""
+    not depend on labels), and every hypothesis and Holm decided on the mix (`decide`)."""
     import copy
-    import dataclasses
 
     judged = [h for h in prereg.hypotheses if reads_judgements(h)]
     sub = dataclasses.replace(prereg, hypotheses=judged, settings={**prereg.settings, "holm_family": []})
-    fresh = {o.id: o for o in evaluate(sub, ctx)}
-    out = []
-    for o in base:
-        if o.id in fresh:
-            out.append(fresh[o.id])
-            continue
-        c = copy.deepcopy(o)
-        c.p_holm, c.in_holm, c.note = None, False, ""
-        c.outcome, c.supported = _verdict(c.components, c.family)
-        out.append(c)
-    _holm(prereg, out, float(prereg.settings["alpha"]))
+    fresh = {o.id: o for o in evaluate(sub, ctx, resamples_cap)}
+    out = [fresh[o.id] if o.id in fresh else copy.deepcopy(o) for o in base]
+    decide(prereg, out, float(prereg.settings["alpha"]))
     return out
 
 

@@ -171,8 +171,8 @@ def analyse(opts: dict, progress: bool = True) -> Results:
         from harness.data import errata as E
 
         res.errata = E.load(opts["errata"], opts.get("errata_sha256"))
-        res.errata.require([(f.info.get("data") or {}).get("path") for f in folders if f.records],
-                           "the analysed stage folders")
+        res.errata.require({(f.info.get("data") or {}).get("sha256"): (f.info.get("data") or {}).get("path")
+                            for f in folders if f.records}, "the analysed stage folders")
     res.ledgers = ledgers
     res.first_calls = {f.name: first_call_ts(res.ledgers[f.name]) for f in folders}
     from harness.records.provenance import code_revision

@@ -371,7 +371,7 @@ def judge_command(cfg, rd) -> int:
         from harness.data import errata as E
 
         er = E.load(str(cfg.errata), cfg.get("errata_sha256"))
-        er.require({r.data_path for r in rd.records()}, f"stage {rd.root}")
+        er.require({r.data_sha256: r.data_path for r in rd.records()}, f"stage {rd.root}")
     summary = judge_stage(cfg, rd, budget=budget)
     failed = summary["failed"]
     if er is not None:  # the runs of corrected questions, judged again against the corrected gold

@@ -7,15 +7,20 @@ whose correctness is known and has the judge grade them with the stage's prompts
   (`changed_number`) or the asked date changed (`changed_date`), the gold named and denied
   (`denied`: it contains the gold verbatim), and for an abstention question a confident answer
   (`confident_answer`);
-* planted right: the gold restated (`paraphrase`), its parts reordered (`reordered`), the gold with
-  extra words around it (`extra_words`), its number in words (`number_words`: it shares no surface
-  form with the gold); for an abstention question a plain refusal.
+* planted right: right by construction, whatever the gold's punctuation or sentence structure means:
+  the whole gold restated in a frame (`paraphrase`), the whole gold with extra words around it
+  (`extra_words`), the whole gold with each of its numbers in words (`number_words`: it shares no
+  surface form with the gold; only where every number of the gold is a plain whole number below
+  1000 and the gold names no date); for an abstention question a plain refusal. Nothing of the
+  gold is dropped or moved: a transformation whose truth depends on reading the gold (reordering
+  its comma or "and" parts: "Portland, Oregon", "Pride and Prejudice, Emma and Persuasion", "Smith,
+  John", answers to a "respectively" question; dropping a sentence: "A watch for my dad. I also gave
+  my mom a scarf.") is never planted as right.
 
-Each transformation is applied only where it provably keeps or changes the answer: no reordering
-when the question asks for an order or the gold is not a plain list (a "$2,500" is one part); a
-number changed only when the question asks for a quantity and the number is the gold's first
-(what the question asks), with every accepted alternative ("12 weeks if rounded up", "22 days is
-also acceptable") cut from the planted answer; a date changed only when the question asks when.
+A wrong answer is planted only where it provably changes the answer: a number changed only when
+the question asks for a quantity and the number is the gold's first (what the question asks), with
+every accepted alternative ("12 weeks if rounded up", "22 days is also acceptable") cut from the
+planted answer; a date changed only when the question asks when.
 Every planted answer is then checked by a second, independent rule (`check`: by what the answer
 contains, not by how it was made) and dropped, and counted, when it fails. A plain substring
 matcher (`substring_judge`) is graded on the same answers as a control: a probe it passed would
@@ -44,7 +49,7 @@ from harness.records import RunDir
 from harness.run import sweep as _sweep  # noqa: F401  (hydra.sweep.dir's resolver: a dry run writes no sweep file)
 
 WRONG = ("other_gold", "changed_number", "changed_date", "denied", "confident_answer")
-RIGHT = ("paraphrase", "reordered", "extra_words", "number_words", "refusal")
+RIGHT = ("paraphrase", "extra_words", "number_words", "refusal")
 SUFFIX = "probe"
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
@@ -53,16 +58,12 @@ _NUMBER = re.compile(r"(?<![\w.,$])\$?(\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w,]
 _MONTH = re.compile(r"\b(" + "|".join(MONTHS) + r")\b")
 _DAY = re.compile(r"\b(" + "|".join(DAYS) + r")\b")
 _ISO = re.compile(r"\b(\d{4})[-/](\d{2})[-/](\d{2})\b")
-# the question asks for a quantity / for a time / for an order (then its parts cannot be reordered)
+# the question asks for a quantity / for a time
 _ASKS_NUMBER = re.compile(r"\bhow (many|much|long|old|far|often|fast|big|tall|heavy)\b|\bwhat (percentage|number|"
                           r"amount|price|total|age|score|time|year)\b|\bhow many\b", re.I)
 # "when" as the question's word ("When did I ...", "... when was it"), not a clause ("What was I doing when I met ...")
 _ASKS_WHEN = re.compile(r"^\W*when\b|\bwhen (did|was|were|is|are|do|does|will|would|had|has|have)\b|"
                         r"\b(what|which) (date|day|month|year)\b", re.I)
-# (stems: "ranked", "chronologically", "in sequence"; "from most to least ..." ranks by "most"/"least")
-_ASKS_ORDER = re.compile(r"\b(first|last|order\w*|earl\w*|later|latest|before|after|sequen\w*|rank\w*|"
-                         r"chronolog\w*|most|least|oldest|newest|previous|next|top|highest|lowest|best|worst|"
-                         r"sort\w*|reverse\w*)\b", re.I)
 # a sentence of a gold that states an accepted alternative ("22 days ... is also acceptable", "12 weeks if rounded up")
 _ALTERNATIVE = re.compile(r"\b(accept|acceptable|accepted|also|rounded|alternatively)\b", re.I)
 _WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
@@ -92,7 +93,7 @@ def from_words(text: str) -> set[int]:
     """Every number 0..999 written in words in `text` (the check of `number_words`, independent of `in_words`)."""
     units = {w: i for i, w in enumerate(_WORDS)}
     tens = {w: 10 * i for i, w in enumerate(_TENS) if w}
-    out, cur, seen = set(), 0, False
+    out, cur, seen, prev = set(), 0, False, ""
     for tok in re.findall(r"[a-z]+", text.lower()) + ["."]:
         if tok in units:
             cur, seen = cur + units[tok], True
@@ -100,12 +101,13 @@ def from_words(text: str) -> set[int]:
             cur, seen = cur + tens[tok], True
         elif tok == "hundred" and seen:
             cur *= 100
-        elif tok == "and" and seen:
-            continue
+        elif tok == "and" and prev == "hundred":  # "one hundred and five"; "three and five" is two numbers
+            pass
         else:
             if seen:
                 out.add(cur)
             cur, seen = 0, False
+        prev = tok
     return out
 
 
@@ -152,35 +154,39 @@ def _change_date(question: str, gold: str) -> str | None:
     return None
 
 
-def list_parts(gold: str) -> list[str]:
-    """The items of a plain list ("A, B and C"), [] when the gold is not one (a number, a sentence, or a
-    name joined by "and" without a comma: "Pride and Prejudice", "Tom and Jerry" are one item each)."""
-    if numbers(gold) or len(gold.split()) > 12 or re.search(r"[.;:()]", gold) or "," not in gold:
-        return []
-    parts = [p.strip() for p in re.split(r",\s+|\s+and\s+", gold) if p.strip()]
-    return parts if len(parts) >= 2 and all(len(p.split()) <= 4 for p in parts) else []
+# a whole number a reader writes in words without changing what it says: not money, a decimal, a thousands group,
+# a time, a range or compound ("3-day"), a percentage, an ordinal or a unit glued to it ("5th", "3pm")
+_PLAIN_NUMBER = re.compile(r"(?<![\w$.,:/\-])\d+(?![\w%$.,:/\-])|(?<![\w$.,:/\-])\d+(?=[.,:](?!\d))")
 
 
-def _reorder(question: str, gold: str) -> str | None:
-    if _ASKS_ORDER.search(question):
-        return None
-    parts = list_parts(gold)
-    if not parts:
-        return None
-    r = parts[::-1]
-    return ", ".join(r[:-1]) + " and " + r[-1]
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text[-1:] in ".!?" else text + "."
 
 
 def _number_words(question: str, gold: str) -> str | None:
-    """The gold's asked number in words, with no digit of the gold left ("3 days" -> "three days")."""
-    if not _ASKS_NUMBER.search(question):
+    """The whole gold with each of its numbers in words ("3 days" -> "three days"), or None unless every digit
+    of the gold is a plain whole number below 1000 and the gold names no date (then a number is a day)."""
+    if _MONTH.search(gold) or _DAY.search(gold) or _ISO.search(gold):
         return None
-    head = main_part(gold)
-    m = _NUMBER.search(head)
-    if not m or "." in m.group(0) or "$" in m.group(0) or len(numbers(head)) != 1:
+    out = _PLAIN_NUMBER.sub(lambda m: in_words(int(m.group(0))) or m.group(0), gold.strip())
+    if re.search(r"\d", out) or out == gold.strip():
         return None
-    words = in_words(int(m.group(1).replace(",", "")))
-    return None if words is None else f"It was {head[:m.start(1)] + words + head[m.end(1):]}."
+    return "From what you told me earlier: " + _sentence(out)
+
+
+_NUMBER_WORDS = set(_WORDS) | {w for w in _TENS if w} | {"hundred"}
+
+
+def _without_number_words(text: str) -> list[str]:
+    """The normalised words of `text` without its numbers written in words (and the "and" inside one)."""
+    toks = _norm(text).split()
+    keep = []
+    for i, t in enumerate(toks):
+        inside = t == "and" and 0 < i < len(toks) - 1 and toks[i - 1] == "hundred" and toks[i + 1] in _NUMBER_WORDS
+        if t not in _NUMBER_WORDS and not inside:
+            keep.append(t)
+    return keep
 
 
 def _norm(x: str) -> str:
@@ -227,22 +233,19 @@ def check(p: dict) -> str:
     elif kind == "denied":
         if not re.search(r"\bnot\b", answer) or not _has(answer, main_part(gold)):
             return "not a denial of the gold"
-    elif kind == "reordered":
-        parts = list_parts(gold)
-        got = sorted(_norm(x) for x in re.split(r",\s+|\s+and\s+", answer))
-        if not parts or got != sorted(_norm(x) for x in parts):
-            return "not the gold's list items"
-        if _ASKS_ORDER.search(question):
-            return "the question asks for an order"
     elif kind == "number_words":
-        asked = numbers(main_part(gold))
         if ans_n or re.search(r"\d", answer):
             return "it contains digits"
-        if len(asked) != 1 or {float(x) for x in from_words(answer)} & asked != asked:
-            return "its number in words is not the gold's"
+        if not gold_n or not gold_n <= {float(x) for x in from_words(answer)}:
+            return "its numbers in words are not the gold's"
+        g = " ".join(w for w in _norm(gold).split() if not re.fullmatch(r"\d+", w))
+        if g and f" {g} " not in f" {' '.join(_without_number_words(answer))} ":
+            return "it does not state every other word of the gold, in order"
     elif kind in ("paraphrase", "extra_words"):
-        if not _has(answer, main_part(gold)):
-            return "it does not state the gold"
+        if not _has(answer, gold):
+            return "it does not state the whole gold"
+    elif kind not in ("confident_answer", "refusal"):
+        return f"{kind!r} is not a kind the probe plants"
     return ""
 
 
@@ -281,9 +284,9 @@ def plant_all(questions: list[dict], seed: int) -> list[dict]:
                        "changed_number": changed_n,
                        "changed_date": changed_d if changed_d != changed_n else None,
                        "denied": f"It was not {head}; I can't recall what it was.",
-                       "paraphrase": f"From what you told me earlier, the answer is {head}.",
-                       "reordered": _reorder(question, gold),
-                       "extra_words": f"Let me check our past conversations. {head}. I hope that helps!",
+                       # right answers: the whole gold, nothing dropped or moved
+                       "paraphrase": f"From what you told me earlier, the answer is: {_sentence(gold)}",
+                       "extra_words": f"Let me check our past conversations. {_sentence(gold)} I hope that helps!",
                        "number_words": _number_words(question, gold)}
         for kind, answer in answers.items():
             if answer is not None:

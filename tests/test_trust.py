@@ -206,7 +206,7 @@ def test_dollars_per_correct_answer_in_tables_1_2_and_6(tmp_path):
 ERRATA = """errata_format: 1
 name: test-errata
 version: "1"
-applies_to: [data.json]
+applies_to: [{file: data.json, sha256: dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd}]
 entries:
   - {qid: q00, action: answer, answer: "forty-two", source: "https://example.org/report/1", reasoning: "the gold is 41 by mistake"}
   - {qid: q01, action: exclude, source: "https://example.org/report/2", reasoning: "no answer is supported"}
@@ -332,8 +332,8 @@ def test_the_shipped_longmemeval_errata_load_and_name_their_public_sources(tmp_p
 
 def test_the_probe_measures_a_scripted_judges_known_false_positive_rate(tmp_path):
     """A judge that accepts any number in place of the gold's and any answer containing the gold: its false
-    positives are exactly the planted changed number and the denials, its false negatives the gold's number in
-    words and the reordered list; graded through the stage's ledger and cache."""
+    positives are exactly the planted changed number and the denials, its false negative the gold's number in
+    words (no list is reordered: issue 44); graded through the stage's ledger and cache."""
     import re
 
     from hydra import compose, initialize_config_dir
@@ -370,7 +370,7 @@ def test_the_probe_measures_a_scripted_judges_known_false_positive_rate(tmp_path
                 "judge.backoff_s=0.01", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache"])
         rd = RunDir.for_stage(cfg)
         s = run_probe(cfg, rd)
-        assert s["failed"] == 0 and s["judgements"] == 18  # 9 planted wrong + 9 planted right
+        assert s["failed"] == 0 and s["judgements"] == 17  # 9 planted wrong + 8 planted right
         sent = len(fake.run_requests)
         run_probe(cfg, rd)
         assert len(fake.run_requests) == sent  # cached: a second probe sends nothing
@@ -379,7 +379,7 @@ def test_the_probe_measures_a_scripted_judges_known_false_positive_rate(tmp_path
     out = analyse(tmp_path, pre)
     t = csv(out, "judge_error.csv")
     ssu = row(t, qtype="single-session-user", judge="testjudge")
-    assert (ssu["planted_wrong"], ssu["false_positives"], ssu["planted_right"], ssu["false_negatives"]) == (8, 4, 8, 2)
+    assert (ssu["planted_wrong"], ssu["false_positives"], ssu["planted_right"], ssu["false_negatives"]) == (8, 4, 7, 1)
     # errors clustered by question (q0: 2 of 3 wrong answers accepted, q1: 1 of 3, q2: 1 of 2): Wilson on n / deff,
     # the design effect computed here as the between-question variance of the error share over the binomial one
     k, n = np.array([2, 1, 1]), np.array([3, 3, 2])
@@ -390,11 +390,11 @@ def test_the_probe_measures_a_scripted_judges_known_false_positive_rate(tmp_path
     assert ssu["main_judge"] in (True, "True") and ssu["accuracy"] == pytest.approx(2 / 3)
     corr = csv(out, "judge_corrected.csv")
     hy = row(corr, kind="condition", what="tool_hybrid")
-    fp, fn = 4 / 9, 2 / 9  # every planted answer, abstention included
+    fp, fn = 4 / 9, 1 / 8  # every planted answer, abstention included
     assert hy["reported"] == pytest.approx(3 / 4) and hy["corrected"] == pytest.approx((3 / 4 - fp) / (1 - fp - fn))
     assert hy["corrected_lo"] < hy["corrected"] < hy["corrected_hi"]
     control = row(t, qtype="all", judge="substring (control)")  # the substring matcher fails the probe
-    assert control["false_positives"] == 3 and control["false_negatives"] == 2
+    assert control["false_positives"] == 3 and control["false_negatives"] == 1
     ab = row(t, qtype="abstention", judge="testjudge")
     assert (ab["planted_wrong"], ab["false_positives"], ab["planted_right"], ab["false_negatives"]) == (1, 0, 1, 0)
     # the probe's judgements are not a judge of the stage's answers: no second judge appears

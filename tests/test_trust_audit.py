@@ -17,20 +17,19 @@ def _planted(*qs: dict) -> dict[tuple[str, str], str]:
 
 
 def test_no_reordering_for_order_questions_without_the_word_order():
-    """'From most to least favourite', 'chronologically', 'ranked': the question asks for an order, so the
-    reversed list is a wrong answer and must not be planted as a right one (nor pass the second rule)."""
+    """'From most to least favourite', 'chronologically', 'ranked': the reversed list is a wrong answer. Since
+    issue 44 no list is reordered at all (whether a comma or "and" separates items is a reading of the gold),
+    and the second rule refuses a reordered answer as a right one."""
     qs = [_q("o1", "What are my three favorite movies, from most to least favorite?", "Inception, Interstellar and Memento"),
           _q("o2", "List the cities I visited chronologically.", "Paris, Rome and Berlin"),
-          _q("o3", "Can you give me the gyms I tried, ranked by how much I liked them?", "Equinox, Crunch and Planet Fitness")]
+          _q("o3", "Can you give me the gyms I tried, ranked by how much I liked them?", "Equinox, Crunch and Planet Fitness"),
+          _q("u1", "Which friends came to my birthday dinner?", "Alice, Bob and Carol")]
     by = _planted(*qs)
     assert not [k for k in by if k[1] == "reordered"], by
     for q in qs:
-        parts = PR.list_parts(q["gold"])
+        parts = [x.strip() for x in q["gold"].replace(" and ", ", ").split(", ")]
         reversed_ = {**q, "kind": "reordered", "truth": True, "answer": ", ".join(parts[::-1][:-1]) + " and " + parts[0]}
         assert PR.check(reversed_), reversed_
-    # an unordered list is still reordered (a right answer)
-    assert _planted(_q("u1", "Which friends came to my birthday dinner?", "Alice, Bob and Carol"))[("u1", "reordered")] \
-        == "Carol, Bob and Alice"
 
 
 def test_a_name_or_title_joined_by_and_is_not_a_list_to_reorder():
@@ -139,7 +138,8 @@ def test_make_judge_refuses_an_errata_file_that_names_no_data_of_the_stage_befor
     rec_dir = tmp_path / "runs" / "smoke" / "smoke" / "records"
     rec_dir.mkdir(parents=True)
     rec = answered_record("none.lme.q00.r0", "q00", "single-session-user", "", "What is q00?", "41", "It is 41.")
-    rec["data_path"] = "/gen/longmemeval_org.json"  # not a file the errata names
+    rec["data_path"] = "/gen/longmemeval_org.json"  # not a file the errata lists (by its content's sha256)
+    rec["data_sha256"] = "e" * 64
     (rec_dir / "none.lme.q00.r0.json").write_text(json.dumps(rec))
     path = tmp_path / "errata.yaml"
     path.write_text(ERRATA)

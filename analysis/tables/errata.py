@@ -35,7 +35,7 @@ def section(res: Any) -> str:
            f"({er.name}, version {er.version or DASH}, sha256 `{er.sha256}`), *exploratory*. A corrected answer "
            "takes its correctness from judgements against it (`make judge ... errata=FILE`); an excluded question "
            "is left out of every table; disputed evidence leaves the question out of the evidence-hit rates.\n\n"]
-    out.append(f"Applies to {', '.join(f'`{x}`' for x in er.applies_to)}"
+    out.append(f"Applies to the data files (by content) {', '.join(f'`{x}`' for x in er.listed())}"
                + (f"; not applied to {', '.join(ER.not_applied(res, er))} (another data file: official gold)"
                   if ER.not_applied(res, er) else "") + ".\n\n")
     out.append("Every public report on the data, with the choice made:\n\n" + md_table(

@@ -120,7 +120,7 @@ def _build(res: Any) -> pd.DataFrame:
             ref_label = f"{main_label} on {label}'s runs"
             ref_rows = C.conclusions(res, same, ref_label)
             rows += ref_rows
-        ref = pd.DataFrame(ref_rows, columns=list(C.COLUMNS))
+        chances = C.chance_of_flips(res, same, r, key=label)
         mine = C.conclusions(res, other, label)
         used: dict[str, set] = {}
         for x in mine:
@@ -128,7 +128,7 @@ def _build(res: Any) -> pd.DataFrame:
         for x in mine:
             x["against"] = ref_label
             x["overlap"] = overlap(res.runs, other, used[x["conclusion"]])
-            x["p_chance"] = C.chance_of_flip(ref[ref["conclusion"] == x["conclusion"]].drop_duplicates("component"), r)
+            x["p_chance"], x["p_chance_se"] = chances.get(x["conclusion"], (math.nan, math.nan))
             rows.append(x)
     df = pd.DataFrame(rows, columns=list(C.COLUMNS))
     verdicts = C.compare_verdicts(df).set_index("conclusion")["robust"]
@@ -159,7 +159,9 @@ def section(res: Any) -> str:
             "judge decides it differently from the main judge *on the runs it graded* (a judge that graded a sample "
             "is set against the main judge on that sample: the column `… on X's runs`); a check with a verdict "
             "undecided on either side is not comparable and shows its overlap. Comparisons: a > b / a < b when the "
-            "95% interval excludes 0.\n\n")
+            "95% interval excludes 0. The chance of a flip (`p_chance`, ± `p_chance_se`) is the registered rule run on "
+            f"{C.CHANCE_SIMS} seeded relabellings of the reference's labels at the other judge's observed disagreement "
+            f"rate (each bootstrap {C.CHANCE_RESAMPLES:,} resamples).\n\n")
     if t.empty:
         return head + "One judge per folder: nothing to compare (a second judge: `make agreement` or `make judge judge=...`).\n"
     labels = list(dict.fromkeys(t["labels"]))

@@ -7,7 +7,8 @@ source of the report and our reasoning:
     errata_format: 1
     name: longmemeval-open-gold-reports
     version: "2026-12-01"
-    applies_to: [longmemeval_s_cleaned.json, longmemeval_m_cleaned.json]
+    applies_to:               # the data files the corrections are about, by content (sha256); `file` is for
+      - {file: longmemeval_s_cleaned.json, sha256: d6f21ea9...}   # the reader: a renamed copy still matches
     entries:
       - qid: 370a8ff4
         action: answer        # answer: a corrected gold answer; the affected runs are judged again
@@ -22,9 +23,11 @@ source of the report and our reasoning:
 `make analyze errata=FILE` prints every table under the official and the corrected gold
 (analysis/errata.py); the sha256 names the corrected judgements and is printed in the report, and
 `errata_sha256=` pins it: the full 64-digit sha256 (a prefix is refused: a one-character pin would
-accept almost any file). `applies_to` names the data files the corrections are about (by file
-name): a stage whose data is another file (e.g. LongMemEval-Org, generated from LongMemEval's
-questions) keeps the official gold, and a command where no stage's data is named is refused.
+accept almost any file). `applies_to` lists the data files the corrections are about by their
+content's sha256 (an allowlist: a file of the same name with other content, a renamed copy's name,
+or a file whose hash nobody verified is not matched): a stage whose data has another hash (e.g.
+LongMemEval-Org, generated from LongMemEval's questions) keeps the official gold, and a command
+where no stage's data is listed is refused.
 
 Every public report about the data is listed with the choice made: an entry's action is the
 choice (answer, evidence: corrected; exclude: excluded); a note (`qid` optional) is a report left
@@ -71,7 +74,7 @@ class Errata:
     version: str
     entries: dict[str, Entry]
     notes: list[dict] = field(default_factory=list)
-    applies_to: tuple[str, ...] = ()
+    applies_to: dict[str, str] = field(default_factory=dict)  # sha256 of a data file -> its name (for the reader)
 
     @property
     def tag(self) -> str:
@@ -84,16 +87,20 @@ class Errata:
     def judgements_name(self, judge: str) -> str:
         return f"{judge}.{self.tag}"
 
-    def applies(self, data_path: str | None) -> bool:
-        """Whether the corrections are about this data file (by name, as `applies_to` lists them)."""
-        return bool(data_path) and Path(str(data_path)).name in self.applies_to
+    def applies(self, data_sha256: str | None) -> bool:
+        """Whether the corrections are about the data file with this content (its sha256 is in `applies_to`)."""
+        return bool(data_sha256) and str(data_sha256).lower() in self.applies_to
 
-    def require(self, data_paths, where: str) -> None:
-        """Refuse (exit 2) when none of these data files is one the corrections are about."""
-        names = sorted({Path(str(p)).name for p in data_paths if p})
-        if not any(self.applies(p) for p in names):
-            raise ErrataError(f"errata {self.path} applies to {', '.join(self.applies_to)}; {where} use(s) "
-                              f"{', '.join(names) or 'no known data file'}: refused")
+    def listed(self) -> list[str]:
+        """'longmemeval_s_cleaned.json (sha256 d6f21ea9d60a)' for each data file the corrections are about."""
+        return [f"{name} (sha256 {sha[:12]})" for sha, name in self.applies_to.items()]
+
+    def require(self, data: dict[str, str], where: str) -> None:
+        """Refuse (exit 2) when none of these data files (sha256 -> path) is one the corrections are about."""
+        if not any(self.applies(sha) for sha in data):
+            used = sorted(f"{Path(str(p)).name} (sha256 {str(sha)[:12]})" for sha, p in data.items() if sha)
+            raise ErrataError(f"errata {self.path} applies to {', '.join(self.listed())}; {where} use(s) "
+                              f"{', '.join(used) or 'no known data file'}: refused")
 
     def reports(self) -> list[dict]:
         """Every report with the choice made: {source, qid, choice, reasoning}."""
@@ -164,7 +171,11 @@ def load(path: str | Path, pin: str | None = None) -> Errata:
     if not entries and not notes:
         raise ErrataError(f"{path}: no entries and no notes")
     applies_to = data.get("applies_to")
-    if not (isinstance(applies_to, list) and applies_to and all(isinstance(x, str) and x.strip() for x in applies_to)):
-        raise ErrataError(f"{path}: `applies_to` must list the data files (by name) the corrections are about")
+    if not (isinstance(applies_to, list) and applies_to and all(
+            isinstance(x, dict) and set(x) == {"file", "sha256"} and isinstance(x["file"], str) and x["file"].strip()
+            and SHA256.fullmatch(str(x["sha256"]).lower()) for x in applies_to)):
+        raise ErrataError(f"{path}: `applies_to` must list the data files the corrections are about by content, each "
+                          f"{{file: <name>, sha256: <its 64-digit sha256>}} (a name alone would match any file of "
+                          f"that name)")
     return Errata(path, sha, str(data.get("name") or path.stem), str(data.get("version") or ""), entries, notes,
-                  tuple(Path(x.strip()).name for x in applies_to))
+                  {str(x["sha256"]).lower(): Path(x["file"].strip()).name for x in applies_to})
