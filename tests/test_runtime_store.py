@@ -14,8 +14,10 @@ import pytest
 
 from harness.data.org import AGENTS, assign
 from harness.runtime import (
-    SessionSearchTool, build_org_stores, build_store, open_session_db, runtime_label, runtime_version,
+    SessionSearchTool, StoreRuntimeMismatch, build_org_stores, build_store, load_runtime, open_session_db,
+    runtime_distribution, runtime_label, runtime_version,
 )
+from harness.runtime.hermes import DISTRIBUTIONS
 from tests.runtime_helpers import evidence_word, shared_stores, tiny_questions
 
 
@@ -70,7 +72,9 @@ def test_store_holds_the_history_with_historical_times(data, shared):
         # message ids grow with time (sessions written oldest first)
         ts = [r[0] for r in _rows(info.path, "SELECT timestamp FROM messages ORDER BY id")]
         assert ts == sorted(ts)
-        assert info.runtime == runtime_label() == f"hermes-agent=={importlib.metadata.version('hermes-agent')}"
+        name, version = runtime_distribution()
+        assert info.runtime == runtime_label() == f"{name}=={importlib.metadata.version(name)}"
+        assert info.path.parts[-5] == f"{name}-{version}"  # the cache key names the writer
 
 
 def test_only_opaque_ids_reach_the_store(data, shared):
@@ -194,7 +198,11 @@ def test_sandbox_copy_has_the_same_rows_in_rollback_mode(data, shared):
     qs, sha = data
     info = build_store(next(iter(qs.values())), sha, root=shared)
     assert _rows(info.sandbox_path, "PRAGMA journal_mode")[0][0] == "delete"
-    assert _rows(info.path, "PRAGMA journal_mode")[0][0] == "wal"
+    # the store keeps the journal its runtime chose (0.21.5 on SQLite < 3.51.3: DELETE, its WAL-reset guard)
+    fresh = shared / "fresh-journal" / "state.db"
+    fresh.parent.mkdir(exist_ok=True)
+    load_runtime().SessionDB(db_path=fresh).close()
+    assert _rows(info.path, "PRAGMA journal_mode")[0][0] == _rows(fresh, "PRAGMA journal_mode")[0][0]
     q = "SELECT id, session_id, role, content, timestamp FROM messages ORDER BY id"
     assert _rows(info.sandbox_path, q) == _rows(info.path, q)
 
@@ -210,4 +218,60 @@ def test_store_opens_with_the_runtime(data, shared):
         assert [m["content"] for m in db.get_messages(first.sid)] == [t.content for t in first.turns]
     finally:
         db.close()
-    assert runtime_version() == importlib.metadata.version("hermes-agent")
+    installed = []
+    for name in DISTRIBUTIONS:
+        try:
+            installed.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    assert installed == [runtime_distribution()] and runtime_version() == installed[0][1]
+
+
+def _schema(path):
+    return _rows(path, "SELECT max(version) FROM schema_version")[0][0]
+
+
+def test_a_store_of_another_runtime_is_rebuilt_never_opened(data, root):
+    """A store whose manifest records another runtime (or whose schema is another's) is not opened by this
+    runtime, which would migrate it in place (0.19.0's schema 22 -> 0.21.5's 30): build_store writes a
+    new one beside it and open_session_db refuses the old file, whose bytes stay as they were."""
+    qs, sha = data
+    q = next(iter(qs.values()))
+    first = build_store(q, sha, root=root)
+    rt = load_runtime()
+    assert _schema(first.path) == rt.schema_version
+    manifest = first.path.with_suffix(".json")
+    m = json.loads(manifest.read_text())
+    assert m["runtime"] == runtime_label()
+    m["runtime"] = "hermes-agent==0.19.0"  # as if 0.19.0 had written it
+    manifest.write_text(json.dumps(m))
+    old = _sha(first.path)
+    with pytest.raises(StoreRuntimeMismatch, match="hermes-agent==0.19.0"):
+        open_session_db(first.path)
+    with pytest.raises(StoreRuntimeMismatch):
+        SessionSearchTool(first)(query="anything")
+    assert _sha(first.path) == old  # refused before the runtime touched it
+    second = build_store(q, sha, root=root)
+    assert not second.cache_hit and second.runtime == runtime_label()
+    assert json.loads(manifest.read_text())["runtime"] == runtime_label()
+    assert _rows(second.path, "SELECT value FROM state_meta WHERE key='store_instance_id'") != \
+        [] and _sha(second.path) != old  # a new store (the runtime gives each store its own instance id)
+    db = open_session_db(second.path)
+    db.close()
+
+
+def test_a_store_with_another_schema_is_refused_and_rebuilt(data, root):
+    """The same without a manifest to go by: the file's own schema version decides (no migration in place)."""
+    qs, sha = data
+    q = list(qs.values())[2]
+    info = build_store(q, sha, root=root)
+    con = sqlite3.connect(info.path)
+    con.execute("UPDATE schema_version SET version = 22")
+    con.commit()
+    con.close()
+    old = _sha(info.path)
+    with pytest.raises(StoreRuntimeMismatch, match="schema 22"):
+        open_session_db(info.path)
+    assert _sha(info.path) == old and _schema(info.path) == 22  # not migrated
+    again = build_store(q, sha, root=root)
+    assert not again.cache_hit and _schema(again.path) == load_runtime().schema_version
