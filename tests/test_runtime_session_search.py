@@ -237,3 +237,194 @@ def test_works_when_another_module_imported_the_runtime_first(data, root):
     assert out.returncode == 0, out.stderr
     early, sessions = json.loads(out.stdout)
     assert early != "None" and set(sessions) & q.evidence
+
+
+# ---------------------------------------------------------------- the conditions run the runtime's own tool
+
+def _condition(module: str, tmp_path, q, sha, **node):
+    """A condition's Access as the driver builds it (its typed Settings from the yaml's keys)."""
+    import types
+
+    import conditions
+    from harness.run.settings import condition_node
+
+    spec = types.SimpleNamespace(variant=node.pop("variant", None))
+    ctx = types.SimpleNamespace(question=q, assignment=node.pop("assignment", None), agent=node.pop("agent", "a0"),
+                                is_org=spec.variant is not None, spec=spec,
+                                env=types.SimpleNamespace(plan=types.SimpleNamespace(data={"sha256": sha})))
+    cfg = condition_node({"module": module, "access": "Your past conversations are stored.", **node})
+    return conditions.load(module).build(cfg, ctx)
+
+
+def _calls(q, info):
+    """Argument sets a model sends: discovery (words, OR, phrase, sort, role, limit, detail), scroll, read, browse."""
+    word = evidence_word(q)
+    hit = json.loads(_direct(info.path, query=word))["results"][0]
+    return [{"query": word}, {"query": f"{word} OR weather", "limit": 5}, {"query": f'"{word}"'},
+            {"query": word, "sort": "oldest"}, {"query": word, "role_filter": "user"},
+            {"query": word, "detail": "full"}, {"query": q.question}, {"query": "xylophonequartz"},
+            {"query": f"{word} xylophonequartz"},  # an empty multi-word search (0.21.5 retries it as OR)
+            {"session_id": hit["session_id"], "around_message_id": hit["match_message_id"], "window": 3},
+            {"session_id": hit["session_id"]}, {"session_id": "s000000000000"}, {}]
+
+
+def test_the_session_search_conditions_return_the_runtimes_own_output(data, monkeypatch, tmp_path):
+    """session_search and session_search_compact, built as the driver builds them: every call's text is a
+    direct call of the installed runtime's session_search on the same store (compact: that text through
+    compact_result), its schema the runtime's registry's, its log naming the installed runtime."""
+    monkeypatch.setenv("MEMSPACE_STORE_CACHE", str(tmp_path))
+    qs, sha = data
+    for q in [q for q in qs.values() if not q.abstention][:3]:
+        default = _condition("session_search", tmp_path, q, sha, compact=False)
+        compact = _condition("session_search", tmp_path, q, sha, compact=True)
+        try:
+            (d,), (c,) = default.tools, compact.tools
+            assert d.schema() == c.schema() == runtime_schema()
+            assert d.paths["a0"] == c.paths["a0"] and d.paths["a0"].parts[-5] == runtime_label().replace("==", "-")
+            for args in _calls(q, _info(d)):
+                own = _direct(d.paths["a0"], **args)
+                assert d(**args).text == own, args
+                assert c(**args).text == compact_result(own, load_runtime().shape), args
+            assert default.notes["runtime"] == compact.notes["runtime"] == runtime_label()
+        finally:
+            for close in default.close + compact.close:
+                close()
+
+
+def _info(tool):
+    import types
+
+    return types.SimpleNamespace(path=tool.paths[tool.home])
+
+
+def test_the_fanout_condition_searches_each_agents_store_with_the_runtime(data, monkeypatch, tmp_path):
+    """fan-out over a0-a3: a call naming an agent equals the runtime's own call on that agent's store."""
+    monkeypatch.setenv("MEMSPACE_STORE_CACHE", str(tmp_path))
+    qs, sha = data
+    checked = 0
+    for q in [q for q in qs.values() if not q.abstention][:4]:
+        access = _condition("fanout", tmp_path, q, sha, agents=["a0", "a1", "a2", "a3"], variant="public")
+        try:
+            (tool,) = access.tools
+            assert set(tool.paths) == {"a0", "a1", "a2", "a3"} and access.notes["fanout_mode"] == "direct"
+            word = evidence_word(q)
+            for agent in ("a0", "a1", "a2", "a3"):
+                for args in ({"query": word}, {"query": f"{word} OR the", "limit": 4}, {}):
+                    res = tool(**args, **({} if agent == "a0" else {"profile": agent}))
+                    assert res.text == _direct(tool.paths[agent], **args), (agent, args)
+                    assert res.log["store"] == agent and res.log["runtime"] == runtime_label()
+                    checked += 1
+        finally:
+            for close in access.close:
+                close()
+    assert checked == 4 * 4 * 3
+
+
+def _long_store(tmp_path):
+    """One session whose 4th message is 6,000 characters (the issue's read case), others short and long."""
+    from datetime import datetime
+
+    from harness.data.longmemeval import Question, Session, Turn
+
+    lengths = [40, 1500, 300, 6000, 2500, 80, 4500, 1200, 60, 3000]
+    turns = tuple(Turn("user" if k % 2 == 0 else "assistant",
+                       (f"mark{k} heron " + ("lorem ipsum dolor " * 400))[:n]) for k, n in enumerate(lengths))
+    other = tuple(Turn("user" if k % 2 == 0 else "assistant", f"heron note {k} " + "x" * (200 * k)) for k in range(6))
+    s1 = Session("s0000000000a1", datetime(2023, 5, 1, 10), turns)
+    s2 = Session("s0000000000b2", datetime(2023, 6, 1, 10), other)
+    q = Question(qid="glong6k", qtype="single-session-user", question="?", answer="x", date=datetime(2023, 7, 1),
+                 sessions=(s1, s2), evidence=frozenset({s1.sid}))
+    return q, build_store(q, "6" * 64, root=tmp_path)
+
+
+def test_read_and_scroll_of_a_long_message_are_the_runtimes(tmp_path):
+    """A 6,000-character message: read returns it cut as the runtime's read cuts it (0.21.5: 2,000 + '…',
+    flagged with its original length), scroll and discovery as theirs do; the tool's text is the runtime's."""
+    q, info = _long_store(tmp_path)
+    rt = load_runtime()
+    sid = q.sessions[0].sid
+    ids = [m["id"] for m in json.loads(_direct(info.path, session_id=sid))["messages"]]
+    with SessionSearchTool(info) as tool, SessionSearchTool(info, compact=True) as compact:
+        read = tool(session_id=sid)
+        assert read.text == _direct(info.path, session_id=sid)
+        long = json.loads(read.text)["messages"][3]
+        cap = getattr(rt.search_module, "_READ_MAX_CONTENT", None)
+        if cap is not None:  # 0.21.5
+            assert cap == 2000 and long["content"] == q.sessions[0].turns[3].content[:2000] + "…"
+            assert long["content_truncated"] is True and long["original_content_chars"] == 6000
+        scroll_args = {"session_id": sid, "around_message_id": ids[3], "window": 5}
+        scroll = tool(**scroll_args)
+        assert scroll.text == _direct(info.path, **scroll_args)
+        disc = json.loads(tool(query="mark3").text)["results"][0]
+        assert disc["messages"][[m["id"] for m in disc["messages"]].index(ids[3])]["content"] == (
+            q.sessions[0].turns[3].content[:4000] + "…")  # discovery's window cap (4,000)
+        # compact: the same runtime output, every kept message at most 1,000 characters ('…' included)
+        for args in ({"session_id": sid}, scroll_args, {"query": "mark3"}):
+            out = json.loads(compact(**args).text)
+            msgs = out.get("messages") or [m for r in out.get("results", []) for m in r["messages"]]
+            assert msgs and all(len(m["content"]) <= 1000 for m in msgs)
+
+
+def _check_compact(raw: str, cut: str) -> None:
+    """The paper's cut, checked against the runtime's own output: match + one neighbour each side (what
+    the runtime returned of them), each <= 1,000 characters, no bookends; everything else the runtime's."""
+    full, short = json.loads(raw), json.loads(cut)
+    if full.get("mode") != "discover" or not full.get("results"):
+        assert cut == raw if full.get("mode") not in ("scroll", "read") else True
+        return
+    assert {k: v for k, v in short.items() if k != "results"} == {k: v for k, v in full.items() if k != "results"}
+    assert "link_hint" not in full or short["link_hint"] == full["link_hint"]
+    for r, c in zip(full["results"], short["results"], strict=True):
+        assert "bookend_start" not in c and "bookend_end" not in c
+        ids = [m["id"] for m in r["messages"]]
+        at = ids.index(r["match_message_id"])
+        keep = ids[max(0, at - 1):at + 2]
+        assert [m["id"] for m in c["messages"]] == keep
+        assert (c["messages_before"], c["messages_after"]) == (keep.index(ids[at]), len(keep) - keep.index(ids[at]) - 1)
+        for m in c["messages"]:
+            orig = r["messages"][ids.index(m["id"])]
+            if len(orig["content"]) <= 1000:
+                assert m["content"] == orig["content"]
+            else:
+                assert m["content"] == orig["content"][:999] + "…" and m["content_truncated"] is True
+        same = {k: v for k, v in r.items() if k not in ("bookend_start", "bookend_end", "messages",
+                                                         "messages_before", "messages_after")}
+        assert {k: c[k] for k in same} == same
+        if r.get("detail") == "compact":  # 0.21.5's lower-ranked result: its matching message alone, kept alone
+            assert len(c["messages"]) == 1
+
+
+def test_compact_cut_rules_on_the_runtimes_result(tmp_path):
+    q, info = _long_store(tmp_path)
+    with SessionSearchTool(info, compact=True) as tool:
+        for query in ("heron", "mark3", "mark0", "mark9", "heron OR mark4", "note"):
+            for detail in ("adaptive", "full"):
+                res = tool(query=query, detail=detail)
+                _check_compact(_direct(info.path, query=query, detail=detail), res.text)
+        out = json.loads(tool(query="heron").text)
+        assert [r["detail"] for r in out["results"]] == ["full", "compact"] and "link_hint" in out
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(["heron", "note", "mark1", "mark3", "mark4", "mark6", "lorem", "ipsum", "x",
+                                       "zzzq", "OR", "dolor", "mark9", "1", "2"]), min_size=1, max_size=4),
+       limit=st.integers(1, 10), detail=st.sampled_from(["adaptive", "full"]),
+       sort=st.sampled_from([None, "newest", "oldest"]))
+def test_compact_cut_holds_for_generated_searches(tmp_path_factory, words, limit, detail, sort):
+    """Generated searches over a store with long messages: the compact tool's text is compact_result of the
+    runtime's own, and the cut's rules hold on it."""
+    global _GEN
+    if _GEN is None:
+        _GEN = _long_store(tmp_path_factory.mktemp("gen"))[1]
+    args = {"query": " ".join(words), "limit": limit, "detail": detail, **({"sort": sort} if sort else {})}
+    own = _direct(_GEN.path, **args)
+    with SessionSearchTool(_GEN, compact=True) as tool:
+        res = tool(**args)
+    assert res.text == compact_result(own, load_runtime().shape)
+    _check_compact(own, res.text)
+
+
+_GEN = None
