@@ -122,7 +122,7 @@ def test_a_setting_is_one_line_of_the_reference(tmp_path, monkeypatch):
     p.write_text(yaml.safe_dump(ref))
     monkeypatch.setattr(fidelity, "REFERENCE_PATH", p)
     got = refused("main", "memory_first=true")
-    assert set(got) == {"memory_first"} and got["memory_first"].stage == "true"
+    assert set(got) == {"memory_first"} and got["memory_first"].stage == "True"
     assert refused("main", "memory_first=false") == {}
     c = resolved("main", "stage.groups=[{sample:main,conditions:[none]}]", "~stage.conditions.session_search",
                  "~stage.conditions.session_search_compact", "~stage.conditions.shell", "memory_first=true")
