@@ -428,3 +428,43 @@ def test_compact_cut_holds_for_generated_searches(tmp_path_factory, words, limit
 
 
 _GEN = None
+
+
+def test_a_stage_records_the_runtime_that_ran_its_searches(tmp_path):
+    """A stage on a scripted upstream: every record of the session-search conditions names the installed
+    runtime (distribution==version), its shape and tool module in its notes and every call's log;
+    stage.json's versions and runtime row name it; the stores it searched are that runtime's."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from harness.runtime import runtime_facts, tool_sha256
+    from tests.fake_model import FakeModel
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "DEEPSEEK_API_KEY": "sk-test", "MEMSPACE_STORE_CACHE": str(tmp_path / "stores")}
+    with FakeModel() as fake:
+        env["DEEPSEEK_BASE_URL"] = fake.base_url
+        res = subprocess.run([sys.executable, "-m", "harness.run", "stage=main", "model=deepseek", "judge=deepseek",
+                              "data=synth_tiny", f"runs_dir={tmp_path}/runs", "samples.smoke.limit=2",
+                              "stage.groups=[{sample:smoke,conditions:[session_search,session_search_compact]}]",
+                              "judge.prompts=builtin", "concurrency=2"],
+                             cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    facts = runtime_facts()
+    folder = tmp_path / "runs" / "main" / "main"
+    recs = [json.loads(p.read_text()) for p in (folder / "records").glob("*.json")]
+    assert sorted(r["condition"] for r in recs) == ["session_search"] * 2 + ["session_search_compact"] * 2
+    for r in recs:
+        n = r["condition_notes"]
+        assert (n["runtime"], n["session_search_shape"], n["session_search_tool_sha256"]) == \
+            (facts["label"], facts["session_search_shape"], tool_sha256())
+        assert all(t["log"]["runtime"] == facts["label"] for t in r["tools"])
+    assert any(r["tools"] for r in recs)  # the scripted model searched
+    stage = json.loads((folder / "stage.json").read_text())
+    assert stage["versions"][facts["package"]] == facts["version"]
+    row = next(x for x in stage["fidelity"]["rows"] if x["key"] == "runtime")
+    assert facts["label"] in row["stage"] and row["status"] == ("same" if facts["matches_paper"] else "differs")
+    written = {json.loads(p.read_text())["runtime"] for p in (tmp_path / "stores").rglob("a0.json")}
+    assert written == {facts["label"]}

