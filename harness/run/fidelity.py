@@ -341,10 +341,16 @@ def runtime_row(need: set[str], cfg=None) -> Row:
     a repackaging of upstream v0.21.5, harness.runtime.hermes.PAPER_RUNTIME), the wheel it installs from
     and how its packaging differs from upstream's. `cfg` is unused (the runtime has no setting).
     """
-    from harness.runtime import runtime_facts
+    from harness.runtime import PAPER_RUNTIME, PAPER_SESSION_SEARCH_SHAPE, RuntimeSetupError, runtime_facts
 
-    f = runtime_facts()
-    pin = f["paper"]
+    pin = {**PAPER_RUNTIME, "session_search_shape": PAPER_SESSION_SEARCH_SHAPE}
+    try:
+        f = runtime_facts()
+    except (RuntimeSetupError, ImportError) as exc:  # none installed, or both distributions at once
+        paper_text = f"Hermes Agent 0.21.5: {pin['distribution']}=={pin['version']}"
+        if "runtime" not in need:
+            return Row("runtime", "runtime", paper_text, f"not usable ({exc}); no condition uses it", "not used", "")
+        return Row("runtime", "runtime", paper_text, f"not usable: {exc}", "differs", "", "make setup")
     paper = (f"Hermes Agent 0.21.5: {pin['distribution']}=={pin['version']} "
              f"({pin['upstream']}; wheel sha256 {pin['wheel_sha256'][:16]}, session_search_tool.py sha256 "
              f"{pin['session_search_tool_sha256'][:16]}), session_search shape {pin['session_search_shape']}")
