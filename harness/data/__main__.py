@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from collections import Counter
 
 from .longmemeval import QUESTION_TYPES, DataError, iter_raw, parse_record, sha256_file
