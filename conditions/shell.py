@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from conditions import Access
 from conditions.session_search import store_notes
-from harness.runtime import ShellTool, build_store, runtime_label, search_choice, shell_paragraph
+from harness.runtime import ShellTool, build_store, runtime_label, shell_paragraph
 
 NEEDS = ("sandbox", "runtime")  # checked before the first run (harness.run.preflight)
 FORECAST = {"calls": 5, "result_chars": 2_500, "schema_chars": 900}  # harness.run.forecast
@@ -23,6 +23,4 @@ def build(cfg: Settings, ctx) -> Access:
     tool = ShellTool(store)
     return Access(text=shell_paragraph(), tools=[tool],
                   # which bounds hold on this machine (cgroup per call, or the weaker per-process rlimits)
-                  notes={"runtime": runtime_label(), "store": store_notes(store), "sandbox": tool.describe(),
-                         # the same store as the session search of this setting reads (the manifest's runtime row)
-                         "session_search": search_choice(getattr(ctx.env, "cfg", None))})
+                  notes={"runtime": runtime_label(), "store": store_notes(store), "sandbox": tool.describe()})

@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 
 from harness.records.ledger import read_ledger
 from tests.fake_model import FakeModel
@@ -158,3 +159,32 @@ def test_each_session_records_when_its_first_run_and_its_memory_were_ready(tmp_p
     # the first run (no memory) started while the encoder was still loading and embedding
     assert all(isinstance(r["memory_preparing"], bool) for r in recs.values())
     assert any(r["memory_preparing"] for r in recs.values() if r["condition"] == "none")
+
+
+def test_the_stage_hash_knows_the_runtime(tmp_path):
+    """A stage whose conditions use the runtime is keyed by its distribution==version: a folder started under
+    another runtime (faked in its stage.json's hash) is refused on resume; a stage without them keeps its hash."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.records import RunDir, StageMismatch
+    from harness.records.rundir import config_hash
+    from harness.run.driver import stage_runtime
+    from harness.runtime import runtime_label
+
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        main = compose("config", overrides=["stage=main"])
+        plain = compose("config", overrides=["stage=main", "stage.groups=[{sample:main,conditions:[none]}]",
+                                             "~stage.conditions.session_search",
+                                             "~stage.conditions.session_search_compact", "~stage.conditions.shell"])
+    assert stage_runtime(main) == runtime_label() and stage_runtime(plain) is None
+    assert config_hash(plain, stage_runtime(plain)) == config_hash(plain)  # older stages without it resume
+    assert config_hash(main, stage_runtime(main)) != config_hash(main)
+    assert config_hash(main, "hermes-agent==0.19.0") != config_hash(main, runtime_label())
+    rd = RunDir(tmp_path / "stage")
+    info = {"schema_version": 1, "kind": "qa", "stage": "main", "label": "main", "seed": 0, "data": {}, "plan": {},
+            "versions": {}, "code": {"commit": None, "dirty": None}, "model": None, "prereg": None, "created": "now"}
+    rd.open(main, info, runtime="hermes-agent==0.19.0")  # as if 0.19.0 had started it
+    with pytest.raises(StageMismatch):
+        rd.open(main, info, runtime=stage_runtime(main))
+    rd.open(main, info, runtime="hermes-agent==0.19.0")  # the same runtime resumes

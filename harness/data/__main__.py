@@ -1,14 +1,12 @@
 """`python -m harness.data check PATH | synth --out DIR --seed N --size S
 | download --split S --out DIR | download --what bge --out data/models
 | download --what evaluate_qa --out data/longmemeval
-| download --what session_search_texts --out data/runtime/hermes-agent-0.21.5
 | personal --out FILE --n N --seed S | check-personal FILE`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from collections import Counter
 
 from .longmemeval import QUESTION_TYPES, DataError, iter_raw, parse_record, sha256_file
@@ -83,21 +81,20 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--size", choices=["tiny", "xs", "s", "m"], default="tiny")
     d = sub.add_parser("download", help="fetch a cleaned LongMemEval file, the bge weights or the official judge "
                                         "prompts, pinned and hash-checked (needs internet)")
-    d.add_argument("--what", choices=["longmemeval", "bge", "evaluate_qa", "session_search_texts"], default=None,
+    d.add_argument("--what", choices=["longmemeval", "bge", "evaluate_qa"], default=None,
                    help="longmemeval (with --split; the default), bge (BAAI/bge-small-en-v1.5 into "
                         "<out>/bge-small-en-v1.5, default out data/models), evaluate_qa (LongMemEval's "
-                        "src/evaluation/evaluate_qa.py into <out>/evaluate_qa.py, default out data/longmemeval), "
-                        "session_search_texts (Hermes Agent's tools/session_search_tool.py at v0.21.5, the "
-                        "tool texts of runtime.session_search=adaptive, default out data/runtime/hermes-agent-0.21.5)")
+                        "src/evaluation/evaluate_qa.py into <out>/evaluate_qa.py, default out data/longmemeval); the "
+                        "runtime's session_search texts are the installed runtime's own (make setup), never downloaded")
     d.add_argument("--split", choices=["s", "m", "oracle"], default=None)
     d.add_argument("--out", default=None)
     d.add_argument("--revision", default=None,
                    help="hub revision (longmemeval: main; bge: the pinned commit) or git commit (evaluate_qa: the "
-                        "pinned one; session_search_texts: the tag v0.21.5); a revision other than the pinned one "
+                        "pinned one); a revision other than the pinned one "
                         "is trust-on-first-download")
     d.add_argument("--endpoint", default=None, help="hub base URL (default HF_ENDPOINT or https://huggingface.co)")
     d.add_argument("--base-url", default=None,
-                   help="evaluate_qa, session_search_texts: raw-file base URL "
+                   help="evaluate_qa: raw-file base URL "
                         "(default https://raw.githubusercontent.com)")
     pe = sub.add_parser("personal", help="write personalization trials (second seed paper) and check them")
     pe.add_argument("--out", default=None, help="default data/personal/personal_trials_n<N>_seed<S>.json")
@@ -134,7 +131,7 @@ def download_cmd(ap, args) -> int:
 
     what = args.what or ("longmemeval" if args.split else None)
     if what is None:
-        ap.error("download: give --split s|m|oracle, or --what bge|evaluate_qa|session_search_texts")
+        ap.error("download: give --split s|m|oracle, or --what bge|evaluate_qa")
     if what == "longmemeval" and not args.split:
         ap.error("download --what longmemeval needs --split s|m|oracle")
     try:
@@ -150,16 +147,6 @@ def download_cmd(ap, args) -> int:
             status = weights_status("bge", info["path"])
             print(status["detail"])
             return 0 if status["matches_pin"] or not info["pinned"] else 1
-        if what == "session_search_texts":
-            from harness.data.hub import download_session_search_texts
-            from harness.runtime.adaptive import TEXTS_DEFAULT_PATH, texts_status, texts_usable
-
-            info = download_session_search_texts(args.out or str(Path(TEXTS_DEFAULT_PATH).parent), args.revision,
-                                                 base_url=args.base_url)
-            print(json.dumps(info, indent=2))
-            status = texts_status(info["path"])
-            print(status["detail"])
-            return 0 if texts_usable(status) else 1
         info = download_official(args.out or "data/longmemeval", args.revision, base_url=args.base_url)
         print(json.dumps(info, indent=2))
         status = official_status(info["path"])

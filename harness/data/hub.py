@@ -7,9 +7,6 @@ weights and the official judge prompts.
 * `download_bge(...)`: BAAI/bge-small-en-v1.5 from the hub at the pinned commit
   (harness.memory.encoder.BGE_REVISION), only the files sentence-transformers reads
   (BGE_FILES), into `<out>/bge-small-en-v1.5/`.
-* `download_session_search_texts(...)`: Hermes Agent's `tools/session_search_tool.py` at the study's
-  tag v0.21.5 (github NousResearch/hermes-agent, MIT), whose SESSION_SEARCH_SCHEMA is the tool text
-  of runtime.session_search=adaptive (harness.runtime.adaptive).
 * the official judge prompts (LongMemEval's `src/evaluation/evaluate_qa.py`) are the judge's:
   judge.prompts.download_official, with these helpers (the judge builds on the data, not the reverse).
 
@@ -196,39 +193,3 @@ def fetch_raw(url: str, target: Path, want: str | None, readable, timeout: float
     finally:
         tmp.unlink(missing_ok=True)
     return digest, ok
-
-
-def download_session_search_texts(out_dir: str | Path = "data/runtime/hermes-agent-0.21.5", tag: str | None = None,
-                                  base_url: str | None = None, timeout: float = 60.0) -> dict:
-    """Hermes Agent's tools/session_search_tool.py at the study's tag (v0.21.5) into `<out_dir>/`.
-
-    Only its SESSION_SEARCH_SCHEMA is used (read with ast, never imported): the schema and
-    description the model sees under runtime.session_search=adaptive. At the pinned tag a file
-    whose sha256 differs from harness.runtime.adaptive.TEXTS_SHA256 is deleted and refused; with
-    no pin, or another tag, the download is trust-on-first-download and download.json says so."""
-    from harness.runtime.adaptive import (
-        TEXTS_FILE, TEXTS_REPO, TEXTS_SHA256, TEXTS_TAG, TEXTS_TAGS, TextsError, parse_texts,
-    )
-
-    def parses_ok(p: Path) -> bool:
-        try:
-            parse_texts(p)
-            return True
-        except TextsError:
-            return False
-
-    tag = tag or TEXTS_TAG
-    base = (base_url or GITHUB_RAW).rstrip("/")
-    url = f"{base}/{TEXTS_REPO}/{tag}/{TEXTS_FILE}"
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / Path(TEXTS_FILE).name
-    want = TEXTS_SHA256 if tag in TEXTS_TAGS else None
-    digest, parses = fetch_raw(url, target, want, parses_ok, timeout)
-    record(out_dir, {target.name: {
-        "what": f"Hermes Agent's session_search tool module ({TEXTS_FILE}, MIT): its schema and description",
-        "source": f"github {TEXTS_REPO}", "url": url, "revision": tag, "commit": tag if len(tag) == 40 else None,
-        "sha256": digest, "bytes": target.stat().st_size, "pinned_sha256": want, "parses": parses,
-        "fetched": now()}})
-    return {"path": str(target), "url": url, "tag": tag, "sha256": digest, "pinned": want is not None,
-            "parses": parses}

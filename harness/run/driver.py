@@ -372,10 +372,21 @@ class StageRunner:
                                                   for k, v in prep.items()}))
 
 
+def stage_runtime(cfg) -> str | None:
+    """The runtime's distribution==version when the stage's conditions use it (part of its hash), else None."""
+    import conditions
+
+    if "runtime" not in conditions.needs(cfg.stage.get("conditions")):
+        return None
+    from harness.runtime import runtime_label
+
+    return runtime_label()
+
+
 def open_stage(cfg, plan, info: dict, sweep: dict | None = None) -> tuple[RunDir, StageInfo]:
     """Open (or create) the stage folder; `sweep` (the job's overrides in a multirun) goes into stage.json."""
     rd = RunDir.for_stage(cfg)
-    info = rd.open(cfg, {**info, "sweep": sweep})
+    info = rd.open(cfg, {**info, "sweep": sweep}, runtime=stage_runtime(cfg))
     if info.data["sha256"] != plan.data["sha256"]:
         raise StageMismatch(f"{rd.root}: the data file changed since this stage started "
                             f"({info.data['sha256'][:12]} -> {plan.data['sha256'][:12]}); use a new stage.label")

