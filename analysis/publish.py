@@ -280,6 +280,9 @@ class Export:
     generated: set[tuple[str, str]] = field(default_factory=set)  # data files regenerated here: nothing of ours
     private_transcripts: int = 0
     verbatim: list[str] = field(default_factory=list)  # table files whose text could not be rebuilt from rows
+    publisher: privacy.Publisher | None = None  # the schema's publish policy, applied to every object
+    withheld_files: list[str] = field(default_factory=list)  # files no policy names: they stay home
+    private_runs: int = 0  # runs whose context held a private agent's unit: their text stays home
 
 
 def _stage_folders(paths: Iterable[str | Path]) -> dict[str, Path]:
@@ -324,17 +327,20 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
                     ex.private.scan_object(yaml.safe_load(text))
                 except yaml.YAMLError:
                     pass  # its text is still scanned for paths and keys below
-            hosts, pids = _who_ran(rel, text)
-            ex.hosts |= hosts
-            ex.pids |= pids
     for text in texts.values():
         ex.private.scan_text(text)
+    ex.publisher = privacy.Publisher(ex.private)
     for name, root in folders.items():
-        # what the card says of a stage is read from its redacted stage.json, as the dataset holds it
-        ex.infos[name] = json.loads(ex.private.redact(texts[(name, "stage.json")]))
         _add_folder(ex, name, root, {rel: ex.private.redact(t) for (n, rel), t in texts.items() if n == name},
                     private_transcripts)
+        # what the card says of a stage is read from its published stage.json, as the dataset holds it
+        published = next(f["content"] for f in ex.rows["files"] if f["folder"] == name and f["path"] == "stage.json")
+        ex.infos[name] = json.loads(published)
         _add_data(ex, name, root, private_transcripts)
+    for f in ex.rows["files"]:  # who ran it, as the published files show it (host names are withheld)
+        hosts, pids = _who_ran(f["path"], f["content"] or "")
+        ex.hosts |= hosts
+        ex.pids |= pids
     return ex
 
 
@@ -344,7 +350,8 @@ def _who_ran(rel: str, text: str) -> tuple[set[str], bool]:
     if not rel.endswith(("lock", "sessions.jsonl")):
         return set(), False
     objs = _objects(text, "lines.jsonl")
-    return {str(o["host"]) for o in objs if o.get("host")}, any(o.get("pid") is not None for o in objs)
+    return ({str(o["host"]) for o in objs if o.get("host") and o.get("host") != privacy.WITHHELD},
+            any(o.get("pid") is not None for o in objs))
 
 
 def _objects(text: str, rel: str) -> list[dict]:
@@ -366,61 +373,105 @@ def _objects(text: str, rel: str) -> list[dict]:
 
 
 def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], private_transcripts: bool) -> None:
-    rows = ex.rows
-    records = {}
+    """Every file of one stage folder as the schema's publish policy lets it go (harness.records.schema.POLICY,
+    FILE_POLICY): each object rebuilt field by field, a file no policy names withheld; the text of a run whose
+    context held a private agent's unit withheld unless `private_transcripts` (the publisher asked for it)."""
+    from harness.records.schema import file_policy
+
+    rows, pub = ex.rows, ex.publisher
+    records: dict[str, Any] = {}
     for rel, text in texts.items():
-        if _classify(rel) == "runs":
-            try:
-                records[rel] = json.loads(text)
-            except json.JSONDecodeError:
-                records[rel] = None
+        if file_policy(rel) == "record":
+            records[rel] = _parsed(text)
+    private_runs: set[str] = set()
     used_prompts: set[str] = set()
     dropped_prompts: set[str] = set()
     for rel, rec in records.items():
         if not isinstance(rec, dict):
             continue
         shas = _prompt_shas(rec.get("transcript"))
-        if rec.get("transcript") is not None and not private_transcripts and shows_private(rec):
-            ex.private_transcripts += 1
+        if not private_transcripts and shows_private(rec):
+            private_runs.add(str(rec.get("run_id")))
+            if rec.get("transcript") is not None:
+                ex.private_transcripts += 1
             dropped_prompts |= shas
-            rec = dict(rec, transcript=None)
-            records[rel] = rec
         else:
             used_prompts |= shas
+    ex.private_runs += len(private_runs)
     dropped_prompts -= used_prompts
     for rel, text in texts.items():
-        table = _classify(rel)
-        if table == "prompts" and Path(rel).stem in dropped_prompts:
+        kind, table = file_policy(rel), _classify(rel)
+        if kind is None or (kind == "record" and not isinstance(records.get(rel), dict)):
+            ex.withheld_files.append(f"{name}/{rel}")
+            continue
+        if kind == "prompt" and Path(rel).stem in dropped_prompts:
             continue  # used only by transcripts left out
         fmt, content, published = None, None, text
-        if table == "runs":
-            rec = records[rel]
-            fmt = json_style(text, json.loads(text)) if isinstance(rec, dict) else None
-            if isinstance(rec, dict):
-                if fmt or rec != json.loads(text):  # written anew only when rebuilt from rows or changed
-                    published = _dump_json(rec, fmt or _JSON_STYLES[0])
-                _add_record(ex, name, rel, rec)
-            if fmt is None:
-                content = published
-        elif table == "prompts":
+        if kind == "prompt":
             rows["prompts"].append({"folder": name, "sha256": Path(rel).stem, "text": text})
             if rel != f"prompts/{sha256(text)}.txt":
                 content = text  # a prompt file whose name is not its hash: kept as written
-        elif table in ("ledger", "attempts", "judgements"):
-            lines, problems = parse_lines(text.encode("utf-8"), rel)
+        elif rel.endswith(".yaml"):
+            try:
+                obj = yaml.safe_load(text)
+            except yaml.YAMLError:
+                obj = None
+            if not isinstance(obj, dict):
+                ex.withheld_files.append(f"{name}/{rel}")
+                continue
+            content = published = yaml.safe_dump(pub.publish(kind, obj), sort_keys=False, allow_unicode=True)
+        elif table in ("ledger", "attempts", "judgements") or rel.endswith(".jsonl"):
+            published = _published_lines(pub, kind, text, private_runs)
+            lines, problems = parse_lines(published.encode("utf-8"), rel)
             objs = [o for _, o in lines]
-            fmt = lines_style(text, objs) if not problems else None
-            for i, obj in lines:
-                rows[table].append(to_row(BY_NAME[table], obj, folder=name, file=rel, line=i))
+            if table is not None:
+                fmt = lines_style(published, objs) if not problems else None
+                for i, obj in lines:
+                    rows[table].append(to_row(BY_NAME[table], obj, folder=name, file=rel, line=i))
             if fmt is None:
-                content = text
-        else:
-            content = text
+                content = published
+        else:  # one JSON object: a record, stage.json, a judge's info file, a driver lock
+            obj = _parsed(text)
+            if not isinstance(obj, dict):
+                ex.withheld_files.append(f"{name}/{rel}")
+                continue
+            fmt = json_style(text, obj) or _JSON_STYLES[0]
+            private = kind == "record" and str(obj.get("run_id")) in private_runs
+            obj = pub.publish(kind, obj, private=private)
+            published = _dump_json(obj, fmt)
+            if kind == "record":
+                _add_record(ex, name, rel, obj)
+            else:
+                fmt, content = None, published
         if content is not None and table is not None:
             ex.verbatim.append(f"{name}/{rel}")
         rows["files"].append({"folder": name, "path": rel, "sha256": sha256(published),
                               "bytes": len(published.encode("utf-8")), "table": table,
                               "format": json.dumps(fmt, sort_keys=True) if fmt else None, "content": content})
+
+
+NOT_JSON = '{"withheld": "a line that is not a JSON object"'  # unclosed: read back as torn or corrupted, as it was
+
+
+def _published_lines(pub: privacy.Publisher, kind: str, text: str, private_runs: set[str]) -> str:
+    """A JSON-lines file as published: each object by its policy, a line that is no JSON object replaced
+    (its text may be anything), blank lines and the final newline (or a torn last line) as they were."""
+    trailing = text.endswith("\n")
+    lines = text.split("\n")[:-1] if trailing else text.split("\n")
+    ascii_only = False
+    out = []
+    for line in lines:
+        if not line.strip():
+            out.append("")
+            continue
+        obj = _parsed(line)
+        if not isinstance(obj, dict):
+            out.append(NOT_JSON)
+            continue
+        ascii_only = ascii_only or (line == json.dumps(obj) and line != json.dumps(obj, ensure_ascii=False))
+        private = kind == "judgement" and str(obj.get("run_id")) in private_runs
+        out.append(json.dumps(pub.publish(kind, obj, private=private), ensure_ascii=ascii_only))
+    return "\n".join(out) + ("\n" if trailing else "")
 
 
 def _prompt_shas(transcript: Any) -> set[str]:
@@ -527,7 +578,7 @@ def plan(ex: Export) -> str:
         lines.append(f"  {t.name:12s} {len(ex.rows[t.name]):6d} rows  {t.about}")
     found = ex.private.summary()
     lines.append("replaced in every file: " + ", ".join(f"{n} {k}" for k, n in found.items())
-                 + f" (by {privacy.URL}, {privacy.HOST}, {privacy.KEY}, {privacy.LOCAL}/NAME)")
+                 + f" (by {privacy.URL}, {privacy.HOST}, {privacy.KEY}, {privacy.LOCAL})")
     for item in card_kept(ex):
         lines.append("kept: " + item)
     for item in card_left_out(ex):
@@ -539,11 +590,20 @@ def plan(ex: Export) -> str:
 
 def card_left_out(ex: Export) -> list[str]:
     out = [f"{privacy.URL}: every model endpoint's URL", f"{privacy.HOST}: the host of every other URL (its user "
-           f"info, query and fragment removed)", f"{privacy.KEY}: every key", f"{privacy.LOCAL}: local paths"]
-    if ex.private_transcripts:
-        out.append(f"the transcripts of {ex.private_transcripts} run(s) that show a private agent's memory units "
-                   f"(LongMemEval-Org private runs, and any run that retrieved such a unit) and the system prompts "
-                   f"only they used (publish with private_transcripts=true to include them)")
+           f"info, query and fragment removed)", f"{privacy.KEY}: every key", f"{privacy.LOCAL}: local paths (no "
+           f"folder's name; a file's name kept)", f"{privacy.WITHHELD}: every configuration value that is no number, "
+           f"flag or plain name (DSNs, hosts, notes, interpolations), and every field without a publish policy"]
+    if ex.private_runs:
+        out.append(f"the text of {ex.private_runs} run(s) whose context held a private agent's memory unit "
+                   f"(LongMemEval-Org private runs, and any run that retrieved such a unit): answers, golds, errors, "
+                   f"tool arguments and queries, judge prompts and replies, {ex.private_transcripts} transcript(s) "
+                   f"and the system prompts only they used (publish with private_transcripts=true to include them)")
+    withheld = ex.publisher.withheld if ex.publisher else {}
+    if withheld:
+        out.append("withheld, by field: " + ", ".join(f"{k} {n}" for k, n in sorted(withheld.items())))
+    if ex.withheld_files:
+        out.append(f"{len(ex.withheld_files)} file(s) no publish policy names: " + ", ".join(ex.withheld_files[:20])
+                   + (" ..." if len(ex.withheld_files) > 20 else ""))
     return out + ex.left_out
 
 
@@ -1087,7 +1147,7 @@ def _data_name(info: Any) -> str | None:
     """The data file's name in a stage.json (its path's last part), when it is a plain file name."""
     raw = str(((info or {}).get("data") or {}).get("path") or "") if isinstance(info, dict) else ""
     name = raw.replace("\\", "/").rsplit("/", 1)[-1]
-    return name if name and name not in (".", "..") and "\x00" not in name and len(name) <= 255 else None
+    return name if name and name not in (".", "..") and "<" not in name and "\x00" not in name and len(name) <= 255 else None
 
 
 def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]]) -> dict[tuple[str, str], str]:

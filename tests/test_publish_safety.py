@@ -201,11 +201,11 @@ def test_planted_credentials_and_other_machines_paths_never_reach_a_byte_or_cell
         for bad in forbidden:
             assert bad not in text, f"{bad!r} in {where}"
     cells = "\n".join(t for _, t in _published_bytes(out))
-    assert "<local path>/synth_tiny.json" in cells and "<local path>/cache" in cells
+    assert "<local path>/synth_tiny.json" in cells and "cache_dir: <local path>\\n" in cells  # a folder: no name
     assert "openai_compatible:judge@<endpoint url>:0123abcd4567" in cells and "https://<host>/a" in cells
-    # host names and pids go along, and both the plan and the card say so
+    # host names stay home; process ids go along, and both the plan and the card say so
     card = (out / "README.md").read_text()
-    assert "jdoe-laptop" in said.getvalue() and "jdoe-laptop" in card and "process ids" in card
+    assert "jdoe-laptop" not in said.getvalue() + card and "process ids" in card and "process ids" in said.getvalue()
 
 
 def test_the_report_of_the_published_stage_is_the_original_s(planted, tmp_path):
@@ -217,7 +217,10 @@ def test_the_report_of_the_published_stage_is_the_original_s(planted, tmp_path):
     assert A.main([f"runs={planted}", f"out={tmp_path / 'a'}", *common]) == 0
     assert A.main([f"runs={tmp_path / 'ds'}", f"out={tmp_path / 'b'}", *common]) == 0
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
-    assert [str(f) for f in files if (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()] == []
+    differ = [str(f) for f in files if (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()]
+    assert differ == ["shards.csv"]  # the driver lock's host name stayed home; its pid went along
+    a, b = (tmp_path / "a" / "shards.csv").read_text(), (tmp_path / "b" / "shards.csv").read_text()
+    assert "jdoe-laptop:4242" in a and b == a.replace("jdoe-laptop:4242", "<withheld>:4242")
     assert not any(SECRET in (tmp_path / "a" / f).read_text(errors="replace") for f in files)
 
 
@@ -226,10 +229,17 @@ def test_what_escapes_the_redaction_is_refused_by_the_last_scan_naming_it(plante
     # JSON's own escapes hide a path and a key from a scan of the file's text, not from its cells
     rec.write_text(rec.read_text().replace('"answer": "', '"answer": "\\/home\\/jdoe\\/notes.txt \\u0073k-'
                                                           'hiddenhiddenhidden0 ', 1))
-    assert publish_cli.main([f"runs={planted}", f"out={tmp_path / 'ds'}"]) == 2
-    err = capsys.readouterr().err
-    assert "refused to publish what looks private" in err and "a local path (/home/jdoe/notes.txt)" in err
-    assert "a credential (sk-hid...)" in err and "table 'runs'" in err and "column 'answer'" in err
+    # the policy reads the parsed value: the escapes hide nothing from it
+    assert publish_cli.main([f"runs={planted}", f"out={tmp_path / 'ok'}"]) == 0
+    assert not any("jdoe" in t or "hiddenhidden" in t for _, t in _published_bytes(tmp_path / "ok"))
+    # whatever still looks private when the tables are written (here planted in a cell after the policy) is refused
+    ex = P.collect([planted])
+    ex.rows["runs"][0]["answer"] = "see /home/jdoe/notes.txt and sk-hiddenhiddenhidden0"
+    with pytest.raises(P.PublishError) as err:
+        P.write(ex, tmp_path / "ds")
+    assert "refused to publish what looks private" in str(err.value)
+    assert "a local path (/home/jdoe/notes.txt)" in str(err.value) and "a credential (sk-hid...)" in str(err.value)
+    assert "table 'runs'" in str(err.value) and "column 'answer'" in str(err.value)
     assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".ds.publish-*"))
 
 
@@ -241,8 +251,8 @@ def test_urls_and_paths_are_recognised_by_their_shape():
         "https://x.example.org/docs/page?token=abc#part d /scratch/u/run e /gpfs/home/u/data sets/z.json f "
         "/home/Jo Doe/runs/x g /usr/bin/sqlite3 h /chat/completions i /tmp/x and then j C:\\\\Users\\\\jo\\\\r.json")
     assert text == ("a openai:m@<endpoint url>:0123abcd4567 b <endpoint url> c https://<host>/docs/page d "
-                    "<local path>/run e <local path>/z.json f <local path>/x g /usr/bin/sqlite3 h /chat/completions "
-                    "i <local path>/x and then j <local path>/r.json")
+                    "<local path> e <local path>/z.json f <local path> g /usr/bin/sqlite3 h /chat/completions "
+                    "i <local path> and then j <local path>/r.json")
     assert privacy.leaks(text) == []
     assert privacy.leaks("see /home/u/x and sk-abcdefghijklmnopqrstu") == [
         "a credential (sk-abc...)", "a local path (/home/u/x)"]
@@ -349,11 +359,14 @@ def test_html_in_a_model_name_is_shown_in_the_card_never_rendered(tmp_path):
     st.add("none", "q1")
     folder = st.write()
     info = json.loads((folder / "stage.json").read_text())
-    info["model"]["model"] = "<img src=x onerror=alert(1)>"
+    info["model"]["model"] = "<img src=x onerror=alert(1)>"  # no plain name: withheld by the publish policy
+    info["fidelity"] = {"rows": [{"key": "reader_model", "setting": "<img src=x onerror=alert(1)>", "paper": "a",
+                                  "stage": "b", "status": "same", "detail": "", "pool": "b"}]}  # text: shown
     (folder / "stage.json").write_text(json.dumps(info))
     P.publish([folder], tmp_path / "ds", say=lambda s: None)
     body = (tmp_path / "ds" / "README.md").read_text().split("\n---\n", 1)[1]
     assert "<img" not in body and "&lt;img src=x onerror=alert(1)&gt;" in body
+    assert "(&lt;withheld&gt;)" in body
     assert len(P.rebuild(tmp_path / "ds", tmp_path / "r")) == 1  # and the card still reads back
 
 
