@@ -59,6 +59,7 @@ import yaml
 
 from harness.records import privacy
 from harness.records.ledger import parse_lines
+from harness.run.replay import RECEIVED
 from harness.records.schema import (
     Attempt,
     Judgement,
@@ -81,7 +82,9 @@ MAX_CARD_BYTES = 8 << 20
 MAX_TABLE_BYTES = 2 << 30
 MAX_DATA_BYTES = 1 << 30
 MAX_FILES = 200_000
-MAX_REBUILT_BYTES = 8 << 30
+MAX_REBUILT_BYTES = 1 << 30  # what a dataset may decode to in all; the analyst raises it (MEMSPACE_DATASET_MAX_BYTES)
+MAX_RATIO = 100  # and at most this many bytes per byte of its parquet files (a 23 KB table is no 300 MiB of text)
+RATIO_FLOOR = 64 << 20  # below which the ratio is not applied (a small dataset of long prompts)
 MAX_PATH_PARTS = 8
 
 
@@ -1021,7 +1024,24 @@ def check_folder(folder: Path, meta: dict) -> None:
             raise PublishError(f"{folder}: {rel} is missing or does not match the card's sha256: refused")
 
 
-def read_tables(folder: Path) -> dict[str, list[dict]]:
+def decoded_limit(folder: Path, meta: dict, max_bytes: int | None = None) -> int:
+    """What the dataset may decode to: MAX_RATIO times its tables' size on disk (at least RATIO_FLOOR), and no more
+    than the total the analyst allows (`max_bytes`, else MEMSPACE_DATASET_MAX_BYTES, else MAX_REBUILT_BYTES)."""
+    total = max_bytes or int(os.environ.get("MEMSPACE_DATASET_MAX_BYTES") or 0) or MAX_REBUILT_BYTES
+    compressed = 0
+    for name in meta.get("tables") or {}:
+        p = folder / str(name) / "train.parquet"
+        compressed += p.stat().st_size if p.is_file() and not p.is_symlink() else 0
+    return min(total, max(RATIO_FLOOR, MAX_RATIO * compressed))
+
+
+def _too_large(folder: Path, limit: int, what: str) -> PublishError:
+    return PublishError(f"{folder}: {what} more than {limit >> 20} MiB ({MAX_RATIO} times its tables' size, at least "
+                        f"{RATIO_FLOOR >> 20} MiB, and at most MEMSPACE_DATASET_MAX_BYTES, default "
+                        f"{MAX_REBUILT_BYTES >> 20} MiB): refused")
+
+
+def read_tables(folder: Path, max_bytes: int | None = None) -> dict[str, list[dict]]:
     """Every table, checked against the card's sha256 first; a table that differs is refused, named."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -1039,7 +1059,7 @@ def read_tables(folder: Path) -> dict[str, list[dict]]:
             raise PublishError(f"{folder}: the card names a table {name!r} this harness does not know")
     check_folder(folder, meta)
     out: dict[str, list[dict]] = {t.name: [] for t in TABLES}
-    decoded = 0
+    decoded, limit = 0, decoded_limit(folder, meta, max_bytes)
     for name, want in meta["tables"].items():
         path = _inside(folder, f"{name}/train.parquet", "table")
         if not path.is_file():
@@ -1062,9 +1082,8 @@ def read_tables(folder: Path) -> dict[str, list[dict]]:
             rows: list[dict] = []
             for batch in pf.iter_batches(batch_size=1024):
                 decoded += sum(_decoded_bytes(col) for col in batch.columns)
-                if decoded > MAX_REBUILT_BYTES:  # a value repeated by its dictionary: sized before it is decoded
-                    raise PublishError(f"{folder}: its tables decode to more than {MAX_REBUILT_BYTES >> 30} GiB "
-                                       f"(table {name!r} at row {len(rows)}): refused")
+                if decoded > limit:  # a value repeated by its dictionary: sized before it is decoded
+                    raise _too_large(folder, limit, f"its tables decode (table {name!r} at row {len(rows)}) to")
                 rows += batch.to_pylist()  # to_pylist keeps null apart from NaN
         except (pa.ArrowException, OSError) as exc:
             raise PublishError(f"{folder}: table {name!r} is not a readable parquet file ({exc}): refused") from None
@@ -1095,15 +1114,15 @@ def _decoded_bytes(col) -> int:
     return col.nbytes
 
 
-def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
+def rebuild(folder: str | Path, into: str | Path, max_bytes: int | None = None) -> list[Path]:
     """Write the stage folders of a published dataset under `into` (<stage>/<label>/), each file checked
     against its sha256 in `files` and the card against them all, before anything is written; returns the
     stage folders. A dataset is untrusted input: a path that leaves its folder, a card that says other
     than the tables, a file the card does not name or more than the bounds (MAX_*) is refused, named."""
     folder, into = Path(folder), Path(into)
     try:
-        tables = read_tables(folder)
-        texts = _rebuilt_texts(folder, tables)
+        tables = read_tables(folder, max_bytes)
+        texts = _rebuilt_texts(folder, tables, decoded_limit(folder, read_card(folder) or {}, max_bytes))
         _check_card(folder, tables, texts)
         _check_data_files(folder, texts)
     except PublishError:
@@ -1121,6 +1140,8 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
         dest.parent.mkdir(parents=True, exist_ok=True)
         with open(dest, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
+    for root in roots:  # a folder rebuilt from a dataset: the replay takes no file of this machine from it
+        (root / RECEIVED).write_text("rebuilt from a published dataset: data, never configuration\n", encoding="utf-8")
     for root in roots:  # data that did not go along, put beside the card by its user (the replay checks its sha256)
         name = _data_name(json.loads((root / "stage.json").read_text(encoding="utf-8")))
         src = folder / "data" / name if name else None
@@ -1150,7 +1171,8 @@ def _data_name(info: Any) -> str | None:
     return name if name and name not in (".", "..") and "<" not in name and "\x00" not in name and len(name) <= 255 else None
 
 
-def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]]) -> dict[tuple[str, str], str]:
+def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]], limit: int = MAX_REBUILT_BYTES
+                   ) -> dict[tuple[str, str], str]:
     """Every file of every stage folder, (stage/label, path) -> text, each path checked to stay inside its
     folder and each text against its sha256; nothing is written here."""
     by_file: dict[tuple[str, str], dict[str, list[dict]]] = {}
@@ -1181,6 +1203,8 @@ def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]]) -> dict[tuple[st
         if key in out:
             raise PublishError(f"{folder}: {stage_folder}/{f['path']} is twice in table 'files': refused")
         parts = f["path"].split("/")
+        if any(p.startswith(".") for p in parts):  # publish writes no hidden file; the rebuilt folder's marker is one
+            raise PublishError(f"{folder}: {stage_folder}/{f['path']}: a hidden file in table 'files': refused")
         dirs |= {(stage_folder, "/".join(parts[:i])) for i in range(1, len(parts))}
         fmt = json.loads(f["format"]) if f["format"] else None
         where = f"{folder}: {stage_folder}/{f['path']}"
@@ -1213,8 +1237,8 @@ def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]]) -> dict[tuple[st
             raise PublishError(f"{where}: rebuilt from table {f['table'] or 'files'!r}, it does not match its sha256 "
                                f"in `files`: the table was changed; refused")
         total += len(text)
-        if total > MAX_REBUILT_BYTES:
-            raise PublishError(f"{folder}: its files are larger than {MAX_REBUILT_BYTES >> 30} GiB in all: refused")
+        if total > limit:
+            raise _too_large(folder, limit, "its files come to")
         out[key] = text
     clash = sorted(f"{s}/{p}" for s, p in dirs if (s, p) in out)
     if clash:

@@ -439,3 +439,87 @@ def test_a_card_whose_kept_or_replaced_block_disagrees_with_its_tables_is_refuse
     counts = {t: pq.read_metadata(ds / t / "train.parquet").num_rows for t in meta["tables"]}
     (ds / "README.md").write_text(P.card_text(meta, counts))
     _every_reader_refuses(ds, tmp_path, capsys, match)
+
+
+# ------------------------------------------------------------------------------ a received dataset is data
+
+
+def test_a_received_config_gives_the_replay_no_place_and_no_interpolation(tmp_path, monkeypatch):
+    """replay_config reads the stage's config.yaml as the record of what ran: the backend and its numbers and named
+    choices; the cache, the services' addresses, paths and table names are this machine's, `${...}` never resolved."""
+    from harness.run.replay import LOCAL_CACHE, REPO, replay_config
+
+    monkeypatch.setenv("I43_PLANTED_DIR", str(tmp_path / "from-env"))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "cache_dir": str(tmp_path / "outside"),
+        "index": {"name": "redis_qe", "url": "redis://evil.example:6379", "index": "victim", "dim": 384,
+                  "ef_runtime": 100, "hybrid_policy": "${oc.env:I43_PLANTED_DIR}", "port": 6379},
+        "encoder": {"name": "minilm", "path": "${oc.env:I43_PLANTED_DIR}", "device": "cuda:7"}}))
+    cfg = replay_config(tmp_path)
+    assert cfg["cache_dir"] == LOCAL_CACHE
+    assert cfg["index"] == {"name": "redis_qe", "dim": 384, "ef_runtime": 100}
+    assert cfg["encoder"] == yaml.safe_load((REPO / "conf" / "encoder" / "minilm.yaml").read_text())
+    assert "from-env" not in json.dumps(cfg) and "evil" not in json.dumps(cfg) and "victim" not in json.dumps(cfg)
+
+
+def _memory_stage(tmp_path: Path) -> Path:
+    """A synthetic-data stage (its data goes along) whose one run logged a memory search: the replay rebuilds it."""
+    data_file = tmp_path / "cache" / "synth_tiny_seed0_q2.json"
+    data_file.parent.mkdir(parents=True)
+    questions = generate(0, "tiny")
+    data_file.write_text(json.dumps(questions, ensure_ascii=False))
+    st = Stage(tmp_path / "runs", "mem", data={"path": str(data_file), "sha256": sha256_file(data_file),
+                                               "kind": "synth"},
+               config_extra={"data": {"kind": "synth", "size": "tiny", "seed": 0, "path": str(data_file)},
+                             "index": {"name": "fts5"}, "encoder": {"name": "minilm"}})
+    qid = str(questions[0]["question_id"])
+    log = {"kind": "search", "agent": "a0", "view": {"org": qid, "agent": "a0", "scope": "own"}, "units": [],
+           "query": "hello", "k": 3, "scoring": "bm25"}
+    st.add("tool_bm25", qid, tool_calls=1, tools=[{"log": log}])
+    return st.write()
+
+
+def test_analysing_a_received_dataset_takes_no_place_and_no_environment_from_its_config(tmp_path, monkeypatch):
+    """A config.yaml row naming an outside cache, an outside index file and `${oc.env:...}` (hashes recomputed, as
+    any uploader can): `make analyze` with the replay builds the space from this machine's defaults."""
+    from tests.test_analysis import prereg_file
+
+    ds = tmp_path / "ds"
+    P.publish([_memory_stage(tmp_path)], ds, say=lambda s: None)
+    outside = tmp_path / "outside"
+    monkeypatch.setenv("I43_PLANTED_DIR", str(tmp_path / "from-env"))
+    files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
+    row = next(f for f in files if f["path"] == "config.yaml")
+    cfg = yaml.safe_load(row["content"])
+    cfg.update(cache_dir=str(outside / "cache"), runs_dir="${oc.env:I43_PLANTED_DIR}",
+               index={"name": "fts5", "path": str(outside / "index.db")},
+               encoder={"name": "minilm", "path": "${oc.env:I43_PLANTED_DIR}/model"})
+    row["content"] = yaml.safe_dump(cfg)
+    row["sha256"], row["bytes"] = P.sha256(row["content"]), len(row["content"].encode())
+    _reseal(ds, "files", files)
+    cwd = tmp_path / "analyst"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    common = [f"prereg={prereg_file(tmp_path)}", "lenient=true"]
+    assert A.main([f"runs={ds}", f"out={tmp_path / 'a'}", "replay=all", *common]) == 0
+    assert not outside.exists() and not (tmp_path / "from-env").exists()
+    assert (cwd / ".cache").is_dir()  # the space was built, in this machine's default cache (conf/config.yaml)
+
+
+def test_a_small_table_that_decodes_to_far_more_than_its_size_is_refused(published, tmp_path, capsys):
+    """A files table of a few KB whose repeated value decodes to 300 MiB: refused by the ratio to its size on disk,
+    whatever the total allowed; within the ratio, the analyst's total (max_bytes) decides."""
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    value = "x" * (1 << 20)
+    files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
+    _reseal(ds, "files", files + [dict(files[0], path=f"bomb/{i}.txt", table=None, format=None, content=value,
+                                       sha256=P.sha256(value), bytes=len(value)) for i in range(300)])
+    size = sum(p.stat().st_size for p in ds.glob("*/train.parquet"))
+    assert size < 1 << 20
+    with pytest.raises(P.PublishError, match="its tables decode .* to more than 64 MiB"):
+        P.rebuild(ds, tmp_path / "r", max_bytes=8 << 30)
+    assert not (tmp_path / "r").exists()
+    assert A.main([f"runs={ds}", f"out={tmp_path / 'a'}", "replay=none"]) == 2
+    assert "to more than 64 MiB" in capsys.readouterr().err
+    assert P.decoded_limit(published["out"], P.read_card(published["out"]), max_bytes=1 << 20) == 1 << 20
