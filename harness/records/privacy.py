@@ -102,6 +102,7 @@ def _sub_keys(text: str) -> str:
     return text
 
 
+_PASSWORD_IN = re.compile(r"(?i)\b(?:password|passwd|pwd)\s*=\s*'?([^\s']+)|(?:^|//|\s)[^\s:/@]+:([^\s@/]+)@[\w.-]+(?::\d+)?(?=[/\s]|$)")
 _SCHEME = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 
 
@@ -298,6 +299,9 @@ class Private:
             for v in obj:
                 self.scan_object(v, key)
         elif isinstance(obj, str) and obj:
+            for m in _PASSWORD_IN.finditer(obj):  # a DSN's password (libpq key=value, user:password@host)
+                if len(m.group(1) or m.group(2)) >= 4 and not is_redacted(m.group(1) or m.group(2)):
+                    self.keys.add(m.group(1) or m.group(2))
             if key and _URL_FIELD.match(key) and _URL_RE.fullmatch(obj.strip()):
                 self.urls.add(obj.strip())
             elif key and _KEY_FIELD.match(key) and len(obj) >= 8 and not is_redacted(obj):  # not EMPTY
@@ -412,10 +416,10 @@ WITHHELD = "<withheld>"
 
 # a plain name: pieces of letters and digits joined by _ . : | + # - (and one "/": org/model); no piece as long
 # or as mixed as a key (a 32-hex, gsk_..., a random token): a sha256 or a git commit is the only long one
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:|+#-]{0,127}(?:/[A-Za-z0-9][A-Za-z0-9_.:|+#-]{0,127})?")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:|+#@-]{0,127}(?:/[A-Za-z0-9][A-Za-z0-9_.:|+#@-]{0,127})?")
 _RELATIVE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}){1,7}/?")
 _DATE = re.compile(r"\d{4}[/-]\d{2}[/-]\d{2}(?: \([A-Z][a-z]{2}\))?(?: \d{2}:\d{2}(?::\d{2})?)?")
-_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_HASH = re.compile(r"[0-9a-f]{1,16}|[0-9a-f]{40}|[0-9a-f]{64}")  # an id, a git commit, a sha256
 # keys whose values are places, people or secrets: withheld whatever they hold (a DSN, a host, a note)
 _PLACE_KEY = re.compile(r"^(.*[_-])?(dsn|conn(ection)?(_?string)?|hosts?|hostname|port|user(name)?|login|notes?|"
                         r"comments?|description|env|environ(ment)?|headers?|cookies?|proxy|proxies)$", re.IGNORECASE)
@@ -491,7 +495,9 @@ class Publisher:
                 else self._field(REBUILT, v, where, private, key)
         if policy in POLICY:
             return self._object(POLICY[policy], v, policy, private) if v is not None else None
-        if policy in (PUBLISHED, TEXT):
+        if policy == PUBLISHED:  # an identifier, a time, a hash: kept when it is one, by its shape
+            return self._published(v, where)
+        if policy == TEXT:
             return self._text(v)
         if policy == PRIVATE_TEXT:
             if private and v not in (None, "", [], {}):
@@ -506,6 +512,18 @@ class Publisher:
             return self._identity(v, where)
         self._count(where)  # WITHHELD, or a policy this code does not know
         return WITHHELD if v is not None else None
+
+    def _published(self, v: Any, where: str) -> Any:
+        if isinstance(v, str):
+            if is_name(v) and self.found.redact(v) == v:
+                return v
+            self._count(where)
+            return WITHHELD
+        if isinstance(v, list):
+            return [self._published(x, where) for x in v]
+        if isinstance(v, dict):
+            return {k: self._published(x, f"{where}.{k}") for k, x in v.items() if isinstance(k, str) and is_name(k)}
+        return v
 
     def _text(self, v: Any) -> Any:
         if isinstance(v, str):

@@ -226,11 +226,13 @@ def _record_encoder(node: Any) -> dict:
 
     from harness.records.privacy import is_name
 
+    from harness.memory.encoder import SPECS
+
     name = node.get("name") if isinstance(node, dict) else None
+    if not isinstance(name, str) or not is_name(name) or (name not in SPECS and name != "hash"):
+        raise ReplayUnavailable(f"the stage's encoder {name!r} is not one this tree knows")
     p = REPO / "conf" / "encoder" / f"{name}.yaml"
-    if not isinstance(name, str) or not is_name(name) or "/" in name or not p.is_file():
-        raise ReplayUnavailable(f"the stage's encoder {name!r} is not one this tree knows (conf/encoder/)")
-    return yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    return (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p.is_file() else {"name": name}
 
 
 def replay_config(folder_path: Path) -> dict:
