@@ -334,8 +334,8 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
         ex.private.scan_text(text)
     ex.publisher = privacy.Publisher(ex.private)
     for name, root in folders.items():
-        _add_folder(ex, name, root, {rel: ex.private.redact(t) for (n, rel), t in texts.items() if n == name},
-                    private_transcripts)
+        # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted
+        _add_folder(ex, name, root, {rel: t for (n, rel), t in texts.items() if n == name}, private_transcripts)
         # what the card says of a stage is read from its published stage.json, as the dataset holds it
         published = next(f["content"] for f in ex.rows["files"] if f["folder"] == name and f["path"] == "stage.json")
         ex.infos[name] = json.loads(published)
@@ -411,6 +411,7 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
             continue  # used only by transcripts left out
         fmt, content, published = None, None, text
         if kind == "prompt":
+            published = text = ex.private.redact(text)
             rows["prompts"].append({"folder": name, "sha256": Path(rel).stem, "text": text})
             if rel != f"prompts/{sha256(text)}.txt":
                 content = text  # a prompt file whose name is not its hash: kept as written

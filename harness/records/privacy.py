@@ -421,8 +421,23 @@ _RELATIVE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}(?:/[A-Za-z0-9_][A-Za-
 _DATE = re.compile(r"\d{4}[/-]\d{2}[/-]\d{2}(?: \([A-Z][a-z]{2}\))?(?: \d{2}:\d{2}(?::\d{2})?)?")
 _HASH = re.compile(r"[0-9a-f]{1,16}|[0-9a-f]{40}|[0-9a-f]{64}")  # an id, a git commit, a sha256
 # keys whose values are places, people or secrets: withheld whatever they hold (a DSN, a host, a note)
-_PLACE_KEY = re.compile(r"^(.*[_-])?(dsn|conn(ection)?(_?string)?|hosts?|hostname|port|user(name)?|login|notes?|"
-                        r"comments?|description|env|environ(ment)?|headers?|cookies?|proxy|proxies)$", re.IGNORECASE)
+_PLACE_KEY = re.compile(r"^(.*[_-])?(dsn|conn(ection)?(_?string)?|hosts?|hostname|server|machine|port|user(name)?|"
+                        r"login|owner_name|notes?|comments?|description|table|index|prefix|namespace|database|db|"
+                        r"bucket|proxy)$", re.IGNORECASE)
+# keys whose whole subtree is withheld: a process's environment, HTTP headers and cookies are this machine's
+_SUBTREE_KEY = re.compile(r"^(.*[_-])?(env|environ(ment)?|headers?|cookies?|proxies|secrets?|credentials?)$",
+                          re.IGNORECASE)
+_TLD = {"com", "net", "org", "io", "ai", "edu", "gov", "mil", "internal", "intranet", "lan", "local", "localdomain",
+        "corp", "home", "dev", "cloud", "app", "site", "cn", "uk", "de", "fr", "jp", "eu", "us", "ch", "nl", "info",
+        "biz", "co", "me", "arpa"}
+
+
+def looks_like_host(value: str) -> bool:
+    """A host name or an IPv4 address by its shape (db.internal.corp.com, 10.0.0.7): a place, never a name."""
+    labels = value.lower().rstrip(".").split(".")
+    if len(labels) == 4 and all(x.isdigit() and int(x) < 256 for x in labels):
+        return True
+    return len(labels) >= 2 and labels[-1] in _TLD and all(re.fullmatch(r"[a-z0-9-]+", x) for x in labels)
 
 
 def is_name(value: str) -> bool:
@@ -515,7 +530,7 @@ class Publisher:
 
     def _published(self, v: Any, where: str) -> Any:
         if isinstance(v, str):
-            if is_name(v) and self.found.redact(v) == v:
+            if is_name(v) and not looks_like_host(v) and self.found.redact(v) == v:
                 return v
             self._count(where)
             return WITHHELD
@@ -539,7 +554,8 @@ class Publisher:
         name; a URL, a local path and anything else replaced (REBUILT in harness.records.schema)."""
         if v is None or isinstance(v, bool) or (v == "" and isinstance(v, str)):
             return v
-        if key and (_PLACE_KEY.match(key) or _KEY_FIELD.match(key)):
+        if key and (_SUBTREE_KEY.match(key) or _KEY_FIELD.match(key) or (
+                _PLACE_KEY.match(key) and not isinstance(v, (dict, list)) and not _URL_FIELD.match(key))):
             self._count(where)
             return WITHHELD
         if isinstance(v, (int, float)):
@@ -582,7 +598,7 @@ class Publisher:
                 return v  # an API route or a system path (/v1/chat/completions, /usr/bin/x)
             self.found.paths.add(text.rstrip("/\\"))
             return local_placeholder(text)
-        if is_name(text) and self.found.redact(v) == v:
+        if is_name(text) and not looks_like_host(text) and self.found.redact(v) == v:
             return v
         self._count(where)
         return WITHHELD
