@@ -27,13 +27,15 @@ find_folders rebuilds it and analyses the rebuilt folder. A JSON object is one r
 fields in typed columns (nested parts as JSON text), `_keys` its keys in the order written,
 `_extra` (JSON) what does not fit a column, so absent and null, 1 and 1.0 stay apart.
 
-Private by default (harness.records.privacy): endpoint URLs, other URLs' hosts, keys and local
-paths are replaced in every file, found by their shape; a last scan of every cell, the card and the
-pre-registration file refuses what still looks private (`leaks`). The transcripts of runs that show
-a private agent's unit (and the system prompts only they use) are left out unless
-`private_transcripts=True`; the data file goes only when it is the generator's own output. `plan`
-lists what would leave the machine before anything is written, and the card says what was left
-out and what identifying data (host names, pids) was kept.
+Private by default, by allowlist: every object of every file goes through the publish policy the
+record schema declares field by field (harness.records.schema.POLICY, FILE_POLICY, applied by
+harness.records.privacy.Publisher); a field or a file without a policy stays home, a configuration
+value that is no number, flag or plain name goes as `<withheld>`, and the text of a run whose context
+held a private agent's unit (answer, gold, error, tool arguments, queries, transcript, judge prompt and
+reply, the system prompts only it used) stays home unless `private_transcripts=True`. Shape
+redaction and a last scan of every cell, the card and the pre-registration file (`leaks`) are the
+second line. The data file goes only when it is the generator's own output. `plan` lists what would
+leave the machine before anything is written, and the card says what was left out, counted by field.
 
 A published dataset is untrusted input (`rebuild`): every path stays inside its folder, every file
 of the folder is one the card names, the card is re-derived from the tables, sizes are bounded, all

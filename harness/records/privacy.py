@@ -1,10 +1,14 @@
-"""What of a stage folder must not leave the machine: endpoint URLs, keys and local paths.
+"""What of a stage folder may leave the machine.
 
-A published stage (analysis/publish.py) has each of them replaced, in every file, by a
-placeholder that says what was there: `<endpoint url>`, `<key>`, `<local path>/NAME` (the
-file or folder name is kept, the directories above it are not). The same rule is applied
-where the analysis prints an endpoint's identity, so a report drawn from a published stage
-and one drawn from the original folder are the same bytes.
+The guarantee is `Publisher` (end of this module): it applies the publish policy the record schema
+declares for every field (harness.records.schema.POLICY) to every object a publish writes; a field
+without a policy is dropped, a configuration value that is no number, flag or plain name goes as
+`<withheld>`, the text of a run whose context held a private unit stays home. What follows it here
+is the second line, never the guarantee: the shapes of private strings, replaced wherever text
+goes out (`<endpoint url>`, `<host>`, `<key>`, `<local path>`: no folder's name; a file's name is
+kept when it is one, `<local path>/synth_tiny.json`). The same rule is applied where the analysis
+prints an endpoint's identity, so a report drawn from a published stage and one drawn from the
+original folder are the same bytes.
 
 Recognised by structure, not by equality with a configured value (a value written with
 another trailing slash, or from another machine, is still found):
@@ -21,8 +25,9 @@ another trailing slash, or from another machine, is still found):
   and anything shaped like a well-known credential (`sk-...`, `hf_...`, `ghp_...`, `AKIA...`,
   JWTs, `Bearer ...`, PEM private keys).
 * local paths: absolute paths of two components or more by their shape, whatever machine
-  wrote them (`/scratch/...`, `/gpfs/home/...`, a folder name with a space), except the
-  system's own (`/usr/...`, `/etc/...`, the same everywhere) and API paths (`/chat/completions`).
+  wrote them (`/scratch/...`, `/gpfs/home/...`, a folder name with a space, `C:\\Users\\Jo Doe\\...`,
+  `~/...`, `\\\\server\\share`, `/dev/shm/<user>`), except the system's own (`/usr/...`, `/etc/...`,
+  the same everywhere) and API routes (`/v1/chat/completions`).
 
 `leaks` is the last check before anything is written: it names what still looks like a
 credential, an unredacted URL or a local path.
