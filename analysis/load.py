@@ -150,8 +150,11 @@ class Folder:
         if not hasattr(self, "_cond_conf"):
             self._cond_conf: dict[str, dict] = {}
         if name not in self._cond_conf:
-            p = REPO / "conf" / "condition" / f"{name}.yaml"
-            base = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p.exists() else {}
+            from harness.records.privacy import is_name
+
+            # a condition's name comes from the records (a received dataset's too): a plain name, never a path
+            p = REPO / "conf" / "condition" / f"{name}.yaml" if is_name(name) and "/" not in name else None
+            base = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p and p.is_file() else {}
             ran = ((self.config().get("stage") or {}).get("conditions") or {}).get(name) or {}
             self._cond_conf[name] = {**base, **ran}
         return self._cond_conf[name]

@@ -71,6 +71,8 @@ def _stage(root: Path, v: dict) -> Path:
     # what a traceback, a tool or a model writes: a configured credential and this machine's folders in free text
     text = (f"Traceback: File \"{paths[0]}/x.py\", line 3; File \"{paths[1]}\\loop.py\"; {paths[2]}\\y.txt; "
             f"{paths[7]}/z.json; OSError: key {v['api_key']} password {v['password']}")
+    # and folders of another machine nobody configured here, found by their shape alone
+    text += " " + " ; ".join(p + ("\\" if "\\" in p else "/") + "x.py" for p in _paths(v["other_user"], "zqother"))
     pub = st_.add("tool_bm25", "q1", status="failed", tool_calls=1, answer="", tools=[{}])
     pub.update(error=text, module=v["secret"], failure_reason=f"rejected {v['secret']}", data_path=paths[3],
                endpoint={"base_url": url, "server": v["host"]}, condition_notes={"note": text},
@@ -153,7 +155,7 @@ def published_text(out: Path) -> list[tuple[str, str]]:
 
 
 PLANTED = st.fixed_dictionaries({"secret": SECRET, "api_key": SECRET, "password": PASSWORD, "host": HOST,
-                                 "user": USER, "ascii_user": ASCII_USER, "marker": MARKER})
+                                 "user": USER, "other_user": USER, "ascii_user": ASCII_USER, "marker": MARKER})
 
 
 # no shrinking: a failing example is printed as generated (shrinking a publish takes minutes)
@@ -166,7 +168,7 @@ def test_nothing_planted_reaches_a_byte_or_cell_of_the_published_folder(v):
         folder = _stage(root, v)
         ex = P.publish([folder], root / "ds", say=lambda s: None)
         forbidden = [v["secret"], v["api_key"], v["password"], v["host"], v["ascii_user"], v["marker"],
-                     *v["user"].split(" ")]
+                     *v["user"].split(" "), *v["other_user"].split(" "), "zqother"]
         found = [(where, bad) for where, text in published_text(root / "ds") for bad in forbidden if bad in text]
         assert found == [], found[:5]
         # and the card counts what stayed home

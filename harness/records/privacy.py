@@ -65,8 +65,11 @@ _PATH_RE = re.compile(rf"/(?:(?<=\\[nrt]/)|(?<![\w.:/<>~\\-]/))(?:{_SEG}(?: {_SE
 _WIN_SEG = r"[^\s\"'`<>|:*?\\/]+"
 _WIN_RE = re.compile(rf"[A-Za-z]:(?:\\\\|\\|/)(?:{_WIN_SEG}(?: {_WIN_SEG})*(?:\\\\|\\|/))+{_WIN_SEG}")
 # a home-relative path (~/..., ~jo/...) and a UNC path (\\server\\share\\..., or JSON-escaped with four backslashes)
-_HOME_RE = re.compile(r"(?<![\w.~/\\-])~[\w.-]*(?:/[^\s\"'`<>|:*?\\/,;()]+)+/?")
-_UNC_RE = re.compile(r"(?<![\\\w:])(?:\\\\){1,2}[A-Za-z0-9][^\s\\/\"'`<>|:*?]*(?:\\{1,2}[^\s\\\"'`<>|:*?]+)+")
+_HOME_SEG = r"[^\s\"'`<>|:*?\\/,;()]+"
+_HOME_RE = re.compile(rf"(?<![\w.~/\\-])~[\w.-]*(?:/{_HOME_SEG}(?: {_HOME_SEG})*(?=/))*/{_HOME_SEG}/?")
+_UNC_SEG = r"[^\s\\\"'`<>|:*?]+"
+_UNC_RE = re.compile(rf"(?<![\\\w:])(?:\\\\){{1,2}}[A-Za-z0-9][^\s\\/\"'`<>|:*?]*"
+                     rf"(?:\\{{1,2}}{_UNC_SEG}(?: {_UNC_SEG})*(?=\\))*\\{{1,2}}{_UNC_SEG}")
 _KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 # a field's or an HTTP header's name (`api_key`, `x-api-key`, `X-Auth-Token`, `Proxy-Authorization`)
 _KEY_FIELD = re.compile(r"^(.*[_-])?(api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|token|secret|"
@@ -217,6 +220,7 @@ def is_local(path: str) -> bool:
             and not any(LOCAL in p or p.startswith("<") for p in parts))
 
 
+_BOUNDARY = r"(?![^\s\"'`<>|:*?\\/,;])"  # a known folder ends where its name ends, not inside a longer one
 _TAIL = r"(?:(?:\\\\|\\|/)[^\s\"'`<>|:*?\\/,;]+)*"  # a path's further components, after a known folder
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}\.[A-Za-z0-9]{1,8}")
 
@@ -371,7 +375,7 @@ class Private:
                 if not path:
                     text = text.replace(form, KEY)
                 else:  # with what follows it below that folder (/scratch/jo + /jdoe/x: no name of it stays)
-                    text = re.sub(re.escape(form) + _TAIL, lambda m: local_placeholder(m.group(0)), text)
+                    text = re.sub(re.escape(form) + _BOUNDARY + _TAIL, lambda m: local_placeholder(m.group(0)), text)
         text = _sub_keys(text)
         text = _UNC_RE.sub(self._path, text) if "\\\\" in text else text
         text = _HOME_RE.sub(self._path, text) if "~" in text else text
