@@ -102,10 +102,17 @@ def _stage(root: Path, v: dict) -> Path:
     priv["transcript"] = {"role": "agent", "system_sha256": sha, "tools": ["memory_search"], "messages": [
         {"role": "user", "content": f"q? {mark}", "tool_calls": None, "tool_call_id": None, "tool": None,
          "call": None, "asked": None}]}
+    # a public-variant run without a view that retrieved a private agent's unit: its text stays home as well
+    seen = st_.add("no_view", "q3", variant="public", tool_calls=1, answer=f"saw {mark}", tools=[{}])
+    seen["tools"][0].update(arguments=json.dumps({"query": f"about {mark}"}),
+                            log={"kind": "search", "agent": None, "view": {"org": "q3@public", "agent": None,
+                                                                           "scope": "all"},
+                                 "units": [["q3|s1|0|0", "a1"], ["q3|s2|0|0", "a5"]], "query": mark, "k": 5,
+                                 "scoring": "bm25"})
     for j in st_.judgements:
         j["judge"].update(base_url=url, identity=f"openai_compatible:judge@{url}:0123abcd4567",
                           params={"api_key": v["api_key"], "temperature": 0})
-        if j["run_id"] == priv["run_id"]:
+        if j["run_id"] in (priv["run_id"], seen["run_id"]):
             j.update(prompt=f"Gold: the code is {mark}. Answer: it is {mark}", reply=f"yes, {mark}")
         else:
             j.update(template=f"see {paths[0]}/t.txt")
@@ -173,8 +180,8 @@ def test_nothing_planted_reaches_a_byte_or_cell_of_the_published_folder(v):
         assert found == [], found[:5]
         # and the card counts what stayed home
         left_out = "\n".join(P.read_card(root / "ds")["left_out"])
-        assert "the text of 1 run(s) whose context held a private agent's memory unit" in left_out
-        assert "record.answer 1" in left_out and "judgement.prompt 2" in left_out and "prop/prop/notes.txt" in left_out
+        assert "the text of 2 run(s) whose context held a private agent's memory unit" in left_out
+        assert "record.answer 2" in left_out and "judgement.prompt 3" in left_out and "prop/prop/notes.txt" in left_out
         assert ex.private_transcripts == 1
     finally:
         shutil.rmtree(root, ignore_errors=True)
