@@ -632,10 +632,11 @@ def leaks(ex: Export, card_text: str) -> None:
     pre-registration files, scanned for what still looks like a credential, a URL with its host or a
     local path; one is refused, named by table, column and row."""
     found = []
+    env = privacy.env_secrets()
 
     def check(where: str, text: Any) -> None:
         if isinstance(text, str) and text:
-            found.extend(f"{where}: {x}" for x in privacy.leaks(text, ex.private))
+            found.extend(f"{where}: {x}" for x in privacy.leaks(text, ex.private, env))
 
     for t in TABLES:
         for row in ex.rows[t.name]:

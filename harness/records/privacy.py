@@ -35,6 +35,7 @@ credential, an unredacted URL or a local path.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -387,14 +388,18 @@ class Private:
                 "local paths": len(self.paths)}
 
 
-def leaks(text: str, known: Private | None = None) -> list[str]:
+def env_secrets() -> set[str]:
+    """This process's environment values named like keys (read once per scan of many cells)."""
+    return {v for n, v in os.environ.items() if _KEY_NAME.search(n) and len(v) >= 8}
+
+
+def leaks(text: str, known: Private | None = None, secrets: set[str] | None = None) -> list[str]:
     """What in `text` (already redacted) still looks private: a credential, a URL with a host, a local
     path. Each named as found (a credential only by its first characters)."""
     out = []
     for m in _keys_in(text):
         out.append(f"a credential ({m.group(0)[:6]}...)")
-    secrets = set(known.keys) if known else set()
-    secrets |= {v for n, v in os.environ.items() if _KEY_NAME.search(n) and len(v) >= 8}
+    secrets = (set(known.keys) if known else set()) | (env_secrets() if secrets is None else secrets)
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
     for url in [m.group(0) for m in _urls(text)] + [_unescaped(m.group(0)) for m in _escaped_urls(text)]:
         try:
@@ -449,6 +454,7 @@ def looks_like_host(value: str) -> bool:
     return len(labels) >= 2 and labels[-1] in _TLD and all(re.fullmatch(r"[a-z0-9-]+", x) for x in labels)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def is_name(value: str) -> bool:
     """Whether a string is a plain name (a model, a condition, a backend, a session id, a time): what a rebuilt
     field may keep as written."""
