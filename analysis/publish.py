@@ -334,6 +334,23 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
                     pass  # its text is still scanned for paths and keys below
     for text in texts.values():
         ex.private.scan_text(text)
+    # first the configuration: what it withholds (a DSN, a host, a token under any key) is then replaced wherever
+    # a run's text repeats it
+    from harness.records.schema import file_policy
+
+    warm = privacy.Publisher(ex.private, warm=True)
+    for (name, rel), text in texts.items():
+        kind = file_policy(rel)
+        if kind is None or kind == "prompt":
+            continue
+        try:
+            objs = [yaml.safe_load(text)] if rel.endswith(".yaml") else \
+                _objects(text, rel) if rel.endswith(".jsonl") else [_parsed(text)]
+        except yaml.YAMLError:
+            objs = []
+        for obj in objs:
+            if isinstance(obj, dict):
+                warm.publish(kind, obj)
     ex.publisher = privacy.Publisher(ex.private)
     for name, root in folders.items():
         # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted

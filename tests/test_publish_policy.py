@@ -71,6 +71,8 @@ def _stage(root: Path, v: dict) -> Path:
     # what a traceback, a tool or a model writes: a configured credential and this machine's folders in free text
     text = (f"Traceback: File \"{paths[0]}/x.py\", line 3; File \"{paths[1]}\\loop.py\"; {paths[2]}\\y.txt; "
             f"{paths[7]}/z.json; OSError: key {v['api_key']} password {v['password']}")
+    # a configured value of no known shape, repeated where a run writes (withheld from the config: replaced here)
+    text += f" resolved {v['secret']} at {v['host']} by {v['ascii_user']}-laptop"
     # and folders of another machine nobody configured here, found by their shape alone
     text += " " + " ; ".join(p + ("\\" if "\\" in p else "/") + "x.py" for p in _paths(v["other_user"], "zqother"))
     pub = st_.add("tool_bm25", "q1", status="failed", tool_calls=1, answer="", tools=[{}])

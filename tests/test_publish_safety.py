@@ -360,12 +360,12 @@ def test_html_in_a_model_name_is_shown_in_the_card_never_rendered(tmp_path):
     folder = st.write()
     info = json.loads((folder / "stage.json").read_text())
     info["model"]["model"] = "<img src=x onerror=alert(1)>"  # no plain name: withheld by the publish policy
-    info["fidelity"] = {"rows": [{"key": "reader_model", "setting": "<img src=x onerror=alert(1)>", "paper": "a",
+    info["fidelity"] = {"rows": [{"key": "reader_model", "setting": "<img src=y onerror=alert(2)>", "paper": "a",
                                   "stage": "b", "status": "same", "detail": "", "pool": "b"}]}  # text: shown
     (folder / "stage.json").write_text(json.dumps(info))
     P.publish([folder], tmp_path / "ds", say=lambda s: None)
     body = (tmp_path / "ds" / "README.md").read_text().split("\n---\n", 1)[1]
-    assert "<img" not in body and "&lt;img src=x onerror=alert(1)&gt;" in body
+    assert "<img" not in body and "&lt;img src=y onerror=alert(2)&gt;" in body
     assert "(&lt;withheld&gt;)" in body
     assert len(P.rebuild(tmp_path / "ds", tmp_path / "r")) == 1  # and the card still reads back
 

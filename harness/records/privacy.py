@@ -446,6 +446,14 @@ _TLD = {"com", "net", "org", "io", "ai", "edu", "gov", "mil", "internal", "intra
         "biz", "co", "me", "arpa"}
 
 
+def _leaves(v: Any) -> list[Any]:
+    if isinstance(v, dict):
+        return [x for y in v.values() for x in _leaves(y)]
+    if isinstance(v, list):
+        return [x for y in v for x in _leaves(y)]
+    return [v]
+
+
 def looks_like_host(value: str) -> bool:
     """A host name or an IPv4 address by its shape (db.internal.corp.com, 10.0.0.7): a place, never a name."""
     labels = value.lower().rstrip(".").split(".")
@@ -484,12 +492,15 @@ class Publisher:
     policy, a field without one dropped; `found` (the stage's Private) is the second line on every kept string.
     `withheld` counts what stayed home, by "kind.field"."""
 
-    def __init__(self, found: Private):
+    def __init__(self, found: Private, warm: bool = False):
         self.found = found
         self.withheld: dict[str, int] = {}
+        self.warm = warm  # only read the rebuilt fields, for what they withhold (then replaced in every text)
 
-    def _count(self, where: str) -> None:
+    def _count(self, where: str, value: Any = None) -> None:
         self.withheld[where] = self.withheld.get(where, 0) + 1
+        if isinstance(value, str) and len(value.strip()) >= 8 and not _PLACEHOLDER.fullmatch(value.strip()):
+            self.found.keys.add(value.strip())  # a withheld configuration value is replaced wherever it appears
 
     def publish(self, kind: str, obj: Any, private: bool = False) -> Any:
         """`obj` (one JSON object of a file of policy `kind`) as it may be published; `private`: the run's
@@ -525,6 +536,8 @@ class Publisher:
                 else self._field(REBUILT, v, where, private, key)
         if policy in POLICY:
             return self._object(POLICY[policy], v, policy, private) if v is not None else None
+        if self.warm and policy != REBUILT:
+            return None
         if policy == PUBLISHED:  # an identifier, a time, a hash: kept when it is one, by its shape
             return self._published(v, where)
         if policy == TEXT:
@@ -540,7 +553,8 @@ class Publisher:
             return self._memory_log(v, where, private, key)
         if policy == IDENTITY:
             return self._identity(v, where)
-        self._count(where)  # WITHHELD, or a policy this code does not know
+        for leaf in _leaves(v):  # WITHHELD, or a policy this code does not know
+            self._count(where, leaf)
         return WITHHELD if v is not None else None
 
     def _published(self, v: Any, where: str) -> Any:
@@ -571,7 +585,8 @@ class Publisher:
             return v
         if key and (_SUBTREE_KEY.match(key) or _KEY_FIELD.match(key) or (
                 _PLACE_KEY.match(key) and not isinstance(v, (dict, list)) and not _URL_FIELD.match(key))):
-            self._count(where)
+            for leaf in _leaves(v):
+                self._count(where, leaf)
             return WITHHELD
         if isinstance(v, (int, float)):
             return v
@@ -615,7 +630,7 @@ class Publisher:
             return local_placeholder(text)
         if is_name(text) and not looks_like_host(text) and self.found.redact(v) == v:
             return v
-        self._count(where)
+        self._count(where, text)
         return WITHHELD
 
     def _memory_log(self, v: Any, where: str, private: bool, key: str) -> Any:
