@@ -30,6 +30,7 @@ import yaml
 
 from analysis.literal import literal
 from harness.records.ledger import read_lines
+from harness.records.privacy import WITHHELD
 from harness.records.schema import RecordError, parse, read_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -149,8 +150,11 @@ class Folder:
         if not hasattr(self, "_cond_conf"):
             self._cond_conf: dict[str, dict] = {}
         if name not in self._cond_conf:
-            p = REPO / "conf" / "condition" / f"{name}.yaml"
-            base = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p.exists() else {}
+            from harness.records.privacy import is_name
+
+            # a condition's name comes from the records (a received dataset's too): a plain name, never a path
+            p = REPO / "conf" / "condition" / f"{name}.yaml" if is_name(name) and "/" not in name else None
+            base = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p and p.is_file() else {}
             ran = ((self.config().get("stage") or {}).get("conditions") or {}).get(name) or {}
             self._cond_conf[name] = {**base, **ran}
         return self._cond_conf[name]
@@ -403,8 +407,9 @@ def run_rows(folder: Folder) -> list[dict]:
             "prereg_sha256": r["prereg_sha256"], "code_commit": code["commit"], "code_dirty": code["dirty"],
             "memory_preparing": r.get("memory_preparing"),
             **tool_choices(r["tools"], r.get("module")),
-            "literal": b(literal(r["gold"], r["answer"] if r["status"] == "ok" else None, r["qtype"],
-                                 r["abstention"])),
+            # a published run whose context held a private unit has its gold and answer withheld: not known
+            "literal": None if WITHHELD in (r["gold"], r["answer"]) else b(literal(
+                r["gold"], r["answer"] if r["status"] == "ok" else None, r["qtype"], r["abstention"])),
             "result_chars": sum(int(t["chars"]) for t in r["tools"]),  # tool results as the model read them
             "usage_estimated_calls": sum(bool(c.get("usage_estimated")) for c in r["calls"]),
             **{SCORE_PREFIX + k: _label_of(r, folder.judgements.get((r["run_id"], k)))[0] if ok else math.nan

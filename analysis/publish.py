@@ -27,13 +27,15 @@ find_folders rebuilds it and analyses the rebuilt folder. A JSON object is one r
 fields in typed columns (nested parts as JSON text), `_keys` its keys in the order written,
 `_extra` (JSON) what does not fit a column, so absent and null, 1 and 1.0 stay apart.
 
-Private by default (harness.records.privacy): endpoint URLs, other URLs' hosts, keys and local
-paths are replaced in every file, found by their shape; a last scan of every cell, the card and the
-pre-registration file refuses what still looks private (`leaks`). The transcripts of runs that show
-a private agent's unit (and the system prompts only they use) are left out unless
-`private_transcripts=True`; the data file goes only when it is the generator's own output. `plan`
-lists what would leave the machine before anything is written, and the card says what was left
-out and what identifying data (host names, pids) was kept.
+Private by default, by allowlist: every object of every file goes through the publish policy the
+record schema declares field by field (harness.records.schema.POLICY, FILE_POLICY, applied by
+harness.records.privacy.Publisher); a field or a file without a policy stays home, a configuration
+value that is no number, flag or plain name goes as `<withheld>`, and the text of a run whose context
+held a private agent's unit (answer, gold, error, tool arguments, queries, transcript, judge prompt and
+reply, the system prompts only it used) stays home unless `private_transcripts=True`. Shape
+redaction and a last scan of every cell, the card and the pre-registration file (`leaks`) are the
+second line. The data file goes only when it is the generator's own output. `plan` lists what would
+leave the machine before anything is written, and the card says what was left out, counted by field.
 
 A published dataset is untrusted input (`rebuild`): every path stays inside its folder, every file
 of the folder is one the card names, the card is re-derived from the tables, sizes are bounded, all
@@ -59,6 +61,7 @@ import yaml
 
 from harness.records import privacy
 from harness.records.ledger import parse_lines
+from harness.run.replay import RECEIVED
 from harness.records.schema import (
     Attempt,
     Judgement,
@@ -81,7 +84,9 @@ MAX_CARD_BYTES = 8 << 20
 MAX_TABLE_BYTES = 2 << 30
 MAX_DATA_BYTES = 1 << 30
 MAX_FILES = 200_000
-MAX_REBUILT_BYTES = 8 << 30
+MAX_REBUILT_BYTES = 1 << 30  # what a dataset may decode to in all; the analyst raises it (MEMSPACE_DATASET_MAX_BYTES)
+MAX_RATIO = 100  # and at most this many bytes per byte of its parquet files (a 23 KB table is no 300 MiB of text)
+RATIO_FLOOR = 64 << 20  # below which the ratio is not applied (a small dataset of long prompts)
 MAX_PATH_PARTS = 8
 
 
@@ -280,6 +285,9 @@ class Export:
     generated: set[tuple[str, str]] = field(default_factory=set)  # data files regenerated here: nothing of ours
     private_transcripts: int = 0
     verbatim: list[str] = field(default_factory=list)  # table files whose text could not be rebuilt from rows
+    publisher: privacy.Publisher | None = None  # the schema's publish policy, applied to every object
+    withheld_files: list[str] = field(default_factory=list)  # files no policy names: they stay home
+    private_runs: int = 0  # runs whose context held a private agent's unit: their text stays home
 
 
 def _stage_folders(paths: Iterable[str | Path]) -> dict[str, Path]:
@@ -324,17 +332,37 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
                     ex.private.scan_object(yaml.safe_load(text))
                 except yaml.YAMLError:
                     pass  # its text is still scanned for paths and keys below
-            hosts, pids = _who_ran(rel, text)
-            ex.hosts |= hosts
-            ex.pids |= pids
     for text in texts.values():
         ex.private.scan_text(text)
+    # first the configuration: what it withholds (a DSN, a host, a token under any key) is then replaced wherever
+    # a run's text repeats it
+    from harness.records.schema import file_policy
+
+    warm = privacy.Publisher(ex.private, warm=True)
+    for (name, rel), text in texts.items():
+        kind = file_policy(rel)
+        if kind is None or kind == "prompt":
+            continue
+        try:
+            objs = [yaml.safe_load(text)] if rel.endswith(".yaml") else \
+                _objects(text, rel) if rel.endswith(".jsonl") else [_parsed(text)]
+        except yaml.YAMLError:
+            objs = []
+        for obj in objs:
+            if isinstance(obj, dict):
+                warm.publish(kind, obj)
+    ex.publisher = privacy.Publisher(ex.private)
     for name, root in folders.items():
-        # what the card says of a stage is read from its redacted stage.json, as the dataset holds it
-        ex.infos[name] = json.loads(ex.private.redact(texts[(name, "stage.json")]))
-        _add_folder(ex, name, root, {rel: ex.private.redact(t) for (n, rel), t in texts.items() if n == name},
-                    private_transcripts)
+        # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted
+        _add_folder(ex, name, root, {rel: t for (n, rel), t in texts.items() if n == name}, private_transcripts)
+        # what the card says of a stage is read from its published stage.json, as the dataset holds it
+        published = next(f["content"] for f in ex.rows["files"] if f["folder"] == name and f["path"] == "stage.json")
+        ex.infos[name] = json.loads(published)
         _add_data(ex, name, root, private_transcripts)
+    for f in ex.rows["files"]:  # who ran it, as the published files show it (host names are withheld)
+        hosts, pids = _who_ran(f["path"], f["content"] or "")
+        ex.hosts |= hosts
+        ex.pids |= pids
     return ex
 
 
@@ -344,7 +372,8 @@ def _who_ran(rel: str, text: str) -> tuple[set[str], bool]:
     if not rel.endswith(("lock", "sessions.jsonl")):
         return set(), False
     objs = _objects(text, "lines.jsonl")
-    return {str(o["host"]) for o in objs if o.get("host")}, any(o.get("pid") is not None for o in objs)
+    return ({str(o["host"]) for o in objs if o.get("host") and o.get("host") != privacy.WITHHELD},
+            any(o.get("pid") is not None for o in objs))
 
 
 def _objects(text: str, rel: str) -> list[dict]:
@@ -366,61 +395,106 @@ def _objects(text: str, rel: str) -> list[dict]:
 
 
 def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], private_transcripts: bool) -> None:
-    rows = ex.rows
-    records = {}
+    """Every file of one stage folder as the schema's publish policy lets it go (harness.records.schema.POLICY,
+    FILE_POLICY): each object rebuilt field by field, a file no policy names withheld; the text of a run whose
+    context held a private agent's unit withheld unless `private_transcripts` (the publisher asked for it)."""
+    from harness.records.schema import file_policy
+
+    rows, pub = ex.rows, ex.publisher
+    records: dict[str, Any] = {}
     for rel, text in texts.items():
-        if _classify(rel) == "runs":
-            try:
-                records[rel] = json.loads(text)
-            except json.JSONDecodeError:
-                records[rel] = None
+        if file_policy(rel) == "record":
+            records[rel] = _parsed(text)
+    private_runs: set[str] = set()
     used_prompts: set[str] = set()
     dropped_prompts: set[str] = set()
     for rel, rec in records.items():
         if not isinstance(rec, dict):
             continue
         shas = _prompt_shas(rec.get("transcript"))
-        if rec.get("transcript") is not None and not private_transcripts and shows_private(rec):
-            ex.private_transcripts += 1
+        if not private_transcripts and shows_private(rec):
+            private_runs.add(str(rec.get("run_id")))
+            if rec.get("transcript") is not None:
+                ex.private_transcripts += 1
             dropped_prompts |= shas
-            rec = dict(rec, transcript=None)
-            records[rel] = rec
         else:
             used_prompts |= shas
+    ex.private_runs += len(private_runs)
     dropped_prompts -= used_prompts
     for rel, text in texts.items():
-        table = _classify(rel)
-        if table == "prompts" and Path(rel).stem in dropped_prompts:
+        kind, table = file_policy(rel), _classify(rel)
+        if kind is None or (kind == "record" and not isinstance(records.get(rel), dict)):
+            ex.withheld_files.append(f"{name}/{rel}")
+            continue
+        if kind == "prompt" and Path(rel).stem in dropped_prompts:
             continue  # used only by transcripts left out
         fmt, content, published = None, None, text
-        if table == "runs":
-            rec = records[rel]
-            fmt = json_style(text, json.loads(text)) if isinstance(rec, dict) else None
-            if isinstance(rec, dict):
-                if fmt or rec != json.loads(text):  # written anew only when rebuilt from rows or changed
-                    published = _dump_json(rec, fmt or _JSON_STYLES[0])
-                _add_record(ex, name, rel, rec)
-            if fmt is None:
-                content = published
-        elif table == "prompts":
+        if kind == "prompt":
+            published = text = ex.private.redact(text)
             rows["prompts"].append({"folder": name, "sha256": Path(rel).stem, "text": text})
             if rel != f"prompts/{sha256(text)}.txt":
                 content = text  # a prompt file whose name is not its hash: kept as written
-        elif table in ("ledger", "attempts", "judgements"):
-            lines, problems = parse_lines(text.encode("utf-8"), rel)
+        elif rel.endswith(".yaml"):
+            try:
+                obj = yaml.safe_load(text)
+            except yaml.YAMLError:
+                obj = None
+            if not isinstance(obj, dict):
+                ex.withheld_files.append(f"{name}/{rel}")
+                continue
+            content = published = yaml.safe_dump(pub.publish(kind, obj), sort_keys=False, allow_unicode=True)
+        elif table in ("ledger", "attempts", "judgements") or rel.endswith(".jsonl"):
+            published = _published_lines(pub, kind, text, private_runs)
+            lines, problems = parse_lines(published.encode("utf-8"), rel)
             objs = [o for _, o in lines]
-            fmt = lines_style(text, objs) if not problems else None
-            for i, obj in lines:
-                rows[table].append(to_row(BY_NAME[table], obj, folder=name, file=rel, line=i))
+            if table is not None:
+                fmt = lines_style(published, objs) if not problems else None
+                for i, obj in lines:
+                    rows[table].append(to_row(BY_NAME[table], obj, folder=name, file=rel, line=i))
             if fmt is None:
-                content = text
-        else:
-            content = text
+                content = published
+        else:  # one JSON object: a record, stage.json, a judge's info file, a driver lock
+            obj = _parsed(text)
+            if not isinstance(obj, dict):
+                ex.withheld_files.append(f"{name}/{rel}")
+                continue
+            fmt = json_style(text, obj) or _JSON_STYLES[0]
+            private = kind == "record" and str(obj.get("run_id")) in private_runs
+            obj = pub.publish(kind, obj, private=private)
+            published = _dump_json(obj, fmt)
+            if kind == "record":
+                _add_record(ex, name, rel, obj)
+            else:
+                fmt, content = None, published
         if content is not None and table is not None:
             ex.verbatim.append(f"{name}/{rel}")
         rows["files"].append({"folder": name, "path": rel, "sha256": sha256(published),
                               "bytes": len(published.encode("utf-8")), "table": table,
                               "format": json.dumps(fmt, sort_keys=True) if fmt else None, "content": content})
+
+
+NOT_JSON = '{"withheld": "a line that is not a JSON object"'  # unclosed: read back as torn or corrupted, as it was
+
+
+def _published_lines(pub: privacy.Publisher, kind: str, text: str, private_runs: set[str]) -> str:
+    """A JSON-lines file as published: each object by its policy, a line that is no JSON object replaced
+    (its text may be anything), blank lines and the final newline (or a torn last line) as they were."""
+    trailing = text.endswith("\n")
+    lines = text.split("\n")[:-1] if trailing else text.split("\n")
+    ascii_only = False
+    out = []
+    for line in lines:
+        if not line.strip():
+            out.append("")
+            continue
+        obj = _parsed(line)
+        if not isinstance(obj, dict):
+            out.append(NOT_JSON)
+            continue
+        ascii_only = ascii_only or (line == json.dumps(obj) and line != json.dumps(obj, ensure_ascii=False))
+        private = kind == "judgement" and str(obj.get("run_id")) in private_runs
+        out.append(json.dumps(pub.publish(kind, obj, private=private), ensure_ascii=ascii_only))
+    return "\n".join(out) + ("\n" if trailing else "")
 
 
 def _prompt_shas(transcript: Any) -> set[str]:
@@ -527,7 +601,7 @@ def plan(ex: Export) -> str:
         lines.append(f"  {t.name:12s} {len(ex.rows[t.name]):6d} rows  {t.about}")
     found = ex.private.summary()
     lines.append("replaced in every file: " + ", ".join(f"{n} {k}" for k, n in found.items())
-                 + f" (by {privacy.URL}, {privacy.HOST}, {privacy.KEY}, {privacy.LOCAL}/NAME)")
+                 + f" (by {privacy.URL}, {privacy.HOST}, {privacy.KEY}, {privacy.LOCAL})")
     for item in card_kept(ex):
         lines.append("kept: " + item)
     for item in card_left_out(ex):
@@ -539,11 +613,20 @@ def plan(ex: Export) -> str:
 
 def card_left_out(ex: Export) -> list[str]:
     out = [f"{privacy.URL}: every model endpoint's URL", f"{privacy.HOST}: the host of every other URL (its user "
-           f"info, query and fragment removed)", f"{privacy.KEY}: every key", f"{privacy.LOCAL}: local paths"]
-    if ex.private_transcripts:
-        out.append(f"the transcripts of {ex.private_transcripts} run(s) that show a private agent's memory units "
-                   f"(LongMemEval-Org private runs, and any run that retrieved such a unit) and the system prompts "
-                   f"only they used (publish with private_transcripts=true to include them)")
+           f"info, query and fragment removed)", f"{privacy.KEY}: every key", f"{privacy.LOCAL}: local paths (no "
+           f"folder's name; a file's name kept)", f"{privacy.WITHHELD}: every configuration value that is no number, "
+           f"flag or plain name (DSNs, hosts, notes, interpolations), and every field without a publish policy"]
+    if ex.private_runs:
+        out.append(f"the text of {ex.private_runs} run(s) whose context held a private agent's memory unit "
+                   f"(LongMemEval-Org private runs, and any run that retrieved such a unit): answers, golds, errors, "
+                   f"tool arguments and queries, judge prompts and replies, {ex.private_transcripts} transcript(s) "
+                   f"and the system prompts only they used (publish with private_transcripts=true to include them)")
+    withheld = ex.publisher.withheld if ex.publisher else {}
+    if withheld:
+        out.append("withheld, by field: " + ", ".join(f"{k} {n}" for k, n in sorted(withheld.items())))
+    if ex.withheld_files:
+        out.append(f"{len(ex.withheld_files)} file(s) no publish policy names: " + ", ".join(ex.withheld_files[:20])
+                   + (" ..." if len(ex.withheld_files) > 20 else ""))
     return out + ex.left_out
 
 
@@ -566,10 +649,11 @@ def leaks(ex: Export, card_text: str) -> None:
     pre-registration files, scanned for what still looks like a credential, a URL with its host or a
     local path; one is refused, named by table, column and row."""
     found = []
+    env = privacy.env_secrets()
 
     def check(where: str, text: Any) -> None:
         if isinstance(text, str) and text:
-            found.extend(f"{where}: {x}" for x in privacy.leaks(text, ex.private))
+            found.extend(f"{where}: {x}" for x in privacy.leaks(text, ex.private, env))
 
     for t in TABLES:
         for row in ex.rows[t.name]:
@@ -961,7 +1045,24 @@ def check_folder(folder: Path, meta: dict) -> None:
             raise PublishError(f"{folder}: {rel} is missing or does not match the card's sha256: refused")
 
 
-def read_tables(folder: Path) -> dict[str, list[dict]]:
+def decoded_limit(folder: Path, meta: dict, max_bytes: int | None = None) -> int:
+    """What the dataset may decode to: MAX_RATIO times its tables' size on disk (at least RATIO_FLOOR), and no more
+    than the total the analyst allows (`max_bytes`, else MEMSPACE_DATASET_MAX_BYTES, else MAX_REBUILT_BYTES)."""
+    total = max_bytes or int(os.environ.get("MEMSPACE_DATASET_MAX_BYTES") or 0) or MAX_REBUILT_BYTES
+    compressed = 0
+    for name in meta.get("tables") or {}:
+        p = folder / str(name) / "train.parquet"
+        compressed += p.stat().st_size if p.is_file() and not p.is_symlink() else 0
+    return min(total, max(RATIO_FLOOR, MAX_RATIO * compressed))
+
+
+def _too_large(folder: Path, limit: int, what: str) -> PublishError:
+    return PublishError(f"{folder}: {what} more than {limit >> 20} MiB ({MAX_RATIO} times its tables' size, at least "
+                        f"{RATIO_FLOOR >> 20} MiB, and at most MEMSPACE_DATASET_MAX_BYTES, default "
+                        f"{MAX_REBUILT_BYTES >> 20} MiB): refused")
+
+
+def read_tables(folder: Path, max_bytes: int | None = None) -> dict[str, list[dict]]:
     """Every table, checked against the card's sha256 first; a table that differs is refused, named."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -979,7 +1080,7 @@ def read_tables(folder: Path) -> dict[str, list[dict]]:
             raise PublishError(f"{folder}: the card names a table {name!r} this harness does not know")
     check_folder(folder, meta)
     out: dict[str, list[dict]] = {t.name: [] for t in TABLES}
-    decoded = 0
+    decoded, limit = 0, decoded_limit(folder, meta, max_bytes)
     for name, want in meta["tables"].items():
         path = _inside(folder, f"{name}/train.parquet", "table")
         if not path.is_file():
@@ -1002,9 +1103,8 @@ def read_tables(folder: Path) -> dict[str, list[dict]]:
             rows: list[dict] = []
             for batch in pf.iter_batches(batch_size=1024):
                 decoded += sum(_decoded_bytes(col) for col in batch.columns)
-                if decoded > MAX_REBUILT_BYTES:  # a value repeated by its dictionary: sized before it is decoded
-                    raise PublishError(f"{folder}: its tables decode to more than {MAX_REBUILT_BYTES >> 30} GiB "
-                                       f"(table {name!r} at row {len(rows)}): refused")
+                if decoded > limit:  # a value repeated by its dictionary: sized before it is decoded
+                    raise _too_large(folder, limit, f"its tables decode (table {name!r} at row {len(rows)}) to")
                 rows += batch.to_pylist()  # to_pylist keeps null apart from NaN
         except (pa.ArrowException, OSError) as exc:
             raise PublishError(f"{folder}: table {name!r} is not a readable parquet file ({exc}): refused") from None
@@ -1035,15 +1135,15 @@ def _decoded_bytes(col) -> int:
     return col.nbytes
 
 
-def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
+def rebuild(folder: str | Path, into: str | Path, max_bytes: int | None = None) -> list[Path]:
     """Write the stage folders of a published dataset under `into` (<stage>/<label>/), each file checked
     against its sha256 in `files` and the card against them all, before anything is written; returns the
     stage folders. A dataset is untrusted input: a path that leaves its folder, a card that says other
     than the tables, a file the card does not name or more than the bounds (MAX_*) is refused, named."""
     folder, into = Path(folder), Path(into)
     try:
-        tables = read_tables(folder)
-        texts = _rebuilt_texts(folder, tables)
+        tables = read_tables(folder, max_bytes)
+        texts = _rebuilt_texts(folder, tables, decoded_limit(folder, read_card(folder) or {}, max_bytes))
         _check_card(folder, tables, texts)
         _check_data_files(folder, texts)
     except PublishError:
@@ -1061,6 +1161,8 @@ def rebuild(folder: str | Path, into: str | Path) -> list[Path]:
         dest.parent.mkdir(parents=True, exist_ok=True)
         with open(dest, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
+    for root in roots:  # a folder rebuilt from a dataset: the replay takes no file of this machine from it
+        (root / RECEIVED).write_text("rebuilt from a published dataset: data, never configuration\n", encoding="utf-8")
     for root in roots:  # data that did not go along, put beside the card by its user (the replay checks its sha256)
         name = _data_name(json.loads((root / "stage.json").read_text(encoding="utf-8")))
         src = folder / "data" / name if name else None
@@ -1087,10 +1189,11 @@ def _data_name(info: Any) -> str | None:
     """The data file's name in a stage.json (its path's last part), when it is a plain file name."""
     raw = str(((info or {}).get("data") or {}).get("path") or "") if isinstance(info, dict) else ""
     name = raw.replace("\\", "/").rsplit("/", 1)[-1]
-    return name if name and name not in (".", "..") and "\x00" not in name and len(name) <= 255 else None
+    return name if name and name not in (".", "..") and "<" not in name and "\x00" not in name and len(name) <= 255 else None
 
 
-def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]]) -> dict[tuple[str, str], str]:
+def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]], limit: int = MAX_REBUILT_BYTES
+                   ) -> dict[tuple[str, str], str]:
     """Every file of every stage folder, (stage/label, path) -> text, each path checked to stay inside its
     folder and each text against its sha256; nothing is written here."""
     by_file: dict[tuple[str, str], dict[str, list[dict]]] = {}
@@ -1121,6 +1224,8 @@ def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]]) -> dict[tuple[st
         if key in out:
             raise PublishError(f"{folder}: {stage_folder}/{f['path']} is twice in table 'files': refused")
         parts = f["path"].split("/")
+        if any(p.startswith(".") for p in parts):  # publish writes no hidden file; the rebuilt folder's marker is one
+            raise PublishError(f"{folder}: {stage_folder}/{f['path']}: a hidden file in table 'files': refused")
         dirs |= {(stage_folder, "/".join(parts[:i])) for i in range(1, len(parts))}
         fmt = json.loads(f["format"]) if f["format"] else None
         where = f"{folder}: {stage_folder}/{f['path']}"
@@ -1153,8 +1258,8 @@ def _rebuilt_texts(folder: Path, tables: dict[str, list[dict]]) -> dict[tuple[st
             raise PublishError(f"{where}: rebuilt from table {f['table'] or 'files'!r}, it does not match its sha256 "
                                f"in `files`: the table was changed; refused")
         total += len(text)
-        if total > MAX_REBUILT_BYTES:
-            raise PublishError(f"{folder}: its files are larger than {MAX_REBUILT_BYTES >> 30} GiB in all: refused")
+        if total > limit:
+            raise _too_large(folder, limit, "its files come to")
         out[key] = text
     clash = sorted(f"{s}/{p}" for s, p in dirs if (s, p) in out)
     if clash:

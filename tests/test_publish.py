@@ -119,8 +119,12 @@ def test_reanalysis_of_the_dataset_is_byte_for_byte_and_it_exports_to_inspect(pu
     from tests.test_analysis import prereg_file
 
     common = ["replay=none", f"prereg={prereg_file(tmp_path)}", "lenient=true"]
+    # published with the private runs' text (the publisher asked for it): the same bytes as the folders
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert publish_cli.main([f"runs={','.join(map(str, published['folders']))}", f"out={tmp_path / 'all'}",
+                                 "private_transcripts=true"]) == 0
     assert A.main([f"runs={','.join(map(str, published['folders']))}", f"out={tmp_path / 'a'}", *common]) == 0
-    assert A.main([f"runs={published['out']}", f"out={tmp_path / 'b'}", *common]) == 0
+    assert A.main([f"runs={tmp_path / 'all'}", f"out={tmp_path / 'b'}", *common]) == 0
     files_a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
     files_b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*") if p.is_file())
     assert files_a == files_b and len(files_a) > 20
@@ -128,6 +132,16 @@ def test_reanalysis_of_the_dataset_is_byte_for_byte_and_it_exports_to_inspect(pu
     assert differ == []
     assert "smoke/smoke/ledger.jsonl,19,torn last line" in (tmp_path / "b" / "data_quality.csv").read_text()
     assert "runs=smoke/smoke,smoke_org/smoke_org" in (tmp_path / "b" / "report.md").read_text()
+    # published by default, the private runs' golds and answers stayed home: their literal check is not known,
+    # and nothing else of the analysis differs
+    assert A.main([f"runs={published['out']}", f"out={tmp_path / 'c'}", *common]) == 0
+    import pandas as pd
+
+    a, c = pd.read_csv(tmp_path / "a" / "runs.csv"), pd.read_csv(tmp_path / "c" / "runs.csv")
+    private = c["variant"] == "private"
+    assert c.loc[private, "literal"].isna().all() and a.loc[private, "literal"].notna().all()
+    assert a.drop(columns="literal").equals(c.drop(columns="literal"))
+    assert (a.loc[~private, "literal"] == c.loc[~private, "literal"]).all()
 
     from inspect_ai.log import read_eval_log
 
@@ -146,8 +160,9 @@ def test_nothing_private_leaves_and_the_card_says_what_was_left_out(published, t
     assert "<local path>/synth_tiny.json" in text and "<endpoint url>" in text
     said = published["said"]
     assert said.index("what leaves this machine") < said.index("wrote ")
-    assert "transcripts of 2 run(s) that show a private agent" in said
-    assert "transcripts of 2 run(s) that show a private agent" in (published["out"] / "README.md").read_text()
+    assert "the text of 2 run(s) whose context held a private agent's memory unit" in said
+    assert "2 transcript(s)" in said
+    assert "the text of 2 run(s) whose context held a private agent" in (published["out"] / "README.md").read_text()
     # with the flag they go along; a dry run lists and writes nothing
     ex = P.publish(published["folders"], tmp_path / "all", private_transcripts=True, say=lambda s: None)
     assert len(ex.rows["transcripts"]) == 12 and ex.private_transcripts == 0
@@ -266,19 +281,21 @@ def test_results_page_shows_a_row_and_links_it_into_the_inspect_viewer(published
 
 
 def test_files_the_tables_cannot_rewrite_go_along_as_text_and_rebuild_exactly(published, tmp_path):
-    """A torn last ledger line (a killed driver) and a record written with another indent: kept as written."""
+    """A torn last ledger line (a killed driver): kept as text; a record written with another indent: rebuilt from
+    its row in the harness's own style (what goes out is the published object, not the file's bytes)."""
     folder = _copy(published["folders"][0], tmp_path / "runs" / "smoke" / "odd")
     ledger = folder / "ledger.jsonl"
     ledger.write_text(ledger.read_text() + '{"event": "request", "tag": "none.lme.q9')
     rec = min((folder / "records").glob("*.json"))
     rec.write_text(json.dumps(json.loads(rec.read_text()), indent=4))
     ex = P.publish([folder], tmp_path / "ds", say=lambda s: None)
-    assert sorted(ex.verbatim) == ["smoke/odd/ledger.jsonl", f"smoke/odd/records/{rec.name}"]
+    assert sorted(ex.verbatim) == ["smoke/odd/ledger.jsonl"]
     (root,) = P.rebuild(tmp_path / "ds", tmp_path / "rebuilt")
-    assert (root / "ledger.jsonl").read_bytes() == ledger.read_bytes()
+    # the torn line's text is no object this harness can publish field by field: a marker, still torn, stands in
+    assert (root / "ledger.jsonl").read_text() == ledger.read_text().rsplit("\n", 1)[0] + "\n" + P.NOT_JSON
     text = (root / "records" / rec.name).read_text()
-    assert text.startswith("{\n    ") and json.loads(text) == {**json.loads(rec.read_text()),
-                                                             "data_path": "<local path>/synth_tiny.json"}
+    assert text.startswith("{\n ") and json.loads(text) == {**json.loads(rec.read_text()),
+                                                          "data_path": "<local path>/synth_tiny.json"}
     assert {p.name for p in (root / "records").iterdir()} == {p.name for p in (folder / "records").iterdir()}
 
 
@@ -306,6 +323,6 @@ def test_what_counts_as_private():
     text = found.redact('see https://api.example.com/v1 and http://example.org/not-an-endpoint with EMPTY and '
                         f'{KEY}, /usr/bin/sqlite3 /chat/completions /tmp/u/x/cache/enc')
     assert text == ("see <endpoint url> and http://<host>/not-an-endpoint with EMPTY and <key>, /usr/bin/sqlite3 "
-                    "/chat/completions <local path>/cache/enc")
+                    "/chat/completions <local path>")
     assert without_urls("openai_compatible:m@http://10.0.0.2:8000/v1:0123abcd4567") == \
         "openai_compatible:m@<endpoint url>:0123abcd4567"

@@ -118,7 +118,7 @@ def test_a_file_url_loses_its_local_path(url):
 def test_a_folder_name_of_several_words_in_a_traceback_is_replaced_whole():
     found = privacy.Private()
     text = found.redact('Traceback:\n  File "/home/Mary Ann Smith/proj/x.py", line 3 in /tmp/x and then')
-    assert text == 'Traceback:\n  File "<local path>/x.py", line 3 in <local path>/x and then', text
+    assert text == 'Traceback:\n  File "<local path>/x.py", line 3 in <local path> and then', text
 
 
 @pytest.mark.parametrize("path", ["/usr/home/jdoe/runs/x.json", "/run/media/jdoe/USB/runs/x.json"])
@@ -126,7 +126,8 @@ def test_a_user_s_folder_under_a_system_folder_is_a_local_path(path):
     """FreeBSD's homes are /usr/home/NAME, removable disks mount at /run/media/NAME: not the system's own."""
     text = privacy.Private().redact(f"wrote {path} ok")
     assert text == "wrote <local path>/x.json ok" and privacy.leaks(f"wrote {path}") != []
-    assert privacy.Private().redact("ran /usr/bin/sqlite3 on /run/user/1000") == "ran /usr/bin/sqlite3 on /run/user/1000"
+    # a user's runtime folder (/run/user/<uid>) is the user's: it goes as a placeholder; /usr/bin is everyone's
+    assert privacy.Private().redact("ran /usr/bin/sqlite3 on /run/user/1000") == "ran /usr/bin/sqlite3 on <local path>"
 
 
 # ------------------------------------------------------------------------------ safe to receive
@@ -204,7 +205,7 @@ def test_a_table_whose_values_decode_past_the_bound_is_refused_before_they_are_d
     monkeypatch.setattr(P, "MAX_REBUILT_BYTES", 8 << 20)
     tracemalloc.start()
     try:
-        with pytest.raises(P.PublishError, match="its tables decode to more than 0 GiB .table 'files'"):
+        with pytest.raises(P.PublishError, match="its tables decode .table 'files' at row .*. to more than 8 MiB"):
             P.rebuild(ds, tmp_path / "r")
         peak = tracemalloc.get_traced_memory()[1]
     finally:

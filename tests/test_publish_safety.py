@@ -201,11 +201,11 @@ def test_planted_credentials_and_other_machines_paths_never_reach_a_byte_or_cell
         for bad in forbidden:
             assert bad not in text, f"{bad!r} in {where}"
     cells = "\n".join(t for _, t in _published_bytes(out))
-    assert "<local path>/synth_tiny.json" in cells and "<local path>/cache" in cells
+    assert "<local path>/synth_tiny.json" in cells and "cache_dir: <local path>\\n" in cells  # a folder: no name
     assert "openai_compatible:judge@<endpoint url>:0123abcd4567" in cells and "https://<host>/a" in cells
-    # host names and pids go along, and both the plan and the card say so
+    # host names stay home; process ids go along, and both the plan and the card say so
     card = (out / "README.md").read_text()
-    assert "jdoe-laptop" in said.getvalue() and "jdoe-laptop" in card and "process ids" in card
+    assert "jdoe-laptop" not in said.getvalue() + card and "process ids" in card and "process ids" in said.getvalue()
 
 
 def test_the_report_of_the_published_stage_is_the_original_s(planted, tmp_path):
@@ -217,7 +217,10 @@ def test_the_report_of_the_published_stage_is_the_original_s(planted, tmp_path):
     assert A.main([f"runs={planted}", f"out={tmp_path / 'a'}", *common]) == 0
     assert A.main([f"runs={tmp_path / 'ds'}", f"out={tmp_path / 'b'}", *common]) == 0
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
-    assert [str(f) for f in files if (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()] == []
+    differ = [str(f) for f in files if (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()]
+    assert differ == ["shards.csv"]  # the driver lock's host name stayed home; its pid went along
+    a, b = (tmp_path / "a" / "shards.csv").read_text(), (tmp_path / "b" / "shards.csv").read_text()
+    assert "jdoe-laptop:4242" in a and b == a.replace("jdoe-laptop:4242", "<withheld>:4242")
     assert not any(SECRET in (tmp_path / "a" / f).read_text(errors="replace") for f in files)
 
 
@@ -226,10 +229,17 @@ def test_what_escapes_the_redaction_is_refused_by_the_last_scan_naming_it(plante
     # JSON's own escapes hide a path and a key from a scan of the file's text, not from its cells
     rec.write_text(rec.read_text().replace('"answer": "', '"answer": "\\/home\\/jdoe\\/notes.txt \\u0073k-'
                                                           'hiddenhiddenhidden0 ', 1))
-    assert publish_cli.main([f"runs={planted}", f"out={tmp_path / 'ds'}"]) == 2
-    err = capsys.readouterr().err
-    assert "refused to publish what looks private" in err and "a local path (/home/jdoe/notes.txt)" in err
-    assert "a credential (sk-hid...)" in err and "table 'runs'" in err and "column 'answer'" in err
+    # the policy reads the parsed value: the escapes hide nothing from it
+    assert publish_cli.main([f"runs={planted}", f"out={tmp_path / 'ok'}"]) == 0
+    assert not any("jdoe" in t or "hiddenhidden" in t for _, t in _published_bytes(tmp_path / "ok"))
+    # whatever still looks private when the tables are written (here planted in a cell after the policy) is refused
+    ex = P.collect([planted])
+    ex.rows["runs"][0]["answer"] = "see /home/jdoe/notes.txt and sk-hiddenhiddenhidden0"
+    with pytest.raises(P.PublishError) as err:
+        P.write(ex, tmp_path / "ds")
+    assert "refused to publish what looks private" in str(err.value)
+    assert "a local path (/home/jdoe/notes.txt)" in str(err.value) and "a credential (sk-hid...)" in str(err.value)
+    assert "table 'runs'" in str(err.value) and "column 'answer'" in str(err.value)
     assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".ds.publish-*"))
 
 
@@ -241,8 +251,8 @@ def test_urls_and_paths_are_recognised_by_their_shape():
         "https://x.example.org/docs/page?token=abc#part d /scratch/u/run e /gpfs/home/u/data sets/z.json f "
         "/home/Jo Doe/runs/x g /usr/bin/sqlite3 h /chat/completions i /tmp/x and then j C:\\\\Users\\\\jo\\\\r.json")
     assert text == ("a openai:m@<endpoint url>:0123abcd4567 b <endpoint url> c https://<host>/docs/page d "
-                    "<local path>/run e <local path>/z.json f <local path>/x g /usr/bin/sqlite3 h /chat/completions "
-                    "i <local path>/x and then j <local path>/r.json")
+                    "<local path> e <local path>/z.json f <local path> g /usr/bin/sqlite3 h /chat/completions "
+                    "i <local path> and then j <local path>/r.json")
     assert privacy.leaks(text) == []
     assert privacy.leaks("see /home/u/x and sk-abcdefghijklmnopqrstu") == [
         "a credential (sk-abc...)", "a local path (/home/u/x)"]
@@ -349,11 +359,14 @@ def test_html_in_a_model_name_is_shown_in_the_card_never_rendered(tmp_path):
     st.add("none", "q1")
     folder = st.write()
     info = json.loads((folder / "stage.json").read_text())
-    info["model"]["model"] = "<img src=x onerror=alert(1)>"
+    info["model"]["model"] = "<img src=x onerror=alert(1)>"  # no plain name: withheld by the publish policy
+    info["fidelity"] = {"rows": [{"key": "reader_model", "setting": "<img src=y onerror=alert(2)>", "paper": "a",
+                                  "stage": "b", "status": "same", "detail": "", "pool": "b"}]}  # text: shown
     (folder / "stage.json").write_text(json.dumps(info))
     P.publish([folder], tmp_path / "ds", say=lambda s: None)
     body = (tmp_path / "ds" / "README.md").read_text().split("\n---\n", 1)[1]
-    assert "<img" not in body and "&lt;img src=x onerror=alert(1)&gt;" in body
+    assert "<img" not in body and "&lt;img src=y onerror=alert(2)&gt;" in body
+    assert "(&lt;withheld&gt;)" in body
     assert len(P.rebuild(tmp_path / "ds", tmp_path / "r")) == 1  # and the card still reads back
 
 
@@ -426,3 +439,87 @@ def test_a_card_whose_kept_or_replaced_block_disagrees_with_its_tables_is_refuse
     counts = {t: pq.read_metadata(ds / t / "train.parquet").num_rows for t in meta["tables"]}
     (ds / "README.md").write_text(P.card_text(meta, counts))
     _every_reader_refuses(ds, tmp_path, capsys, match)
+
+
+# ------------------------------------------------------------------------------ a received dataset is data
+
+
+def test_a_received_config_gives_the_replay_no_place_and_no_interpolation(tmp_path, monkeypatch):
+    """replay_config reads the stage's config.yaml as the record of what ran: the backend and its numbers and named
+    choices; the cache, the services' addresses, paths and table names are this machine's, `${...}` never resolved."""
+    from harness.run.replay import LOCAL_CACHE, REPO, replay_config
+
+    monkeypatch.setenv("I43_PLANTED_DIR", str(tmp_path / "from-env"))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "cache_dir": str(tmp_path / "outside"),
+        "index": {"name": "redis_qe", "url": "redis://evil.example:6379", "index": "victim", "dim": 384,
+                  "ef_runtime": 100, "hybrid_policy": "${oc.env:I43_PLANTED_DIR}", "port": 6379},
+        "encoder": {"name": "minilm", "path": "${oc.env:I43_PLANTED_DIR}", "device": "cuda:7"}}))
+    cfg = replay_config(tmp_path)
+    assert cfg["cache_dir"] == LOCAL_CACHE
+    assert cfg["index"] == {"name": "redis_qe", "dim": 384, "ef_runtime": 100}
+    assert cfg["encoder"] == yaml.safe_load((REPO / "conf" / "encoder" / "minilm.yaml").read_text())
+    assert "from-env" not in json.dumps(cfg) and "evil" not in json.dumps(cfg) and "victim" not in json.dumps(cfg)
+
+
+def _memory_stage(tmp_path: Path) -> Path:
+    """A synthetic-data stage (its data goes along) whose one run logged a memory search: the replay rebuilds it."""
+    data_file = tmp_path / "cache" / "synth_tiny_seed0_q2.json"
+    data_file.parent.mkdir(parents=True)
+    questions = generate(0, "tiny")
+    data_file.write_text(json.dumps(questions, ensure_ascii=False))
+    st = Stage(tmp_path / "runs", "mem", data={"path": str(data_file), "sha256": sha256_file(data_file),
+                                               "kind": "synth"},
+               config_extra={"data": {"kind": "synth", "size": "tiny", "seed": 0, "path": str(data_file)},
+                             "index": {"name": "fts5"}, "encoder": {"name": "minilm"}})
+    qid = str(questions[0]["question_id"])
+    log = {"kind": "search", "agent": "a0", "view": {"org": qid, "agent": "a0", "scope": "own"}, "units": [],
+           "query": "hello", "k": 3, "scoring": "bm25"}
+    st.add("tool_bm25", qid, tool_calls=1, tools=[{"log": log}])
+    return st.write()
+
+
+def test_analysing_a_received_dataset_takes_no_place_and_no_environment_from_its_config(tmp_path, monkeypatch):
+    """A config.yaml row naming an outside cache, an outside index file and `${oc.env:...}` (hashes recomputed, as
+    any uploader can): `make analyze` with the replay builds the space from this machine's defaults."""
+    from tests.test_analysis import prereg_file
+
+    ds = tmp_path / "ds"
+    P.publish([_memory_stage(tmp_path)], ds, say=lambda s: None)
+    outside = tmp_path / "outside"
+    monkeypatch.setenv("I43_PLANTED_DIR", str(tmp_path / "from-env"))
+    files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
+    row = next(f for f in files if f["path"] == "config.yaml")
+    cfg = yaml.safe_load(row["content"])
+    cfg.update(cache_dir=str(outside / "cache"), runs_dir="${oc.env:I43_PLANTED_DIR}",
+               index={"name": "fts5", "path": str(outside / "index.db")},
+               encoder={"name": "minilm", "path": "${oc.env:I43_PLANTED_DIR}/model"})
+    row["content"] = yaml.safe_dump(cfg)
+    row["sha256"], row["bytes"] = P.sha256(row["content"]), len(row["content"].encode())
+    _reseal(ds, "files", files)
+    cwd = tmp_path / "analyst"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    common = [f"prereg={prereg_file(tmp_path)}", "lenient=true"]
+    assert A.main([f"runs={ds}", f"out={tmp_path / 'a'}", "replay=all", *common]) == 0
+    assert not outside.exists() and not (tmp_path / "from-env").exists()
+    assert (cwd / ".cache").is_dir()  # the space was built, in this machine's default cache (conf/config.yaml)
+
+
+def test_a_small_table_that_decodes_to_far_more_than_its_size_is_refused(published, tmp_path, capsys):
+    """A files table of a few KB whose repeated value decodes to 300 MiB: refused by the ratio to its size on disk,
+    whatever the total allowed; within the ratio, the analyst's total (max_bytes) decides."""
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    value = "x" * (1 << 20)
+    files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
+    _reseal(ds, "files", files + [dict(files[0], path=f"bomb/{i}.txt", table=None, format=None, content=value,
+                                       sha256=P.sha256(value), bytes=len(value)) for i in range(300)])
+    size = sum(p.stat().st_size for p in ds.glob("*/train.parquet"))
+    assert size < 1 << 20
+    with pytest.raises(P.PublishError, match="its tables decode .* to more than 64 MiB"):
+        P.rebuild(ds, tmp_path / "r", max_bytes=8 << 30)
+    assert not (tmp_path / "r").exists()
+    assert A.main([f"runs={ds}", f"out={tmp_path / 'a'}", "replay=none"]) == 2
+    assert "to more than 64 MiB" in capsys.readouterr().err
+    assert P.decoded_limit(published["out"], P.read_card(published["out"]), max_bytes=1 << 20) == 1 << 20

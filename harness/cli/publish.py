@@ -8,7 +8,8 @@ a table.
 Arguments (key=value):
   runs=PATH[,PATH]          stage folders to publish (required)
   out=DIR                   the dataset folder (required; new, empty, or one this command wrote)
-  private_transcripts=true  include the transcripts of LongMemEval-Org private runs (left out by default)
+  private_transcripts=true  include the text of runs whose context held a private agent's unit (answers,
+                            golds, transcripts, tool arguments, judge prompts and replies; left out by default)
   dry_run=true              list what would leave the machine and stop
   push=OWNER/NAME           then upload it to the Hub as a private dataset repository (needs a token:
                             HF_TOKEN or `huggingface-cli login`, and internet); an existing repository's

@@ -1,10 +1,14 @@
-"""What of a stage folder must not leave the machine: endpoint URLs, keys and local paths.
+"""What of a stage folder may leave the machine.
 
-A published stage (analysis/publish.py) has each of them replaced, in every file, by a
-placeholder that says what was there: `<endpoint url>`, `<key>`, `<local path>/NAME` (the
-file or folder name is kept, the directories above it are not). The same rule is applied
-where the analysis prints an endpoint's identity, so a report drawn from a published stage
-and one drawn from the original folder are the same bytes.
+The guarantee is `Publisher` (end of this module): it applies the publish policy the record schema
+declares for every field (harness.records.schema.POLICY) to every object a publish writes; a field
+without a policy is dropped, a configuration value that is no number, flag or plain name goes as
+`<withheld>`, the text of a run whose context held a private unit stays home. What follows it here
+is the second line, never the guarantee: the shapes of private strings, replaced wherever text
+goes out (`<endpoint url>`, `<host>`, `<key>`, `<local path>`: no folder's name; a file's name is
+kept when it is one, `<local path>/synth_tiny.json`). The same rule is applied where the analysis
+prints an endpoint's identity, so a report drawn from a published stage and one drawn from the
+original folder are the same bytes.
 
 Recognised by structure, not by equality with a configured value (a value written with
 another trailing slash, or from another machine, is still found):
@@ -21,8 +25,9 @@ another trailing slash, or from another machine, is still found):
   and anything shaped like a well-known credential (`sk-...`, `hf_...`, `ghp_...`, `AKIA...`,
   JWTs, `Bearer ...`, PEM private keys).
 * local paths: absolute paths of two components or more by their shape, whatever machine
-  wrote them (`/scratch/...`, `/gpfs/home/...`, a folder name with a space), except the
-  system's own (`/usr/...`, `/etc/...`, the same everywhere) and API paths (`/chat/completions`).
+  wrote them (`/scratch/...`, `/gpfs/home/...`, a folder name with a space, `C:\\Users\\Jo Doe\\...`,
+  `~/...`, `\\\\server\\share`, `/dev/shm/<user>`), except the system's own (`/usr/...`, `/etc/...`,
+  the same everywhere) and API routes (`/v1/chat/completions`).
 
 `leaks` is the last check before anything is written: it names what still looks like a
 credential, an unredacted URL or a local path.
@@ -30,6 +35,7 @@ credential, an unredacted URL or a local path.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -56,7 +62,15 @@ _SEG = rf"(?:[^\s/\"'`\\,;:()<>\[\]{{}}|*?]|{_ESC})+"
 # spaces inside any component but the last ("/home/Mary Ann Smith/runs/x"; "/tmp/x and then" ends at x)
 # starts with its "/" (a literal first: the regex engine then skips to each "/"), the character before it checked
 _PATH_RE = re.compile(rf"/(?:(?<=\\[nrt]/)|(?<![\w.:/<>~\\-]/))(?:{_SEG}(?: {_SEG})*/)+{_SEG}")
-_WIN_RE = re.compile(r"[A-Za-z]:(?:\\\\|\\|/)(?:[^\s\"'`<>|:*?\\/]+(?:\\\\|\\|/))+[^\s\"'`<>|:*?\\/]+")
+# a drive's path; a component but the last may hold single spaces (C:\\Users\\Jo Doe\\runs)
+_WIN_SEG = r"[^\s\"'`<>|:*?\\/]+"
+_WIN_RE = re.compile(rf"[A-Za-z]:(?:\\\\|\\|/)(?:{_WIN_SEG}(?: {_WIN_SEG})*(?:\\\\|\\|/))+{_WIN_SEG}")
+# a home-relative path (~/..., ~jo/...) and a UNC path (\\server\\share\\..., or JSON-escaped with four backslashes)
+_HOME_SEG = r"[^\s\"'`<>|:*?\\/,;()]+"
+_HOME_RE = re.compile(rf"(?<![\w.~/\\-])~[\w.-]*(?:/{_HOME_SEG}(?: {_HOME_SEG})*(?=/))*/{_HOME_SEG}/?")
+_UNC_SEG = r"[^\s\\\"'`<>|:*?]+"
+_UNC_RE = re.compile(rf"(?<![\\\w:])(?:\\\\){{1,2}}[A-Za-z0-9][^\s\\/\"'`<>|:*?]*"
+                     rf"(?:\\{{1,2}}{_UNC_SEG}(?: {_UNC_SEG})*(?=\\))*\\{{1,2}}{_UNC_SEG}")
 _KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 # a field's or an HTTP header's name (`api_key`, `x-api-key`, `X-Auth-Token`, `Proxy-Authorization`)
 _KEY_FIELD = re.compile(r"^(.*[_-])?(api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|token|secret|"
@@ -73,7 +87,17 @@ KEY_SHAPES = [(lit, re.compile(rx)) for lit, rx in [
     # a PEM key whole: its body (base64, headers, raw or JSON-escaped line breaks) up to its END line
     ("PRIVATE KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[A-Za-z0-9+/=\s:,.]|-(?!----)|\\[nrt])*"
                     r"(?:-----END [A-Z ]*PRIVATE KEY-----)?"),
-    ("earer ", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}")]]
+    ("earer ", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}"), ("asic ", r"(?<=[Bb]asic )[A-Za-z0-9+/=]{8,}"),
+    ("sk_", r"[sr]k_(?:live|test)_[A-Za-z0-9]{10,}"), ("gsk_", r"gsk_[A-Za-z0-9]{20,}"),
+    ("glpat-", r"glpat-[A-Za-z0-9_-]{16,}"), ("npm_", r"npm_[A-Za-z0-9]{30,}"),
+    # a password in libpq's key=value form or an URL-less user:password@host[:port]
+    ("=", r"(?i)(?<=password=)[^\s'\"]+|(?<=passwd=)[^\s'\"]+|(?<=pwd=)[^\s'\"]+"),
+    ("@", r"(?<![\w/.%+-])[\w.%+-]+:[^\s@/:'\"<>]+(?=@[A-Za-z0-9][\w.-]*)"),
+    # 32 hex digits alone (an API key; not a part of a sha256), an AWS secret (40 mixed, a / or + in it)
+    ("", r"(?<![0-9A-Za-z_-])[0-9a-fA-F]{32}(?![0-9A-Za-z_-])"),
+    ("", r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[+/])(?=[A-Za-z0-9/+]{0,39}[0-9])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+         r"(?=[A-Za-z0-9/+]{0,39}[A-Z])(?![A-Za-z0-9+]*/[A-Za-z0-9+]*/[A-Za-z0-9+]*/)[A-Za-z0-9/+]{40}"
+         r"(?![A-Za-z0-9/+=])")]]
 
 
 def _keys_in(text: str) -> list[re.Match]:
@@ -87,6 +111,7 @@ def _sub_keys(text: str) -> str:
     return text
 
 
+_PASSWORD_IN = re.compile(r"(?i)\b(?:password|passwd|pwd)\s*=\s*'?([^\s']+)|(?:^|//|\s)[^\s:/@]+:([^\s@/]+)@[\w.-]+(?::\d+)?(?=[/\s]|$)")
 _SCHEME = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 
 
@@ -180,13 +205,32 @@ def is_redacted(value: Any) -> bool:
 
 
 def is_local(path: str) -> bool:
-    """An absolute path of a machine's own folders, by its shape (not whether it exists here)."""
+    """An absolute path of a machine's own folders, by its shape (not whether it exists here): a home-relative
+    (~/...) or UNC (\\\\server\\share) path always; an absolute one of two components or more unless it is the
+    system's own (/usr/bin/x, the same everywhere; /dev/shm/<user> and /run/user/<uid> are a user's) or an API
+    route (every segment an endpoint word: /v1/chat/completions)."""
+    if path.startswith("~") or path.startswith("\\\\"):
+        return True
     parts = PurePosixPath(path.replace("\\\\", "/").replace("\\", "/")).parts
     if re.match(r"[A-Za-z]:", path):
         return len(parts) >= 3
-    system = parts[1] in SYSTEM_DIRS and not USER_DIRS & set(parts[2:4]) if len(parts) > 1 else False
-    return (len(parts) >= 3 and parts[0] == "/" and not system and parts[1] not in API_DIRS
+    system = parts[1] in SYSTEM_DIRS and not (USER_DIRS | {"shm", "user", "tmp"}) & set(parts[2:4]) \
+        if len(parts) > 1 else False
+    api = all(p in API_DIRS for p in parts[1:])
+    return (len(parts) >= 3 and parts[0] == "/" and not system and not api
             and not any(LOCAL in p or p.startswith("<") for p in parts))
+
+
+_BOUNDARY = r"(?![^\s\"'`<>|:*?\\/,;])"  # a known folder ends where its name ends, not inside a longer one
+_TAIL = r"(?:(?:\\\\|\\|/)[^\s\"'`<>|:*?\\/,;]+)*"  # a path's further components, after a known folder
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}\.[A-Za-z0-9]{1,8}")
+
+
+def local_placeholder(path: str) -> str:
+    """What a local path is published as: `<local path>`, and its file name when it is one (a name with an
+    extension, of a plain name's shape: `<local path>/synth_tiny.json`); no folder's name, so no user's."""
+    name = _path_name(path)
+    return f"{LOCAL}/{name}" if _FILE_NAME.fullmatch(name) and is_name(name) else LOCAL
 
 
 def _path_name(path: str) -> str:
@@ -244,7 +288,7 @@ def _sanitize_url(url: str) -> str:
         return URL
     local = _file_path(u)
     if local:
-        return f"{u.scheme}:{LOCAL}/{_path_name(local)}"
+        return f"{u.scheme}:{local_placeholder(local)}"
     return f"{u.scheme}://{HOST}{_without_secret(u.path)}" if u.netloc else f"{u.scheme}:{u.path}"
 
 
@@ -265,11 +309,15 @@ class Private:
             for v in obj:
                 self.scan_object(v, key)
         elif isinstance(obj, str) and obj:
+            for m in _PASSWORD_IN.finditer(obj):  # a DSN's password (libpq key=value, user:password@host)
+                if len(m.group(1) or m.group(2)) >= 4 and not is_redacted(m.group(1) or m.group(2)):
+                    self.keys.add(m.group(1) or m.group(2))
             if key and _URL_FIELD.match(key) and _URL_RE.fullmatch(obj.strip()):
                 self.urls.add(obj.strip())
             elif key and _KEY_FIELD.match(key) and len(obj) >= 8 and not is_redacted(obj):  # not EMPTY
                 self.keys.add(obj)
-            elif "\n" not in obj and (obj.startswith("/") or re.match(r"[A-Za-z]:[\\/]", obj)) and is_local(obj):
+            elif "\n" not in obj and (obj.startswith(("/", "~", "\\\\")) or re.match(r"[A-Za-z]:[\\/]", obj)) \
+                    and is_local(obj):
                 self.paths.add(obj.rstrip("/"))  # a whole value: its spaces are its own
 
     def scan_text(self, text: str) -> None:
@@ -310,7 +358,7 @@ class Private:
         if not is_local(p):
             return p
         self.paths.add(p)
-        return f"{LOCAL}/{_path_name(p)}"
+        return local_placeholder(p)
 
     def redact(self, text: str) -> str:
         """Every private string of `text` replaced: URLs first (parsed whole, before a key inside one is
@@ -320,11 +368,18 @@ class Private:
         text = _sub(text, _urls(text), lambda m: self._url(m, endpoints))
         text = _sub(text, _escaped_urls(text), lambda m: self._url(m, endpoints, escaped=True))
         text = _sub(text, _bare_urls(text), self._bare_url)
-        literal = [(k, KEY) for k in self.keys] + [(p, f"{LOCAL}/{_path_name(p)}") for p in self.paths]
-        for old, new in sorted(set(literal), key=lambda r: (-len(r[0]), r[0])):
+        literal = [(k, False) for k in self.keys] + [(p, True) for p in self.paths]
+        for old, path in sorted(set(literal), key=lambda r: (-len(r[0]), r[0])):
             for form in {old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1]}:
-                text = text.replace(form, new)
+                if form not in text:
+                    continue
+                if not path:
+                    text = text.replace(form, KEY)
+                else:  # with what follows it below that folder (/scratch/jo + /jdoe/x: no name of it stays)
+                    text = re.sub(re.escape(form) + _BOUNDARY + _TAIL, lambda m: local_placeholder(m.group(0)), text)
         text = _sub_keys(text)
+        text = _UNC_RE.sub(self._path, text) if "\\\\" in text else text
+        text = _HOME_RE.sub(self._path, text) if "~" in text else text
         text = _PATH_RE.sub(self._path, text) if "/" in text else text
         return _sub(text, _drives(text), self._path)
 
@@ -333,14 +388,18 @@ class Private:
                 "local paths": len(self.paths)}
 
 
-def leaks(text: str, known: Private | None = None) -> list[str]:
+def env_secrets() -> set[str]:
+    """This process's environment values named like keys (read once per scan of many cells)."""
+    return {v for n, v in os.environ.items() if _KEY_NAME.search(n) and len(v) >= 8}
+
+
+def leaks(text: str, known: Private | None = None, secrets: set[str] | None = None) -> list[str]:
     """What in `text` (already redacted) still looks private: a credential, a URL with a host, a local
     path. Each named as found (a credential only by its first characters)."""
     out = []
     for m in _keys_in(text):
         out.append(f"a credential ({m.group(0)[:6]}...)")
-    secrets = set(known.keys) if known else set()
-    secrets |= {v for n, v in os.environ.items() if _KEY_NAME.search(n) and len(v) >= 8}
+    secrets = (set(known.keys) if known else set()) | (env_secrets() if secrets is None else secrets)
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
     for url in [m.group(0) for m in _urls(text)] + [_unescaped(m.group(0)) for m in _escaped_urls(text)]:
         try:
@@ -357,7 +416,252 @@ def leaks(text: str, known: Private | None = None) -> list[str]:
         path = _unescaped(m.group(1)).rstrip(".,;:!?)]}")  # a mark after a URL is no part of it (as in `_url`)
         if _secret_at(path) is not None:
             out.append(f"a URL with a secret in its path (<host>{_without_secret(path)})")
-    for m in (list(_PATH_RE.finditer(text)) if "/" in text else []) + _drives(text):
+    for m in (list(_PATH_RE.finditer(text)) if "/" in text else []) + _drives(text) + \
+            (list(_HOME_RE.finditer(text)) if "~" in text else []) + \
+            (list(_UNC_RE.finditer(text)) if "\\\\" in text else []):
         if is_local(m.group(0)):
             out.append(f"a local path ({m.group(0)})")
     return out
+
+
+# ------------------------------------------------------------------------------ the publish policy, applied
+
+WITHHELD = "<withheld>"
+
+# a plain name: pieces of letters and digits joined by _ . : | + # - (and one "/": org/model); no piece as long
+# or as mixed as a key (a 32-hex, gsk_..., a random token): a sha256 or a git commit is the only long one
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:|+#@-]{0,127}(?:/[A-Za-z0-9][A-Za-z0-9_.:|+#@-]{0,127})?")
+_RELATIVE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}){1,7}/?")
+_DATE = re.compile(r"\d{4}[/-]\d{2}[/-]\d{2}(?: \([A-Z][a-z]{2}\))?(?: \d{2}:\d{2}(?::\d{2})?)?")
+_HASH = re.compile(r"[0-9a-f]{1,16}|[0-9a-f]{40}|[0-9a-f]{64}")  # an id, a git commit, a sha256
+# keys whose values are places, people or secrets: withheld whatever they hold (a DSN, a host, a note)
+_PLACE_KEY = re.compile(r"^(.*[_-])?(dsn|conn(ection)?(_?string)?|hosts?|hostname|server|machine|port|user(name)?|"
+                        r"login|owner_name|notes?|comments?|description|table|index|prefix|namespace|database|db|"
+                        r"bucket|proxy)$", re.IGNORECASE)
+# keys whose whole subtree is withheld: a process's environment, HTTP headers and cookies are this machine's
+_SUBTREE_KEY = re.compile(r"^(.*[_-])?(env|environ(ment)?|headers?|cookies?|proxies|secrets?|credentials?)$",
+                          re.IGNORECASE)
+_TLD = {"com", "net", "org", "io", "ai", "edu", "gov", "mil", "internal", "intranet", "lan", "local", "localdomain",
+        "corp", "home", "dev", "cloud", "app", "site", "cn", "uk", "de", "fr", "jp", "eu", "us", "ch", "nl", "info",
+        "biz", "co", "me", "arpa"}
+
+
+def _leaves(v: Any) -> list[Any]:
+    if isinstance(v, dict):
+        return [x for y in v.values() for x in _leaves(y)]
+    if isinstance(v, list):
+        return [x for y in v for x in _leaves(y)]
+    return [v]
+
+
+def looks_like_host(value: str) -> bool:
+    """A host name or an IPv4 address by its shape (db.internal.corp.com, 10.0.0.7): a place, never a name."""
+    labels = value.lower().rstrip(".").split(".")
+    if len(labels) == 4 and all(x.isdigit() and int(x) < 256 for x in labels):
+        return True
+    return len(labels) >= 2 and labels[-1] in _TLD and all(re.fullmatch(r"[a-z0-9-]+", x) for x in labels)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def is_name(value: str) -> bool:
+    """Whether a string is a plain name (a model, a condition, a backend, a session id, a time): what a rebuilt
+    field may keep as written."""
+    if not value:
+        return True
+    if _DATE.fullmatch(value):
+        return True
+    if not (_NAME.fullmatch(value) or _RELATIVE.fullmatch(value)) or ".." in value.split("/"):
+        return False
+    for piece in re.split(r"[^A-Za-z0-9]+", value):
+        if _HASH.fullmatch(piece):
+            continue
+        mixed = any(c.isdigit() for c in piece) and any(c.isalpha() for c in piece)
+        changes = sum(a.islower() and b.isupper() for a, b in zip(piece, piece[1:]))
+        if len(piece) > 24 or (mixed and len(piece) > 12) or changes >= 3:
+            return False
+    return True
+
+
+_SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{1,15}://")
+_PLACEHOLDER = re.compile(rf"(?:[A-Za-z][A-Za-z0-9+.-]{{1,15}}:(?://{re.escape(HOST)})?)?(?:{re.escape(LOCAL)}"
+                          rf"(?:/{_FILE_NAME.pattern})?|{re.escape(URL)}|{re.escape(KEY)}|<withheld>)")
+
+
+class Publisher:
+    """The publish policy of harness.records.schema.POLICY applied to one object: every field by its declared
+    policy, a field without one dropped; `found` (the stage's Private) is the second line on every kept string.
+    `withheld` counts what stayed home, by "kind.field"."""
+
+    def __init__(self, found: Private, warm: bool = False):
+        self.found = found
+        self.withheld: dict[str, int] = {}
+        self.warm = warm  # only read the rebuilt fields, for what they withhold (then replaced in every text)
+
+    def _count(self, where: str, value: Any = None) -> None:
+        self.withheld[where] = self.withheld.get(where, 0) + 1
+        if isinstance(value, str) and len(value.strip()) >= 8 and not _PLACEHOLDER.fullmatch(value.strip()):
+            self.found.keys.add(value.strip())  # a withheld configuration value is replaced wherever it appears
+
+    def publish(self, kind: str, obj: Any, private: bool = False) -> Any:
+        """`obj` (one JSON object of a file of policy `kind`) as it may be published; `private`: the run's
+        context held a private agent's unit, so its private text is withheld."""
+        from harness.records.schema import POLICY
+
+        return self._object(POLICY[kind], obj, kind, private)
+
+    def _object(self, policies: dict, obj: Any, kind: str, private: bool) -> Any:
+        if not isinstance(obj, dict):
+            self._count(kind)
+            return WITHHELD
+        out = {}
+        for k, v in obj.items():
+            policy = policies.get(k)
+            if policy is None and "*" in policies:  # a component's own keys (config.yaml): rebuilt, names read
+                if isinstance(k, str) and is_name(k):
+                    out[k] = self.rebuilt(v, k, f"{kind}.{k}")
+                else:
+                    self._count(f"{kind}.<key>")
+                continue
+            if policy is None:
+                self._count(f"{kind}.{k}")
+                continue  # no policy: withheld, key and value
+            out[k] = self._field(policy, v, f"{kind}.{k}", private, str(k))
+        return out
+
+    def _field(self, policy: Any, v: Any, where: str, private: bool, key: str) -> Any:
+        from harness.records.schema import IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED, REBUILT, TEXT
+
+        if isinstance(policy, list):  # a list of objects of one policy
+            return [self._object(POLICY[policy[0]], x, policy[0], private) for x in v] if isinstance(v, list) \
+                else self._field(REBUILT, v, where, private, key)
+        if policy in POLICY:
+            return self._object(POLICY[policy], v, policy, private) if v is not None else None
+        if self.warm and policy != REBUILT:
+            return None
+        if policy == PUBLISHED:  # an identifier, a time, a hash: kept when it is one, by its shape
+            return self._published(v, where)
+        if policy == TEXT:
+            return self._text(v)
+        if policy == PRIVATE_TEXT:
+            if private and v not in (None, "", [], {}):
+                self._count(where)
+                return WITHHELD if isinstance(v, str) else None
+            return self._text(v)
+        if policy == REBUILT:  # the field's own name is declared, so only the names below it are read
+            return self._leaf(v, key, where) if isinstance(v, str) else self.rebuilt(v, "", where)
+        if policy == MEMORY_LOG:
+            return self._memory_log(v, where, private, key)
+        if policy == IDENTITY:
+            return self._identity(v, where)
+        for leaf in _leaves(v):  # WITHHELD, or a policy this code does not know
+            self._count(where, leaf)
+        return WITHHELD if v is not None else None
+
+    def _published(self, v: Any, where: str) -> Any:
+        if isinstance(v, str):
+            if is_name(v) and not looks_like_host(v) and self.found.redact(v) == v:
+                return v
+            self._count(where)
+            return WITHHELD
+        if isinstance(v, list):
+            return [self._published(x, where) for x in v]
+        if isinstance(v, dict):
+            return {k: self._published(x, f"{where}.{k}") for k, x in v.items() if isinstance(k, str) and is_name(k)}
+        return v
+
+    def _text(self, v: Any) -> Any:
+        if isinstance(v, str):
+            return self.found.redact(v)
+        if isinstance(v, list):
+            return [self._text(x) for x in v]
+        if isinstance(v, dict):
+            return {k: self._text(x) for k, x in v.items()}
+        return v
+
+    def rebuilt(self, v: Any, key: str = "", where: str = "") -> Any:
+        """A value rebuilt from its structure: keys kept, a leaf kept only when it is a number, a flag or a plain
+        name; a URL, a local path and anything else replaced (REBUILT in harness.records.schema)."""
+        if v is None or isinstance(v, bool) or (v == "" and isinstance(v, str)):
+            return v
+        if key and (_SUBTREE_KEY.match(key) or _KEY_FIELD.match(key) or (
+                _PLACE_KEY.match(key) and not isinstance(v, (dict, list)) and not _URL_FIELD.match(key))):
+            for leaf in _leaves(v):
+                self._count(where, leaf)
+            return WITHHELD
+        if isinstance(v, (int, float)):
+            return v
+        if isinstance(v, list):
+            return [self.rebuilt(x, key, where) for x in v]
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                if not isinstance(k, str) or not is_name(k):
+                    self._count(f"{where}.<key>")
+                    continue
+                out[k] = self.rebuilt(x, k, f"{where}.{k}")
+            return out
+        if not isinstance(v, str):
+            self._count(where)
+            return WITHHELD
+        return self._leaf(v, key, where)
+
+    def _leaf(self, v: str, key: str, where: str) -> str:
+        text = v.strip()
+        if _PLACEHOLDER.fullmatch(text):  # what the redaction of the file's text left: nothing of this machine
+            return v
+        if "${" in text:  # an interpolation: a value of the machine that resolves it
+            self._count(where)
+            return WITHHELD
+        if _SCHEME_RE.match(text):
+            try:
+                u = urlsplit(text)
+            except ValueError:
+                return WITHHELD
+            if _file_path(u):
+                self.found.paths.add(_file_path(u))
+                return f"{u.scheme}:{local_placeholder(_file_path(u))}"
+            endpoint = bool(_URL_FIELD.match(key)) or _endpoint_key(text.rstrip("/")) in self.found._endpoints()
+            (self.found.urls if endpoint else self.found.other_urls).add(text)
+            return URL if endpoint else f"{u.scheme}://{HOST}"
+        if text.startswith(("/", "~", "\\\\")) or re.match(r"[A-Za-z]:[\\/]", text):
+            if text.startswith("/") and not is_local(text) and is_name(text.lstrip("/")):
+                return v  # an API route or a system path (/v1/chat/completions, /usr/bin/x)
+            self.found.paths.add(text.rstrip("/\\"))
+            return local_placeholder(text)
+        if is_name(text) and not looks_like_host(text) and self.found.redact(v) == v:
+            return v
+        self._count(where, text)
+        return WITHHELD
+
+    def _memory_log(self, v: Any, where: str, private: bool, key: str) -> Any:
+        """A tool's log or a prefetch: rebuilt (unit ids, owners, views), its model-written `query` private text."""
+        if isinstance(v, list):
+            return [self._memory_log(x, where, private, key) for x in v]
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                if k == "query":
+                    from harness.records.schema import PRIVATE_TEXT
+
+                    out[k] = self._field(PRIVATE_TEXT, x, f"{where}.query", private, k)
+                elif isinstance(k, str) and is_name(k):
+                    out[k] = self._memory_log(x, f"{where}.{k}", private, k)
+                else:
+                    self._count(f"{where}.<key>")
+            return out
+        return self.rebuilt(v, key, where)
+
+    def _identity(self, v: Any, where: str) -> Any:
+        """provider:model@URL[:hash] with its URL replaced; a part that is no plain name withheld."""
+        if not isinstance(v, str):
+            return self.rebuilt(v, "", where)
+        m = re.fullmatch(r"([^@]*)@(.*?)(:[0-9a-f]{6,})?", v)
+        if not m:
+            return self._leaf(v, "", where)
+        head, url, tail = m.group(1), m.group(2), m.group(3) or ""
+        if url:
+            self.found.urls.add(url)
+        if not is_name(head):
+            self._count(where)
+            return WITHHELD
+        return f"{head}@{URL if url else ''}{tail}"

@@ -619,3 +619,94 @@ def read_json(kind: str, path: str | Path) -> BaseModel:
 def dump(model: BaseModel) -> str:
     """The JSON text a model is written as (sorted keys, so files compare byte for byte)."""
     return json.dumps(model.model_dump(mode="json"), indent=1, ensure_ascii=False, sort_keys=True)
+
+
+# ------------------------------------------------------------------------------ what may be published
+
+
+# WHY here: one place says, for every field of every file a stage writes, what `make publish` may do with it
+# (harness.records.privacy.published applies it; analysis/publish.py writes nothing else). A field or a file
+# without a policy is withheld. The policies:
+PUBLISHED = "published"  # as written: ids, enums, numbers, hashes, times (a string still passes the last scan)
+TEXT = "text"  # the study's own text (questions, error lines): published, the shapes of secrets replaced
+PRIVATE_TEXT = "private text"  # text a model or judge read or wrote: withheld when the run saw a private unit
+REBUILT = "rebuilt"  # rebuilt from structure: keys kept; a leaf is kept only when it is a number, a flag or a
+#                      plain name; a URL becomes <endpoint url> or scheme://<host>, a local path a placeholder
+#                      without names, anything else (a DSN, a note, an interpolation) <withheld>
+WITHHELD = "withheld"
+IDENTITY = "identity"  # provider:model@URL:hash: the URL replaced, the rest rebuilt
+MEMORY_LOG = "memory log"  # a tool's log: rebuilt, its `query` private text
+
+POLICY: dict[str, dict[str, Any]] = {
+    "provenance": {"stage": PUBLISHED, "label": PUBLISHED, "seed": PUBLISHED, "config_hash": PUBLISHED,
+                   "data_sha256": PUBLISHED, "data_path": REBUILT, "versions": REBUILT, "code": "code",
+                   "model": REBUILT, "prices": REBUILT, "offpeak": REBUILT, "index": REBUILT, "encoder": REBUILT},
+    "record": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "condition": PUBLISHED, "module": PUBLISHED,
+               "qid": PUBLISHED, "qtype": PUBLISHED, "variant": PUBLISHED, "repeat": PUBLISHED, "org": PUBLISHED,
+               "attempt": PUBLISHED, "status": PUBLISHED, "error": PRIVATE_TEXT, "failure_reason": PUBLISHED,
+               "question": TEXT, "question_date": PUBLISHED, "gold": PRIVATE_TEXT, "abstention": PUBLISHED,
+               "answer": PRIVATE_TEXT, "model_calls": PUBLISHED, "agent_calls": PUBLISHED, "tool_calls": PUBLISHED,
+               "tool_rounds": PUBLISHED, "forced_answer": PUBLISHED, "tokens": PUBLISHED, "cost_list": PUBLISHED,
+               "cost_paid": PUBLISHED, "wall_s": PUBLISHED, "setup_s": PUBLISHED, "memory_preparing": PUBLISHED,
+               "retrieval_s": PUBLISHED, "empty_results": PUBLISHED, "error_results": PUBLISHED,
+               "evidence": REBUILT, "decomposition": PUBLISHED, "calls": ["model_call"], "tools": ["tool_call"],
+               "prefetch": MEMORY_LOG, "condition_notes": REBUILT, "condition_config": REBUILT, "adapter": REBUILT,
+               "endpoint": REBUILT, "memory_space": REBUILT, "finished": PUBLISHED, "prereg_sha256": PUBLISHED,
+               "transcript": PRIVATE_TEXT},
+    "code": {"commit": PUBLISHED, "dirty": PUBLISHED},
+    "model_call": {"prompt": PUBLISHED, "hit": PUBLISHED, "miss": PUBLISHED, "output": PUBLISHED,
+                   "reasoning": PUBLISHED, "cache_reported": PUBLISHED, "latency_s": PUBLISHED, "finish": PUBLISHED,
+                   "role": PUBLISHED, "cost_list": PUBLISHED, "cost_paid": PUBLISHED, "ts": PUBLISHED,
+                   "usage_reported": PUBLISHED, "usage_estimated": PUBLISHED, "flags": TEXT, "sent": REBUILT,
+                   "dropped": PUBLISHED},
+    "tool_call": {"name": PUBLISHED, "arguments": PRIVATE_TEXT, "chars": PUBLISHED, "sessions": PUBLISHED,
+                  "empty": PUBLISHED, "error": PUBLISHED, "retrieval_s": PUBLISHED, "wall_s": PUBLISHED,
+                  "cut": PUBLISHED, "log": MEMORY_LOG, "failure": PUBLISHED, "overrode_defaults": REBUILT},
+    "transcript": {"role": PUBLISHED, "system_sha256": PUBLISHED, "tools": PUBLISHED, "messages": TEXT},
+    "stage": {"schema_version": PUBLISHED, "kind": PUBLISHED, "config_hash": PUBLISHED, "stage": PUBLISHED,
+              "label": PUBLISHED, "seed": PUBLISHED, "data": REBUILT, "plan": REBUILT, "versions": REBUILT,
+              "code": "code", "model": REBUILT, "prereg": REBUILT, "created": PUBLISHED, "sweep": REBUILT,
+              "fidelity": "fidelity", "record": PUBLISHED},
+    "fidelity": {"preset": REBUILT, "accepted": REBUILT, "allow_deviation": REBUILT, "rows": ["fidelity_row"]},
+    "fidelity_row": {"key": PUBLISHED, "setting": TEXT, "paper": TEXT, "stage": REBUILT, "status": PUBLISHED,
+                     "detail": TEXT, "pool": REBUILT},
+    "attempt": {"run": PUBLISHED, "attempt": PUBLISHED, "ts": PUBLISHED},
+    "session": {"started": PUBLISHED, "ended": PUBLISHED, "host": WITHHELD, "pid": PUBLISHED, "pending": PUBLISHED,
+                "started_runs": PUBLISHED, "stopped": TEXT, "wall_s": PUBLISHED, "first_run_started_s": PUBLISHED,
+                "first_record_s": PUBLISHED, "memory": PUBLISHED},
+    "ledger": {"event": PUBLISHED, "tag": PUBLISHED, "attempt": PUBLISHED, "ts": PUBLISHED, "role": PUBLISHED,
+               "call": PUBLISHED, "model": REBUILT, "path": TEXT, "status": PUBLISHED, "latency_s": PUBLISHED,
+               "prompt": PUBLISHED, "hit": PUBLISHED, "miss": PUBLISHED, "output": PUBLISHED,
+               "reasoning": PUBLISHED, "cache_reported": PUBLISHED, "usage_reported": PUBLISHED,
+               "usage_estimated": PUBLISHED, "flags": TEXT, "sent": REBUILT, "response_model": REBUILT,
+               "finish": PUBLISHED, "adapter": REBUILT, "error": TEXT, "reason": TEXT},
+    "judgement": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "kind": PUBLISHED, "condition": PUBLISHED,
+                  "variant": PUBLISHED, "qid": PUBLISHED, "qtype": PUBLISHED, "run_status": PUBLISHED,
+                  "judge": "judge", "prompt_source": REBUILT, "prompt_source_sha256": PUBLISHED,
+                  "template": TEXT, "answer_slot": PUBLISHED, "prompt_sha256": PUBLISHED, "prompt": PRIVATE_TEXT,
+                  "reply": PRIVATE_TEXT, "label": PUBLISHED, "status": PUBLISHED, "cached": PUBLISHED,
+                  "attempt": PUBLISHED, "usage": PUBLISHED, "cost_list": PUBLISHED, "cost_paid": PUBLISHED,
+                  "error": PRIVATE_TEXT, "ts": PUBLISHED, "scores": PUBLISHED},
+    "judge": {"name": REBUILT, "model": REBUILT, "provider": REBUILT, "base_url": REBUILT, "identity": IDENTITY,
+              "params": REBUILT},
+    # files whose content belongs to a component (config.yaml, a judge's info file, a driver lock): structure only
+    "config": {"*": REBUILT},
+}
+POLICY["record"] = {**POLICY["provenance"], **POLICY["record"]}
+
+# every file of a stage folder a publish may write, by its path (fnmatch, first match), and the policy of its
+# objects ("prompt": a system prompt, published with the transcripts that use it); any other file is withheld
+FILE_POLICY: list[tuple[str, str]] = [
+    ("stage.json", "stage"), ("config.yaml", "config"), ("records/*.json", "record"), ("prompts/*.txt", "prompt"),
+    ("ledger.jsonl", "ledger"), ("shards/*/ledger.jsonl", "ledger"), ("attempts.jsonl", "attempt"),
+    ("shards/*/attempts.jsonl", "attempt"), ("judgements/*.attempts.jsonl", "attempt"),
+    ("judgements/*.info.json", "config"), ("judgements/*.jsonl", "judgement"), ("sessions.jsonl", "session"),
+    ("driver.lock", "config"), ("shards/*/lock", "config")]
+
+
+def file_policy(rel: str) -> str | None:
+    """The policy of a stage folder's file (a key of POLICY, or "prompt"); None: the file is withheld."""
+    from fnmatch import fnmatchcase
+
+    return next((kind for pattern, kind in FILE_POLICY if fnmatchcase(rel, pattern) and
+                 rel.count("/") == pattern.count("/")), None)

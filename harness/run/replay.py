@@ -176,30 +176,110 @@ def exact_index_config(index_cfg: dict) -> dict:
             **{k: cfg[k] for k in ("depth", "rrf_k") if k in cfg}}
 
 
-def _open_environment(folder_path: Path, stage_info: dict, records: list[dict], index: dict | None = None):
-    from omegaconf import OmegaConf
+RECEIVED = ".received"  # written by analysis.publish.rebuild into every stage folder it rebuilds from a dataset
+REPO = Path(__file__).resolve().parents[2]
+LOCAL_CACHE = ".cache"  # conf/config.yaml's cache_dir: where this machine keeps embeddings
 
-    from harness.records.privacy import is_redacted
-    from harness.run.context import Environment
-    from harness.run.plan import RunSpec
+
+def _record_index(node: Any, where: str = "index") -> dict:
+    """What the replay takes of a stage's index settings: the backend's name and the numbers, flags and named
+    choices that make its results (dim, m, ef_runtime, iterative_scan...), never a place (a DSN, a URL, a table or
+    index name, a path): those are this machine's defaults (harness.services), whoever wrote the config."""
+    from dataclasses import fields
+
+    from harness.memory.backends.base import backend_class
+    from harness.records.privacy import _PLACE_KEY, is_name
+    from harness.run.settings import index_schema
+
+    if not isinstance(node, dict):
+        raise ReplayUnavailable(f"the stage's {where} settings are not a mapping")
+    name = node.get("name") or node.get("backend")
+    if not isinstance(name, str) or not is_name(name):
+        raise ReplayUnavailable(f"the stage's {where} names no backend")
+    try:
+        backend_class(name)
+        schema = {f.name: f.default for f in fields(index_schema(name))}
+    except Exception:
+        raise ReplayUnavailable(f"the stage's index backend {name!r} is not registered here") from None
+    out: dict[str, Any] = {"name": name}
+    for key, value in node.items():
+        if key in ("name", "backend") or key not in schema or _PLACE_KEY.match(str(key)):
+            continue
+        if key in ("dense", "lexical"):
+            if isinstance(value, dict):
+                out[key] = _record_index(value, f"{where}.{key}")
+            elif isinstance(value, str) and is_name(value):
+                _record_index({"name": value}, f"{where}.{key}")  # a registered backend's name
+                out[key] = value
+        elif isinstance(value, (bool, int, float)):
+            out[key] = value
+        elif isinstance(value, str) and "${" not in value and is_name(value) and (
+                isinstance(schema[key], str) or key == "hybrid_policy"):
+            out[key] = value  # a named choice among the backend's own (iterative_scan, quant, hybrid_policy)
+    return out
+
+
+def _record_encoder(node: Any) -> dict:
+    """The stage's encoder by name, its settings this tree's own (conf/encoder/<name>.yaml): its path and device are
+    this machine's decisions."""
+    import yaml
+
+    from harness.records.privacy import is_name
+
+    from harness.memory.encoder import SPECS
+
+    name = node.get("name") if isinstance(node, dict) else None
+    if not isinstance(name, str) or not is_name(name) or (name not in SPECS and name != "hash"):
+        raise ReplayUnavailable(f"the stage's encoder {name!r} is not one this tree knows")
+    p = REPO / "conf" / "encoder" / f"{name}.yaml"
+    return (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p.is_file() else {"name": name}
+
+
+def replay_config(folder_path: Path) -> dict:
+    """The configuration the replay builds its space from. The stage's config.yaml is read as the record of what
+    was run, parsed without interpolation (a `${oc.env:...}` in it is text, never resolved): the index backend and
+    its settings, the encoder's name. Every place (cache folder, services' hosts and ports, DSNs, paths) is this
+    machine's default: a received dataset is data, never configuration."""
+    import yaml
 
     cfg_path = folder_path / "config.yaml"
     if not cfg_path.exists():
         raise ReplayUnavailable(f"{cfg_path} is missing")
-    cfg = OmegaConf.load(cfg_path)
+    try:
+        raw = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ReplayUnavailable(f"{cfg_path} is not YAML ({type(exc).__name__})") from None
+    if not isinstance(raw, dict):
+        raise ReplayUnavailable(f"{cfg_path} is not a mapping")
+    return {"cache_dir": LOCAL_CACHE, "index": _record_index(raw.get("index")),
+            "encoder": _record_encoder(raw.get("encoder") or {"name": "minilm"})}
+
+
+def _open_environment(folder_path: Path, stage_info: dict, records: list[dict], index: dict | None = None):
+    from omegaconf import OmegaConf
+
+    from harness.run.context import Environment
+    from harness.run.plan import RunSpec
+
+    stage_index = replay_config(folder_path)
     data = stage_info.get("data") or {}
-    data_path = Path(str(data.get("path") or ""))
-    if not data_path.is_file() and (folder_path / "data" / data_path.name).is_file():
-        data_path = folder_path / "data" / data_path.name  # a folder rebuilt from a published dataset carries it
-    if is_redacted(str(cfg.get("cache_dir"))):  # a published folder: its cache path was left out; the default's
-        cfg.cache_dir = ".cache"                    # (conf/config.yaml) holds what this machine embedded before
-    if not data_path.is_file():
-        raise ReplayUnavailable(f"the stage's data file {data_path} is not here")
+    name = str(data.get("path") or "").replace("\\", "/").rsplit("/", 1)[-1]
+    beside = folder_path / "data" / name if name and name not in (".", "..") else None
+    if (folder_path / RECEIVED).exists():  # rebuilt from a dataset: only the data file its user put beside the card
+        data_path = beside
+    else:
+        data_path = Path(str(data.get("path") or ""))
+        if not data_path.is_file() and beside is not None and beside.is_file():
+            data_path = beside
+    if data_path is None or not data_path.is_file():
+        raise ReplayUnavailable(f"the stage's data file {name or data_path} is not here")
     want = data.get("sha256")
     if want and sha256_file(data_path) != want:
         raise ReplayUnavailable(f"the data file {data_path} changed since the stage ran (sha256 differs)")
-    stage_index = OmegaConf.to_container(cfg.index, resolve=True)
-    cfg.index = OmegaConf.create(replay_index_config(index(stage_index) if index else stage_index))
+    # OmegaConf.create on values already free of interpolation: a "${...}" left in a name was refused above
+    cfg = OmegaConf.create({"cache_dir": stage_index["cache_dir"], "encoder": stage_index["encoder"]})
+    idx = stage_index["index"]
+    cfg.index = OmegaConf.create(replay_index_config(index(idx) if index else idx))
     specs = sorted({RunSpec(r["condition"], str(r["qid"]), r.get("variant") or "", int(r.get("repeat") or 0))
                     for r in records})
     plan = SimpleNamespace(runs=specs, data={"path": str(data_path), "sha256": want}, stage=stage_info.get("stage"))

@@ -1,0 +1,241 @@
+"""The publish policy (harness.records.schema.POLICY, applied by harness.records.privacy.Publisher), as properties.
+
+Hypothesis plants generated credentials, hosts, local paths of generated user names and the text of a private
+agent's unit wherever a stage holds them (config values, record fields, tool logs, transcripts, judgements, ledger
+lines, the driver lock, sessions, a file no policy names), publishes the stage with the defaults and reads every
+byte of the card and every cell of every table: none of them may be there. The explicit regressions (the values the
+issue saw leak) are beside them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from analysis import publish as P
+from harness.records import privacy
+from harness.records.schema import FILE_POLICY, POLICY, RunRecord, file_policy
+from tests.analysis_fixtures import Stage
+
+ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def _mixed(s: str) -> bool:
+    return any(c.isdigit() for c in s) and any(c.isalpha() for c in s)
+
+
+# a credential of any shape: a prefix some service uses, or none, then a random body
+SECRET = st.builds(lambda p, b: p + b, st.sampled_from(["", "sk-", "sk_live_", "gsk_", "glpat-", "npm_", "hf_",
+                                                          "ghp_", "xoxb-", "AKIA", "tok_", "key-", "Zz"]),
+                   st.text(alphabet=ALNUM, min_size=20, max_size=40).filter(_mixed))
+PASSWORD = st.text(alphabet=ALNUM + "!$%^&*", min_size=6, max_size=16).filter(_mixed)
+HOST = st.from_regex(r"[a-z]{3,8}\.(internal|corp|lan)\.(com|net|org)", fullmatch=True)
+# a user's name as people write it: letters of any script, sometimes two words
+WORD = st.text(alphabet=st.characters(whitelist_categories=("Lu", "Ll"), max_codepoint=0x24F), min_size=3,
+               max_size=8)
+USER = st.builds(lambda a, b, two: f"Zq{a}" + (f" Zx{b}" if two else ""), WORD, WORD, st.booleans())
+ASCII_USER = st.from_regex(r"zq[a-z]{3,8}", fullmatch=True)
+MARKER = st.from_regex(r"PRIVUNIT[a-z]{6,10}", fullmatch=True)
+
+
+def _paths(user: str, ascii_user: str) -> list[str]:
+    """The folders a user's files live in, on every kind of machine."""
+    return [f"/home/{user}/runs", f"C:\\Users\\{user}\\runs", f"\\\\fileserver\\{user}\\runs", f"~/{user}/runs",
+            f"~{ascii_user}/runs", f"/dev/shm/{user}/runs", f"/models/{user}/bge", f"/scratch/{user}/My Runs"]
+
+
+def _stage(root: Path, v: dict) -> Path:
+    """A stage with every planted value where users, servers and models put them."""
+    paths = _paths(v["user"], v["ascii_user"])
+    dsn = f"host={v['host']} port=5432 user={v['ascii_user']} password={v['password']} dbname=memspace"
+    basic = base64.b64encode(f"{v['ascii_user']}:{v['password']}".encode()).decode()
+    url = f"http://{v['ascii_user']}:{v['password']}@{v['host']}:8000/v1"
+    config = {"model": {"name": "vllm", "base_url": url, "api_key": v["api_key"],
+                        "extra_headers": {"Authorization": f"Basic {basic}"}},
+              "index": {"name": "pgvector", "dsn": dsn, "dim": 384, "table": f"t_{v['ascii_user']}"},
+              "encoder": {"name": "bge", "path": paths[6]}, "cache_dir": paths[0], "runs_dir": paths[1],
+              "hydra": {"searchpath": [f"file://{paths[0]}/conf"]}, "notes": f"ran by {v['user']} on {v['host']}",
+              "resolved": v["secret"], "mirror": paths[2], "scratch": [paths[3], paths[4], paths[5], paths[7]],
+              "judge": {"name": "gpt", "base_url": f"https://{v['host']}/v1?key={v['secret']}"}}
+    st_ = Stage(root / "runs", "prop", data={"path": f"{paths[5]}/synth_tiny.json", "sha256": "d" * 64,
+                                             "kind": "longmemeval"}, config_extra=config)
+    # what a traceback, a tool or a model writes: a configured credential and this machine's folders in free text
+    text = (f"Traceback: File \"{paths[0]}/x.py\", line 3; File \"{paths[1]}\\loop.py\"; {paths[2]}\\y.txt; "
+            f"{paths[7]}/z.json; OSError: key {v['api_key']} password {v['password']}")
+    # a configured value of no known shape, repeated where a run writes (withheld from the config: replaced here)
+    text += f" resolved {v['secret']} at {v['host']} by {v['ascii_user']}-laptop"
+    # and folders of another machine nobody configured here, found by their shape alone
+    text += " " + " ; ".join(p + ("\\" if "\\" in p else "/") + "x.py" for p in _paths(v["other_user"], "zqother"))
+    pub = st_.add("tool_bm25", "q1", status="failed", tool_calls=1, answer="", tools=[{}])
+    pub.update(error=text, module=v["secret"], failure_reason=f"rejected {v['secret']}", data_path=paths[3],
+               endpoint={"base_url": url, "server": v["host"]}, condition_notes={"note": text},
+               condition_config={"module": "tool_bm25", "dsn": dsn, "k": 5}, adapter={"proxy": url},
+               memory_space={"path": paths[4]}, versions={"python": "3.11", "build": v["secret"]},
+               model={"name": "vllm", "api_key": v["api_key"], "base_url": url},
+               index={"name": "redis_qe", "url": f"redis://:{v['password']}@{v['host']}:6379"})
+    pub["calls"][0].update(finish=v["secret"], flags=[text], sent={"api_key": v["api_key"], "user": v["user"]})
+    pub["tools"][0].update(name="memory_search", arguments=json.dumps({"query": "where", "path": paths[0]}),
+                           log={"kind": "search", "agent": "a0", "view": {"org": "q1", "agent": "a0", "scope": "own"},
+                                "units": [["q1|s1|0|0", "a0"]], "query": "q", "k": 5, "scoring": "bm25",
+                                "cache": paths[1]})
+    # a private-variant run: everything its model read or wrote holds the private unit's text
+    mark = v["marker"]
+    prompt = f"You answer from memory; private memories below: {mark}."
+    sha = hashlib.sha256(prompt.encode()).hexdigest()
+    priv = st_.add("shared", "q2", variant="private", correct=False, leak=True, tool_calls=1,
+                   gold=f"the code is {mark}", answer=f"it is {mark}", tools=[{}])
+    priv.update(error=None, prefetch=[{"kind": "search", "agent": "a4", "view": {"org": "q2@private", "agent": "a4",
+                                                                              "scope": "own"},
+                                       "units": [["q2|s1|0|0", "a4"]], "query": f"find {mark}", "k": 5,
+                                       "scoring": "bm25"}])
+    priv["tools"][0].update(arguments=json.dumps({"query": mark}),
+                            log={"kind": "search", "agent": "a4", "view": {"org": "q2@private", "agent": "a4",
+                                                                           "scope": "own"},
+                                 "units": [["q2|s2|0|0", "a4"]], "query": mark, "k": 5, "scoring": "bm25"})
+    priv["transcript"] = {"role": "agent", "system_sha256": sha, "tools": ["memory_search"], "messages": [
+        {"role": "user", "content": f"q? {mark}", "tool_calls": None, "tool_call_id": None, "tool": None,
+         "call": None, "asked": None}]}
+    # a public-variant run without a view that retrieved a private agent's unit: its text stays home as well
+    seen = st_.add("no_view", "q3", variant="public", tool_calls=1, answer=f"saw {mark}", tools=[{}])
+    seen["tools"][0].update(arguments=json.dumps({"query": f"about {mark}"}),
+                            log={"kind": "search", "agent": None, "view": {"org": "q3@public", "agent": None,
+                                                                           "scope": "all"},
+                                 "units": [["q3|s1|0|0", "a1"], ["q3|s2|0|0", "a5"]], "query": mark, "k": 5,
+                                 "scoring": "bm25"})
+    for j in st_.judgements:
+        j["judge"].update(base_url=url, identity=f"openai_compatible:judge@{url}:0123abcd4567",
+                          params={"api_key": v["api_key"], "temperature": 0})
+        if j["run_id"] in (priv["run_id"], seen["run_id"]):
+            j.update(prompt=f"Gold: the code is {mark}. Answer: it is {mark}", reply=f"yes, {mark}")
+        else:
+            j.update(template=f"see {paths[0]}/t.txt")
+    st_.ledger.append({"event": "interrupted", "tag": pub["run_id"], "attempt": 1, "ts": "2026-10-08T10:00:00Z",
+                       "reason": f"killed on {paths[0]}/x", "error": text, "sent": {"api_key": v["api_key"]},
+                       "adapter": {"headers": {"Authorization": f"Basic {basic}"}}})
+    folder = st_.write()
+    (folder / "prompts").mkdir()
+    (folder / "prompts" / f"{sha}.txt").write_text(prompt)
+    (folder / "driver.lock").write_text(json.dumps({"host": f"{v['ascii_user']}-laptop", "pid": 4242}) + "\n")
+    (folder / "sessions.jsonl").write_text(json.dumps({
+        "started": "2026-10-08T09:00:00Z", "ended": "2026-10-08T10:00:00Z", "host": f"{v['ascii_user']}-laptop",
+        "pid": 4242, "pending": 0, "started_runs": 2, "stopped": None, "wall_s": 1.0, "first_run_started_s": 0.1,
+        "first_record_s": 0.5, "memory": {"questions": 1, "ready": 1, "chunks": 1, "embedded": 1, "chunk_s": 0.0,
+                                          "embed_s": 0.0, "first_ready_s": 0.0, "all_ready_s": 0.0}}) + "\n")
+    (folder / "notes.txt").write_text(f"{v['secret']} {v['user']} {mark}")  # a file no policy names
+    return folder
+
+
+def _strings(value) -> list[str]:
+    """A cell's strings, and those of the JSON a string holds (a nested part is JSON text)."""
+    if isinstance(value, str):
+        out = [value]
+        try:
+            inner = json.loads(value)
+        except (ValueError, RecursionError):
+            return out
+        return out + (_strings(inner) if not isinstance(inner, str) else [inner])
+    if isinstance(value, list):
+        return [s for x in value for s in _strings(x)]
+    if isinstance(value, dict):
+        return [s for k, x in value.items() for s in [str(k), *_strings(x)]]
+    return [str(value)]
+
+
+def published_text(out: Path) -> list[tuple[str, str]]:
+    """Every file of the published folder as text (each parquet table cell by cell, JSON inside cells decoded)."""
+    parts = []
+    for p in sorted(out.rglob("*")):
+        if p.suffix == ".parquet":
+            for i, row in enumerate(pq.read_table(p).to_pylist()):
+                for col, v in row.items():
+                    parts += [(f"{p.parent.name}[{i}].{col}", s) for s in _strings(v)]
+        elif p.is_file():
+            parts.append((str(p.relative_to(out)), p.read_text(encoding="utf-8")))
+    return parts
+
+
+PLANTED = st.fixed_dictionaries({"secret": SECRET, "api_key": SECRET, "password": PASSWORD, "host": HOST,
+                                 "user": USER, "other_user": USER, "ascii_user": ASCII_USER, "marker": MARKER})
+
+
+# no shrinking: a failing example is printed as generated (shrinking a publish takes minutes)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          phases=[Phase.explicit, Phase.generate], database=None)
+@given(v=PLANTED)
+def test_nothing_planted_reaches_a_byte_or_cell_of_the_published_folder(v):
+    root = Path(tempfile.mkdtemp(prefix="memspace-policy-"))
+    try:
+        folder = _stage(root, v)
+        ex = P.publish([folder], root / "ds", say=lambda s: None)
+        forbidden = [v["secret"], v["api_key"], v["password"], v["host"], v["ascii_user"], v["marker"],
+                     *v["user"].split(" "), *v["other_user"].split(" "), "zqother"]
+        found = [(where, bad) for where, text in published_text(root / "ds") for bad in forbidden if bad in text]
+        assert found == [], found[:5]
+        # and the card counts what stayed home
+        left_out = "\n".join(P.read_card(root / "ds")["left_out"])
+        assert "the text of 2 run(s) whose context held a private agent's memory unit" in left_out
+        assert "record.answer 2" in left_out and "judgement.prompt 3" in left_out and "prop/prop/notes.txt" in left_out
+        assert ex.private_transcripts == 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@settings(max_examples=60, deadline=None, phases=[Phase.explicit, Phase.generate], database=None)
+@given(v=PLANTED, key=st.from_regex(r"[a-z]{1,12}(_[a-z]{1,8})?", fullmatch=True))
+def test_a_config_value_that_is_no_plain_name_is_withheld_under_any_key(v, key):
+    """Whatever a config's key is called, a credential, a DSN, a host with a user, a path of a user or an
+    interpolation under it is rebuilt to a placeholder, never published as written."""
+    paths = _paths(v["user"], v["ascii_user"])
+    values = [v["secret"], v["api_key"], f"host={v['host']} password={v['password']}",
+              f"{v['ascii_user']}:{v['password']}@{v['host']}:5432", f"Authorization: Basic {v['password']}",
+              f"${{oc.env:{key.upper()}}}", *paths, f"https://{v['host']}/s/{v['secret']}"]
+    pub = privacy.Publisher(privacy.Private())
+    out = json.dumps(pub.publish("config", {key: values, "nested": {key: {"deeper": values}}}), ensure_ascii=False)
+    for bad in [v["secret"], v["api_key"], v["password"], v["host"], v["ascii_user"], "oc.env",
+                *v["user"].split(" ")]:
+        assert bad not in out, (bad, out)
+
+
+def test_every_field_of_every_schema_model_has_a_declared_policy():
+    """A field the schema gains without a policy would be withheld (dropped): this names it instead."""
+    from harness.records.schema import (Attempt, DriverSession, JudgeIdentity, Judgement, LedgerEvent, ModelCall,
+                                        StageInfo, ToolCall, Transcript)
+
+    for kind, model in [("record", RunRecord), ("model_call", ModelCall), ("tool_call", ToolCall),
+                        ("transcript", Transcript), ("stage", StageInfo), ("attempt", Attempt),
+                        ("session", DriverSession), ("ledger", LedgerEvent), ("judgement", Judgement),
+                        ("judge", JudgeIdentity)]:
+        assert set(model.model_fields) == set(POLICY[kind]), (kind, set(model.model_fields) ^ set(POLICY[kind]))
+    assert file_policy("records/x.json") == "record" and file_policy("notes.txt") is None
+    assert file_policy("records/sub/x.json") is None and file_policy("judgements/j.info.json") == "config"
+    assert all(kind in POLICY or kind == "prompt" for _, kind in FILE_POLICY)
+
+
+@pytest.mark.parametrize("value", [
+    "host=db.internal port=5432 user=jo password=hunter2 dbname=m",  # pgvector's own libpq form
+    "jo:pw1234@db.internal:5432",  # user:password@host:port without a scheme
+    "Authorization: Basic am86aHVudGVyMg==",
+    "gsk_" + "aB3" * 16, "sk_live_" + "Ab1" * 8, "glpat-" + "xY9" * 7, "npm_" + "aB1" * 12,
+    "0123456789abcdef0123456789abcdef",  # a 32-hex key
+    "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",  # an AWS secret
+    "https://hooks.example.com/T0/abcdefghijklmnopqrstuvwxyzabcdef",  # a capability token in a URL path
+    "/home/Jo Doe/runs", "C:\\Users\\Jo Doe\\runs", "\\\\server\\share\\jo", "~/runs/jo", "/dev/shm/jdoe/x",
+    "/models/jdoe/bge", "${oc.env:HOME}"])
+def test_what_the_issue_saw_published_is_withheld_from_a_config(value):
+    pub = privacy.Publisher(privacy.Private())
+    out = pub.publish("config", {"index": {"dsn": value}, "anything": value, "list": [value]})
+    assert out["index"]["dsn"] == privacy.WITHHELD
+    assert out["anything"] in (privacy.WITHHELD, privacy.LOCAL, "https://<host>"), out
+    for part in ("hunter2", "pw1234", "am86", "aB3", "Ab1", "xY9", "0123456789abcdef", "wJalr", "abcdefghijkl",
+                 "Jo Doe", "jdoe", "server", "oc.env"):
+        if part in value:
+            assert part not in json.dumps(out), (part, out)
