@@ -1,4 +1,6 @@
-"""`python -m analysis.run [runs=PATH ...] [out=results] [...]` — what `make analyze` calls.
+"""`python -m analysis.run [runs=PATH ...] [out=results] [...]` — the analysis of the agent and backend studies.
+
+`make analyze` runs it through the study registry (harness.cli.analyze) when a folder of those studies exists.
 
 Regenerates, from the run records, the judgements and the ledger alone, a results
 folder with CSV tables, PNG figures and one Markdown report (report.md) linking them.
@@ -59,6 +61,8 @@ from analysis.tables.exposure import violations
 
 MARKER = ".generated-by-analysis"
 REPLAY_MODES = ("org", "all", "none")
+OPTIONS = ("runs", "out", "prereg", "judge", "resamples", "replay", "runs_root", "lenient", "pool", "errata",
+           "errata_sha256")  # the keys parse_args reads (harness.cli.analyze hands each analysis its own)
 FLOAT_FORMAT = "%.15g"
 
 
