@@ -7,7 +7,7 @@ each, in the order of their kinds; it names no study. A study with no folder is 
 either study alone analyses cleanly (exit 0), and a plugged-in study's folders reach its own
 analysis.
 
-Arguments: `runs=` and `runs_root=` choose the folders, as every analysis reads them; any
+Arguments: `runs=` (or bare paths) and `runs_root=` choose the folders, as every analysis reads them; any
 other `key=value` goes to each chosen analysis that declares the key in its module's
 `OPTIONS` (an analysis without `OPTIONS` takes them all), and a key no chosen analysis
 declares is refused (exit 2) before anything is written.
@@ -85,16 +85,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         declared = [_options(m) for m in modules.values()]
         if all(d is not None for d in declared):
             known = set().union(*declared)
-            unknown = [a for a in argv if "=" in a and a.partition("=")[0] not in known]
+            unknown = [a for a in argv if a.partition("=")[0] not in known and ("=" in a or not Path(a).exists())]
             if unknown:
                 raise AnalysisError(f"no analysis of {', '.join(kinds)} reads {', '.join(unknown)} "
                                     f"(they read: {', '.join(sorted(known))})")
     except (AnalysisError, PluginError, RegistryError, studies.StudyError) as exc:
         return announce(exc)  # error: ..., exit 2 (harness.failures)
+    runs, _ = _paths(argv)
+    argv = [a for a in argv if "=" in a and a.partition("=")[0] != "runs"] + ([f"runs={','.join(runs)}"] if runs else [])
     code = 0
     for target, module in modules.items():
         own = _options(module)
-        args = [a for a in argv if own is None or a.partition("=")[0] in own or "=" not in a]
+        args = [a for a in argv if own is None or a.partition("=")[0] in own]
         print(f"analysis of {', '.join(steps[target])}: python -m {target.partition(':')[0]} {' '.join(args)}".rstrip(),
               file=sys.stderr)
         rc = getattr(module, target.partition(":")[2])(args)
