@@ -672,4 +672,22 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
             shared = endpoint if _same_endpoint(cfg.judge, cfg.model) else None
         labels = judge_after(cfg, rd, shared, budget) if judging else None
     print(step.summary(rd, labels, str(cfg.judge.name) if judging else None), file=sys.stderr)
+    print("\n".join(next_steps(cfg, rd, len(plan.runs), judged=judging)), file=sys.stderr)
     return rd
+
+
+def next_steps(cfg, rd, planned: int, judged: bool) -> list[str]:
+    """What to run next, and that the same command resumes: the last lines of every stage."""
+    name = str(cfg.stage.name)
+    done = len(rd.record_paths())
+    lines = [f"{rd.root}: {done} of {planned} planned runs recorded"
+             + ("" if done >= planned else "; the same command resumes where it stopped (what is recorded is kept)")]
+    if done >= planned:
+        lines.append("the same command again runs nothing more (every run is recorded); retry_failed=true runs "
+                     "the failed ones again")
+    study = studies.get(cfg.stage.get("kind"))
+    if study.judge and not judged:
+        lines.append(f"next: make judge STAGE={name} (with the same ARGS), then make analyze")
+    else:
+        lines.append("next: make analyze (tables, figures, report under results/)")
+    return lines
