@@ -289,6 +289,10 @@ def summary(res: Results, out: Path) -> str:
         lines.append(f"errata {res.errata.path} (sha256 {res.errata.sha256[:16]}): {n} question(s) of these folders "
                      f"affected; every table under the corrected gold in {out}/corrected/")
         lines += [f"CHANGES UNDER CORRECTED GOLD: {x}" for x in changes(res)] or ["no conclusion changes under the corrected gold"]
+    empty = [t.csv for t in registry.tables() if t.csv and res.table(t.name).empty]
+    if empty:
+        lines.append(f"{len(empty)} of {len(registry.csv_files())} CSVs hold their header only (no row for these "
+                     f"stages; report.md, Files, says what would fill each): {', '.join(empty)}")
     lines.append(f"wrote {out}/report.md")
     return "\n".join(lines)
 
