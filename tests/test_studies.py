@@ -147,3 +147,32 @@ def test_no_makefile_line_and_no_command_names_a_study():
     said += [(n, p.name) for p, text in commands.items() for n in names
              if re.search(rf"(from|import) {re.escape(n)}\b|[\"']{re.escape(n)}[\"']", text)]
     assert not said, said
+
+
+def test_make_analyze_with_both_studies_writes_each_analysis_once_the_default_studys_first(tmp_path):
+    """One out= for both studies: the agent analysis rewrites the folder, the personalization analysis writes
+    its own folder inside it afterwards (so neither erases or overwrites the other's table2.csv)."""
+    import yaml
+
+    from tests.analysis_fixtures import Stage, sha256_file
+    from tests.personal_helpers import fake_folder
+
+    data = yaml.safe_load((REPO / "conf" / "prereg" / "hypotheses.yaml").read_text())
+    data["settings"].update(resamples=20, primary_resamples=20)
+    pre = tmp_path / "hypotheses.yaml"
+    pre.write_text(yaml.safe_dump(data, sort_keys=False))
+    runs = tmp_path / "runs"
+    s = Stage(runs, "main", prereg_sha=sha256_file(pre))
+    s.add("session_search", "q0")
+    s.write()
+    fake_folder(runs, "personal", "gpt-4o", {"name": "gpt4o", "model": "gpt-4o"},
+                [{"condition": c, "trial_id": "t0000", "llm": {"profile": 3, "task": 4, "integration": 3}}
+                 for c in ("naive_concat", "kernel_shared")])
+    out = tmp_path / "results"
+    ana = _run(["harness.cli.analyze", f"runs_root={runs}", f"out={out}", f"prereg={pre}", "resamples=20",
+                "lenient=true"], dict(os.environ), REPO)
+    assert ana.returncode == 0, ana.stderr[-3000:] + ana.stdout[-2000:]
+    said = [ln for ln in ana.stderr.splitlines() if ln.startswith("analysis of ")]
+    assert [ln.split(":")[0] for ln in said] == ["analysis of agents", "analysis of personal"], said
+    assert "prereg=" not in said[1] and "lenient=" not in said[1]  # each analysis gets the options it reads
+    assert (out / "report.md").exists() and (out / "personal" / "personal.md").exists()

@@ -10,7 +10,8 @@ analysis.
 Arguments: `runs=` (or bare paths) and `runs_root=` choose the folders, as every analysis reads them; any
 other `key=value` goes to each chosen analysis that declares the key in its module's
 `OPTIONS` (an analysis without `OPTIONS` takes them all), and a key no chosen analysis
-declares is refused (exit 2) before anything is written.
+declares is refused (exit 2) before anything is written. `out=DIR` goes to the first analysis (the
+default study's, which rewrites DIR as a whole); each later one writes DIR/<its kind>.
 
 Exit codes: the highest of the analyses' (0 written and clean; 1 written with something left
 out, each analysis says what; 2 bad arguments or no stage folder).
@@ -52,9 +53,11 @@ def kinds_present(argv: Sequence[str]) -> list[str]:
 
 
 def analyses(kinds: Sequence[str]) -> dict[str, list[str]]:
-    """Each analysis step ("module:function") of the given study kinds -> the kinds it reads, in order."""
+    """Each analysis step ("module:function") of the given study kinds -> the kinds it reads. The default
+    study's analysis comes first: it rewrites the results folder as a whole, the others write inside it."""
+    first = studies.get(None).kind
     out: dict[str, list[str]] = {}
-    for kind in kinds:
+    for kind in sorted(kinds, key=lambda k: (k != first, k)):
         study = studies.get(kind)
         target = study.analysis if ":" in study.analysis else f"{study.analysis}:main"
         out.setdefault(target, []).append(kind)
@@ -93,10 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return announce(exc)  # error: ..., exit 2 (harness.failures)
     runs, _ = _paths(argv)
     argv = [a for a in argv if "=" in a and a.partition("=")[0] != "runs"] + ([f"runs={','.join(runs)}"] if runs else [])
+    out = next((a.partition("=")[2] for a in argv if a.startswith("out=")), None)
     code = 0
-    for target, module in modules.items():
+    for i, (target, module) in enumerate(modules.items()):
         own = _options(module)
         args = [a for a in argv if own is None or a.partition("=")[0] in own]
+        if out and i:  # one out= for several analyses: each after the first in a folder of its own inside it
+            args = [a for a in args if not a.startswith("out=")] + [f"out={out}/{steps[target][0].replace('/', '_')}"]
         print(f"analysis of {', '.join(steps[target])}: python -m {target.partition(':')[0]} {' '.join(args)}".rstrip(),
               file=sys.stderr)
         rc = getattr(module, target.partition(":")[2])(args)
