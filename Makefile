@@ -68,9 +68,9 @@ run: setup
 judge: setup
 	$(PY) -m judge.run stage=$(STAGE) $(if $(errata),+errata=$(errata)) $(ARGS)
 
+# the analysis of every study that has a stage folder, through the study registry (harness/cli/analyze.py)
 analyze: setup
-	$(PY) -m analysis.run $(if $(RUNS),runs=$(RUNS)) $(if $(errata),errata=$(errata)) $(ARGS); rc=$$?; \
-	$(PY) -m analysis.personal $(if $(RUNS),runs=$(RUNS)) $(PERSONAL_ARGS) && exit $$rc
+	$(PY) -m harness.cli.analyze $(if $(RUNS),runs=$(RUNS)) $(if $(errata),errata=$(errata)) $(ARGS)
 
 # the second paper's study as published: stage=personal on its three assistant models (conf/model/gpt4o,
 # llama31_8b, qwen25_7b), one folder each, then the rubric judge on each (JUDGE=... picks the judge)

@@ -137,7 +137,7 @@ def realistic(folder) -> tuple[bool, str]:
     another encoder than the one that embedded the corpus never count. A folder from before the
     per-encoder ranges (no `thresholds_encoder`) was checked against MiniLM's range, which holds only
     for a MiniLM folder."""
-    from bench.backends.diagnostics import realism_checks
+    from bench.backends.diagnostics import realism_checks, unchecked
 
     d = read(folder)["diagnostics"]
     if d is None:
@@ -155,7 +155,9 @@ def realistic(folder) -> tuple[bool, str]:
     if not checks:
         return False, "no realistic range recorded: the corpus was never checked"
     if all(v is True for v in checks.values()):
-        return True, f"corpus diagnostics in the realistic range of encoder {enc}"
+        skipped = unchecked(d, d.get("thresholds") or {})
+        return True, (f"corpus diagnostics in the realistic range of encoder {enc}"
+                      + (f"; not checked: {', '.join(skipped)}" if skipped else ""))
     return False, f"corpus diagnostics outside the realistic range of encoder {enc}: {checks}"
 
 

@@ -36,7 +36,8 @@ def render(res: Any) -> str:
     for table in registry.tables():
         if table.section:
             parts.append(table.section(res))
+    empty = {t.csv: registry.empty_reason(t) for t in registry.tables() if t.csv and res.table(t.name).empty}
     files = registry.csv_files()
-    parts.append("\n## Files\n\n" + "\n".join(f"- {link(name)}" for name in sorted(
-        [*files.values(), *res.figures])) + "\n")
+    parts.append("\n## Files\n\n" + "\n".join(f"- {link(name)}" + (f": {empty[name]}" if name in empty else "")
+                                                 for name in sorted([*files.values(), *res.figures])) + "\n")
     return "".join(parts)

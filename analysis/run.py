@@ -1,4 +1,6 @@
-"""`python -m analysis.run [runs=PATH ...] [out=results] [...]` — what `make analyze` calls.
+"""`python -m analysis.run [runs=PATH ...] [out=results] [...]` — the analysis of the agent and backend studies.
+
+`make analyze` runs it through the study registry (harness.cli.analyze) when a folder of those studies exists.
 
 Regenerates, from the run records, the judgements and the ledger alone, a results
 folder with CSV tables, PNG figures and one Markdown report (report.md) linking them.
@@ -59,6 +61,8 @@ from analysis.tables.exposure import violations
 
 MARKER = ".generated-by-analysis"
 REPLAY_MODES = ("org", "all", "none")
+OPTIONS = ("runs", "out", "prereg", "judge", "resamples", "replay", "runs_root", "lenient", "pool", "errata",
+           "errata_sha256")  # the keys parse_args reads (harness.cli.analyze hands each analysis its own)
 FLOAT_FORMAT = "%.15g"
 
 
@@ -285,6 +289,10 @@ def summary(res: Results, out: Path) -> str:
         lines.append(f"errata {res.errata.path} (sha256 {res.errata.sha256[:16]}): {n} question(s) of these folders "
                      f"affected; every table under the corrected gold in {out}/corrected/")
         lines += [f"CHANGES UNDER CORRECTED GOLD: {x}" for x in changes(res)] or ["no conclusion changes under the corrected gold"]
+    empty = [t.csv for t in registry.tables() if t.csv and res.table(t.name).empty]
+    if empty:
+        lines.append(f"{len(empty)} of {len(registry.csv_files())} CSVs hold their header only (no row for these "
+                     f"stages; report.md, Files, says what would fill each): {', '.join(empty)}")
     lines.append(f"wrote {out}/report.md")
     return "\n".join(lines)
 

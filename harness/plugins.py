@@ -7,6 +7,10 @@ plugin module (`load()`); a module registers what it defines at import. So what 
 holds never depends on which modules happened to be imported first, and a second entry under a
 name is refused with both origins named, never a silent replacement.
 
+A plugin's names live in its namespace: a module outside the tree registers `<its top-level
+package>/<name>` (`mypkg/recent`), the tree's own modules bare names (`recent`), so a plugin, the
+test suite's toys included, never takes a name a user of the tree would choose (namespace_refusal).
+
 Plugins come in two ways, both imported once: the entry points of group `memspace_harness` of
 any installed distribution (`[project.entry-points.memspace_harness] mine = "mypkg.tables"`),
 and the modules named in $MEMSPACE_PLUGINS (comma-separated; for a package not installed).
@@ -65,6 +69,33 @@ def load() -> list[str]:
     return new
 
 
+TREE = ("harness", "conditions", "judge", "analysis", "bench")  # the project's own packages: bare names are theirs
+
+
+def namespace(origin: str) -> str | None:
+    """The namespace a registering module's names live in: None for the tree's modules (bare names), else
+    the module's top-level package (`mypkg.tables` -> `mypkg`). A file path (a preset yaml) has none."""
+    if not origin or "/" in origin or os.sep in origin or origin == "?":
+        return None
+    top = origin.split(".")[0]
+    return None if top in TREE else top
+
+
+def namespace_refusal(kind: str, name: str, origin: str) -> str | None:
+    """Why `origin` may not register `name`, or None. The allowlist: the tree's modules register bare names;
+    a module outside the tree registers only `<its top-level package>/<name>` (as inspect_ai's
+    `package/name`), so no plugin, the tests' toys included, takes a name a user of the tree would choose."""
+    ns = namespace(origin)
+    if ns is None:
+        if "/" in name and not ("/" in origin or os.sep in origin):
+            return f"{kind} {name!r} from {origin}: a name with '/' is a plugin's; the tree's modules use bare names"
+        return None
+    if not name.startswith(ns + "/") or len(name) == len(ns) + 1:
+        return (f"{kind} {name!r} from {origin}: a plugin's names live in its namespace: register "
+                f"'{ns}/{name.rpartition('/')[2]}'")
+    return None
+
+
 def caller(depth: int = 2) -> str:
     """The module that called the caller (the frame, not inspect.stack(): that reads every frame's source)."""
     return sys._getframe(depth).f_globals.get("__name__", "?")
@@ -92,6 +123,9 @@ class Registry(Generic[T]):
 
     def register(self, name: str, entry: T, origin: str | None = None) -> T:
         origin = origin or caller()
+        refused = namespace_refusal(self.kind, name, origin)
+        if refused:
+            raise RegistryError(refused)
         old = self._entries.get(name)
         if old is not None and old[1] != origin:
             raise RegistryError(f"{self.kind} {name!r} is registered twice: by {old[1]} and by {origin}")

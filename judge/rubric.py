@@ -39,6 +39,7 @@ from omegaconf import OmegaConf
 
 from harness.data import personal as trials_data
 from harness.endpoints.client import Meter, ModelCallFailed
+from harness.endpoints.presets import PAPER_JUDGE_MODEL, is_paper_judge  # noqa: F401  (judge.rubric's names too)
 from harness.records import RunDir
 from harness.records.ledger import Ledger, read_ledger
 from harness.records.schema import parse as parse_record
@@ -282,17 +283,6 @@ def _current(old: dict, rec: dict, trial: dict, hybrid: bool, ident: str) -> boo
     sha = hashlib.sha256(prompt_for(rec, trial).encode()).hexdigest()
     return old["status"] in ("ok", "unparsable") and old.get("hybrid") == hybrid \
         and (old.get("judge") or {}).get("identity") == ident and old.get("prompt_sha256") == sha
-
-
-PAPER_JUDGE_MODEL = "gpt-5.4"  # the paper's sole judge (Section 4.2); conf/judge/gpt54.yaml
-
-
-def is_paper_judge(model) -> bool:
-    """GPT-5.4 itself or a dated snapshot of it (gpt-5.4-2026-03-05), never a sibling sharing its prefix
-    (gpt-5.4-mini, gpt-5.41): those are other judges."""
-    import re
-
-    return re.fullmatch(re.escape(PAPER_JUDGE_MODEL) + r"(-\d{4}-\d{2}-\d{2})?", str(model).strip().lower()) is not None
 
 
 def paper_judge_refusal(cfg) -> str | None:

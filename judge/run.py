@@ -1,9 +1,9 @@
 """`python -m judge.run stage=NAME [judge=local|deepseek|...]` — what `make judge` calls.
 
-Judges a stage's records with the judge its study names (harness/studies/): LongMemEval's
-answer check for the agent stages (judge/answer_check.py), the rubric for the
-personalization study (judge/rubric.py). Both are peers over judge/common.py; this module
-only asks the study which.
+Judges a stage's records with the judge its study names (harness/studies/: `Study.judge`,
+and `Study.judge_refusal`, asked before anything, even in a dry run); a study that names no
+judge (the backend study) has nothing to judge (exit 0). The judges are peers over
+judge/common.py; this module names none of them and no study.
 
 Exit codes: 0 done; 2 no records, bad prompts or records; 3 stopped on an environment
 failure, or some judgements failed (run the same command again); 4 the budget is reached.
@@ -19,8 +19,6 @@ from omegaconf import DictConfig
 from harness.failures import BAD_INPUT, returns_exit_code
 from harness.records import RunDir
 from harness.run import sweep as _sweep  # noqa: F401  (hydra.sweep.dir's resolver: a dry run writes no sweep file)
-from judge.answer_check import identity, judge_model_config, judge_stage, judgements_path, load_judgements  # noqa: F401  (the old judge.run names)
-from judge.common import judgements_dir  # noqa: F401
 
 
 @returns_exit_code  # 2 bad input, 3 stopped, 4 budget (harness.failures)
@@ -28,25 +26,29 @@ def main_entry(cfg) -> int:
     from harness.run import settings
 
     settings.check(cfg)  # an added option nobody reads (+judge.kind=...), or two presets of one name: exit 2
-    rd = RunDir.for_stage(cfg)
-    if not rd.records_dir.exists() and cfg.get("dry_run"):  # after the stage's own dry run (make personal-paper)
-        from judge.rubric import paper_judge_refusal
+    from harness import studies
 
-        refused = paper_judge_refusal(cfg)
-        if refused:
-            print(f"error: {refused}", file=sys.stderr)
-            return BAD_INPUT
+    rd = RunDir.for_stage(cfg)
+    started = rd.stage_path.exists()  # stage.json: the driver opened the folder (a study's records are its own)
+    study = studies.get(rd.stage().kind if started else cfg.stage.get("kind"))
+    if study.judge is None:
+        print(f"{rd.root}: a {study.kind} stage has nothing to judge (its study, harness/studies/, names no judge); "
+              "make analyze reads it as it is", file=sys.stderr)
+        return 0
+    refused = study.step("judge_refusal")(cfg) if study.judge_refusal else None
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return BAD_INPUT
+    if not started and cfg.get("dry_run"):  # after the stage's own dry run (make personal-paper)
         j = cfg.get("judge") or {}
         print(f"dry run: {rd.root} has no records yet: judge {j.get('name')} (model {j.get('model')}) would score "
               "each of its runs once the stage has run; nothing sent, nothing written (dry_run=true)")
         return 0
-    if not rd.records_dir.exists():
+    if not started:
         print(f"error: {rd.root} has no records; run the stage first (make run STAGE={cfg.stage.name})",
               file=sys.stderr)
         return BAD_INPUT
-    from harness import studies
-
-    return studies.get(rd.stage().kind if rd.stage_path.exists() else cfg.stage.get("kind")).step("judge")(cfg, rd)
+    return study.step("judge")(cfg, rd)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

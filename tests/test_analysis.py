@@ -145,6 +145,27 @@ def test_table1_ratios_accuracy_and_mcnemar_from_known_runs(tmp_path):
     assert "## Table 1" in rep and "0.50 [0.50, 0.50]" in rep and "0.125" in rep
 
 
+def test_every_header_only_csv_says_why_in_the_report_and_the_summary(tmp_path, capsys):
+    """A result file the analysed stages leave empty is named as such, with what the table is (so what
+    would fill it), in report.md's Files list and in the command's summary; a file with rows is not."""
+    pre = prereg_file(tmp_path)
+    build_table1_stage(tmp_path, sha256_file(pre))
+    out = analyse(tmp_path, pre)
+    said = capsys.readouterr().out
+    report = (out / "report.md").read_text()
+    files = report[report.index("\n## Files\n"):]
+    empty = sorted(p.name for p in out.glob("*.csv") if len(p.read_text().splitlines()) <= 1)
+    full = sorted(p.name for p in out.glob("*.csv") if len(p.read_text().splitlines()) > 1)
+    assert empty and full
+    for name in empty:
+        assert f"[`{name}`]({name}): header only: no row for the analysed stages (" in files, name
+        assert name in said
+    for name in full:
+        assert f"[`{name}`]({name}): header only" not in files, name
+    assert "scale.csv): header only: no row for the analysed stages (S vs M histories" in files
+    assert f"{len(empty)} of {len(empty) + len(full)} CSVs hold their header only" in said
+
+
 def test_failed_runs_count_wrong_and_missing_judgements_are_reported(tmp_path):
     pre = prereg_file(tmp_path)
     st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))

@@ -22,7 +22,7 @@ from harness.memory.backends.base import register
 from harness.memory.backends.exact import ExactBackend
 
 
-@register("toy_store")
+@register("toy_backend_plugin/toy_store")
 class ToyStore(ExactBackend):
     """Exact search that says it lives on a Redis server and names its index by `slot`."""
 
@@ -53,22 +53,23 @@ from harness.memory.views import View
 from harness.personal.step import index_services
 from harness.run.preflight import _services_check
 
-out = {"registered": "toy_store" in backends(), "builtin": sorted(n for n in backends() if n != "toy_store")}
-b = make_backend({"name": "toy_store", "slot": "s1", "dim": 4})
+out = {"registered": "toy_backend_plugin/toy_store" in backends(),
+       "builtin": sorted(n for n in backends() if n != "toy_backend_plugin/toy_store")}
+b = make_backend({"name": "toy_backend_plugin/toy_store", "slot": "s1", "dim": 4})
 u = Unit("o", "a", "private", 1.0, "sess", 1, 0, "hello")
 b.add([u], np.ones((1, 4), dtype=np.float32))
 out["name"] = b.name
 out["hits"] = [h.uid for h in b.search(Query(vector=np.ones(4)), View("o", "a", "own"), 3)]
-c = backend_class("toy_store")
+c = backend_class("toy_backend_plugin/toy_store")
 out["describes"] = [c.service, c.filter_mode, c.in_place_visibility, c.approximate, list(c.isolation_keys)]
-chk = _services_check({"name": "toy_store", "slot": "s1", "url": "redis://127.0.0.1:9"})
+chk = _services_check({"name": "toy_backend_plugin/toy_store", "slot": "s1", "url": "redis://127.0.0.1:9"})
 out["check"] = [chk.ok, chk.detail]
-hyb = _services_check({"name": "hybrid", "dense": {"name": "toy_store", "url": "redis://127.0.0.1:9"}})
+hyb = _services_check({"name": "hybrid", "dense": {"name": "toy_backend_plugin/toy_store", "url": "redis://127.0.0.1:9"}})
 out["hybrid_check"] = [hyb.ok, hyb.detail]
 out["exact_check"] = _services_check({"name": "exact"}).detail
-out["services"] = sorted(index_services({"name": "toy_store"}))
-out["replay"] = replay_index_config({"name": "toy_store", "slot": "s1", "dim": 4})
-out["replay_hybrid"] = replay_index_config({"name": "hybrid", "dense": {"name": "toy_store", "slot": "s2"}})
+out["services"] = sorted(index_services({"name": "toy_backend_plugin/toy_store"}))
+out["replay"] = replay_index_config({"name": "toy_backend_plugin/toy_store", "slot": "s1", "dim": 4})
+out["replay_hybrid"] = replay_index_config({"name": "hybrid", "dense": {"name": "toy_backend_plugin/toy_store", "slot": "s2"}})
 sp = space_from_config(out["replay"], encoder_cfg={"name": "hash"})
 out["space"] = [sp.dense.name, sp.dense.slot]
 print(json.dumps(out))
@@ -87,7 +88,7 @@ def run_with_plugin(tmp_path: Path) -> dict:
 
 def test_a_backend_outside_the_tree_is_found_and_describes_itself(tmp_path):
     out = run_with_plugin(tmp_path)
-    assert out["registered"] and out["name"] == "toy_store"
+    assert out["registered"] and out["name"] == "toy_backend_plugin/toy_store"
     # the tree's own modules are discovered without a list
     assert {"exact", "fts5", "fts5_shared", "hybrid", "pgvector", "redis_qe", "vectorset"} <= set(out["builtin"])
     assert out["hits"] == ["o|sess|1|0"]
@@ -102,7 +103,7 @@ def test_a_backend_outside_the_tree_is_found_and_describes_itself(tmp_path):
     # a replay never touches the stage's own index: the backend's isolation key is renamed
     assert out["replay"]["slot"] == "s1_replay" and out["replay"]["dim"] == 4
     assert out["replay_hybrid"]["dense"]["slot"] == "s2_replay"
-    assert out["space"] == ["toy_store", "s1_replay"]
+    assert out["space"] == ["toy_backend_plugin/toy_store", "s1_replay"]
 
 
 def test_an_unknown_backend_is_refused_by_name():
@@ -119,7 +120,7 @@ from harness.memory.backends.base import register
 from harness.memory.backends.exact import ExactBackend
 
 
-@register("toy_exact")
+@register("toyback/toy_exact")
 class ToyExact(ExactBackend):
     """Exact search under another name, in process: a stage can run on it."""
 '''
@@ -135,7 +136,7 @@ def test_a_stage_runs_on_a_backend_from_outside_the_tree_and_every_output_names_
     (pkg / "toyback.py").write_text(IN_PROCESS)
     conf = pkg / "conf" / "index"
     conf.mkdir(parents=True)
-    (conf / "toy_exact.yaml").write_text("name: toy_exact\ndim: 384\n")
+    (conf / "toy_exact.yaml").write_text("name: toyback/toy_exact\ndim: 384\n")
     env = {**os.environ, "PYTHONPATH": f"{pkg}{os.pathsep}{REPO}", "MEMSPACE_PLUGINS": "toyback"}
     runs = tmp_path / "runs"
     with FakeModel() as fake:
@@ -145,20 +146,20 @@ def test_a_stage_runs_on_a_backend_from_outside_the_tree_and_every_output_names_
                               "stage.judge_after_run=false", f"runs_dir={runs}"],
                              capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "index toy_exact: in process" in res.stderr
+    assert "index toyback/toy_exact: in process" in res.stderr
     folder = runs / "smoke" / "smoke"
     recs = [json.loads(p.read_text()) for p in (folder / "records").glob("*.json")]
-    assert len(recs) == 3 and all(r["index"]["name"] == "toy_exact" and r["status"] == "ok" for r in recs)
+    assert len(recs) == 3 and all(r["index"]["name"] == "toyback/toy_exact" and r["status"] == "ok" for r in recs)
     assert all(r["tools"] and r["tools"][0]["sessions"] for r in recs)  # its searches found memories
     fid = {r["key"]: r for r in json.loads((folder / "stage.json").read_text())["fidelity"]["rows"]}
-    assert fid["index"]["stage"] == "toy_exact" and fid["index"]["status"] == "differs"
+    assert fid["index"]["stage"] == "toyback/toy_exact" and fid["index"]["status"] == "differs"
 
     out = tmp_path / "results"
     ana = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={out}", "resamples=50",
                           "lenient=true"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert ana.returncode == 0, ana.stderr[-3000:]
     assert "| vector index | Redis query engine HNSW" in (out / "report.md").read_text()
-    assert "toy_exact" in (out / "fidelity.csv").read_text()
+    assert "toyback/toy_exact" in (out / "fidelity.csv").read_text()
     logs = tmp_path / "logs"
     exp = subprocess.run([sys.executable, "-m", "analysis.export_inspect", f"runs={folder}", f"out={logs}"],
                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
@@ -166,4 +167,4 @@ def test_a_stage_runs_on_a_backend_from_outside_the_tree_and_every_output_names_
     from inspect_ai.log import read_eval_log
 
     meta = read_eval_log(str(next(logs.glob("*.eval")))).eval.metadata
-    assert next(r for r in meta["fidelity"] if r["setting"] == "vector index")["stage"] == "toy_exact"
+    assert next(r for r in meta["fidelity"] if r["setting"] == "vector index")["stage"] == "toyback/toy_exact"

@@ -55,3 +55,24 @@ def test_the_glossary_defines_every_hypothesis_and_the_papers_shorthand():
     for term in ("SS-U", "SS-A", "SS-P", "Org", "Proposition 1", "Proposition 2", "Proposition 3", "Proposition 4",
                  "Appendix F", "(vi)", "Phase 1 / Phase 2", "write barrier"):
         assert term in text, term
+
+
+def test_the_readmes_offline_dry_runs_work_verbatim_on_a_clone_without_downloads(tmp_path):
+    """Every `python -m harness.run ... dry_run=true` line of the README, as written (the venv's python is this
+    one), from a folder holding nothing: exit 0, a plan, nothing written (no data downloaded, no run folder)."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    lines = [ln.split("#")[0].strip() for ln in README.read_text(encoding="utf-8").splitlines()
+             if ln.startswith(".venv/bin/python -m harness.run ") and "dry_run=true" in ln]
+    assert len(lines) >= 2, lines
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for line in lines:
+        argv = shlex.split(line)
+        res = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert res.returncode == 0, (line, res.stderr[-2000:])
+        assert "dry run: nothing started" in res.stdout, (line, res.stdout[-1500:])
+        assert not any(tmp_path.iterdir()), (line, sorted(p.name for p in tmp_path.iterdir()))

@@ -100,7 +100,7 @@ def test_every_personal_table_showing_tokens_or_costs_marks_estimated_usage_and_
     from analysis import personal as registry
     from analysis.load import find_folders
     from analysis.personal.report import analyse
-    from harness.cli.run import run_personal
+    from harness.studies.personal import run as run_personal
     from bench.fake_upstream import is_preflight
     from tests.fake_model import FakeModel
     from tests.personal_helpers import Script, stage_cfg

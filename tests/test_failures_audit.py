@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.fake_upstream import is_preflight
-from harness.cli.run import run_agents
+from harness.studies.agents import run as run_agents
 from harness.failures import STOPPED, exit_code
 from harness.records.ledger import read_ledger
 from harness.run.loop import normalise_calls

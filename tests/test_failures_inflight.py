@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from bench.fake_upstream import is_preflight
-from harness.cli.run import run_agents, run_personal
+from harness.studies.agents import run as run_agents
+from harness.studies.personal import run as run_personal
 from harness.failures import STOPPED, exit_code
 from harness.records import RunDir
 from harness.records.ledger import read_ledger

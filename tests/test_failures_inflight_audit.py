@@ -13,7 +13,7 @@ from harness.endpoints.proxy import STREAMED, MeteringProxy
 from harness.endpoints.usage import chars_count, request_text
 from harness.records.ledger import Ledger, read_ledger
 from harness.run.budget import Budget
-from harness.cli.run import run_agents
+from harness.studies.agents import run as run_agents
 from harness.records import RunDir
 from tests.fake_model import FakeModel, prompt_tokens
 from tests.test_failures_audit import once
@@ -148,7 +148,7 @@ def test_a_judge_server_dying_with_judgements_in_flight_writes_none_failed_and_t
     those in flight), and the fixed server is asked exactly the prompts not judged, each once."""
     import subprocess
 
-    from judge.run import load_judgements
+    from judge.answer_check import load_judgements
     from tests.test_judge import judge_cmd, judge_fixed_server, judge_script, judged_exactly_the_rest, stage_dir
 
     with FakeModel(script=lambda req: judge_script(req, None), dies_with=fault, dies_after=4) as fake:
@@ -268,7 +268,7 @@ def test_a_judge_endpoint_rejecting_the_judges_request_stops_judging_at_its_pref
     be rejected too. Judging must stop there (exit 3, the rejection named), not write each judgement failed."""
     import subprocess
 
-    from judge.run import load_judgements
+    from judge.answer_check import load_judgements
     from tests.test_judge import judge_cmd, stage_dir
 
     odd = (400, {"error": {"message": "unsupported request for this deployment", "type": "invalid_request_error"}})

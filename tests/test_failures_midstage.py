@@ -15,7 +15,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from bench.fake_upstream import is_preflight
-from harness.cli.run import CONF, run_agents, run_personal
+from harness.cli.run import CONF
+from harness.studies.agents import run as run_agents
+from harness.studies.personal import run as run_personal
 from harness.endpoints.client import Agent, Meter, ModelCallFailed, worst_wait
 from harness.endpoints.proxy import MeteringProxy
 from harness.endpoints.registry import served_context

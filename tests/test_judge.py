@@ -21,7 +21,7 @@ import pytest
 from harness.records.ledger import read_ledger
 from judge import prompts as P
 from judge.agreement import stratified_sample, summarise
-from judge.run import load_judgements
+from judge.answer_check import load_judgements
 from tests.fake_model import FakeModel
 
 TYPES = P.QUESTION_TYPES

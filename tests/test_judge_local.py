@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.records.ledger import read_ledger
-from judge.run import load_judgements
+from judge.answer_check import load_judgements
 from tests.analysis_fixtures import answered_record
 
 # (qtype, qid suffix, variant, question, gold, answer, expected {kind: label})

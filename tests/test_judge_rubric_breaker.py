@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 
-from harness.cli.run import run_personal
+from harness.studies.personal import run as run_personal
 from harness.failures import STOPPED
 from judge.rubric import load_rubric
 from judge.run import main_entry

@@ -7,6 +7,7 @@ import csv
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -241,3 +242,59 @@ def test_write_path_delta_on_a_loaded_index(minilm_encoder):
 def test_fanout_steps_are_the_papers_store_counts():
     assert fanout_steps(180) == [1, 10, 50, 180]  # Figure 7
     assert fanout_steps(30) == [1, 10, 30] and fanout_steps(1) == [1]
+
+
+ONLY_IN_PROCESS = '''
+import json, sys
+from pathlib import Path
+from harness.data.synth import write
+from bench.backends.cases import default_stage
+from bench.backends.study import run
+
+tmp = Path(sys.argv[1])
+stage = {**default_stage(), "configs": [{"id": "exact", "backend": "exact"}, {"id": "mine", "backend": "toyplug/exact"}],
+         "builds": 1, "delta_rounds": 0, "fanout": False,
+         "realism": {"nn_cosine_median_max": 0.99, "nn_cosine_above_095_max": 1.0, "distinct_queries_min": 0.0,
+                     "unfiltered_recall": {"config": "redis_ef100", "min": 0.94}}}
+res = run(write(tmp / "data", 0, "xs"), tmp / "runs" / "backends" / "mine", histories=4, encoder_name="hash", seed=1,
+          stage=stage)
+print(json.dumps({"versions": sorted(json.loads((tmp / "runs" / "backends" / "mine" / "stage.json").read_text())["versions"]),
+                  "realistic": res["diagnostics"]["realistic"]}))
+'''
+TOY_EXACT = '''
+from harness.memory.backends.base import register
+from harness.memory.backends.exact import ExactBackend
+
+
+@register("toyplug/exact")
+class Mine(ExactBackend):
+    """Exact search under a plugin's name: a new in-process backend."""
+'''
+
+
+def test_a_study_of_in_process_backends_runs_with_no_database_listening_and_draws_figure_2(tmp_path):
+    """Only the chosen backends are asked for their engine's version: with PostgreSQL and Redis pointed at a
+    port nobody listens on, exact search and a new in-process backend run the study (no traceback), and
+    Figure 2 is drawn for them without a Redis configuration beside them (the corpus check that needs one
+    says it was not checked)."""
+    import os
+
+    plug = tmp_path / "plug" / "toyplug"
+    plug.mkdir(parents=True)
+    (plug / "__init__.py").write_text("")
+    (plug / "backend.py").write_text(TOY_EXACT)
+    env = {**os.environ, "MEMSPACE_PG_PORT": "9", "MEMSPACE_REDIS_PORT": "9", "MEMSPACE_PLUGINS": "toyplug.backend",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "plug"), str(Path(__file__).resolve().parents[1])])}
+    p = subprocess.run([sys.executable, "-c", ONLY_IN_PROCESS, str(tmp_path)], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert "postgresql" not in got["versions"] and "redis_server" not in got["versions"], got
+    assert "sqlite" in got["versions"] and got["realistic"] is True  # the lexical side's engine, asked: it ran
+    out = tmp_path / "r"
+    ana = subprocess.run([sys.executable, "-m", "harness.cli.analyze", f"runs={tmp_path / 'runs'}", f"out={out}",
+                          "resamples=50"], env=env, capture_output=True, text=True, timeout=600)
+    assert ana.returncode == 0, ana.stderr[-3000:] + ana.stdout[-2000:]
+    assert (out / "figure2_backends_mine.png").stat().st_size > 10_000
+    assert "not checked: unfiltered recall of redis_ef100 (not run in this stage)" in (out / "report.md").read_text() \
+        + ana.stdout + ana.stderr

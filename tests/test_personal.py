@@ -17,7 +17,7 @@ from scipy import stats
 from harness.data import personal as P
 from harness.data.__main__ import main as data_main
 from harness.kernel.identity import IdentityResolver
-from harness.cli.run import run_personal
+from harness.studies.personal import run as run_personal
 from harness.records.ledger import read_ledger
 from tests.fake_model import FakeModel
 from tests.personal_helpers import Script, records, stage_cfg

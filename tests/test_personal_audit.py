@@ -106,7 +106,7 @@ def test_mem0s_exposure_audit_reads_the_users_whole_partition(tmp_path):
     """Claim 5: the exposure audit repeats each read over the user's whole partition. mem0_user, once its adds
     are in, holding more of the user's facts than the read's k: every one of them is audited, not only the k
     nearest (mem0_default reads at once, before its adds land, so its audit holds what was there then)."""
-    from harness.cli.run import run_personal
+    from harness.studies.personal import run as run_personal
     from tests.personal_helpers import records
 
     with FakeModel(script=ManyFacts()) as fake:
@@ -136,7 +136,7 @@ class ManyValues(Script):
 def test_the_kernels_exposure_audit_reads_the_users_whole_partition(tmp_path):
     """Claims 5 and 6: the audit covers the user's whole partition however many items the writers produced (the
     items are one per extracted value, unbounded: 40 preferences give 40 profile items, past `candidates`)."""
-    from harness.cli.run import run_personal
+    from harness.studies.personal import run as run_personal
     from tests.personal_helpers import records
 
     with FakeModel(script=ManyValues()) as fake:

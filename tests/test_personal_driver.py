@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from harness.cli.run import run_personal
+from harness.studies.personal import run as run_personal
 from harness.failures import BUDGET, STOPPED, exit_code
 from harness.records import RunDir
 from harness.records.ledger import read_ledger

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from harness.cli.run import run_personal
+from harness.studies.personal import run as run_personal
 from harness.records import RunDir
 from tests.fake_model import FakeModel
 from tests.personal_helpers import CONF, Script, last_user, records, stage_cfg

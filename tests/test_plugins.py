@@ -1,4 +1,5 @@
-"""Extension points are one file each, found by registration: a package outside the tree adds a
+"""Extension points are one file each, found by registration: a package outside the tree (its names in
+its namespace, `toyplug/...`) adds a
 condition (one module + one yaml), a table (one module) and a judgement kind (one module), and
 each appears in a stage's records, judgements, results/, the report, the pre-registration status
 and the Inspect export. (A toy backend: tests/test_backend_plugins.py.)"""
@@ -54,10 +55,10 @@ def build(res):
 
 def section(res):
     return "\\n## Toy table\\n\\n" + "".join(f"- {r.folder}: {r.toy_runs} toy runs\\n"
-                                          for r in res.table("toy").itertuples())
+                                          for r in res.table("toyplug/toy").itertuples())
 
 
-register(Table("toy", "toy.csv", build, section, prereg=("toy",), order=115))
+register(Table("toyplug/toy", "toy.csv", build, section, prereg=("toy",), order=115))
 '''
 
 KIND = '''
@@ -66,11 +67,11 @@ from judge.prompts import Item
 
 
 def items(record, prompts):
-    return [Item("brief", "toy", "answer", "Is this answer shorter than twenty words? Reply yes or no.\\n\\n"
+    return [Item("toyplug/brief", "toy", "answer", "Is this answer shorter than twenty words? Reply yes or no.\\n\\n"
                  + str(record.get("answer") or ""))]
 
 
-register(Kind("brief", items))
+register(Kind("toyplug/brief", items))
 '''
 
 
@@ -106,14 +107,14 @@ def test_a_condition_and_a_table_from_outside_the_tree(tmp_path):
 
     with FakeModel(script=judge_policy) as judge:
         jr = subprocess.run([sys.executable, "-m", "judge.run", "stage=smoke", "judge=vllm",
-                             f"judge.base_url={judge.base_url}", "+judge.kinds=[answer_check,brief]",
+                             f"judge.base_url={judge.base_url}", "+judge.kinds=[answer_check,toyplug/brief]",
                              f"runs_dir={runs}"],
                             capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert jr.returncode == 0, jr.stderr[-3000:]
     lines = [json.loads(x) for x in (folder / "judgements" / "vllm.jsonl").read_text().splitlines()]
-    brief = [j for j in lines if j["kind"] == "brief"]
+    brief = [j for j in lines if j["kind"] == "toyplug/brief"]
     assert len(brief) == 6 and all(j["label"] is True and j["template"] == "toy" for j in brief)
-    assert {j["kind"] for j in lines} == {"correct", "brief"}
+    assert {j["kind"] for j in lines} == {"correct", "toyplug/brief"}
 
     out = tmp_path / "results"
     ana = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={out}", "resamples=50",
@@ -128,9 +129,9 @@ def test_a_condition_and_a_table_from_outside_the_tree(tmp_path):
     assert "toy" in set(expl["analysis"])  # a table the pre-registration does not name is exploratory
     assert "toy" in set(pd.read_csv(out / "table1.csv")["condition"])
     runs_csv = pd.read_csv(out / "runs.csv")
-    assert runs_csv["score_brief"].tolist() == [1.0] * 6  # the kind's own column, from its judgements
+    assert runs_csv["score_toyplug/brief"].tolist() == [1.0] * 6  # the kind's own column, from its judgements
     other = pd.read_csv(out / "other_judgements.csv")
-    assert set(other["kind"]) == {"brief"} and other["yes_share"].tolist() == [1.0, 1.0]
+    assert set(other["kind"]) == {"toyplug/brief"} and other["yes_share"].tolist() == [1.0, 1.0]
     assert "## Other judgements" in report
 
     logs = tmp_path / "logs"
@@ -142,7 +143,7 @@ def test_a_condition_and_a_table_from_outside_the_tree(tmp_path):
     from inspect_ai.log import read_eval_log
 
     samples = read_eval_log(str(toy_logs[0])).samples
-    assert samples and all(s.scores["brief"].value == "C" for s in samples)
+    assert samples and all(s.scores["toyplug/brief"].value == "C" for s in samples)
 
 
 def test_a_plugin_that_does_not_import_is_named(tmp_path):

@@ -27,30 +27,30 @@ PLUGIN = {
         def build(cfg, ctx):
             return Access(text="Recent sessions are inlined below.")
 
-        conditions.register("recent")
+        conditions.register("toyplug/recent")
     ''',
     "table": '''
         import pandas as pd
         from analysis.tables import Table, register
 
-        register(Table("toy", "toy.csv", lambda res: pd.DataFrame()))
+        register(Table("toyplug/toy", "toy.csv", lambda res: pd.DataFrame()))
     ''',
     "personal_table": '''
         import pandas as pd
         from analysis.personal import Table, register
 
-        register(Table("toy_personal", "toy_personal.csv", lambda st: pd.DataFrame()))
+        register(Table("toyplug/toy_personal", "toy_personal.csv", lambda st: pd.DataFrame()))
     ''',
     "study": '''
         from harness.studies import Study, register
 
-        register(Study("survey", run="toyplug.study:run", judge=None, analysis="analysis.run"))
+        register(Study("toyplug/survey", run="toyplug.study:run", judge=None, analysis="analysis.run"))
     ''',
     "backend": '''
         from harness.memory.backends.base import register
         from harness.memory.backends.exact import ExactBackend
 
-        @register("toy_exact")
+        @register("toyplug/toy_exact")
         class ToyExact(ExactBackend):
             """Exact search under another name: the replay must treat it as exact."""
     ''',
@@ -58,12 +58,12 @@ PLUGIN = {
         from judge.kinds import Kind, register
         from judge.prompts import Item
 
-        register(Kind("brief", lambda record, prompts: [Item("brief", "toy", "answer", "Short? yes or no")]))
+        register(Kind("toyplug/brief", lambda record, prompts: [Item("toyplug/brief", "toy", "answer", "Short? yes or no")]))
     ''',
     "provider": '''
         from harness.endpoints.registry import PROVIDERS
 
-        PROVIDERS.register("toy_provider", lambda cfg: None)
+        PROVIDERS.register("toyplug/toy_provider", lambda cfg: None)
     ''',
 }
 # a second entry under a name the tree already uses, one module per kind
@@ -78,6 +78,8 @@ DUPLICATE = {
     "kind": 'from judge.kinds import Kind, register\n\nregister(Kind("answer_check", lambda r, p: []))\n',
     "provider": 'from harness.endpoints.registry import PROVIDERS\n\nPROVIDERS.register("local", lambda cfg: None)\n',
 }
+# the same namespaced name as the plugin's own, from a second module of the plugin: refused naming both
+TWICE = dict(PLUGIN)
 TREE_ORIGIN = {"condition": "conditions.memory_tool", "table": "analysis.tables.quality",
                "personal_table": "analysis.personal.latency", "study": "harness.studies.agents",
                "backend": "harness.memory.backends.exact", "kind": "judge.kinds.answer_check",
@@ -88,19 +90,19 @@ import json, os, sys
 
 def registry(kind):
     if kind == "condition":
-        import conditions; return conditions.CONDITIONS, "recent"
+        import conditions; return conditions.CONDITIONS, "toyplug/recent"
     if kind == "table":
-        from analysis import tables; return tables.TABLES, "toy"
+        from analysis import tables; return tables.TABLES, "toyplug/toy"
     if kind == "personal_table":
-        from analysis import personal; return personal.TABLES, "toy_personal"
+        from analysis import personal; return personal.TABLES, "toyplug/toy_personal"
     if kind == "study":
-        from harness import studies; return studies.STUDIES, "survey"
+        from harness import studies; return studies.STUDIES, "toyplug/survey"
     if kind == "backend":
-        from harness.memory.backends.base import BACKENDS; return BACKENDS, "toy_exact"
+        from harness.memory.backends.base import BACKENDS; return BACKENDS, "toyplug/toy_exact"
     if kind == "kind":
-        from judge.kinds import KINDS; return KINDS, "brief"
+        from judge.kinds import KINDS; return KINDS, "toyplug/brief"
     if kind == "provider":
-        from harness.endpoints.registry import PROVIDERS; return PROVIDERS, "toy_provider"
+        from harness.endpoints.registry import PROVIDERS; return PROVIDERS, "toyplug/toy_provider"
 
 out = {}
 kinds = sys.argv[1].split(",")
@@ -110,20 +112,21 @@ for kind in kinds:
 from judge import kinds as K
 from harness.run.replay import _is_exact
 out["chosen_default"] = [k.name for k in K.chosen()]
-out["chosen_judge"] = [k.name for k in K.chosen({"kinds": ["answer_check", "brief"]})]
-out["chosen_stage"] = [k.name for k in K.chosen(None, {"judge_kinds": ["brief"]})]
-out["exact"] = [_is_exact({"name": "toy_exact"}), _is_exact({"name": "hybrid", "dense": {"name": "toy_exact"}}),
+out["chosen_judge"] = [k.name for k in K.chosen({"kinds": ["answer_check", "toyplug/brief"]})]
+out["chosen_stage"] = [k.name for k in K.chosen(None, {"judge_kinds": ["toyplug/brief"]})]
+out["exact"] = [_is_exact({"name": "toyplug/toy_exact"}), _is_exact({"name": "hybrid", "dense": {"name": "toyplug/toy_exact"}}),
                 _is_exact({"name": "redis_qe"})]
 from harness.plugins import RegistryError
 base = os.environ["MEMSPACE_PLUGINS"]
 for kind in kinds:
-    os.environ["MEMSPACE_PLUGINS"] = base + f",toyplug.dup_{kind}"  # only this kind's duplicate
-    reg, _ = registry(kind)
-    try:
-        reg.names()
-        out[kind]["duplicate"] = None
-    except RegistryError as exc:
-        out[kind]["duplicate"] = str(exc)
+    for what in ("dup", "twice"):
+        os.environ["MEMSPACE_PLUGINS"] = base + f",toyplug.{what}_{kind}"  # only this kind's one module
+        reg, _ = registry(kind)
+        try:
+            reg.names()
+            out[kind][what] = None
+        except RegistryError as exc:
+            out[kind][what] = str(exc)
 print(json.dumps(out))
 '''
 
@@ -137,6 +140,7 @@ def probe(tmp_path_factory) -> dict:
     for kind, src in PLUGIN.items():
         (pkg / f"{kind}.py").write_text(textwrap.dedent(src))
         (pkg / f"dup_{kind}.py").write_text(DUPLICATE[kind])
+        (pkg / f"twice_{kind}.py").write_text(textwrap.dedent(TWICE[kind]))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]),
            "MEMSPACE_PLUGINS": ",".join(f"toyplug.{k}" for k in PLUGIN)}
     p = subprocess.run([sys.executable, "-c", PROBE, ",".join(PLUGIN)], cwd=root, env=env, capture_output=True,
@@ -150,13 +154,22 @@ def test_a_plugin_is_found_and_a_second_of_its_name_is_refused_naming_both(probe
     got = probe[kind]
     assert got["found"] and got["origin"] == f"toyplug.{kind}", got
     assert len(got["names"]) >= 2  # the tree's own entries were discovered beside it
-    dup = got["duplicate"] or ""
-    assert "registered twice" in dup and TREE_ORIGIN[kind] in dup and f"toyplug.dup_{kind}" in dup, dup
+    twice = got["twice"] or ""
+    assert "registered twice" in twice and f"toyplug.{kind}" in twice and f"toyplug.twice_{kind}" in twice, twice
+
+
+@pytest.mark.parametrize("kind", list(PLUGIN))
+def test_a_plugin_cannot_take_a_bare_name_the_tree_or_a_user_would_choose(probe, kind):
+    """A plugin's names live in its namespace (`toyplug/...`): one registering a bare name, here the tree's own
+    (e.g. `memory_tool`), is refused naming the namespaced name it may use, never a silent replacement."""
+    dup = probe[kind]["dup"] or ""
+    assert "a plugin's names live in its namespace" in dup and f"toyplug.dup_{kind}" in dup and "'toyplug/" in dup, dup
+    assert TREE_ORIGIN[kind] and "registered twice" not in dup
 
 
 def test_a_judgement_kind_applies_only_where_chosen(probe):
     assert probe["chosen_default"] == ["answer_check"]  # a registered plugin kind is not global
-    assert probe["chosen_judge"] == ["answer_check", "brief"] and probe["chosen_stage"] == ["brief"]
+    assert probe["chosen_judge"] == ["answer_check", "toyplug/brief"] and probe["chosen_stage"] == ["toyplug/brief"]
 
 
 def test_the_replay_reads_exact_from_the_backend_not_its_name(probe):
@@ -194,3 +207,27 @@ def test_the_backend_study_starts_only_the_servers_its_backends_declare():
     assert services_needed(in_process, {"fanout": False}) == set()
     assert services_needed([c for c in cfgs if c.backend == "pgvector"][:1], {"fanout": False}) == {"postgres"}
     assert services_needed(in_process, {"fanout": True}) == {"redis"}  # the fan-out side's dense index
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from harness.plugins import TREE  # noqa: E402
+
+IDENT = st.text("abcxyz_019", min_size=1, max_size=6).filter(lambda t: not t[0].isdigit())
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(top=st.one_of(st.sampled_from(TREE), IDENT), rest=st.lists(IDENT, max_size=2), own=st.booleans(),
+       name=st.text("abx_/.1", max_size=8))
+def test_only_a_name_in_the_registering_modules_namespace_is_allowed(top, rest, own, name):
+    """The allowlist, over module and entry names nobody listed: the tree's modules register bare names
+    only; any other module registers exactly `<its top-level package>/<a non-empty name>`."""
+    from harness.plugins import namespace_refusal
+
+    origin = ".".join([top, *rest])
+    name = f"{top}/{name}" if own else name
+    refused = namespace_refusal("thing", name, origin)
+    if top in TREE:
+        assert (refused is None) == ("/" not in name)
+    else:
+        assert (refused is None) == (name.startswith(top + "/") and len(name) > len(top) + 1), (origin, name)

@@ -96,10 +96,10 @@ def test_a_chosen_judgement_kind_shows_in_the_dry_runs_judge_request(tmp_path):
 
     (tmp_path / "auditkind.py").write_text(
         "from judge.kinds import Kind, register\nfrom judge.prompts import Item\n\n"
-        "register(Kind('brief', lambda record, prompts: [Item('brief', 'toy', 'answer', 'Short? yes or no')]))\n")
+        "register(Kind('auditkind/brief', lambda record, prompts: [Item('auditkind/brief', 'toy', 'answer', 'Short? yes or no')]))\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "MEMSPACE_PLUGINS": "auditkind"}
     res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "dry_run=true", f"runs_dir={tmp_path}",
-                          "+judge.kinds=[answer_check,brief]"], capture_output=True, text=True, cwd=REPO, timeout=300,
+                          "+judge.kinds=[answer_check,auditkind/brief]"], capture_output=True, text=True, cwd=REPO, timeout=300,
                          env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     judge_lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip().startswith("judge: judge")]

@@ -183,7 +183,7 @@ def test_a_dry_run_forecasts_from_its_own_data_set_and_calls_no_model(tmp_path):
 def test_a_stage_runs_end_to_end_with_each_condition_built_from_its_typed_node(tmp_path):
     """The smoke stage against the scripted upstream: the memory tool built from its Settings sends the
     overridden default k in its schema, and every run is recorded."""
-    from harness.cli.run import run_agents
+    from harness.studies.agents import run as run_agents
     from harness.records import RunDir
     from tests.fake_model import FakeModel
     from tests.test_failures_midstage import _CACHE, agents_cfg

@@ -2,8 +2,8 @@
 
 Builds every registered personalization table (analysis/personal/), writes each CSV and
 figure and results/personal/personal.md, which opens with each folder's fidelity manifest
-against the second paper. `make analyze` runs it after analysis.run
-(`make analyze PERSONAL_ARGS="smoke=true"` passes arguments here).
+against the second paper. `make analyze` runs it through the study registry (harness.cli.analyze)
+when a personalization folder exists (`make analyze ARGS="smoke=true"` passes its option here).
 
 Exit codes: 0 written; 1 written, but a table could not be built (Table 7 without the
 system-call layer): the report and stderr say which; 2 bad arguments or nothing readable.
@@ -114,6 +114,9 @@ def markdown(st: Study) -> str:
         elif t.section:
             parts.append("\n" + t.section(st).rstrip() + "\n")
     return "".join(parts)
+
+
+OPTIONS = ("runs", "out", "judge", "resamples", "smoke", "runs_root")  # the keys main reads (harness.cli.analyze)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

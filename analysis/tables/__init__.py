@@ -81,3 +81,13 @@ def table_of(prereg_name: str) -> str | None:
         if prereg_name in t.prereg:
             return t.name
     return None
+
+
+def empty_reason(table: Table) -> str:
+    """Why a table's CSV holds its header only: none of the analysed stages gives it a row. Said with what the
+    table is (its module's first docstring line), so a reader sees which stage or option would fill it."""
+    import sys
+
+    doc = " ".join((getattr(sys.modules.get(table.module), "__doc__", None) or "").strip().split("\n\n")[0].split())
+    what = doc.split(". ")[0].rstrip(".")
+    return "header only: no row for the analysed stages" + (f" ({what})" if what else "")

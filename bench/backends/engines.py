@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from harness.memory.backends.base import backend_class, backends
+from harness.memory.backends.base import backend_class
 from harness.memory.views import View
 
 from .cases import K_PRIME, Config
@@ -11,14 +11,15 @@ from .cases import K_PRIME, Config
 # -------------------------------------------------------------------------------- provenance
 
 
-def engine_versions() -> dict:
-    """Versions every registered backend reads from its engine (the running servers, SQLite), and the
-    Python side's."""
+def engine_versions(names) -> dict:
+    """Versions the chosen backends (`names`: the configurations' and the fan-out side's) read from their
+    engines (the running servers, SQLite), and the Python side's. A backend not chosen is not asked: a
+    study of in-process backends reads no server, so one that is down stops nothing."""
     from harness.records.provenance import versions
 
     out: dict = {}
-    for cls in backends().values():
-        out.update(cls.engine_versions())
+    for name in sorted(set(names)):
+        out.update(backend_class(name).engine_versions())
     out.update({f"py:{k}": v for k, v in versions().items()})
     return out
 

@@ -18,7 +18,7 @@ from typing import Sequence
 from harness.data.longmemeval import sha256_file
 from harness.memory.bench import pct
 
-from .cases import (CASES, FANOUT_DENSE, K, PUBLIC_SHARE, REPO, SPLIT_OF, TRUTH, Config, agent_of, build_seed, build_units,
+from .cases import (CASES, FANOUT_DENSE, K, LEXICAL_PER_VIEW, LEXICAL_SHARED, PUBLIC_SHARE, REPO, SPLIT_OF, TRUTH, Config, agent_of, build_seed, build_units,
                     default_stage, load_histories, parse_configs, public_agents, view_for)
 from .calibrate import stage_realism
 from .diagnostics import diagnostics
@@ -62,7 +62,8 @@ def run(data: Path, out: Path, histories: int | None = 12, qids: Sequence[str] |
         pub = {b: public_agents(n, PUBLIC_SHARE[b], seed) for b in PUBLIC_SHARE}
         splits = {b: build_units(qs, pub[b]) for b in PUBLIC_SHARE}
         units = splits["p10"]
-        vers = engine_versions()
+        vers = engine_versions([c.backend for c in cfgs] + ([FANOUT_DENSE] if stage.get("fanout", True) else [])
+                               + ([LEXICAL_SHARED, LEXICAL_PER_VIEW] if stage.get("lexical", True) else []))
         enc = load_encoder(encoder_name)
         p = plan(stage, n, len(units))
         if cfg is None:

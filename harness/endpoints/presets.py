@@ -14,6 +14,7 @@ from typing import Iterable
 from harness.plugins import Registry
 
 GROUPS = ("model", "judge")
+PAPER_JUDGE_MODEL = "gpt-5.4"  # the second paper's sole judge (Section 4.2); conf/judge/gpt54.yaml
 PRESETS: Registry[Path] = Registry("endpoint preset", None)
 
 
@@ -24,3 +25,12 @@ def discover(sources: Iterable[Path]) -> Registry[Path]:
             for path in sorted((Path(src) / group).glob("*.yaml")):
                 PRESETS.register(f"{group}/{path.stem}", path.resolve(), origin=str(path.resolve()))
     return PRESETS
+
+
+def is_paper_judge(model) -> bool:
+    """GPT-5.4 itself or a dated snapshot of it (gpt-5.4-2026-03-05), never a sibling sharing its prefix
+    (gpt-5.4-mini, gpt-5.41): those are other judges. Here, below both, because the fidelity manifest
+    (harness.run) and the rubric judge (judge/) ask it."""
+    import re
+
+    return re.fullmatch(re.escape(PAPER_JUDGE_MODEL) + r"(-\d{4}-\d{2}-\d{2})?", str(model).strip().lower()) is not None

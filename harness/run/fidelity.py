@@ -680,7 +680,7 @@ PERSONAL_KERNEL = {"threshold": 0.3, "cap": 10, "budget_tokens": 2000, "barrier_
 
 def personal_manifest(cfg) -> list[Row]:
     """The personalization stage's rows, against the second paper (not the first)."""
-    from judge.rubric import is_paper_judge
+    from harness.endpoints.presets import is_paper_judge
 
     m, j = cfg.model, cfg.judge
     model = str(m.get("model"))

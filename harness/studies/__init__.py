@@ -2,7 +2,7 @@
 
 A stage's `stage.kind` names its study. The study says, once, where its run step is (plan,
 preflight and driver: it receives the config and the sweep), how its answers are judged
-(None: nothing to judge), which analysis reads its folders, and which record schema its
+(None: nothing to judge), which analysis reads its folders (harness.cli.analyze runs it), and which record schema its
 records/ holds. The commands dispatch through this registry and spell no kind; a new study
 is one module here (or a plugin, harness.plugins) that calls `register`.
 
@@ -24,9 +24,10 @@ class Study:
     kind: str
     run: str  # "module:function"(cfg, sweep) -> None
     judge: str | None  # "module:function"(cfg, run_dir) -> exit code; None: no judge
-    analysis: str  # the module `make analyze` runs on its folders
+    analysis: str  # "module:function"(argv) -> exit code: what `make analyze` runs on its folders (harness.cli.analyze)
     record: str = "record"  # harness.records.schema name of its records
     power: str | None = None  # "module:function"(cfg, plan, forecast rows) -> str: a dry run's power lines
+    judge_refusal: str | None = None  # "module:function"(cfg) -> why this judge is refused, or None (asked in a dry run)
     judge_checks: str = ""  # the commands that check this study's judge (named when another study's are refused)
     about: str = ""
 
@@ -61,5 +62,6 @@ def kinds() -> list[str]:
 
 
 def analysed_by(module: str) -> set[str]:
-    """The study kinds whose folders the analysis module `module` reads."""
-    return {k for k, s in STUDIES.items().items() if s.analysis == module}
+    """The study kinds whose folders the analysis in `module` (or a module of that package) reads."""
+    return {k for k, s in STUDIES.items().items()
+            if (m := s.analysis.partition(":")[0]) == module or m.startswith(module + ".")}

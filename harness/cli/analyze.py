@@ -1,0 +1,114 @@
+"""`python -m harness.cli.analyze [runs=PATH,...] [key=value ...]` — what `make analyze` calls.
+
+WHY: the analysis of a stage belongs to its study (harness/studies/: `Study.analysis`, a
+"module:function"(argv) -> exit code). This command finds the stage folders, reads each one's
+study kind from its stage.json, and runs the analysis of every study that has a folder, once
+each, in the order of their kinds; it names no study. A study with no folder is not run, so
+either study alone analyses cleanly (exit 0), and a plugged-in study's folders reach its own
+analysis.
+
+Arguments: `runs=` (or bare paths) and `runs_root=` choose the folders, as every analysis reads them; any
+other `key=value` goes to each chosen analysis that declares the key in its module's
+`OPTIONS` (an analysis without `OPTIONS` takes them all), and a key no chosen analysis
+declares is refused (exit 2) before anything is written. `out=DIR` goes to the first analysis (the
+default study's, which rewrites DIR as a whole); each later one writes DIR/<its kind>.
+
+Exit codes: the highest of the analyses' (0 written and clean; 1 written with something left
+out, each analysis says what; 2 bad arguments or no stage folder).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from harness import studies
+from harness.failures import announce
+
+
+def _paths(argv: Sequence[str]) -> tuple[list[str], str]:
+    runs: list[str] = []
+    root = "runs"
+    for a in argv:
+        key, eq, value = a.partition("=")
+        if key == "runs" and eq:
+            runs += [v for v in value.split(",") if v]
+        elif key == "runs_root" and eq:
+            root = value
+        elif not eq and Path(a).exists():  # a bare path is a folder to read, as analysis.run takes it
+            runs.append(a)
+    return runs, root
+
+
+def kinds_present(argv: Sequence[str]) -> list[str]:
+    """The study kinds of the stage folders the arguments choose (pilots left out unless named)."""
+    from analysis.load import find_folders
+
+    runs, root = _paths(argv)
+    if not runs and not Path(root).exists():
+        return []
+    return sorted({studies.get(f.info.get("kind")).kind for f in find_folders(runs or None, root)})
+
+
+def analyses(kinds: Sequence[str]) -> dict[str, list[str]]:
+    """Each analysis step ("module:function") of the given study kinds -> the kinds it reads. The default
+    study's analysis comes first: it rewrites the results folder as a whole, the others write inside it."""
+    first = studies.get(None).kind
+    out: dict[str, list[str]] = {}
+    for kind in sorted(kinds, key=lambda k: (k != first, k)):
+        study = studies.get(kind)
+        target = study.analysis if ":" in study.analysis else f"{study.analysis}:main"
+        out.setdefault(target, []).append(kind)
+    return out
+
+
+def _options(module) -> set[str] | None:
+    opts = getattr(module, "OPTIONS", None)
+    return None if opts is None else set(opts) | {"runs", "runs_root"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help", "help") for a in argv):
+        print(__doc__)
+        return 0
+    from analysis.load import AnalysisError
+    from harness.plugins import PluginError, RegistryError
+
+    try:
+        kinds = kinds_present(argv)
+        if not kinds:
+            runs, root = _paths(argv)
+            raise AnalysisError(f"no stage folders under {','.join(runs) or root}; run a stage first "
+                                "(make run STAGE=smoke)")
+        steps = analyses(kinds)
+        modules = {t: importlib.import_module(t.partition(":")[0]) for t in steps}
+        declared = [_options(m) for m in modules.values()]
+        if all(d is not None for d in declared):
+            known = set().union(*declared)
+            unknown = [a for a in argv if a.partition("=")[0] not in known and ("=" in a or not Path(a).exists())]
+            if unknown:
+                raise AnalysisError(f"no analysis of {', '.join(kinds)} reads {', '.join(unknown)} "
+                                    f"(they read: {', '.join(sorted(known))})")
+    except (AnalysisError, PluginError, RegistryError, studies.StudyError) as exc:
+        return announce(exc)  # error: ..., exit 2 (harness.failures)
+    runs, _ = _paths(argv)
+    argv = [a for a in argv if "=" in a and a.partition("=")[0] != "runs"] + ([f"runs={','.join(runs)}"] if runs else [])
+    out = next((a.partition("=")[2] for a in argv if a.startswith("out=")), None)
+    code = 0
+    for i, (target, module) in enumerate(modules.items()):
+        own = _options(module)
+        args = [a for a in argv if own is None or a.partition("=")[0] in own]
+        if out and i:  # one out= for several analyses: each after the first in a folder of its own inside it
+            args = [a for a in args if not a.startswith("out=")] + [f"out={out}/{steps[target][0].replace('/', '_')}"]
+        print(f"analysis of {', '.join(steps[target])}: python -m {target.partition(':')[0]} {' '.join(args)}".rstrip(),
+              file=sys.stderr)
+        rc = getattr(module, target.partition(":")[2])(args)
+        code = max(code, int(rc or 0))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

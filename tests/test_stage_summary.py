@@ -1,0 +1,48 @@
+"""The end of a stage tells a newcomer what happened and what to do: per condition runs, accuracy and
+tokens, the range the embedded defaults give (conf/expected/<stage>.yaml, or that none is measured
+yet; on another model it says the range does not apply), what to run next, and that the same command
+resumes. Run as `make run` runs it, against the scripted upstream."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.fake_model import FakeModel
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _smoke(tmp_path, fake, *extra):
+    return subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm",
+                           f"model.base_url={fake.base_url}", "model.api_key_env=null", "judge=vllm",
+                           f"judge.base_url={fake.base_url}", "samples.smoke.limit=1",
+                           "stage.groups=[{sample:smoke,conditions:[none,full]}]", f"runs_dir={tmp_path}/runs",
+                           f"cache_dir={tmp_path}/cache", *extra], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_a_smoke_stage_ends_with_a_summary_a_newcomer_can_judge(tmp_path):
+    with FakeModel() as fake:
+        first = _smoke(tmp_path, fake)
+        assert first.returncode == 0, first.stderr[-3000:]
+        again = _smoke(tmp_path, fake)
+    assert again.returncode == 0, again.stderr[-3000:]
+    err = first.stderr
+    table = err[err.index("condition   "):]
+    assert all(f"\n{c} " in table for c in ("none", "full")) and "accuracy judged by vllm" in table, table
+    exp = yaml.safe_load((REPO / "conf" / "expected" / "smoke.yaml").read_text())
+    if exp.get("measured") and exp.get("conditions"):
+        assert "expected on the embedded defaults (conf/expected/smoke.yaml, measured" in table
+        assert "they do not apply here: model vllm (expected for local)" in table  # a fake, not the local model
+        for c in ("none", "full"):
+            lo, hi = exp["conditions"][c]["accuracy"]
+            assert f"  {c:<22} accuracy {lo:.0%}-{hi:.0%}" in table
+    else:
+        assert "expected on the embedded defaults: not yet measured (conf/expected/smoke.yaml)" in table
+    assert f"{tmp_path}/runs/smoke/smoke: 2 of 2 planned runs recorded" in err
+    assert "the same command again runs nothing more" in err and "next: make analyze" in err
+    assert "2 runs planned, 2 recorded, 0 to run" in again.stderr  # the same command: nothing run twice
