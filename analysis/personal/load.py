@@ -128,6 +128,7 @@ def runs_frame(folders, judge: str | None = None) -> pd.DataFrame:
                 "conversation_injected": r["conversation_injected"],
                 "audited_items": r.get("audited_items"), "prevented_items": r.get("prevented_items"),
                 "prevented_conversation": r.get("prevented_conversation"), "queue_s": r.get("queue_s"),
+                "written_items": r.get("written_items"), "unaudited_writes": r.get("unaudited_writes"),
                 "candidate_types": [i.get("memory_type") for i in r["candidates"]],
                 "missed_writes": r["missed_writes"], "timed_out": bool(barrier.get("timed_out")),
                 "barrier": barrier.get("barrier", "on" if barrier else None),

@@ -200,7 +200,13 @@ class Mem0Default(Method):
                 if env is not None:  # a refused key or a stopped PostgreSQL is the stage's, not a failed write
                     raise env from exc
                 errors.append(f"{type(exc).__name__}: {exc}"[:300])
-        return {"write_errors": errors, "writes": [{"items": n} for n in written]}
+        # the exposure audit, once this trial's adds have landed (every future above has resolved): the user's whole
+        # partition under no agent scope (every writer's fact), so what the scope kept out is counted in full; an
+        # add still open would be unaudited, never kept out (none is: finish waited for them all)
+        open_adds = sum(not f.done() for f in self.futures)
+        audit = self.mem.get_all(filters={"user_id": self.ctx.trial["user_id"]}, top_k=10_000)["results"]
+        return {"write_errors": errors, "writes": [{"items": n} for n in written],
+                "audit": [self.describe(r) for r in audit], "unaudited_writes": open_adds}
 
 
 def _environment(exc: BaseException, model_cfg: dict):

@@ -1,0 +1,133 @@
+"""The kernel's one encoder worker: every commit's and every read's texts, embedded in batches across users.
+
+The CPU encoder is one resource. Behind a lock, every user's commit queues for it and a read of
+user B waits behind user A's embedding; here nobody holds it: callers put their texts on a
+queue and wait for their own vectors, and one worker thread takes everything queued (reads'
+queries first) and embeds it in one batch. Under load the batches grow, so throughput grows
+with load instead of the queue (a batch of 64 short items costs a few times one of 4 on a CPU,
+not 16 times). The worker measures what it does (`rate`: texts per second of the model), and
+`measure` times the raw model once before the runs, without the disk cache and writing
+nothing: the figure the schedule caps trials in flight with and the dry run forecasts with
+(harness/personal/capacity.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# a memory item as the writers produce them (harness/kernel/items.py statements): the measured batch's texts
+PROBE = "The user works with {i} tools and prefers concise answers about their current project number {i}."
+
+
+@dataclass
+class _Job:
+    texts: list[str]
+    query: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+    out: np.ndarray | None = None
+    error: BaseException | None = None
+
+
+class BatchEncoder:
+    """embed / embed_query like the encoder it wraps; one worker thread embeds all queued texts at once."""
+
+    def __init__(self, encoder, max_batch: int = 512):
+        self.encoder, self.max_batch = encoder, int(max_batch)
+        self.dim = getattr(encoder, "dim", 384)
+        self._queue: list[_Job] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self.batches = self.texts = self.largest = 0
+        self.seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name="kernel-encoder", daemon=True)
+        self._thread.start()
+
+    def __getattr__(self, name):  # id, stats, spec, describe, missing, warm, ...: the wrapped encoder's
+        return getattr(self.encoder, name)
+
+    # -- callers --------------------------------------------------------------------------
+    def embed(self, texts: Sequence[str], progress: bool | None = None) -> np.ndarray:
+        return self._submit(_Job(list(texts)))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._submit(_Job([text], query=True))[0]
+
+    def _submit(self, job: _Job) -> np.ndarray:
+        if not job.texts:
+            return np.empty((0, self.dim), dtype=np.float32)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the kernel's encoder worker is closed")
+            # a read's query goes before the commits queued (a read is what a user waits on)
+            at = sum(1 for j in self._queue if j.query) if job.query else len(self._queue)
+            self._queue.insert(at, job)
+            self._cond.notify()
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.out
+
+    # -- the worker -----------------------------------------------------------------------
+    def _take(self) -> list[_Job]:
+        jobs, n = [], 0
+        while self._queue and (not jobs or n + len(self._queue[0].texts) <= self.max_batch):
+            j = self._queue.pop(0)
+            jobs.append(j)
+            n += len(j.texts)
+        return jobs
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queue or self._closed)
+                if not self._queue:
+                    return
+                jobs = self._take()
+            texts = [t for j in jobs for t in j.texts]
+            t0 = time.perf_counter()
+            try:
+                vecs = self.encoder.embed(texts, progress=False)
+            except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets it
+                for j in jobs:
+                    j.error = exc
+                    j.done.set()
+                continue
+            dt = time.perf_counter() - t0
+            self.batches, self.texts, self.seconds = self.batches + 1, self.texts + len(texts), self.seconds + dt
+            self.largest = max(self.largest, len(texts))
+            i = 0
+            for j in jobs:
+                j.out, i = vecs[i:i + len(j.texts)], i + len(j.texts)
+                j.done.set()
+
+    # -- what it measured -----------------------------------------------------------------
+    def figures(self) -> dict:
+        """What the worker did during the stage: batches, texts, the largest batch, texts per second."""
+        return {"batches": self.batches, "texts": self.texts, "largest_batch": self.largest,
+                "seconds": round(self.seconds, 4),
+                "texts_per_s": round(self.texts / self.seconds, 1) if self.seconds else None}
+
+    def close(self) -> None:
+        """Stop the worker once the queue is empty (the wrapped encoder stays open: it is its owner's)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
+
+
+def measure(encoder, n: int = 64) -> float:
+    """Texts per second of the raw model on one batch of `n` item-like texts (no cache read or written; the
+    model is loaded first, untimed). The schedule's and the dry run's figure for the encoder."""
+    forward = getattr(encoder, "forward", None)
+    texts = [PROBE.format(i=i) for i in range(n)]
+    if forward is None:
+        forward = lambda ts: encoder.embed(ts, progress=False)  # noqa: E731
+    forward(texts[:2])  # loading is setup
+    t0 = time.perf_counter()
+    forward(texts)
+    return n / max(time.perf_counter() - t0, 1e-6)
