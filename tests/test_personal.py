@@ -139,6 +139,17 @@ def test_mem0_default_through_the_real_library_and_kernel_on_the_same_postgres(t
             assert not r["write_errors"] and sum(w["items"] for w in r["writes"]) >= 1
         if r["condition"] == "mem0_default":  # scoped to the assistant agent, which writes nothing
             assert r["n_injected"] == 0
+        if r["condition"] in ("mem0_default", "mem0_user", "kernel_shared"):
+            # the exposure audit read after the trial's writes landed: it saw every item they stored
+            assert r["unaudited_writes"] == 0 and r["written_items"] >= 1
+            assert r["audited_items"] == r["written_items"], (r["condition"], r["audited_items"], r["written_items"])
+        if r["condition"] in ("mem0_default", "mem0_user"):
+            # the forecast's calls per add are the installed Mem0's: what the run made
+            from harness.personal.forecast import mem0_add
+
+            trial = {t["trial_id"]: t for t in P.load(r["data_path"])["trials"]}[r["trial_id"]]
+            forecast = sum(mem0_add(trial["messages"][m])[0] for m in ("profile", "task", "conversation"))
+            assert r["calls_by_role"]["mem0"] == forecast
     ledger = [e for e in read_ledger(rd.ledger_path) if e.get("event") == "response"]
     mem0_calls = [e for e in ledger if e["role"] == "mem0"]
     assert mem0_calls and all(e["tag"].endswith(("__mem0_default", "__mem0_user")) for e in mem0_calls)

@@ -180,11 +180,7 @@ class Mem0Default(Method):
         log = {"filters": scope, "returned": len(res), "user_memories": len(held), "read": read}
         if barrier is not None:
             log["barrier"] = barrier
-        # untimed, the exposure audit: the user's whole partition under no agent scope (every writer's fact), not
-        # only the k nearest, so what the scope kept out is counted in full
-        audit = self.mem.get_all(filters={"user_id": t["user_id"]}, top_k=10_000)["results"]
-        return Injected(block, items, list(items), dt + float((barrier or {}).get("waited_s") or 0.0), log,
-                        [self.describe(r) for r in audit])
+        return Injected(block, items, list(items), dt + float((barrier or {}).get("waited_s") or 0.0), log)
 
     def describe(self, r: dict) -> dict:
         return {"user_id": r.get("user_id"), "owner": r.get("agent_id"), "memory_type": None, "sharing": "private",

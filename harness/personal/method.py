@@ -158,6 +158,8 @@ class Shared:
             return self._memories[key]
 
     def close(self) -> None:
+        from harness.kernel.encoding import BatchEncoder
+
         try:
             for p in self._pools.values():
                 p.shutdown(wait=True)
@@ -166,6 +168,8 @@ class Shared:
                 close = getattr(m, "close", None)
                 if close:
                     close()
+            if isinstance(self.encoder, BatchEncoder):  # its worker; the encoder itself is the process's
+                self.encoder.close()
 
 
 @dataclass

@@ -1,10 +1,27 @@
 """How the personal stage schedules its trials (SPEC 4, the second paper's A.10): how many trials run at once
-(never more than the endpoint serves), what each method declares it needs, and the manifest rows that declare the
-schedule beside the paper. Read by the run step and by the forecast, so it sits below both."""
+(never more than the endpoint serves, nor than the encoder commits within the barrier), what each method declares
+it needs, and the manifest rows that declare the schedule beside the paper. Read by the run step and by the
+forecast, so it sits below both.
+
+The cap on trials in flight (`Capacity`) comes from measured figures: the endpoint's slots
+(model.max_concurrency, a local server's parallel slots), the writers' extraction time at the endpoint's
+measured speed (model.speed, declared by the preset; unknown: 0, and the dry run says so), and the CPU
+encoder's measured throughput (harness.kernel.encoding.measure). The kernel's commits of every trial in
+flight go through one batching encoder worker: T trials commit about T x ITEMS_PER_TRIAL texts, and a
+commit waits for the batch before its own at most, so the commit path takes about 2 T I / rate seconds.
+T is the largest number whose extraction plus commit stays within HEADROOM of the shortest barrier
+timeout of the kernel methods run. The dry run's barrier estimate is this same computation.
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import conditions
+
+ITEMS_PER_TRIAL = 16  # items the three writers commit per trial (14 on the generated trials, measured), rounded up
+HEADROOM = 0.5  # the expected wait is kept within this share of the barrier's timeout
 
 
 def method_class(cond_cfg):
@@ -22,19 +39,76 @@ def slots(model_cfg) -> int | None:
 
 
 def trials_in_flight(stage, concurrency: int, model) -> int:
-    """`stage.concurrency` (default: the command's `concurrency`), at most the endpoint's slots (model: its node)."""
+    """`stage.concurrency` (default: the command's `concurrency`), at most the endpoint's slots (model: its node);
+    the measured cap (Capacity) may lower it further."""
     want = max(1, int(stage.get("concurrency") or concurrency))
     cap = slots(model)
     return min(want, cap) if cap else want
 
 
-def schedule_rows(stage, concurrency: int, model, in_flight: int) -> list:
+@dataclass(frozen=True)
+class Capacity:
+    """Trials in flight from measured figures (see the module's docstring)."""
+
+    want: int  # stage.concurrency, at most the endpoint's slots
+    slots: int | None  # the endpoint's declared slots (None: unlimited as declared)
+    encoder_rate: float | None  # texts per second of the CPU encoder, measured (None: no kernel method runs)
+    extraction_s: float | None  # a trial's writer calls, one after another, at the endpoint's measured speed
+    timeout_s: float | None  # the shortest barrier timeout of the kernel methods run (None: none runs)
+
+    def commit_s(self, n: int) -> float:
+        """The commit path's time with n trials in flight: their items through the one encoder worker."""
+        return 0.0 if not self.encoder_rate else 2.0 * n * ITEMS_PER_TRIAL / self.encoder_rate
+
+    def wait_s(self, n: int) -> float:
+        """A read's expected wait for its writes with n trials in flight."""
+        return (self.extraction_s or 0.0) + self.commit_s(n)
+
+    @property
+    def encoder_cap(self) -> int | None:
+        """The most trials whose commits the encoder takes within HEADROOM of the barrier (None: no cap needed)."""
+        if not self.encoder_rate or not self.timeout_s:
+            return None
+        budget = HEADROOM * self.timeout_s - (self.extraction_s or 0.0)
+        return max(1, math.floor(budget * self.encoder_rate / (2.0 * ITEMS_PER_TRIAL))) if budget > 0 else 1
+
+    @property
+    def in_flight(self) -> int:
+        cap = self.encoder_cap
+        return min(self.want, cap) if cap else self.want
+
+    def describe(self) -> dict:
+        n = self.in_flight
+        return {"want": self.want, "slots": self.slots, "encoder_texts_per_s": None if self.encoder_rate is None
+                else round(self.encoder_rate, 1), "encoder_cap": self.encoder_cap,
+                "extraction_s": None if self.extraction_s is None else round(self.extraction_s, 3),
+                "commit_s": round(self.commit_s(n), 3), "wait_s": round(self.wait_s(n), 3),
+                "barrier_timeout_s": self.timeout_s, "in_flight": n, "items_per_trial": ITEMS_PER_TRIAL,
+                "headroom": HEADROOM}
+
+    def line(self) -> str:
+        n, why = self.in_flight, []
+        if self.slots and self.want == self.slots:
+            why.append(f"the endpoint's {self.slots} slot(s)")
+        if self.encoder_cap is not None and self.encoder_cap < self.want:
+            why.append(f"the encoder's measured {self.encoder_rate:.0f} texts/s (commits of {n} trials in "
+                       f"{self.commit_s(n):.2f} s, within {HEADROOM:g} x the {self.timeout_s:g} s barrier)")
+        return f"{n} trials in flight" + (f", capped at {' and '.join(why)}" if why else "")
+
+
+def capacity(stage, concurrency: int, model, encoder_rate: float | None, extraction_s: float | None,
+             timeout_s: float | None) -> Capacity:
+    return Capacity(trials_in_flight(stage, concurrency, model), slots(model),
+                    encoder_rate if timeout_s else None, extraction_s, timeout_s)
+
+
+def schedule_rows(stage, concurrency: int, model, cap: Capacity) -> list:
     """How the trials were scheduled and what an item is, beside the paper (declared, never silent)."""
     from harness.run.fidelity import Row
 
     want = max(1, int(stage.get("concurrency") or concurrency))
-    cap = slots(model)
-    capped = f", capped from {want} at the endpoint's {cap} slot(s)" if cap and want > cap else ""
+    in_flight = cap.in_flight
+    capped = f", capped from {want} ({cap.line().partition(', capped at ')[2]})" if in_flight < want else ""
     return [
         Row("pipeline", "trial pipeline", "ProfileAgent, then TaskAgent, then AssistantAgent (A.10); writes "
             "asynchronous to the assistant's read, behind the barrier; each condition run for its trials",

@@ -47,7 +47,7 @@ from harness.records.schema import parse
 from harness.run import fidelity
 from harness.run.driver import RunStep, call_notes, stage_info, validated
 
-from .schedule import method_class, schedule_rows, slots, trials_in_flight  # noqa: F401 (slots: the tests)
+from .schedule import Capacity, capacity, method_class, schedule_rows, slots, trials_in_flight  # noqa: F401
 from harness.run.plan import PlanError
 from harness.run.settings import StageSettings
 
@@ -171,6 +171,8 @@ class PersonalStep(RunStep):
         self.nodes = settings.condition_nodes(cfg)  # each method's own typed node (its module's Settings)
         self.shared: Shared | None = None
         self.provenance: dict = {}
+        self._capacity: Capacity | None = None
+        self._encoder = None
 
     # --- before the runs ------------------------------------------------------------------
     def methods(self) -> dict:
@@ -179,7 +181,30 @@ class PersonalStep(RunStep):
 
     def fidelity_rows(self):
         return fidelity.personal_manifest(self.cfg) + schedule_rows(self.stage, self.cfg.concurrency, self.model_cfg,
-                                                                    self.concurrency())
+                                                                    self.capacity())
+
+    def encoder(self):
+        """The stage's encoder, loaded once (locally: a dry run loads it too, to measure it; nothing is sent)."""
+        from harness.memory.encoder import load_encoder
+
+        if self._encoder is None:
+            cfg = self.cfg
+            self._encoder = load_encoder(str(cfg.encoder.name), cache_dir=str(Path(str(cfg.cache_dir)) / "embeddings"))
+        return self._encoder
+
+    def capacity(self) -> Capacity:
+        """Trials in flight from measured figures (harness/personal/schedule.py): the endpoint's slots, the writers'
+        calls at its declared speed and the encoder's throughput measured here once (only when a kernel method with
+        its barrier runs). The run and the dry run's forecast use this same object."""
+        if self._capacity is None:
+            from harness.kernel.encoding import measure
+
+            from .forecast import kernel_inputs
+
+            timeout, extraction = kernel_inputs(self.cfg, self.plan)
+            rate = measure(self.encoder()) if timeout else None
+            self._capacity = capacity(self.stage, self.cfg.concurrency, self.model_cfg, rate, extraction, timeout)
+        return self._capacity
 
     def stage_info(self) -> dict:
         return stage_info(self.stage, OmegaConf.to_container(self.cfg.model, resolve=True), self.plan,
@@ -252,24 +277,27 @@ class PersonalStep(RunStep):
     def forecast(self) -> str:
         from harness.personal.forecast import render
 
-        return render(self.cfg, self.plan)
+        return render(self.cfg, self.plan, self.capacity())
 
     def concurrency(self) -> int:
         """Trials in flight: `stage.concurrency`, never more than the endpoint serves at once
-        (model.max_concurrency: one per slot for Ollama or llama.cpp), so a trial never waits behind
-        another trial's calls and the barrier's timeouts are the method's and the endpoint's own."""
-        return trials_in_flight(self.stage, self.cfg.concurrency, self.model_cfg)
+        (model.max_concurrency: one per slot for Ollama or llama.cpp), nor than the encoder commits within
+        the barrier at its measured rate (`capacity`), so a trial never waits behind another trial's calls
+        and the barrier's timeouts are the method's and the endpoint's own."""
+        return self.capacity().in_flight
 
     # --- the runs -------------------------------------------------------------------------
     def start(self, rd, info, endpoint, proxy_url: str) -> None:
-        from harness.memory.encoder import load_encoder
+        from harness.kernel.encoding import BatchEncoder
 
         super().start(rd, info, endpoint, proxy_url)
         cfg = self.cfg
-        encoder = load_encoder(str(cfg.encoder.name), cache_dir=str(Path(str(cfg.cache_dir)) / "embeddings"))
+        encoder = self.encoder()
         encoder.embed_query("warm-up")  # loading the encoder is setup, never part of a run's latency
-        self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(), encoder, secrets.token_hex(4),
-                             Slots(slots(self.model_cfg)), workers=4 * self.concurrency())
+        self.capacity()  # measured before the worker starts, never during the runs
+        # one encoder worker embeds every user's commits and queries in batches: no lock between users
+        self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(), BatchEncoder(encoder),
+                             secrets.token_hex(4), Slots(slots(self.model_cfg)), workers=4 * self.concurrency())
         for name, c in self.methods().items():  # setup (Mem0's embedder and collection) is never a run's time
             try:
                 method_class(c).setup(self.nodes[name], self.shared, name)
