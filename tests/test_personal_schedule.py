@@ -113,7 +113,15 @@ def test_the_personal_stage_at_its_defaults_on_an_upstream_that_answers_at_once(
     assert len(recs) == 3 * len(ALL)
     check_methods(recs)
     rows = {r["key"]: r for r in json.loads(rd.stage_path.read_text())["fidelity"]["rows"]}
-    assert rows["trials_in_flight"]["stage"] == "4" and rows["item_granularity"]["status"] == "differs"
+    # trials in flight: the stage's 4, capped by the rule at the encoder's figures measured on this machine
+    from harness.personal.schedule import Capacity
+
+    got = json.loads(rows["trials_in_flight"]["detail"].partition("measured: ")[2])
+    rule = Capacity(4, None, (got["encoder_batch_s"], got["encoder_per_text_s"]), got["extraction_s"],
+                    got["barrier_timeout_s"])
+    assert got["in_flight"] == rule.in_flight == min(4, rule.encoder_cap) and got["barrier_timeout_s"] == 5.0
+    assert rows["trials_in_flight"]["stage"].split(",")[0] == str(got["in_flight"])
+    assert rows["item_granularity"]["status"] == "differs"
     out = capsys.readouterr()
     assert "commit s" in out.out + out.err and "queue s" in out.out + out.err
 

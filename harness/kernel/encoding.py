@@ -5,9 +5,9 @@ user B waits behind user A's embedding; here nobody holds it: callers put their 
 queue and wait for their own vectors, and one worker thread takes everything queued (reads'
 queries first) and embeds it in one batch. Under load the batches grow, so throughput grows
 with load instead of the queue (a batch of 64 short items costs a few times one of 4 on a CPU,
-not 16 times). The worker measures what it does (`rate`: texts per second of the model), and
-`measure` times the raw model once before the runs, without the disk cache and writing
-nothing: the figure the schedule caps trials in flight with and the dry run forecasts with
+not 16 times). The worker counts what it does (`figures`), and `measure` times the raw model
+once before the runs (a batch's fixed cost and its cost per text), without the disk cache and
+writing nothing: the figure the schedule caps trials in flight with and the dry run forecasts with
 (harness/personal/capacity.py).
 """
 
@@ -120,14 +120,22 @@ class BatchEncoder:
         self._thread.join(timeout=30)
 
 
-def measure(encoder, n: int = 64) -> float:
-    """Texts per second of the raw model on one batch of `n` item-like texts (no cache read or written; the
-    model is loaded first, untimed). The schedule's and the dry run's figure for the encoder."""
+def measure(encoder, small: int = 8, large: int = 64) -> tuple[float, float]:
+    """(seconds a batch costs whatever its size, seconds per text), from one batch of `small` and one of `large`
+    item-like texts through the raw model (no cache read or written; the model loaded first, untimed): a batch of
+    n costs about a + b n on a CPU, which is why one worker batching every user's texts keeps up with load. The
+    schedule's and the dry run's figure for the encoder."""
     forward = getattr(encoder, "forward", None)
-    texts = [PROBE.format(i=i) for i in range(n)]
     if forward is None:
         forward = lambda ts: encoder.embed(ts, progress=False)  # noqa: E731
-    forward(texts[:2])  # loading is setup
-    t0 = time.perf_counter()
-    forward(texts)
-    return n / max(time.perf_counter() - t0, 1e-6)
+    forward([PROBE.format(i=-1)])  # loading is setup
+
+    def timed(n: int) -> float:
+        texts = [PROBE.format(i=i) for i in range(n)]
+        t0 = time.perf_counter()
+        forward(texts)
+        return time.perf_counter() - t0
+
+    t_small, t_large = timed(small), timed(large)
+    per = max((t_large - t_small) / (large - small), t_large / large / 4, 1e-6)  # noise never makes it free
+    return max(0.0, t_small - small * per), per

@@ -154,9 +154,11 @@ def barrier_check(cfg, plan, cap=None) -> list[str]:
 
     used = {r.condition for r in plan.runs}
     out = []
-    if cap is not None and cap.encoder_rate:
-        out.append(f"schedule: {cap.line()}; encoder measured at {cap.encoder_rate:.0f} texts/s on this machine "
-                   f"(harness/kernel/encoding.py measure), endpoint slots {cap.slots or 'not declared'}")
+    if cap is not None and cap.encoder:
+        a, b = cap.encoder
+        out.append(f"schedule: {cap.line()}; encoder measured on this machine at {a:.2f} s a batch + "
+                   f"{1000 * b:.1f} ms a text (harness/kernel/encoding.py measure), endpoint slots "
+                   f"{cap.slots or 'not declared'}")
     for name in sorted(used):
         c = cfg.stage.conditions[name]
         writes, timeout = _writes(c), c.get("barrier_timeout_s", c.get("write_wait_s"))

@@ -6,15 +6,17 @@ forecast, so it sits below both.
 The cap on trials in flight (`Capacity`) comes from measured figures: the endpoint's slots
 (model.max_concurrency, a local server's parallel slots), the writers' extraction time at the endpoint's
 measured speed (model.speed, declared by the preset; unknown: 0, and the dry run says so), and the CPU
-encoder's measured throughput (harness.kernel.encoding.measure). The kernel's commits of every trial in
-flight go through one batching encoder worker: T trials commit about T x ITEMS_PER_TRIAL texts, and a
-commit waits for the batch before its own at most, so the commit path takes about 2 T I / rate seconds.
+encoder's measured cost (harness.kernel.encoding.measure: a batch of n texts costs a + b n). The kernel's
+commits of every trial in flight go through one batching encoder worker: T trials commit about
+T x ITEMS_PER_TRIAL texts, and a commit waits for the batch before its own at most, so the commit path
+takes about 2 (a + b T I) seconds.
 T is the largest number whose extraction plus commit stays within HEADROOM of the shortest barrier
 timeout of the kernel methods run. The dry run's barrier estimate is this same computation.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -52,13 +54,16 @@ class Capacity:
 
     want: int  # stage.concurrency, at most the endpoint's slots
     slots: int | None  # the endpoint's declared slots (None: unlimited as declared)
-    encoder_rate: float | None  # texts per second of the CPU encoder, measured (None: no kernel method runs)
+    encoder: tuple[float, float] | None  # (a, b): a batch of n texts costs a + b n seconds, measured; None: no kernel
     extraction_s: float | None  # a trial's writer calls, one after another, at the endpoint's measured speed
     timeout_s: float | None  # the shortest barrier timeout of the kernel methods run (None: none runs)
 
     def commit_s(self, n: int) -> float:
         """The commit path's time with n trials in flight: their items through the one encoder worker."""
-        return 0.0 if not self.encoder_rate else 2.0 * n * ITEMS_PER_TRIAL / self.encoder_rate
+        if not self.encoder:
+            return 0.0
+        a, b = self.encoder
+        return 2.0 * (a + b * n * ITEMS_PER_TRIAL)
 
     def wait_s(self, n: int) -> float:
         """A read's expected wait for its writes with n trials in flight."""
@@ -67,10 +72,11 @@ class Capacity:
     @property
     def encoder_cap(self) -> int | None:
         """The most trials whose commits the encoder takes within HEADROOM of the barrier (None: no cap needed)."""
-        if not self.encoder_rate or not self.timeout_s:
+        if not self.encoder or not self.timeout_s:
             return None
-        budget = HEADROOM * self.timeout_s - (self.extraction_s or 0.0)
-        return max(1, math.floor(budget * self.encoder_rate / (2.0 * ITEMS_PER_TRIAL))) if budget > 0 else 1
+        a, b = self.encoder
+        budget = (HEADROOM * self.timeout_s - (self.extraction_s or 0.0)) / 2.0 - a
+        return max(1, math.floor(budget / (b * ITEMS_PER_TRIAL))) if budget > 0 else 1
 
     @property
     def in_flight(self) -> int:
@@ -79,8 +85,9 @@ class Capacity:
 
     def describe(self) -> dict:
         n = self.in_flight
-        return {"want": self.want, "slots": self.slots, "encoder_texts_per_s": None if self.encoder_rate is None
-                else round(self.encoder_rate, 1), "encoder_cap": self.encoder_cap,
+        a, b = self.encoder or (None, None)
+        return {"want": self.want, "slots": self.slots,
+                "encoder_batch_s": a, "encoder_per_text_s": b, "encoder_cap": self.encoder_cap,  # as measured
                 "extraction_s": None if self.extraction_s is None else round(self.extraction_s, 3),
                 "commit_s": round(self.commit_s(n), 3), "wait_s": round(self.wait_s(n), 3),
                 "barrier_timeout_s": self.timeout_s, "in_flight": n, "items_per_trial": ITEMS_PER_TRIAL,
@@ -91,15 +98,17 @@ class Capacity:
         if self.slots and self.want == self.slots:
             why.append(f"the endpoint's {self.slots} slot(s)")
         if self.encoder_cap is not None and self.encoder_cap < self.want:
-            why.append(f"the encoder's measured {self.encoder_rate:.0f} texts/s (commits of {n} trials in "
-                       f"{self.commit_s(n):.2f} s, within {HEADROOM:g} x the {self.timeout_s:g} s barrier)")
+            a, b = self.encoder
+            why.append(f"the encoder's measured cost ({a:.2f} s a batch + {1000 * b:.1f} ms a text: commits of {n} "
+                       f"trial(s) in about {self.commit_s(n):.2f} s, within {HEADROOM:g} x the {self.timeout_s:g} s "
+                       "barrier)")
         return f"{n} trials in flight" + (f", capped at {' and '.join(why)}" if why else "")
 
 
-def capacity(stage, concurrency: int, model, encoder_rate: float | None, extraction_s: float | None,
+def capacity(stage, concurrency: int, model, encoder: tuple[float, float] | None, extraction_s: float | None,
              timeout_s: float | None) -> Capacity:
     return Capacity(trials_in_flight(stage, concurrency, model), slots(model),
-                    encoder_rate if timeout_s else None, extraction_s, timeout_s)
+                    encoder if timeout_s else None, extraction_s, timeout_s)
 
 
 def schedule_rows(stage, concurrency: int, model, cap: Capacity) -> list:
@@ -118,8 +127,9 @@ def schedule_rows(stage, concurrency: int, model, cap: Capacity) -> list:
             "same", ""),
         Row("trials_in_flight", "trials in flight", "not stated (one pipeline run per trial)",
             f"{in_flight}{capped}", "same" if in_flight == 1 else "differs", "",
-            "" if in_flight == 1 else "trials of other users run at once, each method with its own writers' pool; "
-            "stage.concurrency=1 runs one trial at a time"),
+            ("" if in_flight == 1 else "trials of other users run at once, each method with its own writers' pool; "
+             "stage.concurrency=1 runs one trial at a time; ") + "measured: " + json.dumps(cap.describe(),
+                                                                                         sort_keys=True)),
         Row("item_granularity", "memory items", "about 4 retrieved per trial (1,798 over 450 trials, A.2)",
             "one item per extracted field value, as many as the writers list (8 fields and a note; 14 on the generated "
             "trials)", "differs",
