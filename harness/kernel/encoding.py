@@ -2,8 +2,9 @@
 
 The CPU encoder is one resource. Behind a lock, every user's commit queues for it and a read of
 user B waits behind user A's embedding; here nobody holds it: callers put their texts on a
-queue and wait for their own vectors, and one worker thread takes everything queued (reads'
-queries first) and embeds it in one batch. Under load the batches grow, so throughput grows
+queue and wait for their own vectors, and one worker thread takes everything queued and embeds
+it in one batch. Reads' queries have their own worker (and, in the stage, their own model
+instance), so a read never waits for a batch of commits. Under load the batches grow, so throughput grows
 with load instead of the queue (a batch of 64 short items costs a few times one of 4 on a CPU,
 not 16 times). The worker counts what it does (`figures`), and `measure` times the raw model
 once before the runs (a batch's fixed cost and its cost per text), without the disk cache and
@@ -27,65 +28,48 @@ PROBE = "The user works with {i} tools and prefers concise answers about their c
 @dataclass
 class _Job:
     texts: list[str]
-    query: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     out: np.ndarray | None = None
     error: BaseException | None = None
 
 
-class BatchEncoder:
-    """embed / embed_query like the encoder it wraps; one worker thread embeds all queued texts at once."""
+class _Worker:
+    """One thread: takes every queued job (up to max_batch texts), embeds them in one call, hands each its rows."""
 
-    def __init__(self, encoder, max_batch: int = 512):
-        self.encoder, self.max_batch = encoder, int(max_batch)
-        self.dim = getattr(encoder, "dim", 384)
-        self._queue: list[_Job] = []
-        self._cond = threading.Condition()
-        self._closed = False
+    def __init__(self, encoder, name: str, max_batch: int):
+        self.encoder, self.max_batch = encoder, max_batch
+        self.queue: list[_Job] = []
+        self.cond = threading.Condition()
+        self.closed = False
         self.batches = self.texts = self.largest = 0
         self.seconds = 0.0
-        self._thread = threading.Thread(target=self._run, name="kernel-encoder", daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
 
-    def __getattr__(self, name):  # id, stats, spec, describe, missing, warm, ...: the wrapped encoder's
-        return getattr(self.encoder, name)
-
-    # -- callers --------------------------------------------------------------------------
-    def embed(self, texts: Sequence[str], progress: bool | None = None) -> np.ndarray:
-        return self._submit(_Job(list(texts)))
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._submit(_Job([text], query=True))[0]
-
-    def _submit(self, job: _Job) -> np.ndarray:
-        if not job.texts:
-            return np.empty((0, self.dim), dtype=np.float32)
-        with self._cond:
-            if self._closed:
+    def submit(self, job: _Job) -> np.ndarray:
+        with self.cond:
+            if self.closed:
                 raise RuntimeError("the kernel's encoder worker is closed")
-            # a read's query goes before the commits queued (a read is what a user waits on)
-            at = sum(1 for j in self._queue if j.query) if job.query else len(self._queue)
-            self._queue.insert(at, job)
-            self._cond.notify()
+            self.queue.append(job)
+            self.cond.notify()
         job.done.wait()
         if job.error is not None:
             raise job.error
         return job.out
 
-    # -- the worker -----------------------------------------------------------------------
     def _take(self) -> list[_Job]:
         jobs, n = [], 0
-        while self._queue and (not jobs or n + len(self._queue[0].texts) <= self.max_batch):
-            j = self._queue.pop(0)
+        while self.queue and (not jobs or n + len(self.queue[0].texts) <= self.max_batch):
+            j = self.queue.pop(0)
             jobs.append(j)
             n += len(j.texts)
         return jobs
 
     def _run(self) -> None:
         while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._queue or self._closed)
-                if not self._queue:
+            with self.cond:
+                self.cond.wait_for(lambda: self.queue or self.closed)
+                if not self.queue:
                     return
                 jobs = self._take()
             texts = [t for j in jobs for t in j.texts]
@@ -105,19 +89,52 @@ class BatchEncoder:
                 j.out, i = vecs[i:i + len(j.texts)], i + len(j.texts)
                 j.done.set()
 
-    # -- what it measured -----------------------------------------------------------------
     def figures(self) -> dict:
-        """What the worker did during the stage: batches, texts, the largest batch, texts per second."""
         return {"batches": self.batches, "texts": self.texts, "largest_batch": self.largest,
                 "seconds": round(self.seconds, 4),
                 "texts_per_s": round(self.texts / self.seconds, 1) if self.seconds else None}
 
     def close(self) -> None:
-        """Stop the worker once the queue is empty (the wrapped encoder stays open: it is its owner's)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join(timeout=30)
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self.thread.join(timeout=30)
+
+
+class BatchEncoder:
+    """embed / embed_query like the encoder it wraps. Commits' texts go to one worker, reads' queries to another
+    (`query_encoder`: its own model instance, so a read never waits for a batch of commits; the same encoder when
+    none is given); each worker embeds every user's queued texts in one batch. No lock is held between users."""
+
+    def __init__(self, encoder, query_encoder=None, max_batch: int = 512):
+        self.encoder = encoder
+        self.dim = getattr(encoder, "dim", 384)
+        self._writes = _Worker(encoder, "kernel-encoder-commits", int(max_batch))
+        self._reads = _Worker(query_encoder if query_encoder is not None else encoder, "kernel-encoder-reads",
+                              int(max_batch))
+
+    def __getattr__(self, name):  # id, stats, spec, describe, missing, warm, ...: the wrapped encoder's
+        if name == "encoder":
+            raise AttributeError(name)
+        return getattr(self.encoder, name)
+
+    def embed(self, texts: Sequence[str], progress: bool | None = None) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.empty((0, self.dim), dtype=np.float32)
+        return self._writes.submit(_Job(texts))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._reads.submit(_Job([text]))[0]
+
+    def figures(self) -> dict:
+        """What the workers did during the stage: batches, texts, the largest batch, texts per second."""
+        return {"commits": self._writes.figures(), "reads": self._reads.figures()}
+
+    def close(self) -> None:
+        """Stop the workers once their queues are empty (the wrapped encoders stay open: they are their owner's)."""
+        self._writes.close()
+        self._reads.close()
 
 
 def measure(encoder, small: int = 8, large: int = 64) -> tuple[float, float]:

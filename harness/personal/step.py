@@ -173,6 +173,7 @@ class PersonalStep(RunStep):
         self.provenance: dict = {}
         self._capacity: Capacity | None = None
         self._encoder = None
+        self._closing: list = []  # what this step opened itself (the reads' encoder)
 
     # --- before the runs ------------------------------------------------------------------
     def methods(self) -> dict:
@@ -191,6 +192,19 @@ class PersonalStep(RunStep):
             cfg = self.cfg
             self._encoder = load_encoder(str(cfg.encoder.name), cache_dir=str(Path(str(cfg.cache_dir)) / "embeddings"))
         return self._encoder
+
+    def _query_encoder(self, encoder):
+        """A second instance of the stage's encoder for the reads' queries (its own model and lock, the same
+        weights and cache), so a read never waits for a batch of commits; the hash encoder holds no lock."""
+        from harness.memory.encoder import Encoder
+
+        if not isinstance(encoder, Encoder):
+            return encoder
+        q = Encoder(encoder.spec, cache_dir=encoder.cache.path.parent, batch_size=encoder.batch_size,
+                    device=encoder.device)
+        q.embed_query("warm-up")
+        self._closing.append(q)
+        return q
 
     def capacity(self) -> Capacity:
         """Trials in flight from measured figures (harness/personal/schedule.py): the endpoint's slots, the writers'
@@ -296,7 +310,8 @@ class PersonalStep(RunStep):
         encoder.embed_query("warm-up")  # loading the encoder is setup, never part of a run's latency
         self.capacity()  # measured before the worker starts, never during the runs
         # one encoder worker embeds every user's commits and queries in batches: no lock between users
-        self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(), BatchEncoder(encoder),
+        self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(),
+                             BatchEncoder(encoder, query_encoder=self._query_encoder(encoder)),
                              secrets.token_hex(4), Slots(slots(self.model_cfg)), workers=4 * self.concurrency())
         for name, c in self.methods().items():  # setup (Mem0's embedder and collection) is never a run's time
             try:
@@ -314,8 +329,12 @@ class PersonalStep(RunStep):
             "index": OmegaConf.to_container(cfg.index, resolve=True), "endpoint": endpoint.info}
 
     def close(self) -> None:
-        if self.shared is not None:
-            self.shared.close()
+        try:
+            if self.shared is not None:
+                self.shared.close()
+        finally:
+            for c in self._closing:
+                c.close()
 
     def execute(self, spec: TrialRun, attempt: int):
         """One run, while no run of another method is in flight (Shared.gate: the methods never slow each other)."""
