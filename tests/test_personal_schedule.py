@@ -127,6 +127,25 @@ def test_the_personal_stage_at_its_defaults_on_an_upstream_that_answers_at_once(
 
 
 @pytest.mark.services
+@pytest.mark.parametrize("concurrency", [8, 64])
+def test_the_kernel_on_an_instant_upstream_never_times_out_at_any_stage_concurrency(tmp_path, concurrency):
+    """An endpoint without declared slots answering at once: trials in flight are capped at what the encoder
+    commits within the barrier (measured here), so however many the stage asks for, no read times out."""
+    with FakeModel(script=RichScript()) as fake:
+        rd = run_personal(personal_cfg(tmp_path, fake.base_url, "vllm", 12, methods=["kernel_shared"],
+                                       extra=[f"stage.concurrency={concurrency}"]))
+    recs = records(rd)
+    assert len(recs) == 12
+    for r in recs.values():
+        assert r["status"] == "ok" and not r["barrier"]["timed_out"] and r["missed_writes"] == 0, r["barrier"]
+        assert r["n_injected"] == CAP and r["unaudited_writes"] == 0 and r["audited_items"] == r["written_items"]
+    rows = {r["key"]: r for r in json.loads(rd.stage_path.read_text())["fidelity"]["rows"]}
+    got = json.loads(rows["trials_in_flight"]["detail"].partition("measured: ")[2])
+    assert got["want"] == concurrency and got["slots"] is None and got["in_flight"] == min(concurrency,
+                                                                                           got["encoder_cap"])
+
+
+@pytest.mark.services
 def test_a_one_slot_server_under_a_local_model_preset_never_queues_a_call_inside_it(tmp_path):
     with OneSlot(script=RichScript(), delay_s=0.05) as fake:
         rd = run_personal(personal_cfg(tmp_path, fake.base_url, "llamacpp", 2))
