@@ -122,6 +122,25 @@ def test_the_personal_stage_at_its_defaults_on_an_upstream_that_answers_at_once(
     assert got["in_flight"] == rule.in_flight == min(4, rule.encoder_cap) and got["barrier_timeout_s"] == 5.0
     assert rows["trials_in_flight"]["stage"].split(",")[0] == str(got["in_flight"])
     assert rows["item_granularity"]["status"] == "differs"
+    # Mem0's threshold and index, whose id it searches and its calls per add are in the manifest, as run
+    m0 = rows["mem0_default_settings"]
+    assert "threshold 0," in m0["stage"] and "HNSW index off" in m0["stage"] and m0["status"] == "differs"
+    assert "searched by user_id and agent_id=assistant_agent" in m0["stage"] and "1 LLM call(s) per add" in m0["stage"]
+    assert rows["kernel_retrieval"]["stage"].startswith("two-stage")
+    # the report states the mechanism behind mem0_default's score from these records: whose id it searched
+    from analysis.load import find_folders
+    from analysis.personal.mechanism import reading
+    from analysis.personal.report import analyse
+
+    st = analyse(find_folders([rd.root]), resamples=50)
+    mech = {r.condition: r for r in st.table("mechanism").itertuples()}
+    m0 = mech["mem0_default"]
+    assert m0.searched_scope == "agent_id=assistant_agent, user_id=<user>" and m0.retrieved_items == 0
+    assert m0.scope_items == 0 and m0.written_items == sum(r["written_items"] for r in recs.values()
+                                                          if r["condition"] == "mem0_default") > 0
+    assert "searched agent_id=assistant_agent" in reading(m0) and m0.timeouts == 0
+    assert mech["mem0_user"].searched_scope == "user_id=<user>" and mech["mem0_user"].retrieved_items > 0
+    assert mech["kernel_shared"].searched_scope == "shared view of assistant_agent over <user>"
     out = capsys.readouterr()
     assert "commit s" in out.out + out.err and "queue s" in out.out + out.err
 

@@ -1,12 +1,17 @@
 """mem0_default (second seed paper): the real Mem0 library as the unmanaged external memory.
 
 Each writer hands its message to `Memory.add(..., user_id, agent_id=<writer>, infer=True)`
-asynchronously: Mem0 itself extracts the facts with its own prompts, through its own
+asynchronously: Mem0 itself extracts the facts with its own prompts (one LLM call per add in mem0ai
+2.x, measured by harness/personal/forecast.py mem0_add from the installed library), through its own
 OpenAI client pointed at the metering proxy (tagged by path, so every call lands in the
 ledger under this run; its usage is also added to the run's meter). AssistantAgent's
 memory is Mem0's `search(query, filters={"user_id", "agent_id": assistant})` issued at
 once, with no write barrier and the per-agent scoping Mem0 gives by default: the fully
-private endpoint of Appendix A.2. Embeddings: the project's local MiniLM through Mem0's
+private endpoint of Appendix A.2. The writers store under their own agent ids and the assistant
+writes nothing, so that search finds nothing, however long it waited: the records show it
+(method_log.filters, read.visible = 0, written_items > 0) and the report's mechanism table
+(analysis/personal/mechanism.py) states it beside the score. The exposure audit reads the user's
+whole partition in `finish`, after the trial's adds have landed. Embeddings: the project's local MiniLM through Mem0's
 `huggingface` embedder, loaded once per process; vector store: Mem0's `pgvector` provider on
 the PostgreSQL the project starts (the same server the kernel's items live in), one collection
 per condition and process, dropped at the end of the stage, searched completely: `hnsw: false`
@@ -133,6 +138,9 @@ def memory(cfg: Settings, ctx: RunCtx, meter: Meter):
 class Mem0Default(Method):
     services = frozenset({"postgres"})  # Mem0's vector store: the project's PostgreSQL
     writes = "mem0"
+    # whose id the assistant's search filters by (the manifest and the report say it): the assistant's own agent id,
+    # under which no writer stores anything, so it retrieves nothing whatever it waits (the mechanism of its floor)
+    searched_by = "user_id and agent_id=assistant_agent"
 
     @classmethod
     def setup(cls, cfg: Settings, shared, condition: str) -> None:

@@ -130,8 +130,45 @@ def schedule_rows(stage, concurrency: int, model, cap: Capacity) -> list:
             ("" if in_flight == 1 else "trials of other users run at once, each method with its own writers' pool; "
              "stage.concurrency=1 runs one trial at a time; ") + "measured: " + json.dumps(cap.describe(),
                                                                                          sort_keys=True)),
+        *method_rows(stage),
         Row("item_granularity", "memory items", "about 4 retrieved per trial (1,798 over 450 trials, A.2)",
             "one item per extracted field value, as many as the writers list (8 fields and a note; 14 on the generated "
             "trials)", "differs",
             "", "harness/personal/writers.py Writer.items"),
     ]
+
+
+MEM0_DEFAULTS = {"threshold": 0.1, "hnsw": True}  # mem0ai's own: Memory.search(threshold=0.1), pgvector hnsw=True
+
+
+def method_rows(stage) -> list:
+    """The kernel's retrieval path and each Mem0 method's settings (threshold, index, k, whose id it searches,
+    its calls per add), as run, beside the paper: declared in stage.json and the report, never silent."""
+    from harness.run.fidelity import Row
+
+    from .forecast import mem0_add
+
+    rows, methods = [], [str(m) for m in stage.get("methods") or []]
+    conds = stage.get("conditions") or {}
+    if any(method_class(conds[m]).writes == "kernel" for m in methods if m in conds):
+        rows.append(Row("kernel_retrieval", "kernel retrieval path", "two-stage (A.8/A.9): the agent's own memories, "
+                        "infer user_id, then the other agents' shared memories; a global registry of users as the "
+                        "fallback", "two-stage (harness/kernel/injection.py Kernel.search): the agent's own "
+                        "memories of the user, then the other agents' shared ones; identity: request id, latest "
+                        "session, the user of the agent's own memories, the registry, the agent's id", "same", ""))
+    for m in methods:
+        c = conds.get(m)
+        if c is None or method_class(c).writes != "mem0":
+            continue
+        calls, _, source = mem0_add("")
+        got = {"threshold": float(c.get("threshold", MEM0_DEFAULTS["threshold"])), "hnsw": bool(c.get("hnsw"))}
+        differs = [f"{k} {got[k]} (Mem0's default {v})" for k, v in MEM0_DEFAULTS.items() if got[k] != v]
+        rows.append(Row(f"{m}_settings", f"{m}: Mem0's settings", "Mem0 as shipped (its defaults: threshold 0.1, "
+                        "an HNSW index), the assistant's search scoped per agent (A.2: fully private)",
+                        f"threshold {got['threshold']:g}, HNSW index {'on' if got['hnsw'] else 'off (exact scan)'}, "
+                        f"k {c.get('k')}, searched by {method_class(c).searched_by}, add(infer=True) once per "
+                        f"writer: {calls} LLM call(s) per add, {source}",
+                        "differs" if differs else "same", "",
+                        ("; ".join(differs) + ": conf/condition/" + m + ".yaml and the stage") if differs else "",
+                        refuse=False))  # the condition's own declared settings, never refused by a preset
+    return rows
