@@ -29,7 +29,8 @@ HEADROOM = 0.5  # the expected wait is kept within this share of the barrier's t
 def method_class(cond_cfg):
     """The Method class a condition builds (its module's `build`), whose declarations (services, writes) the
     stage reads without building it."""
-    return conditions.load(str(cond_cfg.module)).build
+    module = cond_cfg["module"] if isinstance(cond_cfg, dict) else cond_cfg.module
+    return conditions.load(str(module)).build
 
 
 def slots(model_cfg) -> int | None:
