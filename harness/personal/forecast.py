@@ -129,6 +129,15 @@ def call_seconds(model, prompt: float, output: float) -> float | None:
         prompt / float(speed["prompt_tokens_per_s"]) if speed.get("prompt_tokens_per_s") else 0.0)
 
 
+def is_local(model) -> bool:
+    """An endpoint on this machine or this network's own server (loopback, or declared slots: Ollama, llama.cpp)."""
+    from urllib.parse import urlparse
+
+    host = (urlparse(str(model.get("base_url") or "")).hostname or "").lower()
+    return model.get("provider") == "local" or host in ("127.0.0.1", "localhost", "::1") or \
+        bool(model.get("max_concurrency") or model.get("parallel"))
+
+
 def kernel_inputs(cfg, plan) -> tuple[float | None, float | None]:
     """(the shortest barrier timeout of the kernel methods the plan runs with the barrier on, a trial's writer
     extraction in seconds at the declared speed): the figures the schedule's cap and this forecast share."""
@@ -171,9 +180,13 @@ def barrier_check(cfg, plan, cap=None) -> list[str]:
                 f"({n} trials in flight, endpoint slots {slots(cfg.model) or 'unlimited'})")
         extraction = call_seconds(cfg.model, prompt, output)
         if extraction is None:
-            out.append(f"{head}; its commits about {commit:.2f} s through the encoder; set model.speed."
-                       f"output_tokens_per_s (and prompt_tokens_per_s), measured, to forecast the writers' calls "
-                       f"against its {float(timeout):g} s timeout")
+            local = is_local(cfg.model)
+            out.append(f"{'WARNING: ' if local or commit > float(timeout) else ''}{head}; its commits about "
+                       f"{commit:.2f} s through the encoder"
+                       + ("; this local preset declares no measured speed (model.speed), so its writers may "
+                          f"outlast the {float(timeout):g} s barrier unseen" if local else "")
+                       + f"; set model.speed.output_tokens_per_s (and prompt_tokens_per_s), measured, to forecast the "
+                         f"writers' calls against its {float(timeout):g} s timeout")
             continue
         wait = extraction + commit
         if wait > float(timeout):
@@ -186,9 +199,44 @@ def barrier_check(cfg, plan, cap=None) -> list[str]:
     return out
 
 
+def _usd(prices, prompt: float, output: float) -> str:
+    """List USD of these tokens (all prompt tokens as misses), or "unknown" when a price it needs is not set."""
+    from harness.endpoints.pricing import list_cost, unknown_prices
+
+    missing = [k for k in unknown_prices(prices) if k in ("miss", "output")]
+    if missing:
+        return f"unknown (no {' or '.join(missing)} price: set it; a stage with budget_usd stops at the preflight)"
+    return f"{list_cost(prices, 0, int(prompt), int(output)):.4f} USD at list price"
+
+
+def judging(cfg, plan) -> str:
+    """One rubric call per run by the stage's judge: its tokens from the rubric's own template and the trials, at
+    the judge's prices (unknown when not set: never counted as $0), and where it is sent."""
+    from judge.rubric import TEMPLATE, describe_profile, describe_task
+
+    prompt = output = 0.0
+    for r in plan.runs:
+        t = plan.trials[r.trial_id]
+        prompt += _tokens(len(TEMPLATE) + len(describe_profile(t["profile"])) + len(describe_task(t["task"]))
+                          + len(t["query"]) + 4 * REPLY_TOKENS["assistant"])
+        output += 60
+    j = cfg.judge
+    return (f"judging (make judge): {len(plan.runs):,} rubric calls by {j.get('name')} ({j.get('model')}) at "
+            f"{j.get('base_url')}: about {prompt:,.0f} prompt and {output:,.0f} output tokens, "
+            f"{_usd(j.get('prices') or {}, prompt, output)}")
+
+
 def render(cfg, plan, cap=None) -> str:
     rows, said = forecast(cfg, plan)
-    table = render_rows(endpoint_node(cfg.model), rows, said, "judging adds one rubric call per run at the judge's prices (make judge)")
+    model = endpoint_node(cfg.model)
+    table = render_rows(model, rows, said, judging(cfg, plan))
+    prices = dict(model.prices or {})
+    unknown = [k for k in ("hit", "miss", "output") if prices.get(k) is None]
+    if unknown:  # the table counts a null price as 0: say it is not known
+        table += (f"\nmodel {model.name}: no {', '.join(unknown)} price: the USD above is unknown, not 0 "
+                  "(a stage with budget_usd stops at the preflight)")
+    table += f"\nendpoints: model {model.name} ({model.model}) at {model.base_url}; judge {cfg.judge.get('name')} " \
+             f"({cfg.judge.get('model')}) at {cfg.judge.get('base_url')}"
     used = {r.condition for r in plan.runs}
     mem0 = [n for n in sorted(used) if _writes(cfg.stage.conditions[n]) == "mem0"]
     said_mem0 = [f"{', '.join(mem0)}: Mem0's calls and prompts per add from {mem0_add('')[2]}"] if mem0 else []

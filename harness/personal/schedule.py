@@ -100,9 +100,12 @@ class Capacity:
             why.append(f"the endpoint's {self.slots} slot(s)")
         if self.encoder_cap is not None and self.encoder_cap < self.want:
             a, b = self.encoder
+            fits = self.wait_s(n) <= HEADROOM * self.timeout_s
             why.append(f"the encoder's measured cost ({a:.2f} s a batch + {1000 * b:.1f} ms a text: commits of {n} "
-                       f"trial(s) in about {self.commit_s(n):.2f} s, within {HEADROOM:g} x the {self.timeout_s:g} s "
-                       "barrier)")
+                       f"trial(s) in about {self.commit_s(n):.2f} s, "
+                       + (f"within {HEADROOM:g} x the {self.timeout_s:g} s barrier)" if fits else
+                          f"past {HEADROOM:g} x the {self.timeout_s:g} s barrier even so: this machine is too slow "
+                          "or too loaded for the paper's barrier)"))
         return f"{n} trials in flight" + (f", capped at {' and '.join(why)}" if why else "")
 
 
