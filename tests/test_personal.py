@@ -148,8 +148,11 @@ def test_mem0_default_through_the_real_library_and_kernel_on_the_same_postgres(t
             from harness.personal.forecast import mem0_add
 
             trial = {t["trial_id"]: t for t in P.load(r["data_path"])["trials"]}[r["trial_id"]]
-            forecast = sum(mem0_add(trial["messages"][m])[0] for m in ("profile", "task", "conversation"))
-            assert r["calls_by_role"]["mem0"] == forecast
+            adds = [mem0_add(trial["messages"][m]) for m in ("profile", "task", "conversation")]
+            assert r["calls_by_role"]["mem0"] == sum(n for n, _, _ in adds)
+            # and its prompt tokens (the scripted server counts the request's JSON / 4; the forecast chars / 4)
+            sent = sum(c["prompt"] for c in r["calls"] if c["role"] == "mem0")
+            assert sent == pytest.approx(sum(chars for _, chars, _ in adds) / 4, rel=0.15)
     ledger = [e for e in read_ledger(rd.ledger_path) if e.get("event") == "response"]
     mem0_calls = [e for e in ledger if e["role"] == "mem0"]
     assert mem0_calls and all(e["tag"].endswith(("__mem0_default", "__mem0_user")) for e in mem0_calls)
