@@ -90,6 +90,8 @@ def check_methods(recs: dict) -> dict[str, list[dict]]:
         assert not r["barrier"]["timed_out"] and r["missed_writes"] == 0, r["barrier"]
         assert r["n_injected"] == CAP and r["short_read"] == 0
         assert r["exposure_private"] == 0 and r["foreign_items"] == 0
+        # two-stage retrieval: the assistant owns nothing, so every item comes from the other agents' shared ones
+        assert r["method_log"]["stages"]["agent_scoped"] == 0 and r["method_log"]["stages"]["cross_agent"] >= CAP
         assert r["prevented_conversation"] >= 1  # the private note was in the unrestricted read, kept out
     assert sum(r["n_injected"] for r in m["kernel_shared"]) / len(m["kernel_shared"]) >= 9.5
     for r in m["mem0_user"]:

@@ -82,7 +82,8 @@ class KernelShared(Method):
         cands = [it.describe() for it in self.kernel.candidates(got)]
         log = {"resolved_user": got.user, "identity_rule": got.rule, "barrier": inj.log["barrier"],
                "dropped": inj.log["dropped"], "threshold": inj.log["threshold"], "cap": inj.log["cap"],
-               "budget_tokens": inj.log["budget_tokens"], "view": inj.log["view"], "read": self.read.describe()}
+               "budget_tokens": inj.log["budget_tokens"], "view": inj.log["view"], "read": self.read.describe(),
+               "stages": inj.log["stages"]}  # A.9's two stages: the agent's own memories, the other agents' shared
         self.retrieval = got
         return Injected(inj.block, items, cands, dt, log)
 
