@@ -8,7 +8,9 @@ method's writers write (in the paper's order, asynchronously to the assistant, o
 method's own pool), the method injects, AssistantAgent answers.
 
 The schedule cannot decide the result: no more trials are in flight than the endpoint serves
-at once (model.max_concurrency), every model call holds one of its slots (so no call queues
+at once (model.max_concurrency) nor than the CPU encoder commits within the barrier at its measured
+cost (`capacity`, harness/personal/schedule.py; the dry run's forecast uses the same object), the
+kernel's commits and reads go through one batching encoder worker each (harness/kernel/encoding.py), every model call holds one of its slots (so no call queues
 unseen inside the server and `answer_s` is the assistant's call alone, `queue_s` beside it),
 each method has its own writers' pool, and what a method loads (Mem0's embedder) is loaded
 once before the first run. The summary counts the barrier's timeouts per method with the
