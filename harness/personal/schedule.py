@@ -150,7 +150,7 @@ def method_rows(stage) -> list:
     its calls per add), as run, beside the paper: declared in stage.json and the report, never silent."""
     from harness.run.fidelity import Row
 
-    from .forecast import mem0_add
+    from .mem0_calls import mem0_add
 
     rows, methods = [], [str(m) for m in stage.get("methods") or []]
     conds = stage.get("conditions") or {}
