@@ -195,6 +195,21 @@ class PersonalStep(RunStep):
             self._encoder = load_encoder(str(cfg.encoder.name), cache_dir=str(Path(str(cfg.cache_dir)) / "embeddings"))
         return self._encoder
 
+    def _measure_apart(self, measure):
+        """A dry run's measurement: the encoder loaded with its vector cache in a temporary folder, removed after
+        (a dry run writes nothing; the measurement reads and writes no cache anyway)."""
+        import tempfile
+
+        from harness.memory.encoder import Encoder, HashEncoder, SPECS
+
+        name = str(self.cfg.encoder.name)
+        with tempfile.TemporaryDirectory(prefix="memspace-measure-") as d:
+            enc = HashEncoder() if name == "hash" else Encoder(SPECS[name], cache_dir=d)
+            try:
+                return measure(enc)
+            finally:
+                enc.close()
+
     def _query_encoder(self, encoder):
         """A second instance of the stage's encoder for the reads' queries (its own model and lock, the same
         weights and cache), so a read never waits for a batch of commits; the hash encoder holds no lock."""
@@ -218,7 +233,8 @@ class PersonalStep(RunStep):
             from .forecast import kernel_inputs
 
             timeout, extraction = kernel_inputs(self.cfg, self.plan)
-            rate = measure(self.encoder()) if timeout else None
+            rate = (self._measure_apart(measure) if self.cfg.get("dry_run") else measure(self.encoder())) \
+                if timeout else None
             self._capacity = capacity(self.stage, self.cfg.concurrency, self.model_cfg, rate, extraction, timeout)
         return self._capacity
 
