@@ -256,3 +256,20 @@ def test_a_dry_run_of_the_personal_stage_plans_and_starts_nothing(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert "total runs 600" in res.stdout and "dry run: nothing started" in res.stdout
     assert not (tmp_path / "runs").exists()  # no stage folder, no record, no ledger
+
+
+def test_reading_mems_cost_per_add_leaves_its_telemetry_off():
+    """The forecast imports mem0ai to read its calls and prompts; mem0ai decides on import whether to send
+    telemetry to the internet, so the forecast turns it off first, as the method does (a fresh interpreter)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "MEM0_TELEMETRY"}
+    code = ("from harness.personal.forecast import mem0_add; n, chars, said = mem0_add('I use vim'); "
+            "import mem0.memory.telemetry as t; print(n, chars > 0, t.MEM0_TELEMETRY)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=str(Path(__file__).resolve().parent.parent), timeout=300)
+    assert out.returncode == 0, out.stderr
+    n, positive, telemetry = out.stdout.split()
+    assert int(n) >= 1 and positive == "True" and telemetry == "False"

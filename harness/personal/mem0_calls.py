@@ -16,7 +16,11 @@ def mem0_add(message: str) -> tuple[int, float, str]:
     Memory._add_to_vector_store) and the system and user prompts its own builder writes for the message (no
     existing memories: each writer adds one message per user). Without mem0ai: the 1.x figures, said so."""
     import inspect
+    import os
 
+    # mem0ai reads these when first imported (its telemetry would reach the internet): off, as the method sets them
+    os.environ.setdefault("MEM0_TELEMETRY", "False")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         from mem0.memory import main as m0
     except Exception:  # noqa: BLE001 - not installed, or broken: the assumed figures, named as such
