@@ -167,6 +167,22 @@ def test_the_kernel_on_an_instant_upstream_never_times_out_at_any_stage_concurre
 
 
 @pytest.mark.services
+def test_a_server_answering_one_call_at_a_time_without_declared_slots_is_measured_and_never_times_out(tmp_path):
+    """A one-slot server behind a preset that declares no slots (vllm), 16 trials asked in flight: the stage
+    measures that it serves one call at a time and schedules as for declared slots, so no read times out."""
+    with OneSlot(script=RichScript(), delay_s=0.3) as fake:
+        rd = run_personal(personal_cfg(tmp_path, fake.base_url, "vllm", 4, methods=["kernel_shared"],
+                                       extra=["stage.concurrency=16"]))
+    recs = records(rd)
+    assert len(recs) == 4
+    for r in recs.values():
+        assert r["status"] == "ok" and not r["barrier"]["timed_out"] and r["n_injected"] == CAP, r["barrier"]
+        probe = r["schedule"]["endpoint_probe"]
+        assert probe["slots"] == 1 and probe["together_s"] > 1.5 * probe["single_s"]
+        assert r["schedule"]["in_flight"] == 1 and r["schedule"]["slots"] == 1
+
+
+@pytest.mark.services
 def test_a_one_slot_server_under_a_local_model_preset_never_queues_a_call_inside_it(tmp_path):
     with OneSlot(script=RichScript(), delay_s=0.05) as fake:
         rd = run_personal(personal_cfg(tmp_path, fake.base_url, "llamacpp", 2))

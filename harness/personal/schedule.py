@@ -58,6 +58,15 @@ class Capacity:
     encoder: tuple[float, float] | None  # (a, b): a batch of n texts costs a + b n seconds, measured; None: no kernel
     extraction_s: float | None  # a trial's writer calls, one after another, at the endpoint's measured speed
     timeout_s: float | None  # the shortest barrier timeout of the kernel methods run (None: none runs)
+    probe: dict | None = None  # an endpoint without declared slots, measured at start (harness/personal/probe.py)
+
+    def measured_slots(self, slots: int | None, figures: dict) -> "Capacity":
+        """This capacity once the endpoint's calls at once were measured (None: not what bounds the stage)."""
+        from dataclasses import replace
+
+        if slots is None:
+            return replace(self, probe={**figures, "slots": None})
+        return replace(self, want=min(self.want, slots), slots=slots, probe={**figures, "slots": slots})
 
     def commit_s(self, n: int) -> float:
         """The commit path's time with n trials in flight: their items through the one encoder worker."""
@@ -92,12 +101,12 @@ class Capacity:
                 "extraction_s": None if self.extraction_s is None else round(self.extraction_s, 3),
                 "commit_s": round(self.commit_s(n), 3), "wait_s": round(self.wait_s(n), 3),
                 "barrier_timeout_s": self.timeout_s, "in_flight": n, "items_per_trial": ITEMS_PER_TRIAL,
-                "headroom": HEADROOM}
+                "headroom": HEADROOM, "endpoint_probe": self.probe}
 
     def line(self) -> str:
         n, why = self.in_flight, []
         if self.slots and self.want == self.slots:
-            why.append(f"the endpoint's {self.slots} slot(s)")
+            why.append(f"the endpoint's {self.slots} slot(s)" + (" (measured)" if self.probe else ""))
         if self.encoder_cap is not None and self.encoder_cap < self.want:
             a, b = self.encoder
             fits = self.wait_s(n) <= HEADROOM * self.timeout_s

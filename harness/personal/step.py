@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 import secrets
+import sys
 import time
 import traceback
 from collections import Counter
@@ -327,10 +328,18 @@ class PersonalStep(RunStep):
         encoder = self.encoder()
         encoder.embed_query("warm-up")  # loading the encoder is setup, never part of a run's latency
         self.capacity()  # measured before the worker starts, never during the runs
+        if slots(self.model_cfg) is None:  # no slots declared: how many calls it serves at once, measured
+            from .probe import endpoint_slots
+
+            try:
+                self._capacity = self._capacity.measured_slots(*endpoint_slots(proxy_url, self.model_cfg))
+            except Exception as exc:
+                raise classify(exc) or exc
+            print(f"  schedule {self._capacity.line()}; endpoint probed: {self._capacity.probe}", file=sys.stderr)
         # one encoder worker embeds every user's commits and queries in batches: no lock between users
         self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(),
                              BatchEncoder(encoder, query_encoder=self._query_encoder(encoder)),
-                             secrets.token_hex(4), Slots(slots(self.model_cfg)), workers=4 * self.concurrency())
+                             secrets.token_hex(4), Slots(self._capacity.slots), workers=4 * self.concurrency())
         for name, c in self.methods().items():  # setup (Mem0's embedder and collection) is never a run's time
             try:
                 method_class(c).setup(self.nodes[name], self.shared, name)
@@ -344,7 +353,8 @@ class PersonalStep(RunStep):
             "model": {k: mc.get(k) for k in ("name", "provider", "model", "params", "accepts")},
             "prices": mc.prices, "offpeak": mc.offpeak,
             "encoder": OmegaConf.to_container(cfg.encoder, resolve=True),
-            "index": OmegaConf.to_container(cfg.index, resolve=True), "endpoint": endpoint.info}
+            "index": OmegaConf.to_container(cfg.index, resolve=True), "endpoint": endpoint.info,
+            "schedule": self._capacity.describe()}
 
     def close(self) -> None:
         try:
