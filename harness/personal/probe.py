@@ -6,7 +6,8 @@ barrier. So before the runs the stage times one call of one output token alone (
 `n` at once: when the n take about n times as long the server serves round(n x single / together) at a
 time, and the stage treats that as its slots (trials in flight and every call's slot, as for declared ones).
 An endpoint that answers at once (a single call under 20 ms) or serves the n together is not capped here.
-The calls go through the stage's metering proxy under role `preflight` (2 + n calls of one output token).
+The calls go through the stage's metering proxy under role `preflight` (2 + n calls of one output token),
+and only when the stage asks for more than one trial in flight (at one, there is nothing to cap).
 """
 
 from __future__ import annotations

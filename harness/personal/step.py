@@ -328,7 +328,7 @@ class PersonalStep(RunStep):
         encoder = self.encoder()
         encoder.embed_query("warm-up")  # loading the encoder is setup, never part of a run's latency
         self.capacity()  # measured before the worker starts, never during the runs
-        if slots(self.model_cfg) is None:  # no slots declared: how many calls it serves at once, measured
+        if slots(self.model_cfg) is None and self._capacity.want > 1:  # no slots declared: measured
             from .probe import endpoint_slots
 
             try:
