@@ -108,7 +108,9 @@ def test_concurrent_users_never_see_each_other_and_the_request_id_is_what_preven
         # the ablation: requests without a user id resolve to the latest session, another user's
         rd2 = run_personal(stage_cfg(tmp_path / "b", fake.base_url, methods, n=6,
                                      extra=["index=exact", "stage.conditions.kernel_shared.attach_user_id=false",
-                                            "stage.conditions.kernel_shared.write_delay_s=1"]))
+                                            "stage.conditions.kernel_shared.write_delay_s=1",
+                                            # two trials in flight as declared (no probe of the endpoint)
+                                            "+model.max_concurrency=2"]))
     recs = records(rd2).values()
     assert sum(r["resolved_user"] != r["user_id"] for r in recs) >= 1
     assert sum(r["foreign_items"] for r in recs) >= 1
