@@ -259,9 +259,11 @@ def plan_lines(what: str, jc: dict, ident: str, records: int, current: int, fail
     prompt_tok = sum(len(p) for p in prompts) / CHARS_PER_TOKEN
     out_tok = len(prompts) * int((jc.get("params") or {}).get("max_tokens") or 60)
     cost = (prompt_tok * float(prices.get("miss") or 0) + out_tok * float(prices.get("output") or 0)) / 1e6
+    unset = [k for k in ("miss", "output") if prices.get(k) is None]  # not known: never printed as $0
+    price = f"list cost unknown (no {' or '.join(unset)} price set)" if unset and prompts else f"list ${cost:.4f}"
     return [f"dry run: {what}: judge {jc.get('name')} (model {jc.get('model')}, provider {jc.get('provider')}, "
             f"base_url {jc.get('base_url')}, identity {ident}, params {jc.get('params')})",
             f"  {records} records: {current} judged already, {failed_runs} failed runs (never scored), "
             f"{cached} from the reply cache, {len(prompts)} would need a model call "
-            f"(~{prompt_tok:,.0f} prompt + {out_tok:,} output tokens, list ${cost:.4f}, plus one preflight call)",
+            f"(~{prompt_tok:,.0f} prompt + {out_tok:,} output tokens, {price}, plus one preflight call)",
             "  nothing sent, nothing written (dry_run=true)"]

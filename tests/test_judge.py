@@ -630,3 +630,17 @@ def test_a_judge_reply_with_no_choices_or_no_json_fails_that_judgement_not_the_p
         res = subprocess.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
     assert not [j for j in load_judgements(stage_dir(stage), "vllm").values() if j["status"] == "failed"]
+
+
+def test_a_judging_plan_with_a_price_not_set_says_unknown_never_zero():
+    """A judge whose prices are null (conf/judge/gpt54.yaml until set): the dry run's plan says the cost is
+    unknown; with prices it gives the list cost."""
+    from judge.common import plan_lines
+
+    jc = {"name": "gpt54", "model": "gpt-5.4", "base_url": "https://api.openai.com/v1",
+          "prices": {"hit": None, "miss": None, "output": None}, "params": {"max_tokens": 60}}
+    line = plan_lines("stage", jc, "id", 3, 0, 0, 0, ["x" * 400] * 3)[1]
+    assert "list cost unknown (no miss or output price set)" in line and "$0" not in line
+    priced = plan_lines("stage", {**jc, "prices": {"hit": 0.1, "miss": 1.0, "output": 10.0}}, "id", 3, 0, 0, 0,
+                        ["x" * 400] * 3)[1]
+    assert f"list ${(300 * 1.0 + 180 * 10.0) / 1e6:.4f}" in priced

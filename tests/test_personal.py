@@ -108,7 +108,9 @@ def test_concurrent_users_never_see_each_other_and_the_request_id_is_what_preven
         # the ablation: requests without a user id resolve to the latest session, another user's
         rd2 = run_personal(stage_cfg(tmp_path / "b", fake.base_url, methods, n=6,
                                      extra=["index=exact", "stage.conditions.kernel_shared.attach_user_id=false",
-                                            "stage.conditions.kernel_shared.write_delay_s=1"]))
+                                            "stage.conditions.kernel_shared.write_delay_s=1",
+                                            # two trials in flight as declared (no probe of the endpoint)
+                                            "+model.max_concurrency=2"]))
     recs = records(rd2).values()
     assert sum(r["resolved_user"] != r["user_id"] for r in recs) >= 1
     assert sum(r["foreign_items"] for r in recs) >= 1
@@ -139,6 +141,20 @@ def test_mem0_default_through_the_real_library_and_kernel_on_the_same_postgres(t
             assert not r["write_errors"] and sum(w["items"] for w in r["writes"]) >= 1
         if r["condition"] == "mem0_default":  # scoped to the assistant agent, which writes nothing
             assert r["n_injected"] == 0
+        if r["condition"] in ("mem0_default", "mem0_user", "kernel_shared"):
+            # the exposure audit read after the trial's writes landed: it saw every item they stored
+            assert r["unaudited_writes"] == 0 and r["written_items"] >= 1
+            assert r["audited_items"] == r["written_items"], (r["condition"], r["audited_items"], r["written_items"])
+        if r["condition"] in ("mem0_default", "mem0_user"):
+            # the forecast's calls per add are the installed Mem0's: what the run made
+            from harness.personal.forecast import mem0_add
+
+            trial = {t["trial_id"]: t for t in P.load(r["data_path"])["trials"]}[r["trial_id"]]
+            adds = [mem0_add(trial["messages"][m]) for m in ("profile", "task", "conversation")]
+            assert r["calls_by_role"]["mem0"] == sum(n for n, _, _ in adds)
+            # and its prompt tokens (the scripted server counts the request's JSON / 4; the forecast chars / 4)
+            sent = sum(c["prompt"] for c in r["calls"] if c["role"] == "mem0")
+            assert sent == pytest.approx(sum(chars for _, chars, _ in adds) / 4, rel=0.15)
     ledger = [e for e in read_ledger(rd.ledger_path) if e.get("event") == "response"]
     mem0_calls = [e for e in ledger if e["role"] == "mem0"]
     assert mem0_calls and all(e["tag"].endswith(("__mem0_default", "__mem0_user")) for e in mem0_calls)
@@ -242,3 +258,20 @@ def test_a_dry_run_of_the_personal_stage_plans_and_starts_nothing(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert "total runs 600" in res.stdout and "dry run: nothing started" in res.stdout
     assert not (tmp_path / "runs").exists()  # no stage folder, no record, no ledger
+
+
+def test_reading_mems_cost_per_add_leaves_its_telemetry_off():
+    """The forecast imports mem0ai to read its calls and prompts; mem0ai decides on import whether to send
+    telemetry to the internet, so the forecast turns it off first, as the method does (a fresh interpreter)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "MEM0_TELEMETRY"}
+    code = ("from harness.personal.forecast import mem0_add; n, chars, said = mem0_add('I use vim'); "
+            "import mem0.memory.telemetry as t; print(n, chars > 0, t.MEM0_TELEMETRY)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=str(Path(__file__).resolve().parent.parent), timeout=300)
+    assert out.returncode == 0, out.stderr
+    n, positive, telemetry = out.stdout.split()
+    assert int(n) >= 1 and positive == "True" and telemetry == "False"

@@ -10,7 +10,9 @@ reads returned, how many were the private-by-default conversation items of anoth
 Both ends also say what the view prevented: each read is audited under the unrestricted scope
 (the user's items nearest the query from every agent, any policy) and the visibility rule applied
 (`audited_items`, `prevented_items`, `prevented_conversation`), so a zero exposure is a measured
-zero beside what could have leaked, not a zero by construction.
+zero beside what could have leaked, not a zero by construction. The audit reads after the trial's writes
+have landed (the method's `finish`), beside what they wrote (`written_items`); a write not landed by then
+is counted as unaudited (`unaudited_writes`), never as kept out.
 The pooled rows (model "all") sum the models, as the paper's n = 450 does.
 """
 
@@ -23,7 +25,7 @@ from analysis.personal import Table, register
 
 COLUMNS = ("model", "condition", "endpoint", "trials", "exposed_trials", "scored_without_memory",
            "retrieved_items", "conversation_retrieved", "injected_items", "conversation_injected", "foreign_items",
-           "audited_items", "prevented_items", "prevented_conversation")
+           "audited_items", "prevented_items", "prevented_conversation", "written_items", "unaudited_writes")
 
 
 def _row(model: str, cond: str, g: pd.DataFrame, private: bool) -> dict:
@@ -33,7 +35,8 @@ def _row(model: str, cond: str, g: pd.DataFrame, private: bool) -> dict:
            "conversation_retrieved": int(g.conversation_retrieved.sum()),
            "conversation_injected": int(g.conversation_injected.sum()),
            **{c: int(pd.to_numeric(g[c], errors="coerce").fillna(0).sum()) if c in g else 0
-              for c in ("audited_items", "prevented_items", "prevented_conversation")}}
+              for c in ("audited_items", "prevented_items", "prevented_conversation", "written_items",
+                        "unaudited_writes")}}
     if private:
         above = (g.profile_usage.fillna(1) > 1) | (g.task_usage.fillna(1) > 1)
         row.update(exposed_trials=int((g.exposure_private > 0).sum()),
@@ -64,7 +67,8 @@ def section(st) -> str:
         else:
             what = f"conversation items {r.conversation_retrieved} of {r.retrieved_items} retrieved"
         body.append([("**all models**" if r.model == "all" else r.model), r.condition, r.endpoint, what,
-                     f"{r.prevented_items} of {r.audited_items} ({r.prevented_conversation} conversation)",
+                     f"{r.prevented_items} of {r.audited_items} ({r.prevented_conversation} conversation); "
+                     f"{r.written_items} written, {r.unaudited_writes} writes unaudited",
                      r.foreign_items])
     return ("## Appendix A.2: exposure at both endpoints (per model and pooled)\n\n[`exposure.csv`](exposure.csv)\n\n"
             + (md_table(["model", "method", "endpoint", "check", "kept out by the rule, of the unrestricted read",

@@ -85,6 +85,18 @@ def judge_name(folder: Folder, judge: str | None) -> str | None:
     return names[0] if names else None
 
 
+def searched_scope(r: dict) -> str | None:
+    """Whose id a method's read searched, with the trial's user written <user>: Mem0's filters, the kernel's view."""
+    ml = r.get("method_log") or {}
+    user = r.get("user_id")
+    if ml.get("filters"):
+        return ", ".join(f"{k}=<user>" if v == user else f"{k}={v}" for k, v in sorted(ml["filters"].items()))
+    v = ml.get("view")
+    if v:
+        return f"{v.get('scope')} view of {v.get('agent')} over " + ("<user>" if v.get("org") == user else str(v.get("org")))
+    return None
+
+
 def runs_frame(folders, judge: str | None = None) -> pd.DataFrame:
     rows = []
     for f in folders:
@@ -128,6 +140,9 @@ def runs_frame(folders, judge: str | None = None) -> pd.DataFrame:
                 "conversation_injected": r["conversation_injected"],
                 "audited_items": r.get("audited_items"), "prevented_items": r.get("prevented_items"),
                 "prevented_conversation": r.get("prevented_conversation"), "queue_s": r.get("queue_s"),
+                "written_items": r.get("written_items"), "unaudited_writes": r.get("unaudited_writes"),
+                "searched_scope": searched_scope(r), "scope_items": ((r.get("method_log") or {}).get("read") or {})
+                .get("visible"),
                 "candidate_types": [i.get("memory_type") for i in r["candidates"]],
                 "missed_writes": r["missed_writes"], "timed_out": bool(barrier.get("timed_out")),
                 "barrier": barrier.get("barrier", "on" if barrier else None),

@@ -62,7 +62,7 @@ class KernelShared(Method):
         self.kernel = kernel_for(cfg, ctx)
         self.attach = cfg.attach_user_id
         self.futures = []
-        self.read = None
+        self.read = self.retrieval = None
 
     def write(self) -> None:
         pending = []
@@ -82,9 +82,10 @@ class KernelShared(Method):
         cands = [it.describe() for it in self.kernel.candidates(got)]
         log = {"resolved_user": got.user, "identity_rule": got.rule, "barrier": inj.log["barrier"],
                "dropped": inj.log["dropped"], "threshold": inj.log["threshold"], "cap": inj.log["cap"],
-               "budget_tokens": inj.log["budget_tokens"], "view": inj.log["view"], "read": self.read.describe()}
-        audit = [it.describe() for it in self.kernel.unrestricted(got, t["query"])]  # untimed
-        return Injected(inj.block, items, cands, dt, log, audit)
+               "budget_tokens": inj.log["budget_tokens"], "view": inj.log["view"], "read": self.read.describe(),
+               "stages": inj.log["stages"]}  # A.9's two stages: the agent's own memories, the other agents' shared
+        self.retrieval = got
+        return Injected(inj.block, items, cands, dt, log)
 
     def finish(self) -> dict:
         errors = []
@@ -97,6 +98,10 @@ class KernelShared(Method):
                                                                      self.ctx.trial["user_id"])}
         if self.read is not None:
             out["reads"] = self.kernel.audit(self.read)
+            # the exposure audit, once this trial's writes have landed (a read that timed out at the barrier is
+            # audited against everything its writers stored); writes still open are counted unaudited
+            audit, unlanded = self.kernel.unrestricted(self.retrieval, self.ctx.trial["query"])
+            out.update(audit=[it.describe() for it in audit], unaudited_writes=unlanded)
         return out
 
 

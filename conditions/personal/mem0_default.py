@@ -1,12 +1,17 @@
 """mem0_default (second seed paper): the real Mem0 library as the unmanaged external memory.
 
 Each writer hands its message to `Memory.add(..., user_id, agent_id=<writer>, infer=True)`
-asynchronously: Mem0 itself extracts the facts with its own prompts, through its own
+asynchronously: Mem0 itself extracts the facts with its own prompts (one LLM call per add in mem0ai
+2.x, measured by harness/personal/forecast.py mem0_add from the installed library), through its own
 OpenAI client pointed at the metering proxy (tagged by path, so every call lands in the
 ledger under this run; its usage is also added to the run's meter). AssistantAgent's
 memory is Mem0's `search(query, filters={"user_id", "agent_id": assistant})` issued at
 once, with no write barrier and the per-agent scoping Mem0 gives by default: the fully
-private endpoint of Appendix A.2. Embeddings: the project's local MiniLM through Mem0's
+private endpoint of Appendix A.2. The writers store under their own agent ids and the assistant
+writes nothing, so that search finds nothing, however long it waited: the records show it
+(method_log.filters, read.visible = 0, written_items > 0) and the report's mechanism table
+(analysis/personal/mechanism.py) states it beside the score. The exposure audit reads the user's
+whole partition in `finish`, after the trial's adds have landed. Embeddings: the project's local MiniLM through Mem0's
 `huggingface` embedder, loaded once per process; vector store: Mem0's `pgvector` provider on
 the PostgreSQL the project starts (the same server the kernel's items live in), one collection
 per condition and process, dropped at the end of the stage, searched completely: `hnsw: false`
@@ -133,6 +138,9 @@ def memory(cfg: Settings, ctx: RunCtx, meter: Meter):
 class Mem0Default(Method):
     services = frozenset({"postgres"})  # Mem0's vector store: the project's PostgreSQL
     writes = "mem0"
+    # whose id the assistant's search filters by (the manifest and the report say it): the assistant's own agent id,
+    # under which no writer stores anything, so it retrieves nothing whatever it waits (the mechanism of its floor)
+    searched_by = "user_id and agent_id=assistant_agent"
 
     @classmethod
     def setup(cls, cfg: Settings, shared, condition: str) -> None:
@@ -180,11 +188,7 @@ class Mem0Default(Method):
         log = {"filters": scope, "returned": len(res), "user_memories": len(held), "read": read}
         if barrier is not None:
             log["barrier"] = barrier
-        # untimed, the exposure audit: the user's whole partition under no agent scope (every writer's fact), not
-        # only the k nearest, so what the scope kept out is counted in full
-        audit = self.mem.get_all(filters={"user_id": t["user_id"]}, top_k=10_000)["results"]
-        return Injected(block, items, list(items), dt + float((barrier or {}).get("waited_s") or 0.0), log,
-                        [self.describe(r) for r in audit])
+        return Injected(block, items, list(items), dt + float((barrier or {}).get("waited_s") or 0.0), log)
 
     def describe(self, r: dict) -> dict:
         return {"user_id": r.get("user_id"), "owner": r.get("agent_id"), "memory_type": None, "sharing": "private",
@@ -200,7 +204,13 @@ class Mem0Default(Method):
                 if env is not None:  # a refused key or a stopped PostgreSQL is the stage's, not a failed write
                     raise env from exc
                 errors.append(f"{type(exc).__name__}: {exc}"[:300])
-        return {"write_errors": errors, "writes": [{"items": n} for n in written]}
+        # the exposure audit, once this trial's adds have landed (every future above has resolved): the user's whole
+        # partition under no agent scope (every writer's fact), so what the scope kept out is counted in full; an
+        # add still open would be unaudited, never kept out (none is: finish waited for them all)
+        open_adds = sum(not f.done() for f in self.futures)
+        audit = self.mem.get_all(filters={"user_id": self.ctx.trial["user_id"]}, top_k=10_000)["results"]
+        return {"write_errors": errors, "writes": [{"items": n} for n in written],
+                "audit": [self.describe(r) for r in audit], "unaudited_writes": open_adds}
 
 
 def _environment(exc: BaseException, model_cfg: dict):

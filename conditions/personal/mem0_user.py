@@ -35,6 +35,7 @@ class Settings(mem0_default.Settings):
 
 
 class Mem0User(Mem0Default):
+    searched_by = "user_id"
     def scope(self) -> dict:
         return {"user_id": self.ctx.trial["user_id"]}
 

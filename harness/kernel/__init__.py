@@ -1,10 +1,12 @@
 """The second seed paper's kernel in one package: it alone writes and reads memory for the agents.
 
 visibility  the rule: owner OR shared; any other policy is private (fails closed)
-barrier     the per-user write barrier (WriteBarrier) and its no-wait ablation (Unordered)
-identity    user-identity resolution in the paper's priority order (IdentityResolver)
+barrier     the per-user write barrier (WriteBarrier, one lane per user) and its no-wait ablation (Unordered)
+identity    user-identity resolution in the paper's priority order, with A.9's agent-memory step (IdentityResolver)
+encoding    one batching encoder worker for every user's commits, another for reads' queries (BatchEncoder),
+            and the encoder's measured cost (measure): no lock between users
 items       a memory item (user, owner agent, type, sharing policy, content) and its formats
-injection   the read path: barrier wait, search under the view, visibility re-check, dedupe,
+injection   the read path: barrier wait, two-stage search (the agent's own memories, then the others' shared), visibility re-check, dedupe,
             threshold, rank, cap, format, token budget (Kernel, Injection, statement)
 memory      the kernel memory of the personalization study: items written through the
             barrier, read through Kernel, with the reads that missed a write counted and

@@ -2,6 +2,8 @@
 
 1. the identifier attached to the request;
 2. the user of the most recently registered session;
+   (A.9: the user the requesting agent's own memories are about, when the kernel is given a way to look
+   them up (`local`): "if no user ID is found locally, the kernel falls back to a global registry";)
 3. the most recently observed identifier in the fallback registry;
 4. the requesting agent's own identifier.
 Enforced once, at the kernel boundary, for writes and reads alike. Under concurrent
@@ -33,14 +35,19 @@ class IdentityResolver:
             self._registry.remove(user_id)
         self._registry.append(user_id)
 
-    def resolve(self, agent: str, request_user: str | None = None) -> tuple[str, str]:
-        """(user id, which rule gave it)."""
+    def resolve(self, agent: str, request_user: str | None = None, local=None) -> tuple[str, str]:
+        """(user id, which rule gave it: request | session | agent_memory | registry | agent). `local(agent)` gives
+        the user of the agent's own memories (A.9's first stage), or None; it is asked outside the lock."""
         with self._lock:
             if request_user:
                 self._observe(request_user)
                 return request_user, "request"
             if self._latest_session is not None:
                 return self._sessions[self._latest_session], "session"
+        found = local(agent) if local is not None else None
+        with self._lock:
+            if found:
+                return found, "agent_memory"
             if self._registry:
                 return self._registry[-1], "registry"
             return agent, "agent"

@@ -36,11 +36,26 @@ class Injection:
 
 class Kernel:
     def __init__(self, space, barrier: WriteBarrier | None = None, budget_tokens: int = 2000, cap: int = 10,
-                 threshold: float = 0.3, scoring: str = "dense", candidates: int = 30, formatter=None):
+                 threshold: float = 0.3, scoring: str = "dense", candidates: int = 30, formatter=None,
+                 two_stage: bool = False):
         self.space, self.barrier = space, barrier or WriteBarrier()
         self.format = formatter or statement  # unit -> the line the block shows (the paper's format step)
         self.budget_tokens, self.cap, self.threshold = budget_tokens, cap, threshold
         self.scoring, self.candidates = scoring, candidates
+        self.two_stage = two_stage  # A.9: the agent's own memories, then the other agents' shared ones
+
+    def search(self, org: str, agent: str, query: str) -> tuple[list, dict]:
+        """The candidates of a read and how many each stage gave. Two stages (A.9, the second paper's kernel):
+        the requesting agent's own memories of the user (View scope "own"), then the other agents' memories
+        the view admits (scope "shared"), merged by uid, the own stage first; one stage: the shared view."""
+        if not self.two_stage:
+            res = self.space.search(query, View(org, agent, "shared"), k=self.candidates, scoring=self.scoring)
+            return res, {"shared_view": len(res)}
+        own = self.space.search(query, View(org, agent, "own"), k=self.candidates, scoring=self.scoring)
+        shared = self.space.search(query, View(org, agent, "shared"), k=self.candidates, scoring=self.scoring)
+        have = {r.unit.uid for r in own}
+        rest = [r for r in shared if r.unit.uid not in have]
+        return own + rest, {"agent_scoped": len(own), "cross_agent": sum(r.unit.owner != agent for r in rest)}
 
     def write(self, round_, org: str, owner: str, visibility: str):
         """Commit a round through the barrier; a failed write still releases its number."""
@@ -52,7 +67,7 @@ class Kernel:
 
     def inject(self, org: str, agent: str, query: str) -> Injection:
         barrier = self.barrier.wait(org)
-        results = self.space.search(query, View(org, agent, "shared"), k=self.candidates, scoring=self.scoring)
+        results, stages = self.search(org, agent, query)
         kept, seen, dropped = [], set(), {"invisible": 0, "duplicate": 0, "below_threshold": 0}
         for r in results:
             u = r.unit
@@ -81,7 +96,7 @@ class Kernel:
         block = f"{HEADER}\n" + "\n".join(lines) + f"\n{FOOTER}\n\n" if lines else ""
         return Injection(block, final, {
             "kind": "search", "agent": agent, "query": query, "k": self.candidates, "since": None, "until": None,
-            "scoring": self.scoring, "view": View(org, agent, "shared").describe(),
+            "scoring": self.scoring, "view": View(org, agent, "shared").describe(), "stages": stages,
             "units": [[r.unit.uid, r.unit.owner] for r in results], "injected": [r.unit.uid for r in final],
             "dropped": dropped, "barrier": barrier, "threshold": self.threshold, "cap": self.cap,
             "budget_tokens": self.budget_tokens})

@@ -19,6 +19,17 @@ before its search began are counted, and a search that returned fewer of them th
 min(cap, that count) is a short read (`Read.short`): the index, not the barrier, lost memories
 (an HNSW post-filter over many users' items does; bench/kernel_scale.py measures it per index).
 The index's plan for the read (`Backend.last_plan`) is kept with it.
+
+Isolation by construction (the paper: the barrier is "scoped to a single user_id, without blocking
+retrievals for unrelated users"): each user's writes and reads are kept in that user's own log under
+that user's own lock, the barrier has one lane per user, the space's lock guards only its unit
+table, and the embedding goes through the stage's one encoder worker (harness/kernel/encoding.py),
+which batches every user's texts rather than locking the model per commit. No lock is held across
+users while anything slow (an embedding, an insert, a wait) runs.
+
+Retrieval is the paper's two stages (A.8/A.9): the requesting agent's own memories of the user, then
+the other agents' shared memories (Kernel.search); a request without a user id that no session
+names resolves to the user of the agent's own memories (`_local_user`) before the global registry.
 """
 
 from __future__ import annotations
@@ -71,6 +82,16 @@ class Read:
                 "plan": self.plan}
 
 
+class _UserLog:
+    """One user's writes, under that user's own lock (never held across users)."""
+
+    __slots__ = ("lock", "writes")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.writes: dict[int, Write] = {}
+
+
 class KernelMemory:
     def __init__(self, space, resolver: IdentityResolver, barrier: bool = True, timeout_s: float = 5.0,
                  budget_tokens: int = 2000, cap: int = 10, threshold: float = 0.3, candidates: int = 30,
@@ -81,47 +102,63 @@ class KernelMemory:
         self.space, self.resolver, self.fmt, self.write_delay_s = space, resolver, fmt, float(write_delay_s)
         self.barrier = (WriteBarrier if barrier else Unordered)(float(timeout_s))
         self.kernel = Kernel(space, self.barrier, int(budget_tokens), int(cap), float(threshold), "dense",
-                             int(candidates), formatter=self._format)
-        self._items: dict[str, MemoryItem] = {}
-        self._writes: dict[tuple[str, int], Write] = {}
-        self._lock = threading.Lock()
+                             int(candidates), formatter=self._format, two_stage=True)
+        self._items: dict[str, MemoryItem] = {}  # uid -> item; each uid is written once (GIL-atomic dict ops)
+        self._logs: dict[str, _UserLog] = {}
+        self._owned: dict[str, dict[str, float]] = {}  # agent -> {user: when its latest own item committed}
+        self._registry = threading.Lock()  # finding or creating a user's log only
+
+    def _log(self, user: str) -> _UserLog:
+        log = self._logs.get(user)
+        if log is None:
+            with self._registry:
+                log = self._logs.setdefault(user, _UserLog())
+        return log
+
+    def _write(self, user: str, seq: int) -> Write:
+        log = self._log(user)
+        with log.lock:
+            return log.writes[seq]
+
+    def _user_writes(self, user: str) -> list[Write]:
+        log = self._log(user)
+        with log.lock:
+            return list(log.writes.values())
 
     # -- writes --------------------------------------------------------------------------
     def accept(self, agent: str, request_user: str | None) -> tuple[str, int, str]:
         """(resolved user, barrier sequence number, identity rule) of a new write."""
-        user, rule = self.resolver.resolve(agent, request_user)
-        seq = self.barrier.begin(user)
-        with self._lock:
-            self._writes[(user, seq)] = Write(user, seq, agent, time.monotonic())
+        user, rule = self.resolver.resolve(agent, request_user, self._local_user)
+        log = self._log(user)
+        with log.lock:  # numbered and logged together: a read that sees the number finds the write
+            seq = self.barrier.begin(user)
+            log.writes[seq] = Write(user, seq, agent, time.monotonic())
         return user, seq, rule
 
     def commit(self, user: str, seq: int, items: list[MemoryItem]) -> None:
         """Index the items (after the configured delay) and release the number; a failure still releases."""
+        w = self._write(user, seq)
         try:
             if self.write_delay_s:
                 time.sleep(self.write_delay_s)
-            units = []
-            with self._lock:
-                for it in items:
-                    u = it.unit()
-                    self._items[u.uid] = it
-                    units.append(u)
-                self._writes[(user, seq)].units = [(u.uid, it.owner, it.sharing) for u, it in zip(units, items)]
+            units = [it.unit() for it in items]
+            for u, it in zip(units, items):
+                self._items[u.uid] = it
+            w.units = [(u.uid, it.owner, it.sharing) for u, it in zip(units, items)]
             if units:
                 self.space.add_units(units, progress=False)
-            with self._lock:
-                w = self._writes[(user, seq)]
-                w.committed, w.items = time.monotonic(), len(items)
+            w.items = len(items)
+            w.committed = time.monotonic()  # last: a reader that sees it committed sees its units and count
+            for it in items:
+                self._owned.setdefault(it.owner, {})[user] = w.committed
         except BaseException as exc:
-            with self._lock:
-                self._writes[(user, seq)].failed = f"{type(exc).__name__}: {exc}"[:500]
+            w.failed = f"{type(exc).__name__}: {exc}"[:500]
             raise
         finally:
             self.barrier.release(user, seq)
 
     def fail(self, user: str, seq: int, error: str) -> None:
-        with self._lock:
-            self._writes[(user, seq)].failed = error[:500]
+        self._write(user, seq).failed = error[:500]
         self.barrier.release(user, seq)
 
     # -- reads ---------------------------------------------------------------------------
@@ -131,9 +168,15 @@ class KernelMemory:
     def item(self, uid: str) -> MemoryItem:
         return self._items[uid]
 
+    def _local_user(self, agent: str) -> str | None:
+        """A.9's first stage for a request without a user: the user the agent's own memories are about (the
+        latest it wrote about), or None when it has none (then the registry decides)."""
+        users = dict(self._owned.get(agent) or {})
+        return max(users, key=lambda u: (users[u], u)) if users else None
+
     def inject(self, agent: str, request_user: str | None, query: str):
         """(resolved user, rule, Injection, Read)."""
-        user, rule = self.resolver.resolve(agent, request_user)
+        user, rule = self.resolver.resolve(agent, request_user, self._local_user)
         t0 = time.monotonic()
         inj = self.kernel.inject(user, agent, query)
         b = inj.log["barrier"]
@@ -146,18 +189,18 @@ class KernelMemory:
 
     def _visible_before(self, read: Read) -> set[str]:
         """uids of the reader's user that the reader may see, from writes committed before its search began."""
-        with self._lock:
-            ws = [w for (u, _), w in self._writes.items()
-                  if u == read.user and w.committed is not None and w.committed <= read.search_start]
+        ws = [w for w in self._user_writes(read.user) if w.committed is not None and w.committed <= read.search_start]
         return {uid for w in ws for uid, owner, sharing in w.units if visible(owner, sharing, read.agent)}
 
-    def unrestricted(self, user: str, query: str) -> list[MemoryItem]:
-        """The user's whole partition, nearest `query` first, under the unrestricted scope (View scope "all"), for the
-        exposure audit: k is every committed item of the user (the writers' items are unbounded), never `candidates`."""
-        with self._lock:
-            held = sum(w.items or 0 for (u, _), w in self._writes.items() if u == user and w.committed is not None)
+    def unrestricted(self, user: str, query: str) -> tuple[list[MemoryItem], int]:
+        """The exposure audit's read: the user's whole partition, nearest `query` first, under the unrestricted
+        scope (View scope "all"), k = every committed item of the user; and how many of the user's writes had not
+        landed (neither committed nor failed) when it read: their items are unaudited, never counted kept out."""
+        ws = self._user_writes(user)
+        held = sum(w.items or 0 for w in ws if w.committed is not None)
+        unlanded = sum(w.committed is None and w.failed is None for w in ws)
         res = self.space.search(query, View(user, None, "all"), k=max(self.kernel.candidates, held), scoring="dense")
-        return [self._items[r.unit.uid] for r in res if r.unit.uid in self._items]
+        return [self._items[r.unit.uid] for r in res if r.unit.uid in self._items], unlanded
 
     def candidates(self, inj) -> list[MemoryItem]:
         """Every item the index returned for a read (before the kernel's checks), for the exposure audit."""
@@ -165,8 +208,7 @@ class KernelMemory:
 
     def missed(self, read: Read) -> dict:
         """Writes accepted before the read (seq <= snapshot) with items the reader may see, none of them read."""
-        with self._lock:
-            ws = [w for (u, s), w in self._writes.items() if u == read.user and s <= read.snapshot]
+        ws = [w for w in self._user_writes(read.user) if w.seq <= read.snapshot]
 
         def seen(w: Write) -> list[str]:
             return [uid for uid, owner, sharing in w.units if visible(owner, sharing, read.agent)]
@@ -177,8 +219,7 @@ class KernelMemory:
                 "missed_items": sum(w.items for w in late)}
 
     def writes(self, user: str) -> list[dict]:
-        with self._lock:
-            ws = sorted((w for (u, _), w in self._writes.items() if u == user), key=lambda w: w.seq)
+        ws = sorted(self._user_writes(user), key=lambda w: w.seq)
         return [{"seq": w.seq, "owner": w.owner, "items": w.items, "failed": w.failed,
                  "commit_after_accept_s": None if w.committed is None else round(w.committed - w.accepted, 4)}
                 for w in ws]

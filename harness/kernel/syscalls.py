@@ -38,7 +38,8 @@ MODULES = {
                                "wait_until_drained (fail-open after the timeout), release (A.7)")),
     "space": (MemorySpace, "the memory space: one dense index over every user's items, searched under a view"),
     "visibility": (visibility, "visible(m, a): owner = a OR sharing = shared; never fails open (Section 3.3)"),
-    "injection": (Kernel, ("the read path: dedupe, threshold, rank, cap, statement format, token budget, "
+    "injection": (Kernel, ("the read path: two-stage search (the agent's own memories, then the other agents' "
+                           "shared ones, A.9), dedupe, threshold, rank, cap, statement format, token budget, "
                            "the MEMORY CONTEXT block (A.8)")),
 }
 
@@ -143,8 +144,12 @@ class Syscalls:
         self.write_commit(ticket, items)
         return items
 
-    @syscall(operations=["identity.resolve", "barrier.wait", "space.search", "visibility.visible", "injection.inject"],
-             guarantees="never returns an item the agent may not see (another agent's private item, another "
+    @syscall(operations=["identity.resolve", "barrier.wait", "injection.search", "space.search", "visibility.visible",
+                         "injection.inject"],
+             guarantees="two-stage retrieval (A.9): the agent's own memories of the user, then the other agents' "
+                        "shared ones; a request without a user id no session names resolves to the user of the "
+                        "agent's own memories, then the global registry; waits only for this user's writes; "
+                        "never returns an item the agent may not see (another agent's private item, another "
                         "user's item); sees every write for the user accepted before it unless the barrier "
                         "timed out (fail-open, in read.barrier); a search returning fewer of the visible items "
                         "than min(cap, visible) is counted (read.short)")
@@ -174,9 +179,11 @@ class Syscalls:
     @syscall(operations=["space.search"], caller="harness",
              guarantees="the user's items nearest the read's query under no view (every agent's, any policy): "
                         "the exposure audit applies the visibility rule to them, so it counts what the view "
-                        "kept out; never given to an agent")
-    def unrestricted(self, retrieval: Retrieval, query: str) -> list[MemoryItem]:
-        """The exposure audit's read: the same query over the user's whole partition."""
+                        "kept out; with the writes not landed yet counted apart (unaudited); never given to an "
+                        "agent")
+    def unrestricted(self, retrieval: Retrieval, query: str) -> tuple[list[MemoryItem], int]:
+        """The exposure audit's read: the same query over the user's whole partition (and the user's writes not
+        landed yet, whose items it cannot audit)."""
         return self._memory.unrestricted(retrieval.user, query)
 
     def candidates(self, retrieval: Retrieval) -> list[MemoryItem]:

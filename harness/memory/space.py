@@ -90,22 +90,31 @@ class MemorySpace:
 
     # -- writes -------------------------------------------------------------------------
     def add_units(self, units: Iterable[Unit], progress: bool | None = None) -> int:
-        """Embed (through the cache) and index units not yet in the space; return how many were new."""
+        """Embed (through the cache) and index units not yet in the space; return how many were new.
+
+        The space's lock guards its unit table only: the embedding and the indexes' inserts (each index
+        with its own lock) run outside it, so one writer's slow embedding or insert never holds another
+        writer, or any search, behind it (the kernel's users never wait on each other)."""
         with self._lock:
             new, seen = [], set()
             for u in units:
                 if u.uid not in self._units and u.uid not in seen:
                     seen.add(u.uid)
                     new.append(u)
-            if not new:
-                return 0
-            vecs = self.encoder.embed([u.text for u in new], progress=progress) if self.dense is not None else None
+        if not new:
+            return 0
+        vecs = self.encoder.embed([u.text for u in new], progress=progress) if self.dense is not None else None
+        with self._lock:  # a concurrent add of the same uids may have won: keep its units
+            keep = [i for i, u in enumerate(new) if u.uid not in self._units]
+            new = [new[i] for i in keep]
             for u in new:
                 self._units[u.uid] = u
-            if self.dense is not None:
-                self.dense.add(new, vecs)
-            self.lexical.add(new)
-            return len(new)
+        if not new:
+            return 0
+        if self.dense is not None:
+            self.dense.add(new, vecs[keep])
+        self.lexical.add(new)
+        return len(new)
 
     def _store_round(self, r: Round, org: str, owner: str, visibility: str) -> None:
         self._rounds.setdefault((org, r.session), {})[r.number] = StoredRound(

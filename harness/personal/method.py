@@ -31,9 +31,6 @@ class Injected:
     candidates: list[dict] = field(default_factory=list)  # what the store returned before any check
     retrieval_s: float = 0.0
     log: dict = field(default_factory=dict)
-    # the exposure audit: the user's items nearest the query under the unrestricted scope (no view), read after
-    # the timed read; the record applies the visibility rule to them (None: the method reads no store)
-    audit: list[dict] | None = None
 
 
 class Method:
@@ -51,6 +48,8 @@ class Method:
         raise NotImplementedError
 
     def finish(self) -> dict:
+        """After the run's writes have landed: what was written and what the read missed; a method that reads a
+        store also gives its exposure audit here ("audit": the user's items under no view, "unaudited_writes")."""
         return {}
 
     def close(self) -> None:
@@ -159,6 +158,8 @@ class Shared:
             return self._memories[key]
 
     def close(self) -> None:
+        from harness.kernel.encoding import BatchEncoder
+
         try:
             for p in self._pools.values():
                 p.shutdown(wait=True)
@@ -167,6 +168,8 @@ class Shared:
                 close = getattr(m, "close", None)
                 if close:
                     close()
+            if isinstance(self.encoder, BatchEncoder):  # its worker; the encoder itself is the process's
+                self.encoder.close()
 
 
 @dataclass

@@ -25,8 +25,10 @@ Privacy and identity: resolved_user, identity_rule, foreign_items (injected item
 another user: must be 0), exposure_private (retrieval-eligible items the reader may not see
 by the visibility rule -- another agent's, policy not "shared": must be 0), conversation_retrieved /
 conversation_injected (private-by-default conversation items of another agent). The exposure
-audit: audited_items (the user's items nearest the query read under the unrestricted scope, no
-view), prevented_items (those the rule keeps from the reader that the read did not return: what
+audit, read by the method's `finish` once the trial's writes have landed: audited_items (the user's items
+nearest the query read under the unrestricted scope, no view), written_items (what the trial's writes
+stored, beside it), unaudited_writes (writes not landed when the audit read: never counted kept out),
+prevented_items (those the rule keeps from the reader that the read did not return: what
 the view prevented), prevented_conversation (of them, conversation items); None: no store read.
 Write ordering: barrier (snapshot, waited_s, timed_out), missed_writes,
 writes_before_read, failed_writes, unfinished_writes, write_errors, writes.
@@ -62,7 +64,9 @@ def build(*, provenance: dict, trial: dict, condition: str, cond_cfg: dict, atte
     def key(i):
         return (i.get("owner"), json.dumps(i.get("content"), sort_keys=True, default=str))
 
-    audit = injected.audit if injected else None
+    # the exposure audit is the method's `finish` read, after the trial's writes landed (never the read's own time,
+    # when a method without a barrier has not stored them yet); writes not landed are counted, not kept out
+    audit = finish.get("audit")
     returned = {key(i) for i in cands}
     prevented = None if audit is None else [i for i in others_private(audit) if key(i) not in returned]
 
@@ -89,6 +93,9 @@ def build(*, provenance: dict, trial: dict, condition: str, cond_cfg: dict, atte
         "prevented_items": None if prevented is None else len(prevented),
         "prevented_conversation": None if prevented is None else
         sum(1 for i in prevented if i.get("memory_type") == "conversation"),
+        "written_items": sum(int(w.get("items") or 0) for w in finish.get("writes") or []) if audit is not None
+        else None,
+        "unaudited_writes": finish.get("unaudited_writes") if audit is not None else None,
         "barrier": log.get("barrier"), "method_log": log,
         "missed_writes": reads.get("missed"), "writes_before_read": reads.get("writes_before_read"),
         "failed_writes": reads.get("failed"), "unfinished_writes": reads.get("unfinished"),

@@ -8,7 +8,9 @@ method's writers write (in the paper's order, asynchronously to the assistant, o
 method's own pool), the method injects, AssistantAgent answers.
 
 The schedule cannot decide the result: no more trials are in flight than the endpoint serves
-at once (model.max_concurrency), every model call holds one of its slots (so no call queues
+at once (model.max_concurrency) nor than the CPU encoder commits within the barrier at its measured
+cost (`capacity`, harness/personal/schedule.py; the dry run's forecast uses the same object), the
+kernel's commits and reads go through one batching encoder worker each (harness/kernel/encoding.py), every model call holds one of its slots (so no call queues
 unseen inside the server and `answer_s` is the assistant's call alone, `queue_s` beside it),
 each method has its own writers' pool, and what a method loads (Mem0's embedder) is loaded
 once before the first run. The summary counts the barrier's timeouts per method with the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import random
 import secrets
+import sys
 import time
 import traceback
 from collections import Counter
@@ -47,7 +50,7 @@ from harness.records.schema import parse
 from harness.run import fidelity
 from harness.run.driver import RunStep, call_notes, stage_info, validated
 
-from .schedule import method_class, schedule_rows, slots, trials_in_flight  # noqa: F401 (slots: the tests)
+from .schedule import Capacity, capacity, method_class, schedule_rows, slots, trials_in_flight  # noqa: F401
 from harness.run.plan import PlanError
 from harness.run.settings import StageSettings
 
@@ -171,6 +174,9 @@ class PersonalStep(RunStep):
         self.nodes = settings.condition_nodes(cfg)  # each method's own typed node (its module's Settings)
         self.shared: Shared | None = None
         self.provenance: dict = {}
+        self._capacity: Capacity | None = None
+        self._encoder = None
+        self._closing: list = []  # what this step opened itself (the reads' encoder)
 
     # --- before the runs ------------------------------------------------------------------
     def methods(self) -> dict:
@@ -179,7 +185,59 @@ class PersonalStep(RunStep):
 
     def fidelity_rows(self):
         return fidelity.personal_manifest(self.cfg) + schedule_rows(self.stage, self.cfg.concurrency, self.model_cfg,
-                                                                    self.concurrency())
+                                                                    self.capacity())
+
+    def encoder(self):
+        """The stage's encoder, loaded once (locally: a dry run loads it too, to measure it; nothing is sent)."""
+        from harness.memory.encoder import load_encoder
+
+        if self._encoder is None:
+            cfg = self.cfg
+            self._encoder = load_encoder(str(cfg.encoder.name), cache_dir=str(Path(str(cfg.cache_dir)) / "embeddings"))
+        return self._encoder
+
+    def _measure_apart(self, measure):
+        """A dry run's measurement: the encoder loaded with its vector cache in a temporary folder, removed after
+        (a dry run writes nothing; the measurement reads and writes no cache anyway)."""
+        import tempfile
+
+        from harness.memory.encoder import Encoder, HashEncoder, SPECS
+
+        name = str(self.cfg.encoder.name)
+        with tempfile.TemporaryDirectory(prefix="memspace-measure-") as d:
+            enc = HashEncoder() if name == "hash" else Encoder(SPECS[name], cache_dir=d)
+            try:
+                return measure(enc)
+            finally:
+                enc.close()
+
+    def _query_encoder(self, encoder):
+        """A second instance of the stage's encoder for the reads' queries (its own model and lock, the same
+        weights and cache), so a read never waits for a batch of commits; the hash encoder holds no lock."""
+        from harness.memory.encoder import Encoder
+
+        if not isinstance(encoder, Encoder):
+            return encoder
+        q = Encoder(encoder.spec, cache_dir=encoder.cache.path.parent, batch_size=encoder.batch_size,
+                    device=encoder.device)
+        q.embed_query("warm-up")
+        self._closing.append(q)
+        return q
+
+    def capacity(self) -> Capacity:
+        """Trials in flight from measured figures (harness/personal/schedule.py): the endpoint's slots, the writers'
+        calls at its declared speed and the encoder's throughput measured here once (only when a kernel method with
+        its barrier runs). The run and the dry run's forecast use this same object."""
+        if self._capacity is None:
+            from harness.kernel.encoding import measure
+
+            from .forecast import kernel_inputs
+
+            timeout, extraction = kernel_inputs(self.cfg, self.plan)
+            rate = (self._measure_apart(measure) if self.cfg.get("dry_run") else measure(self.encoder())) \
+                if timeout else None
+            self._capacity = capacity(self.stage, self.cfg.concurrency, self.model_cfg, rate, extraction, timeout)
+        return self._capacity
 
     def stage_info(self) -> dict:
         return stage_info(self.stage, OmegaConf.to_container(self.cfg.model, resolve=True), self.plan,
@@ -252,24 +310,36 @@ class PersonalStep(RunStep):
     def forecast(self) -> str:
         from harness.personal.forecast import render
 
-        return render(self.cfg, self.plan)
+        return render(self.cfg, self.plan, self.capacity())
 
     def concurrency(self) -> int:
         """Trials in flight: `stage.concurrency`, never more than the endpoint serves at once
-        (model.max_concurrency: one per slot for Ollama or llama.cpp), so a trial never waits behind
-        another trial's calls and the barrier's timeouts are the method's and the endpoint's own."""
-        return trials_in_flight(self.stage, self.cfg.concurrency, self.model_cfg)
+        (model.max_concurrency: one per slot for Ollama or llama.cpp), nor than the encoder commits within
+        the barrier at its measured rate (`capacity`), so a trial never waits behind another trial's calls
+        and the barrier's timeouts are the method's and the endpoint's own."""
+        return self.capacity().in_flight
 
     # --- the runs -------------------------------------------------------------------------
     def start(self, rd, info, endpoint, proxy_url: str) -> None:
-        from harness.memory.encoder import load_encoder
+        from harness.kernel.encoding import BatchEncoder
 
         super().start(rd, info, endpoint, proxy_url)
         cfg = self.cfg
-        encoder = load_encoder(str(cfg.encoder.name), cache_dir=str(Path(str(cfg.cache_dir)) / "embeddings"))
+        encoder = self.encoder()
         encoder.embed_query("warm-up")  # loading the encoder is setup, never part of a run's latency
-        self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(), encoder, secrets.token_hex(4),
-                             Slots(slots(self.model_cfg)), workers=4 * self.concurrency())
+        self.capacity()  # measured before the worker starts, never during the runs
+        if slots(self.model_cfg) is None and self._capacity.want > 1:  # no slots declared: measured
+            from .probe import endpoint_slots
+
+            try:
+                self._capacity = self._capacity.measured_slots(*endpoint_slots(proxy_url, self.model_cfg))
+            except Exception as exc:
+                raise classify(exc) or exc
+            print(f"  schedule {self._capacity.line()}; endpoint probed: {self._capacity.probe}", file=sys.stderr)
+        # one encoder worker embeds every user's commits and queries in batches: no lock between users
+        self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(),
+                             BatchEncoder(encoder, query_encoder=self._query_encoder(encoder)),
+                             secrets.token_hex(4), Slots(self._capacity.slots), workers=4 * self.concurrency())
         for name, c in self.methods().items():  # setup (Mem0's embedder and collection) is never a run's time
             try:
                 method_class(c).setup(self.nodes[name], self.shared, name)
@@ -283,11 +353,16 @@ class PersonalStep(RunStep):
             "model": {k: mc.get(k) for k in ("name", "provider", "model", "params", "accepts")},
             "prices": mc.prices, "offpeak": mc.offpeak,
             "encoder": OmegaConf.to_container(cfg.encoder, resolve=True),
-            "index": OmegaConf.to_container(cfg.index, resolve=True), "endpoint": endpoint.info}
+            "index": OmegaConf.to_container(cfg.index, resolve=True), "endpoint": endpoint.info,
+            "schedule": self._capacity.describe()}
 
     def close(self) -> None:
-        if self.shared is not None:
-            self.shared.close()
+        try:
+            if self.shared is not None:
+                self.shared.close()
+        finally:
+            for c in self._closing:
+                c.close()
 
     def execute(self, spec: TrialRun, attempt: int):
         """One run, while no run of another method is in flight (Shared.gate: the methods never slow each other)."""

@@ -335,6 +335,10 @@ class PersonalRecord(_Provenance):
     audited_items: int | None = None  # the exposure audit's unrestricted read (None: no store read, or older)
     prevented_items: int | None = None  # of them, what the visibility rule kept from the reader
     prevented_conversation: int | None = None
+    # trials in flight and the measured figures that capped them (harness/personal/schedule.py Capacity.describe)
+    schedule: dict[str, Any] | None = None
+    written_items: int | None = None  # what the trial's writes stored (the audit read after they landed)
+    unaudited_writes: int | None = None  # writes not landed when the audit read (unaudited, never kept out)
     barrier: dict[str, Any] | None
     method_log: dict[str, Any]
     missed_writes: int | None
