@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from analysis import run as A
+from harness.records.provenance import code_revision
 from tests.analysis_fixtures import Stage, sha256_file
 from tests.fake_model import FakeModel
 
@@ -67,7 +68,9 @@ def test_the_paper_preset_refuses_each_differing_part_on_its_own_line_unless_all
     # bge weights absent, the official prompt file absent, the runtime that installs here is not 0.21.5,
     # generated data, and its 14 questions are short of the paper's samples; the reader, judge, index,
     # conditions, groups and tool texts are the paper's
-    assert keys == ["data", "encoder", "judge_prompts", "runtime", "samples.full", "samples.main"], failed
+    # and the tree itself when it has edits or untracked files under the packages (the code row, git's answer)
+    dirty = ["code"] if code_revision(REPO)["dirty"] else []
+    assert keys == sorted(["data", "encoder", "judge_prompts", "runtime", "samples.full", "samples.main", *dirty]), failed
     assert all("allow_deviation=[" in line for line in failed)
     st = fidelity_lines(res.stdout)
     assert st["reader_model"] == st["judge_model"] == st["index"] == st["tool_texts"] == "same"
@@ -75,10 +78,11 @@ def test_the_paper_preset_refuses_each_differing_part_on_its_own_line_unless_all
     runtime = next(line for line in squeeze(res.stdout).splitlines() if line.startswith("fidelity runtime"))
     assert "session_search shape top_session_window" in runtime and "0.21.5" in runtime, runtime
 
-    ok = harness(*args, "allow_deviation=[encoder,judge_prompts,runtime,data,samples.main,samples.full]", env=env)
+    ok = harness(*args, f"allow_deviation=[encoder,judge_prompts,runtime,data,samples.main,samples.full{',code' * bool(dirty)}]",
+                 env=env)
     assert ok.returncode in (0, 3), ok.stdout[-3000:]  # 3 only when the services are down (not a fidelity line)
     assert "preflight fidelity ok preset paper: accepted deviations judge_prompts, encoder, runtime, samples.main, " \
-        "samples.full, data" in squeeze(ok.stdout)
+        "samples.full, data" + (", code" if dirty else "") in squeeze(ok.stdout)
     assert "preflight fidelity FAILED" not in squeeze(ok.stdout)
 
     bad = harness(*args, "allow_deviation=[encoders]", env=env)
@@ -164,13 +168,17 @@ def test_a_preset_stage_records_its_manifest_and_every_output_opens_with_it(tmp_
         res = harness("stage=main", "preset=paper", "data=synth_tiny", "encoder=minilm", f"runs_dir={tmp_path}/runs",
                       "stage.groups=[{sample:smoke,conditions:[none,tool_hybrid]}]", "samples.smoke.limit=2",
                       "allow_deviation=[encoder,judge_prompts,runtime,data,model.base_url,judge.base_url,stage.groups,"
-                      "samples.smoke]", "judge.prompts=builtin", "concurrency=2",
+                      "samples.smoke,code]", "judge.prompts=builtin", "concurrency=2",
                       env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     folder = tmp_path / "runs" / "main" / "main"
     fid = json.loads((folder / "stage.json").read_text())["fidelity"]
+    dirty = ["code"] if code_revision(REPO)["dirty"] else []  # a tree with edits: accepted, and said so
     assert fid["preset"] == "paper" and fid["accepted"] == ["judge_prompts", "judge.base_url", "encoder", "runtime",
-                                                            "model.base_url", "stage.groups", "samples.smoke", "data"]
+                                                            "model.base_url", "stage.groups", "samples.smoke", "data",
+                                                            *dirty]
+    status = {r["key"]: r["status"] for r in fid["rows"]}
+    assert status["reference"] == status["plugins"] == status["texts"] == "same"  # the lock's rows, in every stage
     status = {r["key"]: r["status"] for r in fid["rows"]}
     assert status["reader_model"] == "same" and status["index"] == "same" and status["encoder"] == "differs"
     assert status["tool_texts"] == "same"
@@ -182,7 +190,7 @@ def test_a_preset_stage_records_its_manifest_and_every_output_opens_with_it(tmp_
     report = (out / "report.md").read_text()
     first = report.split("\n## ")[1]
     assert first.startswith("Fidelity to the paper") and "preset paper; accepted deviations: judge_prompts," \
-        "judge.base_url,encoder,runtime,model.base_url,stage.groups,samples.smoke,data" in first
+        "judge.base_url,encoder,runtime,model.base_url,stage.groups,samples.smoke,data" + ",code" * bool(dirty) in first
     assert "| encoder | BAAI/bge-small-en-v1.5 (384-d, fp32, CLS pooling) | sentence-transformers/all-MiniLM-L6-v2" \
         in first
     fcsv = pd.read_csv(out / "fidelity.csv", keep_default_na=False)
@@ -206,12 +214,14 @@ def test_the_backend_study_under_the_preset_refuses_generated_data_and_a_stand_i
     res = harness(*args, "encoder=minilm")
     assert res.returncode == 3, res.stdout[-2000:] + res.stderr[-2000:]
     assert "data: data file" in res.stderr and "encoder: encoder" in res.stderr
-    ok = harness(*args, "encoder=minilm", "allow_deviation=[data,encoder]")
+    ok = harness(*args, "encoder=minilm", "allow_deviation=[data,encoder,code]")
     assert ok.returncode == 0, ok.stderr[-2000:]
     st = fidelity_lines(ok.stdout)
-    # the servers' versions and the resource envelope are declared beside the paper's, never refused
+    # the servers' versions and the resource envelope are declared beside the paper's, never refused; the
+    # reference's pin, the tree and the plugins are the lock's rows in every study
     assert {k: v for k, v in st.items() if k not in ("services", "envelope")} == \
-        {"encoder": "differs", "data": "differs", "sample_seed": "unknown"}
+        {"encoder": "differs", "data": "differs", "sample_seed": "unknown", "reference": "same", "plugins": "same",
+         "code": "differs" if code_revision(REPO)["dirty"] else "same"}
     assert "envelope" in st and "services" in st
 
 
