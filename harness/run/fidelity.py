@@ -733,8 +733,87 @@ def manifest(cfg, plan) -> list[Row]:
     rows = [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need, cfg), index_row(cfg, need),
             *settings_rows(cfg, need), tool_texts_row(cfg), *condition_rows(cfg), *stage_rows(cfg, plan),
             data_row(plan, str(cfg.stage.get("name")))]
-    return [*rows, *config_rows(cfg, rows), *lock.rows(cfg), seed_row(cfg), concurrency_row(cfg), prices_row(cfg),
+    return [*rows, *config_rows(cfg, rows), *lock_rows(cfg), seed_row(cfg), concurrency_row(cfg), prices_row(cfg),
             *services_rows(cfg, need)]
+
+
+# ------------------------------------------------------------------------------ the lock's own rows
+
+
+def reference_row() -> Row:
+    sha = lock.reference_sha256(REFERENCE_PATH)
+    same = sha == lock.PAPER_YAML_SHA256
+    return Row("reference", "the reference (conf/paper.yaml)", f"sha256 {lock.PAPER_YAML_SHA256[:16]} (pinned in "
+               "harness/run/lock.py)", f"sha256 {sha[:16]}", "same" if same else "differs", sha,
+               "" if same else "conf/paper.yaml is not the pinned reference: restore it (git checkout conf/paper.yaml); "
+               "no allow_deviation accepts another reference")
+
+
+def code_row(state: dict | None = None) -> Row:
+    """The tree's state: the commit, the packages' tracked files modified and untracked files present."""
+    from harness.records.provenance import code_revision
+
+    st = code_revision(REPO) if state is None else state
+    if st.get("commit") is None:
+        return Row("code", "the tree (harness, conditions, judge, analysis, bench, conf)", "a git checkout, unmodified",
+                   "not a git checkout: its files cannot be compared", "differs", "",
+                   "run from a git checkout, or accept it with allow_deviation=[code]")
+    parts = [f"modified: {', '.join(st['modified'])}"] if st.get("modified") else []
+    parts += [f"untracked: {', '.join(st['untracked'])}"] if st.get("untracked") else []
+    same = not parts
+    return Row("code", "the tree (harness, conditions, judge, analysis, bench, conf)",
+               "the commit's files, unmodified, nothing untracked",
+               f"commit {st['commit'][:12]}" + ("" if same else "; " + "; ".join(parts)), "same" if same else "differs",
+               "", "" if same else "commit or remove these files (a module under the packages is imported as code)")
+
+
+def plugins_row() -> Row:
+    """The plugins loaded ($MEMSPACE_PLUGINS, entry points of group memspace_harness): any is code the paper did not run."""
+    from harness import plugins
+    plugins.load()
+    names = sorted(plugins.loaded())
+    return Row("plugins", "plugins loaded", "none", ", ".join(names) or "none", "differs" if names else "same",
+               ",".join(names), "" if not names else "unset MEMSPACE_PLUGINS (or uninstall the entry point)")
+
+
+def texts_row(cfg) -> Row:
+    """Every text the model reads besides the memory tools' (their own row) and the config's paragraphs (the
+    conditions' rows), by sha256 against conf/paper.yaml `texts`."""
+    mods = {str(c.get("module")) for c in (cfg.stage.get("conditions") or {}).values()}
+    pins = reference().get("texts") or {}
+    got = {k: lock.sha256_text(v) for k, v in lock.model_texts(mods, _is_org(cfg)).items()}
+    differ = [k for k, h in sorted(got.items()) if pins.get(k) != h]
+    return Row("texts", "texts the model reads (system prompt, paragraphs, tool descriptions, cut)",
+               "conf/paper.yaml texts (sha256)", "; ".join(f"{k} {got[k][:12]}" for k in sorted(got)),
+               "differs" if differ else "same", ",".join(f"{k}|{got[k]}" for k in sorted(got)),
+               "" if not differ else f"differ from the pinned texts: {', '.join(differ)}")
+
+
+def runtime_identity_row() -> Row | None:
+    """The installed runtime's identity (distribution, version, its tool texts' sha256) against conf/paper.yaml
+    `runtime_identity`, once the runtime module says it (`harness.runtime.paper_identity()`); None before."""
+    import harness.runtime as rt
+
+    fn, want = getattr(rt, "paper_identity", None), reference().get("runtime_identity")
+    if fn is None or want is None:
+        return None
+    got = fn()
+    a, b = _leaves(got), _leaves(want)
+    diffs = [f"{k} {fmt(a.get(k))} (paper {fmt(b.get(k))})" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return Row("runtime.identity", "the runtime's identity (installed)", fmt(want), "; ".join(diffs) or fmt(got),
+               "differs" if diffs else "same", fmt(got), "" if not diffs else "install the paper's runtime (make setup)")
+
+
+def lock_rows(cfg=None, texts: bool = True) -> list[Row]:
+    """The lock's own rows, beside the manifest's: the reference's pin, the tree, the plugins (and, for an agent
+    stage, the texts and the runtime's identity)."""
+    out = [reference_row(), code_row(), plugins_row()]
+    if texts and cfg is not None:
+        out.append(texts_row(cfg))
+        ident = runtime_identity_row()
+        if ident is not None:
+            out.append(ident)
+    return out
 
 
 # The second paper's study (Sections 4.1-4.2): its assistant models, its judge and the kernel's settings
@@ -764,7 +843,7 @@ def personal_manifest(cfg) -> list[Row]:
                         "(the personal stages set threshold -1 for the MiniLM stand-in)"))
     n = int((cfg.stage.get("trials") or {}).get("n") or 0)
     rows.append(Row("trials", "trials per condition", "150", str(n), _status(n == 150), "", ""))
-    return rows + lock.rows(texts=False)
+    return rows + lock_rows(texts=False)
 
 
 def backend_manifest(cfg, data: dict) -> list[Row]:
@@ -772,7 +851,7 @@ def backend_manifest(cfg, data: dict) -> list[Row]:
     from types import SimpleNamespace
 
     return [encoder_row(cfg, {"memory_space"}), data_row(SimpleNamespace(data=data), "main"), seed_row(cfg),
-            *lock.rows(texts=False), *services_rows(cfg, {"memory_space"}, study="backends")]
+            *lock_rows(texts=False), *services_rows(cfg, {"memory_space"}, study="backends")]
 
 
 def record(cfg, plan=None, rows: list[Row] | None = None) -> dict:
@@ -838,7 +917,7 @@ def gate_judging(cfg, rd, judge_cfg, prompts, second: bool = False) -> list[Row]
     stage_fid = {}
     if rd.stage_path.exists():
         stage_fid = rd.stage().fidelity or {}
-    rows = [r for r in judge_rows(cfg, judge_cfg, second) if r.key not in ("judge_prompts",)] + lock.rows()
+    rows = [r for r in judge_rows(cfg, judge_cfg, second) if r.key not in ("judge_prompts",)] + lock_rows()
     rows.insert(1, prompts_row("builtin" if prompts.source == "builtin" else str(prompts.source),
                                prompts.source_sha256))
     in_force = "paper" if "paper" in (preset(cfg), stage_fid.get("preset")) else None  # the stage's preset binds

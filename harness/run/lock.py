@@ -17,7 +17,7 @@ rewrote the system prompt with no row, `conf/paper.yaml` could be edited beside 
   are rows of every stage, refused under the preset.
 
 Anything that differs and is neither operational nor named in `allow_deviation=[...]` is refused by name
-before any run or judgement (fidelity.refusals). The runtime's identity (distribution, version, its tool
+before any run or judgement (fidelity.refusals; the lock's own rows: fidelity.lock_rows). The runtime's identity (distribution, version, its tool
 texts' sha256, read from the installed runtime) is one more row: `harness.runtime.paper_identity()`,
 compared with conf/paper.yaml `runtime_identity` once both exist.
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from harness.records.provenance import code_revision, command_preset
+from harness.records.provenance import command_preset
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,11 +86,8 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def reference_sha256() -> str:
-    """sha256 of the reference fidelity.reference() reads (conf/paper.yaml)."""
-    from harness.run import fidelity
-
-    return hashlib.sha256(fidelity.REFERENCE_PATH.read_bytes()).hexdigest()
+def reference_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 # ------------------------------------------------------------------------------ texts the model reads
@@ -119,90 +116,4 @@ def model_texts(modules: set[str], org: bool) -> dict[str, str]:
     if "ask_agent" in modules:
         ask = importlib.import_module("conditions.ask_agent")
         out["ask_agent.asked_system"] = ask.system_prompt(DATE, ask.ASKED_ACCESS, org=True)
-    return out
-
-
-# ------------------------------------------------------------------------------ rows
-
-
-def reference_row():
-    from harness.run.fidelity import Row
-
-    sha = reference_sha256()
-    same = sha == PAPER_YAML_SHA256
-    return Row("reference", "the reference (conf/paper.yaml)", f"sha256 {PAPER_YAML_SHA256[:16]} (pinned in "
-               "harness/run/lock.py)", f"sha256 {sha[:16]}", "same" if same else "differs", sha,
-               "" if same else "conf/paper.yaml is not the pinned reference: restore it (git checkout conf/paper.yaml); "
-               "no allow_deviation accepts another reference")
-
-
-def code_row(state: dict | None = None):
-    """The tree's state: the commit, the packages' tracked files modified and untracked files present."""
-    from harness.run.fidelity import Row
-
-    st = code_revision(REPO) if state is None else state
-    if st.get("commit") is None:
-        return Row("code", "the tree (harness, conditions, judge, analysis, bench, conf)", "a git checkout, unmodified",
-                   "not a git checkout: its files cannot be compared", "differs", "",
-                   "run from a git checkout, or accept it with allow_deviation=[code]")
-    parts = [f"modified: {', '.join(st['modified'])}"] if st.get("modified") else []
-    parts += [f"untracked: {', '.join(st['untracked'])}"] if st.get("untracked") else []
-    same = not parts
-    return Row("code", "the tree (harness, conditions, judge, analysis, bench, conf)",
-               "the commit's files, unmodified, nothing untracked",
-               f"commit {st['commit'][:12]}" + ("" if same else "; " + "; ".join(parts)), "same" if same else "differs",
-               "", "" if same else "commit or remove these files (a module under the packages is imported as code)")
-
-
-def plugins_row():
-    """The plugins loaded ($MEMSPACE_PLUGINS, entry points of group memspace_harness): any is code the paper did not run."""
-    from harness import plugins
-    from harness.run.fidelity import Row
-
-    plugins.load()
-    names = sorted(plugins.loaded())
-    return Row("plugins", "plugins loaded", "none", ", ".join(names) or "none", "differs" if names else "same",
-               ",".join(names), "" if not names else "unset MEMSPACE_PLUGINS (or uninstall the entry point)")
-
-
-def texts_row(cfg):
-    """Every text the model reads besides the memory tools' (their own row) and the config's paragraphs (the
-    conditions' rows), by sha256 against conf/paper.yaml `texts`."""
-    from harness.run.fidelity import Row, _is_org, reference
-
-    mods = {str(c.get("module")) for c in (cfg.stage.get("conditions") or {}).values()}
-    pins = reference().get("texts") or {}
-    got = {k: sha256_text(v) for k, v in model_texts(mods, _is_org(cfg)).items()}
-    differ = [k for k, h in sorted(got.items()) if pins.get(k) != h]
-    return Row("texts", "texts the model reads (system prompt, paragraphs, tool descriptions, cut)",
-               "conf/paper.yaml texts (sha256)", "; ".join(f"{k} {got[k][:12]}" for k in sorted(got)),
-               "differs" if differ else "same", ",".join(f"{k}|{got[k]}" for k in sorted(got)),
-               "" if not differ else f"differ from the pinned texts: {', '.join(differ)}")
-
-
-def runtime_identity_row():
-    """The installed runtime's identity (distribution, version, its tool texts' sha256) against conf/paper.yaml
-    `runtime_identity`, once the runtime module says it (`harness.runtime.paper_identity()`); None before."""
-    import harness.runtime as rt
-    from harness.run.fidelity import Row, _leaves, fmt, reference
-
-    fn, want = getattr(rt, "paper_identity", None), reference().get("runtime_identity")
-    if fn is None or want is None:
-        return None
-    got = fn()
-    a, b = _leaves(got), _leaves(want)
-    diffs = [f"{k} {fmt(a.get(k))} (paper {fmt(b.get(k))})" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    return Row("runtime.identity", "the runtime's identity (installed)", fmt(want), "; ".join(diffs) or fmt(got),
-               "differs" if diffs else "same", fmt(got), "" if not diffs else "install the paper's runtime (make setup)")
-
-
-def rows(cfg=None, texts: bool = True) -> list:
-    """The lock's own rows, beside the manifest's: the reference's pin, the tree, the plugins (and, for an agent
-    stage, the texts and the runtime's identity)."""
-    out = [reference_row(), code_row(), plugins_row()]
-    if texts and cfg is not None:
-        out.append(texts_row(cfg))
-        ident = runtime_identity_row()
-        if ident is not None:
-            out.append(ident)
     return out
