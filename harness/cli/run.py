@@ -164,6 +164,9 @@ def main(cfg: DictConfig) -> None:
         from judge import kinds
 
         kinds.chosen(nodes.judge, cfg.get("stage"))  # an unregistered judgement kind: exit 2 now, not after the runs
+        from harness.run import fidelity
+
+        fidelity.check_sweep(settings.later_jobs())  # a sweep's other jobs under the paper's lock, before job 0 runs
         sweep = sweep_label(cfg)
         try:
             studies.get(cfg.stage.get("kind")).step("run")(cfg, sweep)  # the stage's study (harness/studies/)

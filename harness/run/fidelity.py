@@ -732,7 +732,8 @@ def manifest(cfg, plan) -> list[Row]:
     need = conditions.needs(cfg.stage.get("conditions"))
     rows = [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need, cfg), index_row(cfg, need),
             *settings_rows(cfg, need), tool_texts_row(cfg), *condition_rows(cfg), *stage_rows(cfg, plan),
-            data_row(plan, str(cfg.stage.get("name")))]
+            data_row(plan, str(cfg.stage.get("name"))) if plan is not None else
+            Row("data", "data file", PAPER_TEXT["data"], "identified by its sha256 when the job runs", "unknown", "")]
     return [*rows, *config_rows(cfg, rows), *lock_rows(cfg), seed_row(cfg), concurrency_row(cfg), prices_row(cfg),
             *services_rows(cfg, need)]
 
@@ -866,6 +867,27 @@ FIX = "fetch or choose the part named (each line says how), or accept it with al
 
 def refusal_text(refused: list[Row]) -> str:
     return "\n  ".join(f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it" for r in refused)
+
+
+def check_sweep(jobs: list[list[str]]) -> None:
+    """Before job 0 of a sweep runs: every other job's config under the lock (its rows but the data's and the
+    samples' sizes, which need its plan). WHY: `-m stage.conditions.prefetch.k=8,2` ran job 0's whole stage
+    before job 1 was refused."""
+    from harness.failures import EnvironmentFailure
+    from harness.run.settings import compose_job
+    from harness.run.plan import PlanError
+
+    for job in jobs:
+        cfg = compose_job(job)
+        if preset(cfg) != "paper" or (cfg.stage.get("kind") or "agents") != "agents":
+            continue
+        try:
+            refused = refusals(cfg, manifest(cfg, None))
+        except ValueError as exc:
+            raise PlanError(f"sweep job {' '.join(job)}: {exc}") from None
+        if refused:
+            raise EnvironmentFailure(f"preflight fidelity failed for the sweep's job {' '.join(job)}: "
+                                     + refusal_text(refused), FIX)
 
 
 def raise_refusals(cfg, rows: list[Row]) -> None:
