@@ -150,25 +150,6 @@ def test_judging_a_preset_stage_without_the_preset_is_refused(tmp_path, override
         fidelity.gate_judging(later, rd, later.judge, P.load(str(later.judge.prompts)))
 
 
-@pytest.mark.parametrize("override", ["fidelity.preset=null", "~fidelity.preset", "+fidelity.preset=null",
-                                      "+hydra.runtime.choices.preset=null"])
-def test_no_value_switches_the_lock_off(override):
-    """The preset is the command's choice (`preset=paper`): `fidelity.preset=null` once switched every refusal off."""
-    from hydra.errors import ConfigCompositionException
-
-    from harness.run import settings
-
-    try:
-        cfg = resolved("main", override, "index.ef_runtime=100")
-    except ConfigCompositionException:  # no such key to override or delete
-        return
-    assert fidelity.preset(cfg) == "paper"
-    assert "index" in refused("main", override, "index.ef_runtime=100")
-    if override.startswith("+fidelity"):
-        with pytest.raises(settings.SettingsError, match="fidelity: no such setting"):
-            settings.check(cfg, [override])
-
-
 def test_the_judgements_record_the_parameters_the_judge_sent_not_the_official_ones_it_dropped():
     from judge.answer_check import judge_model_config
     from judge.common import judge_block
