@@ -522,7 +522,10 @@ def condition_node(node, where: str = "condition"):
     if schema is None:
         typed("condition", node, where)
         return node
-    return OmegaConf.to_object(_closed(schema, value, where))
+    try:
+        return OmegaConf.to_object(_closed(schema, value, where))
+    except ValueError as exc:  # a module's own check of its values (Settings.__post_init__), e.g. a choice
+        raise SettingsError(f"{where}.{exc}" if str(exc).split(":")[0].isidentifier() else f"{where}: {exc}") from None
 
 
 def endpoint_node(node, kind: str = "model"):
