@@ -308,3 +308,18 @@ def test_a_mistyped_top_level_option_exits_2_naming_its_key_on_the_command_line(
     res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "dry_run=true", "seed=abc"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2 and "seed: Value 'abc'" in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
+
+
+def test_a_value_override_of_a_key_that_does_not_exist_exits_2_naming_the_nearest():
+    """Hydra's own refusal of `concurency=2` exited 1 naming nothing (harness.run.settings.refuse_unknown_keys)."""
+    conf = REPO / "conf"
+    with pytest.raises(SettingsError, match=r"^concurency: no such setting \(did you mean concurrency\?\)"):
+        settings.refuse_unknown_keys(["x", "stage=main", "concurency=2"], conf)
+    with pytest.raises(SettingsError, match=r"did you mean model\.params\.temperature\?"):
+        settings.refuse_unknown_keys(["x", "model=local", "model.temprature=1"], conf)
+    with pytest.raises(SettingsError, match=r"did you mean stage\.conditions\.prefetch\.k\?"):
+        settings.refuse_unknown_keys(["x", "stage=main", "stage.conditions.prefetch.kk=3"], conf)
+    settings.refuse_unknown_keys(["x", "stage=main", "preset=paper", "concurrency=2", "+new=1", "-m", "seed=0,1"], conf)
+    res = subprocess.run([sys.executable, "-m", "judge.run", "stage=main", "fidelity.preset=null"],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 2 and "fidelity.preset: no such setting" in res.stderr, res.stderr[-2000:]

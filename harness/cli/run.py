@@ -185,6 +185,16 @@ def _time_limit(exc: Exception):
                         "same command to finish the stage, or ask for more time (hydra.launcher.timeout_min)")
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The command line: -m first, a key that does not exist refused naming the nearest (`concurency=2`: exit 2,
+    before Hydra's own refusal), then the stage."""
+    from harness.run.settings import refuse_unknown_keys
+
     sys.argv = multirun_flag_first(sys.argv)
+    with exits_with_code():
+        refuse_unknown_keys(sys.argv, CONF)
     main()
+
+
+if __name__ == "__main__":
+    command()

@@ -738,6 +738,11 @@ def check_top(cfg) -> None:
     for key, schema in (("encoder", EncoderNode), ("data", DataNode), ("runtime", RuntimeNode)):
         if isinstance(top.get(key), dict):
             _closed(schema, top[key], key)
+    enc = top.get("encoder") or {}
+    if enc.get("name") is not None:
+        from harness.memory.encoder import SPECS
+
+        _choices("encoder.name", enc["name"], (*SPECS, "hash"))
     rt = top.get("runtime") or {}
     if rt.get("session_search") is not None:
         try:
@@ -758,3 +763,48 @@ def check_top(cfg) -> None:
                                     + " or ".join(t.__name__ for t in SAMPLE_KEYS[k]))
     if cfg.get("judge2") is not None:
         endpoint_node(cfg.judge2, "judge")
+
+
+def refuse_unknown_keys(argv: list[str], conf_dir: Path) -> None:
+    """Before Hydra composes the command: a value override of a key that does not exist (`concurency=2`,
+    `fidelity.preset=null`) is refused naming the nearest key (SettingsError, exit 2). WHY: Hydra's own refusal
+    ("Key 'concurency' is not in struct") exits 1 and names nothing. Sweeps and `+`/`~` forms are left to Hydra
+    and to check()."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.errors import HydraException
+
+    args = get_args_parser().parse_known_args(argv[1:])[0]
+    if args.multirun or args.config_dir or args.config_path or args.config_name:
+        return
+    groups = {str(p.relative_to(conf_dir)).replace("/", ".") for p in conf_dir.rglob("*") if p.is_dir()}
+    values, chosen = [], []
+    for ov in args.overrides:
+        key = ov.partition("=")[0]
+        if ov.startswith(("+", "~")) or "=" not in ov or key.startswith("hydra.") or "@" in key or "," in ov:
+            chosen.append(ov)
+        elif key in groups:
+            chosen.append(ov)
+        else:
+            values.append(key)
+    if not values:
+        return
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=chosen)
+    except HydraException:
+        return  # Hydra says what is wrong with the groups
+    for key in values:
+        node, where = cfg, []
+        for part in key.split("."):
+            keys = list(node.keys()) if hasattr(node, "keys") else None
+            if keys is None:
+                break
+            if part not in keys:
+                inside = [f"{k}.{sub}" for k in keys if str(k) in OPEN and hasattr(node.get(k), "keys")
+                          for sub in node.get(k)]  # `model.temprature` for model.params.temperature
+                near = nearest(part, [str(k) for k in keys] + inside)
+                pre = ".".join(where) + "." if where else ""
+                raise SettingsError(f"{key}: no such setting" + (f" (did you mean {pre}{near}?)" if near else "")
+                                    + (f"; add one with +{key}=..." if set(where) & OPEN else ""))
+            node, where = node.get(part), [*where, part]
