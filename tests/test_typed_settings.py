@@ -286,6 +286,8 @@ TOP = [
     ("dry_run=maybe", r"^dry_run: Value 'maybe' is not a valid bool"),
     ("allow_deviation=encoder", r"^allow_deviation: "),
     ("+fidelity.preset=null", r"^fidelity: no such setting"),
+    ("encoder.path=1", r"^encoder\.path: 1 is not a text"),
+    ("encoder.name=bgee", r"^encoder\.name: .bgee. is not one of .*\(did you mean bge\?\)"),
 ]
 
 

@@ -717,6 +717,15 @@ SAMPLE_KEYS = {"per_type": (int,), "limit": (int, type(None)), "from": (str,), "
                "abstention": (bool,)}
 
 
+def _strings(schema, value: dict, where: str) -> None:
+    """A text setting given a number or a flag (`encoder.path=1`): OmegaConf would convert it on a copy, while the
+    module reads the config's own value; refused naming the key (quote it to mean the text)."""
+    for f in fields(schema):
+        if f.type in ("str", "Optional[str]", str, Optional[str]) and isinstance(value.get(f.name), (bool, int, float)):
+            key = f"{where}.{f.name}" if where else f.name
+            raise SettingsError(f"{key}: {value[f.name]!r} is not a text (write {key}='{value[f.name]}' to mean one)")
+
+
 def _choices(where: str, value, choices) -> None:
     if str(value) not in choices:
         near = nearest(str(value), list(choices))
@@ -734,10 +743,13 @@ def check_top(cfg) -> None:
 
     top = {str(k): None if k in ("model", "judge", "judge2", "index", "stage") else value(cfg.get(k))
            for k in cfg if k != "hydra"}
-    _closed(TopSettings, {k: v for k, v in top.items() if k not in ("encoder", "data", "runtime", "samples")}, "")
+    scalars = {k: v for k, v in top.items() if k not in ("encoder", "data", "runtime", "samples")}
+    _closed(TopSettings, scalars, "")
+    _strings(TopSettings, scalars, "")
     for key, schema in (("encoder", EncoderNode), ("data", DataNode), ("runtime", RuntimeNode)):
         if isinstance(top.get(key), dict):
             _closed(schema, top[key], key)
+            _strings(schema, top[key], key)
     enc = top.get("encoder") or {}
     if enc.get("name") is not None:
         from harness.memory.encoder import SPECS
