@@ -247,6 +247,6 @@ def test_any_override_of_any_leaf_is_refused_by_name_or_on_the_allowlist(overrid
                                       "samples.main.per_type=3", "+nested_new={a: 1}", "~stage.conditions.shell.module",
                                       "runtime.session_search=installed", "++model.params.temperature=1",
                                       "stage.conditions.tool_hybrid.guidance=0", "~stage.groups", "encoder.name=0",
-                                      "encoder.path=1"])
+                                      "encoder.path=1", "~encoder.name"])
 def test_the_property_holds_for_the_known_spellings(override):
     _refused_or_allowed(override)

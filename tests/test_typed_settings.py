@@ -287,6 +287,7 @@ TOP = [
     ("allow_deviation=encoder", r"^allow_deviation: "),
     ("+fidelity.preset=null", r"^fidelity: no such setting"),
     ("encoder.path=1", r"^encoder\.path: 1 is not a text"),
+    ("~encoder.name", r"^encoder\.name: required"),
     ("encoder.name=bgee", r"^encoder\.name: .bgee. is not one of .*\(did you mean bge\?\)"),
 ]
 

@@ -721,6 +721,8 @@ def _strings(schema, value: dict, where: str) -> None:
     """A text setting given a number or a flag (`encoder.path=1`): OmegaConf would convert it on a copy, while the
     module reads the config's own value; refused naming the key (quote it to mean the text)."""
     for f in fields(schema):
+        if f.default == "???" and value.get(f.name) is None:  # a required key removed (`~encoder.name`) or null
+            raise SettingsError(f"{where + '.' if where else ''}{f.name}: required ({where or 'the config'} names it)")
         if f.type in ("str", "Optional[str]", str, Optional[str]) and isinstance(value.get(f.name), (bool, int, float)):
             key = f"{where}.{f.name}" if where else f.name
             raise SettingsError(f"{key}: {value[f.name]!r} is not a text (write {key}='{value[f.name]}' to mean one)")
