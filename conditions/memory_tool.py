@@ -138,6 +138,10 @@ class Settings:
     k: int = PAPER_K
     guidance: str = "paper"
 
+    def __post_init__(self) -> None:
+        if str(self.guidance) not in GUIDANCE:  # a choice: refused at the config edge naming its key
+            raise ValueError(f"guidance: {self.guidance!r} is not one of {', '.join(GUIDANCE)}")
+
 
 def tool_texts(cfg: Settings, org: bool) -> list[dict]:
     """Every text the model reads from these tools besides results, as this stage has them: the fidelity

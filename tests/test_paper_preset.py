@@ -28,8 +28,8 @@ from tests.fake_model import FakeModel
 
 REPO = Path(__file__).resolve().parents[1]
 # what differs on this machine whatever the override (no bge weights, no official prompt file, hermes 0.19,
-# 14 generated questions): accepted, so a test sees only what its override changes
-HERE = ["encoder", "judge_prompts", "runtime", "data"]
+# 14 generated questions, a tree being edited): accepted, so a test sees only what its override changes
+HERE = ["encoder", "judge_prompts", "runtime", "data", "code"]
 SHORT = {"main": ["samples.main", "samples.full"], "org": ["samples.main", "samples.org_public", "samples.org_private"]}
 
 
@@ -37,7 +37,7 @@ def resolved(stage: str, *overrides: str, allow: list[str] | None = None):
     allow = HERE + SHORT[stage] if allow is None else allow
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return compose("config", overrides=[f"stage={stage}", "preset=paper", "data=synth_tiny",
-                                            f"allow_deviation=[{','.join(allow)}]", *overrides])
+                                            f"allow_deviation=[{','.join(allow)}]", *overrides], return_hydra_config=True)
 
 
 def refused(stage: str, *overrides: str, allow: list[str] | None = None) -> dict[str, fidelity.Row]:
@@ -114,13 +114,29 @@ def test_a_short_sample_is_refused_with_its_size():
     assert "SHORT by" in got["samples.main"].stage
 
 
-def test_a_setting_is_one_line_of_the_reference(tmp_path, monkeypatch):
-    """What another setting needs (here: memory_first, as if it were a paper's setting): one line of conf/paper.yaml."""
-    ref = yaml.safe_load(fidelity.REFERENCE_PATH.read_text())
-    ref["settings"]["memory_first"] = {"paper": False, "needs": "runtime"}
+def as_reference(ref: dict, tmp_path: Path, monkeypatch, pin: bool = True) -> Path:
+    """`ref` as the reference conf/paper.yaml, and (pin) its sha256 as the one harness/run/lock.py pins."""
+    import hashlib
+
+    from harness.run import lock
+
     p = tmp_path / "paper.yaml"
     p.write_text(yaml.safe_dump(ref))
     monkeypatch.setattr(fidelity, "REFERENCE_PATH", p)
+    if pin:
+        monkeypatch.setattr(lock, "PAPER_YAML_SHA256", hashlib.sha256(p.read_bytes()).hexdigest())
+    return p
+
+
+def test_a_setting_is_one_line_of_the_reference_and_its_pin(tmp_path, monkeypatch):
+    """What another setting needs (here: memory_first, as if it were a paper's setting): one line of conf/paper.yaml, and its sha256 in
+    harness/run/lock.py; without the new pin every stage is refused on the reference, which nothing accepts."""
+    ref = yaml.safe_load(fidelity.REFERENCE_PATH.read_text())
+    ref["settings"]["memory_first"] = {"paper": False, "needs": "runtime"}
+    as_reference(ref, tmp_path, monkeypatch, pin=False)
+    assert set(refused("main")) == {"reference"}
+    assert set(refused("main", allow=HERE + SHORT["main"] + ["reference"])) == {"reference"}
+    as_reference(ref, tmp_path, monkeypatch)
     got = refused("main", "memory_first=true")
     assert set(got) == {"memory_first"} and got["memory_first"].stage == "True"
     assert refused("main", "memory_first=false") == {}
@@ -145,10 +161,10 @@ def generated_copy(tmp_path: Path, name: str) -> Path:
                                         ("main", "my_longmemeval.json")])
 def test_a_longmemeval_format_file_that_is_not_the_published_one_is_refused_whatever_its_name(tmp_path, stage, name):
     path = generated_copy(tmp_path, name)
-    allow = ["encoder", "judge_prompts", "runtime"] + {"main": SHORT["main"], "scale": ["samples.main", "samples.scale"]}[stage]
+    allow = ["encoder", "judge_prompts", "runtime", "code"] + {"main": SHORT["main"], "scale": ["samples.main", "samples.scale"]}[stage]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"stage={stage}", "preset=paper", f"data.path={path}",
-                                           f"allow_deviation=[{','.join(allow)}]"])
+                                           f"allow_deviation=[{','.join(allow)}]"], return_hydra_config=True)
     got = {r.key: r for r in fidelity.refusals(cfg, fidelity.manifest(cfg, build(stage_node(cfg), cfg)))}
     assert set(got) == {"data"} and "not a published LongMemEval file" in got["data"].detail
     assert cfg.data.kind == "longmemeval"  # read as the real benchmark, refused by its content
@@ -160,9 +176,7 @@ def test_the_published_file_is_recognised_by_its_content_whatever_its_name(tmp_p
 
     ref = yaml.safe_load(fidelity.REFERENCE_PATH.read_text())
     ref["data"]["s"]["sha256"] = sha256_file(path)  # as if this file were the published S
-    p = tmp_path / "paper.yaml"
-    p.write_text(yaml.safe_dump(ref))
-    monkeypatch.setattr(fidelity, "REFERENCE_PATH", p)
+    as_reference(ref, tmp_path, monkeypatch)
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         main = compose("config", overrides=["stage=main", "preset=paper", f"data.path={path}"])
         scale = compose("config", overrides=["stage=scale", "preset=paper", f"data=s", f"data.path={path}"])
@@ -202,7 +216,7 @@ def test_judging_or_agreement_on_a_preset_stage_without_the_preset(services, tmp
         res = harness(*stage, "preset=paper", "stage.groups=[{sample:smoke,conditions:[none,tool_hybrid]}]",
                       "samples.smoke.limit=2", "judge.prompts=builtin", "concurrency=2",
                       "allow_deviation=[encoder,judge_prompts,runtime,data,model.base_url,judge.base_url,stage.groups,"
-                      "samples.smoke]", env=env)
+                      "samples.smoke,code]", env=env)
         assert res.returncode == 0, res.stderr[-3000:]
         folder = runs / "main" / "main"
         later = [*stage, "stage.groups=[{sample:smoke,conditions:[none,tool_hybrid]}]", "samples.smoke.limit=2"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from harness.run import fidelity
-from tests.test_paper_preset import refused, resolved
+from tests.test_paper_preset import as_reference, refused, resolved
 
 # the rest of the config: no row compared these, the manifest said `same`
 CONFIG = [
@@ -29,6 +29,15 @@ CONFIG = [
 ]
 
 
+def config_rows(cfg) -> list:
+    """The manifest's `config.<section>` rows (leaves no named row refuses) of the stage's resolved config."""
+    from harness.run.plan import build
+    from harness.run.settings import stage_node
+
+    return [r for r in fidelity.manifest(cfg, build(stage_node(cfg), cfg)) if r.key.startswith("config.")
+            and r.key not in ("config.judge", "config.judge2")]
+
+
 @pytest.mark.parametrize("stage,override,key", CONFIG, ids=[c[1] for c in CONFIG])
 def test_an_override_no_named_row_compared_is_refused(stage, override, key):
     got = refused(stage, override)
@@ -38,7 +47,7 @@ def test_an_override_no_named_row_compared_is_refused(stage, override, key):
 
 def test_the_rest_of_the_config_is_same_without_an_override_and_operational_keys_pass():
     for stage in ("main", "org"):
-        assert fidelity.config_rows(resolved(stage)) == []
+        assert config_rows(resolved(stage)) == []
     assert refused("main", "concurrency=2", "encoder.batch_size=4", "model.timeout_s=5") == {}
 
 
@@ -92,8 +101,7 @@ def test_a_published_file_with_one_byte_changed_in_place_is_not_the_published_fi
     shutil.copyfile(src, path)
     ref = yaml.safe_load(fidelity.REFERENCE_PATH.read_text())
     ref["data"]["s"]["sha256"] = sha256_file(path)  # as if this file were the published S
-    (tmp_path / "paper.yaml").write_text(yaml.safe_dump(ref))
-    monkeypatch.setattr(fidelity, "REFERENCE_PATH", tmp_path / "paper.yaml")
+    as_reference(ref, tmp_path, monkeypatch)
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["stage=main", "preset=paper", f"data.path={path}",
                                            f"cache_dir={tmp_path / 'cache'}"])
@@ -108,13 +116,15 @@ def test_a_published_file_with_one_byte_changed_in_place_is_not_the_published_fi
     assert row.status == "differs" and "not a published LongMemEval file" in row.detail
 
 
-@pytest.mark.parametrize("override", ["fidelity.preset=none", "fidelity.preset=mine", "fidelity.preset=Paper"])
-def test_judging_a_preset_stage_under_another_preset_name_is_refused(tmp_path, override):
-    """A stage that ran under preset=paper keeps the paper's judge whatever preset the judge command names."""
+@pytest.mark.parametrize("override", [[], ["+fidelity.preset=none"]])
+def test_judging_a_preset_stage_without_the_preset_is_refused(tmp_path, override):
+    """A stage that ran under preset=paper keeps the paper's judge whatever the judge command says: no preset,
+    or a config value that once named the preset (now an unknown key, refused at the edge)."""
     from hydra import compose, initialize_config_dir
 
     from harness.failures import EnvironmentFailure
     from harness.records.rundir import RunDir
+    from harness.run import settings
     from harness.run.driver import stage_info
     from harness.run.plan import build
     from omegaconf import OmegaConf
@@ -130,14 +140,14 @@ def test_judging_a_preset_stage_under_another_preset_name_is_refused(tmp_path, o
                             fidelity.record(cfg, plan)))
     assert rd.stage().fidelity["preset"] == "paper"
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        later = compose("config", overrides=["stage=main", "data=synth_tiny", "judge=vllm", override])
-    with pytest.raises((EnvironmentFailure, ValueError), match="judge_model|is not a preset"):
+        later = compose("config", overrides=["stage=main", "data=synth_tiny", "judge=vllm", *override],
+                        return_hydra_config=True)
+    assert fidelity.preset(later) is None
+    if override and override[0].startswith("+fidelity"):
+        with pytest.raises(settings.SettingsError, match=r"^fidelity: no such setting"):
+            settings.check(later, override)
+    with pytest.raises(EnvironmentFailure, match="judge_model"):
         fidelity.gate_judging(later, rd, later.judge, P.load(str(later.judge.prompts)))
-
-
-def test_a_stage_under_preset_paper_cannot_rename_the_preset_away():
-    with pytest.raises(ValueError, match="fidelity.preset=mine is not a preset"):
-        refused("main", "fidelity.preset=mine", "index.ef_runtime=100")
 
 
 def test_the_judgements_record_the_parameters_the_judge_sent_not_the_official_ones_it_dropped():
@@ -158,7 +168,7 @@ def test_the_second_judge_is_compared_at_agreement_not_in_the_stage():
     """+judge@judge2 on a run is the agreement's (gate_judging, second=True): not a stage row; there its
     config is compared with conf/judge/deepseek_pro.yaml."""
     cfg = resolved("main", "+judge@judge2=deepseek_pro")
-    assert fidelity.config_rows(cfg) == []
+    assert config_rows(cfg) == []
     assert fidelity.judge_config_row(cfg.judge2, second=True).status == "same"
     other = resolved("main", "+judge@judge2=deepseek_pro", "+judge2.accepts={temperature:false}")
     row = fidelity.judge_config_row(other.judge2, second=True)

@@ -267,3 +267,62 @@ def test_the_planner_reads_the_stage_node_it_is_given_not_the_config():
 def test_a_stage_value_of_the_wrong_type_is_refused_naming_its_key():
     with pytest.raises(SettingsError, match="stage.builds"):
         settings.stage_node(composed("stage=backends", "stage.builds=three"))
+
+
+# ------------------------------------------------------------------ the whole config (issue 40, item 4)
+
+TOP = [
+    ("+concurency=2", r"^concurency: no such setting \(did you mean concurrency\?\)"),
+    ("concurrency=abc", r"^concurrency: Value 'abc' of type 'str' could not be converted to Integer"),
+    ("seed=abc", r"^seed: Value 'abc' of type 'str' could not be converted to Integer"),
+    ("runtime.session_search=adaptve", r"^runtime\.session_search: 'adaptve' is not one of .*\(did you mean adaptive\?\)"),
+    ("+runtime.sesion_search=adaptive", r"^runtime\.sesion_search: no such setting \(did you mean runtime\.session_search\?\)"),
+    ("+encoder.pooling=mean", r"^encoder\.pooling: no such setting"),
+    ("encoder.batch_size=big", r"^encoder\.batch_size: Value 'big'"),
+    ("+data.revsion=main", r"^data\.revsion: no such setting \(did you mean data\.revision\?\)"),
+    ("+samples.main.per_typ=3", r"^samples\.main\.per_typ: no such setting \(did you mean samples\.main\.per_type\?\)"),
+    ("samples.main.per_type=many", r"^samples\.main\.per_type: 'many' is not of type int"),
+    ("budget_usd=lots", r"^budget_usd: Value 'lots'"),
+    ("dry_run=maybe", r"^dry_run: Value 'maybe' is not a valid bool"),
+    ("allow_deviation=encoder", r"^allow_deviation: "),
+    ("+fidelity.preset=null", r"^fidelity: no such setting"),
+    ("encoder.path=1", r"^encoder\.path: 1 is not a text"),
+    ("~encoder.name", r"^encoder\.name: required"),
+    ("encoder.name=bgee", r"^encoder\.name: .bgee. is not one of .*\(did you mean bge\?\)"),
+]
+
+
+@pytest.mark.parametrize("override, said", TOP, ids=[t[0] for t in TOP])
+def test_every_top_level_option_is_typed_and_a_misspelt_one_names_the_nearest(override, said):
+    """Outside the typed nodes `+concurency=2` and `concurrency=abc` ran, `seed=abc` ended in a traceback."""
+    cfg = composed("stage=smoke", override)
+    with pytest.raises(SettingsError, match=said):
+        settings.check(cfg, [override], [REPO / "conf"])
+
+
+def test_the_default_config_of_every_stage_passes_the_top_level_schema():
+    for stage in sorted(p.stem for p in (REPO / "conf" / "stage").glob("*.yaml")):
+        settings.check_top(composed(f"stage={stage}"))
+    settings.check_top(composed("stage=main", "preset=paper", "+judge@judge2=deepseek_pro", "shard=0/2",
+                                "budget_usd=5", "allow_deviation=[encoder]"))
+
+
+def test_a_mistyped_top_level_option_exits_2_naming_its_key_on_the_command_line():
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "dry_run=true", "seed=abc"],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 2 and "seed: Value 'abc'" in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
+
+
+def test_a_value_override_of_a_key_that_does_not_exist_exits_2_naming_the_nearest():
+    """Hydra's own refusal of `concurency=2` exited 1 naming nothing (harness.run.settings.refuse_unknown_keys)."""
+    conf = REPO / "conf"
+    with pytest.raises(SettingsError, match=r"^concurency: no such setting \(did you mean concurrency\?\)"):
+        settings.refuse_unknown_keys(["x", "stage=main", "concurency=2"], conf)
+    with pytest.raises(SettingsError, match=r"did you mean model\.params\.temperature\?"):
+        settings.refuse_unknown_keys(["x", "model=local", "model.temprature=1"], conf)
+    with pytest.raises(SettingsError, match=r"did you mean stage\.conditions\.prefetch\.k\?"):
+        settings.refuse_unknown_keys(["x", "stage=main", "stage.conditions.prefetch.kk=3"], conf)
+    settings.refuse_unknown_keys(["x", "stage=main", "preset=paper", "concurrency=2", "+new=1", "-m", "seed=0,1"], conf)
+    res = subprocess.run([sys.executable, "-m", "judge.run", "stage=main", "fidelity.preset=null"],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 2 and "fidelity.preset: no such setting" in res.stderr, res.stderr[-2000:]

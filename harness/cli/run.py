@@ -45,6 +45,9 @@ def main(cfg: DictConfig) -> None:
         from judge import kinds
 
         kinds.chosen(nodes.judge, cfg.get("stage"))  # an unregistered judgement kind: exit 2 now, not after the runs
+        from harness.run import fidelity
+
+        fidelity.check_sweep(settings.later_jobs())  # a sweep's other jobs under the paper's lock, before job 0 runs
         sweep = sweep_label(cfg)
         try:
             studies.get(cfg.stage.get("kind")).step("run")(cfg, sweep)  # the stage's study (harness/studies/)
@@ -63,6 +66,16 @@ def _time_limit(exc: Exception):
                         "same command to finish the stage, or ask for more time (hydra.launcher.timeout_min)")
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The command line: -m first, a key that does not exist refused naming the nearest (`concurency=2`: exit 2,
+    before Hydra's own refusal), then the stage."""
+    from harness.run.settings import refuse_unknown_keys
+
     sys.argv = multirun_flag_first(sys.argv)
+    with exits_with_code():
+        refuse_unknown_keys(sys.argv, CONF)
     main()
+
+
+if __name__ == "__main__":
+    command()

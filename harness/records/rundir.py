@@ -44,11 +44,21 @@ VOLATILE = ("concurrency", "dry_run", "cache_dir", "judge", "retry_failed", "sha
 VOLATILE_MODEL = ("max_retries", "backoff_s", "timeout_s", "max_wait_s", "breaker_runs", "retry_budget_s")
 
 
+def without_hydra(cfg):
+    """A config composed with its hydra node (compose(..., return_hydra_config=True)) without it."""
+    return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]) if "hydra" in cfg else cfg
+
+
 def config_hash(cfg, runtime: str | None = None) -> str:
     """The stage's identity: its config without VOLATILE settings, plus `runtime` (the runtime's
     distribution==version) when its conditions use the runtime: a stage resumed under another
     runtime would mix two runtimes' results (and read stores that runtime did not write)."""
-    data = OmegaConf.to_container(cfg, resolve=True)
+    from harness.records.provenance import command_preset
+
+    preset = command_preset(cfg)
+    data = OmegaConf.to_container(without_hydra(cfg), resolve=True)
+    # the preset was a config value (fidelity.preset) until issue 40: stages written before keep their hash
+    data.setdefault("fidelity", {"preset": preset})
     for k in VOLATILE:
         data.pop(k, None)
     model, encoder = data.get("model"), data.get("encoder")
@@ -118,7 +128,7 @@ class RunDir:
                         f"now {h[:12]}); resume with the same overrides, or start anew with stage.label=NEW_LABEL")
                 return known
             info = StageInfo.model_validate({"config_hash": h, **stage_info})
-            atomic_write(self.root / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+            atomic_write(self.root / "config.yaml", OmegaConf.to_yaml(without_hydra(cfg), resolve=True))
             atomic_write(self.stage_path, dump(info))
             return info
 

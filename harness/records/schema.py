@@ -204,7 +204,9 @@ class Decomposition(_Model):
 
 class CodeRevision(_Model):
     commit: str | None
-    dirty: bool | None
+    dirty: bool | None  # a tracked file modified or an untracked file present in the packages (provenance.PACKAGES)
+    modified: list[str] = []  # the packages' files that differ from the commit (written since issue 40)
+    untracked: list[str] = []  # the packages' files git does not track (not ignored)
 
 
 class Prices(_Open):

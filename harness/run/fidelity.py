@@ -33,6 +33,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 import conditions
+from harness.run import lock
 from harness.run.settings import condition_node
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,15 +176,57 @@ def _is_org(cfg) -> bool:
 
 # ------------------------------------------------------------------------------ the rest of the config
 
-# paths other rows compare (reader_model, judge_model, judge_prompts, encoder, index, runtime, the
-# conditions and stage rows, `settings`): the generic rows skip them so one override is one row
-OWNED = ("model.model", "model.params", "model.reasoning_effort", "model.accepts", "judge.model", "judge.prompts", "index.name", "index.m",
-         "index.ef_construction", "index.ef_runtime", "index.depth", "index.rrf_k", "encoder.name", "encoder.path",
-         "stage.conditions", "stage.groups", "stage.name")
+# Leaves a named row compares. COVERED: the row that decides such a leaf when it differs (one row per override,
+# and allow_deviation=[that row] accepts it). DECIDED: the row compares the leaf itself or what it locates by
+# content (the data by sha256, the judge prompts by sha256, the groups as run), so its verdict stands even when
+# it says `same`; any other covered leaf that differs under a row saying `same` (e.g. `model.accepts` renaming
+# the effort to a key nobody reads) is still a `config.<section>` row.
+COVERED = {"model.model": "reader_model", "model.params": "reader_model", "model.reasoning_effort": "reader_model",
+           "model.accepts": "reader_model", "judge.model": "judge_model", "judge.prompts": "judge_prompts",
+           "index.name": "index", "index.m": "index", "index.ef_construction": "index", "index.ef_runtime": "index",
+           "index.depth": "fusion.depth", "index.rrf_k": "fusion.rrf_k", "encoder.name": "encoder",
+           "stage.groups": "stage.groups", "stage.name": "stage.groups",
+           "data": "data"}
+DECIDED = ("data", "judge.prompts", "index.depth", "index.rrf_k", "encoder.name", "stage.groups",
+           "samples")
+
+
+def covering(path: str) -> str | None:
+    """The named row that compares this leaf, or None (then only its `config.<section>` row does)."""
+    parts = path.split(".")
+    if parts[:2] == ["stage", "conditions"] and len(parts) > 2:
+        return f"conditions.{parts[2]}"
+    if parts[0] == "samples" and len(parts) > 1:
+        return f"samples.{parts[1]}"
+    for p in [*reference()["settings"], *COVERED]:
+        if path == p or path.startswith(p + "."):
+            return COVERED.get(p, p)
+    return None
+
+
+def _decided(path: str) -> bool:
+    return any(path == p or path.startswith(p + ".") for p in (*DECIDED, *reference()["settings"]))
+
+
+def _env_names(tree) -> set[str]:
+    import re
+
+    found: set[str] = set()
+    if isinstance(tree, dict):
+        for v in tree.values():
+            found |= _env_names(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            found |= _env_names(v)
+    elif isinstance(tree, str):
+        found |= set(re.findall(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)", tree))
+    return found
 
 
 @functools.lru_cache(maxsize=16)
 def _reference_config(stage_name: str, judge: str | None, mtime: float) -> dict:
+    import os
+
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
     from hydra.types import RunMode
@@ -193,7 +236,13 @@ def _reference_config(stage_name: str, judge: str | None, mtime: float) -> dict:
     cfg = loader.load_configuration(config_name="config", overrides=overrides, run_mode=RunMode.RUN)
     out = OmegaConf.to_container(cfg, resolve=False)
     out.pop("hydra", None)
-    return plain(OmegaConf.create(out))
+    # the reference is what the files say: an environment variable a yaml reads (${oc.env:DEEPSEEK_MODEL,...})
+    # takes its default here, so a variable set for the run is a leaf that differs, not a changed reference
+    saved = {k: os.environ.pop(k) for k in _env_names(out) if k in os.environ}
+    try:
+        return plain(OmegaConf.create(out))
+    finally:
+        os.environ.update(saved)
 
 
 def reference_config(stage_name: str | None, judge: str | None = None) -> dict:
@@ -205,6 +254,13 @@ def reference_config(stage_name: str | None, judge: str | None = None) -> dict:
     return _reference_config(name, judge, mtime)
 
 
+def tree(cfg) -> dict:
+    """The resolved config as plain values, without Hydra's own node."""
+    if isinstance(cfg, DictConfig):
+        return {str(k): plain(cfg[k]) for k in cfg if k != "hydra"}
+    return {k: v for k, v in plain(cfg).items() if k != "hydra"}
+
+
 def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(tree, dict) and tree:
         out: dict[str, Any] = {}
@@ -214,45 +270,68 @@ def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: tree}
 
 
-def _skipped(path: str, skip: tuple[str, ...]) -> bool:
-    return any(path == s or path.startswith(s + ".") for s in skip)
-
-
-def config_diffs(mine: dict, ref: dict, skip: tuple[str, ...]) -> dict[str, list[str]]:
-    """Section -> the leaves of `mine` that differ from `ref` (changed, added with `+`, removed)."""
+def leaf_diffs(mine: dict, ref: dict) -> dict[str, tuple[Any, Any]]:
+    """Every leaf (dotted path) of `mine` that differs from `ref`: changed, added (`+`, `++`) or removed (`~`),
+    except the operational ones (lock.OPERATIONAL)."""
     a, b = _leaves(mine), _leaves(ref)
+    return {p: (a.get(p, MISSING), b.get(p, MISSING)) for p in sorted(set(a) | set(b))
+            if not lock.operational(p) and a.get(p, MISSING) != b.get(p, MISSING)}
+
+
+def unexplained(diffs: dict[str, tuple[Any, Any]], rows: list[Row]) -> dict[str, list[str]]:
+    """Section -> the leaf diffs no named row refuses: not covered by a row, or covered by one that says `same`
+    while the leaf is not one that row decides."""
+    by_key = {r.key: r for r in rows}
     out: dict[str, list[str]] = {}
-    for path in sorted(set(a) | set(b)):
-        if _skipped(path, skip):
+    for path, (got, want) in diffs.items():
+        row = by_key.get(covering(path) or "")
+        if row is not None and (row.status == "differs" or _decided(path)):
             continue
-        got, want = a.get(path, MISSING), b.get(path, MISSING)
-        if got != want:
-            out.setdefault(path.split(".")[0], []).append(_field_diff(path, got, want))
+        out.setdefault(path.split(".")[0], []).append(_field_diff(path, got, want))
     return out
 
 
-def _config_skip() -> tuple[str, ...]:
-    return tuple(reference().get("config_not_compared") or []) + OWNED + tuple(reference()["settings"])
-
-
-def config_rows(cfg, sections_skipped: tuple[str, ...] = ("judge", "judge2")) -> list[Row]:
-    """One row per config section with leaves that differ from the preset's own resolved config (what no
-    other row compares: the index's other parameters, the provider, `accepts`, keys added with `+`)."""
+def config_rows(cfg, rows: list[Row] = (), sections_skipped: tuple[str, ...] = ("judge", "judge2")) -> list[Row]:
+    """One row per config section with leaves that differ from the preset's own resolved config and that no named
+    row refuses (`rows`: the manifest's other rows). Every leaf is compared; only lock.OPERATIONAL is exempt."""
     name = str(cfg.stage.get("name"))
-    diffs = config_diffs(plain(cfg), reference_config(name), _config_skip() + sections_skipped)
+    mine = {k: v for k, v in tree(cfg).items() if k not in sections_skipped}
+    ref = {k: v for k, v in reference_config(name).items() if k not in sections_skipped}
+    diffs = unexplained(leaf_diffs(mine, ref), list(rows))
     return [Row(f"config.{sec}", f"config {sec} (the rest)", f"as preset=paper resolves stage {name}", "; ".join(d),
                 "differs", "", f"drop the override of {sec}") for sec, d in sorted(diffs.items())]
 
 
-def judge_config_row(judge_cfg, second: bool = False) -> Row:
-    """The judge's config beyond its model, prompts, endpoint and judge_params (provider, `accepts`, added
-    keys) against the paper's judge (deepseek; the second judge deepseek_pro)."""
-    ref = reference_config("main", "deepseek_pro" if second else None)["judge"]
-    diffs = config_diffs({"judge": plain(judge_cfg)}, {"judge": ref}, _config_skip()).get("judge", [])
+def judge_config_row(judge_cfg, second: bool = False, rows: list[Row] = ()) -> Row:
+    """The judge's config leaf by leaf (provider, `accepts`, added keys) against the paper's judge (deepseek; the
+    second judge deepseek_pro), beside the judge's named rows (`rows`)."""
+    # the prompts: the judge_prompts row compares the ones judging uses by sha256 (gate_judging; a second judge
+    # is given the first one's), whatever their path
+    ref = {k: v for k, v in reference_config("main", "deepseek_pro" if second else None)["judge"].items()
+           if k != "prompts"}
+    mine = {k: v for k, v in plain(judge_cfg).items() if k != "prompts"}
+    diffs = unexplained(leaf_diffs({"judge": mine}, {"judge": ref}), list(rows)).get("judge", [])
     key = "config.judge2" if second else "config.judge"
     return Row(key, f"{'second ' if second else ''}judge config (the rest)", "as conf/judge/"
                + ("deepseek_pro" if second else "deepseek") + ".yaml", "; ".join(diffs) or "as the paper's",
                _status(not diffs), "", "" if not diffs else "drop the override of the judge config")
+
+
+def concurrency_row(cfg) -> Row:
+    want = reference()["concurrency"]
+    n = int(cfg.get("concurrency") or 0)
+    same = want["min"] <= n <= want["max"]
+    return Row("concurrency", "concurrent agents", f"{want['min']}-{want['max']}", str(n), _status(same), "",
+               "" if same else "declared (it decides speed and the providers' load, not an answer)", refuse=False)
+
+
+def prices_row(cfg) -> Row:
+    want = reference()["prices"]
+    got = {who: {k: v for k, v in (plain(cfg.get(who)).get("prices") or {}).items() if k in want}
+           for who in ("model", "judge") if cfg.get(who) is not None}
+    same = all(g == want for g in got.values())
+    return Row("prices", "list prices (USD per million tokens)", fmt(want), fmt(got), _status(same), "",
+               "" if same else "declared: cost figures use these prices", refuse=False)
 
 
 # ------------------------------------------------------------------------------ rows
@@ -313,7 +392,7 @@ def judge_rows(cfg, judge_cfg=None, second: bool = False) -> list[Row]:
     for path, spec in ref["settings"].items():
         if path.startswith("judge."):
             rows.append(_setting_row(tree, path, spec, set(), key=prefix + path[len("judge"):]))
-    rows.append(judge_config_row(j, second))
+    rows.append(judge_config_row(j, second, rows))
     return rows
 
 
@@ -407,8 +486,8 @@ def _endpoint_text(url: str) -> str:
 
 
 def settings_rows(cfg, need: set[str]) -> list[Row]:
-    tree = plain(cfg)
-    return [_setting_row(tree, path, spec, need) for path, spec in reference()["settings"].items()
+    t = tree(cfg)
+    return [_setting_row(t, path, spec, need) for path, spec in reference()["settings"].items()
             if not path.startswith("judge.")]
 
 
@@ -667,10 +746,91 @@ def manifest(cfg, plan) -> list[Row]:
     import conditions
 
     need = conditions.needs(cfg.stage.get("conditions"))
-    return [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need, cfg), index_row(cfg, need),
+    rows = [reader_row(cfg), *judge_rows(cfg), encoder_row(cfg, need), runtime_row(need, cfg), index_row(cfg, need),
             *settings_rows(cfg, need), tool_texts_row(cfg), *condition_rows(cfg), *stage_rows(cfg, plan),
-            data_row(plan, str(cfg.stage.get("name"))), *config_rows(cfg), seed_row(cfg),
+            data_row(plan, str(cfg.stage.get("name"))) if plan is not None else
+            Row("data", "data file", PAPER_TEXT["data"], "identified by its sha256 when the job runs", "unknown", "")]
+    return [*rows, *config_rows(cfg, rows), *lock_rows(cfg), seed_row(cfg), concurrency_row(cfg), prices_row(cfg),
             *services_rows(cfg, need)]
+
+
+# ------------------------------------------------------------------------------ the lock's own rows
+
+
+def reference_row() -> Row:
+    sha = lock.reference_sha256(REFERENCE_PATH)
+    same = sha == lock.PAPER_YAML_SHA256
+    return Row("reference", "the reference (conf/paper.yaml)", f"sha256 {lock.PAPER_YAML_SHA256[:16]} (pinned in "
+               "harness/run/lock.py)", f"sha256 {sha[:16]}", "same" if same else "differs", sha,
+               "" if same else "conf/paper.yaml is not the pinned reference: restore it (git checkout conf/paper.yaml); "
+               "no allow_deviation accepts another reference")
+
+
+def code_row(state: dict | None = None) -> Row:
+    """The tree's state: the commit, the packages' tracked files modified and untracked files present."""
+    from harness.records.provenance import code_revision
+
+    st = code_revision(REPO) if state is None else state
+    if st.get("commit") is None:
+        return Row("code", "the tree (harness, conditions, judge, analysis, bench, conf)", "a git checkout, unmodified",
+                   "not a git checkout: its files cannot be compared", "differs", "",
+                   "run from a git checkout, or accept it with allow_deviation=[code]")
+    parts = [f"modified: {', '.join(st['modified'])}"] if st.get("modified") else []
+    parts += [f"untracked: {', '.join(st['untracked'])}"] if st.get("untracked") else []
+    same = not parts
+    return Row("code", "the tree (harness, conditions, judge, analysis, bench, conf)",
+               "the commit's files, unmodified, nothing untracked",
+               f"commit {st['commit'][:12]}" + ("" if same else "; " + "; ".join(parts)), "same" if same else "differs",
+               "", "" if same else "commit or remove these files (a module under the packages is imported as code)")
+
+
+def plugins_row() -> Row:
+    """The plugins loaded ($MEMSPACE_PLUGINS, entry points of group memspace_harness): any is code the paper did not run."""
+    from harness import plugins
+    plugins.load()
+    names = sorted(plugins.loaded())
+    return Row("plugins", "plugins loaded", "none", ", ".join(names) or "none", "differs" if names else "same",
+               ",".join(names), "" if not names else "unset MEMSPACE_PLUGINS (or uninstall the entry point)")
+
+
+def texts_row(cfg) -> Row:
+    """Every text the model reads besides the memory tools' (their own row) and the config's paragraphs (the
+    conditions' rows), by sha256 against conf/paper.yaml `texts`."""
+    mods = {str(c.get("module")) for c in (cfg.stage.get("conditions") or {}).values()}
+    pins = reference().get("texts") or {}
+    got = {k: lock.sha256_text(v) for k, v in lock.model_texts(mods, _is_org(cfg)).items()}
+    differ = [k for k, h in sorted(got.items()) if pins.get(k) != h]
+    return Row("texts", "texts the model reads (system prompt, paragraphs, tool descriptions, cut)",
+               "conf/paper.yaml texts (sha256)", "; ".join(f"{k} {got[k][:12]}" for k in sorted(got)),
+               "differs" if differ else "same", ",".join(f"{k}|{got[k]}" for k in sorted(got)),
+               "" if not differ else f"differ from the pinned texts: {', '.join(differ)}")
+
+
+def runtime_identity_row() -> Row | None:
+    """The installed runtime's identity (distribution, version, its tool texts' sha256) against conf/paper.yaml
+    `runtime_identity`, once the runtime module says it (`harness.runtime.paper_identity()`); None before."""
+    import harness.runtime as rt
+
+    fn, want = getattr(rt, "paper_identity", None), reference().get("runtime_identity")
+    if fn is None or want is None:
+        return None
+    got = fn()
+    a, b = _leaves(got), _leaves(want)
+    diffs = [f"{k} {fmt(a.get(k))} (paper {fmt(b.get(k))})" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return Row("runtime.identity", "the runtime's identity (installed)", fmt(want), "; ".join(diffs) or fmt(got),
+               "differs" if diffs else "same", fmt(got), "" if not diffs else "install the paper's runtime (make setup)")
+
+
+def lock_rows(cfg=None, texts: bool = True) -> list[Row]:
+    """The lock's own rows, beside the manifest's: the reference's pin, the tree, the plugins (and, for an agent
+    stage, the texts and the runtime's identity)."""
+    out = [reference_row(), code_row(), plugins_row()]
+    if texts and cfg is not None:
+        out.append(texts_row(cfg))
+        ident = runtime_identity_row()
+        if ident is not None:
+            out.append(ident)
+    return out
 
 
 # The second paper's study (Sections 4.1-4.2): its assistant models, its judge and the kernel's settings
@@ -700,7 +860,7 @@ def personal_manifest(cfg) -> list[Row]:
                         "(the personal stages set threshold -1 for the MiniLM stand-in)"))
     n = int((cfg.stage.get("trials") or {}).get("n") or 0)
     rows.append(Row("trials", "trials per condition", "150", str(n), _status(n == 150), "", ""))
-    return rows
+    return rows + lock_rows(texts=False)
 
 
 def backend_manifest(cfg, data: dict) -> list[Row]:
@@ -708,7 +868,7 @@ def backend_manifest(cfg, data: dict) -> list[Row]:
     from types import SimpleNamespace
 
     return [encoder_row(cfg, {"memory_space"}), data_row(SimpleNamespace(data=data), "main"), seed_row(cfg),
-            *services_rows(cfg, {"memory_space"}, study="backends")]
+            *lock_rows(texts=False), *services_rows(cfg, {"memory_space"}, study="backends")]
 
 
 def record(cfg, plan=None, rows: list[Row] | None = None) -> dict:
@@ -725,6 +885,27 @@ def refusal_text(refused: list[Row]) -> str:
     return "\n  ".join(f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it" for r in refused)
 
 
+def check_sweep(jobs: list[list[str]]) -> None:
+    """Before job 0 of a sweep runs: every other job's config under the lock (its rows but the data's and the
+    samples' sizes, which need its plan). WHY: `-m stage.conditions.prefetch.k=8,2` ran job 0's whole stage
+    before job 1 was refused."""
+    from harness.failures import EnvironmentFailure
+    from harness.run.settings import compose_job
+    from harness.run.plan import PlanError
+
+    for job in jobs:
+        cfg = compose_job(job)
+        if preset(cfg) != "paper" or (cfg.stage.get("kind") or "agents") != "agents":
+            continue
+        try:
+            refused = refusals(cfg, manifest(cfg, None))
+        except ValueError as exc:
+            raise PlanError(f"sweep job {' '.join(job)}: {exc}") from None
+        if refused:
+            raise EnvironmentFailure(f"preflight fidelity failed for the sweep's job {' '.join(job)}: "
+                                     + refusal_text(refused), FIX)
+
+
 def raise_refusals(cfg, rows: list[Row]) -> None:
     """For a stage without the agents' preflight (the backend study): stop on what the preset refuses."""
     from harness.failures import EnvironmentFailure
@@ -734,18 +915,12 @@ def raise_refusals(cfg, rows: list[Row]) -> None:
         raise EnvironmentFailure("preflight fidelity failed: " + refusal_text(refused), FIX)
 
 
-PRESETS = ("paper",)  # conf/preset/
+PRESETS = lock.PRESETS
 
 
 def preset(cfg) -> str | None:
-    """The preset in force; a name that is not a preset is an error, never "no preset" (fidelity.preset=mine
-    beside preset=paper would otherwise switch every refusal off while the paper's config stays)."""
-    p = (cfg.get("fidelity") or {}).get("preset")
-    if p in (None, "", "none"):
-        return None
-    if str(p) not in PRESETS:
-        raise ValueError(f"fidelity.preset={p} is not a preset ({', '.join(PRESETS)}, or null); use preset=paper")
-    return str(p)
+    """The preset the command chose (`preset=paper`): lock.preset. No config value switches it off."""
+    return lock.preset(cfg)
 
 
 def allowed(cfg) -> list[str]:
@@ -763,7 +938,8 @@ def refusals(cfg, rows: list[Row], preset_name: str | None = None, also_allowed:
     if unknown and check_keys:
         raise ValueError(f"allow_deviation names {', '.join(sorted(unknown))}; the manifest's keys are "
                          + ", ".join(r.key for r in rows))
-    return [r for r in rows if r.refuse and r.status == "differs" and r.key not in ok]
+    # a reference that is not the pinned one is never accepted: it is what every other row is compared with
+    return [r for r in rows if r.refuse and r.status == "differs" and (r.key not in ok or r.key == "reference")]
 
 
 # ------------------------------------------------------------------------------ judging
@@ -779,7 +955,7 @@ def gate_judging(cfg, rd, judge_cfg, prompts, second: bool = False) -> list[Row]
     stage_fid = {}
     if rd.stage_path.exists():
         stage_fid = rd.stage().fidelity or {}
-    rows = [r for r in judge_rows(cfg, judge_cfg, second) if r.key not in ("judge_prompts",)]
+    rows = [r for r in judge_rows(cfg, judge_cfg, second) if r.key not in ("judge_prompts",)] + lock_rows()
     rows.insert(1, prompts_row("builtin" if prompts.source == "builtin" else str(prompts.source),
                                prompts.source_sha256))
     in_force = "paper" if "paper" in (preset(cfg), stage_fid.get("preset")) else None  # the stage's preset binds

@@ -112,7 +112,7 @@ def build(stage: StageSettings, cfg) -> Plan:
     drawn from the data set; cfg gives the data set, samples, seed and cache only."""
     path = source.resolve(cfg.data, write=not cfg.get("dry_run"))
     index = scan(path)
-    groups = list(stage.groups or [])
+    groups = list(stage.get("groups") or [])  # `~stage.groups` removed the key: no groups, not an AttributeError
     if not groups:
         raise PlanError(f"stage {stage.name!r} has no groups of runs")
     wanted = sorted({g["sample"] for g in groups})

@@ -399,6 +399,7 @@ def _check_one(cfg, overrides, groups, choices, sources) -> "Nodes":
     with _interpolations():
         for _, _, node in nodes(cfg):  # resolved whole first: the error then names the key
             _resolved(node)
+        check_top(cfg)  # every top-level key, and the nodes no module types (encoder, data, runtime, samples)
         check_additions(cfg, overrides, groups)
         check_types(cfg)
         if choices is not None:
@@ -472,17 +473,18 @@ def _closed(schema, value: dict, where: str):
     from omegaconf import OmegaConf
     from omegaconf.errors import ConfigKeyError, ValidationError
 
+    pre = f"{where}." if where else ""
     try:
         return OmegaConf.merge(OmegaConf.structured(schema), value)
     except ConfigKeyError as exc:
         key = str(exc.key or exc.full_key).rsplit(".", 1)[-1]
         have = [f.name for f in fields(schema)]
         near = nearest(key, have)
-        raise SettingsError(f"{where}.{key}: no such setting" + (f" (did you mean {where}.{near}?)" if near else "")
-                            + f"; {where} takes: {', '.join(sorted(have))}") from None
+        raise SettingsError(f"{pre}{key}: no such setting" + (f" (did you mean {pre}{near}?)" if near else "")
+                            + f"; {where or 'the config'} takes: {', '.join(sorted(have))}") from None
     except ValidationError as exc:
         msg = str(getattr(exc, "msg", exc)).splitlines()[0]
-        raise SettingsError(f"{where}.{exc.full_key or exc.key}: {msg}") from None
+        raise SettingsError(f"{pre}{exc.full_key or exc.key}: {msg}") from None
 
 
 def _resolved(node) -> dict:
@@ -520,7 +522,10 @@ def condition_node(node, where: str = "condition"):
     if schema is None:
         typed("condition", node, where)
         return node
-    return OmegaConf.to_object(_closed(schema, value, where))
+    try:
+        return OmegaConf.to_object(_closed(schema, value, where))
+    except ValueError as exc:  # a module's own check of its values (Settings.__post_init__), e.g. a choice
+        raise SettingsError(f"{where}.{exc}" if str(exc).split(":")[0].isidentifier() else f"{where}: {exc}") from None
 
 
 def endpoint_node(node, kind: str = "model"):
@@ -652,3 +657,168 @@ def check_indexes(cfg) -> None:
         _closed(StudyConfigSettings, c, f"stage.configs[{i}] ({c.get('id')})")  # `buld:` was dropped silently
         index_node({"name": c.get("backend"), **(c.get("build") or {}), **(c.get("query") or {})},
                    f"stage.configs[{i}] ({c.get('id')})")
+
+
+# ------------------------------------------------------------------ the top of the config
+
+
+@dataclass
+class TopSettings:
+    """Every top-level key of conf/config.yaml. WHY: `+concurency=2` ran with the default and `seed=abc` ended in a
+    traceback; the nodes typed by their modules (model, judge, judge2, index, stage) are checked there."""
+
+    model: Any = None
+    judge: Any = None
+    judge2: Any = None
+    index: Any = None
+    stage: Any = None
+    encoder: Any = None
+    data: Any = None
+    runtime: Any = None
+    samples: Any = None
+    seed: int = 0
+    dry_run: bool = False
+    concurrency: int = 8
+    budget_usd: Optional[float] = None
+    retry_failed: bool = False
+    memory_first: bool = False
+    shard: Optional[str] = None
+    runs_dir: str = "runs"
+    cache_dir: str = ".cache"
+    allow_deviation: list[str] = field(default_factory=list)
+    paper_judge: bool = False
+
+
+@dataclass
+class EncoderNode:
+    name: str = "???"
+    path: Optional[str] = None
+    batch_size: int = 32
+    device: Any = "cpu"  # cpu, cuda, cuda:N or a list of them
+
+
+@dataclass
+class DataNode:
+    kind: str = "???"  # longmemeval | synth
+    path: str = "???"
+    split: Optional[str] = None
+    revision: Optional[str] = None
+    size: Optional[str] = None
+    seed: Optional[int] = None
+
+
+@dataclass
+class RuntimeNode:
+    session_search: str = "installed"
+
+
+# a sample's keys (harness.data.samples) and their types; `from` is no Python name, so not a dataclass
+SAMPLE_KEYS = {"per_type": (int,), "limit": (int, type(None)), "from": (str,), "exclude": (list, type(None)),
+               "abstention": (bool,)}
+
+
+def _strings(schema, value: dict, where: str) -> None:
+    """A text setting given a number or a flag (`encoder.path=1`): OmegaConf would convert it on a copy, while the
+    module reads the config's own value; refused naming the key (quote it to mean the text)."""
+    for f in fields(schema):
+        if f.default == "???" and value.get(f.name) is None:  # a required key removed (`~encoder.name`) or null
+            raise SettingsError(f"{where + '.' if where else ''}{f.name}: required ({where or 'the config'} names it)")
+        if f.type in ("str", "Optional[str]", str, Optional[str]) and isinstance(value.get(f.name), (bool, int, float)):
+            key = f"{where}.{f.name}" if where else f.name
+            raise SettingsError(f"{key}: {value[f.name]!r} is not a text (write {key}='{value[f.name]}' to mean one)")
+
+
+def _choices(where: str, value, choices) -> None:
+    if str(value) not in choices:
+        near = nearest(str(value), list(choices))
+        raise SettingsError(f"{where}: {value!r} is not one of {', '.join(choices)}"
+                            + (f" (did you mean {near}?)" if near else ""))
+
+
+def check_top(cfg) -> None:
+    """The whole composed config against its schema: an unknown top-level key, or one of the encoder, data, runtime
+    or samples, is refused naming the nearest; a value of the wrong type naming its key (SettingsError, exit 2)."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    def value(v):
+        return OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
+
+    top = {str(k): None if k in ("model", "judge", "judge2", "index", "stage") else value(cfg.get(k))
+           for k in cfg if k != "hydra"}
+    scalars = {k: v for k, v in top.items() if k not in ("encoder", "data", "runtime", "samples")}
+    _closed(TopSettings, scalars, "")
+    _strings(TopSettings, scalars, "")
+    for key, schema in (("encoder", EncoderNode), ("data", DataNode), ("runtime", RuntimeNode)):
+        if isinstance(top.get(key), dict):
+            _closed(schema, top[key], key)
+            _strings(schema, top[key], key)
+    enc = top.get("encoder") or {}
+    if enc.get("name") is not None:
+        from harness.memory.encoder import SPECS
+
+        _choices("encoder.name", enc["name"], (*SPECS, "hash"))
+    rt = top.get("runtime") or {}
+    if rt.get("session_search") is not None:
+        try:
+            from harness.runtime.adaptive import CHOICES
+        except ImportError:  # the runtime's module names its own choices
+            CHOICES = ()
+        if CHOICES:
+            _choices("runtime.session_search", str(rt["session_search"]).strip().lower(), CHOICES)
+    for name, spec in (top.get("samples") or {}).items():
+        if not isinstance(spec, dict):
+            raise SettingsError(f"samples.{name}: {spec!r} is not a mapping (per_type, limit, from, exclude, abstention)")
+        for k, v in spec.items():
+            if k not in SAMPLE_KEYS:
+                raise SettingsError(f"samples.{name}.{k}: no such setting (did you mean samples.{name}."
+                                    f"{nearest(str(k), list(SAMPLE_KEYS))}?); a sample takes: {', '.join(SAMPLE_KEYS)}")
+            if not isinstance(v, SAMPLE_KEYS[k]) or (isinstance(v, bool) and bool not in SAMPLE_KEYS[k]):
+                raise SettingsError(f"samples.{name}.{k}: {v!r} is not of type "
+                                    + " or ".join(t.__name__ for t in SAMPLE_KEYS[k]))
+    if cfg.get("judge2") is not None:
+        endpoint_node(cfg.judge2, "judge")
+
+
+def refuse_unknown_keys(argv: list[str], conf_dir: Path) -> None:
+    """Before Hydra composes the command: a value override of a key that does not exist (`concurency=2`,
+    `fidelity.preset=null`) is refused naming the nearest key (SettingsError, exit 2). WHY: Hydra's own refusal
+    ("Key 'concurency' is not in struct") exits 1 and names nothing. Sweeps and `+`/`~` forms are left to Hydra
+    and to check()."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.errors import HydraException
+
+    args = get_args_parser().parse_known_args(argv[1:])[0]
+    if args.multirun or args.config_dir or args.config_path or args.config_name:
+        return
+    groups = {str(p.relative_to(conf_dir)).replace("/", ".") for p in conf_dir.rglob("*") if p.is_dir()}
+    values, chosen = [], []
+    for ov in args.overrides:
+        key = ov.partition("=")[0]
+        if ov.startswith(("+", "~")) or "=" not in ov or key.startswith("hydra.") or "@" in key or "," in ov:
+            chosen.append(ov)
+        elif key in groups:
+            chosen.append(ov)
+        else:
+            values.append(key)
+    if not values:
+        return
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=chosen)
+    except HydraException:
+        return  # Hydra says what is wrong with the groups
+    for key in values:
+        node, where = cfg, []
+        for part in key.split("."):
+            keys = list(node.keys()) if hasattr(node, "keys") else None
+            if keys is None:
+                break
+            if part not in keys:
+                inside = [f"{k}.{sub}" for k in keys if str(k) in OPEN and hasattr(node.get(k), "keys")
+                          for sub in node.get(k)]  # `model.temprature` for model.params.temperature
+                near = nearest(part, [str(k) for k in keys] + inside)
+                pre = ".".join(where) + "." if where else ""
+                raise SettingsError(f"{key}: no such setting" + (f" (did you mean {pre}{near}?)" if near else "")
+                                    + (f"; add one with +{key}=..." if set(where) & OPEN else ""))
+            node, where = node.get(part), [*where, part]
