@@ -33,6 +33,17 @@ class StageStopping(EnvironmentFailure):
         super().__init__(f"{why}: no further model call is sent", "see why the stage stopped")
 
 
+class CapReached(StageStopping):
+    """The metering proxy refused a call that could take the stage's spend past its cap (`budget_usd`): the run
+    or judgement that asked stays unrecorded, and the stage stops with exit 4 (harness.run.budget)."""
+
+    def __init__(self, why: str = "the spending cap is reached"):
+        EnvironmentFailure.__init__(self, why, "raise budget_usd and run the same command")
+
+    def __str__(self) -> str:  # announce() adds what to do
+        return self.what
+
+
 def classify(exc: BaseException) -> EnvironmentFailure | None:
     """The environment failure `exc` stands for, or None if it is the run's own failure."""
     if isinstance(exc, EnvironmentFailure):
@@ -62,6 +73,7 @@ STOPPED = 3  # the environment stopped the step (or a shard is held): fix the ca
 BUDGET = 4  # the spending cap is reached: raise budget_usd, run the same command
 
 EnvironmentFailure.exit_code = STOPPED
+CapReached.exit_code = BUDGET
 
 
 def exit_code(exc: BaseException) -> int | None:

@@ -244,14 +244,12 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
                 pending.append((rec, todo))
         n_calls = sum(len(items) for _, items in pending)
         ledger = Ledger(rd.ledger_path)
-        if budget is not None:
-            ledger.listeners.append(budget.add)
         try:
             interrupted = C.mark_unfinished(ledger, job.attempts_path, job.lines_path, tag_prefix)
             if n_calls:
                 attempts = C.attempts(job.attempts_path)
                 with ExitStack() as stack:
-                    proxy = C.open_proxy(stack, endpoint, judge_cfg, jc, ledger)
+                    proxy = C.open_proxy(stack, endpoint, judge_cfg, jc, ledger, budget)
                     from harness.run import preflight as pf  # the judge's request shape, before any judgement
 
                     pf.judge_preflight(proxy.base_url, judge_cfg, budget)

@@ -41,6 +41,7 @@ from harness.endpoints.proxy import MeteringProxy
 from harness.endpoints.registry import identity as endpoint_identity
 from harness.endpoints.registry import open_endpoint
 from harness.endpoints.settings import endpoint_settings
+from harness.endpoints.usage import context_tokens
 from harness.failures import EnvironmentFailure, StageStopping
 from harness.records import RunDir
 from harness.records.ledger import Ledger, mark_interrupted, read_ledger
@@ -203,12 +204,15 @@ def judge_all(workers: int, tasks: list[Callable[[], None]], abort: threading.Ev
             raise
 
 
-def open_proxy(stack: ExitStack, endpoint, judge_cfg, jc: dict, ledger: Ledger) -> MeteringProxy:
-    """The metering proxy a judge calls through, opening the judge's endpoint if none is given."""
+def open_proxy(stack: ExitStack, endpoint, judge_cfg, jc: dict, ledger: Ledger, budget=None) -> MeteringProxy:
+    """The metering proxy a judge calls through, opening the judge's endpoint if none is given; with the stage's
+    spending cap (`budget`, harness.run.budget.Budget) it refuses a call that could pass it."""
     if endpoint is None:
         endpoint = stack.enter_context(open_endpoint(judge_cfg))
     return stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
-                                             float(jc.get("timeout_s", 600)), str(jc.get("model"))))
+                                             float(jc.get("timeout_s", 600)), str(jc.get("model")),
+                                             context_tokens(jc) or endpoint.info.get("context_tokens"),
+                                             budget=budget))
 
 
 # ------------------------------------------------------------------------------ files and attempts

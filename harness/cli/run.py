@@ -119,7 +119,7 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
                   file=sys.stderr)
         # the spending cap covers the whole stage: every shard's ledger, the judge's calls too
         budget = Budget(cfg.get("budget_usd"), model_cfg.get("prices"),
-                        OmegaConf.to_container(cfg.judge, resolve=True).get("prices"), rd.ledger_paths())
+                        OmegaConf.to_container(cfg.judge, resolve=True).get("prices"), rd.ledger_paths)
         if budget.cap is not None:
             print(f"  budget: ${budget.spent:.4f} of ${budget.cap:.4f} spent so far (list price, agents and judge)",
                   file=sys.stderr)
@@ -132,11 +132,10 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
                 print(f"  context  {endpoint.info['context_tokens']:,} tokens ({endpoint.info['context_source']})",
                       file=sys.stderr)
             ledger = Ledger(rd.ledger_path)
-            ledger.listeners.append(budget.add)
             stack.callback(ledger.close)
             proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
                                                       timeout_s(step.model_cfg), str(step.model_cfg.model),
-                                                      context_tokens(step.model_cfg), counter(step.model_cfg)))
+                                                      context_tokens(step.model_cfg), counter(step.model_cfg), budget))
             proxy.stopping = step.abort  # the stage stopping: the proxy forwards nothing more
             calls = pf.stage_calls(proxy.base_url, cfg, shapes, ledger)  # one per request shape
             print("\n".join(c.line() for c in calls), file=sys.stderr)

@@ -28,10 +28,10 @@ import openai
 
 from harness.endpoints import fit as F
 from harness.endpoints.pricing import list_cost, paid_cost
-from harness.endpoints.proxy import ATTEMPT, DEADLINE, ROLE, STOPPING, STREAMED, TAG, UNREACHABLE, reply_error
+from harness.endpoints.proxy import ATTEMPT, BUDGET, DEADLINE, ROLE, STOPPING, STREAMED, TAG, UNREACHABLE, reply_error
 from harness.endpoints.settings import EndpointSettings, endpoint_settings
 from harness.endpoints.usage import chars_count, context_tokens, counter, event_stream, request_text, usage_split
-from harness.failures import EnvironmentFailure, StageStopping
+from harness.failures import CapReached, EnvironmentFailure, StageStopping
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
              openai.APIConnectionError)
@@ -129,6 +129,9 @@ def environment_failure(exc: openai.APIError, model_cfg) -> EnvironmentFailure |
         return EnvironmentFailure(f"model={name}: the endpoint {where} does not know model "
                                   f"{model_cfg.model!r} (HTTP 404): {exc.message}",
                                   "check model.model and model.base_url")
+    if isinstance(exc, openai.APIStatusError) and _error_type(exc) == BUDGET:
+        return CapReached(str((exc.body.get("error", exc.body) if isinstance(exc.body, dict) else {}).get("message")
+                              or exc.message))
     if isinstance(exc, openai.APIStatusError) and _error_type(exc) == STOPPING:
         return StageStopping()
     if isinstance(exc, openai.APIStatusError) and _error_type(exc) == UNREACHABLE:

@@ -55,7 +55,7 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from harness.data.longmemeval import sha256_file
-from harness.failures import EnvironmentFailure, StageStopping, classify
+from harness.failures import CapReached, EnvironmentFailure, StageStopping, classify
 from harness import studies
 from harness.endpoints.liveness import Liveness
 from harness.records import RunDir, StageMismatch
@@ -301,6 +301,7 @@ class StageRunner:
         self.started_runs = 0
         self.preparer: MemoryPreparer | None = None
         self.breaker = Breaker(int(step.model_cfg.breaker_runs if step.model_cfg.breaker_runs is not None else 3))
+        self.budget = None  # the stage's spending cap (harness.run.budget.Budget), kept by the proxy
         self.why: str | None = None  # the environment failure that stopped the stage (StageStopping says less)
         self.liveness = Liveness(self._probe)  # the ledger's answered calls, and one probe (harness.endpoints.liveness)
         self.heard = self.liveness.heard
@@ -326,9 +327,12 @@ class StageRunner:
         self.rd.start_attempt(spec.run_id, attempt, now())
         abort = self.step.abort
         try:
+            refused = self.budget.refused if self.budget is not None else 0
             record, signature = self.step.execute(spec, attempt)
             if abort.is_set() and record.status != "ok":  # cut short by the stop, not by its own failure
                 raise StageStopping()
+            if record.status != "ok" and self.budget is not None and self.budget.refused > refused:
+                raise CapReached()  # a call the cap refused inside a library's own client: not the run's failure
             # silent since the run gave up, not since it started: a server that died mid-stage answered the
             # calls made before it died, this run's own and other runs' alike
             t = time.monotonic()
@@ -340,7 +344,8 @@ class StageRunner:
             with self._lock:  # why the stage stops: the first failure, not the runs it then cut short
                 if self.why is None and not isinstance(exc, StageStopping):
                     self.why = str(exc)
-            abort.set()  # the stage stops: the runs in flight send no further call and end at once
+            if not isinstance(exc, CapReached):  # at the cap, each further call is refused on its own
+                abort.set()  # the stage stops: the runs in flight send no further call and end at once
             raise
         return record
 
@@ -410,6 +415,7 @@ def run_stage(cfg, step: RunStep, rd: RunDir, ledger: Ledger, pending: list, bud
     owned = {r.run_id for r in owned_runs(rd, plan)}
     mark_interrupted(rd, ledger, owned=owned)
     runner = StageRunner(cfg, plan, rd, step)
+    runner.budget = budget
     runner.breaker.armed = runner.breaker.armed and not any(r.status == "ok" for r in rd.records())
     ledger.listeners.append(runner.heard)
     started = now()
@@ -561,6 +567,8 @@ def _collect(finished, bar, runner: StageRunner, stop: list[str]) -> None:
         exc = f.exception()
         if exc is None:
             bar.update(1)
+        elif isinstance(exc, CapReached):
+            stop.append(BUDGET)
         elif isinstance(exc, StageStopping):
             stop.append(runner.why or str(exc))
         elif isinstance(exc, EnvironmentFailure):
