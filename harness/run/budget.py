@@ -167,10 +167,11 @@ class Budget:
 
     def estimated_line(self) -> str | None:
         """Said at the start of a capped stage when the server's usage is not (all) reported."""
+        spent = self.spent  # read the ledgers first
         if self.cap is None or not self.estimated:
             return None
         return (f"  budget: the endpoint's usage is missing or invalid in {self.estimated} call(s) so far: the cap counts "
-                f"them at estimated tokens (${self.estimated_usd:.4f} of ${self.spent:.4f}; the model's tokenizer "
+                f"them at estimated tokens (${self.estimated_usd:.4f} of ${spent:.4f}; the model's tokenizer "
                 "when model.tokenizer names one, else 4 characters a token), so it is kept only approximately")
 
     def stopped(self, recorded: int, planned: int) -> str:
