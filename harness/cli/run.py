@@ -70,7 +70,7 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
     (`stage.judge_after_run`). Returns the stage's RunDir (None for a dry run)."""
     from harness.endpoints.client import retry_line, timeout_s
     from harness.endpoints.proxy import MeteringProxy
-    from harness.endpoints.registry import open_endpoint
+    from harness.endpoints.registry import open_endpoint, served_context
     from harness.endpoints.usage import context_tokens, counter
     from harness.records.ledger import Ledger
     from harness.run import fidelity
@@ -140,6 +140,12 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
             calls = pf.stage_calls(proxy.base_url, cfg, shapes, ledger)  # one per request shape
             print("\n".join(c.line() for c in calls), file=sys.stderr)
             pf.raise_first_failure(calls)
+            if step.model_cfg.truncates_silently and not context_tokens(step.model_cfg):
+                # Ollama lists a model's context in /api/ps only once it is loaded: the preflight loaded it
+                ctx, source = served_context(endpoint.base_url, str(step.model_cfg.model), endpoint.key)
+                if ctx:
+                    step.model_cfg.context_tokens = proxy.context = ctx
+                    print(f"  context  {ctx:,} tokens ({source}, once loaded)", file=sys.stderr)
             if budget.estimated_line():
                 print(budget.estimated_line(), file=sys.stderr)
             step.start(rd, info, endpoint, proxy.base_url)

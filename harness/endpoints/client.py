@@ -30,7 +30,8 @@ from harness.endpoints import fit as F
 from harness.endpoints.pricing import list_cost, paid_cost
 from harness.endpoints.proxy import ATTEMPT, BUDGET, DEADLINE, ROLE, STOPPING, STREAMED, TAG, UNREACHABLE, reply_error
 from harness.endpoints.settings import EndpointSettings, endpoint_settings
-from harness.endpoints.usage import chars_count, context_tokens, counter, event_stream, request_text, usage_split
+from harness.endpoints.usage import (chars_count, context_tokens, counter, event_stream, max_tokens_of, request_text,
+                                    usage_split)
 from harness.failures import CapReached, EnvironmentFailure, StageStopping
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
@@ -73,7 +74,7 @@ class Meter:
                  reply: dict | None = None, context: int | None = None, count=chars_count,
                  flags: list[str] | None = None) -> dict:
         """Meter one answered call (usage checked and estimated as the proxy does: harness.endpoints.usage)."""
-        u = usage_split(usage, messages, tools, reply if reply is not None else {}, context, count)
+        u = usage_split(usage, messages, tools, reply if reply is not None else {}, context, count, max_tokens_of(sent))
         if finish == "length":
             u["flags"].append("finish_reason length: the reply was cut at its token limit")
         u["flags"] += list(flags or [])

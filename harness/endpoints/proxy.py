@@ -35,14 +35,13 @@ from urllib.parse import quote, unquote
 
 import httpx
 
-from harness.endpoints.usage import chars_count, event_stream, request_text, usage_split
+from harness.endpoints.usage import DEFAULT_OUTPUT, chars_count, event_stream, max_tokens_of, request_text, usage_split
 from harness.records.ledger import Ledger
 
 TAG, ATTEMPT, ROLE, DEADLINE = "X-Run-Tag", "X-Attempt", "X-Role", "X-Deadline-S"
 UNREACHABLE = "upstream_unreachable"  # error type of a 502 when the upstream refused the connection
 STOPPING = "stage_stopping"  # error type of the 503 the proxy answers once the stage stops (nothing forwarded)
 BUDGET = "budget_reached"  # error type of the 503 the proxy answers when the call could pass the spending cap
-DEFAULT_OUTPUT = 4096  # a request without max_tokens, to a model of unknown context, is charged this many output tokens
 STREAMED = "an event stream to a plain request (stream: false)"
 _HOP = {"host", "content-length", "authorization", "connection", "accept-encoding",
         TAG.lower(), ATTEMPT.lower(), ROLE.lower(), DEADLINE.lower()}
@@ -144,7 +143,7 @@ class MeteringProxy:
                 return {"error": "unparsable upstream body"}
             # an event stream to a plain request: no completion, but billed (no usage chunk: estimated)
             return {"error": STREAMED, **usage_split(stream[0], req.get("messages"), req.get("tools"), stream[1],
-                                                      self.context, self.count)}
+                                                      self.context, self.count, max_tokens_of(req))}
         try:
             out: dict = {}
             problem = reply_error(data)
@@ -158,7 +157,7 @@ class MeteringProxy:
                 if isinstance(first, dict) and isinstance(first.get("finish_reason"), str):
                     out["finish"] = first["finish_reason"]
                 out.update(usage_split(usage, req.get("messages"), req.get("tools"), reply or {},
-                                       self.context, self.count))
+                                       self.context, self.count, max_tokens_of(req)))
             out["response_model"] = data.get("model") if isinstance(data, dict) else None
             if isinstance(data, dict) and data.get("adapter"):
                 out["adapter"] = data["adapter"]
@@ -173,10 +172,9 @@ class MeteringProxy:
             prompt = self.count(request_text(req.get("messages"), req.get("tools"))) if req.get("messages") else 0
         except Exception:  # noqa: BLE001 - a body no one foresaw: its size in characters
             prompt = len(json.dumps(req, default=str))
-        asked = [v for v in (req.get("max_tokens"), req.get("max_completion_tokens"))
-                 if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+        asked = max_tokens_of(req)
         if asked:
-            output = max(asked)
+            output = asked
         elif self.context:
             output = max(self.context - prompt, 1)
         else:
