@@ -100,12 +100,24 @@ def announce(exc: BaseException) -> int | None:
     return code
 
 
+INTERRUPTED = ("interrupted (Ctrl-C): no run or judgement started after it, the ones in flight stay unrecorded and "
+               "their calls stay in the ledger — fix: run the same command to go on")
+
+
+def interrupted() -> int:
+    """Ctrl-C ends a command like any other stop: one `stopped:` line, exit 3, no traceback."""
+    print(f"stopped: {INTERRUPTED}", file=sys.stderr)
+    return STOPPED
+
+
 def returns_exit_code(fn):
     """Wrap a command body: an exception with an exit code is announced and its code returned."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            return interrupted()
         except Exception as exc:
             code = announce(exc)
             if code is None:
@@ -120,6 +132,8 @@ def exits_with_code():
     an exception with an exit code is announced and the process exits with its code."""
     try:
         yield
+    except KeyboardInterrupt:
+        sys.exit(interrupted())
     except Exception as exc:
         code = announce(exc)
         if code is None:

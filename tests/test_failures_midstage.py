@@ -222,7 +222,7 @@ def test_a_record_that_does_not_validate_is_a_bug_report_and_a_failed_run(tmp_pa
     (None, "usage: missing"), ({"prompt_tokens": None, "completion_tokens": 3}, "prompt_tokens null"),
     ({"prompt_tokens": -50, "completion_tokens": 3}, "negative"),
     ({"prompt_tokens": "12", "completion_tokens": 3}, "not a whole number"),
-    ({"prompt_tokens": 10 ** 12, "completion_tokens": 3}, "beyond the model's context"),
+    ({"prompt_tokens": 10 ** 12, "completion_tokens": 3}, "beyond what the model can take"),
     ({"completion_tokens": 3}, "prompt_tokens missing")])
 def test_usage_that_is_not_a_count_is_flagged_and_estimated_from_the_request(usage, flag):
     msgs = [{"role": "user", "content": "x" * 400}]
