@@ -124,3 +124,91 @@ def test_one_tool_loop_run_is_stopped_at_the_cap_inside_the_run_and_stays_unreco
     assert ledger_spend(rd.root, {"hit": 100, "miss": 100, "output": 100}) <= cap
     assert calls >= 3  # the loop ran several turns before the cap stopped it
     assert all(r["status"] == "ok" for r in recs(rd).values())  # the run it stopped is not recorded failed
+
+
+# ------------------------------------------------------------------ property: random servers, random shards
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+BEHAVIOURS = ["ok", "429", "500", "reset", "hang", "empty", "lie_huge", "lie_within"]
+
+
+def _usage_for(kind: str):
+    """The usage a behaviour reports: the fake's own, a count no model can take, or one inflated within bounds."""
+    if kind == "lie_huge":
+        return lambda pt: {"prompt_tokens": 2_000_000, "completion_tokens": 7}
+    if kind == "lie_within":
+        return lambda pt: {"prompt_tokens": pt * 3, "completion_tokens": 50}  # within what the request can hold
+    return None
+
+
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(shards=st.integers(1, 3), cap=st.floats(0.002, 0.03), max_tokens=st.integers(5, 80),
+       script=st.lists(st.sampled_from(BEHAVIOURS), min_size=1, max_size=14))
+def test_property_spend_never_passes_the_cap_by_more_than_the_calls_in_flight(tmp_path_factory, shards, cap,
+                                                                                max_tokens, script):
+    """Shards calling at once through their own proxies against a server doing anything in `script`
+    (then answering): the spend over every ledger — answered calls at their (bounded) usage, calls billed but
+    never received at their worst case — passes the cap by at most what one call per shard in flight bills
+    beyond its worst case, and every shard ends at the cap (CapReached) or with its calls done."""
+    root = tmp_path_factory.mktemp("prop") / "stage"
+    todo = list(script)
+    lock = threading.Lock()
+    usage_now = {"f": None}
+
+    def draw(req):  # the next behaviour, shared by every shard, in order
+        with lock:
+            kind = todo.pop(0) if todo else "ok"
+        usage_now["f"] = _usage_for(kind)
+        return kind
+
+    mc = {**MC, "params": {"max_tokens": max_tokens}, "max_retries": 1, "backoff_s": 0.01}
+    outcomes: list[str] = []
+    with FakeModel(hang_s=1.5) as fake:
+        fake._next_fault = lambda req: (lambda k: None if k in ("ok", "lie_huge", "lie_within") else k)(draw(req))
+        fake.usage = lambda pt: (usage_now["f"] or (lambda p: {"prompt_tokens": p, "completion_tokens": 7}))(pt)
+        ledgers = [Ledger(shard_dir(root, Shard(i, shards)) / "ledger.jsonl") for i in range(shards)]
+        budgets = [Budget(cap, PRICES, PRICES, RunDir(root).ledger_paths) for _ in range(shards)]
+        proxies = [MeteringProxy(fake.base_url, led, timeout_s=5, budget=b).start() for led, b in zip(ledgers, budgets)]
+
+        def shard(url: str, i: int) -> None:
+            for k in range(12):
+                try:
+                    Agent(url, mc, f"s{i}.{k}", 1, Meter(PRICES), max_retries=1, backoff_s=0.01).complete(
+                        [{"role": "user", "content": f"question {k} of shard {i} " + "words " * 40}])
+                except CapReached:
+                    outcomes.append("cap")
+                    return
+                except Exception:  # noqa: BLE001 - the server's fault: this call's, the next one goes on
+                    pass
+            outcomes.append("done")
+
+        threads = [threading.Thread(target=shard, args=(p.base_url, i)) for i, p in enumerate(proxies)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for p, led in zip(proxies, ledgers):
+            p.stop()
+            led.close()
+    assert len(outcomes) == shards
+    # the spend, summed here from the raw lines of every ledger (not through Budget)
+    lines = [e for p in RunDir(root).ledger_paths() for e in read_ledger(p)]
+    worst = {e["call"]: (e["worst"]["prompt"] * PRICES["miss"] + e["worst"]["output"] * PRICES["output"]) / 1e6
+             for e in lines if e["event"] == "request"}
+    spend, excess = 0.0, 0.0
+    answered = set()
+    for e in lines:
+        if e["event"] != "response":
+            continue
+        answered.add(e["call"])
+        if e.get("unanswered"):
+            spend += worst[e["call"]]
+        elif e["status"] == 200:
+            cost = sum(e.get(k, 0) * PRICES[k] for k in ("hit", "miss", "output")) / 1e6
+            spend += cost
+            excess = max(excess, cost - worst[e["call"]])
+            assert e.get("prompt", 0) < 100_000  # a count no model can take is never billed as reported
+    assert set(worst) == answered  # every call sent has its answer in the ledger
+    assert spend <= cap + shards * excess + 1e-9, (spend, cap, excess)
