@@ -8,6 +8,7 @@ stage unrecorded otherwise — whatever succeeded earlier and whatever the one-t
 from __future__ import annotations
 
 import subprocess
+import threading
 
 import pytest
 
@@ -142,3 +143,51 @@ def test_the_rubric_judge_writes_no_failed_score_when_its_server_turns_to_unexpl
         assert len(graded(fake)) == 4  # the one answered, then breaker_runs (3) rejections
         fake.refuse = None
         rerun_scores_exactly_the_rest(tmp, rd, fake, capsys, first)
+
+
+# ------------------------------------------------------------------ property: random servers over sharded stages
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+SERVER = {"500": (500, {"error": {"message": "boom", "type": "server_error"}}),
+          "503": (503, {"error": {"message": "no healthy upstream", "type": "service_unavailable"}}),
+          "400": R.OPAQUE}
+
+
+@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(script=st.lists(st.sampled_from(["ok", "ok", "500", "503", "400"]), min_size=2, max_size=16))
+def test_property_no_run_is_recorded_failed_for_a_fault_of_the_server(tmp_path_factory, script):
+    """Two shards of a stage, one after the other, against a server answering each request as `script` says
+    (then answering): a run recorded failed (out of retries, or rejected) always has a run answered after it
+    (the server kept answering others); every stop is exit 3; and the same commands on the fixed server
+    record every run exactly once."""
+    tmp = tmp_path_factory.mktemp("prop")
+    todo = list(script)
+    lock = threading.Lock()
+
+    def refuse(req):
+        with lock:
+            kind = todo.pop(0) if todo else "ok"
+        return SERVER.get(kind)
+
+    def shards(fake) -> None:
+        for i in range(2):
+            try:
+                run_agents(agents_cfg(tmp, fake, f"shard={i}/2", "concurrency=1", "model.breaker_runs=2"))
+            except Exception as exc:  # noqa: BLE001 - a stop, checked
+                assert exit_code(exc) == STOPPED, exc
+
+    with FakeModel(refuse=refuse) as fake:
+        shards(fake)
+        first = recs(stage_of(tmp))
+        for r in first.values():
+            if r["status"] != "ok":
+                assert r["failure_reason"] in ("retries", "rejected"), r["error"]
+                assert any(o["status"] == "ok" and o["finished"] > r["finished"] for o in first.values()), r["run_id"]
+        fake.refuse = None  # the server is fixed
+        shards(fake)
+    after = recs(stage_of(tmp))
+    assert len(after) == 4 and {k: v["finished"] for k, v in first.items()} == \
+        {k: after[k]["finished"] for k in first}  # nothing recorded twice, the first session's kept
+    assert all(r["status"] == "ok" for k, r in after.items() if k not in first)
