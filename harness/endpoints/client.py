@@ -233,9 +233,10 @@ def retry_line(model_cfg) -> str:
     return (f"  retries  a server failing every call holds each run at most {bounded:,.0f} s "
             f"(model.retry_budget_s={retry_budget_s(mc):g}; one call's "
             f"{max_retries(mc) + 1} attempts of timeout_s={timeout_s(mc):g} "
-            f"and their backoff would take {unbounded:,.0f} s), then the stage stops (exit 3) with that run unrecorded "
-            f"when no call has succeeded meanwhile or runs of model.breaker_runs={mc.breaker_runs if mc.breaker_runs is not None else 3} "
-            f"different questions in a row ran out of retries")
+            f"and their backoff would take {unbounded:,.0f} s); such a run is held until a later run succeeds, and the "
+            f"stage stops (exit 3) with the held runs unrecorded when model.breaker_runs="
+            f"{mc.breaker_runs if mc.breaker_runs is not None else 3} of different questions fail in a row, the probe "
+            f"fails too, or none succeeds after them")
 
 
 def silently_cut(messages: list[dict], tools: list[dict] | None, call: dict, model_cfg,
