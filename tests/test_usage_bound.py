@@ -11,7 +11,7 @@ from harness.records.ledger import read_ledger
 from harness.run.budget import Budget
 from tests import endpoint_replies as R
 from tests.fake_model import FakeModel
-from tests.test_failures_midstage import _shared_cache, agents_cfg, recs, stage_of  # noqa: F401 (fixture)
+from tests.test_failures_midstage import _shared_cache, agents_cfg, recs  # noqa: F401 (fixture)
 
 MSGS = [{"role": "user", "content": "what did I say about the garden?"}]
 
