@@ -101,16 +101,19 @@ def estimated_calls(df: pd.DataFrame | None, column: str = ESTIMATED) -> int:
 
 
 def simple_section(df: pd.DataFrame, columns: Sequence[tuple[str, str, Any]], estimated_in: str = ESTIMATED,
-                   usage: Sequence[str] | None = None) -> str:
+                   usage: Sequence[str] | None = None, total: pd.Series | None = None) -> str:
     """columns: (header, column, formatter). When the frame counts calls of estimated usage (`estimated_in`), the
-    cells of `usage` (default: the columns named for tokens or costs, USAGE) are marked ~ in rows that have any."""
+    cells of `usage` (default: the columns named for tokens or costs, USAGE) are marked ~ in rows that have any.
+    The note under the table counts the rows' calls, or only `total`'s when the rows hold their own totals
+    (a table with subtotal and total rows would count each call once per row that sums it)."""
     if df is None or df.empty:
         return "Nothing to show.\n"
     marked = set(usage if usage is not None else [c for _, c, _ in columns if USAGE.search(c)])
     has = estimated_in in df
     rows = [[estimated(fmt(r[col]), r[estimated_in]) if has and col in marked else fmt(r[col])
              for _, col, fmt in columns] for _, r in df.iterrows()]
-    return md_table([h for h, _, _ in columns], rows) + "\n" + estimated_note(estimated_calls(df, estimated_in))
+    n = estimated_calls(df, estimated_in) if total is None else (total.get(estimated_in) if has else 0)
+    return md_table([h for h, _, _ in columns], rows) + "\n" + estimated_note(n)
 
 
 def text(x: Any) -> str:

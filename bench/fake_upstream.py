@@ -246,7 +246,8 @@ class FakeModel(ScriptedUpstream):
     def __init__(self, delay_s: float = 0.0, p429: float = 0.0, p500: float = 0.0, phang: float = 0.0,
                  hang_s: float = 30.0, seed: int = 0, script=None, answer: str = "I don't know.",
                  schedule: list[str] | None = None, always: str | None = None, refuse=None, usage=False,
-                 dies_with: str | None = None, ollama_ctx: int | None = None, dies_after: int = 0, stall=None):
+                 dies_with: str | None = None, ollama_ctx: int | None = None, dies_after: int = 0, stall=None,
+                 max_model_len: int | None = None, ollama_lazy: bool = False):
         super().__init__()
         self.delay_s, self.p429, self.p500, self.phang, self.hang_s = delay_s, p429, p500, phang, hang_s
         self.rng = random.Random(seed)
@@ -264,6 +265,10 @@ class FakeModel(ScriptedUpstream):
         self.dies_after = dies_after  # run requests answered normally before `dies_with` starts (dying mid-stage)
         self._died = False
         self.ollama_ctx = ollama_ctx  # serve Ollama's /api/ps and /api/show with this context (num_ctx)
+        self.max_model_len = max_model_len  # list this context in GET /v1/models, as vLLM does
+        # like a real Ollama: /api/ps lists the model (and its context) only once a request loaded it, and
+        # /api/show names no num_ctx
+        self.ollama_lazy = ollama_lazy
         # callable(request_json) -> threading.Event or None: the normal reply, its body held (a byte at a time)
         # until the event is set (a reply still coming when the client's timeout passed)
         self.stall = stall
@@ -271,7 +276,10 @@ class FakeModel(ScriptedUpstream):
         self.faults: list[str] = []
 
     def get(self, path: str) -> tuple[int, dict]:
-        if path.rstrip("/").endswith("/api/ps") and self.ollama_ctx:
+        if path.rstrip("/").endswith("/models") and self.max_model_len:  # vLLM lists its context here
+            return 200, {"object": "list", "data": [{"id": m, "object": "model", "max_model_len": self.max_model_len}
+                                                    for m in self.models]}
+        if path.rstrip("/").endswith("/api/ps") and self.ollama_ctx and (self.requests or not self.ollama_lazy):
             return 200, {"models": [{"name": m, "model": m, "context_length": self.ollama_ctx} for m in self.models]}
         return super().get(path)
 
@@ -315,6 +323,8 @@ class FakeModel(ScriptedUpstream):
 
     def respond(self, handler, raw: bytes) -> None:
         req = json.loads(raw)
+        if handler.path.rstrip("/").endswith("/api/show") and self.ollama_ctx and self.ollama_lazy:
+            return handler.send(200, {"parameters": "", "model_info": {"llama.context_length": 131072}})
         if handler.path.rstrip("/").endswith("/api/show") and self.ollama_ctx:  # Ollama's model info
             return handler.send(200, {"parameters": f"num_ctx {self.ollama_ctx}",
                                       "model_info": {"llama.context_length": 131072}})

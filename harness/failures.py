@@ -33,6 +33,17 @@ class StageStopping(EnvironmentFailure):
         super().__init__(f"{why}: no further model call is sent", "see why the stage stopped")
 
 
+class CapReached(StageStopping):
+    """The metering proxy refused a call that could take the stage's spend past its cap (`budget_usd`): the run
+    or judgement that asked stays unrecorded, and the stage stops with exit 4 (harness.run.budget)."""
+
+    def __init__(self, why: str = "the spending cap is reached"):
+        EnvironmentFailure.__init__(self, why, "raise budget_usd and run the same command")
+
+    def __str__(self) -> str:  # announce() adds what to do
+        return self.what
+
+
 def classify(exc: BaseException) -> EnvironmentFailure | None:
     """The environment failure `exc` stands for, or None if it is the run's own failure."""
     if isinstance(exc, EnvironmentFailure):
@@ -62,6 +73,7 @@ STOPPED = 3  # the environment stopped the step (or a shard is held): fix the ca
 BUDGET = 4  # the spending cap is reached: raise budget_usd, run the same command
 
 EnvironmentFailure.exit_code = STOPPED
+CapReached.exit_code = BUDGET
 
 
 def exit_code(exc: BaseException) -> int | None:
@@ -88,12 +100,24 @@ def announce(exc: BaseException) -> int | None:
     return code
 
 
+INTERRUPTED = ("interrupted (Ctrl-C): no run or judgement started after it, the ones in flight stay unrecorded and "
+               "their calls stay in the ledger — fix: run the same command to go on")
+
+
+def interrupted() -> int:
+    """Ctrl-C ends a command like any other stop: one `stopped:` line, exit 3, no traceback."""
+    print(f"stopped: {INTERRUPTED}", file=sys.stderr)
+    return STOPPED
+
+
 def returns_exit_code(fn):
     """Wrap a command body: an exception with an exit code is announced and its code returned."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            return interrupted()
         except Exception as exc:
             code = announce(exc)
             if code is None:
@@ -108,6 +132,8 @@ def exits_with_code():
     an exception with an exit code is announced and the process exits with its code."""
     try:
         yield
+    except KeyboardInterrupt:
+        sys.exit(interrupted())
     except Exception as exc:
         code = announce(exc)
         if code is None:

@@ -91,7 +91,7 @@ class _Judging:
         self._key_locks: dict[str, threading.Lock] = {}
         self.budget = None  # harness.run.budget.Budget of the stage, when it has a spending cap
         self.over_budget = 0
-        self.liveness = None  # harness.endpoints.liveness.Liveness of the judge's server, once its proxy is open
+        self.breaker = None  # harness.endpoints.liveness.Breaker of the judge's server, once its proxy is open
         self.abort = threading.Event()  # judging stops: the calls in flight send nothing more
 
     def close(self) -> None:
@@ -130,15 +130,19 @@ class _Judging:
         self._write_reply(record, item, reply, cached=True, attempt=0, meter=None)
         return True
 
-    def _write_reply(self, record, item, reply: str, cached: bool, attempt: int, meter: Meter | None) -> None:
+    def _write_reply(self, record, item, reply: str, cached: bool, attempt: int, meter: Meter | None,
+                     answered: bool = False) -> None:
         label, status, scores = self.readers.get(item.kind, kinds.yes_no)(reply)
         usage = {k: sum(c[k] for c in meter.calls) for k in ("prompt", "hit", "miss", "output")} if meter else None
         cost_list = sum(c["cost_list"] for c in meter.calls) if meter else 0.0
         cost_paid = sum(c["cost_paid"] for c in meter.calls) if meter else 0.0
-        self.write({**self.base(record, item, item.kind), "prompt_sha256": item.prompt_sha256, "prompt": item.prompt,
-                    "reply": reply, "label": label, "status": status, "cached": cached, "attempt": attempt,
-                    "usage": usage, "cost_list": cost_list, "cost_paid": cost_paid, "error": None,
-                    **({"scores": scores} if scores else {})})
+        line = {**self.base(record, item, item.kind), "prompt_sha256": item.prompt_sha256, "prompt": item.prompt,
+                "reply": reply, "label": label, "status": status, "cached": cached, "attempt": attempt,
+                "usage": usage, "cost_list": cost_list, "cost_paid": cost_paid, "error": None,
+                **({"scores": scores} if scores else {})}
+        # an answered call releases the judgements the breaker held (harness.endpoints.liveness)
+        for held in (self.breaker.admit(line, True) if answered and self.breaker is not None else [line]):
+            self.write(held)
 
     def _key_lock(self, key: str) -> threading.Lock:
         with self._lock:
@@ -161,16 +165,19 @@ class _Judging:
 
     def _call(self, record: dict, item: P.Item, proxy_url: str, attempt: int) -> None:
         meter = C.meter(self.jc)
-        try:  # a dead server, credit gone or a refused key raise here: judging stops, nothing written (C.ask)
+        try:  # credit gone, a refused key or the cap raise here: judging stops, nothing written (C.ask)
             msg = C.ask(proxy_url, self.jc, f"{self.tag_prefix}:{record['run_id']}", attempt, item.prompt, meter,
-                        self.abort, self.liveness)
+                        self.abort)
         except (ModelCallFailed, openai.OpenAIError) as exc:
             with self._lock:
                 self.cost["calls"] += len(meter.calls)
-            self.write({**self.base(record, item, item.kind), "prompt_sha256": item.prompt_sha256,
-                        "prompt": item.prompt, "reply": None, "label": None, "status": "failed", "cached": False,
-                        "attempt": attempt, "usage": None, "cost_list": 0.0, "cost_paid": 0.0,
-                        "error": f"{type(exc).__name__}: {exc}"[:1000]})
+            line = {**self.base(record, item, item.kind), "prompt_sha256": item.prompt_sha256,
+                    "prompt": item.prompt, "reply": None, "label": None, "status": "failed", "cached": False,
+                    "attempt": attempt, "usage": None, "cost_list": 0.0, "cost_paid": 0.0,
+                    "error": f"{type(exc).__name__}: {exc}"[:1000]}
+            reason, signature = C.failure(exc)
+            for held in self.breaker.admit(line, False, reason, signature, record["run_id"], str(exc)[:1000]):
+                self.write(held)  # written failed once a later judgement succeeded (the server kept answering)
             return
         reply = (msg.content or "").strip()
         self.cache.put(self.ident, item.prompt_sha256, reply, str(self.jc.get("model")))
@@ -179,7 +186,7 @@ class _Judging:
             self.cost["list"] += sum(c["cost_list"] for c in meter.calls)
             self.cost["paid"] += sum(c["cost_paid"] for c in meter.calls)
             self.cost["estimated"] += C.estimated(meter.calls)
-        self._write_reply(record, item, reply, cached=False, attempt=attempt, meter=meter)
+        self._write_reply(record, item, reply, cached=False, attempt=attempt, meter=meter, answered=True)
 
 
 def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | None = None,
@@ -244,18 +251,16 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
                 pending.append((rec, todo))
         n_calls = sum(len(items) for _, items in pending)
         ledger = Ledger(rd.ledger_path)
-        if budget is not None:
-            ledger.listeners.append(budget.add)
         try:
             interrupted = C.mark_unfinished(ledger, job.attempts_path, job.lines_path, tag_prefix)
             if n_calls:
                 attempts = C.attempts(job.attempts_path)
                 with ExitStack() as stack:
-                    proxy = C.open_proxy(stack, endpoint, judge_cfg, jc, ledger)
+                    proxy = C.open_proxy(stack, endpoint, judge_cfg, jc, ledger, budget)
                     from harness.run import preflight as pf  # the judge's request shape, before any judgement
 
                     pf.judge_preflight(proxy.base_url, judge_cfg, budget)
-                    job.liveness = C.liveness(proxy.base_url, jc, ledger, pf.model_call)
+                    job.breaker = C.breaker(proxy.base_url, jc, pf.model_call)
                     bar = tqdm(total=n_calls, unit="judgement", dynamic_ncols=True, file=sys.stderr,
                                disable=not progress, desc=f"judge {name}")
                     try:
@@ -263,6 +268,7 @@ def judge_stage(cfg, run_dir, endpoint=None, judge_cfg=None, only: set[str] | No
                             functools.partial(job.judge_run, rec, items, proxy.base_url,
                                               attempts.get(rec["run_id"], 0) + 1, bar) for rec, items in pending],
                             job.abort)
+                        job.breaker.release()  # judgements still held had no success after them: the server's
                     finally:
                         bar.close()
         finally:

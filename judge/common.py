@@ -9,10 +9,11 @@ imports the other.
 * Cache: <cache_dir>/judge_cache.sqlite, shared across stages and judges (judge/cache.py).
 * Calls: every judge call goes through a metering proxy into the stage's ledger with role
   "judge" and a tag "<prefix>:<run_id>" under an attempt number.
-* A dead server (harness.endpoints.liveness, the driver's rule): a call out of retries while no call
-  succeeded since and the server fails a plain probe, or credit gone, stops judging (exit 3, the
-  server's last answer); nothing is written failed, the calls queued or in flight are aborted, and
-  the same command judges the rest (`ask`, `liveness`, `judge_all`).
+* A failing server (harness.endpoints.liveness.Breaker, the driver's): a judgement whose call ran out of
+  retries or was rejected unexplained is held, and written `failed` only when a later judgement succeeds;
+  `breaker_runs` (3) in a row, a plain probe failing too, credit gone, or judgements still held at the end
+  stop judging (exit 3, the server's last answer) with those unwritten; the calls queued or in flight are
+  aborted, and the same command judges the rest (`ask`, `breaker`, `judge_all`).
 * Crash safety: a judge's attempts log says which run was being judged under which attempt;
   attempts that wrote no judgement line are marked interrupted in the ledger.
 * Dry run: with `dry_run=true` every judging command (make judge, agreement, probe,
@@ -26,7 +27,6 @@ import hashlib
 import json
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from typing import Callable
@@ -36,11 +36,12 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from harness.endpoints.client import Agent, Meter, ModelCallFailed, backoff_s, max_retries
-from harness.endpoints.liveness import Liveness
+from harness.endpoints.liveness import Breaker
 from harness.endpoints.proxy import MeteringProxy
 from harness.endpoints.registry import identity as endpoint_identity
 from harness.endpoints.registry import open_endpoint
 from harness.endpoints.settings import endpoint_settings
+from harness.endpoints.usage import context_tokens
 from harness.failures import EnvironmentFailure, StageStopping
 from harness.records import RunDir
 from harness.records.ledger import Ledger, mark_interrupted, read_ledger
@@ -140,26 +141,15 @@ def agent(proxy_url: str, jc: dict, tag: str, attempt: int, m: Meter) -> Agent:
     return Agent(proxy_url, judge, tag, attempt, m, role=ROLE, max_retries=max_retries(judge), backoff_s=backoff_s(judge))
 
 
-def ask(proxy_url: str, jc: dict, tag: str, attempt: int, prompt: str, m: Meter, abort: threading.Event,
-        alive: Liveness | None):
-    """One judgement's call, metered by `m`: its message, or the call's own failure raised (ModelCallFailed, an OpenAI error)
-    for the judge to write `failed`. The server's failure is raised as EnvironmentFailure with `abort` set, so
-    the calls in flight send nothing more: credit gone or a refused key, or out of retries while no call
-    succeeded since and the server fails a plain request too (harness.endpoints.liveness, the driver's rule)."""
+def ask(proxy_url: str, jc: dict, tag: str, attempt: int, prompt: str, m: Meter, abort: threading.Event):
+    """One judgement's call, metered by `m`: its message, or the call's own failure raised (ModelCallFailed, an
+    OpenAI error) for the judge's breaker (`breaker`) to hold or write `failed`. The environment's failure (credit
+    gone, a refused key, the spending cap) is raised with `abort` set, so the calls in flight send nothing more."""
     m.abort = abort
     try:
         return agent(proxy_url, jc, tag, attempt, m).complete([{"role": "user", "content": prompt}])
     except EnvironmentFailure:
         abort.set()
-        raise
-    except ModelCallFailed as exc:
-        if exc.reason == "retries" and (abort.is_set() or alive is not None and alive.silent_since(time.monotonic())):
-            abort.set()
-            raise EnvironmentFailure(
-                f"the judge's server keeps failing: a judgement ran out of retries while no call succeeded, and "
-                f"the server does not answer a plain request either; its last answer: {exc}"[:1500],
-                "fix or restart the judge's server (judge.base_url), then run the same command: the judgements "
-                "it hit were not written and are made then (the others are kept and cached)") from exc
         raise
 
 
@@ -176,12 +166,21 @@ def cost_line(calls: int, cost_list: float, estimated_calls: int) -> str:
     return f"{calls} calls, ${cost_list:.4f} at list price{est}"
 
 
-def liveness(proxy_url: str, jc: dict, ledger: Ledger, plain_call: Callable) -> Liveness:
-    """The judge server's liveness: heard from the ledger, probed with one plain request of its own shape, one
-    attempt (`plain_call`: harness.run.preflight.model_call, passed in: the preflight imports this module)."""
-    alive = Liveness(lambda: plain_call(proxy_url, {**jc, "max_retries": 0}, ROLE).ok is not False)
-    ledger.listeners.append(alive.heard)
-    return alive
+def breaker(proxy_url: str, jc: dict, plain_call: Callable) -> Breaker:
+    """The judge's breaker (the driver's rule: harness.endpoints.liveness), its probe one plain request of the
+    judge's own shape, one attempt (`plain_call`: harness.run.preflight.model_call, passed in: the preflight
+    imports this module)."""
+    n = jc.get("breaker_runs")
+    return Breaker(3 if n is None else int(n),
+                   lambda: plain_call(proxy_url, {**jc, "max_retries": 0}, ROLE).ok is not False, "judgements",
+                   "fix or restart the judge's server (judge.base_url), then run the same command (the judgements "
+                   "made are kept and cached)", "the judge's server")
+
+
+def failure(exc: BaseException) -> tuple[str, str | None]:
+    """(reason, signature) of a judgement's failed call, for the breaker: `retries`, `rejected` or `other`."""
+    return (getattr(exc, "reason", None) or "other", getattr(exc, "signature", None)) \
+        if isinstance(exc, ModelCallFailed) else ("other", None)
 
 
 def judge_all(workers: int, tasks: list[Callable[[], None]], abort: threading.Event) -> None:
@@ -203,12 +202,15 @@ def judge_all(workers: int, tasks: list[Callable[[], None]], abort: threading.Ev
             raise
 
 
-def open_proxy(stack: ExitStack, endpoint, judge_cfg, jc: dict, ledger: Ledger) -> MeteringProxy:
-    """The metering proxy a judge calls through, opening the judge's endpoint if none is given."""
+def open_proxy(stack: ExitStack, endpoint, judge_cfg, jc: dict, ledger: Ledger, budget=None) -> MeteringProxy:
+    """The metering proxy a judge calls through, opening the judge's endpoint if none is given; with the stage's
+    spending cap (`budget`, harness.run.budget.Budget) it refuses a call that could pass it."""
     if endpoint is None:
         endpoint = stack.enter_context(open_endpoint(judge_cfg))
     return stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
-                                             float(jc.get("timeout_s", 600)), str(jc.get("model"))))
+                                             float(jc.get("timeout_s", 600)), str(jc.get("model")),
+                                             context_tokens(jc) or endpoint.info.get("context_tokens"),
+                                             budget=budget))
 
 
 # ------------------------------------------------------------------------------ files and attempts

@@ -144,7 +144,7 @@ class _Rubric:
         self.lock = threading.Lock()
         self.counts: dict[str, int] = {}
         self.cost = {"calls": 0, "list": 0.0, "estimated": 0}  # this session's judge calls (C.cost_line)
-        self.liveness = None  # the judge server's (judge.common.liveness), once its proxy is open
+        self.breaker = None  # the judge server's (judge.common.breaker), once its proxy is open
         self.abort = threading.Event()  # judging stops: the calls queued or in flight send nothing more
 
     def write(self, line: dict) -> None:
@@ -161,14 +161,18 @@ class _Rubric:
                 "hybrid": self.hybrid, "prompt": prompt,
                 "prompt_sha256": hashlib.sha256(prompt.encode()).hexdigest() if prompt else None}
 
-    def scored(self, rec: dict, trial: dict, prompt: str, reply: str, cached: bool, meter: Meter | None) -> None:
+    def scored(self, rec: dict, trial: dict, prompt: str, reply: str, cached: bool, meter: Meter | None,
+               answered: bool = False) -> None:
         llm = parse(reply)
         kw = keyword_scores(rec.get("answer") or "", trial)
-        self.write({**self.base(rec, prompt), "reply": reply, "cached": cached,
+        line = ({**self.base(rec, prompt), "reply": reply, "cached": cached,
                     "status": "ok" if llm else "unparsable", "llm": llm, "keyword": kw,
                     "scores": combine(llm, kw, self.hybrid) if llm else None, "error": None,
                     "usage": {k: sum(c[k] for c in meter.calls) for k in ("prompt", "output")} if meter else None,
                     "cost_list": sum(c["cost_list"] for c in meter.calls) if meter else 0.0})
+        # an answered call releases the scores the breaker held (harness.endpoints.liveness)
+        for held in (self.breaker.admit(line, True) if answered and self.breaker is not None else [line]):
+            self.write(held)
 
     def offline(self, rec: dict, trial: dict) -> bool:
         if rec.get("status") != "ok":  # never scored as if it were an answer
@@ -187,10 +191,13 @@ class _Rubric:
         prompt = prompt_for(rec, trial)
         meter = C.meter(self.jc)
         try:  # a dead server, credit gone or a refused key raise here: judging stops, nothing written (C.ask)
-            msg = C.ask(proxy_url, self.jc, f"judge:{rec['run_id']}", 1, prompt, meter, self.abort, self.liveness)
+            msg = C.ask(proxy_url, self.jc, f"judge:{rec['run_id']}", 1, prompt, meter, self.abort)
         except (ModelCallFailed, openai.OpenAIError) as exc:
-            self.write({**self.base(rec, prompt), "status": "failed", "llm": None, "keyword": None, "scores": None,
-                        "cached": False, "reply": None, "error": f"{type(exc).__name__}: {exc}"[:1000]})
+            line = {**self.base(rec, prompt), "status": "failed", "llm": None, "keyword": None, "scores": None,
+                    "cached": False, "reply": None, "error": f"{type(exc).__name__}: {exc}"[:1000]}
+            reason, signature = C.failure(exc)
+            for held in self.breaker.admit(line, False, reason, signature, rec["run_id"], str(exc)[:1000]):
+                self.write(held)  # written failed once a later score came back (the server kept answering)
             return
         reply = (msg.content or "").strip()
         with self.lock:
@@ -198,7 +205,7 @@ class _Rubric:
             self.cost["list"] += sum(c["cost_list"] for c in meter.calls)
             self.cost["estimated"] += C.estimated(meter.calls)
         self.cache.put(self.ident, hashlib.sha256(prompt.encode()).hexdigest(), reply, str(self.jc.get("model")))
-        self.scored(rec, trial, prompt, reply, False, meter)
+        self.scored(rec, trial, prompt, reply, False, meter, answered=True)
 
 
 def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, hybrid: bool | None = None) -> dict:
@@ -236,9 +243,10 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
                     from harness.run import preflight as pf  # the rubric's request shape, before any score
 
                     pf.judge_preflight(proxy.base_url, None, config=jc)
-                    job.liveness = C.liveness(proxy.base_url, jc, ledger, pf.model_call)
+                    job.breaker = C.breaker(proxy.base_url, jc, pf.model_call)
                     C.judge_all(C.concurrency(cfg, jc), [functools.partial(job.call, rec, trials[rec["trial_id"]],
                                                                            proxy.base_url) for rec in todo], job.abort)
+                    job.breaker.release()  # scores still held had no success after them: the server's
             finally:
                 ledger.close()
     finally:

@@ -8,7 +8,8 @@ from harness.run.budget import Budget
 from tests.fake_model import FakeModel
 from tests.test_driver import cmd, records, stage_dir
 
-PRICES = ["model.prices.hit=1000", "model.prices.miss=1000", "model.prices.output=1000"]  # USD per 1M tokens
+PRICES = ["model.prices.hit=1000", "model.prices.miss=1000", "model.prices.output=1000",  # USD per 1M tokens
+          "+model.params.max_tokens=64"]  # a call's worst case is its prompt and max_tokens (harness.run.budget)
 
 
 def spent(tmp) -> float:
@@ -28,8 +29,7 @@ def test_budget_stops_new_runs_and_a_higher_cap_resumes(tmp_path):
         first = records(tmp_path)
         assert 0 < len(first) < 36
         assert f"stopped at budget: ${spent(tmp_path):.4f} of $2.0000, {len(first)} of 36 runs recorded" in res.stderr
-        per_run = max(r["cost_list"] for r in first.values())
-        assert 2 <= spent(tmp_path) <= 2 + 2 * per_run + 0.01  # in-flight runs finish, none starts after
+        assert spent(tmp_path) <= 2  # the proxy sends no call whose worst case could pass the cap
         # the same cap again: the spend in the ledger counts, nothing is sent
         n = len(fake.run_requests)
         again = subprocess.run(cmd(fake, tmp_path, *PRICES, "budget_usd=2", "concurrency=2"),
@@ -58,7 +58,9 @@ def test_budget_reads_every_ledger_line_at_its_partys_prices(tmp_path):
     b = Budget(1.0, model, judge, [led])
     assert b.spent == (100 * 2.0) / 1e6 + (10 * 7.0 / 1e6) * 0.5
     assert not b.exhausted and not Budget(None, model, judge, [led]).exhausted
-    b.add({"event": "response", "status": 200, "role": "agent", "tag": "t", "hit": 0, "miss": 0, "output": 200_000})
+    with open(led, "a") as f:  # the ledger is read live: a line another shard appends counts at once
+        f.write(json.dumps({"event": "response", "status": 200, "role": "agent", "tag": "t", "hit": 0, "miss": 0,
+                            "output": 200_000}) + "\n")
     assert b.exhausted
 
 
@@ -73,7 +75,7 @@ def test_the_cap_covers_the_judge_and_judging_resumes_with_more(tmp_path):
         n, n_all = len(fake.run_requests), len(fake.requests)
         res = subprocess.run([*judge, f"budget_usd={runs_spend + 1e-6}"], capture_output=True, text=True, timeout=300)
         assert res.returncode == 4, res.stderr
-        assert "judgements not made" in res.stderr
+        assert "stopped at budget" in res.stderr
         first = len(fake.run_requests) - n
         # one call at a time: the judge's preflight call (or the first judgement) crosses the cap, none starts after
         assert first <= 1 and len(fake.requests) - n_all - first <= 1

@@ -176,3 +176,17 @@ def test_the_rubric_judges_session_line_says_when_its_cost_rests_on_estimated_us
         code, err = rubric_judge(tmp, fake, capsys)
     assert code == 0, err
     assert "6 calls, $" in err and ("usage of 6 calls estimated" in err) == estimated, err
+
+
+def test_the_note_under_table6_counts_each_estimated_call_once(tmp_path):
+    """Table 6's rows hold per-party, per-folder and grand totals: its note said 60 estimated calls where 15."""
+    import analysis.run as A
+    from analysis import tables as registry
+    from harness.records.ledger import read_ledger
+
+    pre = agent_stages(tmp_path, True)
+    res = A.analyse(A.parse_args([f"runs={tmp_path / 'runs'}", f"prereg={pre}"]), progress=False)
+    said = re.search(r"usage estimated in ([\d,]+) model calls", registry.get("table6").section(res))
+    lines = [e for p in (tmp_path / "runs").rglob("ledger.jsonl") for e in read_ledger(p)]
+    n = sum(bool(e.get("event") == "response" and e.get("status") == 200 and e.get("usage_estimated")) for e in lines)
+    assert said and n > 0 and int(said[1].replace(",", "")) == n

@@ -106,13 +106,14 @@ def test_the_spending_cap_stops_the_stage(tmp_path):
     # $7 a call (7 output tokens at $1/token): the 2 preflight calls and about two runs fit in $40
     with FakeModel(script=Script()) as fake:
         with pytest.raises(Exception) as got:
-            run_personal(tiny(tmp_path, fake, "model.prices.output=1000000.0", "budget_usd=40"))
+            run_personal(tiny(tmp_path, fake, "model.prices.output=1000000.0", "budget_usd=40",
+                              "model.params.max_tokens=7"))  # a call's worst case: its prompt and max_tokens
     assert exit_code(got.value) == BUDGET and "stopped at budget" in str(got.value)
     recs = records(stage(tmp_path))
     assert 0 < len(recs) < 4 and all(r["status"] == "ok" for r in recs.values())
     spent = sum(e["output"] * 1.0 for e in read_ledger(stage(tmp_path).ledger_path)
                 if e.get("event") == "response" and e["status"] == 200)
-    assert spent >= 40 and spent - 7 * 4 < 40  # no run started once the cap was reached
+    assert 7 * 2 <= spent <= 40  # the proxy sends no call whose worst case could pass the cap
 
 
 from tests.endpoint_replies import reasoning_refusal  # noqa: E402 - the judge's endpoint
@@ -133,7 +134,9 @@ def test_retry_failed_reruns_only_failed_runs_and_the_rubric_never_scores_a_fail
 
     with FakeModel(script=judge_script, refuse=refuse) as fake:
         cfg = tiny(tmp_path, fake, "judge=openai_reasoning", f"judge.base_url={fake.base_url}", "judge.api_key_env=null")
-        rd = run_personal(cfg)  # the judge is another endpoint: the preflight sends its rubric request too
+        # breaker_runs=0: this server is trusted, a run out of retries is its own even with no run answered after it
+        rd = run_personal(tiny(tmp_path, fake, "judge=openai_reasoning", f"judge.base_url={fake.base_url}",
+                               "judge.api_key_env=null", "model.breaker_runs=0"))
         first = records(rd)
         failed = {k for k, r in first.items() if r["status"] == "failed"}
         assert failed == {k for k, r in first.items() if r["condition"] == "naive_concat"} and len(failed) == 2

@@ -190,6 +190,8 @@ def table6_section(res) -> str:
                  "failed call (what it billed counts); \"cut at length\": replies that ended at their token limit "
                  "(finish_reason length).\n\n")
     t6 = t["table6"]
+    # the rows are per party, per folder and totals: the note counts each call once, from the grand total
+    grand = t6[(t6["folder"] == "all") & (t6["party"] == "all") & (t6["condition"] == "all")] if not t6.empty else t6
     parts.append(simple_section(t6[t6["condition"] == "all"] if not t6.empty else t6, [
         ("folder", "folder", text), ("party", "party", text), ("calls", "calls", integer),
         ("failed", "failed_calls", integer), ("unanswered", "unanswered_requests", integer),
@@ -200,7 +202,7 @@ def table6_section(res) -> str:
         ("correct answers", "correct_answers", integer), ("list USD per correct (every repeat)", "usd_per_correct", money),
         ("prices", "price_source", text)], estimated_in="calls_usage_estimated",
         usage=("prompt", "hit", "miss", "output", "cost_list_usd", "cost_paid_usd", "cost_list_cny", "cost_paid_cny",
-               "usd_per_correct")))
+               "usd_per_correct"), total=grand.iloc[0] if len(grand) else None))
 
     return "".join(parts)
 

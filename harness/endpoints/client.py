@@ -28,10 +28,11 @@ import openai
 
 from harness.endpoints import fit as F
 from harness.endpoints.pricing import list_cost, paid_cost
-from harness.endpoints.proxy import ATTEMPT, DEADLINE, ROLE, STOPPING, STREAMED, TAG, UNREACHABLE, reply_error
+from harness.endpoints.proxy import ATTEMPT, BUDGET, DEADLINE, ROLE, STOPPING, STREAMED, TAG, UNREACHABLE, reply_error
 from harness.endpoints.settings import EndpointSettings, endpoint_settings
-from harness.endpoints.usage import chars_count, context_tokens, counter, event_stream, request_text, usage_split
-from harness.failures import EnvironmentFailure, StageStopping
+from harness.endpoints.usage import (chars_count, context_tokens, counter, event_stream, max_tokens_of, request_text,
+                                    usage_split)
+from harness.failures import CapReached, EnvironmentFailure, StageStopping
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
              openai.APIConnectionError)
@@ -73,7 +74,7 @@ class Meter:
                  reply: dict | None = None, context: int | None = None, count=chars_count,
                  flags: list[str] | None = None) -> dict:
         """Meter one answered call (usage checked and estimated as the proxy does: harness.endpoints.usage)."""
-        u = usage_split(usage, messages, tools, reply if reply is not None else {}, context, count)
+        u = usage_split(usage, messages, tools, reply if reply is not None else {}, context, count, max_tokens_of(sent))
         if finish == "length":
             u["flags"].append("finish_reason length: the reply was cut at its token limit")
         u["flags"] += list(flags or [])
@@ -129,6 +130,9 @@ def environment_failure(exc: openai.APIError, model_cfg) -> EnvironmentFailure |
         return EnvironmentFailure(f"model={name}: the endpoint {where} does not know model "
                                   f"{model_cfg.model!r} (HTTP 404): {exc.message}",
                                   "check model.model and model.base_url")
+    if isinstance(exc, openai.APIStatusError) and _error_type(exc) == BUDGET:
+        return CapReached(str((exc.body.get("error", exc.body) if isinstance(exc.body, dict) else {}).get("message")
+                              or exc.message))
     if isinstance(exc, openai.APIStatusError) and _error_type(exc) == STOPPING:
         return StageStopping()
     if isinstance(exc, openai.APIStatusError) and _error_type(exc) == UNREACHABLE:
@@ -229,9 +233,10 @@ def retry_line(model_cfg) -> str:
     return (f"  retries  a server failing every call holds each run at most {bounded:,.0f} s "
             f"(model.retry_budget_s={retry_budget_s(mc):g}; one call's "
             f"{max_retries(mc) + 1} attempts of timeout_s={timeout_s(mc):g} "
-            f"and their backoff would take {unbounded:,.0f} s), then the stage stops (exit 3) with that run unrecorded "
-            f"when no call has succeeded meanwhile or runs of model.breaker_runs={mc.breaker_runs if mc.breaker_runs is not None else 3} "
-            f"different questions in a row ran out of retries")
+            f"and their backoff would take {unbounded:,.0f} s); such a run is held until a later run succeeds, and the "
+            f"stage stops (exit 3) with the held runs unrecorded when model.breaker_runs="
+            f"{mc.breaker_runs if mc.breaker_runs is not None else 3} of different questions fail in a row, the probe "
+            f"fails too, or none succeeds after them")
 
 
 def silently_cut(messages: list[dict], tools: list[dict] | None, call: dict, model_cfg,

@@ -13,6 +13,13 @@ attempt, as wall time on the upstream): it answers 504 when the upstream is late
 waits for that answer, so every reply the ledger records as answered reached the run that asked
 (a client that gave up first would leave a billed reply in the ledger that no record has). Once
 `stopping` is set (the stage stops), no request is forwarded any more.
+
+Money is decided here and only here: with a spending cap (`budget`: harness.run.budget.Budget), each
+call's `request` line carries its worst case (`worst`: the prompt estimate and `max_tokens`, or the
+context left when the request sets none, or `DEFAULT_OUTPUT` when the context is unknown), and a call
+whose worst case would take the stage's spend past the cap is not forwarded: the proxy answers 503
+`budget_reached` (BUDGET). A reply the upstream may have billed but the proxy never received whole
+(a timeout, a reset) is marked `unanswered`, and the cap keeps it at its worst case.
 """
 
 from __future__ import annotations
@@ -28,12 +35,13 @@ from urllib.parse import quote, unquote
 
 import httpx
 
-from harness.endpoints.usage import chars_count, event_stream, usage_split
+from harness.endpoints.usage import DEFAULT_OUTPUT, chars_count, event_stream, max_tokens_of, request_text, usage_split
 from harness.records.ledger import Ledger
 
 TAG, ATTEMPT, ROLE, DEADLINE = "X-Run-Tag", "X-Attempt", "X-Role", "X-Deadline-S"
 UNREACHABLE = "upstream_unreachable"  # error type of a 502 when the upstream refused the connection
 STOPPING = "stage_stopping"  # error type of the 503 the proxy answers once the stage stops (nothing forwarded)
+BUDGET = "budget_reached"  # error type of the 503 the proxy answers when the call could pass the spending cap
 STREAMED = "an event stream to a plain request (stream: false)"
 _HOP = {"host", "content-length", "authorization", "connection", "accept-encoding",
         TAG.lower(), ATTEMPT.lower(), ROLE.lower(), DEADLINE.lower()}
@@ -69,7 +77,8 @@ class MeteringProxy:
     """`with MeteringProxy(upstream, ledger, api_key) as p: p.base_url` (an OpenAI base URL)."""
 
     def __init__(self, upstream: str, ledger: Ledger, api_key: str | None = None, timeout_s: float = 600.0,
-                 model_name: str = "", context: int | None = None, count=chars_count):
+                 model_name: str = "", context: int | None = None, count=chars_count, budget=None):
+        self.budget = budget  # the stage's spending cap (harness.run.budget.Budget), or None
         self.upstream = upstream.rstrip("/")
         self.context, self.count = context, count  # how replies' usage is checked and estimated (usage_split)
         self.ledger = ledger
@@ -134,7 +143,7 @@ class MeteringProxy:
                 return {"error": "unparsable upstream body"}
             # an event stream to a plain request: no completion, but billed (no usage chunk: estimated)
             return {"error": STREAMED, **usage_split(stream[0], req.get("messages"), req.get("tools"), stream[1],
-                                                      self.context, self.count)}
+                                                      self.context, self.count, max_tokens_of(req))}
         try:
             out: dict = {}
             problem = reply_error(data)
@@ -148,13 +157,29 @@ class MeteringProxy:
                 if isinstance(first, dict) and isinstance(first.get("finish_reason"), str):
                     out["finish"] = first["finish_reason"]
                 out.update(usage_split(usage, req.get("messages"), req.get("tools"), reply or {},
-                                       self.context, self.count))
+                                       self.context, self.count, max_tokens_of(req)))
             out["response_model"] = data.get("model") if isinstance(data, dict) else None
             if isinstance(data, dict) and data.get("adapter"):
                 out["adapter"] = data["adapter"]
             return out
         except Exception as exc:  # noqa: BLE001 - a body no one foresaw is a flagged line, not a dead thread
             return {"error": f"unreadable upstream body: {type(exc).__name__}: {exc}"[:300]}
+
+    def worst(self, req: dict) -> dict:
+        """A call's worst case in tokens: its prompt (estimated as usage_split estimates) and the most it may
+        answer (max_tokens or max_completion_tokens; else the context left; else DEFAULT_OUTPUT)."""
+        try:
+            prompt = self.count(request_text(req.get("messages"), req.get("tools"))) if req.get("messages") else 0
+        except Exception:  # noqa: BLE001 - a body no one foresaw: its size in characters
+            prompt = len(json.dumps(req, default=str))
+        asked = max_tokens_of(req)
+        if asked:
+            output = asked
+        elif self.context:
+            output = max(self.context - prompt, 1)
+        else:
+            output = DEFAULT_OUTPUT
+        return {"prompt": int(prompt), "output": int(output)}
 
     def _forward(self, h: BaseHTTPRequestHandler, method: str) -> None:
         length = int(h.headers.get("Content-Length") or 0)
@@ -181,21 +206,25 @@ class MeteringProxy:
             return _reply(h, 503, json.dumps({"error": {"message": "the stage is stopping: the call was not sent",
                                                         "type": STOPPING}}).encode(), "application/json", None)
         if method == "POST":
-            self.ledger.append({**base, "event": "request", "ts": _now(), "sent": _sent(body)})
+            line = {**base, "event": "request", "ts": _now(), "sent": _sent(body), "worst": self.worst(req)}
+            refused = self.budget.admit(self.ledger, line) if self.budget is not None else self.ledger.append(line)
+            if refused:
+                return _reply(h, 503, json.dumps({"error": {"message": refused, "type": BUDGET}}).encode(),
+                              "application/json", None)
         headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         t0 = time.perf_counter()
         status, payload, ctype, err, etype = 502, b"", "application/json", None, "proxy_error"
-        retry_after = None
+        retry_after, unanswered = None, False
         try:
             status, payload, ctype, retry_after = self._send(method, url, body, headers, _deadline(h))
         except httpx.TimeoutException as exc:
-            status, err = 504, f"upstream timeout: {type(exc).__name__}"
+            status, err, unanswered = 504, f"upstream timeout: {type(exc).__name__}", True
         except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:  # nothing listens there
             status, err, etype = 502, f"cannot connect to {self.upstream}: {exc}", UNREACHABLE
-        except httpx.HTTPError as exc:
-            status, err = 502, f"upstream error: {type(exc).__name__}: {exc}"
+        except httpx.HTTPError as exc:  # a reset, a body cut off: the request was sent and may be billed
+            status, err, unanswered = 502, f"upstream error: {type(exc).__name__}: {exc}", True
         latency = time.perf_counter() - t0
         if err:
             payload = json.dumps({"error": {"message": err, "type": etype}}).encode()
@@ -205,6 +234,8 @@ class MeteringProxy:
                 entry.update(self._usage(req, payload))
             else:
                 entry["error"] = err or payload[:300].decode("utf-8", "replace")
+            if unanswered:
+                entry["unanswered"] = True  # billed maybe, never received: the cap keeps its worst case
             self.ledger.append(entry)
         _reply(h, status, payload, ctype, retry_after)
 

@@ -55,11 +55,36 @@ def _openai_compatible(cfg) -> Iterator[Endpoint]:
             raise EndpointError(f"model={_get(cfg, 'name')} needs an API key in ${env}, which is not set",
                                 f"export {env}=... (or set model.api_key_env=null for a server without keys)")
     info = {}
-    if _get(cfg, "truncates_silently"):  # what the server says its context is (the silent cut is judged by it)
-        ctx, source = served_context(str(base_url), str(_get(cfg, "model")), key)
-        if ctx:
-            info = {"context_tokens": ctx, "context_source": source}
+    # what the server says its context is: usage is bounded by it (harness.endpoints.usage.bound), and the
+    # silent cut of a server that truncates is judged by it (harness.endpoints.client.silently_cut)
+    ctx, source = served_context(str(base_url), str(_get(cfg, "model")), key) if _get(cfg, "truncates_silently") \
+        else listed_context(str(base_url), str(_get(cfg, "model")), key)
+    if ctx:
+        info = {"context_tokens": ctx, "context_source": source}
     yield Endpoint(str(base_url).rstrip("/"), key, "openai_compatible", str(_get(cfg, "model")), info)
+
+
+def listed_context(base_url: str, model: str, key: str | None = None) -> tuple[int | None, str | None]:
+    """The context the server lists for `model` in GET /v1/models: vLLM's (and SGLang's) `max_model_len`,
+    a gateway's `context_length`; (None, None) when it lists none (hosted APIs) or cannot be asked."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        with httpx.Client(timeout=5.0, headers=headers) as c:
+            r = c.get(f"{base_url.rstrip('/')}/models")
+            if r.status_code != 200:
+                return None, None
+            for m in (r.json() or {}).get("data") or []:
+                if not isinstance(m, dict) or m.get("id") != model:
+                    continue
+                for k in ("max_model_len", "context_length"):
+                    v = m.get(k)
+                    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                        return v, f"/v1/models {k}"
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
+    return None, None
 
 
 def served_context(base_url: str, model: str, key: str | None = None) -> tuple[int | None, str | None]:

@@ -5,10 +5,12 @@
 llama.cpp `prompt_tokens_details.cached_tokens`, OpenAI's reasoning models also
 `completion_tokens_details.reasoning_tokens`; Ollama and older llama.cpp plain
 `prompt_tokens` / `completion_tokens`). Every count is checked: one that is missing, null,
-not a whole number, negative or beyond what the model can read (`context_tokens`: the
-model's context; unknown, `CEILING`) is flagged per call (`flags`) and replaced by an
-estimate from the request and the reply (`usage_estimated`): the model's tokenizer when the
-config names one (`model.tokenizer`: a tokenizer.json), four characters a token otherwise.
+not a whole number, negative or beyond what the model can take (`bound`: the context the endpoint
+reports — vLLM's `max_model_len`, Ollama's loaded context — or the preset declares; unknown, the
+request's own size in characters (a token is at least one) plus its chat template and `max_tokens`)
+is flagged per call (`flags`) and replaced by an estimate from the request and the reply
+(`usage_estimated`), never billed as reported: the model's tokenizer when the config names one
+(`model.tokenizer`: a tokenizer.json), four characters a token otherwise.
 The proxy (ledger, spending cap) and the run's meter (records) call it on the same request
 and reply, so both hold the same numbers.
 """
@@ -21,6 +23,26 @@ from typing import Any, Callable
 
 CEILING = 10_000_000  # no served model reads more than this: a larger count is not a count
 CHARS_PER_TOKEN = 4
+TEMPLATE_TOKENS = 1024  # what a chat template may add around the messages and tools
+DEFAULT_OUTPUT = 4096  # the most a request without max_tokens is taken to answer, the context unknown
+
+
+def bound(messages: Any = None, tools: Any = None, max_tokens: int | None = None, context: int | None = None) -> int:
+    """The most tokens one count of a call's usage can be: the model's context when known, else the request's
+    size in characters plus a chat template plus its max_tokens (DEFAULT_OUTPUT when it sets none)."""
+    if context:
+        return int(context)
+    size = len(request_text(messages, tools)) if messages is not None else 0
+    return min(CEILING, size + TEMPLATE_TOKENS + int(max_tokens or DEFAULT_OUTPUT))
+
+
+def max_tokens_of(req: Any) -> int | None:
+    """The output limit a request (or its sent parameters) sets: max_tokens or max_completion_tokens."""
+    if not isinstance(req, dict):
+        return None
+    asked = [v for v in (req.get("max_tokens"), req.get("max_completion_tokens"))
+             if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return max(asked) if asked else None
 
 
 def context_tokens(model_cfg) -> int | None:
@@ -115,7 +137,7 @@ def _count(block: dict, key: str, limit: int, flags: list[str], where: str = "")
         flags.append(f"usage: {name} negative ({int(v)})")
         return None
     if v > limit:
-        flags.append(f"usage: {name} beyond the model's context ({int(v):,} > {limit:,})")
+        flags.append(f"usage: {name} beyond what the model can take ({int(v):,} > {limit:,})")
         return None
     return int(v)
 
@@ -128,18 +150,21 @@ def _optional(block: Any, key: str, limit: int, flags: list[str], where: str) ->
 
 
 def usage_split(usage: Any, messages: Any = None, tools: Any = None, reply: Any = None,
-                context: int | None = None, count: Callable[[str], int] = chars_count) -> dict:
+                context: int | None = None, count: Callable[[str], int] = chars_count,
+                max_tokens: int | None = None) -> dict:
     """The call's tokens (prompt, hit, miss, output, reasoning), whether the cache split and the usage
-    were reported, whether any count is an estimate, and a flag per count that is not a count."""
+    were reported, whether any count is an estimate, and a flag per count that is not a count (beyond
+    `bound`: what the model can take)."""
     flags: list[str] = []
-    limit = context or CEILING
+    limit = bound(messages, tools, max_tokens, context)
     if not isinstance(usage, dict) or not usage:
         flags.append("usage: missing" if usage in (None, {}) else f"usage: not an object ({str(usage)[:40]!r})")
         usage, reported_usage = {}, False
     else:
         reported_usage = True
     prompt = _count(usage, "prompt_tokens", limit, flags) if reported_usage else None
-    output = _count(usage, "completion_tokens", limit, flags) if reported_usage else None
+    # a reply never holds more than the request's max_tokens (reasoning included)
+    output = _count(usage, "completion_tokens", min(limit, max_tokens or limit), flags) if reported_usage else None
     reasoning = _optional(usage.get("completion_tokens_details"), "reasoning_tokens", limit, flags,
                           "completion_tokens_details.") or 0
     estimated = prompt is None or output is None

@@ -452,6 +452,8 @@ class LedgerEvent(_Model):
     usage_estimated: bool | None = None  # a count was not a count: estimated (harness.endpoints.usage)
     flags: list[str] | None = None
     sent: dict[str, Any] | None = None  # request: the parameters sent besides the messages, tools by name
+    worst: dict[str, int] | None = None  # request: its worst case in tokens (prompt, output), what the cap counts
+    unanswered: bool | None = None  # response: sent but no whole reply received (timeout, reset): worst case
     response_model: str | None = None
     finish: str | None = None  # response: the reply's finish_reason ("length": cut at its token limit)
     adapter: dict[str, Any] | None = None

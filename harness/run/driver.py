@@ -22,13 +22,13 @@ fixed.
 An endpoint rejection every run gets (an unsupported parameter, tool calling not enabled)
 is an environment failure too (harness.endpoints.fit); one that depends on the run (its
 prompt exceeds the context window) fails that run with `failure_reason: context_length`.
-A server that keeps failing is the environment's too (`Breaker`): a run that ran out of
-retries when the server does not answer a plain probe either (no call of the stage succeeded since),
-or runs of `model.breaker_runs` (3) different questions in a row out of retries, stop the stage with those runs
-unrecorded; a run out of retries while others succeed is recorded failed. A rejection the
-body does not explain goes through the same breaker: when the same rejection ends the first
-`model.breaker_runs` runs of a stage before any run succeeded, the stage stops and those
-runs stay unrecorded. When the stage stops (but for the spending cap and a scheduler's SIGTERM, which let
+A server that keeps failing is the environment's too (`Breaker`, harness.endpoints.liveness, the
+judges' too): a run out of retries or rejected in a way the body does not explain is held, and
+recorded failed only when a later run succeeds (the server kept answering others); `model.breaker_runs`
+(3) such runs in a row (of different questions, or with the same rejection), one the server's plain probe
+then fails too, or runs still held when the stage ends stop the stage with them unrecorded, whatever
+succeeded earlier. A call the spending cap refuses (the metering proxy, harness.run.budget) leaves its
+run unrecorded and stops the stage with exit 4. When the stage stops (but for the spending cap and a scheduler's SIGTERM, which let
 the runs in flight finish) the step's `abort` is set: the runs in flight send no further call and wait no
 further retry (harness.endpoints.client), the proxy forwards nothing more, and the pool is joined before
 the driver returns. A record that does not validate is a bug report (bugs/), and that run
@@ -56,9 +56,9 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from harness.data.longmemeval import sha256_file
-from harness.failures import STOPPED, EnvironmentFailure, StageStopping, classify
+from harness.failures import STOPPED, CapReached, EnvironmentFailure, StageStopping, classify
 from harness import studies
-from harness.endpoints.liveness import Liveness
+from harness.endpoints.liveness import Breaker
 from harness.records import RunDir, StageMismatch
 from harness.records.ledger import Ledger, read_ledger
 from harness.records.ledger import mark_interrupted as mark_interrupted_lines
@@ -211,86 +211,6 @@ def mark_interrupted(rd: RunDir, ledger: Ledger, reason: str = "no record", owne
     return mark_interrupted_lines(ledger, started, finished | marked, reason)
 
 
-class Breaker:
-    """Keeps the environment's failures from burning runs (harness.failures).
-
-    Runs that ran out of retries (`failure_reason: retries`) are held while no run has succeeded
-    since: such runs of `n` different questions (trials) in a row, or one after which the server does
-    not answer a plain probe either (`persistent`), stop the stage; they stay unrecorded and run
-    again on resume. A successful run releases what is held as failed runs. Runs an unexplained
-    rejection ended are held the same way while no run of the stage has succeeded yet; `n` with the
-    same rejection stop the stage. `n` is `model.breaker_runs` (3; 0 turns the breaker off)."""
-
-    def __init__(self, n: int, armed: bool = True):
-        self.n, self.armed = n, armed and n > 0
-        self.succeeded = False  # a run of this session succeeded
-        self.held: list[tuple[BaseModel, str]] = []
-        self.streak: list[BaseModel] = []  # runs that ran out of retries since the last successful run
-        self.tripped = False
-        self._lock = threading.Lock()
-
-    def admit(self, record: BaseModel, signature: str | None, persistent: bool = False) -> list[BaseModel]:
-        """The records to write now; raises EnvironmentFailure when the breaker trips."""
-        with self._lock:
-            if self.tripped:
-                return []  # the stage is stopping: runs still in flight stay unrecorded too
-            if record.status == "ok":
-                self.succeeded = True
-                out = [r for r, _ in self.held] + self.streak + [record]
-                self.held.clear()
-                self.streak.clear()
-                self.armed = False
-                return out
-            if record.failure_reason == "retries" and self.n > 0:
-                self.streak.append(record)
-                # of different questions (trials): a question whose own requests break the server is not a dead server
-                asked = {getattr(r, "qid", None) or getattr(r, "trial_id", None) or r.run_id for r in self.streak}
-                if not persistent and len(asked) < self.n:
-                    return []
-                self.tripped = True
-                k = len(self.streak)
-                why = (f"{k} runs of {len(asked)} different questions in a row ran out of retries" if not persistent else
-                       "a run ran out of retries while no call of the stage succeeded, and the server does not "
-                       "answer a plain request either")
-                raise EnvironmentFailure(f"the model server keeps failing: {why}; its last answer: {record.error}",
-                                         "fix or restart the model server (model.base_url), then run the same command: "
-                                         f"the {k} run(s) it hit stay unrecorded and run again")
-            if not self.armed:
-                return [record]
-            if record.failure_reason != "rejected" or signature is None:
-                return [record]
-            self.held.append((record, signature))
-            same = [r for r, sig in self.held if sig == signature]
-            if len(same) < self.n:
-                return []
-            self.tripped = True
-        raise EnvironmentFailure(
-            f"the same endpoint rejection ended the first {len(same)} runs of this stage and no run has "
-            f"succeeded: {record.error}",
-            "fit the request to the endpoint (model.accepts, model.params) or fix the server; the runs it ended "
-            "stay unrecorded, and the same command runs them again")
-
-    def release(self) -> list[BaseModel]:
-        """At the stage's end: what is still held is recorded, unless the breaker tripped. Runs out of retries
-        in a session where no run succeeded are the server's even when they asked fewer than `n` different
-        questions (a small stage, the tail of a resume): EnvironmentFailure, they stay unrecorded."""
-        with self._lock:
-            if self.streak and not self.tripped and not self.succeeded and self.n > 0:
-                self.tripped = True
-                k, asked = len(self.streak), {getattr(r, "qid", None) or getattr(r, "trial_id", None) or r.run_id
-                                              for r in self.streak}
-                raise EnvironmentFailure(
-                    f"the model server keeps failing: {k} runs of {len(asked)} different question(s) ran out of "
-                    f"retries and no run of this session succeeded; its last answer: {self.streak[-1].error}",
-                    "fix or restart the model server (model.base_url), then run the same command: the "
-                    f"{k} run(s) it hit stay unrecorded and run again (if only these questions' own requests fail, "
-                    "model.breaker_runs=0 records them failed)")
-            out = [] if self.tripped else [r for r, _ in self.held] + self.streak
-            self.held.clear()
-            self.streak.clear()
-            return out
-
-
 class StageRunner:
     """Runs planned runs through a study's step: attempts, the breaker, records, this session's totals."""
 
@@ -302,10 +222,10 @@ class StageRunner:
         self.first: dict[str, float] = {}  # "run_started", "record" -> seconds after t0
         self.started_runs = 0
         self.preparer: MemoryPreparer | None = None
-        self.breaker = Breaker(int(step.model_cfg.breaker_runs if step.model_cfg.breaker_runs is not None else 3))
+        n = int(step.model_cfg.breaker_runs if step.model_cfg.breaker_runs is not None else 3)
+        self.breaker = Breaker(n, self._probe, "runs")  # the driver's and both judges' (harness.endpoints.liveness)
+        self.budget = None  # the stage's spending cap (harness.run.budget.Budget), kept by the proxy
         self.why: str | None = None  # the environment failure that stopped the stage (StageStopping says less)
-        self.liveness = Liveness(self._probe)  # the ledger's answered calls, and one probe (harness.endpoints.liveness)
-        self.heard = self.liveness.heard
 
     def _probe(self) -> bool:
         from harness.run.preflight import model_call
@@ -313,11 +233,6 @@ class StageRunner:
         check = model_call(self.step.proxy_url, replace(self.step.model_cfg, max_retries=0), "model")
         print(f"probe after a run ran out of retries:{check.line()}", file=sys.stderr)
         return check.ok is not False
-
-    def silent_since(self, t: float) -> bool:
-        """No call of the stage succeeded since `t`, and the server does not answer one plain request
-        (the preflight's, one attempt: harness.run.preflight.model_call) either: the environment's failure."""
-        return self.breaker.tripped or self.liveness.silent_since(t)
 
     def prepare(self, pending: list) -> MemoryPreparer:
         self.preparer = self.step.prepare(pending)
@@ -328,21 +243,22 @@ class StageRunner:
         self.rd.start_attempt(spec.run_id, attempt, now())
         abort = self.step.abort
         try:
+            refused = self.budget.refused if self.budget is not None else 0
             record, signature = self.step.execute(spec, attempt)
             if abort.is_set() and record.status != "ok":  # cut short by the stop, not by its own failure
                 raise StageStopping()
-            # silent since the run gave up, not since it started: a server that died mid-stage answered the
-            # calls made before it died, this run's own and other runs' alike
-            t = time.monotonic()
-            persistent = (record.status != "ok" and record.failure_reason == "retries" and self.breaker.n > 0
-                          and not self.breaker.tripped and self.silent_since(t))
-            for r in self.breaker.admit(record, signature, persistent):
+            if record.status != "ok" and self.budget is not None and self.budget.refused > refused:
+                raise CapReached()  # a call the cap refused inside a library's own client: not the run's failure
+            key = getattr(record, "qid", None) or getattr(record, "trial_id", None) or record.run_id
+            for r in self.breaker.admit(record, record.status == "ok", record.failure_reason, signature, key,
+                                        str(record.error or "")):
                 self.write(r)
         except EnvironmentFailure as exc:
             with self._lock:  # why the stage stops: the first failure, not the runs it then cut short
                 if self.why is None and not isinstance(exc, StageStopping):
                     self.why = str(exc)
-            abort.set()  # the stage stops: the runs in flight send no further call and end at once
+            if not isinstance(exc, CapReached):  # at the cap, each further call is refused on its own
+                abort.set()  # the stage stops: the runs in flight send no further call and end at once
             raise
         return record
 
@@ -423,14 +339,13 @@ def run_stage(cfg, step: RunStep, rd: RunDir, ledger: Ledger, pending: list, bud
     owned = {r.run_id for r in owned_runs(rd, plan)}
     mark_interrupted(rd, ledger, owned=owned)
     runner = StageRunner(cfg, plan, rd, step)
-    runner.breaker.armed = runner.breaker.armed and not any(r.status == "ok" for r in rd.records())
-    ledger.listeners.append(runner.heard)
+    runner.budget = budget
     started = now()
     stop = None
     try:
         stop = _run_pool(runner, pending, attempts, concurrency, len(owned), len(owned) - len(pending), budget)
         try:
-            held = runner.breaker.release()  # failed runs the breaker held while no run had succeeded
+            held = runner.breaker.release()  # runs still held had no success after them: the server's
         except EnvironmentFailure as exc:
             stop, held = stop or str(exc), []
         for r in held:
@@ -574,6 +489,8 @@ def _collect(finished, bar, runner: StageRunner, stop: list[str]) -> None:
         exc = f.exception()
         if exc is None:
             bar.update(1)
+        elif isinstance(exc, CapReached):
+            stop.append(BUDGET)
         elif isinstance(exc, StageStopping):
             stop.append(runner.why or str(exc))
         elif isinstance(exc, EnvironmentFailure):
@@ -605,7 +522,7 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
     (`stage.judge_after_run`). Returns the stage's RunDir (None for a dry run)."""
     from harness.endpoints.client import retry_line, timeout_s
     from harness.endpoints.proxy import MeteringProxy
-    from harness.endpoints.registry import open_endpoint
+    from harness.endpoints.registry import open_endpoint, served_context
     from harness.endpoints.usage import context_tokens, counter
     from harness.records.ledger import Ledger
     from harness.run import fidelity
@@ -653,7 +570,7 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
                   file=sys.stderr)
         # the spending cap covers the whole stage: every shard's ledger, the judge's calls too
         budget = Budget(cfg.get("budget_usd"), model_cfg.get("prices"),
-                        OmegaConf.to_container(cfg.judge, resolve=True).get("prices"), rd.ledger_paths())
+                        OmegaConf.to_container(cfg.judge, resolve=True).get("prices"), rd.ledger_paths)
         if budget.cap is not None:
             print(f"  budget: ${budget.spent:.4f} of ${budget.cap:.4f} spent so far (list price, agents and judge)",
                   file=sys.stderr)
@@ -666,15 +583,20 @@ def drive(step, cfg, sweep: dict | None = None, judge_after=None):
                 print(f"  context  {endpoint.info['context_tokens']:,} tokens ({endpoint.info['context_source']})",
                       file=sys.stderr)
             ledger = Ledger(rd.ledger_path)
-            ledger.listeners.append(budget.add)
             stack.callback(ledger.close)
             proxy = stack.enter_context(MeteringProxy(endpoint.base_url, ledger, endpoint.key,
                                                       timeout_s(step.model_cfg), str(step.model_cfg.model),
-                                                      context_tokens(step.model_cfg), counter(step.model_cfg)))
+                                                      context_tokens(step.model_cfg), counter(step.model_cfg), budget))
             proxy.stopping = step.abort  # the stage stopping: the proxy forwards nothing more
             calls = pf.stage_calls(proxy.base_url, cfg, shapes, ledger)  # one per request shape
             print("\n".join(c.line() for c in calls), file=sys.stderr)
             pf.raise_first_failure(calls)
+            if step.model_cfg.truncates_silently and not context_tokens(step.model_cfg):
+                # Ollama lists a model's context in /api/ps only once it is loaded: the preflight loaded it
+                ctx, source = served_context(endpoint.base_url, str(step.model_cfg.model), endpoint.key)
+                if ctx:
+                    step.model_cfg.context_tokens = proxy.context = ctx
+                    print(f"  context  {ctx:,} tokens ({source}, once loaded)", file=sys.stderr)
             if budget.estimated_line():
                 print(budget.estimated_line(), file=sys.stderr)
             step.start(rd, info, endpoint, proxy.base_url)

@@ -33,7 +33,7 @@ from harness.run.settings import condition_node
 from harness.endpoints.client import Agent, Meter, ModelCallFailed, backoff_s
 from harness.endpoints.registry import PROVIDERS
 from harness.endpoints.settings import EndpointSettings, endpoint_settings
-from harness.failures import EnvironmentFailure, classify
+from harness.failures import CapReached, EnvironmentFailure, classify
 
 ROLE = "preflight"
 PROMPT = "Reply with OK."
@@ -267,6 +267,8 @@ def send(proxy_url: str, shape: Shape) -> Check:
                   backoff_s=backoff_s(mc), params={**shape.params, "max_tokens": 1})
     try:
         agent.complete(messages(shape.params, shape.system), shape.tools, tool_choice=shape.tool_choice)
+    except CapReached:
+        raise  # the spending cap, not the endpoint: exit 4
     except EnvironmentFailure as exc:
         return Check("model", False, f"{shape.who} ({shape.what}): {exc}")
     except ModelCallFailed as exc:
@@ -294,6 +296,8 @@ def judge_preflight(proxy_url: str, judge_cfg, budget=None, config: dict | None 
                   max_retries=min(2, _retries(mc)), backoff_s=backoff_s(mc), params={**shape.params, "max_tokens": 1})
     try:
         agent.complete(messages(shape.params))
+    except CapReached:
+        raise
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"preflight judge failed: {exc.what}", exc.fix) from exc
     except ModelCallFailed as exc:

@@ -1,0 +1,193 @@
+"""The one breaker of the driver and both judges (harness.endpoints.liveness.Breaker, issue 42).
+
+The server is judged by what it answered since the failures began: runs (judgements) out of retries or
+rejected the same unexplained way are held, recorded failed only once a later one succeeds, and stop the
+stage unrecorded otherwise — whatever succeeded earlier and whatever the one-token probe answers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+
+import pytest
+
+from bench.fake_upstream import is_preflight
+from harness.cli.run import run_agents
+from harness.endpoints.liveness import Breaker
+from harness.failures import STOPPED, EnvironmentFailure, exit_code
+from judge.answer_check import load_judgements
+from judge.rubric import load_rubric
+from tests import endpoint_replies as R
+from tests.fake_model import FakeModel
+from tests.test_failures_midstage import _shared_cache, agents_cfg, recs, stage_of, stopped  # noqa: F401 (fixture)
+from tests.test_judge import judge_cmd, judge_fixed_server, judge_script, judged_exactly_the_rest, stage_dir
+from tests.test_judge import stage, stage_runs  # noqa: F401 (fixtures)
+from tests.test_judge_rubric_breaker import graded, judge, rerun_scores_exactly_the_rest
+from tests.test_judge_rubric_breaker import stage as rubric_stage  # noqa: F401 (fixture)
+
+
+# ------------------------------------------------------------------ the rule itself
+
+def test_a_success_before_the_failures_began_does_not_disarm_the_rejection_breaker():
+    b = Breaker(3)
+    assert b.admit("ok1", True) == ["ok1"]
+    assert b.admit("r1", False, "rejected", "400:Bad Request", "q1") == []
+    assert b.admit("r2", False, "rejected", "400:Bad Request", "q2") == []
+    with pytest.raises(EnvironmentFailure, match="same endpoint rejection ended 3 runs"):
+        b.admit("r3", False, "rejected", "400:Bad Request", "q3", "Bad Request")
+    assert b.admit("ok2", True) == [] and b.release() == []  # tripped: nothing after it is recorded either
+
+
+def test_held_failures_are_recorded_only_once_a_later_unit_succeeds():
+    b = Breaker(3)
+    assert b.admit("f1", False, "retries", None, "q1") == []
+    assert b.admit("own", False, "context_length", None, "q2") == ["own"]  # the run's own failure: at once
+    assert b.admit("f2", False, "retries", None, "q1") == []  # same question: not yet n different ones
+    assert b.admit("ok", True) == ["f1", "f2", "ok"]  # the server kept answering others
+    assert b.release() == []
+
+
+def test_failures_still_held_at_the_end_are_the_servers_whatever_succeeded_earlier():
+    b = Breaker(3, probe=lambda: True)  # the probe answers: it decides nothing
+    assert b.admit("ok", True) == ["ok"]
+    assert b.admit("tail1", False, "retries", None, "q1") == []
+    assert b.admit("tail2", False, "rejected", "400:x", "q2") == []
+    with pytest.raises(EnvironmentFailure, match="none succeeded after them"):
+        b.release()
+
+
+def test_a_failing_probe_stops_at_the_first_run_out_of_retries_and_n_zero_records_every_failure():
+    with pytest.raises(EnvironmentFailure, match="does not answer a plain request"):
+        Breaker(3, probe=lambda: False).admit("f", False, "retries", None, "q")
+    off = Breaker(0, probe=lambda: False)
+    assert off.admit("f", False, "retries", None, "q") == ["f"] and off.release() == []
+
+
+# ------------------------------------------------------------------ the driver
+
+def test_a_gateway_turning_to_unexplained_400s_after_one_success_stops_the_stage_and_burns_nothing(tmp_path):
+    """16 of 18 runs were recorded `rejected` with exit 0: the breaker disarmed at the first success."""
+    answered = {"n": 0}
+
+    def refuse(req):
+        if is_preflight(req):
+            return None
+        answered["n"] += 1
+        return R.OPAQUE if answered["n"] > 1 else None
+
+    with FakeModel(refuse=refuse) as fake:
+        exc = stopped(run_agents, agents_cfg(tmp_path, fake, "concurrency=1", "model.breaker_runs=2"))
+        assert exit_code(exc) == STOPPED and "same endpoint rejection" in str(exc), exc
+        first = recs(stage_of(tmp_path))
+        assert all(r["status"] == "ok" for r in first.values()) and len(first) <= 1
+        fake.refuse = None  # the gateway is fixed: the same command runs every run left
+        run_agents(agents_cfg(tmp_path, fake, "concurrency=1", "model.breaker_runs=2"))
+    after = recs(stage_of(tmp_path))
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
+
+
+def test_runs_at_the_tail_failing_while_the_probe_answers_stay_unrecorded_and_exit_3(tmp_path):
+    """A gateway that drops the runs' requests near the end but answers the one-token probe."""
+    with FakeModel(dies_with="503", dies_after=3) as fake:
+        fake.refuse = lambda req: None
+        real = fake._next_fault
+        fake._next_fault = lambda req: None if is_preflight(req) else real(req)  # the probe always answers
+        exc = stopped(run_agents, agents_cfg(tmp_path, fake, "concurrency=1"))
+        assert exit_code(exc) == STOPPED and "none succeeded after them" in str(exc), exc
+        first = recs(stage_of(tmp_path))
+        assert 0 < len(first) < 4 and all(r["status"] == "ok" for r in first.values())
+        fake.dies_with = None
+        run_agents(agents_cfg(tmp_path, fake, "concurrency=1"))
+    after = recs(stage_of(tmp_path))
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
+    assert all(after[k]["finished"] == v["finished"] for k, v in first.items())  # the first session's kept
+
+
+# ------------------------------------------------------------------ both judges
+
+def test_the_answer_check_writes_no_failed_judgement_when_the_server_fails_every_call_but_answers_the_probe(stage):  # noqa: F811
+    with FakeModel(script=lambda req: judge_script(req, None), dies_with="503", dies_after=2) as fake:
+        real = fake._next_fault
+        fake._next_fault = lambda req: None if is_preflight(req) else real(req)  # the probe always answers
+        res = subprocess.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=1"), capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 3, res.stderr
+        assert "judge's server keeps failing" in res.stderr
+        first = load_judgements(stage_dir(stage), "vllm")
+        assert {v["status"] for v in first.values()} <= {"ok", "failed_run"}  # nothing written failed
+        ok = {k: v for k, v in first.items() if v["status"] == "ok"}
+        asked = judge_fixed_server(stage, fake)
+    judged_exactly_the_rest(stage, ok, asked)
+
+
+def test_the_rubric_judge_writes_no_failed_score_when_its_server_turns_to_unexplained_400s(rubric_stage, capsys):  # noqa: F811
+    tmp, rd = rubric_stage
+    state = {"n": 0}
+
+    def script(req):
+        return {"role": "assistant", "content": '{"profile_usage": 4, "task_usage": 3, "integration": 2}'} \
+            if req["messages"][0]["content"].startswith("You are grading") else {"role": "assistant", "content": "OK"}
+
+    def refuse(req):
+        if not req["messages"][0]["content"].startswith("You are grading"):
+            return None
+        state["n"] += 1
+        return R.OPAQUE if state["n"] > 1 else None
+
+    with FakeModel(script=script, refuse=refuse) as fake:
+        code, err = judge(tmp, fake, capsys)
+        assert code == STOPPED and "judge's server keeps failing" in err, err
+        first = load_rubric(rd, "rj")
+        assert {v["status"] for v in first.values()} == {"ok"} and len(first) == 1  # one scored, none failed
+        assert len(graded(fake)) == 4  # the one answered, then breaker_runs (3) rejections
+        fake.refuse = None
+        rerun_scores_exactly_the_rest(tmp, rd, fake, capsys, first)
+
+
+# ------------------------------------------------------------------ property: random servers over sharded stages
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+SERVER = {"500": (500, {"error": {"message": "boom", "type": "server_error"}}),
+          "503": (503, {"error": {"message": "no healthy upstream", "type": "service_unavailable"}}),
+          "400": R.OPAQUE}
+
+
+@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(script=st.lists(st.sampled_from(["ok", "ok", "500", "503", "400"]), min_size=2, max_size=16))
+def test_property_no_run_is_recorded_failed_for_a_fault_of_the_server(tmp_path_factory, script):
+    """Two shards of a stage, one after the other, against a server answering each request as `script` says
+    (then answering): a run recorded failed (out of retries, or rejected) always has a run answered after it
+    (the server kept answering others); every stop is exit 3; and the same commands on the fixed server
+    record every run exactly once."""
+    tmp = tmp_path_factory.mktemp("prop")
+    todo = list(script)
+    lock = threading.Lock()
+
+    def refuse(req):
+        with lock:
+            kind = todo.pop(0) if todo else "ok"
+        return SERVER.get(kind)
+
+    def shards(fake) -> None:
+        for i in range(2):
+            try:
+                run_agents(agents_cfg(tmp, fake, f"shard={i}/2", "concurrency=1", "model.breaker_runs=2"))
+            except Exception as exc:  # noqa: BLE001 - a stop, checked
+                assert exit_code(exc) == STOPPED, exc
+
+    with FakeModel(refuse=refuse) as fake:
+        shards(fake)
+        first = recs(stage_of(tmp))
+        for r in first.values():
+            if r["status"] != "ok":
+                assert r["failure_reason"] in ("retries", "rejected"), r["error"]
+                assert any(o["status"] == "ok" and o["finished"] > r["finished"] for o in first.values()), r["run_id"]
+        fake.refuse = None  # the server is fixed
+        shards(fake)
+    after = recs(stage_of(tmp))
+    assert len(after) == 4 and {k: v["finished"] for k, v in first.items()} == \
+        {k: after[k]["finished"] for k in first}  # nothing recorded twice, the first session's kept
+    assert all(r["status"] == "ok" for k, r in after.items() if k not in first)
