@@ -13,14 +13,19 @@ same runs (`against`): a judge that graded a sample is compared with the main ju
 sample, never with the main judge on all runs. A check whose verdict or reference is undecided
 (missing judgements, nothing graded) is "not comparable" and shows its overlap (n of the main's n).
 `p_chance` is the probability that the check flips by chance, computed by running the registered
-rules themselves (`chance_of_flips`): each label on the reference runs is flipped independently at
-the other judge's observed disagreement rate r (no systematic disagreement), every conclusion is
-decided again by the same function that decided it (prereg.redecide: exact McNemar, the interval
-rules with their bootstrap, H2c's intersection-union, Holm over the family; `decide_comparison` for
-a paired comparison), and the share of relabellings whose decided verdict differs from the
-reference's is the chance, with its Monte Carlo standard error. Seeded; CHANCE_SIMS relabellings,
-each bootstrap at most CHANCE_RESAMPLES resamples (the reference decided at the same count, so
-r = 0 flips nothing).
+rules themselves (`chance_of_flips`): for each conclusion, only the labels it reads (those `Rule.gather`
+gathered for its tests; a comparison's paired runs) are flipped, each independently, each kind (correct,
+leak) at the other judge's observed disagreement on exactly those labels (`chance_rate`, e.g. "correct
+3/40; leak 0/30": a leak count the other judge never disagreed on cannot flip by chance; a label of a
+repeat or condition no conclusion reads changes no rate). Every relabelling is decided again by the same
+function that decided the report (prereg.redecide: exact McNemar, the interval rules with their bootstrap,
+H2c's intersection-union, Holm over the family with the other hypotheses' labels as they are;
+`decide_comparison` for a paired comparison) at the registered resamples and seed: the same bootstrap
+draw as the reported decision (common random numbers), so the reference is the reported verdict, a
+relabelling that changes none of its labels decides it exactly and r = 0 flips nothing. The share of
+relabellings whose decided verdict differs from the reported one is the chance, with its Monte Carlo
+standard error sqrt(p(1-p)/CHANCE_SIMS) (the only Monte Carlo error left: the decisions are exact given the
+draw). Seeded by the analysis seed and the judge.
 """
 
 from __future__ import annotations
@@ -38,10 +43,10 @@ from analysis.stats import make_rng
 from analysis.tables.common import Settings
 
 COLUMNS = ("conclusion", "kind", "component", "test", "labels", "main", "n", "estimate", "lo", "hi", "p",
-           "holds", "verdict", "rule", "threshold", "against", "p_chance", "p_chance_se", "folder", "overlap")
+           "holds", "verdict", "rule", "threshold", "against", "p_chance", "p_chance_se", "chance_rate", "folder",
+           "overlap")
 NOT_DECIDED = ("not run", "not evaluable", "undecided", "descriptive")
-CHANCE_SIMS = 400  # relabellings per other judge (Monte Carlo se of a chance at most 0.025)
-CHANCE_RESAMPLES = 1000  # bootstrap resamples of each interval rule inside the simulation (the analysis: 10,000+)
+CHANCE_SIMS = 400  # relabellings per conclusion and other judge (Monte Carlo se of a chance at most 0.025)
 
 
 def comparison_id(folder: str, variant: str, a: str, b: str) -> str:
@@ -79,7 +84,8 @@ def outcome_rows(outcomes: list, judged: set[str], labels: str, main: bool) -> l
                          "p": math.nan if c.p is None else c.p,
                          "holds": None if c.holds is None else bool(c.holds), "verdict": o.outcome,
                          "rule": c.rule, "threshold": 0.0 if c.rule == "mcnemar_superior" else c.threshold,
-                         "against": "", "p_chance": math.nan, "p_chance_se": math.nan, "folder": c.folder,
+                         "against": "", "p_chance": math.nan, "p_chance_se": math.nan, "chance_rate": "",
+                         "folder": c.folder,
                          "overlap": ""})
     return rows
 
@@ -121,7 +127,7 @@ def conclusions(res: Any, runs: pd.DataFrame, labels: str, main: bool = False, o
         rows.append({"conclusion": cid, "kind": "comparison", "component": 0,
                      "test": f"accuracy {a} − {b} (points)", "labels": labels, "main": main, **d,
                      "holds": None, "rule": "comparison", "threshold": 0.0, "against": "", "p_chance": math.nan,
-                     "p_chance_se": math.nan, "folder": folder, "overlap": ""})
+                     "p_chance_se": math.nan, "chance_rate": "", "folder": folder, "overlap": ""})
     return rows
 
 
@@ -138,49 +144,99 @@ def relabel(labels: dict[str, np.ndarray], r: float, rng: np.random.Generator) -
     return out
 
 
-def chance_of_flips(res: Any, runs: pd.DataFrame, r: float, key: str = "", sims: int = CHANCE_SIMS,
-                    resamples: int = CHANCE_RESAMPLES) -> dict[str, tuple[float, float]]:
-    """conclusion -> (chance it flips, Monte Carlo se) when every label of `runs` (the reference: the main
-    judge on the other judge's runs) is flipped independently at rate r and each conclusion is decided again
-    by its own rule (`simulate_flips`). Seeded by the analysis seed and `key` (the judge): a report reproduces."""
-    if not (r == r) or r < 0:
-        return {}
-    ctx = P.Context(runs, res.folders, res.table("table4"), res.first_calls)
-    ref = P.reevaluate(res.prereg, ctx, main_outcomes(res), resamples_cap=resamples)
-    st = Settings(res.settings.seed, min(int(res.settings.resamples), int(resamples)), res.settings.confidence)
-    pairs = {cid: reads for cid, (_, reads) in _comparison_reads(res, runs).items()}
-    rng = make_rng([int(res.settings.seed), zlib.crc32(key.encode())])
-    return simulate_flips(res.prereg, ref, pairs, P.labels_of(runs), r, rng, sims, resamples, st)
-
-
-def simulate_flips(prereg: P.Prereg, ref: list, pairs: dict[str, P.Reads], labels: dict[str, np.ndarray], r: float,
-                   rng: np.random.Generator, sims: int = CHANCE_SIMS, resamples: int = CHANCE_RESAMPLES,
-                   st: Settings | None = None) -> dict[str, tuple[float, float]]:
-    """The relabelling simulation: `ref` (outcomes evaluated on the reference labels, at most `resamples`
-    resamples) and `pairs` (paired comparisons, decided at `st`) decided again on `sims` relabellings at
-    rate r, through the same functions (prereg.redecide, decide_comparison). A flip: a decided verdict other
-    than the reference's; an undecided reference gives NaN. Returns conclusion -> (chance, its Monte Carlo se)."""
+def read_sets(prereg: P.Prereg, ref: list, pairs: dict[str, P.Reads]) -> dict[str, dict[str, np.ndarray]]:
+    """conclusion -> label kind (correct, leak) -> positions of the labels it reads: what `Rule.gather`
+    gathered for its tests (a hypothesis), the paired runs (a comparison). Nothing else it could read."""
     judged = {h["id"] for h in prereg.hypotheses if P.reads_judgements(h)}
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for o in ref:
+        if o.id not in judged:
+            continue
+        s: dict[str, np.ndarray] = {}
+        for c in o.components:
+            if c.reads is not None and not c.error:
+                s[c.reads.col] = np.union1d(s.get(c.reads.col, np.array([], int)), P.read_positions(c.reads))
+        out[o.id] = s
+    for cid, reads in pairs.items():
+        out[cid] = {reads.col: P.read_positions(reads)}
+    return out
 
-    def verdicts(outs, lab) -> dict[str, str]:
-        v = {o.id: o.outcome for o in outs if o.id in judged}
-        v.update({cid: decide_comparison(reads, lab, st)["verdict"] for cid, reads in pairs.items()})
-        return v
 
-    base = verdicts(ref, labels)
-    live = [cid for cid, v in base.items() if not undecided(v)]
-    flips = dict.fromkeys(live, 0)
-    runs = sims if r > 0 else 0  # r = 0 changes no label: nothing can flip
-    for _ in range(runs):
-        lab = relabel(labels, r, rng)
-        got = verdicts(P.redecide(prereg, ref, lab, resamples), lab)
-        for cid in live:
-            if not undecided(got[cid]) and got[cid] != base[cid]:
-                flips[cid] += 1
+def rates_of(sets: dict[str, dict[str, np.ndarray]], mine: dict[str, np.ndarray], other: dict[str, np.ndarray]
+             ) -> dict[str, dict[str, tuple[int, int]]]:
+    """conclusion -> label kind -> (labels the other judge gave differently, labels both gave) among exactly
+    the labels that conclusion reads: its own observed disagreement rate per kind, never a pooled one."""
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for cid, s in sets.items():
+        out[cid] = {}
+        for col, pos in s.items():
+            a, b = mine[col][pos], other[col][pos]
+            both = ~np.isnan(a) & ~np.isnan(b)
+            out[cid][col] = (int((a[both] != b[both]).sum()), int(both.sum()))
+    return out
+
+
+def rate_text(rates: dict[str, tuple[int, int]]) -> str:
+    """'correct 3/40; leak 0/30' (the rates a conclusion's chance was computed at)."""
+    return "; ".join(f"{col} {k}/{m}" for col, (k, m) in sorted(rates.items()))
+
+
+def chance_of_flips(res: Any, runs: pd.DataFrame, other: pd.DataFrame, key: str = "", sims: int = CHANCE_SIMS
+                    ) -> dict[str, tuple[float, float, str]]:
+    """conclusion -> (chance it flips, Monte Carlo se, the rates used) when the labels it reads on `runs` (the
+    reference: the main judge on the other judge's runs, decided exactly as reported) are flipped independently
+    at the rate the other judge (`other`, the same runs) disagrees on those labels, kind by kind, and it is
+    decided again by its own rule (`simulate_flips`). Seeded by the analysis seed and `key` (the judge)."""
+    ctx = P.Context(runs, res.folders, res.table("table4"), res.first_calls)
+    ref = P.reevaluate(res.prereg, ctx, main_outcomes(res))
+    pairs = {cid: reads for cid, (_, reads) in _comparison_reads(res, runs).items()}
+    labels = P.labels_of(runs)
+    rates = rates_of(read_sets(res.prereg, ref, pairs), labels, P.labels_of(other))
+    rng = make_rng([int(res.settings.seed), zlib.crc32(key.encode())])
+    got = simulate_flips(res.prereg, ref, pairs, labels, rates, rng, sims, res.settings)
+    return {cid: (*pc, rate_text(rates.get(cid, {}))) for cid, pc in got.items()}
+
+
+def simulate_flips(prereg: P.Prereg, ref: list, pairs: dict[str, P.Reads], labels: dict[str, np.ndarray],
+                   rates: dict[str, dict[str, tuple[int, int]]], rng: np.random.Generator, sims: int = CHANCE_SIMS,
+                   st: Settings | None = None) -> dict[str, tuple[float, float]]:
+    """The relabelling simulation. `ref`: outcomes evaluated on the reference labels at their registered
+    resamples (the reported decisions); `pairs`: paired comparisons, decided at `st` (the report's settings).
+    For each conclusion, on each of `sims` relabellings, only the labels it reads are flipped, each kind at its
+    own rate (`rates`: k disagreements of m labels), and it is decided again through the same functions
+    (prereg.redecide, decide_comparison) with the same seed and resamples: the same bootstrap draw (common
+    random numbers), so a relabelling that changes none of its labels decides exactly the reported verdict, and
+    r = 0 flips nothing. A flip: a decided verdict other than the reference's; an undecided reference, or a
+    kind with no label both judges gave, gives NaN. Returns conclusion -> (chance, its Monte Carlo se)."""
+    sets = read_sets(prereg, ref, pairs)
+    base = {o.id: o.outcome for o in ref if o.id in sets}
+    base.update({cid: decide_comparison(reads, labels, st)["verdict"] for cid, reads in pairs.items()})
     out = {cid: (math.nan, math.nan) for cid in base}
-    for cid in live:
-        p = flips[cid] / runs if runs else 0.0
-        out[cid] = (p, math.sqrt(p * (1 - p) / runs) if runs else 0.0)
+    for cid, s in sets.items():
+        rs = rates.get(cid, {})
+        if undecided(base[cid]) or any(rs.get(col, (0, 0))[1] == 0 for col in s):
+            continue
+        known = {col: pos[~np.isnan(labels[col][pos])] for col, pos in s.items()}
+        seen: dict[bytes, str] = {}
+        flips = 0
+        for _ in range(sims):
+            changed = {col: pos[rng.random(len(pos)) < rs[col][0] / rs[col][1]] for col, pos in known.items()}
+            if not any(len(v) for v in changed.values()):
+                continue  # none of its labels changed: the reported verdict, exactly
+            memo = b"|".join(col.encode() + v.tobytes() for col, v in sorted(changed.items()))
+            if memo not in seen:
+                lab = {col: v.copy() for col, v in labels.items()}
+                for col, v in changed.items():
+                    lab[col][v] = 1.0 - lab[col][v]
+                if cid in pairs:
+                    seen[memo] = decide_comparison(pairs[cid], lab, st)["verdict"]
+                else:
+                    got = P.redecide(prereg, ref, lab, changed)
+                    seen[memo] = next(o.outcome for o in got if o.id == cid)
+            v = seen[memo]
+            flips += int(not undecided(v) and v != base[cid])
+        p = flips / sims
+        out[cid] = (p, math.sqrt(p * (1 - p) / sims))
     return out
 
 
@@ -236,8 +292,8 @@ def summary(verdicts: pd.DataFrame, what: str) -> str:
     k, f, e = int(verdicts["checks"].sum()), int(verdicts["flips"].sum()), float(verdicts["chance_flips"].sum())
     se = float(verdicts["chance_flips_se"].sum()) if "chance_flips_se" in verdicts else math.nan
     nc = int((verdicts["not_comparable_under"].astype(str) != "").sum())
-    chance = (f"; random disagreement at each judge's observed rate would flip about {e:.2f} of them (each rule "
-              f"run on {CHANCE_SIMS} seeded relabellings, bootstraps of {CHANCE_RESAMPLES:,} resamples; Monte Carlo "
-              f"error at most ±{se:.2f})" if what == "judges" else "")
+    chance = (f"; random disagreement at each judge's observed rate on the labels each conclusion reads would flip "
+              f"about {e:.2f} of them (each rule run on {CHANCE_SIMS} seeded relabellings at its registered "
+              f"resamples; Monte Carlo error at most ±{se:.2f})" if what == "judges" else "")
     return (f"{k} check(s) made ({what}; each conclusion under each other set of labels against the reference on "
             f"the same runs), {f} flip(s){chance}; {nc} conclusion(s) with a check that is not comparable.")

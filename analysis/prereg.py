@@ -709,17 +709,15 @@ def _verdict(comps: list[Component], family: str) -> tuple[str, bool | None]:
     return "not supported", False
 
 
-def evaluate(prereg: Prereg, ctx: Context, resamples_cap: int | None = None) -> list[Outcome]:
-    """Every hypothesis on ctx.runs: each test gathered and decided by its rule, then `decide` (IUT, verdict,
-    Holm). `resamples_cap` bounds every bootstrap (the relabelling simulation's reduced count; None: as registered)."""
+def evaluate(prereg: Prereg, ctx: Context) -> list[Outcome]:
+    """Every hypothesis on ctx.runs: each test gathered and decided by its rule at its registered resamples,
+    then `decide` (IUT, verdict, Holm)."""
     s = prereg.settings
     ctx.alpha, ctx.confidence = float(s["alpha"]), float(s["confidence"])
     out: list[Outcome] = []
     for h in prereg.hypotheses:
         ctx.used = set()
         resamples = int(h.get("resamples") or (s["primary_resamples"] if h["family"] == "primary" else s["resamples"]))
-        if resamples_cap:
-            resamples = min(resamples, int(resamples_cap))
         st = Settings(int(s["seed"]), resamples, ctx.confidence)
         comps = []
         for i, t in enumerate(h["tests"]):
@@ -777,10 +775,12 @@ def decide(prereg: Prereg, outcomes: list[Outcome], alpha: float) -> None:
 
 
 def redecide(prereg: Prereg, base: Sequence[Outcome], labels: dict[str, np.ndarray],
-             resamples_cap: int | None = None) -> list[Outcome]:
+             changed: dict[str, np.ndarray] | None = None) -> list[Outcome]:
     """The outcomes of `base` (evaluated on some runs frame) with other values of the labels they read
     (`labels`, by position in that frame): every test that read labels is decided again by its own rule
-    (`Rule.decide`, its seed, at most `resamples_cap` resamples), the others kept, then `decide`."""
+    (`Rule.decide`, the seed and resamples that decided it: the same bootstrap draw, so unchanged labels give
+    exactly base's decision), the others kept, then `decide`. `changed` (col -> positions whose label differs
+    from base's): only tests reading one of them are decided again, the others are kept as decided."""
     alpha, conf = float(prereg.settings["alpha"]), float(prereg.settings["confidence"])
     out = []
     for o in base:
@@ -790,16 +790,26 @@ def redecide(prereg: Prereg, base: Sequence[Outcome], labels: dict[str, np.ndarr
                 comps.append(c)
                 continue
             c2 = dataclasses.replace(c)
+            if changed is not None and not _touches(c.reads, changed):
+                comps.append(c)
+                continue
             b = int(c.resamples) if c.resamples == c.resamples else 1
-            b = min(b, int(resamples_cap)) if resamples_cap else b
             seed = int(c.seed) if c.seed == c.seed else int(prereg.settings["seed"])
             RULES[c.rule].decide(c.reads, labels, c.test, Settings(seed, b, conf), alpha, c2)
-            if c.resamples == c.resamples:
-                c2.resamples = b
             comps.append(c2)
         out.append(dataclasses.replace(o, components=comps))
     decide(prereg, out, alpha)
     return out
+
+
+def read_positions(reads: Reads) -> np.ndarray:
+    """The positions of every label a test reads (a's and b's runs of a paired test, one condition's of a count)."""
+    return np.unique(reads.a if reads.b is None else np.concatenate([reads.a, reads.b]))
+
+
+def _touches(reads: Reads, changed: dict[str, np.ndarray]) -> bool:
+    ch = changed.get(reads.col)
+    return ch is not None and bool(np.isin(read_positions(reads), ch).any())
 
 
 def reads_judgements(h: dict) -> bool:
@@ -807,8 +817,7 @@ def reads_judgements(h: dict) -> bool:
     return any(RULES[t["rule"]].reads_judgements for t in h["tests"])
 
 
-def reevaluate(prereg: Prereg, ctx: Context, base: Sequence[Outcome],
-               resamples_cap: int | None = None) -> list[Outcome]:
+def reevaluate(prereg: Prereg, ctx: Context, base: Sequence[Outcome]) -> list[Outcome]:
     """The outcomes on other labels (another judge, corrected gold) in `ctx.runs`: every hypothesis
     that reads judgements is evaluated again, the others are copied from `base` (their numbers do
     not depend on labels), and every hypothesis and Holm decided on the mix (`decide`)."""
@@ -816,7 +825,7 @@ def reevaluate(prereg: Prereg, ctx: Context, base: Sequence[Outcome],
 
     judged = [h for h in prereg.hypotheses if reads_judgements(h)]
     sub = dataclasses.replace(prereg, hypotheses=judged, settings={**prereg.settings, "holm_family": []})
-    fresh = {o.id: o for o in evaluate(sub, ctx, resamples_cap)}
+    fresh = {o.id: o for o in evaluate(sub, ctx)}
     out = [fresh[o.id] if o.id in fresh else copy.deepcopy(o) for o in base]
     decide(prereg, out, float(prereg.settings["alpha"]))
     return out

@@ -160,7 +160,8 @@ def resample_indices(n: int, n_resamples: int, seed: int) -> np.ndarray:
 
 
 _COUNTS_CACHE: dict[tuple, np.ndarray] = {}
-_COUNTS_CACHED = 1 << 22  # n x resamples up to which a draw is kept (8 MB): the relabelling simulation reuses it
+_COUNTS_CACHE_BYTES = 256 << 20  # draws kept, oldest dropped first: the relabelling simulation decides every
+# relabelling at the registered resamples on the report's own draw, so redrawing it each time would dominate
 
 
 def resample_counts(n: int, n_resamples: int, seed: int, *, chunk_rows: int | None = None) -> np.ndarray:
@@ -185,9 +186,9 @@ def resample_counts(n: int, n_resamples: int, seed: int, *, chunk_rows: int | No
         idx = rng.integers(0, n, size=(c, n), dtype=np.int32)
         flat = (idx + (np.arange(c, dtype=np.int64) * n)[:, None]).ravel()
         counts[:, s : s + c] = np.bincount(flat, minlength=c * n).reshape(c, n).T
-    if n * n_resamples <= _COUNTS_CACHED:  # read-only, so a cached draw cannot be changed by a caller
+    if counts.nbytes <= _COUNTS_CACHE_BYTES // 2:  # read-only, so a cached draw cannot be changed by a caller
         counts.flags.writeable = False
-        if len(_COUNTS_CACHE) >= 8:
+        while _COUNTS_CACHE and sum(c.nbytes for c in _COUNTS_CACHE.values()) + counts.nbytes > _COUNTS_CACHE_BYTES:
             _COUNTS_CACHE.pop(next(iter(_COUNTS_CACHE)))
         _COUNTS_CACHE[key] = counts
     return counts

@@ -164,13 +164,43 @@ def _sentence(text: str) -> str:
     return text if text[-1:] in ".!?" else text + "."
 
 
+# a word before a number that makes it a name or a code, not a count ("Flight 93", "room 12", "area code 415")
+_ID_WORD = re.compile(r"^(?:code|number|no|#|flight|room|gate|model|version|route|apartment|apt|unit|suite|bus|line|"
+                      r"channel|extension|ext|pin|zip|id|locker|combination|seat|platform|track|exit|highway|"
+                      r"interstate|agent|floor|level|station|lane|street|avenue|st|ave|road|box|page|chapter|"
+                      r"episode|season|volume|vol|part|item|order|ticket|account|card|table|desk|car|engine)$", re.I)
+
+
+def quantity(text: str, m: re.Match) -> bool:
+    """Whether the number `m` in `text` is a count by construction, so that writing it in words keeps the answer:
+    the allowlist is no leading zero ("007", "0412" are codes), no capitalised or possessive word before it
+    ("Agent 7", "Boeing 747", "Levi's 501", "Blink 182") nor a word that makes it a label ("room 12", "area code
+    415"), and a number of three digits only with a lowercase word after it ("150 pages"). Anything else: no."""
+    digits = m.group(0)
+    if len(digits) > 1 and digits.startswith("0"):
+        return False
+    before = text[:m.start()].rstrip()
+    prev = re.search(r"([^\s]+)$", before)  # the word right before it ("bus, 30": a comma parts them)
+    if prev and re.fullmatch(r"(?i)(no|nr|vol|st|ave|apt|ext|rm|ch|ep|pt)\.", prev.group(1)):
+        return False  # "No. 5", "Apt. 12"
+    if prev and not re.search(r"[,;:.)]$", prev.group(1)) and (re.match(r"[A-Z]", prev.group(1)) or "'" in prev.group(1) or "\u2019" in prev.group(1)
+                 or _ID_WORD.search(prev.group(1))):
+        return False
+    if len(digits) >= 3 and not re.match(r"\s+[a-z]", text[m.end():]):
+        return False
+    return True
+
+
 def _number_words(question: str, gold: str) -> str | None:
     """The whole gold with each of its numbers in words ("3 days" -> "three days"), or None unless every digit
-    of the gold is a plain whole number below 1000 and the gold names no date (then a number is a day)."""
+    of the gold is a plain whole number below 1000 that is a count (`quantity`) and the gold names no date."""
     if _MONTH.search(gold) or _DAY.search(gold) or _ISO.search(gold):
         return None
-    out = _PLAIN_NUMBER.sub(lambda m: in_words(int(m.group(0))) or m.group(0), gold.strip())
-    if re.search(r"\d", out) or out == gold.strip():
+    g = gold.strip()
+    if not all(quantity(g, m) for m in _PLAIN_NUMBER.finditer(g)):
+        return None
+    out = _PLAIN_NUMBER.sub(lambda m: in_words(int(m.group(0))) or m.group(0), g)
+    if re.search(r"\d", out) or out == g:
         return None
     return "From what you told me earlier: " + _sentence(out)
 
@@ -187,6 +217,44 @@ def _without_number_words(text: str) -> list[str]:
         if t not in _NUMBER_WORDS and not inside:
             keep.append(t)
     return keep
+
+
+_ONCE = {"once": "1", "twice": "2", "thrice": "3"}
+_UNITLESS = {"times", "time", "dollars", "dollar", "usd", "bucks"}
+
+
+def canonical(text: str) -> list[str]:
+    """The words of an answer with what does not change its meaning taken out: numbers in words as digits
+    ("fifty" -> 50, "twice" -> 2), currency ("$50", "50 dollars" -> 50), "times", punctuation, case, and the
+    order of the words ("Smith, John" = "John Smith"). Two answers with the same canonical words say the same."""
+    t = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text.lower()).replace("$", " ")
+    toks = re.findall(r"[a-z]+|\d+(?:\.\d+)?", t)
+    units = {w: i for i, w in enumerate(_WORDS)}
+    tens = {w: 10 * i for i, w in enumerate(_TENS) if w}
+    out, cur, seen = [], 0, False
+    for tok in toks + [""]:
+        if tok in units or tok in tens:
+            cur, seen = cur + units.get(tok, 0) + tens.get(tok, 0), True
+            continue
+        if tok == "hundred" and seen:
+            cur *= 100
+            continue
+        if tok == "and" and seen and cur % 100 == 0:
+            continue
+        if seen:
+            out.append(str(cur))
+            cur, seen = 0, False
+        tok = _ONCE.get(tok, tok)
+        if tok and tok not in _UNITLESS:
+            out.append(f"{float(tok):g}" if re.fullmatch(r"\d+(?:\.\d+)?", tok) else tok)
+    return sorted(out)
+
+
+def may_be_equivalent(a: str, b: str) -> bool:
+    """Whether answer `a` could be right where `b` is (the same canonical words, or the words of one all among
+    the other's: "3" and "3 bikes", "Smith" and "John Smith"): then `a` is never planted as wrong for `b`."""
+    ca, cb = canonical(a), canonical(b)
+    return not ca or not cb or set(ca) <= set(cb) or set(cb) <= set(ca)
 
 
 def _norm(x: str) -> str:
@@ -230,12 +298,16 @@ def check(p: dict) -> str:
     elif kind == "other_gold":
         if _has(answer, main_part(gold)) or _has(gold, answer) or (gold_n and gold_n <= ans_n):
             return "another question's gold that contains or equals this one"
+        if may_be_equivalent(answer, main_part(gold)) or may_be_equivalent(answer, gold):
+            return "another question's gold that may say the same (numbers in words, currency, times, name order)"
     elif kind == "denied":
         if not re.search(r"\bnot\b", answer) or not _has(answer, main_part(gold)):
             return "not a denial of the gold"
     elif kind == "number_words":
         if ans_n or re.search(r"\d", answer):
             return "it contains digits"
+        if re.search(r"(?<!\d)0\d|[A-Z][\w'\u2019.]*\s+\d|\d{3}(?!\s+[a-z])", gold):
+            return "a number of the gold may be a name or a code (a leading zero, a capitalised word before it, three digits)"
         if not gold_n or not gold_n <= {float(x) for x in from_words(answer)}:
             return "its numbers in words are not the gold's"
         g = " ".join(w for w in _norm(gold).split() if not re.fullmatch(r"\d+", w))
@@ -271,7 +343,8 @@ def plant_all(questions: list[dict], seed: int) -> list[dict]:
     for q in qs:
         rng = random.Random(f"probe:{seed}:{q['qid']}")
         gold, abst, question = str(q["gold"]), bool(q["abstention"]), str(q.get("question") or "")
-        others = [o for o in qs if o["qid"] != q["qid"] and not o["abstention"] and str(o["gold"]) != gold]
+        others = [o for o in qs if o["qid"] != q["qid"] and not o["abstention"] and str(o["gold"]) != gold
+                  and not may_be_equivalent(main_part(str(o["gold"])), main_part(gold))]
         other = main_part(str(rng.choice(others)["gold"])) if others else None
         answers: dict[str, str | None]
         if abst:

@@ -92,7 +92,7 @@ def test_a_judge_built_to_flip_one_conclusion_flips_that_one_and_the_chance_is_s
     t3 = csv(out, "table3.csv").set_index("id")
     # independently: r = 1 disagreement in 40 labels; every label flipped at r, H1c and the comparison decided
     r, n, sims = 1 / 40, 20, 4000
-    B1, B2 = min(400, C.CHANCE_RESAMPLES), min(200, C.CHANCE_RESAMPLES)  # primary and secondary resamples, capped
+    B1, B2 = 400, 200  # the registered primary and secondary resamples: the simulation decides as the report did
     seed = int(t3["seed"].iloc[0])
     from analysis.stats import resample_counts
 
@@ -266,11 +266,12 @@ def test_the_chance_of_a_flip_agrees_with_an_independent_relabelling(rule, both,
     assume(len(ya) >= 2)
     prereg, ctx, runs = _tiny_hypothesis("noninferiority" if rule == "comparison" else rule, ya, yb)
     B, sims = 200, 300
-    ref = P.evaluate(prereg, ctx, resamples_cap=B)
+    ref = P.evaluate(prereg, ctx)
     pairs = {"cmp": P.paired_reads(runs, "f", "", "a", "b")[0]} if rule == "comparison" else {}
-    got = C.simulate_flips(prereg, ref, pairs, P.labels_of(runs), r, np.random.default_rng(1), sims, B,
-                           Settings(3, B, 0.95))
-    p, se = got["cmp" if rule == "comparison" else "Hx"]
+    cid = "cmp" if rule == "comparison" else "Hx"
+    got = C.simulate_flips(prereg, ref, pairs, P.labels_of(runs), {cid: {"correct": (round(r * 1000), 1000)}},
+                           np.random.default_rng(1), sims, Settings(3, B, 0.95))
+    p, se = got[cid]
     if r == 0:
         assert (p, se) == (0.0, 0.0)
         return
@@ -308,6 +309,104 @@ def test_the_simulation_decides_through_the_function_that_decided_the_report(rul
     flipped["correct"] = 1 - flipped["correct"]  # every label flipped: the decision follows the labels
     assert P.redecide(prereg, base, flipped)[0].components[0].estimate != base[0].components[0].estimate
     assert dataclasses.replace(base[0]).outcome == base[0].outcome
+
+
+def test_the_chance_of_a_flip_reads_only_the_labels_of_its_kind_each_conclusion_reads(tmp_path):
+    """The other judge changed 3 public `correct` labels and none of the 30 leak labels H2b counts: H2b cannot
+    flip by chance (its leak rate is 0/30, not a rate pooled over every label), and a conclusion on the public
+    correct labels is flipped at its own rate (3 of the 60 labels it reads)."""
+    pre = prereg_file(tmp_path)
+    org = Stage(tmp_path / "runs", "org", prereg_sha=sha256_file(pre))
+    for i in range(30):
+        q = f"o{i:02d}"
+        org.add("shared", q, variant="public", correct=i < 25, prompt=200, output=20)
+        org.add("isolated", q, variant="public", correct=i < 5, prompt=200, output=20)
+        org.add("ask_agent", q, variant="public", correct=i < 25, prompt=2000, output=200, wall_s=5.0)
+    for i in range(30):
+        q = f"p{i:02d}"
+        org.add("shared", q, variant="private", correct=True, leak=False)
+        org.add("no_view", q, variant="private", correct=False, leak=i < 10)
+    org.write()
+    judge_file(org, "other", keep=lambda rid: True,
+               relabel={run_id("shared", f"o{i:02d}", variant="public") for i in range(3)})
+    t = csv(analyse(tmp_path, pre), "judge_robustness.csv")
+    o = t[t["labels"] == "other"].drop_duplicates("conclusion").set_index("conclusion")
+    h2b = o.loc["H2b"]
+    assert h2b["p_chance"] == 0.0 and h2b["chance_rate"].startswith("leak 0/"), (h2b["p_chance"], h2b["chance_rate"])
+    h2a = o.loc["H2a"]
+    assert h2a["chance_rate"] == "correct 3/60", h2a["chance_rate"]
+
+
+def test_labels_no_conclusion_reads_give_no_chance_of_a_flip(tmp_path):
+    """The other judge differs only on repeat-1 runs, which no conclusion reads: every chance is 0 (a pooled rate
+    gave H1c 0.42)."""
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for rep in (0, 1):
+        for i in range(20):
+            st.add("session_search", f"q{i:02d}", repeat=rep, correct=True, prompt=1000, output=100, calls=3)
+            st.add("tool_hybrid", f"q{i:02d}", repeat=rep, correct=True, prompt=500, output=50, calls=3)
+    st.write()
+    judge_file(st, "other", keep=lambda rid: True,
+               relabel={run_id("tool_hybrid", "q03", repeat=1), run_id("tool_hybrid", "q04", repeat=1)})
+    t = csv(analyse(tmp_path, pre), "judge_robustness.csv")
+    o = t[(t["labels"] == "other") & t["p_chance"].notna()]
+    assert "H1c" in set(o["conclusion"])
+    assert (o["p_chance"] == 0.0).all(), o[["conclusion", "p_chance", "chance_rate"]]
+    assert o["chance_rate"].str.contains(r"correct 0/\d+").all()
+
+
+def _borderline(n: int, a_only: int, b_only: int, B: int, seed: int):
+    ya = np.array([1] * a_only + [0] * b_only + [0] * (n - a_only - b_only), float)
+    yb = np.array([0] * a_only + [1] * b_only + [0] * (n - a_only - b_only), float)
+    import pandas as pd
+
+    from analysis import prereg as P
+
+    runs = pd.DataFrame([{"folder": "f", "variant": "", "condition": c, "repeat": 0, "qid": f"q{i:03d}",
+                          "correct": float(y[i]), "leak": math.nan} for c, y in (("a", ya), ("b", yb))
+                         for i in range(n)])
+    prereg = P.Prereg(__import__("pathlib").Path("x"), "0" * 64,
+                      {"alpha": 0.05, "confidence": 0.95, "seed": seed, "resamples": B, "primary_resamples": B,
+                       "holm_family": []}, [], [])
+    return ya, yb, runs, prereg, P.paired_reads(runs, "f", "", "a", "b")[0]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(n=hst.integers(12, 30), a_only=hst.integers(3, 12), b_only=hst.integers(0, 4),
+       r=hst.sampled_from([0.0, 0.02, 0.05]))
+@example(n=20, a_only=10, b_only=3, r=0.0)  # the auditor's table: 1,000 and 10,000 resamples disagree
+@example(n=20, a_only=10, b_only=3, r=0.02)
+def test_the_reference_of_the_chance_is_the_reported_verdict_at_the_registered_resamples(n, a_only, b_only, r):
+    """On tables near the edge of the interval (10 vs 3 discordant of 20), the simulation decides at the registered
+    resamples on the report's bootstrap draw: r = 0 flips nothing, and the chance agrees with a brute-force
+    relabelling decided at the registered count against the reported verdict (not a verdict at fewer resamples)."""
+    from analysis.stats import resample_counts
+    from analysis.tables.common import Settings
+
+    assume(a_only + b_only <= n)
+    B, seed = 10_000, 20261009
+    ya, yb, runs, prereg, reads = _borderline(n, a_only, b_only, B, seed)
+    st = Settings(seed, B, 0.95)
+    from analysis import prereg as P
+
+    reported = C.decide_comparison(reads, P.labels_of(runs), st)["verdict"]
+    sims = 200
+    got = C.simulate_flips(prereg, [], {"cmp": reads}, P.labels_of(runs), {"cmp": {"correct": (round(r * 1000), 1000)}},
+                           np.random.default_rng(7), sims, st)["cmp"]
+    if r == 0:
+        assert got == (0.0, 0.0)
+        return
+    K = resample_counts(n, B, seed).astype(float)
+    rng = np.random.default_rng(99)
+    m = 2000
+    fa = np.where(rng.random((m, n)) < r, 1 - ya, ya)
+    fb = np.where(rng.random((m, n)) < r, 1 - yb, yb)
+    lo, hi = np.quantile(100 * (fa - fb) @ K / n, [0.025, 0.975], axis=1)
+    v = np.where(lo > 0, "a > b", np.where(hi < 0, "a < b", "no difference shown"))
+    want = (v != reported).mean()
+    tol = 4.5 * math.hypot(got[1], math.sqrt(want * (1 - want) / m)) + 0.01
+    assert abs(got[0] - want) <= tol, (got, want, reported)
 
 
 def test_the_corrected_view_scores_every_judge_against_the_corrected_gold(tmp_path):

@@ -37,6 +37,16 @@ GOLDS = [  # (qid, type, question, gold): commas and "and"s that are not list se
     ("h18", "single-session-assistant", "What percentage discount did the store give me?", "15%"),
     ("h19", "multi-session", "How many plants did I buy, and which was the first one?", "4 plants; the first was a fern"),
     ("h20", "single-session-user", "What is my cat's name?", "Tom and Jerry's cousin, Max"),
+    # numbers that are names or codes, not counts: never written in words (a leading zero, a capitalised or
+    # possessive word before it, a word that makes it a label, three digits with no counted noun after)
+    ("h21", "single-session-user", "What was the code name of the agent in the book I read?", "Agent 007"),
+    ("h22", "single-session-user", "What is my locker combination?", "0412"),
+    ("h23", "single-session-user", "Which flight did I take to Boston?", "Flight 093"),
+    ("h24", "single-session-user", "Which plane model did I fly on?", "Boeing 747"),
+    ("h25", "single-session-user", "Which car did my brother buy?", "Porsche 911"),
+    ("h26", "single-session-user", "Which jeans did I buy?", "Levi's 501"),
+    ("h27", "single-session-user", "Which band did I see last week?", "Blink 182"),
+    ("h28", "single-session-user", "What is the area code of my new office?", "area code 415"),
 ]
 
 # every planted answer but another question's gold (drawn at random), read and labelled by hand
@@ -156,6 +166,46 @@ HAND = {
         ("From what you told me earlier, the answer is: Tom and Jerry's cousin, Max.", RIGHT),
         ("Let me check our past conversations. Tom and Jerry's cousin, Max. I hope that helps!", RIGHT),
     },
+    'h21': {
+        ("It was not Agent 007; I can't recall what it was.", WRONG),
+        ("From what you told me earlier, the answer is: Agent 007.", RIGHT),
+        ("Let me check our past conversations. Agent 007. I hope that helps!", RIGHT),
+    },
+    'h22': {
+        ("It was not 0412; I can't recall what it was.", WRONG),
+        ("From what you told me earlier, the answer is: 0412.", RIGHT),
+        ("Let me check our past conversations. 0412. I hope that helps!", RIGHT),
+    },
+    'h23': {
+        ("It was not Flight 093; I can't recall what it was.", WRONG),
+        ("From what you told me earlier, the answer is: Flight 093.", RIGHT),
+        ("Let me check our past conversations. Flight 093. I hope that helps!", RIGHT),
+    },
+    'h24': {
+        ("It was not Boeing 747; I can't recall what it was.", WRONG),
+        ("From what you told me earlier, the answer is: Boeing 747.", RIGHT),
+        ("Let me check our past conversations. Boeing 747. I hope that helps!", RIGHT),
+    },
+    'h25': {
+        ("It was not Porsche 911; I can't recall what it was.", WRONG),
+        ("From what you told me earlier, the answer is: Porsche 911.", RIGHT),
+        ("Let me check our past conversations. Porsche 911. I hope that helps!", RIGHT),
+    },
+    'h26': {
+        ("It was not Levi's 501; I can't recall what it was.", WRONG),
+        ("From what you told me earlier, the answer is: Levi's 501.", RIGHT),
+        ("Let me check our past conversations. Levi's 501. I hope that helps!", RIGHT),
+    },
+    'h27': {
+        ("It was not Blink 182; I can't recall what it was.", WRONG),
+        ("From what you told me earlier, the answer is: Blink 182.", RIGHT),
+        ("Let me check our past conversations. Blink 182. I hope that helps!", RIGHT),
+    },
+    'h28': {
+        ("It was not area code 415; I can't recall what it was.", WRONG),
+        ("From what you told me earlier, the answer is: area code 415.", RIGHT),
+        ("Let me check our past conversations. area code 415. I hope that helps!", RIGHT),
+    },
 }
 
 # what the old planter labelled right, each read and labelled wrong (or uncertain) by hand: the second rule must
@@ -170,6 +220,15 @@ NOT_RIGHT = [
     ("h06", "paraphrase", "From what you told me earlier, the answer is A watch for my dad."),
     ("h06", "extra_words", "Let me check our past conversations. A watch for my dad. I hope that helps!"),
     ("h12", "number_words", "It was twenty-one days."),  # the alternative dropped: not the whole gold
+    # identifiers turned into words (the planter of issue 44's first round planted these as right)
+    ("h21", "number_words", "From what you told me earlier: Agent seven."),
+    ("h22", "number_words", "From what you told me earlier: four hundred and twelve."),
+    ("h23", "number_words", "From what you told me earlier: Flight ninety-three."),
+    ("h24", "number_words", "From what you told me earlier: Boeing seven hundred and forty-seven."),
+    ("h25", "number_words", "From what you told me earlier: Porsche nine hundred and eleven."),
+    ("h26", "number_words", "From what you told me earlier: Levi's five hundred and one."),
+    ("h27", "number_words", "From what you told me earlier: Blink one hundred and eighty-two."),
+    ("h28", "number_words", "From what you told me earlier: area code four hundred and fifteen."),
 ]
 
 
@@ -235,3 +294,59 @@ def test_a_planted_right_answer_keeps_every_word_of_any_gold(pieces, question):
             words_wo = words
         assert not words_wo or f" {' '.join(words_wo)} " in f" {' '.join(said)} ", (gold, p["answer"])
         assert PR.check(p) == ""
+
+
+# pairs of golds that say the same (numbers in words, currency, "times"/"twice", name order, punctuation)
+EQUIVALENT = [("3", "three"), ("2 times", "twice"), ("$50", "fifty dollars"), ("10", "ten times"),
+              ("John Smith", "Smith, John"), ("105", "one hundred and five"), ("$2,500", "2500 dollars"),
+              ("once", "1 time"), ("3", "3 bikes"), ("Smith", "John Smith")]
+
+
+def test_another_questions_gold_that_says_the_same_is_never_planted_as_wrong():
+    """Two questions whose golds are equivalent: neither is planted as the other's wrong answer (the planter draws
+    from the others that are not), and the second rule refuses it as a wrong answer."""
+    for a, b in EQUIVALENT:
+        qs = [{"qid": "a", "qtype": "multi-session", "question": "How many?", "gold": a, "abstention": False},
+              {"qid": "b", "qtype": "multi-session", "question": "How many?", "gold": b, "abstention": False}]
+        assert not [p for p in PR.plant_all(qs, seed=0) if p["kind"] == "other_gold"], (a, b)
+        for gold, ans in ((a, b), (b, a)):
+            assert PR.check({"kind": "other_gold", "truth": False, "answer": ans, "gold": gold,
+                             "question": "How many?"}), (gold, ans)
+
+
+def _forms(n: int) -> list[str]:
+    w = PR.in_words(n)
+    return [str(n), w, f"${n}", f"{w} dollars", f"{n} dollars", f"{n} times", f"{w} times"]
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(n=hst.integers(0, 999), i=hst.integers(0, 6), j=hst.integers(0, 6),
+       first=hst.sampled_from(["John", "Mary", "Ana"]), last=hst.sampled_from(["Smith", "Lee", "O'Brien"]),
+       names=hst.booleans())
+def test_no_form_of_the_same_answer_is_planted_as_wrong(n, i, j, first, last, names):
+    """Generated pairs of one answer in two forms (digits, words, currency, "times"; "First Last" and "Last,
+    First"): another question's gold in the other form is never planted as wrong."""
+    a, b = (f"{first} {last}", f"{last}, {first}") if names else (_forms(n)[i], _forms(n)[j])
+    qs = [{"qid": "a", "qtype": "multi-session", "question": "Who or how many?", "gold": a, "abstention": False},
+          {"qid": "b", "qtype": "multi-session", "question": "Who or how many?", "gold": b, "abstention": False}]
+    if a != b:
+        assert not [p for p in PR.plant(qs, seed=0) if p["kind"] == "other_gold"], (a, b)
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(word=hst.sampled_from(["Agent", "Flight", "Boeing", "Porsche", "Levi's", "Blink", "room", "code", "No.",
+                               "gate", "Apt."]),
+       n=hst.integers(0, 999), zero=hst.booleans(), tail=hst.sampled_from(["", " today", ", I think"]))
+def test_a_number_that_names_or_codes_something_is_never_planted_in_words(word, n, zero, tail):
+    """Golds nobody listed where a number is a name or a code (after a capitalised, possessive or label word, or
+    with a leading zero): no `number_words` answer is planted, and the second rule refuses one written by hand
+    where its own reading sees a code (a leading zero, a capitalised word before the number)."""
+    num = f"0{n}" if zero else str(n)
+    for gold in (f"{word} {num}{tail}", f"{num}" if zero else f"the {word} {num}{tail}"):
+        if not (zero or word[0].isupper() or word in ("room", "code", "gate")):
+            continue
+        q = {"qid": "g", "qtype": "single-session-user", "question": "Which one?", "gold": gold, "abstention": False}
+        assert not [p for p in PR.plant_all([q], seed=0) if p["kind"] == "number_words"], gold
+        written = gold.replace(num, PR.in_words(n) or "")
+        if zero or word[0].isupper():
+            assert PR.check({**q, "kind": "number_words", "truth": True, "answer": written}), (gold, written)

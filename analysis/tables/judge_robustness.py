@@ -79,14 +79,6 @@ def runs_under(res: Any, by_folder: dict[str, dict], judge: str = "") -> pd.Data
     return runs
 
 
-def disagreement(main: pd.DataFrame, other: pd.DataFrame) -> float:
-    """Share of the labels both gave (correct and leak) on which the other judge differs from the main one."""
-    a = pd.concat([main["correct"], main["leak"]], ignore_index=True)
-    b = pd.concat([other["correct"], other["leak"]], ignore_index=True)
-    both = a.notna() & b.notna()
-    return float((a[both] != b[both]).mean()) if both.any() else math.nan
-
-
 def overlap(main: pd.DataFrame, other: pd.DataFrame, folders: set) -> str:
     """'12 of 40 labels' the other judge gave among those the main judge gave in these folders."""
     sel = main["folder"].isin({f for f in folders if f})
@@ -113,14 +105,13 @@ def _build(res: Any) -> pd.DataFrame:
         same = res.runs.copy()
         for col in ("correct", "leak"):
             same.loc[other[col].isna(), col] = math.nan
-        r = disagreement(same, other)
         if all((same[c].notna() == res.runs[c].notna()).all() for c in ("correct", "leak")):
             ref_label, ref_rows = main_label, main_rows
         else:
             ref_label = f"{main_label} on {label}'s runs"
             ref_rows = C.conclusions(res, same, ref_label)
             rows += ref_rows
-        chances = C.chance_of_flips(res, same, r, key=label)
+        chances = C.chance_of_flips(res, same, other, key=label)
         mine = C.conclusions(res, other, label)
         used: dict[str, set] = {}
         for x in mine:
@@ -128,7 +119,7 @@ def _build(res: Any) -> pd.DataFrame:
         for x in mine:
             x["against"] = ref_label
             x["overlap"] = overlap(res.runs, other, used[x["conclusion"]])
-            x["p_chance"], x["p_chance_se"] = chances.get(x["conclusion"], (math.nan, math.nan))
+            x["p_chance"], x["p_chance_se"], x["chance_rate"] = chances.get(x["conclusion"], (math.nan, math.nan, ""))
             rows.append(x)
     df = pd.DataFrame(rows, columns=list(C.COLUMNS))
     verdicts = C.compare_verdicts(df).set_index("conclusion")["robust"]
@@ -160,8 +151,9 @@ def section(res: Any) -> str:
             "is set against the main judge on that sample: the column `… on X's runs`); a check with a verdict "
             "undecided on either side is not comparable and shows its overlap. Comparisons: a > b / a < b when the "
             "95% interval excludes 0. The chance of a flip (`p_chance`, ± `p_chance_se`) is the registered rule run on "
-            f"{C.CHANCE_SIMS} seeded relabellings of the reference's labels at the other judge's observed disagreement "
-            f"rate (each bootstrap {C.CHANCE_RESAMPLES:,} resamples).\n\n")
+            f"{C.CHANCE_SIMS} seeded relabellings of the labels that conclusion reads, each kind (correct, leak) at the "
+            "other judge's observed disagreement on exactly those labels (`chance_rate`), decided at the registered "
+            "resamples on the same bootstrap draw as the reported verdict, which is the reference.\n\n")
     if t.empty:
         return head + "One judge per folder: nothing to compare (a second judge: `make agreement` or `make judge judge=...`).\n"
     labels = list(dict.fromkeys(t["labels"]))
