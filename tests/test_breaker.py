@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from bench.fake_upstream import is_preflight
-from harness.cli.run import run_agents
+from harness.studies.agents import run as run_agents
 from harness.endpoints.liveness import Breaker
 from harness.failures import STOPPED, EnvironmentFailure, exit_code
 from judge.answer_check import load_judgements

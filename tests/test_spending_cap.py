@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli.run import run_agents
+from harness.studies.agents import run as run_agents
 from harness.endpoints.client import Agent, Meter
 from harness.endpoints.proxy import MeteringProxy
 from harness.failures import BUDGET, CapReached, exit_code

@@ -4,7 +4,7 @@ the request's own size plus its max_tokens. A count beyond it is flagged and est
 
 from __future__ import annotations
 
-from harness.cli.run import run_agents
+from harness.studies.agents import run as run_agents
 from harness.endpoints.registry import listed_context
 from harness.endpoints.usage import DEFAULT_OUTPUT, TEMPLATE_TOKENS, bound, request_text, usage_split
 from harness.records.ledger import read_ledger
