@@ -10,23 +10,19 @@ each worker is its own process, so two in-process commands never run at once in 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import os
+import runpy
 import subprocess
 import sys
 import threading
 import traceback
+import warnings
 from pathlib import Path
 
-# the modules' entry points: each is what `python -m MODULE` runs after its own argv handling
-ENTRIES = {
-    "harness.run": ("harness.cli.run", "main", True),
-    "harness.cli.run": ("harness.cli.run", "main", True),
-    "judge.run": ("judge.run", "main", True),
-    "judge.agreement": ("judge.agreement", "main", True),
-    "analysis.run": ("analysis.run", "main", False),
-}
+# the command lines run here, each as `python -m` runs it (runpy, as __main__): Hydra finds its config
+# from the file of a __main__ function, as on the command line
+MODULES = {"harness.run", "judge.run", "judge.agreement", "judge.probe", "analysis.run"}
 
 _lock = threading.Lock()  # sys.argv, sys.stdout, sys.stderr and os.environ are the process's own
 
@@ -46,10 +42,8 @@ def run(argv, timeout: float | None = None, env: dict | None = None, **_ignored)
     `timeout` is accepted for the call sites' sake and left to pytest-timeout; `env` (a whole environment,
     as subprocess takes it) is applied for the call; the environment is restored after it either way."""
     argv = [str(a) for a in argv]
-    if argv[:2] != [sys.executable, "-m"] or argv[2] not in ENTRIES:
+    if argv[:2] != [sys.executable, "-m"] or argv[2] not in MODULES:
         raise ValueError(f"not a harness command line this helper runs in-process: {argv[:3]}")
-    module, func, hydra_style = ENTRIES[argv[2]]
-    main = getattr(importlib.import_module(module), func)
     out, err = io.StringIO(), io.StringIO()
     with _lock:
         saved_argv, saved_env = sys.argv, dict(os.environ)
@@ -60,13 +54,10 @@ def run(argv, timeout: float | None = None, env: dict | None = None, **_ignored)
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 try:
-                    if hydra_style:  # Hydra reads sys.argv, as `python -m` leaves it
-                        from harness.run.sweep import multirun_flag_first
-
-                        sys.argv = multirun_flag_first([argv[2], *argv[3:]])
-                        main()
-                    else:
-                        code = main(argv[3:]) or 0
+                    sys.argv = [argv[2], *argv[3:]]
+                    with warnings.catch_warnings():  # "found in sys.modules": the module runs again, as __main__
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
                 except SystemExit as exc:
                     code = _code(exc, err)
                 except Exception:  # the interpreter prints the traceback and exits 1
