@@ -36,17 +36,19 @@ def _code(exc: SystemExit, err: io.StringIO) -> int:
     return 1
 
 
-def run(argv, timeout: float | None = None, env: dict | None = None, **_ignored) -> subprocess.CompletedProcess:
+def run(argv, timeout: float | None = None, env: dict | None = None, cwd=None, **_ignored) -> subprocess.CompletedProcess:
     """`subprocess.run(argv, capture_output=True, text=True)` for `python -m MODULE ...`, in this process.
 
     `timeout` is accepted for the call sites' sake and left to pytest-timeout; `env` (a whole environment,
-    as subprocess takes it) is applied for the call; the environment is restored after it either way."""
+    as subprocess takes it) and `cwd` are applied for the call; both are restored after it either way."""
     argv = [str(a) for a in argv]
     if argv[:2] != [sys.executable, "-m"] or argv[2] not in MODULES:
         raise ValueError(f"not a harness command line this helper runs in-process: {argv[:3]}")
     out, err = io.StringIO(), io.StringIO()
     with _lock:
-        saved_argv, saved_env = sys.argv, dict(os.environ)
+        saved_argv, saved_env, saved_cwd = sys.argv, dict(os.environ), os.getcwd()
+        if cwd is not None:
+            os.chdir(cwd)
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
@@ -65,6 +67,7 @@ def run(argv, timeout: float | None = None, env: dict | None = None, **_ignored)
                     code = 1
         finally:  # what the command changed in its environment ends with it, as with a process
             sys.argv = saved_argv
+            os.chdir(saved_cwd)
             if os.environ != saved_env:
                 os.environ.clear()
                 os.environ.update(saved_env)
