@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from analysis import run as A
+from tests import cli
 from tests.analysis_fixtures import Stage, sha256_file
 from tests.fake_model import FakeModel
 
@@ -24,8 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def harness(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.run", *args], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+    return cli.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, env={**os.environ, **(env or {})})
 
 
 def squeeze(out: str) -> str:
