@@ -6,7 +6,6 @@ The refusals are replayed by the scripted upstream (tests/fake_model.py) from te
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
