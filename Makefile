@@ -57,10 +57,11 @@ $(RUNTIME_STAMP): $(VENV)/.installed
 	rm -f $(VENV)/.hermes-agent-* $(VENV)/.runtime-*
 	touch $@
 
-# two test processes (pytest-xdist), one per core, a file per process at a time; TEST_WORKERS=0: one process
+# two test processes (pytest-xdist), one per core, a file per process at a time; TEST_WORKERS=0: one process.
+# The 25 slowest tests are listed at the end, so the suite's budget (10 minutes on two idle cores) stays visible.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(PY) -m pytest -q --durations=25 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 run: setup
 	$(PY) -m harness.run stage=$(STAGE) $(ARGS)

@@ -1,10 +1,10 @@
 """The spending cap (`budget_usd=`): agents and judge together, from the metering ledger."""
 
 import json
-import subprocess
 
 from harness.records.ledger import read_ledger
 from harness.run.budget import Budget
+from tests import cli
 from tests.fake_model import FakeModel
 from tests.test_driver import cmd, records, stage_dir
 
@@ -23,7 +23,7 @@ def spent(tmp) -> float:
 
 def test_budget_stops_new_runs_and_a_higher_cap_resumes(tmp_path):
     with FakeModel(delay_s=0.05) as fake:
-        res = subprocess.run(cmd(fake, tmp_path, *PRICES, "budget_usd=2", "concurrency=2"),
+        res = cli.run(cmd(fake, tmp_path, *PRICES, "budget_usd=2", "concurrency=2"),
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 4, res.stderr
         first = records(tmp_path)
@@ -32,11 +32,11 @@ def test_budget_stops_new_runs_and_a_higher_cap_resumes(tmp_path):
         assert spent(tmp_path) <= 2  # the proxy sends no call whose worst case could pass the cap
         # the same cap again: the spend in the ledger counts, nothing is sent
         n = len(fake.run_requests)
-        again = subprocess.run(cmd(fake, tmp_path, *PRICES, "budget_usd=2", "concurrency=2"),
+        again = cli.run(cmd(fake, tmp_path, *PRICES, "budget_usd=2", "concurrency=2"),
                                capture_output=True, text=True, timeout=300)
         assert again.returncode == 4 and len(fake.run_requests) == n and records(tmp_path) == first
         # a higher cap resumes and finishes every run once
-        more = subprocess.run(cmd(fake, tmp_path, *PRICES, "budget_usd=1000", "concurrency=2"),
+        more = cli.run(cmd(fake, tmp_path, *PRICES, "budget_usd=1000", "concurrency=2"),
                               capture_output=True, text=True, timeout=300)
         assert more.returncode == 0, more.stderr
     recs = records(tmp_path)
@@ -68,18 +68,18 @@ def test_the_cap_covers_the_judge_and_judging_resumes_with_more(tmp_path):
     judge_prices = ["judge.prices.hit=1000", "judge.prices.miss=1000", "judge.prices.output=1000"]
     with FakeModel() as fake:
         run = cmd(fake, tmp_path, *PRICES)
-        assert subprocess.run(run, capture_output=True, timeout=300).returncode == 0
+        assert cli.run(run, capture_output=True, timeout=300).returncode == 0
         runs_spend = spent(tmp_path)
         judge = [run[0], "-m", "judge.run", *run[3:], "judge=vllm", f"judge.base_url={fake.base_url}",
                  "judge.backoff_s=0.01", *judge_prices, "concurrency=1"]
         n, n_all = len(fake.run_requests), len(fake.requests)
-        res = subprocess.run([*judge, f"budget_usd={runs_spend + 1e-6}"], capture_output=True, text=True, timeout=300)
+        res = cli.run([*judge, f"budget_usd={runs_spend + 1e-6}"], capture_output=True, text=True, timeout=300)
         assert res.returncode == 4, res.stderr
         assert "stopped at budget" in res.stderr
         first = len(fake.run_requests) - n
         # one call at a time: the judge's preflight call (or the first judgement) crosses the cap, none starts after
         assert first <= 1 and len(fake.requests) - n_all - first <= 1
-        res = subprocess.run([*judge, "budget_usd=1000"], capture_output=True, text=True, timeout=300)
+        res = cli.run([*judge, "budget_usd=1000"], capture_output=True, text=True, timeout=300)
         assert res.returncode in (0, 3), res.stderr  # 3: the scripted model's replies are unparsable
     lines = read_ledger(stage_dir(tmp_path) / "judgements" / "vllm.jsonl")
     distinct = {j["prompt_sha256"] for j in lines}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.records.ledger import read_ledger
+from tests import cli
 from tests.fake_model import FakeModel
 
 GROUPS = "stage.groups=[{sample:smoke,conditions:[none,full],repeats:3}]"
@@ -66,7 +67,7 @@ def test_kill_9_mid_stage_then_resume_records_every_run_once(tmp_path):
                                 if e.get("event") == "request")
             assert 0 < len(done) < 36
         assert any(killed_with_started), "the kills interrupted runs in flight"
-        res = subprocess.run(cmd(fake, tmp_path), capture_output=True, text=True, timeout=300)
+        res = cli.run(cmd(fake, tmp_path), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
         recs, ledger = check_accounts(tmp_path, 36)
         interrupted = {(e["tag"], e["attempt"]) for e in ledger if e.get("event") == "interrupted"}
@@ -82,14 +83,14 @@ def test_kill_9_mid_stage_then_resume_records_every_run_once(tmp_path):
         assert any((e["tag"], e["attempt"]) in interrupted for e in spent_before)
         # a third start finds nothing to do and changes nothing
         before = {k: v["finished"] for k, v in recs.items()}
-        again = subprocess.run(cmd(fake, tmp_path), capture_output=True, text=True, timeout=120)
+        again = cli.run(cmd(fake, tmp_path), capture_output=True, text=True, timeout=120)
         assert again.returncode == 0 and "0 to run" in again.stderr
         assert {k: v["finished"] for k, v in records(tmp_path).items()} == before
 
 
 def test_faulty_upstream_loses_no_run(tmp_path):
     with FakeModel(p429=0.2, p500=0.15, phang=0.05, hang_s=2.5, seed=3) as fake:
-        res = subprocess.run(cmd(fake, tmp_path, "model.timeout_s=1"), capture_output=True, text=True, timeout=600)
+        res = cli.run(cmd(fake, tmp_path, "model.timeout_s=1"), capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr
         recs, ledger = check_accounts(tmp_path, 36)
         assert all(r["status"] == "ok" for r in recs.values())
@@ -100,12 +101,12 @@ def test_faulty_upstream_loses_no_run(tmp_path):
 
 def test_a_server_failing_every_call_after_the_preflight_stops_the_stage_and_burns_no_run(tmp_path):
     with FakeModel(dies_with="500") as fake:  # the preflight call passes, then every call fails
-        res = subprocess.run(cmd(fake, tmp_path, "model.max_retries=1"), capture_output=True, text=True, timeout=300)
+        res = cli.run(cmd(fake, tmp_path, "model.max_retries=1"), capture_output=True, text=True, timeout=300)
         assert res.returncode == 3, res.stderr
         assert "the model server keeps failing" in res.stderr and "boom" in res.stderr
         assert records(tmp_path) == {}
         fake.dies_with = None
-        again = subprocess.run(cmd(fake, tmp_path, "model.max_retries=1"), capture_output=True, text=True, timeout=300)
+        again = cli.run(cmd(fake, tmp_path, "model.max_retries=1"), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     recs, _ = check_accounts(tmp_path, 36)
     assert all(r["status"] == "ok" for r in recs.values())
@@ -113,17 +114,17 @@ def test_a_server_failing_every_call_after_the_preflight_stops_the_stage_and_bur
 
 def test_resuming_with_another_config_is_refused(tmp_path):
     with FakeModel() as fake:
-        assert subprocess.run(cmd(fake, tmp_path), capture_output=True, timeout=300).returncode == 0
-        res = subprocess.run(cmd(fake, tmp_path, "seed=5"), capture_output=True, text=True, timeout=120)
+        assert cli.run(cmd(fake, tmp_path), capture_output=True, timeout=300).returncode == 0
+        res = cli.run(cmd(fake, tmp_path, "seed=5"), capture_output=True, text=True, timeout=120)
         assert res.returncode == 2 and "another configuration" in res.stderr
         # speed settings are not part of the identity of a stage
-        ok = subprocess.run(cmd(fake, tmp_path, "concurrency=2"), capture_output=True, text=True, timeout=120)
+        ok = cli.run(cmd(fake, tmp_path, "concurrency=2"), capture_output=True, text=True, timeout=120)
         assert ok.returncode == 0 and "0 to run" in ok.stderr
 
 
 def test_records_name_config_seed_versions_data_and_prices(tmp_path):
     with FakeModel() as fake:
-        assert subprocess.run(cmd(fake, tmp_path), capture_output=True, timeout=300).returncode == 0
+        assert cli.run(cmd(fake, tmp_path), capture_output=True, timeout=300).returncode == 0
     stage = json.loads((stage_dir(tmp_path) / "stage.json").read_text())
     for r in records(tmp_path).values():
         assert r["config_hash"] == stage["config_hash"] and r["seed"] == 0

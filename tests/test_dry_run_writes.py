@@ -4,11 +4,12 @@ runs and the cache, and compares every file there before and after."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import cli
 
 REPO = Path(__file__).resolve().parents[1]
 DEAD = "http://127.0.0.1:9/v1"  # nothing may be sent: a dry run that reached for it would fail
@@ -50,9 +51,8 @@ def test_a_dry_run_writes_no_file(case, tmp_path):
     if module != "harness.run":
         smoke_folder(tmp_path / "runs")
     before = files(tmp_path)
-    res = subprocess.run([sys.executable, "-m", module, *args, "dry_run=true", f"runs_dir={tmp_path}/runs",
-                          f"cache_dir={tmp_path}/cache", f"model.base_url={DEAD}"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    res = cli.run([sys.executable, "-m", module, *args, "dry_run=true", f"runs_dir={tmp_path}/runs",
+                   f"cache_dir={tmp_path}/cache", f"model.base_url={DEAD}"], cwd=tmp_path)  # in-process
     assert res.returncode == 0, (case, res.stderr[-2000:])
     written = {k for k, v in files(tmp_path).items() if before.get(k) != v}
     # the one file a dry run may leave: the data files' sha256 cache (keyed by inode and times; no run, no data)

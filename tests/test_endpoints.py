@@ -6,7 +6,6 @@ The refusals are replayed by the scripted upstream (tests/fake_model.py) from te
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from harness.endpoints.client import Agent, Meter, ModelCallFailed, retry_after
 from harness.endpoints.proxy import MeteringProxy, usage_split
 from harness.failures import EnvironmentFailure
 from harness.records.ledger import Ledger, read_ledger
-from tests import endpoint_replies as R
+from tests import cli, endpoint_replies as R
 from tests.fake_model import FakeModel, prompt_tokens
 
 PRICES = {"currency": "USD", "hit": 0.0, "miss": 0.0, "output": 0.0, "usd_per_currency": 1.0}
@@ -36,11 +35,11 @@ def cmd(fake, tmp, conds="none,full", model="vllm", *extra):
     return [sys.executable, "-m", "harness.run", "stage=smoke", f"model={model}", f"model.base_url={fake.base_url}",
             "model.api_key_env=null", "model.backoff_s=0.01", "samples.smoke.limit=null",
             f"stage.groups=[{{sample:smoke,conditions:[{conds}],repeats:2}}]", "stage.judge_after_run=false",
-            f"runs_dir={tmp}/runs", f"cache_dir={tmp}/cache", "concurrency=2", *extra]
+            f"runs_dir={tmp}/runs", f"cache_dir={cli.shared_cache(tmp)}", "concurrency=2", *extra]
 
 
 def run(args, timeout=600):
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    return cli.run(args)  # in this process (tests/cli.py): the stage's exit code, stdout and stderr
 
 
 from bench.fake_upstream import is_preflight  # noqa: E402  (the preflight's prompt after the runs' system message)
@@ -337,7 +336,7 @@ def test_the_rubric_judges_shape_is_checked_before_scoring(tmp_path):
 def org_cmd(fake, tmp, model="vllm"):
     return [sys.executable, "-m", "harness.run", "stage=smoke_org", f"model={model}", f"model.base_url={fake.base_url}",
             "model.api_key_env=null", "model.backoff_s=0.01", "stage.judge_after_run=false",
-            f"runs_dir={tmp}/runs", f"cache_dir={tmp}/cache", "concurrency=2"]
+            f"runs_dir={tmp}/runs", f"cache_dir={cli.shared_cache(tmp)}", "concurrency=2"]
 
 
 @pytest.mark.parametrize("refusal, named", [

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests import cli
 from tests.analysis_fixtures import Stage, sha256_file
 
 USAGE_COLUMN = re.compile(r"(^|_)(tokens?|cost|usd|cny|paid|prompt|output|hit|miss)(_|$)")
@@ -155,12 +156,11 @@ from tests.test_judge_rubric_breaker import stage as rubric_stage  # noqa: E402,
 
 @pytest.mark.parametrize("estimated", [True, False])
 def test_the_answer_checks_session_line_says_when_its_cost_rests_on_estimated_usage(judged_stage, estimated):
-    import subprocess
 
     from tests.fake_model import FakeModel
 
     with FakeModel(script=lambda req: judge_script(req, None), usage=(lambda pt: None) if estimated else False) as fake:
-        res = subprocess.run(judge_cmd(judged_stage, fake), capture_output=True, text=True, timeout=300)
+        res = cli.run(judge_cmd(judged_stage, fake), capture_output=True, text=True, timeout=300)
         asked = len(fake.run_requests)
     assert res.returncode == 0, res.stderr
     line = next(ln for ln in res.stderr.splitlines() if "this session:" in ln)

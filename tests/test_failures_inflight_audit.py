@@ -15,6 +15,7 @@ from harness.records.ledger import Ledger, read_ledger
 from harness.run.budget import Budget
 from harness.studies.agents import run as run_agents
 from harness.records import RunDir
+from tests import cli
 from tests.fake_model import FakeModel, prompt_tokens
 from tests.test_failures_audit import once
 from tests.test_judge import stage, stage_runs  # noqa: F401 - the judged stage (fixtures)
@@ -146,13 +147,12 @@ def test_a_judge_server_dying_with_judgements_in_flight_writes_none_failed_and_t
     """Four judgements at once; the judge's server answers 4 judgements, then fails for good (a 503, or credit
     gone): exit 3 naming its answer, nothing written failed (neither the judgement that tripped the stop nor
     those in flight), and the fixed server is asked exactly the prompts not judged, each once."""
-    import subprocess
 
     from judge.answer_check import load_judgements
     from tests.test_judge import judge_cmd, judge_fixed_server, judge_script, judged_exactly_the_rest, stage_dir
 
     with FakeModel(script=lambda req: judge_script(req, None), dies_with=fault, dies_after=4) as fake:
-        res = subprocess.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=4"), capture_output=True,
+        res = cli.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=4"), capture_output=True,
                              text=True, timeout=300)
         assert res.returncode == 3, res.stderr
         assert said in res.stderr, res.stderr[-2000:]
@@ -266,14 +266,13 @@ def test_a_judge_endpoint_rejecting_the_judges_request_stops_judging_at_its_pref
     """The judge's endpoint rejects its request shape with a 400 the body does not explain (as a gateway does
     for a parameter it will not take): the judge's preflight is that very request, so every judgement would
     be rejected too. Judging must stop there (exit 3, the rejection named), not write each judgement failed."""
-    import subprocess
 
     from judge.answer_check import load_judgements
     from tests.test_judge import judge_cmd, stage_dir
 
     odd = (400, {"error": {"message": "unsupported request for this deployment", "type": "invalid_request_error"}})
     with FakeModel(refuse=lambda req: odd) as fake:
-        res = subprocess.run(judge_cmd(stage, fake, "judge.max_retries=1"), capture_output=True, text=True,
+        res = cli.run(judge_cmd(stage, fake, "judge.max_retries=1"), capture_output=True, text=True,
                              timeout=300)
         asked = [r for r in fake.requests if "Model response" in r["body"]["messages"][0]["content"]]
     assert res.returncode == 3, res.stderr[-2000:]
@@ -289,7 +288,6 @@ def test_a_judge_stop_names_the_server_failure_not_a_judgement_it_cut_short(stag
     (it raises "stopping"); the stop must still name the server's failure and its last answer, as the driver's
     does, whichever judgement's result is read first."""
     import json
-    import subprocess
 
     from tests.test_judge import judge_cmd, records
 
@@ -308,7 +306,7 @@ def test_a_judge_stop_names_the_server_failure_not_a_judgement_it_cut_short(stag
         return 503, dead, {"Retry-After": "0"}
 
     with FakeModel(refuse=refuse) as fake:
-        res = subprocess.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=2", "+judge.max_wait_s=120"),
+        res = cli.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=2", "+judge.max_wait_s=120"),
                              capture_output=True, text=True, timeout=300)
     last = [ln for ln in res.stderr.splitlines() if ln.startswith("stopped")]
     assert res.returncode == 3 and last, res.stderr[-2000:]

@@ -18,6 +18,7 @@ import pytest
 
 from analysis import run as A
 from harness.records.provenance import code_revision
+from tests import cli
 from tests.analysis_fixtures import Stage, sha256_file
 from tests.fake_model import FakeModel
 
@@ -25,8 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def harness(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.run", *args], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+    return cli.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, env={**os.environ, **(env or {})})
 
 
 def squeeze(out: str) -> str:

@@ -1,10 +1,10 @@
 """The cost forecast of `dry_run=true`: from the data when no pilot exists, from a pilot when one does."""
 
-import subprocess
 
 from omegaconf import OmegaConf
 
 from harness.run.forecast import CHARS_PER_TOKEN, OUTPUT_TOKENS, _conversation
+from tests import cli
 from tests.fake_model import FakeModel
 from tests.test_driver import cmd, records
 
@@ -28,17 +28,17 @@ def forecast_lines(out: str) -> dict[str, list[str]]:
 def test_forecast_from_a_pilot_matches_the_metered_stage(tmp_path):
     prices = ["model.prices.hit=100", "model.prices.miss=1000", "model.prices.output=2000"]
     with FakeModel() as fake:
-        dry = subprocess.run(cmd(fake, tmp_path, *prices, "dry_run=true"), capture_output=True, text=True, timeout=120)
+        dry = cli.run(cmd(fake, tmp_path, *prices, "dry_run=true"), capture_output=True, text=True, timeout=120)
         assert dry.returncode == 0, dry.stderr
         assert "from the data's prompt sizes" in dry.stdout
         # a pilot of the same model on the same plan, then the forecast reads it
-        pilot = subprocess.run(cmd(fake, tmp_path, *prices, "stage.name=pilot", "stage.label=p"),
+        pilot = cli.run(cmd(fake, tmp_path, *prices, "stage.name=pilot", "stage.label=p"),
                                capture_output=True, text=True, timeout=300)
         assert pilot.returncode == 0, pilot.stderr
-        dry = subprocess.run(cmd(fake, tmp_path, *prices, "dry_run=true"), capture_output=True, text=True, timeout=120)
+        dry = cli.run(cmd(fake, tmp_path, *prices, "dry_run=true"), capture_output=True, text=True, timeout=120)
         assert "from pilot stage" in dry.stdout, dry.stdout
         rows = forecast_lines(dry.stdout)
-        res = subprocess.run(cmd(fake, tmp_path, *prices), capture_output=True, text=True, timeout=300)
+        res = cli.run(cmd(fake, tmp_path, *prices), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
     recs = records(tmp_path)
     for cond in ("none", "full"):

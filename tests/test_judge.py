@@ -22,6 +22,7 @@ from harness.records.ledger import read_ledger
 from judge import prompts as P
 from judge.agreement import stratified_sample, summarise
 from judge.answer_check import load_judgements
+from tests import cli
 from tests.fake_model import FakeModel
 
 TYPES = P.QUESTION_TYPES
@@ -262,7 +263,7 @@ def stage_runs(tmp_path_factory):
         return {"role": "assistant", "content": "I don't know; I have no record of that."}
 
     with FakeModel(script=agent) as fake:
-        res = subprocess.run([sys.executable, "-m", "harness.run", *STAGE, f"model.base_url={fake.base_url}",
+        res = cli.run([sys.executable, "-m", "harness.run", *STAGE, f"model.base_url={fake.base_url}",
                               f"runs_dir={root}/runs", f"cache_dir={root}/cache", "concurrency=4"],
                              capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
@@ -323,7 +324,7 @@ def judge_cmd(root, fake, *extra, module="judge.run"):
 
 def test_judging_a_stage_end_to_end_then_rerun_sends_nothing(stage):
     with FakeModel(script=judge_script) as fake:
-        res = subprocess.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
+        res = cli.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
         first = len(fake.run_requests)
         lines = read_ledger(stage_dir(stage) / "judgements" / "vllm.jsonl")
@@ -364,13 +365,13 @@ def test_judging_a_stage_end_to_end_then_rerun_sends_nothing(stage):
         assert sum(j["usage"]["prompt"] for j in got.values() if j.get("usage")) == sum(e["prompt"] for e in jl)
         assert "unparsable" in res.stderr and "Hmm, I cannot say" in res.stderr
         # a second run: everything is already judged; zero requests, no new lines
-        again = subprocess.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
+        again = cli.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stderr
         assert len(fake.run_requests) == first
         assert len(read_ledger(stage_dir(stage) / "judgements" / "vllm.jsonl")) == len(lines)
         # with the judgements file gone, the cache answers: still zero requests, lines marked cached
         (stage_dir(stage) / "judgements" / "vllm.jsonl").unlink()
-        third = subprocess.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
+        third = cli.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
         assert third.returncode == 0, third.stderr
         assert len(fake.run_requests) == first
         redone = load_judgements(stage_dir(stage), "vllm")
@@ -381,7 +382,7 @@ def test_judging_a_stage_end_to_end_then_rerun_sends_nothing(stage):
 def test_prompts_from_a_file_are_recorded_with_source_and_hash(stage, tmp_path):
     f = write_synthetic(tmp_path)
     with FakeModel(script=lambda req: {"role": "assistant", "content": "yes"}) as fake:
-        res = subprocess.run(judge_cmd(stage, fake, f"judge.prompts={f}"), capture_output=True, text=True,
+        res = cli.run(judge_cmd(stage, fake, f"judge.prompts={f}"), capture_output=True, text=True,
                              timeout=300)
         assert res.returncode == 0, res.stderr
         assert not (tmp_path / "EXECUTED").exists()
@@ -409,7 +410,7 @@ def test_killed_judging_resumes_with_one_judgement_per_run_and_kind(stage):
         before = read_ledger(path)
         exp = expected(stage)
         assert 8 <= len(before) < len(exp)
-        res = subprocess.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
+        res = cli.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
     lines = read_ledger(path)
     assert Counter((j["run_id"], j["kind"]) for j in lines) == Counter(exp.keys())  # exactly one each
@@ -433,7 +434,7 @@ def test_a_judge_server_failing_every_call_stops_judging_unwritten_and_the_same_
     """Every judge call 500s (the preflight's too): the first judgement out of retries, the probe failing as well,
     stops judging with exit 3 naming the server's last answer; no judgement is written failed (issue 33)."""
     with FakeModel(p500=1.0) as bad:
-        res = subprocess.run(judge_cmd(stage, bad, "judge.max_retries=1"), capture_output=True, text=True,
+        res = cli.run(judge_cmd(stage, bad, "judge.max_retries=1"), capture_output=True, text=True,
                              timeout=300)
     assert res.returncode == 3, res.stderr
     assert "judge's server keeps failing" in res.stderr and "boom" in res.stderr
@@ -442,7 +443,7 @@ def test_a_judge_server_failing_every_call_stops_judging_unwritten_and_the_same_
     db = sqlite3.connect(stage / "cache" / "judge_cache.sqlite")
     assert db.execute("SELECT COUNT(*) FROM replies").fetchone()[0] == 0  # failures are never cached
     with FakeModel(script=lambda req: judge_script(req, None)) as good:
-        res = subprocess.run(judge_cmd(stage, good), capture_output=True, text=True, timeout=300)
+        res = cli.run(judge_cmd(stage, good), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
     got = load_judgements(stage_dir(stage), "vllm")
     assert {k: v["label"] for k, v in got.items()} == expected(stage)
@@ -454,7 +455,7 @@ def judge_fixed_server(stage, fake, *args) -> list[dict]:
     """The same judging command once the server is fixed: the grading requests it sent."""
     fake.dies_with = None
     before = len(fake.run_requests)
-    res = subprocess.run(judge_cmd(stage, fake, *args), capture_output=True, text=True, timeout=300)
+    res = cli.run(judge_cmd(stage, fake, *args), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     return [r for r in fake.run_requests[before:] if "Model response" in r["body"]["messages"][0]["content"]]
 
@@ -472,7 +473,7 @@ def test_a_judge_server_dying_after_some_judgements_stops_judging_and_the_rerun_
     """The judge's server answers 4 judgements, then 503s for good (its probe too): exit 3 naming its last
     answer, the 4 kept, none written failed; the fixed server is then asked exactly the prompts not judged."""
     with FakeModel(script=lambda req: judge_script(req, None), dies_with="503", dies_after=4) as fake:
-        res = subprocess.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=1"), capture_output=True,
+        res = cli.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=1"), capture_output=True,
                              text=True, timeout=300)
         assert res.returncode == 3, res.stderr
         assert "judge's server keeps failing" in res.stderr and "no healthy upstream" in res.stderr
@@ -514,7 +515,7 @@ def test_every_judging_command_honours_dry_run(stage):
     with FakeModel(script=lambda req: judge_script(req, None)) as one, FakeModel(script=judge_script) as two:
         for module, extra in (("judge.run", ()), ("judge.probe", ()),
                               ("judge.agreement", ("+judge@judge2=vllm", f"judge2.base_url={two.base_url}"))):
-            res = subprocess.run(judge_cmd(stage, one, "dry_run=true", *extra, module=module), capture_output=True,
+            res = cli.run(judge_cmd(stage, one, "dry_run=true", *extra, module=module), capture_output=True,
                                  text=True, timeout=300)
             assert res.returncode == 0, (module, res.stderr)
             assert "would need a model call" in res.stdout and "nothing sent" in res.stdout, (module, res.stdout)
@@ -530,7 +531,7 @@ def test_agreement_with_a_second_judge(stage):
         return out
 
     with FakeModel(script=lambda req: judge_script(req, None)) as one, FakeModel(script=second) as two:
-        res = subprocess.run(judge_cmd(stage, one, "+judge@judge2=vllm", f"judge2.base_url={two.base_url}",
+        res = cli.run(judge_cmd(stage, one, "+judge@judge2=vllm", f"judge2.base_url={two.base_url}",
                                        "judge2.model=second", f"+results_dir={stage}/results",
                                        module="judge.agreement"), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
@@ -583,11 +584,11 @@ def test_two_servers_with_one_model_name_never_share_labels(stage):
     yes = lambda req: {"role": "assistant", "content": "yes"}  # noqa: E731
     no = lambda req: {"role": "assistant", "content": "no"}  # noqa: E731
     with FakeModel(script=yes) as a:
-        res = subprocess.run(judge_cmd(stage, a, "judge.model=default"), capture_output=True, text=True, timeout=300)
+        res = cli.run(judge_cmd(stage, a, "judge.model=default"), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
         assert a.requests
     with FakeModel(script=no) as b:
-        res = subprocess.run(judge_cmd(stage, b, "judge.model=default"), capture_output=True, text=True, timeout=300)
+        res = cli.run(judge_cmd(stage, b, "judge.model=default"), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
         assert b.requests, "the second server was never asked: its labels came from the first"
     lines = load_judgements(stage_dir(stage), "vllm")
@@ -598,7 +599,7 @@ def test_two_servers_with_one_model_name_never_share_labels(stage):
 
 def test_the_judge_sends_only_the_official_parameters_unless_asked(stage):
     with FakeModel(script=lambda req: {"role": "assistant", "content": "yes"}) as fake:
-        res = subprocess.run(judge_cmd(stage, fake, "+judge.params.reasoning_effort=low", "+judge.params.top_p=0.5"),
+        res = cli.run(judge_cmd(stage, fake, "+judge.params.reasoning_effort=low", "+judge.params.top_p=0.5"),
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
         bodies = [r["body"] for r in fake.run_requests]
@@ -608,7 +609,7 @@ def test_the_judge_sends_only_the_official_parameters_unless_asked(stage):
         assert extra == {"temperature", "max_tokens"}, extra
         assert body["temperature"] == 0 and body["max_tokens"] == 10 and len(body["messages"]) == 1
     with FakeModel(script=lambda req: {"role": "assistant", "content": "no"}) as fake:
-        res = subprocess.run(judge_cmd(stage, fake, "+judge.judge_params.reasoning_effort=low"),
+        res = cli.run(judge_cmd(stage, fake, "+judge.judge_params.reasoning_effort=low"),
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
         assert fake.run_requests and all(r["body"]["reasoning_effort"] == "low" for r in fake.run_requests)
@@ -619,7 +620,7 @@ def test_a_judge_reply_with_no_choices_or_no_json_fails_that_judgement_not_the_p
     """Every reply bad (the probe's too): a dead server, so judging stops (exit 3) naming the bad reply, with no
     traceback and nothing written failed (issue 33: the judge's breaker)."""
     with FakeModel(always=fault) as fake:
-        res = subprocess.run(judge_cmd(stage, fake, "judge.max_retries=1"), capture_output=True, text=True,
+        res = cli.run(judge_cmd(stage, fake, "judge.max_retries=1"), capture_output=True, text=True,
                              timeout=300)
         assert res.returncode == 3, res.stderr
         assert "Traceback" not in res.stderr and "judge's server keeps failing" in res.stderr
@@ -627,7 +628,7 @@ def test_a_judge_reply_with_no_choices_or_no_json_fails_that_judgement_not_the_p
     lines = load_judgements(stage_dir(stage), "vllm")
     assert not [j for j in lines.values() if j["status"] == "failed"]
     with FakeModel(script=judge_script) as fake:  # the upstream recovers: the same command finishes
-        res = subprocess.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
+        res = cli.run(judge_cmd(stage, fake), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
     assert not [j for j in load_judgements(stage_dir(stage), "vllm").values() if j["status"] == "failed"]
 

@@ -3,12 +3,11 @@ personalization study, judged by its rubric) they stop with exit 2 and say what 
 before reading a record or sending anything."""
 
 from __future__ import annotations
-
-import subprocess
 import sys
 
 import pytest
 
+from tests import cli
 from tests.fake_model import FakeModel
 
 
@@ -21,7 +20,7 @@ def test_agreement_and_probe_on_a_personal_stage_refuse_it_naming_what_to_use(tm
     fake_folder(tmp_path / "runs", "personal_smoke", "smoke", {"name": "vllm", "model": "m"},
                 [{"condition": "naive_concat", "trial_id": "t0000", "llm": {"profile": 3, "task": 3, "integration": 3}}])
     with FakeModel(script=lambda req: {"role": "assistant", "content": "Yes"}) as fake:
-        res = subprocess.run([sys.executable, "-m", module, "stage=personal_smoke", f"runs_dir={tmp_path}/runs",
+        res = cli.run([sys.executable, "-m", module, "stage=personal_smoke", f"runs_dir={tmp_path}/runs",
                               f"cache_dir={tmp_path}/cache", "judge=vllm", f"judge.base_url={fake.base_url}",
                               "judge.model=j", *extra] + ([f"judge2.base_url={fake.base_url}"] if extra else []),
                              capture_output=True, text=True, timeout=120)

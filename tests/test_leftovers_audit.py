@@ -7,6 +7,7 @@ import json
 import pytest
 
 from harness.records import privacy
+from tests import cli
 from tests.test_publish import loopback_hub, published  # noqa: F401  (fixtures)
 
 HOOK = "https://hooks.slack.com/services/T0A1B2C3D/B0A1B2C3D/abcdefghijklmnopqrstuvwx"
@@ -49,10 +50,9 @@ def test_an_interval_rules_n_for_80_below_the_cap_is_the_simulated_rules_not_the
 def test_agreement_on_a_personal_stage_without_a_second_judge_is_refused_for_its_study_first(tmp_path):
     """`make agreement STAGE=personal` without JUDGE2: the stage is refused for its study (exit 2, the rubric and its
     validation named), not told to add a second judge that would then be refused."""
-    import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "judge.agreement", "stage=personal_smoke", f"runs_dir={tmp_path}/runs",
+    res = cli.run([sys.executable, "-m", "judge.agreement", "stage=personal_smoke", f"runs_dir={tmp_path}/runs",
                           f"cache_dir={tmp_path}/cache", "judge=vllm", "judge.base_url=http://127.0.0.1:9/v1",
                           "judge.model=j"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode == 2, res.stderr[-1500:]
@@ -83,10 +83,9 @@ def test_a_card_whose_replaced_block_counts_with_true_instead_of_a_number_is_ref
 def test_a_dry_sweep_spelt_dry_run_yes_writes_no_sweep_file_under_runs(tmp_path):
     """The stage reads `dry_run=yes` as a dry run (any true value); hydra.sweep.dir must read it the same way, or
     the dry sweep leaves multirun.yaml and its job folders under runs/.sweeps."""
-    import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "harness.run", "-m", "stage=smoke", "seed=0,1", "dry_run=yes",
+    res = cli.run([sys.executable, "-m", "harness.run", "-m", "stage=smoke", "seed=0,1", "dry_run=yes",
                           f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache",
                           "model.base_url=http://127.0.0.1:9/v1"], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
@@ -100,14 +99,13 @@ def test_a_dry_run_with_another_data_seed_prints_that_seeds_data_not_seed_0s_cac
     the dry run must print seed 1's sha256, the one its first real run writes, not reuse seed 0's file (the
     generated files' paths named seed 0 whatever data.seed said)."""
     import hashlib
-    import subprocess
     import sys
 
     from harness.data import synth
 
     data, size = "synth_tiny", "tiny"
     synth.write(tmp_path / "cache" / "data", 0, size, path=tmp_path / "cache" / "data" / synth.file_name(size, 0))
-    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", f"data={data}", "data.seed=1",
+    res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", f"data={data}", "data.seed=1",
                           "dry_run=true", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache",
                           "model.base_url=http://127.0.0.1:9/v1"], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
@@ -148,11 +146,10 @@ def test_redacting_a_redacted_text_changes_nothing(url):
 def test_a_dry_backend_study_refuses_the_papers_preset_on_generated_data_whether_or_not_it_is_cached(tmp_path):
     """`stage=backends preset=paper data=synth_tiny dry_run=true`: the real run refuses the generated data (it is not
     the paper's), so the dry run says so too, on a fresh cache as on one that holds the file, writing nothing."""
-    import subprocess
     import sys
 
     def dry():
-        return subprocess.run([sys.executable, "-m", "harness.run", "stage=backends", "preset=paper", "data=synth_tiny",
+        return cli.run([sys.executable, "-m", "harness.run", "stage=backends", "preset=paper", "data=synth_tiny",
                                "dry_run=true", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache"],
                               capture_output=True, text=True, timeout=300, cwd=tmp_path)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from bench.backends.fanout import fanout_steps
+from tests import cli
 
 
 def rows(path):
@@ -175,7 +175,7 @@ def test_make_analyze_draws_figures_2_and_7_from_the_stage_folder(study, tmp_pat
     assert cal["encoder_id"] == "hash:384:nosalt" and cal["thresholds"] == diag["thresholds"]
     assert cal["measurement"]["source"] == "chitchat-dataset" and cal["params"]["chunks"] == 3000
     assert diag["thresholds"]["nn_cosine_median_max"] < 0.4  # random vectors' range, not MiniLM's 0.70
-    proc = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={out}", f"out={tmp_path / 'r'}",
+    proc = cli.run([sys.executable, "-m", "analysis.run", f"runs={out}", f"out={tmp_path / 'r'}",
                            "resamples=50"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     key = f"{out.parent.name}_{out.name}"
@@ -219,7 +219,7 @@ def test_diagnostics_flag_a_templated_corpus():
 
 
 def test_dry_run_prints_the_plan_and_expected_time_and_does_nothing(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "harness.run", "stage=backends", "dry_run=true",
+    proc = cli.run([sys.executable, "-m", "harness.run", "stage=backends", "dry_run=true",
                            f"runs_dir={tmp_path / 'runs'}", f"cache_dir={tmp_path / 'cache'}"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -8,12 +8,12 @@ must appear without the view. The analysis replays every logged call.
 
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli
 from tests.fake_model import FakeModel
 
 PRIVATE = {"a4", "a5"}
@@ -41,7 +41,7 @@ def policy(req):
 def org_stage(tmp_path_factory):
     root = tmp_path_factory.mktemp("org")
     with FakeModel(script=policy) as fake:
-        res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke_org", "model=vllm",
+        res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke_org", "model=vllm",
                               f"model.base_url={fake.base_url}", "stage.judge_after_run=false",
                               f"runs_dir={root}/runs", "concurrency=4"],
                              capture_output=True, text=True, timeout=900)
@@ -110,7 +110,7 @@ def test_org_prompt_paragraph_and_policy_instruction(org_stage):
 
 def test_exposure_replay_matches_and_counts_private_units(org_stage, tmp_path):
     out = tmp_path / "results"
-    res = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={org_stage}", f"out={out}", "replay=org",
+    res = cli.run([sys.executable, "-m", "analysis.run", f"runs={org_stage}", f"out={out}", "replay=org",
                           "resamples=200"], capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = list(csv.DictReader(open(out / "table4.csv")))

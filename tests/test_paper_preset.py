@@ -24,6 +24,7 @@ from hydra import compose, initialize_config_dir
 from harness.run import fidelity
 from harness.run.plan import build
 from harness.run.settings import stage_node
+from tests import cli
 from tests.fake_model import FakeModel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,8 +48,8 @@ def refused(stage: str, *overrides: str, allow: list[str] | None = None) -> dict
 
 
 def harness(*args: str, module: str = "harness.run", env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "DEEPSEEK_API_KEY": "sk-test", **(env or {})}, timeout=600)
+    return cli.run([sys.executable, "-m", module, *args], cwd=REPO,  # in this process (tests/cli.py)
+                   env={**os.environ, "DEEPSEEK_API_KEY": "sk-test", **(env or {})})
 
 
 def test_the_paper_stages_as_configured_are_the_reference():

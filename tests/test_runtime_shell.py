@@ -145,13 +145,14 @@ def test_nothing_outside_the_sandbox_is_visible(org, tool):
 
 
 def test_fork_bomb_is_contained_and_the_run_goes_on(org):
+    """Containment, whichever limit ends the bomb first: the wall clock, or the process limit refusing the
+    shell's own `sleep` (then the shell exits and the namespace goes with it, as on a loaded machine)."""
     q, stores, holder, _ = org
     tool = ShellTool(stores[holder], limits=FAST)
-    t0 = time.monotonic()
     res = tool(command="bomb() { bomb | bomb & }; bomb; sleep 30")
-    assert time.monotonic() - t0 < FAST.wall_s + 4
-    assert res.error and res.log["timed_out"]
-    assert "fork" in res.text.lower() or "[killed" in res.text
+    assert res.error and not res.log["setup_error"]  # the command ran and the call is reported as failed
+    # the process limit applied: forks were refused (RLIMIT_NPROC's message, or the pids cgroup's count)
+    assert "cannot fork" in res.text.lower() or (res.log["forks_refused"] or 0) > 0, res.text[-500:]
     assert processes_of(res.log["uid"]) == []
     after = tool(command="echo alive")
     assert after.text.strip() == "alive"

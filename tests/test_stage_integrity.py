@@ -17,12 +17,13 @@ import pytest
 
 from harness import services as svc
 from harness.records.ledger import read_ledger
+from tests import cli
 from tests.fake_model import FakeModel
 from tests.test_driver import GROUPS, check_accounts, cmd, records, stage_dir
 
 
 def run(fake, tmp, *extra, timeout=300):
-    return subprocess.run(cmd(fake, tmp, *extra), capture_output=True, text=True, timeout=timeout)
+    return cli.run(cmd(fake, tmp, *extra))  # in this process (tests/cli.py)
 
 
 def free_port() -> int:
@@ -53,7 +54,7 @@ def test_unreachable_upstream_stops_at_preflight(tmp_path):
         port = free_port()  # nothing listens there
         argv = [a if not a.startswith("model.base_url=") else f"model.base_url=http://127.0.0.1:{port}/v1"
                 for a in cmd(fake, tmp_path, "model.max_retries=1")]
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        res = cli.run(argv)
     assert res.returncode == 3, res.stderr
     assert "cannot reach" in res.stderr and str(port) in res.stderr
     assert records(tmp_path) == {}

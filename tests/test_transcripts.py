@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests import cli
 from tests.fake_model import FakeModel
 from tests.test_judge import judge_script
 from tests.test_org_stage import policy as org_policy
@@ -31,14 +32,14 @@ ORG = ["stage=smoke_org", "stage.groups=[{variant:public,sample:smoke_org,condit
 
 def _run(root: Path, stage: list[str], script) -> list[dict]:
     with FakeModel(script=script) as fake:
-        res = subprocess.run([sys.executable, "-m", "harness.run", *stage, "model=vllm", f"model.base_url={fake.base_url}",
+        res = cli.run([sys.executable, "-m", "harness.run", *stage, "model=vllm", f"model.base_url={fake.base_url}",
                               "model.backoff_s=0.01", "model.max_retries=1", "stage.judge_after_run=false",
                               f"runs_dir={root}/runs", f"cache_dir={root}/cache", "concurrency=2"],
                              capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         requests = list(fake.requests)
     with FakeModel(script=lambda req: judge_script(req, None)) as judge:
-        res = subprocess.run([sys.executable, "-m", "judge.run", *stage, "judge=vllm", f"judge.base_url={judge.base_url}",
+        res = cli.run([sys.executable, "-m", "judge.run", *stage, "judge=vllm", f"judge.base_url={judge.base_url}",
                               f"runs_dir={root}/runs", f"cache_dir={root}/cache"], capture_output=True, text=True,
                              timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
@@ -72,7 +73,7 @@ def stages(tmp_path_factory):
     smoke_requests = _run(root, SMOKE, agent)
     _run(root, ORG, org_policy)
     smoke, org = root / "runs" / "smoke" / "smoke", root / "runs" / "smoke_org" / "smoke_org"
-    res = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={smoke},{org}", f"out={root}/results",
+    res = cli.run([sys.executable, "-m", "analysis.run", f"runs={smoke},{org}", f"out={root}/results",
                           "replay=none", "resamples=50", "lenient=true"], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     res = subprocess.run([sys.executable, "-m", "analysis.export_inspect", f"runs={smoke},{org}", f"out={root}/logs"],

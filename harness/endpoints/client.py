@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import ssl
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -265,6 +267,22 @@ def silently_cut(messages: list[dict], tools: list[dict] | None, call: dict, mod
             f"or set model.params.options.num_ctx)")
 
 
+_tls: ssl.SSLContext | None = None
+_tls_lock = threading.Lock()
+
+
+def tls_context() -> ssl.SSLContext:
+    """The one TLS context of every Agent's client, as httpx would build it (the CA bundle, SSL_CERT_FILE).
+    Building one reads the CA bundle, ~20 ms of CPU: once per process, not once per run (an Agent per run)."""
+    global _tls
+    with _tls_lock:
+        if _tls is None:
+            import httpx
+
+            _tls = httpx.create_ssl_context()
+        return _tls
+
+
 class Agent:
     """Talks to one endpoint (normally the metering proxy) on behalf of one run."""
 
@@ -283,7 +301,8 @@ class Agent:
         self.context, self.count = context_tokens(model_cfg), counter(model_cfg)
         self.client = openai.OpenAI(
             base_url=base_url, api_key="metered-by-proxy", max_retries=0, timeout=self.timeout_s,
-            default_headers={TAG: run_tag, ATTEMPT: str(attempt), ROLE: role})
+            default_headers={TAG: run_tag, ATTEMPT: str(attempt), ROLE: role},
+            http_client=openai.DefaultHttpxClient(verify=tls_context()))
 
     def request(self, tools: list[dict] | None = None, tool_choice: str | None = None) -> tuple[dict, dict, list[str]]:
         """The call's keyword arguments, what is sent besides the messages (param names and values after

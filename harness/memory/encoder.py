@@ -123,19 +123,47 @@ _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "config.json", "token
                  "tokenizer_config.json", "special_tokens_map.json")
 
 
+_digests: dict[tuple, str] = {}
+_digests_lock = threading.Lock()
+_RACY_NS = 2_000_000_000
+
+
+def _stamp(path: Path) -> tuple:
+    st = path.stat()
+    return str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _remembered(kind: str, paths: Sequence[Path], compute) -> str:
+    """A digest of `paths` computed once per process while their stat (inode, size, times) is unchanged: a
+    stage hashes the encoder's ~90 MB three times (its id, the fidelity manifest, each record). A file changed
+    in the last 2 s is hashed again every time (git's "racily clean" rule: a second change within the
+    timestamps' resolution would leave them as they were)."""
+    stamps = tuple(_stamp(p) for p in paths)
+    key = (kind, stamps)
+    with _digests_lock:
+        got = _digests.get(key)
+    if got is None:
+        got = compute()
+        if time.time_ns() - max((max(s[4], s[5]) for s in stamps), default=0) > _RACY_NS:
+            with _digests_lock:
+                _digests[key] = got
+    return got
+
+
 def weights_hash(model_dir: Path) -> str:
     """sha256 over the files that decide the vectors (weights, config, tokenizer)."""
-    h = hashlib.sha256()
-    found = False
-    for name in _WEIGHT_FILES:
-        p = model_dir / name
-        if p.exists():
-            found = True
+    files = [(name, model_dir / name) for name in _WEIGHT_FILES if (model_dir / name).exists()]
+    if not files:
+        raise FileNotFoundError(f"{model_dir} holds no model files ({', '.join(_WEIGHT_FILES[:2])})")
+
+    def compute() -> str:
+        h = hashlib.sha256()
+        for name, p in files:
             h.update(name.encode() + b"\0")
             _file_digest(p, h)
-    if not found:
-        raise FileNotFoundError(f"{model_dir} holds no model files ({', '.join(_WEIGHT_FILES[:2])})")
-    return h.hexdigest()
+        return h.hexdigest()
+
+    return _remembered("weights", [p for _, p in files], compute)
 
 
 def resolve_model_dir(spec: EncoderSpec) -> Path:
@@ -176,9 +204,12 @@ def resolve_model_dir(spec: EncoderSpec) -> Path:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    _file_digest(path, h)
-    return h.hexdigest()
+    def compute() -> str:
+        h = hashlib.sha256()
+        _file_digest(path, h)
+        return h.hexdigest()
+
+    return _remembered("sha256", [path], compute)
 
 
 def _pin_check(model_dir: Path, pins: dict[str, str]) -> dict[str, tuple[str | None, str]]:
