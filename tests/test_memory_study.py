@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -298,3 +299,42 @@ def test_a_study_of_in_process_backends_runs_with_no_database_listening_and_draw
     assert (out / "figure2_backends_mine.png").stat().st_size > 10_000
     assert "not checked: unfiltered recall of redis_ef100 (not run in this stage)" in (out / "report.md").read_text() \
         + ana.stdout + ana.stderr
+
+
+def test_the_backend_studys_services_row_names_the_fan_out_sides_server():
+    """The fan-out side runs on the Redis query engine whatever configurations are chosen: with only the
+    in-process exact backend chosen, the manifest's services row still names Redis while that side runs,
+    and says 'in process, no server' only when it does not (stage.fanout=false)."""
+    from omegaconf import OmegaConf
+
+    from bench.backends.cases import parse_configs
+    from bench.backends.study import service_parts
+    from harness.run import fidelity
+
+    exact = parse_configs([{"id": "exact", "backend": "exact"}])
+    assert [svc for svc, _ in service_parts(exact, {"fanout": True})] == ["redis"]
+    assert service_parts(exact, {"fanout": False}) == []
+    cfg = OmegaConf.create({"index": {"name": "exact"}})
+    row = next(r for r in fidelity.services_rows(cfg, {"memory_space"}, study="backends", needed=[])
+               if r.key == "services")
+    assert row.stage == "in process, no server" and row.status == "not used"
+    row = next(r for r in fidelity.services_rows(cfg, {"memory_space"}, study="backends",
+                                                 needed=service_parts(exact, {"fanout": True}))
+               if r.key == "services")
+    assert "redis" in row.stage and row.status != "not used"
+
+
+def test_a_chosen_backend_whose_server_does_not_answer_stops_with_its_name_not_a_traceback():
+    """engine_versions asks the chosen backends' servers; one that does not answer is an environment failure
+    naming the backend and the fix (exit 3 through harness.failures), never a redis-py traceback."""
+    import os
+
+    code = ("from bench.backends.engines import engine_versions\n"
+            "from harness.failures import EnvironmentFailure\n"
+            "try:\n    engine_versions(['exact', 'redis_qe'])\n"
+            "except EnvironmentFailure as e:\n    print('ENV', e.what)\n")
+    env = {**os.environ, "MEMSPACE_REDIS_PORT": "9"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0 and p.stdout.startswith("ENV backend redis_qe's server does not answer"), \
+        p.stdout + p.stderr[-2000:]

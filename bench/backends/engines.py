@@ -17,9 +17,19 @@ def engine_versions(names) -> dict:
     study of in-process backends reads no server, so one that is down stops nothing."""
     from harness.records.provenance import versions
 
+    from harness.failures import EnvironmentFailure
+
     out: dict = {}
     for name in sorted(set(names)):
-        out.update(backend_class(name).engine_versions())
+        try:
+            out.update(backend_class(name).engine_versions())
+        except Exception as exc:  # noqa: BLE001 - a server that does not answer (redis-py's, psycopg's errors)
+            if not any(w in type(exc).__name__ for w in ("Connection", "Operational", "Timeout")) and \
+                    not isinstance(exc, OSError):
+                raise
+            raise EnvironmentFailure(f"backend {name}'s server does not answer ({type(exc).__name__}: {exc})",
+                                     "make services-up, or leave that backend out (stage.only=[...], "
+                                     "stage.fanout=false for the fan-out side's)") from exc
     out.update({f"py:{k}": v for k, v in versions().items()})
     return out
 

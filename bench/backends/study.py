@@ -283,14 +283,25 @@ def print_report(summary, footprints, deltas, lex, fan, diag, survivors=()) -> N
 # -------------------------------------------------------------------------------- entry points
 
 
-def services_needed(cfgs, stage: dict) -> set[str]:
-    """The servers the chosen configurations' backends declare (and the fan-out side's dense backend,
-    when that side runs): a study of in-process backends starts none."""
+def service_parts(cfgs, stage: dict) -> list[tuple[str, dict]]:
+    """(service, its connection settings) of every server the chosen configurations' backends declare, and the
+    fan-out side's dense backend when that side runs: a study of in-process backends has none."""
     from harness.memory.backends.base import backend_class
 
     names = [c.backend for c in cfgs] + ([FANOUT_DENSE] if stage.get("fanout", True) else [])
-    return {svc for n in names for svc, _ in backend_class(n).service_configs({"name": n, **next(
-        (c.build for c in cfgs if c.backend == n), {})})}
+    return [(svc, dict(part)) for n in dict.fromkeys(names) for svc, part in backend_class(n).service_configs(
+        {"name": n, **next((c.build for c in cfgs if c.backend == n), {})})]
+
+
+def services_needed(cfgs, stage: dict) -> set[str]:
+    """The servers the study starts (service_parts' names): a study of in-process backends starts none."""
+    return {svc for svc, _ in service_parts(cfgs, stage)}
+
+
+def chosen_configs(stage: dict) -> list:
+    """The stage's configurations as `run` filters them (`only`)."""
+    cfgs = parse_configs(stage["configs"])
+    return [c for c in cfgs if c.id in stage["only"] or c.backend in stage["only"]] if stage.get("only") else cfgs
 
 
 def run_study(cfg, sweep: dict | None = None) -> dict | None:
@@ -319,7 +330,7 @@ def run_study(cfg, sweep: dict | None = None) -> dict | None:
 
     def manifest(path: Path) -> list:
         data = {"path": str(path), "sha256": cached_sha256(path, Path(str(cfg.cache_dir))), "kind": cfg.data.get("kind")}
-        rows = fidelity.backend_manifest(cfg, data)
+        rows = fidelity.backend_manifest(cfg, data, service_parts(chosen_configs(stage), stage))
         print("fidelity manifest (stage.json; the report opens with it):\n" + fidelity.render(rows), flush=True)
         return rows
 

@@ -701,21 +701,23 @@ def envelope() -> dict:
     return {"cores": cores, "memory_gb": round(mem / 2**30, 1) if mem else None}
 
 
-def services_rows(cfg, need: set[str], study: str = "agents") -> list[Row]:
-    """The servers' versions (asked of the servers the stage's index lives on) and the resource envelope,
-    beside the paper's (Section 4): declared, never refused."""
+def services_rows(cfg, need: set[str], study: str = "agents", needed: list | None = None) -> list[Row]:
+    """The servers' versions (asked of the servers the stage's index lives on, or of `needed`: the
+    (service, settings) pairs a study says it uses) and the resource envelope, beside the paper's
+    (Section 4): declared, never refused."""
     from harness.memory.backends.base import backend_class
 
     ref = reference()
     paper_sv, paper_env = ref["services"], ref["envelope"][study]
     rows = []
     if "memory_space" in need or study == "backends":
-        ix = plain(cfg.index)
         facts: dict = {}
-        try:
-            needed = backend_class(str(ix.get("name"))).service_configs(ix)
-        except KeyError:
-            needed = []
+        if needed is None:
+            ix = plain(cfg.index)
+            try:
+                needed = backend_class(str(ix.get("name"))).service_configs(ix)
+            except KeyError:
+                needed = []
         for service, part in needed:
             try:
                 facts |= {"redis": _redis_facts, "postgres": _postgres_facts}[service](dict(part))
@@ -863,12 +865,13 @@ def personal_manifest(cfg) -> list[Row]:
     return rows + lock_rows(texts=False)
 
 
-def backend_manifest(cfg, data: dict) -> list[Row]:
-    """The backend study's rows (no model, no judge, every index): its encoder, data, seed, servers and envelope."""
+def backend_manifest(cfg, data: dict, services: list | None = None) -> list[Row]:
+    """The backend study's rows (no model, no judge, every index): its encoder, data, seed, servers and envelope.
+    `services`: the (service, settings) pairs of the backends it runs (its fan-out side's included)."""
     from types import SimpleNamespace
 
     return [encoder_row(cfg, {"memory_space"}), data_row(SimpleNamespace(data=data), "main"), seed_row(cfg),
-            *lock_rows(texts=False), *services_rows(cfg, {"memory_space"}, study="backends")]
+            *lock_rows(texts=False), *services_rows(cfg, {"memory_space"}, study="backends", needed=services)]
 
 
 def record(cfg, plan=None, rows: list[Row] | None = None) -> dict:
