@@ -16,7 +16,7 @@ from harness.failures import STOPPED, exit_code
 from harness.records import RunDir
 from harness.records.ledger import read_ledger
 from tests.fake_model import FakeModel
-from tests.test_failures_audit import once
+from tests.test_failures_midstage import once
 from tests.test_failures_midstage import (  # noqa: F401 - _shared_cache: the same data and index cache
     FAST, _shared_cache, agents_cfg, ledger_matches_records, stopped)
 

@@ -17,7 +17,7 @@ from harness.studies.agents import run as run_agents
 from harness.records import RunDir
 from tests import cli
 from tests.fake_model import FakeModel, prompt_tokens
-from tests.test_failures_audit import once
+from tests.test_failures_midstage import once
 from tests.test_judge import stage, stage_runs  # noqa: F401 - the judged stage (fixtures)
 from tests.test_failures_midstage import (  # noqa: F401 - _shared_cache: the same data and index cache
     _shared_cache, agents_cfg, ledger_matches_records)
