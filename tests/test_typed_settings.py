@@ -326,3 +326,36 @@ def test_a_value_override_of_a_key_that_does_not_exist_exits_2_naming_the_neares
     res = subprocess.run([sys.executable, "-m", "judge.run", "stage=main", "fidelity.preset=null"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2 and "fidelity.preset: no such setting" in res.stderr, res.stderr[-2000:]
+
+
+def test_a_condition_option_of_the_wrong_type_is_refused_naming_its_key():
+    """`stage.conditions.shared.k=eight` (a key its yaml gives, typed by its module's Settings) was a
+    traceback from deep in the fidelity manifest (exit 1), not a refusal naming the key."""
+    from harness.run.settings import SettingsError, check_types
+
+    with pytest.raises(SettingsError, match=r"stage\.conditions\.shared\.k\b"):
+        check_types(composed("stage=smoke_org", "stage.conditions.shared.k=eight"))
+    check_types(composed("stage=smoke_org", "stage.conditions.shared.k=5"))  # the right type passes
+
+
+def test_a_wrong_typed_condition_option_stops_the_command_with_exit_2(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke_org", "dry_run=true",
+                          f"runs_dir={tmp_path}", "stage.conditions.shared.k=eight"],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "stage.conditions.shared.k" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_number_a_conditions_yaml_gives_keeps_its_type():
+    """`stage.conditions.prefetch.k=eight` passed the dry run and would have failed every prefetch run."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.run.settings import SettingsError, check_yaml_types
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        bad = compose("config", overrides=["stage=smoke", "stage.conditions.prefetch.k=eight"], return_hydra_config=True)
+        with pytest.raises(SettingsError, match=r"stage\.conditions\.prefetch\.k: 'eight' is not of type int"):
+            check_yaml_types(bad, bad.hydra.runtime.choices)
+        for stage in sorted(p.stem for p in (REPO / "conf" / "stage").glob("*.yaml")):  # no shipped stage refused
+            good = compose("config", overrides=[f"stage={stage}"], return_hydra_config=True)
+            check_yaml_types(good, good.hydra.runtime.choices)
