@@ -107,3 +107,17 @@ def test_personal_paper_dry_run_plans_the_judge_of_a_stage_not_run_yet(tmp_path,
     assert main_entry(stage_cfg(tmp_path, "http://127.0.0.1:9/v1", ["naive_concat"], n=2,
                                 extra=[*judge, "dry_run=true", "paper_judge=true"])) == 2
     assert main_entry(stage_cfg(tmp_path, "http://127.0.0.1:9/v1", ["naive_concat"], n=2, extra=judge)) == 2
+
+
+def test_a_dry_sweep_spelt_dry_run_yes_writes_no_sweep_file_under_runs(tmp_path):
+    """The stage reads `dry_run=yes` as a dry run (any true value); hydra.sweep.dir must read it the same way, or
+    the dry sweep leaves multirun.yaml and its job folders under runs/.sweeps."""
+    import sys
+
+    res = cli.run([sys.executable, "-m", "harness.run", "-m", "stage=smoke", "seed=0,1", "dry_run=yes",
+                          f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache",
+                          "model.base_url=http://127.0.0.1:9/v1"], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.count("dry run: nothing started") == 2  # both jobs took it for a dry run
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").rglob("*")) == []

@@ -460,3 +460,19 @@ def test_the_second_judge_is_compared_at_agreement_not_in_the_stage():
     other = resolved("main", "+judge@judge2=deepseek_pro", "+judge2.accepts={temperature:false}")
     row = fidelity.judge_config_row(other.judge2, second=True)
     assert row.key == "config.judge2" and row.status == "differs" and "temperature" in row.stage
+
+
+def test_a_dry_backend_study_refuses_the_papers_preset_on_generated_data_whether_or_not_it_is_cached(tmp_path):
+    """`stage=backends preset=paper data=synth_tiny dry_run=true`: the real run refuses the generated data (it is not
+    the paper's), so the dry run says so too, on a fresh cache as on one that holds the file, writing nothing."""
+    import sys
+
+    def dry():
+        return cli.run([sys.executable, "-m", "harness.run", "stage=backends", "preset=paper", "data=synth_tiny",
+                               "dry_run=true", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache"],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    fresh = dry()
+    assert fresh.returncode == 3, fresh.stdout[-1500:] + fresh.stderr[-1500:]
+    assert "generated data; allow_deviation=[data] accepts it" in fresh.stdout + fresh.stderr
+    assert not (tmp_path / "cache" / "data").exists() and not (tmp_path / "runs").exists()

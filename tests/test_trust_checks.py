@@ -1002,3 +1002,20 @@ def test_the_exact_mcnemar_n_for_80_is_the_smallest_n_that_reaches_it_on_a_saw_t
     assert _exact_mcnemar_power(got, psi, delta) >= 0.8
     assert all(_exact_mcnemar_power(k, psi, delta) < 0.8 for k in range(180, got))
     assert got == 199
+
+
+def test_an_interval_rules_n_for_80_below_the_cap_is_the_simulated_rules_not_the_normal_formulas():
+    """Below SIM_N_CAP questions the n for 80% is searched on the simulated rule: it reaches 80% there. A
+    normal-formula n of 2,609 that the simulated rule does not reach (its search doubling past the cap) was
+    returned as it was; the search now stops at the cap, and an n beyond it is at least the cap."""
+    from analysis import power as W
+
+    c = comparison("accuracy_above", 100, 3.0, 0.3, 0.0)
+    assert c.n80 < W.SIM_N_CAP  # the normal formula's n is below the cap: the simulation decides
+    n = c.n80_rule
+    boot = W.BOOT // 2 if not c.accuracy else W.BOOT  # what assess and simulated_n simulate with
+    if n <= W.SIM_N_CAP:
+        assert W.simulate(c, n=int(n), boot=boot).power >= 0.8
+        assert W.simulate(c, n=int(n) - 1, boot=boot).power < 0.8
+    else:
+        assert W.simulate(c, n=W.SIM_N_CAP, boot=boot).power < 0.8
