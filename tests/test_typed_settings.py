@@ -519,12 +519,12 @@ def test_a_preset_of_ones_own_prices_offpeak_and_renames_reach_the_request_and_t
     from harness.endpoints.pricing import paid_cost
 
     (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "mine_audit.yaml").write_text(
-        "name: mine_audit\nprovider: openai_compatible\nmodel: m1\nbase_url: http://127.0.0.1:9/v1\n"
+    (tmp_path / "model" / "my_preset.yaml").write_text(
+        "name: my_preset\nprovider: openai_compatible\nmodel: m1\nbase_url: http://127.0.0.1:9/v1\n"
         "params: {temperature: 0, max_tokens: 50, seed: 3}\naccepts: {max_tokens: max_completion_tokens, seed: false}\n"
         "prices: {currency: USD, hit: 1.0, miss: 2.0, output: 4.0, usd_per_currency: 1.0}\n"
         "offpeak: {start_utc: '10:00', end_utc: '11:00', factor: 0.5}\n")
-    over = [f"hydra.searchpath=[file://{tmp_path}]", "model=mine_audit", "model.params.temperature=0.5"]
+    over = [f"hydra.searchpath=[file://{tmp_path}]", "model=my_preset", "model.params.temperature=0.5"]
     from hydra import compose, initialize_config_dir
 
     from harness.run import settings
@@ -543,8 +543,8 @@ def test_a_stage_key_keeps_its_type_beside_a_plugin_yaml_under_hydra_searchpath(
     """The stage's own yaml is composed with the command's groups, a plugin's under hydra.searchpath among them:
     the first fix composed without the command's searchpath and failed on `+condition@...=toy`."""
     (tmp_path / "conf" / "condition").mkdir(parents=True)
-    (tmp_path / "conf" / "condition" / "toy_audit.yaml").write_text("module: prefetch\nk: 3\n")
-    plug = [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "+condition@stage.conditions.toy=toy_audit"]
+    (tmp_path / "conf" / "condition" / "toy_plugin.yaml").write_text("module: prefetch\nk: 3\n")
+    plug = [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "+condition@stage.conditions.toy=toy_plugin"]
     res, out = dry(tmp_path, "stage=personal_smoke", *plug, "stage.trials.n=many")
     assert res.returncode == 2 and "stage.trials.n" in out and "Traceback" not in out, out[-2000:]
     res, out = dry(tmp_path, "stage=personal_smoke", *plug, "stage.trials.n=3")
