@@ -16,11 +16,13 @@ from bench.fake_upstream import is_preflight
 from harness.studies.agents import run as run_agents
 from harness.endpoints.liveness import Breaker
 from harness.failures import STOPPED, EnvironmentFailure, exit_code
+from harness.records import RunDir
 from judge.answer_check import load_judgements
 from judge.rubric import load_rubric
 from tests import endpoint_replies as R
 from tests.fake_model import FakeModel
-from tests.test_failures_midstage import _shared_cache, agents_cfg, recs, stage_of, stopped  # noqa: F401 (fixture)
+from tests.test_failures_midstage import (  # noqa: F401 (fixture)
+    _shared_cache, agents_cfg, ledger_matches_records, once, recs, stage_of, stopped)
 from tests.test_judge import judge_cmd, judge_fixed_server, judge_script, judged_exactly_the_rest, stage_dir
 from tests.test_judge import stage, stage_runs  # noqa: F401 (fixtures)
 from tests.test_judge_rubric_breaker import graded, judge, rerun_scores_exactly_the_rest
@@ -191,3 +193,28 @@ def test_property_no_run_is_recorded_failed_for_a_fault_of_the_server(tmp_path_f
     assert len(after) == 4 and {k: v["finished"] for k, v in first.items()} == \
         {k: after[k]["finished"] for k in first}  # nothing recorded twice, the first session's kept
     assert all(r["status"] == "ok" for k, r in after.items() if k not in first)
+
+
+# ------------------------------------------------------------------ the breaker on a stage of fewer questions than breaker_runs
+
+def test_a_gateway_failing_every_run_request_of_a_stage_with_fewer_questions_than_breaker_runs_burns_no_run(tmp_path):
+    """The smoke stage asks 2 questions (4 runs); a gateway fails every run request but answers the probe.
+    At the default breaker_runs=3 "different questions in a row" can never be reached, so every run was
+    recorded failed at the stage's end with exit 0 — the whole stage burnt, no run ever succeeding. Every
+    question of the stage out of retries, none succeeding, is the server's: exit 3, 0 runs recorded."""
+    from harness.failures import STOPPED, exit_code
+    from tests.test_failures_midstage import stopped
+
+    broken = {"on": True}
+    refuse = lambda req: (503, {"error": {"message": "upstream overloaded", "type": "x"}}, {"Retry-After": "0"}) \
+        if broken["on"] and not is_preflight(req) else None  # noqa: E731
+    with FakeModel(refuse=refuse) as fake:
+        exc = stopped(run_agents, agents_cfg(tmp_path, fake, "concurrency=1"))
+        assert exit_code(exc) == STOPPED and "upstream overloaded" in str(exc), exc
+        rd = RunDir(tmp_path / "runs" / "smoke" / "smoke")
+        assert once(rd) == {}
+        broken["on"] = False
+        run_agents(agents_cfg(tmp_path, fake, "concurrency=1"))
+    after = once(rd)
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
+    ledger_matches_records(rd, after)

@@ -10,15 +10,22 @@ import threading
 import pytest
 
 from bench.fake_upstream import is_preflight
+from harness.endpoints.client import Agent, Meter, ModelCallFailed
+from harness.endpoints.proxy import STREAMED, MeteringProxy
+from harness.endpoints.usage import chars_count, request_text
+from harness.run.budget import Budget
 from harness.studies.agents import run as run_agents
 from harness.studies.personal import run as run_personal
 from harness.failures import STOPPED, exit_code
 from harness.records import RunDir
-from harness.records.ledger import read_ledger
-from tests.fake_model import FakeModel
-from tests.test_failures_audit import once
+from harness.records.ledger import Ledger, read_ledger
+from tests.fake_model import FakeModel, prompt_tokens
+from tests.test_failures_midstage import once
 from tests.test_failures_midstage import (  # noqa: F401 - _shared_cache: the same data and index cache
     FAST, _shared_cache, agents_cfg, ledger_matches_records, stopped)
+
+PRICES = {"currency": "USD", "hit": 0.5, "miss": 2.0, "output": 8.0, "usd_per_currency": 1.0}
+MSGS = [{"role": "user", "content": "what did I say about the garden? " + "z" * 200}]
 
 
 def key(req: dict) -> str:
@@ -217,3 +224,155 @@ def test_table6_counts_length_cut_replies_per_condition_and_tables_1_and_6_mark_
     assert none_row.count("~") == 3 and "~" not in ref_row  # tokens, cost, USD per correct: the estimated condition only
     assert "~ usage estimated in 1 model calls" in table1
     assert "cut at length" in report.split("Table 6", 1)[1]
+
+
+
+def _agent(proxy, meter, timeout_s=5.0, max_retries=1):
+    return Agent(proxy.base_url, {"name": "t", "model": "m", "timeout_s": timeout_s}, "r", 1, meter,
+                 max_retries=max_retries, backoff_s=0.01)
+
+
+def test_an_event_stream_without_a_usage_chunk_is_billed_at_estimated_usage_never_free(tmp_path):
+    """A server that streams to a `stream: false` request without `include_usage` sends no usage chunk, but
+    it generated (and bills) the reply. Unknown usage is never free (claims-33 #3): the ledger, the cap
+    and the run's calls must carry an estimate, flagged. They carried nothing: the ledger said
+    "unparsable upstream body" with no tokens, the meter skipped the call, the cap counted $0."""
+    with FakeModel(always="sse", usage=lambda pt: None) as fake:
+        ledger = Ledger(tmp_path / "l.jsonl")
+        meter = Meter(PRICES)
+        with MeteringProxy(fake.base_url, ledger) as proxy:
+            with pytest.raises(ModelCallFailed):
+                _agent(proxy, meter).complete(MSGS)
+        ledger.close()
+        answer = fake.answer
+    est = (chars_count(request_text(MSGS, None)), chars_count(answer))
+    resp = [e for e in read_ledger(tmp_path / "l.jsonl") if e["event"] == "response"]
+    assert [(e.get("prompt"), e.get("output"), e.get("usage_estimated"), e["error"]) for e in resp] == \
+        [(*est, True, STREAMED)] * 2
+    assert [(c["prompt"], c["output"], c["usage_estimated"]) for c in meter.calls] == [(*est, True)] * 2
+    cost = sum(c["cost_list"] for c in meter.calls)
+    assert cost > 0 and Budget(1.0, PRICES, None, [tmp_path / "l.jsonl"]).spent == pytest.approx(cost)
+
+
+def test_a_whole_reply_that_arrives_just_past_the_deadline_is_answered_not_thrown_away(tmp_path):
+    """The server sends its whole 200 (usage and all: billed) a little after the attempt's deadline of 4 s: headers
+    and half the body at 2.5 s, the rest at 5 s, so no read waits longer than the deadline (1.5 s spare on a
+    busy machine) and the whole reply is a second past it. The proxy read
+    all of it, then answered 504 and logged the call without its usage: a billed reply in no record, counted
+    $0 by the cap, and paid again by the retry. A reply the proxy holds whole is the call's answer (the
+    client waits twice the deadline for the proxy); a body still coming past the deadline is a timeout."""
+    with FakeModel(schedule=["late"], hang_s=2.5) as fake:
+        ledger = Ledger(tmp_path / "l.jsonl")
+        meter = Meter(PRICES)
+        with MeteringProxy(fake.base_url, ledger) as proxy:
+            msg = _agent(proxy, meter, timeout_s=4.0).complete(MSGS)
+        ledger.close()
+        n_requests = len(fake.requests)
+    assert msg.content == "I don't know."
+    assert n_requests == 1  # answered once, not paid twice
+    resp = [e for e in read_ledger(tmp_path / "l.jsonl") if e["event"] == "response"]
+    pt = prompt_tokens(MSGS, None)
+    assert [(e["status"], e["prompt"], e["output"]) for e in resp] == [(200, pt, 7)]
+    assert [(c["prompt"], c["output"]) for c in meter.calls] == [(pt, 7)]
+
+
+# ------------------------------------------------------------------ Ctrl-C while runs are in flight
+
+def _main_thread_in_pool_shutdown() -> bool:
+    """The main thread is past the driver's abort, waiting in the pool's shutdown for its workers."""
+    import sys
+
+    f = sys._current_frames().get(threading.main_thread().ident)
+    while f is not None:
+        if f.f_code.co_name == "shutdown" and "concurrent" in f.f_code.co_filename:
+            return True
+        f = f.f_back
+    return False
+
+
+def test_ctrl_c_while_runs_are_in_flight_sends_nothing_more_and_the_same_command_finishes_each_run_once(tmp_path):
+    """Two runs' first requests are held by the server; Ctrl-C arrives (KeyboardInterrupt in the main thread)
+    while both are in flight, and the replies come once the driver is waiting for its workers. A run the
+    reply finished is recorded whole; no other request reaches the server; the rerun finishes every run
+    exactly once, with new attempt numbers and ledger and records matching call by call."""
+    import _thread
+
+
+    state = {"hold": True, "held": [], "sent_at_release": None}
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def stall(req):
+        if not state["hold"] or is_preflight(req):
+            return None
+        with lock:
+            state["held"].append(req)
+            if len(state["held"]) == 2:
+                _thread.interrupt_main()  # Ctrl-C, with both runs in flight
+        return release
+
+    def releaser():
+        while not _main_thread_in_pool_shutdown():
+            threading.Event().wait(0.01)
+        state["sent_at_release"] = len(fake.run_requests)
+        release.set()
+
+    extra = ["concurrency=2", "model.timeout_s=10", "model.retry_budget_s=20"]
+    with FakeModel(stall=stall) as fake:
+        watcher = threading.Thread(target=releaser, daemon=True)
+        watcher.start()
+        with pytest.raises(KeyboardInterrupt):
+            run_agents(agents_cfg(tmp_path, fake, *extra))
+        watcher.join(5)
+        assert not any(t.name.startswith("agent") and t.is_alive() for t in threading.enumerate())
+        assert state["sent_at_release"] == 2 and len(fake.run_requests) == 2  # nothing sent after Ctrl-C
+        rd = RunDir(tmp_path / "runs" / "smoke" / "smoke")
+        first = once(rd)
+        assert all(r["status"] == "ok" for r in first.values())  # only runs the held replies finished
+        used = {e["tag"]: e["attempt"] for e in read_ledger(rd.ledger_path)
+                if e.get("event") == "request" and e.get("role") != "preflight"}
+        state["hold"] = False
+        run_agents(agents_cfg(tmp_path, fake, *extra))
+    after = once(rd)
+    assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
+    assert all(after[t]["attempt"] > a for t, a in used.items() if t not in first)  # no attempt number reused
+    assert all(after[t] == first[t] for t in first)  # a recorded run is never run again
+    ledger_matches_records(rd, after)
+
+
+# ------------------------------------------------------------------ a 413 on the preflight
+
+def test_a_413_on_the_preflight_stops_the_stage_before_any_run_and_the_same_command_runs_them(tmp_path):
+    """A gateway whose request-size limit is below even the preflight's request: the stage stops there
+    (exit 3, the 413 named), no run starts or is recorded, and the fixed gateway then runs every run once."""
+    from harness.failures import STOPPED, exit_code
+    from tests.test_failures_midstage import stopped
+
+    state = {"on": True}
+    too_large = (413, {"error": {"message": "Request Entity Too Large", "type": "invalid_request_error"}})
+    with FakeModel(refuse=lambda req: too_large if state["on"] else None) as fake:
+        exc = stopped(run_agents, agents_cfg(tmp_path, fake))
+        assert exit_code(exc) == STOPPED and "preflight" in str(exc) and "413" in str(exc), exc
+        assert fake.run_requests == []
+        rd = RunDir(tmp_path / "runs" / "smoke" / "smoke")
+        assert once(rd) == {} and not rd.attempts()
+        state["on"] = False
+        run_agents(agents_cfg(tmp_path, fake))
+    after = once(rd)
+    assert len(after) == 4 and all(r["status"] == "ok" and r["attempt"] == 1 for r in after.values())
+    ledger_matches_records(rd, after)
+
+
+def test_an_event_stream_with_a_usage_block_in_every_chunk_bills_the_last_not_their_sum(tmp_path):
+    """vLLM's continuous usage stats put a running total in every chunk: the stream billed the last total
+    once (summing the chunks would bill it several times over; the first would bill a fraction)."""
+    import json
+
+    from harness.endpoints.usage import event_stream
+    from bench.fake_upstream import usage_of
+
+    chunks = [{"choices": [{"delta": {"content": w}}], "usage": usage_of(50, i + 1, 0)}
+              for i, w in enumerate(["I ", "don't ", "know."])]
+    text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    usage, message = event_stream(text)
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (50, 3) and message["content"] == "I don't know."

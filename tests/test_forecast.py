@@ -7,6 +7,7 @@ from harness.run.forecast import CHARS_PER_TOKEN, OUTPUT_TOKENS, _conversation
 from tests import cli
 from tests.fake_model import FakeModel
 from tests.test_driver import cmd, records
+from tests.test_typed_settings import composed
 
 
 def test_a_loop_counts_every_earlier_prompt_as_cache_hits():
@@ -66,3 +67,37 @@ def test_full_context_forecast_grows_with_the_history():
     small = _from_data("full", cfg, ["q"], {"q": q(1000)}, 500)
     big = _from_data("full", cfg, ["q"], {"q": q(101_000)}, 500)
     assert big.miss - small.miss == 100_000 / CHARS_PER_TOKEN and big.calls == small.calls == 1
+
+
+def test_a_forecast_with_a_keyword_only_option_is_not_handed_the_question(tmp_path, monkeypatch):
+    """forecast(settings, *, detail=False) was called forecast(settings, question): a TypeError in the dry run."""
+    from harness.run.forecast import reads_question, shape
+
+    (tmp_path / "auditkw").mkdir()
+    (tmp_path / "auditkw" / "__init__.py").write_text("")
+    (tmp_path / "auditkw" / "toy.py").write_text(
+        "def forecast(cfg, *, detail=False):\n    return {'calls': 5}\n\ndef build(cfg, ctx):\n    return None\n")
+    (tmp_path / "auditkw" / "toyq.py").write_text(
+        "def forecast(cfg, question=None):\n    return {'calls': 7 if question is None else 2}\n\n"
+        "def build(cfg, ctx):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    kw, q = importlib.import_module("auditkw.toy"), importlib.import_module("auditkw.toyq")
+    assert not reads_question(kw.forecast) and reads_question(q.forecast)
+    question = object()
+    assert shape(OmegaConf.create({"module": "auditkw.toy", "access": "x"}), question)["calls"] == 5
+    assert shape(OmegaConf.create({"module": "auditkw.toyq", "access": "x"}), question)["calls"] == 2
+    assert shape(OmegaConf.create({"module": "auditkw.toyq", "access": "x"}))["calls"] == 7
+
+
+def test_full_is_forecast_from_its_questions_histories_and_says_so():
+    """docs/extending.md: `full` puts the whole history in the prompt and the source column says
+    `data (its questions' histories)` for it; the row said `typical conversation shape`."""
+    from harness.run.forecast import _from_data
+    from tests.test_typed_settings import _question
+
+    cfg = composed("stage=smoke").stage.conditions["full"]
+    short, long = (_from_data("full", cfg, ["q"], {"q": _question(n, 20)}, 500) for n in (100, 900))
+    assert long.miss > short.miss
+    assert short.source == "data (its questions' histories)"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.fake_upstream import is_preflight
 from harness.records.ledger import read_ledger
 from judge import prompts as P
 from judge.agreement import stratified_sample, summarise
@@ -645,3 +646,74 @@ def test_a_judging_plan_with_a_price_not_set_says_unknown_never_zero():
     priced = plan_lines("stage", {**jc, "prices": {"hit": 0.1, "miss": 1.0, "output": 10.0}}, "id", 3, 0, 0, 0,
                         ["x" * 400] * 3)[1]
     assert f"list ${(300 * 1.0 + 180 * 10.0) / 1e6:.4f}" in priced
+
+
+# ------------------------------------------------------------------ the judge's server, several judgements at once
+
+@pytest.mark.parametrize("fault, said", [("503", "no healthy upstream"), ("quota", "no credit left")])
+def test_a_judge_server_dying_with_judgements_in_flight_writes_none_failed_and_the_rerun_judges_exactly_the_rest(
+        stage, fault, said):
+    """Four judgements at once; the judge's server answers 4 judgements, then fails for good (a 503, or credit
+    gone): exit 3 naming its answer, nothing written failed (neither the judgement that tripped the stop nor
+    those in flight), and the fixed server is asked exactly the prompts not judged, each once."""
+
+    from judge.answer_check import load_judgements
+
+    with FakeModel(script=lambda req: judge_script(req, None), dies_with=fault, dies_after=4) as fake:
+        res = cli.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=4"), capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 3, res.stderr
+        assert said in res.stderr, res.stderr[-2000:]
+        first = load_judgements(stage_dir(stage), "vllm")
+        assert {v["status"] for v in first.values()} <= {"ok", "failed_run"}  # nothing written failed
+        ok = {k: v for k, v in first.items() if v["status"] == "ok"}
+        asked = judge_fixed_server(stage, fake, "concurrency=4")
+    judged_exactly_the_rest(stage, ok, asked)
+
+
+def test_a_judge_endpoint_rejecting_the_judges_request_stops_judging_at_its_preflight_writing_nothing_failed(stage):
+    """The judge's endpoint rejects its request shape with a 400 the body does not explain (as a gateway does
+    for a parameter it will not take): the judge's preflight is that very request, so every judgement would
+    be rejected too. Judging must stop there (exit 3, the rejection named), not write each judgement failed."""
+
+    from judge.answer_check import load_judgements
+
+    odd = (400, {"error": {"message": "unsupported request for this deployment", "type": "invalid_request_error"}})
+    with FakeModel(refuse=lambda req: odd) as fake:
+        res = cli.run(judge_cmd(stage, fake, "judge.max_retries=1"), capture_output=True, text=True,
+                             timeout=300)
+        asked = [r for r in fake.requests if "Model response" in r["body"]["messages"][0]["content"]]
+    assert res.returncode == 3, res.stderr[-2000:]
+    assert "unsupported request for this deployment" in res.stderr
+    assert asked == []  # no judgement sent after the preflight's refusal
+    got = load_judgements(stage_dir(stage), "vllm")
+    assert {j["status"] for j in got.values()} <= {"failed_run"}
+
+
+def test_a_judge_stop_names_the_server_failure_not_a_judgement_it_cut_short(stage):
+    """Two judgements at once: the first run's waits out a long Retry-After while the other runs' judgements fail
+    fast until one runs out of retries and the probe fails too. The first run's judgement is then cut short
+    (it raises "stopping"); the stop must still name the server's failure and its last answer, as the driver's
+    does, whichever judgement's result is read first."""
+    import json
+
+    first = sorted((r for r in records(stage).values() if r["status"] == "ok"), key=lambda r: r["run_id"])[0]
+    state = {"preflight": False}
+    dead = {"error": {"message": "no healthy upstream", "type": "service_unavailable"}}
+
+    def refuse(req):
+        if is_preflight(req):
+            if not state["preflight"]:
+                state["preflight"] = True
+                return None  # judging's preflight passes
+            return 503, dead, {"Retry-After": "0"}  # the probe
+        if json.dumps(first["question"])[1:-1] in json.dumps(req["messages"]):
+            return 503, dead, {"Retry-After": "60"}
+        return 503, dead, {"Retry-After": "0"}
+
+    with FakeModel(refuse=refuse) as fake:
+        res = cli.run(judge_cmd(stage, fake, "judge.max_retries=1", "concurrency=2", "+judge.max_wait_s=120"),
+                             capture_output=True, text=True, timeout=300)
+    last = [ln for ln in res.stderr.splitlines() if ln.startswith("stopped")]
+    assert res.returncode == 3 and last, res.stderr[-2000:]
+    assert "keeps failing" in last[-1] and "no healthy upstream" in last[-1], last[-1]

@@ -30,3 +30,16 @@ def test_agreement_and_probe_on_a_personal_stage_refuse_it_naming_what_to_use(tm
     assert "Traceback" not in err and "KeyError" not in err
     assert "personal" in err and "rubric" in err and "analysis.personal.validation" in err, err
     assert "make judge STAGE=personal_smoke" in err, err
+
+
+def test_agreement_on_a_personal_stage_without_a_second_judge_is_refused_for_its_study_first(tmp_path):
+    """`make agreement STAGE=personal` without JUDGE2: the stage is refused for its study (exit 2, the rubric and its
+    validation named), not told to add a second judge that would then be refused."""
+    import sys
+
+    res = cli.run([sys.executable, "-m", "judge.agreement", "stage=personal_smoke", f"runs_dir={tmp_path}/runs",
+                          f"cache_dir={tmp_path}/cache", "judge=vllm", "judge.base_url=http://127.0.0.1:9/v1",
+                          "judge.model=j"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2, res.stderr[-1500:]
+    assert "rubric" in res.stderr and "analysis.personal.validation" in res.stderr, res.stderr
+    assert "no second judge" not in res.stderr

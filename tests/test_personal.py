@@ -275,3 +275,83 @@ def test_reading_mems_cost_per_add_leaves_its_telemetry_off():
     assert out.returncode == 0, out.stderr
     n, positive, telemetry = out.stdout.split()
     assert int(n) >= 1 and positive == "True" and telemetry == "False"
+
+
+@pytest.mark.parametrize("model", ["gpt-5.4-mini", "gpt-5.4-nano", "gpt-5.41", "GPT-5.4o"])
+def test_the_paper_judge_check_refuses_another_model_that_shares_its_prefix(tmp_path, model):
+    """Claim 4: make personal-paper refuses a JUDGE= other than the paper's GPT-5.4 unless declared; a smaller
+    sibling (gpt-5.4-mini) is another judge, while a dated snapshot of GPT-5.4 is the paper's."""
+    from judge.rubric import paper_judge_refusal
+
+    def cfg(*extra):
+        return stage_cfg(tmp_path, "http://127.0.0.1:9/v1", ["naive_concat"], n=2,
+                         extra=["judge=openai_reasoning", "paper_judge=true", *extra])
+
+    assert "not the paper's judge" in (paper_judge_refusal(cfg(f"judge.model={model}")) or "")
+    assert paper_judge_refusal(cfg(f"judge.model={model}", "allow_deviation=[judge_model]")) is None
+    assert paper_judge_refusal(cfg("judge.model=gpt-5.4-2026-03-05")) is None
+    assert paper_judge_refusal(cfg("judge.model=gpt-5.4")) is None
+
+
+class ManyFacts(Script):
+    """Mem0's extraction gives 6 facts per message (18 per user, more than k = 10), each unique to its user."""
+
+    def __call__(self, req: dict) -> dict:
+        import json
+
+        system = req["messages"][0]["content"]
+        if "memory" in system.lower() and "json" in system.lower() and req.get("response_format"):
+            from tests.personal_helpers import last_user
+
+            text = last_user(req)[-60:]
+            return {"role": "assistant", "content": json.dumps({"memory": [
+                {"text": f"Fact {i} of {abs(hash(text)) % 10 ** 8}: {text}"} for i in range(6)]})}
+        return super().__call__(req)
+
+
+@pytest.mark.services
+def test_mem0s_exposure_audit_reads_the_users_whole_partition(tmp_path):
+    """Claim 5: the exposure audit repeats each read over the user's whole partition. mem0_user, once its adds
+    are in, holding more of the user's facts than the read's k: every one of them is audited, not only the k
+    nearest (mem0_default reads at once, before its adds land, so its audit holds what was there then)."""
+    from harness.studies.personal import run as run_personal
+    from tests.personal_helpers import records
+
+    with FakeModel(script=ManyFacts()) as fake:
+        rd = run_personal(stage_cfg(tmp_path, fake.base_url, ["mem0_user"], n=1, extra=["stage.concurrency=1"]))
+    (r,) = records(rd).values()
+    assert r["status"] == "ok" and not r["barrier"]["timed_out"], r["error"]
+    held = sum(w["items"] for w in r["writes"])
+    assert held > 10 and r["n_injected"] == 10, r["writes"]
+    assert r["audited_items"] == held, (r["audited_items"], held)
+
+
+class ManyValues(Script):
+    """ProfileAgent lists 40 preferences: nothing in the writers bounds how many items a user gets."""
+
+    def __call__(self, req: dict) -> dict:
+        import json
+
+        from tests.personal_helpers import last_user
+
+        if req["messages"][0]["content"].startswith("You are ProfileAgent"):
+            tag = last_user(req)[:30]
+            return {"role": "assistant", "content": json.dumps({"preferences": [f"likes {tag} {i}" for i in range(40)]})}
+        return super().__call__(req)
+
+
+@pytest.mark.services
+def test_the_kernels_exposure_audit_reads_the_users_whole_partition(tmp_path):
+    """Claims 5 and 6: the audit covers the user's whole partition however many items the writers produced (the
+    items are one per extracted value, unbounded: 40 preferences give 40 profile items, past `candidates`)."""
+    from harness.studies.personal import run as run_personal
+    from tests.personal_helpers import records
+
+    with FakeModel(script=ManyValues()) as fake:
+        rd = run_personal(stage_cfg(tmp_path, fake.base_url, ["kernel_shared"], n=1, extra=["index=exact"]))
+    (r,) = records(rd).values()
+    assert r["status"] == "ok" and not r["barrier"]["timed_out"], r["error"]
+    held = sum(w["items"] for w in r["writes"])
+    assert held >= 42, r["writes"]  # 40 profile items, a task item, a note
+    assert r["audited_items"] == held
+    assert r["prevented_items"] == 1 and r["prevented_conversation"] == 1  # the private note, kept out

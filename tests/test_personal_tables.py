@@ -242,3 +242,39 @@ def test_the_three_paper_presets_get_their_own_folders_endpoints_and_prices(monk
     assert got["llama31_8b"] == ("llama3.1:8b", "http://127.0.0.1:1/v1", 0.0)
     assert got["qwen25_7b"] == ("qwen2.5:7b", "http://127.0.0.1:2/v1", 0.0)  # falls back to OLLAMA_BASE_URL
     assert smoke.stage.purpose == "smoke"
+
+
+# ------------------------------------------------------------------ length cuts in the personal study's tables
+
+def _call(role: str, finish: str) -> dict:
+    return {"prompt": 90, "hit": 0, "miss": 90, "output": 10, "reasoning": 0, "cache_reported": False,
+            "latency_s": 1.0, "finish": finish, "role": role, "cost_list": 0.0, "cost_paid": 0.0, "ts": "t",
+            "flags": ["finish_reason length: the reply was cut at its token limit"] if finish == "length" else []}
+
+
+def test_the_personal_output_length_table_counts_answers_cut_at_their_token_limit(tmp_path):
+    """Table 5 compares the assistant's answer length in words between methods; an answer cut at its token
+    limit (finish_reason length) is shorter because it was cut, not because of the method. The records flag
+    it, but Table 5 said nothing: each model x method row must count its cut answers and the report say so
+    (a writer's call cut at length is not the answer)."""
+    from analysis.personal.load import select
+    from analysis.personal.report import analyse
+    from tests.personal_helpers import fake_folder
+
+    cut = {("t0000", "naive_concat"), ("t0002", "naive_concat"), ("t0001", "kernel_shared")}
+    runs = []
+    for i in range(4):
+        for c in ("naive_concat", "kernel_shared"):
+            t = f"t{i:04d}"
+            runs.append({"condition": c, "trial_id": t, "words": 10 + 3 * i + (c == "kernel_shared"),
+                         "answer_s": 1.0 + i, "calls": [_call("writer", "length"),
+                                                        _call("assistant", "length" if (t, c) in cut else "stop")]})
+    fake_folder(tmp_path / "runs", "personal", "a", {"name": "vllm", "model": "m"}, runs)
+    st = analyse(select([tmp_path / "runs"]), resamples=50)
+    t5 = st.table("table5").set_index("condition")
+    assert int(t5.loc["naive_concat", "answers_cut_length"]) == 2
+    assert int(t5.loc["kernel_shared", "answers_cut_length"]) == 1
+    from analysis.personal import table5
+
+    text = table5.section(st)
+    assert "3 answers cut at their token limit" in text

@@ -9,6 +9,7 @@ import pytest
 
 from harness.data.synth import write
 from harness.run.plan import PlanError, group_conditions
+from tests import cli
 
 
 def composed(*overrides):
@@ -129,3 +130,24 @@ def test_a_group_runs_every_condition_unless_it_lists_or_excludes_keys():
         group_conditions(stage, {"exclude": ["shard"]})
     with pytest.raises(PlanError, match="names condition 'toy'"):
         group_conditions(stage, {"conditions": ["toy"]})
+
+
+def test_a_dry_run_with_another_data_seed_prints_that_seeds_data_not_seed_0s_cached_file(tmp_path):
+    """`data.seed=1` generates seed 1's questions: with seed 0's file already in the cache (the first smoke run's),
+    the dry run must print seed 1's sha256, the one its first real run writes, not reuse seed 0's file (the
+    generated files' paths named seed 0 whatever data.seed said)."""
+    import hashlib
+    import sys
+
+    from harness.data import synth
+
+    data, size = "synth_tiny", "tiny"
+    synth.write(tmp_path / "cache" / "data", 0, size, path=tmp_path / "cache" / "data" / synth.file_name(size, 0))
+    res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", f"data={data}", "data.seed=1",
+                          "dry_run=true", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache",
+                          "model.base_url=http://127.0.0.1:9/v1"], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    line = next(x for x in res.stdout.splitlines() if x.startswith("data "))
+    assert f"sha256 {hashlib.sha256(synth.dumps(1, size)).hexdigest()}" in line, line
+    assert synth.file_name(size, 1) in line, line

@@ -231,3 +231,20 @@ def test_only_a_name_in_the_registering_modules_namespace_is_allowed(top, rest, 
         assert (refused is None) == ("/" not in name)
     else:
         assert (refused is None) == (name.startswith(top + "/") and len(name) > len(top) + 1), (origin, name)
+
+
+def test_a_chosen_judgement_kind_shows_in_the_dry_runs_judge_request(tmp_path):
+    """A kind added the README's way was found, but the dry run's judge line still read 'answer check' only:
+    nothing showed that the chosen kind would be judged."""
+    import os
+
+    (tmp_path / "auditkind.py").write_text(
+        "from judge.kinds import Kind, register\nfrom judge.prompts import Item\n\n"
+        "register(Kind('auditkind/brief', lambda record, prompts: [Item('auditkind/brief', 'toy', 'answer', 'Short? yes or no')]))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "MEMSPACE_PLUGINS": "auditkind"}
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "dry_run=true", f"runs_dir={tmp_path}",
+                          "+judge.kinds=[answer_check,auditkind/brief]"], capture_output=True, text=True, cwd=REPO, timeout=300,
+                         env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    judge_lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip().startswith("judge: judge")]
+    assert judge_lines and all("answer_check" in ln and "brief" in ln for ln in judge_lines), judge_lines

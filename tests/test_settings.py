@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,24 @@ def test_every_shipped_stage_and_preset_fits_its_schema():
         for group in ("stage", "model", "judge", "index"):
             for path in sorted((REPO / "conf" / group).glob("*.yaml")):
                 check_types(compose("config", overrides=[f"{group}={path.stem}"]))
+
+
+def test_a_misspelt_judgement_kind_stops_the_run_command_before_anything_runs(tmp_path):
+    """`+judge.kinds=[answer_check,breif]` on a stage that judges after its runs passed the dry run and
+    would have failed only at judging, after every run had been made."""
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "dry_run=true", f"runs_dir={tmp_path}",
+                          "+judge.kinds=[answer_check,breif]"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 2, (res.stdout[-1000:], res.stderr[-2000:])
+    assert "judgement kind 'breif'" in res.stderr and "runs planned" not in res.stdout
+
+
+@pytest.mark.parametrize("override, nearest", [
+    ("+model.temprature=0", "model.params.temperature"),  # was "did you mean model.parallel?"
+    ("+stage.conditions.prefetch.nn=5", "stage.conditions.prefetch.k"),  # was "...prefetch.scoring?"
+])
+def test_a_misspelt_option_names_the_nearest_key_also_inside_an_open_dictionary(override, nearest):
+    from harness.run.settings import SettingsError, check_additions
+
+    ov = ["stage=smoke", "model=vllm", override]
+    with pytest.raises(SettingsError, match=rf"did you mean {re.escape(nearest)}\?"):
+        check_additions(composed(*ov), ov)

@@ -467,3 +467,62 @@ def test_each_run_gets_the_recall_its_own_searches_got_against_exact_search(tmp_
     # replay=none (the default for a LongMemEval folder is org only): nothing compared, and the report says why
     assert csv(out, "retrieval_recall.csv").empty
     assert "not compared: replay=none" in (out / "report.md").read_text()
+
+
+def test_make_judge_refuses_an_errata_file_that_names_no_data_of_the_stage_before_paying(tmp_path):
+    """`make judge errata=FILE` on a stage whose data the errata is not about exits 2, and before any judge call:
+    the stage's own judging (paid) used to run first and the refusal came after it."""
+    import json
+    from pathlib import Path
+
+    import pytest
+    from hydra import compose, initialize_config_dir
+
+    from harness.data.errata import ErrataError
+    from harness.records import RunDir
+    from judge.answer_check import judge_command
+    from tests.analysis_fixtures import answered_record
+    from tests.fake_model import FakeModel
+
+    rec_dir = tmp_path / "runs" / "smoke" / "smoke" / "records"
+    rec_dir.mkdir(parents=True)
+    rec = answered_record("none.lme.q00.r0", "q00", "single-session-user", "", "What is q00?", "41", "It is 41.")
+    rec["data_path"] = "/gen/longmemeval_org.json"  # not a file the errata lists (by its content's sha256)
+    rec["data_sha256"] = "e" * 64
+    (rec_dir / "none.lme.q00.r0.json").write_text(json.dumps(rec))
+    path = tmp_path / "errata.yaml"
+    path.write_text(ERRATA)
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with FakeModel(script=lambda req: {"role": "assistant", "content": "yes"}) as fake:
+        with initialize_config_dir(config_dir=conf, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[
+                "stage=smoke", "judge=vllm", f"judge.base_url={fake.base_url}", "judge.backoff_s=0.01",
+                f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache", f"+errata={path}"])
+        rd = RunDir.for_stage(cfg)
+        with pytest.raises(ErrataError, match="refused") as exc:
+            judge_command(cfg, rd)
+        assert exc.value.exit_code == 2
+        assert fake.run_requests == []  # nothing judged, nothing paid
+
+
+def test_usd_per_correct_reproduces_from_the_ledger_when_a_run_was_retried(tmp_path):
+    """A run whose first attempt (100k prompt tokens, metered) was superseded: the money was spent, so USD per
+    correct answer by hand from the ledger counts it, in Table 6 and in Table 1 (repeat 0: the same runs here)."""
+    from tests.analysis_fixtures import PRICES, Stage, sha256_file
+    from tests.test_analysis import csv, prereg_file, row
+
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for i in range(10):
+        st.add("session_search", f"q{i:02d}", correct=i % 2 == 0, prompt=1000, output=100, attempt=2 if i == 0 else 1)
+        st.add("tool_hybrid", f"q{i:02d}", correct=True, prompt=500, output=50)
+    base = {"call": "deadbeef00000001", "tag": "session_search.lme.q00.r0", "attempt": 1, "role": "agent",
+            "model": "test-model", "path": "/chat/completions", "ts": "2026-10-08T10:00:00.000+00:00"}
+    st.ledger += [{**base, "event": "request"}, {**base, "event": "response", "status": 200, "prompt": 100000,
+                                                 "hit": 0, "miss": 100000, "output": 0, "reasoning": 0}]
+    st.write()
+    out = analyse(tmp_path, pre)
+    by_hand = (10 * (1000 * PRICES["miss"] + 100 * PRICES["output"]) + 100000 * PRICES["miss"]) / 1e6 / 5
+    assert row(csv(out, "table6.csv"), party="agents", condition="session_search")["usd_per_correct"] == \
+        pytest.approx(by_hand)
+    assert row(csv(out, "table1.csv"), condition="session_search")["usd_per_correct"] == pytest.approx(by_hand)

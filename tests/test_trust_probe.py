@@ -350,3 +350,65 @@ def test_a_number_that_names_or_codes_something_is_never_planted_in_words(word, 
         written = gold.replace(num, PR.in_words(n) or "")
         if zero or word[0].isupper():
             assert PR.check({**q, "kind": "number_words", "truth": True, "answer": written}), (gold, written)
+
+
+def _q(qid: str, question: str, gold: str) -> dict:
+    return {"qid": qid, "qtype": "multi-session", "question": question, "gold": gold, "abstention": False}
+
+
+def _planted(*qs: dict) -> dict[tuple[str, str], str]:
+    return {(p["qid"], p["kind"]): p["answer"] for p in PR.plant(list(qs), seed=0)}
+
+
+def test_no_reordering_for_order_questions_without_the_word_order():
+    """'From most to least favourite', 'chronologically', 'ranked': the reversed list is a wrong answer. Since
+    issue 44 no list is reordered at all (whether a comma or "and" separates items is a reading of the gold),
+    and the second rule refuses a reordered answer as a right one."""
+    qs = [_q("o1", "What are my three favorite movies, from most to least favorite?", "Inception, Interstellar and Memento"),
+          _q("o2", "List the cities I visited chronologically.", "Paris, Rome and Berlin"),
+          _q("o3", "Can you give me the gyms I tried, ranked by how much I liked them?", "Equinox, Crunch and Planet Fitness"),
+          _q("u1", "Which friends came to my birthday dinner?", "Alice, Bob and Carol")]
+    by = _planted(*qs)
+    assert not [k for k in by if k[1] == "reordered"], by
+    for q in qs:
+        parts = [x.strip() for x in q["gold"].replace(" and ", ", ").split(", ")]
+        reversed_ = {**q, "kind": "reordered", "truth": True, "answer": ", ".join(parts[::-1][:-1]) + " and " + parts[0]}
+        assert PR.check(reversed_), reversed_
+
+
+def test_a_name_or_title_joined_by_and_is_not_a_list_to_reorder():
+    """'Pride and Prejudice', 'Bread and Butter', 'Tom and Jerry' are one name each: 'Prejudice and Pride' is not
+    the gold, so it must not be planted as a right answer, and the second rule must refuse it."""
+    qs = [_q("t1", "Which book did I recommend to my sister?", "Pride and Prejudice"),
+          _q("t2", "Which restaurant did we go to for our anniversary?", "Bread and Butter"),
+          _q("t3", "Which cartoon did my son watch all weekend?", "Tom and Jerry")]
+    by = _planted(*qs)
+    assert not [k for k in by if k[1] == "reordered"], by
+    for q in qs:
+        a, b = q["gold"].split(" and ")
+        assert PR.check({**q, "kind": "reordered", "truth": True, "answer": f"{b} and {a}"})
+
+
+def test_a_changed_number_keeps_no_accepted_alternative_written_in_words():
+    """'11 weeks, or twelve if rounded up': changing 11 to 14 leaves 'twelve if rounded up', an accepted answer,
+    in a planted wrong answer. The second rule must see numbers in words too."""
+    q = _q("n1", "How many weeks did the course take?", "11 weeks, or twelve if rounded up")
+    by = _planted(q)
+    assert ("n1", "changed_number") not in by, by
+    assert PR.check({**q, "kind": "changed_number", "truth": False, "answer": "14 weeks, or twelve if rounded up"})
+    assert PR.check({**q, "kind": "changed_number", "truth": False, "answer": "eleven weeks"})  # the gold in words
+    # a number changed where nothing of the gold survives is kept
+    assert _planted(_q("n2", "How many days did it take?", "21 days. 22 days (including the last day) is also "
+                                                          "acceptable."))[("n2", "changed_number")] == "24 days"
+
+
+def test_a_date_is_changed_only_when_the_question_asks_when_not_for_a_when_clause():
+    """'What was I doing when I met Emma?' asks what, not when: 'a conference in August' still names the
+    conference, so it is no planted wrong answer; the second rule reads the question too."""
+    q = _q("d1", "What was I doing when I met Emma?", "I was at a conference in May")
+    by = _planted(q)
+    assert ("d1", "changed_date") not in by, by
+    assert PR.check({**q, "kind": "changed_date", "truth": False, "answer": "I was at a conference in August"})
+    for text in ("When did I start my new job?", "What date is my dentist appointment?",
+                 "On which day did I adopt my dog?"):
+        assert _planted(_q("d2", text, "March 2023"))[("d2", "changed_date")] == "June 2023", text

@@ -4,6 +4,7 @@ one field; the forecast reads the data (issue 31, item 3)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import datetime
@@ -326,3 +327,225 @@ def test_a_value_override_of_a_key_that_does_not_exist_exits_2_naming_the_neares
     res = subprocess.run([sys.executable, "-m", "judge.run", "stage=main", "fidelity.preset=null"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2 and "fidelity.preset: no such setting" in res.stderr, res.stderr[-2000:]
+
+
+def test_a_condition_option_of_the_wrong_type_is_refused_naming_its_key():
+    """`stage.conditions.shared.k=eight` (a key its yaml gives, typed by its module's Settings) was a
+    traceback from deep in the fidelity manifest (exit 1), not a refusal naming the key."""
+    from harness.run.settings import SettingsError, check_types
+
+    with pytest.raises(SettingsError, match=r"stage\.conditions\.shared\.k\b"):
+        check_types(composed("stage=smoke_org", "stage.conditions.shared.k=eight"))
+    check_types(composed("stage=smoke_org", "stage.conditions.shared.k=5"))  # the right type passes
+
+
+def test_a_wrong_typed_condition_option_stops_the_command_with_exit_2(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke_org", "dry_run=true",
+                          f"runs_dir={tmp_path}", "stage.conditions.shared.k=eight"],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "stage.conditions.shared.k" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_number_a_conditions_yaml_gives_keeps_its_type():
+    """`stage.conditions.prefetch.k=eight` passed the dry run and would have failed every prefetch run."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.run.settings import SettingsError, check_yaml_types
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        bad = compose("config", overrides=["stage=smoke", "stage.conditions.prefetch.k=eight"], return_hydra_config=True)
+        with pytest.raises(SettingsError, match=r"stage\.conditions\.prefetch\.k: 'eight' is not of type int"):
+            check_yaml_types(bad, bad.hydra.runtime.choices)
+        for stage in sorted(p.stem for p in (REPO / "conf" / "stage").glob("*.yaml")):  # no shipped stage refused
+            good = compose("config", overrides=[f"stage={stage}"], return_hydra_config=True)
+            check_yaml_types(good, good.hydra.runtime.choices)
+
+
+def checked(*overrides):
+    cfg = composed(*overrides)
+    return cfg, settings.check(cfg, overrides=list(overrides), sources=[REPO / "conf"])
+
+
+@pytest.mark.parametrize("value", ["null", "prefetc"])
+def test_a_null_or_misspelt_condition_module_is_refused_naming_its_key(value):
+    """Was a ModuleNotFoundError traceback (exit 1) after the check had passed it as a plugin without Settings."""
+    with pytest.raises(SettingsError, match=r"stage\.conditions\.prefetch\.module"):
+        checked("stage=smoke", f"stage.conditions.prefetch.module={value}")
+
+
+def test_an_interpolation_that_does_not_resolve_is_refused_naming_its_key():
+    """Was an InterpolationKeyError traceback (exit 1)."""
+    with pytest.raises(SettingsError, match=r"stage\.conditions\.prefetch\.k.*nope\.x"):
+        checked("stage=smoke", "stage.conditions.prefetch.k=${nope.x}")
+
+
+@pytest.mark.parametrize("over", [["index=pgvector", "+index.overfetch=2"], ["index=exact", "+index.depth=3"],
+                                  ["index=redis_qe", "+index.batch_size=2"]])
+def test_an_index_setting_its_backend_declares_may_be_added_with_plus(over):
+    """index_schema says these are the backend's (or the space's) settings; `+` refused them as unknown."""
+    cfg, _ = checked(*over)
+    key, value = over[1].lstrip("+").split("=")
+    assert OmegaConf.select(cfg, key) == int(value)
+
+
+def test_a_misspelt_index_setting_added_with_plus_names_the_backends_nearest():
+    with pytest.raises(SettingsError, match=r"did you mean index\.overfetch\?"):
+        checked("index=pgvector", "+index.overfetc=2")
+
+
+@pytest.mark.parametrize("config, near", [("{id: r, backend: redis_qe, buld: {m: 10}}", "build"),
+                                          ("{id: r, backend: redis_qe, querry: {ef_runtime: 10}}", "query"),
+                                          ("{id: r, backend: pgvector, case: [one]}", "cases")])
+def test_a_misspelt_key_of_a_backend_study_configuration_is_refused(config, near):
+    """`buld:` was dropped silently (bench.backends.cases reads build/query/cases only)."""
+    with pytest.raises(SettingsError, match=rf"did you mean stage\.configs\[0\] \(r\)\.{near}\?"):
+        checked("stage=backends", f"stage.configs=[{config}]")
+
+
+def test_the_judges_reasoning_effort_is_the_one_its_calls_send():
+    """The judge sends its judge_params (judge.common.model_config), never its model preset's params: the
+    typed field read params, so it said `low` while the judge sent `high`, and `+judge.reasoning_effort=`
+    was written where the judge never sends it."""
+    from judge.common import judge_model_config
+
+    _, n = checked("stage=smoke", "judge=gpt54", "judge.judge_params.reasoning_effort=high")
+    assert n.judge.reasoning_effort == "high"
+    _, n = checked("stage=smoke", "judge=vllm", "+judge.judge_params.reasoning_effort=high")
+    assert n.judge.reasoning_effort == "high"
+    cfg, n = checked("stage=smoke", "judge=vllm", "+judge.reasoning_effort=medium")
+    assert n.judge.reasoning_effort == "medium"
+    assert judge_model_config(cfg.judge)["params"].get("reasoning_effort") == "medium"  # the request carries it
+    # gpt54's model preset says low in params, which the judge does not send: no disagreement there ...
+    _, n = checked("stage=smoke", "judge=gpt54", "~judge.judge_params.reasoning_effort", "+judge.reasoning_effort=high")
+    assert n.judge.reasoning_effort == "high"
+    with pytest.raises(SettingsError, match="set twice, differently"):  # ... but with its judge_params there is
+        checked("stage=smoke", "judge=gpt54", "+judge.reasoning_effort=high")
+
+
+def test_a_sweep_whose_later_job_is_bad_runs_no_job(tmp_path):
+    """`-m stage.conditions.prefetch.k=3,eight`: job 0 ran its whole stage before job 1 was refused."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-m", "harness.run", "-m", "stage=smoke", "model=vllm",
+                          "model.base_url=http://127.0.0.1:9/v1", "dry_run=true", f"runs_dir={tmp_path}/runs",
+                          f"cache_dir={tmp_path}/cache", f"hydra.sweep.dir={tmp_path}/sweep",
+                          "stage.conditions.prefetch.k=3,eight"],
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 2, out[-2000:]
+    assert "stage.conditions.prefetch.k" in out and "dry run: nothing started" not in out, out[-2000:]
+
+
+def test_the_study_configurations_schema_is_the_keys_the_backend_study_reads():
+    from dataclasses import fields
+
+    from bench.backends.cases import Config
+
+    assert {f.name for f in fields(settings.StudyConfigSettings)} == {f.name for f in fields(Config)}
+
+
+def test_a_number_a_plugin_conditions_yaml_gives_keeps_its_type(tmp_path, monkeypatch):
+    """A plugin condition without Settings, its yaml under hydra.searchpath: `depth: 3` overridden with `abc`
+    passed (its yaml was looked up on the tree's search path only, not found, and skipped)."""
+    (tmp_path / "auditnost").mkdir()
+    (tmp_path / "auditnost" / "__init__.py").write_text("")
+    (tmp_path / "auditnost" / "toy.py").write_text("def build(cfg, ctx):\n    return None\n")
+    (tmp_path / "conf" / "condition").mkdir(parents=True)
+    (tmp_path / "conf" / "condition" / "auditnost.yaml").write_text("module: auditnost.toy\ndepth: 3\naccess: x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = ["stage=smoke", f"hydra.searchpath=[file://{tmp_path}/conf]", "+condition@stage.conditions.nost=auditnost"]
+    sources = [REPO / "conf", tmp_path / "conf"]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        good = compose("config", overrides=[*base, "stage.conditions.nost.depth=4"], return_hydra_config=True)
+        bad = compose("config", overrides=[*base, "stage.conditions.nost.depth=abc"], return_hydra_config=True)
+    settings.check(good, overrides=[*base, "stage.conditions.nost.depth=4"], sources=sources)
+    with pytest.raises(SettingsError, match=r"stage\.conditions\.nost\.depth: 'abc' is not of type int"):
+        settings.check(bad, overrides=[*base, "stage.conditions.nost.depth=abc"], sources=sources)
+
+
+def dry(tmp_path, *overrides):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-m", "harness.run", "model=vllm", "model.base_url=http://127.0.0.1:9/v1",
+                          "dry_run=true", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache", *overrides],
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    return res, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("stage, override, key", [
+    ("personal_smoke", "stage.trials.n=many", "stage.trials.n"),      # was ValueError: int('many') in the planner
+    ("personal_smoke", "stage.trials=5", "stage.trials"),              # was AttributeError: 'int' has no .get
+    ("backends", "stage.delta_rounds=many", "stage.delta_rounds"),     # was accepted: the dry run passed it
+])
+def test_a_stage_key_its_yaml_gives_keeps_its_type(tmp_path, stage, override, key):
+    """stage_node typed a yaml's key by its composed value, the override included, so only StageSettings'
+    declared fields (stage.builds) were ever refused; the rest crashed the planner or passed the dry run."""
+    res, out = dry(tmp_path, f"stage={stage}", override)
+    assert res.returncode == 2, out[-2000:]
+    assert key in out and "Traceback" not in out and "dry run: nothing started" not in out, out[-2000:]
+
+
+def composed_checked(*overrides):
+    from hydra import compose, initialize_config_dir
+
+    from harness.run import settings
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides))
+    return settings.check(cfg, overrides=list(overrides), sources=[REPO / "conf"])
+
+
+@pytest.mark.parametrize("override, key", [
+    ("model.prices.hit=abc", "model.prices.hit"),
+    ("++model.offpeak={start_utc: '16:30', end_utc: '00:30', factor: x}", "model.offpeak.factor"),
+    ("++model.offpeak={start_utc: 'late', end_utc: '00:30', factor: 0.5}", "model.offpeak.start_utc"),
+    ("model.offpeak.end_utc=null", "model.offpeak.end_utc"),
+    ("judge.prices.output=dear", "judge.prices.output"),
+])
+def test_a_price_or_offpeak_window_that_is_not_one_is_refused_naming_its_key(override, key):
+    """The open `prices` / `offpeak` nodes took any value: `model.prices.hit=abc` passed the check and the dry
+    run's forecast died on float('abc') (a ValueError traceback, exit 1), a real stage at its first metered call."""
+    from harness.run.settings import SettingsError
+
+    with pytest.raises(SettingsError, match=key.replace(".", r"\.")):
+        composed_checked("model=deepseek", "judge=deepseek", override)
+
+
+def test_a_preset_of_ones_own_prices_offpeak_and_renames_reach_the_request_and_the_cost(tmp_path):
+    """A preset under hydra.searchpath with accepts (a rename, a drop), prices and an off-peak window: the client
+    built from its typed node sends the renamed parameters and the meter charges its prices in the window."""
+    from datetime import datetime
+
+    from harness.endpoints.client import Agent
+    from harness.endpoints.pricing import paid_cost
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "my_preset.yaml").write_text(
+        "name: my_preset\nprovider: openai_compatible\nmodel: m1\nbase_url: http://127.0.0.1:9/v1\n"
+        "params: {temperature: 0, max_tokens: 50, seed: 3}\naccepts: {max_tokens: max_completion_tokens, seed: false}\n"
+        "prices: {currency: USD, hit: 1.0, miss: 2.0, output: 4.0, usd_per_currency: 1.0}\n"
+        "offpeak: {start_utc: '10:00', end_utc: '11:00', factor: 0.5}\n")
+    over = [f"hydra.searchpath=[file://{tmp_path}]", "model=my_preset", "model.params.temperature=0.5"]
+    from hydra import compose, initialize_config_dir
+
+    from harness.run import settings
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=over)
+    mc = settings.check(cfg, overrides=over, sources=[REPO / "conf", tmp_path]).model
+    _, sent, dropped = Agent("http://127.0.0.1:9/v1", mc, "t", 1, None).request()
+    assert sent == {"temperature": 0.5, "max_completion_tokens": 50} and dropped == ["seed"]
+    m = 1_000_000
+    assert paid_cost(mc.prices, mc.offpeak, m, m, m, datetime(2026, 1, 1, 10, 30)) == pytest.approx(3.5)
+    assert paid_cost(mc.prices, mc.offpeak, m, m, m, datetime(2026, 1, 1, 12, 0)) == pytest.approx(7.0)
+
+
+def test_a_stage_key_keeps_its_type_beside_a_plugin_yaml_under_hydra_searchpath(tmp_path):
+    """The stage's own yaml is composed with the command's groups, a plugin's under hydra.searchpath among them:
+    the first fix composed without the command's searchpath and failed on `+condition@...=toy`."""
+    (tmp_path / "conf" / "condition").mkdir(parents=True)
+    (tmp_path / "conf" / "condition" / "toy_plugin.yaml").write_text("module: prefetch\nk: 3\n")
+    plug = [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "+condition@stage.conditions.toy=toy_plugin"]
+    res, out = dry(tmp_path, "stage=personal_smoke", *plug, "stage.trials.n=many")
+    assert res.returncode == 2 and "stage.trials.n" in out and "Traceback" not in out, out[-2000:]
+    res, out = dry(tmp_path, "stage=personal_smoke", *plug, "stage.trials.n=3")
+    assert "stage.trials" not in out and "Traceback" not in out, out[-2000:]
