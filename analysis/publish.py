@@ -351,7 +351,9 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
         for obj in objs:
             if isinstance(obj, dict):
                 warm.publish(kind, obj)
-    ex.publisher = privacy.Publisher(ex.private)
+    import conditions
+
+    ex.publisher = privacy.Publisher(ex.private, registered=conditions.CONDITIONS.names())
     for name, root in folders.items():
         # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted
         _add_folder(ex, name, root, {rel: t for (n, rel), t in texts.items() if n == name}, private_transcripts)

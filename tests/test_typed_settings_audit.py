@@ -145,10 +145,12 @@ def test_a_number_a_plugin_conditions_yaml_gives_keeps_its_type(tmp_path, monkey
     passed (its yaml was looked up on the tree's search path only, not found, and skipped)."""
     (tmp_path / "auditnost").mkdir()
     (tmp_path / "auditnost" / "__init__.py").write_text("")
-    (tmp_path / "auditnost" / "toy.py").write_text("def build(cfg, ctx):\n    return None\n")
+    (tmp_path / "auditnost" / "toy.py").write_text("import conditions\ndef build(cfg, ctx):\n    return None\n"
+                                                   "conditions.register('auditnost/toy')\n")
     (tmp_path / "conf" / "condition").mkdir(parents=True)
-    (tmp_path / "conf" / "condition" / "auditnost.yaml").write_text("module: auditnost.toy\ndepth: 3\naccess: x\n")
+    (tmp_path / "conf" / "condition" / "auditnost.yaml").write_text("module: auditnost/toy\ndepth: 3\naccess: x\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("MEMSPACE_PLUGINS", "auditnost.toy")  # a condition is loaded by its registered name only
     base = ["stage=smoke", f"hydra.searchpath=[file://{tmp_path}/conf]", "+condition@stage.conditions.nost=auditnost"]
     sources = [REPO / "conf", tmp_path / "conf"]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

@@ -40,8 +40,8 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable
 from urllib.parse import urlsplit
 
 URL = "<endpoint url>"
@@ -482,6 +482,22 @@ def is_name(value: str) -> bool:
     return True
 
 
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def local_preset(group: str, name: Any) -> Path | None:
+    """conf/<group>/<name>.yaml when `name` is one of this tree's preset names of that group, else None (unknown).
+
+    WHY: the one way a name read from a stage folder or a received dataset (a judge's, a condition's, an
+    encoder's) picks a local file: looked up among the files that exist here, never joined into a path (an
+    absolute name wins a join, `../` climbs out)."""
+    if not isinstance(name, str) or not name:
+        return None
+    folder = CONF / group
+    presets = {p.stem: p for p in folder.glob("*.yaml") if p.is_file()} if folder.is_dir() else {}
+    return presets.get(name)
+
+
 _SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{1,15}://")
 _PLACEHOLDER = re.compile(rf"(?:[A-Za-z][A-Za-z0-9+.-]{{1,15}}:(?://{re.escape(HOST)})?)?(?:{re.escape(LOCAL)}"
                           rf"(?:/{_FILE_NAME.pattern})?|{re.escape(URL)}|{re.escape(KEY)}|<withheld>)")
@@ -492,8 +508,9 @@ class Publisher:
     policy, a field without one dropped; `found` (the stage's Private) is the second line on every kept string.
     `withheld` counts what stayed home, by "kind.field"."""
 
-    def __init__(self, found: Private, warm: bool = False):
+    def __init__(self, found: Private, warm: bool = False, registered: Iterable[str] = ()):
         self.found = found
+        self.registered = frozenset(registered)  # the code names installed here (REGISTERED keeps only these)
         self.withheld: dict[str, int] = {}
         self.warm = warm  # only read the rebuilt fields, for what they withhold (then replaced in every text)
 
@@ -529,7 +546,8 @@ class Publisher:
         return out
 
     def _field(self, policy: Any, v: Any, where: str, private: bool, key: str) -> Any:
-        from harness.records.schema import IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED, REBUILT, TEXT
+        from harness.records.schema import (IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED, REBUILT,
+                                            REGISTERED, TEXT)
 
         if isinstance(policy, list):  # a list of objects of one policy
             return [self._object(POLICY[policy[0]], x, policy[0], private) for x in v] if isinstance(v, list) \
@@ -553,6 +571,8 @@ class Publisher:
             return self._memory_log(v, where, private, key)
         if policy == IDENTITY:
             return self._identity(v, where)
+        if policy == REGISTERED:
+            return self._registered(v, where)
         for leaf in _leaves(v):  # WITHHELD, or a policy this code does not know
             self._count(where, leaf)
         return WITHHELD if v is not None else None
@@ -605,7 +625,17 @@ class Publisher:
             return WITHHELD
         return self._leaf(v, key, where)
 
+    def _registered(self, v: Any, where: str) -> Any:
+        """A code name (a condition's module) kept only when it is registered here: any other is data, withheld
+        (not a secret: not replaced in other text)."""
+        if v is None or (isinstance(v, str) and v in self.registered):
+            return v
+        self._count(where)
+        return WITHHELD
+
     def _leaf(self, v: str, key: str, where: str) -> str:
+        if key == "module":  # a config's code name (condition_config.module): as the record's own
+            return self._registered(v, where) if not self.warm else v
         text = v.strip()
         if _PLACEHOLDER.fullmatch(text):  # what the redaction of the file's text left: nothing of this machine
             return v

@@ -636,12 +636,13 @@ REBUILT = "rebuilt"  # rebuilt from structure: keys kept; a leaf is kept only wh
 WITHHELD = "withheld"
 IDENTITY = "identity"  # provider:model@URL:hash: the URL replaced, the rest rebuilt
 MEMORY_LOG = "memory log"  # a tool's log: rebuilt, its `query` private text
+REGISTERED = "registered"  # a code name (a condition's module): kept only when it is registered here, else withheld
 
 POLICY: dict[str, dict[str, Any]] = {
     "provenance": {"stage": PUBLISHED, "label": PUBLISHED, "seed": PUBLISHED, "config_hash": PUBLISHED,
                    "data_sha256": PUBLISHED, "data_path": REBUILT, "versions": REBUILT, "code": "code",
                    "model": REBUILT, "prices": REBUILT, "offpeak": REBUILT, "index": REBUILT, "encoder": REBUILT},
-    "record": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "condition": PUBLISHED, "module": PUBLISHED,
+    "record": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "condition": PUBLISHED, "module": REGISTERED,
                "qid": PUBLISHED, "qtype": PUBLISHED, "variant": PUBLISHED, "repeat": PUBLISHED, "org": PUBLISHED,
                "attempt": PUBLISHED, "status": PUBLISHED, "error": PRIVATE_TEXT, "failure_reason": PUBLISHED,
                "question": TEXT, "question_date": PUBLISHED, "gold": PRIVATE_TEXT, "abstention": PUBLISHED,
