@@ -1102,6 +1102,9 @@ def read_tables(folder: Path, max_bytes: int | None = None) -> dict[str, list[di
             if pf.metadata.num_rows > MAX_FILES * 100:
                 raise PublishError(f"{folder}: table {name!r} has {pf.metadata.num_rows} rows: more than a dataset "
                                    f"may hold")
+            declared = _declared_bytes(path, pf)  # from the page headers, before a page is decompressed
+            if decoded + declared > limit:
+                raise _too_large(folder, limit, f"its tables declare (table {name!r}: {declared} bytes) pages of")
             rows: list[dict] = []
             for batch in pf.iter_batches(batch_size=1024):
                 decoded += sum(_decoded_bytes(col) for col in batch.columns)
@@ -1121,6 +1124,110 @@ def read_tables(folder: Path, max_bytes: int | None = None) -> dict[str, list[di
     if len(out["files"]) > MAX_FILES:
         raise PublishError(f"{folder}: {len(out['files'])} files in table 'files': more than {MAX_FILES}: refused")
     return out
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        if i >= len(buf) or shift > 63:
+            raise ValueError("a page header ends inside a number")
+        b = buf[i]
+        out |= (b & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if not b & 0x80:
+            return out, i
+
+
+def _skip(buf: bytes, i: int, t: int, depth: int = 0) -> int:
+    """Past one compact-thrift value of type t (what a parquet page header is written in)."""
+    if depth > 16:
+        raise ValueError("a page header nested too deep")
+    if t in (1, 2):
+        return i
+    if t == 3:
+        return i + 1
+    if t in (4, 5, 6):
+        return _varint(buf, i)[1]
+    if t == 7:
+        return i + 8
+    if t == 8:
+        n, i = _varint(buf, i)
+        return i + n
+    if t in (9, 10):
+        head = buf[i]
+        i += 1
+        n, et = head >> 4, head & 0x0F
+        if n == 15:
+            n, i = _varint(buf, i)
+        for _ in range(n):
+            i = _skip(buf, i, et, depth + 1)
+        return i
+    if t == 11:
+        n, i = _varint(buf, i)
+        if n:
+            kv = buf[i]
+            i += 1
+            for _ in range(n):
+                i = _skip(buf, _skip(buf, i, kv >> 4, depth + 1), kv & 0x0F, depth + 1)
+        return i
+    if t == 12:
+        return _struct(buf, i, depth + 1)[1]
+    raise ValueError(f"a page header holds a thrift type {t}")
+
+
+def _struct(buf: bytes, i: int, depth: int = 0) -> tuple[dict[int, int], int]:
+    """A compact-thrift struct: its integer fields by id (the rest skipped), and where it ends."""
+    fields: dict[int, int] = {}
+    fid = 0
+    while True:
+        if i >= len(buf):
+            raise ValueError("a page header is cut short")
+        head = buf[i]
+        i += 1
+        if head == 0:
+            return fields, i
+        t, delta = head & 0x0F, head >> 4
+        if delta:
+            fid += delta
+        else:
+            z, i = _varint(buf, i)
+            fid = (z >> 1) ^ -(z & 1)
+        if t in (5, 6) and depth == 0:
+            z, i = _varint(buf, i)
+            fields[fid] = (z >> 1) ^ -(z & 1)
+        else:
+            i = _skip(buf, i, t, depth)
+
+
+def _declared_bytes(path: Path, pf) -> int:
+    """What a parquet file's pages say they decompress to (each page header's uncompressed_page_size), read from
+    the headers before any page is decompressed: a 21 KB table holding one 512 MiB zstd value is refused at this
+    figure, not after decoding it (the column chunks' own totals are the writer's word, the headers are what the
+    reader allocates)."""
+    total = 0
+    with open(path, "rb") as fh:
+        md = pf.metadata
+        for g in range(md.num_row_groups):
+            for c in range(md.num_columns):
+                col = md.row_group(g).column(c)
+                start = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset \
+                    else col.data_page_offset
+                end = start + col.total_compressed_size
+                pos = start
+                while pos < end:
+                    fh.seek(pos)
+                    head = fh.read(4096)
+                    try:
+                        fields, n = _struct(head, 0)
+                    except (ValueError, IndexError):
+                        raise PublishError(f"{path}: a page header of column {c} is not one parquet writes: "
+                                           f"refused") from None
+                    size, compressed = fields.get(2, -1), fields.get(3, -1)
+                    if size < 0 or compressed < 0:
+                        raise PublishError(f"{path}: a page header of column {c} names no sizes: refused")
+                    total += size
+                    pos += n + compressed
+    return total
 
 
 def _decoded_bytes(col) -> int:

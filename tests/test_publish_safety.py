@@ -606,3 +606,27 @@ def test_a_received_judge_name_picks_no_file_outside_the_local_presets(tmp_path,
     assert A.main([f"runs={ds}", f"out={out}", "replay=none", "lenient=true"]) == 0
     written = " ".join(p.read_text() for p in out.rglob("*") if p.suffix in (".csv", ".md", ".json"))
     assert "777.0" not in written and "evil-model" not in written
+
+
+def test_a_value_that_decompresses_past_the_bound_is_refused_before_it_is_decoded(published, tmp_path, capsys):
+    """One 80 MiB value in a zstd page of a few KB (no dictionary): its page header's uncompressed size is read
+    before the page is decompressed and refused there (it was decoded first: 1.66 GiB RSS for 512 MiB)."""
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    path = ds / "files" / "train.parquet"
+    files = pq.read_table(path).to_pylist()
+    value = "x" * (80 << 20)
+    files.append(dict(files[0], path="bomb.txt", table=None, format=None, content=value, sha256=P.sha256(value),
+                      bytes=len(value)))
+    pq.write_table(pa.Table.from_pylist(files, schema=pq.read_schema(path)), path, compression="zstd",
+                   use_dictionary=False)
+    del files, value
+    card = (ds / "README.md").read_text()
+    (ds / "README.md").write_text(card.replace(P.read_card(ds)["tables"]["files"], P.sha256(path.read_bytes())))
+    assert path.stat().st_size < 1 << 20
+    assert P._declared_bytes(path, pq.ParquetFile(path)) >= 80 << 20
+    with pytest.raises(P.PublishError, match=r"its tables declare \(table 'files'"):
+        P.rebuild(ds, tmp_path / "r", max_bytes=8 << 30)
+    assert not (tmp_path / "r").exists()
+    plain = published["out"] / "files" / "train.parquet"  # what the harness writes passes, its figure its pages'
+    assert 0 < P._declared_bytes(plain, pq.ParquetFile(plain)) < 1 << 20
