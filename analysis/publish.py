@@ -284,6 +284,8 @@ class Export:
     pids: bool = False  # the driver lock or sessions name process ids
     generated: set[tuple[str, str]] = field(default_factory=set)  # data files regenerated here: nothing of ours
     private_transcripts: int = 0
+    unknown_runs: int = 0  # judgement lines whose run no record of the folder holds: withheld as private
+    unreferenced_prompts: int = 0  # system prompts no published transcript names: withheld
     verbatim: list[str] = field(default_factory=list)  # table files whose text could not be rebuilt from rows
     publisher: privacy.Publisher | None = None  # the schema's publish policy, applied to every object
     withheld_files: list[str] = field(default_factory=list)  # files no policy names: they stay home
@@ -408,28 +410,30 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
         if file_policy(rel) == "record":
             records[rel] = _parsed(text)
     private_runs: set[str] = set()
+    recorded: set[str] = set()
     used_prompts: set[str] = set()
-    dropped_prompts: set[str] = set()
     for rel, rec in records.items():
         if not isinstance(rec, dict):
             continue
+        recorded.add(str(rec.get("run_id")))
         shas = _prompt_shas(rec.get("transcript"))
         if not private_transcripts and shows_private(rec):
             private_runs.add(str(rec.get("run_id")))
             if rec.get("transcript") is not None:
                 ex.private_transcripts += 1
-            dropped_prompts |= shas
         else:
             used_prompts |= shas
     ex.private_runs += len(private_runs)
-    dropped_prompts -= used_prompts
+    # provenance unknown is provenance private: a judgement whose run no record holds is published as a private run's
+    unknown = None if private_transcripts else recorded
     for rel, text in texts.items():
         kind, table = file_policy(rel), _classify(rel)
         if kind is None or (kind == "record" and not isinstance(records.get(rel), dict)):
             ex.withheld_files.append(f"{name}/{rel}")
             continue
-        if kind == "prompt" and Path(rel).stem in dropped_prompts:
-            continue  # used only by transcripts left out
+        if kind == "prompt" and Path(rel).stem not in used_prompts:
+            ex.unreferenced_prompts += 1
+            continue  # no published transcript names it: used only by transcripts left out, or by none recorded
         fmt, content, published = None, None, text
         if kind == "prompt":
             published = text = ex.private.redact(text)
@@ -446,7 +450,7 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
                 continue
             content = published = yaml.safe_dump(pub.publish(kind, obj), sort_keys=False, allow_unicode=True)
         elif table in ("ledger", "attempts", "judgements") or rel.endswith(".jsonl"):
-            published = _published_lines(pub, kind, text, private_runs)
+            published = _published_lines(ex, kind, text, private_runs, unknown)
             lines, problems = parse_lines(published.encode("utf-8"), rel)
             objs = [o for _, o in lines]
             if table is not None:
@@ -478,7 +482,7 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
 NOT_JSON = '{"withheld": "a line that is not a JSON object"'  # unclosed: read back as torn or corrupted, as it was
 
 
-def _published_lines(pub: privacy.Publisher, kind: str, text: str, private_runs: set[str]) -> str:
+def _published_lines(ex: Export, kind: str, text: str, private_runs: set[str], recorded: set[str] | None) -> str:
     """A JSON-lines file as published: each object by its policy, a line that is no JSON object replaced
     (its text may be anything), blank lines and the final newline (or a torn last line) as they were."""
     trailing = text.endswith("\n")
@@ -494,8 +498,11 @@ def _published_lines(pub: privacy.Publisher, kind: str, text: str, private_runs:
             out.append(NOT_JSON)
             continue
         ascii_only = ascii_only or (line == json.dumps(obj) and line != json.dumps(obj, ensure_ascii=False))
-        private = kind == "judgement" and str(obj.get("run_id")) in private_runs
-        out.append(json.dumps(pub.publish(kind, obj, private=private), ensure_ascii=ascii_only))
+        rid = str(obj.get("run_id"))
+        unrecorded = kind == "judgement" and recorded is not None and rid not in recorded
+        ex.unknown_runs += unrecorded
+        private = kind == "judgement" and (rid in private_runs or unrecorded)
+        out.append(json.dumps(ex.publisher.publish(kind, obj, private=private), ensure_ascii=ascii_only))
     return "\n".join(out) + ("\n" if trailing else "")
 
 
@@ -623,6 +630,11 @@ def card_left_out(ex: Export) -> list[str]:
                    f"(LongMemEval-Org private runs, and any run that retrieved such a unit): answers, golds, errors, "
                    f"tool arguments and queries, judge prompts and replies, {ex.private_transcripts} transcript(s) "
                    f"and the system prompts only they used (publish with private_transcripts=true to include them)")
+    if ex.unknown_runs:
+        out.append(f"the text of {ex.unknown_runs} judgement(s) of runs no record holds (provenance unknown is "
+                   f"private)")
+    if ex.unreferenced_prompts:
+        out.append(f"{ex.unreferenced_prompts} system prompt(s) no published transcript names")
     withheld = ex.publisher.withheld if ex.publisher else {}
     if withheld:
         out.append("withheld, by field: " + ", ".join(f"{k} {n}" for k, n in sorted(withheld.items())))

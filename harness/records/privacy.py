@@ -483,6 +483,27 @@ def is_name(value: str) -> bool:
 
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
+_IDENT = re.compile(r"[a-z_][a-z0-9_]{0,40}")
+_CLASS = re.compile(r"[A-Z][A-Za-z]*(?:Error|Exception|Warning|Timeout|Interrupt|Exit)")
+_STATUS = re.compile(r"(?:HTTP|[Ss]tatus(?: code)?|[Ee]rror code)[ :=/]*([1-5][0-9][0-9])\b|\b([1-5][0-9][0-9]) (?=[A-Z][a-z])")
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_']*|[0-9]+")
+
+
+def structure(text: str) -> str:
+    """A free-text error, flag or reason rebuilt from its structure (the CODE policy): its error class names, its
+    HTTP status and the words of CODE_WORDS, in their order; every other token is dropped, so a host, a path, a
+    password or a model's words repeated in an error never go out (`<withheld>` when nothing is left)."""
+    from harness.records.schema import CODE_WORDS
+
+    statuses = {a or b for a, b in _STATUS.findall(text)}
+    out: list[str] = []
+    for tok in _TOKEN.findall(text):
+        word = tok.lower().rstrip("'s") if tok.endswith("'s") else tok.lower()
+        keep = tok if _CLASS.fullmatch(tok) else f"HTTP {tok}" if tok in statuses else \
+            word if word in CODE_WORDS else None
+        if keep and (not out or out[-1] != keep):
+            out.append(keep)
+    return " ".join(out) if out else WITHHELD
 
 
 def local_preset(group: str, name: Any) -> Path | None:
@@ -516,8 +537,11 @@ class Publisher:
 
     def _count(self, where: str, value: Any = None) -> None:
         self.withheld[where] = self.withheld.get(where, 0) + 1
-        if isinstance(value, str) and len(value.strip()) >= 8 and not _PLACEHOLDER.fullmatch(value.strip()):
-            self.found.keys.add(value.strip())  # a withheld configuration value is replaced wherever it appears
+        text = value.strip() if isinstance(value, str) else ""
+        # a withheld configuration value is replaced wherever it appears (`hunter2` too): any of 4 characters or
+        # more but a plain word of letters shorter than 8 (`true`, `local`, `auto`: replacing those garbles text)
+        if len(text) >= 4 and not (text.isalpha() and len(text) < 8) and not _PLACEHOLDER.fullmatch(text):
+            self.found.keys.add(text)
 
     def publish(self, kind: str, obj: Any, private: bool = False) -> Any:
         """`obj` (one JSON object of a file of policy `kind`) as it may be published; `private`: the run's
@@ -546,7 +570,7 @@ class Publisher:
         return out
 
     def _field(self, policy: Any, v: Any, where: str, private: bool, key: str) -> Any:
-        from harness.records.schema import (IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED, REBUILT,
+        from harness.records.schema import (CODE, IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED, REBUILT,
                                             REGISTERED, TEXT)
 
         if isinstance(policy, list):  # a list of objects of one policy
@@ -558,9 +582,7 @@ class Publisher:
             return None
         if policy == PUBLISHED:  # an identifier, a time, a hash: kept when it is one, by its shape
             return self._published(v, where)
-        if policy == TEXT:
-            return self._text(v)
-        if policy == PRIVATE_TEXT:
+        if policy in (TEXT, PRIVATE_TEXT):  # a private run's fields are withheld unless their policy is structure
             if private and v not in (None, "", [], {}):
                 self._count(where)
                 return WITHHELD if isinstance(v, str) else None
@@ -573,6 +595,8 @@ class Publisher:
             return self._identity(v, where)
         if policy == REGISTERED:
             return self._registered(v, where)
+        if policy == CODE:
+            return self._code(v, where)
         for leaf in _leaves(v):  # WITHHELD, or a policy this code does not know
             self._count(where, leaf)
         return WITHHELD if v is not None else None
@@ -624,6 +648,29 @@ class Publisher:
             self._count(where)
             return WITHHELD
         return self._leaf(v, key, where)
+
+    def _code(self, v: Any, where: str) -> Any:
+        """Free text needed only as structure (CODE): each string rebuilt by `structure`; numbers and flags kept, an
+        object's identifier keys kept (its values rebuilt the same way)."""
+        if v is None or isinstance(v, (bool, int, float)) or v == "":
+            return v
+        if isinstance(v, list):
+            return [self._code(x, where) for x in v]
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                if isinstance(k, str) and _IDENT.fullmatch(k):
+                    out[k] = self._code(x, f"{where}.{k}")
+                else:
+                    self._count(f"{where}.<key>")
+            return out
+        if not isinstance(v, str):
+            self._count(where)
+            return WITHHELD
+        rebuilt = structure(v)
+        if rebuilt != v:
+            self._count(where)
+        return rebuilt
 
     def _registered(self, v: Any, where: str) -> Any:
         """A code name (a condition's module) kept only when it is registered here: any other is data, withheld
