@@ -677,7 +677,7 @@ POLICY: dict[str, dict[str, Any]] = {
                    "dropped": PUBLISHED},
     "tool_call": {"name": PUBLISHED, "arguments": PRIVATE_TEXT, "chars": PUBLISHED, "sessions": PUBLISHED,
                   "empty": PUBLISHED, "error": CODE, "retrieval_s": PUBLISHED, "wall_s": PUBLISHED,
-                  "cut": PUBLISHED, "log": MEMORY_LOG, "failure": CODE, "overrode_defaults": CODE},
+                  "cut": PUBLISHED, "log": MEMORY_LOG, "failure": PUBLISHED, "overrode_defaults": CODE},
     "transcript": {"role": PUBLISHED, "system_sha256": PUBLISHED, "tools": PUBLISHED, "messages": TEXT},
     "stage": {"schema_version": PUBLISHED, "kind": PUBLISHED, "config_hash": PUBLISHED, "stage": PUBLISHED,
               "label": PUBLISHED, "seed": PUBLISHED, "data": REBUILT, "plan": REBUILT, "versions": REBUILT,
