@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from analysis import publish as P
@@ -171,6 +171,11 @@ PLANTED = st.fixed_dictionaries({"secret": SECRET, "api_key": SECRET, "password"
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow],
           phases=[Phase.explicit, Phase.generate], database=None)
 @given(v=PLANTED)
+# found by this property: a folder cut at a space in JSON-escaped tool arguments was replaced before the whole
+# folder's escaped form, leaving the user's second name
+@example(v={"password": "T2ECAiJ5f$Q&0", "other_user": "ZqjrŎsȄ ZxĝVǩƒų", "ascii_user": "zqkasjfh",
+            "user": "ZqɃāŧšĥ ZxŰÒîĄiõgŰ", "host": "zojha.lan.net", "marker": "PRIVUNITeequcphxbh",
+            "api_key": "AKIAjkdf8AdH2kM0g5EPHkIlIR", "secret": "AKIA9PnNb3wd2kZaxqImRCgMj"})
 def test_nothing_planted_reaches_a_byte_or_cell_of_the_published_folder(v):
     root = Path(tempfile.mkdtemp(prefix="memspace-policy-"))
     try:
@@ -391,3 +396,11 @@ def test_nothing_planted_in_any_field_of_a_private_or_unrecorded_run_reaches_the
         assert found == [], found[:5]
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_an_email_address_under_any_config_key_is_withheld():
+    """`email: zqmail@corp.example` (a domain of no known top level) went out as a plain name."""
+    pub = privacy.Publisher(privacy.Private())
+    out = pub.publish("config", {"email": "zqmail@corp.example", "contact": ["jo.doe@lab.example.org"],
+                                 "model": "Qwen/Qwen3-4B"})
+    assert out == {"email": privacy.WITHHELD, "contact": [privacy.WITHHELD], "model": "Qwen/Qwen3-4B"}

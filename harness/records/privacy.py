@@ -369,14 +369,17 @@ class Private:
         text = _sub(text, _escaped_urls(text), lambda m: self._url(m, endpoints, escaped=True))
         text = _sub(text, _bare_urls(text), self._bare_url)
         literal = [(k, False) for k in self.keys] + [(p, True) for p in self.paths]
-        for old, path in sorted(set(literal), key=lambda r: (-len(r[0]), r[0])):
-            for form in {old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1]}:
-                if form not in text:
-                    continue
-                if not path:
-                    text = text.replace(form, KEY)
-                else:  # with what follows it below that folder (/scratch/jo + /jdoe/x: no name of it stays)
-                    text = re.sub(re.escape(form) + _BOUNDARY + _TAIL, lambda m: local_placeholder(m.group(0)), text)
+        # every written form of every literal, longest form first: a folder found cut at a space in escaped text
+        # (`/home/Jo\u00e9`) must not be replaced before the whole folder's escaped form (`/home/Jo\u00e9 Doe/runs`)
+        forms = {(form, path) for old, path in literal
+                 for form in (old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1])}
+        for form, path in sorted(forms, key=lambda r: (-len(r[0]), r[0])):
+            if form not in text:
+                continue
+            if not path:
+                text = text.replace(form, KEY)
+            else:  # with what follows it below that folder (/scratch/jo + /jdoe/x: no name of it stays)
+                text = re.sub(re.escape(form) + _BOUNDARY + _TAIL, lambda m: local_placeholder(m.group(0)), text)
         text = _sub_keys(text)
         text = _UNC_RE.sub(self._path, text) if "\\\\" in text else text
         text = _HOME_RE.sub(self._path, text) if "~" in text else text
@@ -483,6 +486,7 @@ def is_name(value: str) -> bool:
 
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
+_EMAIL = re.compile(r"[^@\s/]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")  # a person's address, whatever its domain
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 _CLASS = re.compile(r"[A-Z][A-Za-z]*(?:Error|Exception|Warning|Timeout|Interrupt|Exit)")
 _STATUS = re.compile(r"(?:HTTP|[Ss]tatus(?: code)?|[Ee]rror code)[ :=/]*([1-5][0-9][0-9])\b|\b([1-5][0-9][0-9]) (?=[A-Z][a-z])")
@@ -705,7 +709,7 @@ class Publisher:
                 return v  # an API route or a system path (/v1/chat/completions, /usr/bin/x)
             self.found.paths.add(text.rstrip("/\\"))
             return local_placeholder(text)
-        if is_name(text) and not looks_like_host(text) and self.found.redact(v) == v:
+        if is_name(text) and not looks_like_host(text) and not _EMAIL.fullmatch(text) and self.found.redact(v) == v:
             return v
         self._count(where, text)
         return WITHHELD
