@@ -41,10 +41,12 @@ def test_a_plugin_condition_without_settings_still_gets_its_config_node(tmp_path
 
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
-    (tmp_path / "mypkg" / "nosettings_toy.py").write_text("def build(cfg, ctx):\n    return None\n")
+    (tmp_path / "mypkg" / "nosettings_toy.py").write_text(
+        "import conditions\ndef build(cfg, ctx):\n    return None\nconditions.register('mypkg/nosettings_toy')\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # a module that loads (one that does not is refused)
-    node = OmegaConf.create({"module": "mypkg.nosettings_toy", "access": "x", "anything": 1})
-    assert settings.condition_schema("mypkg.nosettings_toy") is None
+    monkeypatch.setenv("MEMSPACE_PLUGINS", "mypkg.nosettings_toy")  # a condition loads by its registered name only
+    node = OmegaConf.create({"module": "mypkg/nosettings_toy", "access": "x", "anything": 1})
+    assert settings.condition_schema("mypkg/nosettings_toy") is None
     assert isinstance(settings.condition_node(node), DictConfig)
 
 
