@@ -588,7 +588,8 @@ def test_a_received_judge_name_picks_no_file_outside_the_local_presets(tmp_path,
     name = str(evil / "evilprices") if how == "absolute" else \
         os.path.relpath(evil / "evilprices", REPO / "conf" / "judge")
     assert judge_prices_from_conf(name) is None
-    assert judge_prices_from_conf("deepseek") is None or "prices" in judge_prices_from_conf("deepseek")
+    assert privacy.local_preset("judge", "deepseek") == REPO / "conf" / "judge" / "deepseek.yaml"  # a preset name
+    assert privacy.local_preset("judge", name) is None and privacy.local_preset("judge", "../model/vllm") is None
     st = Stage(tmp_path / "runs", "smoke")
     for q in ("q1", "q2"):
         r = st.add("tool_bm25", q, judged=False)
