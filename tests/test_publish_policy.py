@@ -404,3 +404,16 @@ def test_an_email_address_under_any_config_key_is_withheld():
     out = pub.publish("config", {"email": "zqmail@corp.example", "contact": ["jo.doe@lab.example.org"],
                                  "model": "Qwen/Qwen3-4B"})
     assert out == {"email": privacy.WITHHELD, "contact": [privacy.WITHHELD], "model": "Qwen/Qwen3-4B"}
+
+
+def test_a_key_no_memory_log_of_the_tree_writes_is_published_as_structure():
+    """A condition's extra log key (`note: "zqcorrecthorse on zqdbhost"`) is rebuilt like an error: numbers and
+    known words only; the keys the replay reads keep their names."""
+    pub = privacy.Publisher(privacy.Private())
+    log = {"kind": "search", "agent": "a0", "view": {"org": "q1", "agent": "a0", "scope": "own"}, "k": 5,
+           "units": [["q1|s1|0|0", "a0"]], "scoring": "bm25", "note": "zqcorrecthorse on zqdbhost timeout",
+           "extra": {"count": 3, "who": "zqjodoe"}}
+    out = pub.publish("tool_call", {"name": "memory_search", "log": log})["log"]
+    assert {k: out[k] for k in ("kind", "agent", "view", "k", "units", "scoring")} == \
+        {k: log[k] for k in ("kind", "agent", "view", "k", "units", "scoring")}
+    assert out["note"] == "timeout" and out["extra"] == {"count": 3, "who": privacy.WITHHELD}

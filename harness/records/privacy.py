@@ -715,7 +715,10 @@ class Publisher:
         return WITHHELD
 
     def _memory_log(self, v: Any, where: str, private: bool, key: str) -> Any:
-        """A tool's log or a prefetch: rebuilt (unit ids, owners, views), its model-written `query` private text."""
+        """A tool's log or a prefetch: rebuilt (unit ids, owners, views), its model-written `query` private text,
+        a key outside MEMORY_LOG_KEYS as structure (CODE)."""
+        from harness.records.schema import MEMORY_LOG_KEYS
+
         if isinstance(v, list):
             return [self._memory_log(x, where, private, key) for x in v]
         if isinstance(v, dict):
@@ -725,8 +728,10 @@ class Publisher:
                     from harness.records.schema import PRIVATE_TEXT
 
                     out[k] = self._field(PRIVATE_TEXT, x, f"{where}.query", private, k)
-                elif isinstance(k, str) and is_name(k):
+                elif k in MEMORY_LOG_KEYS:
                     out[k] = self._memory_log(x, f"{where}.{k}", private, k)
+                elif isinstance(k, str) and _IDENT.fullmatch(k):  # a key no log of the tree writes: structure
+                    out[k] = self._code(x, f"{where}.{k}")
                 else:
                     self._count(f"{where}.<key>")
             return out

@@ -653,6 +653,13 @@ memory index search embedding encoder redis postgres sqlite pgvector backend sha
 exit signal deadline wall clock cost price dry interrupt keyboard resumed resume orphaned duplicate
 """.split())
 
+# the keys of a memory call's log (MEMORY_LOG) whose values are rebuilt (names kept); any other key's value is
+# structure (CODE): a condition's extra log key publishes numbers, flags and known words only
+MEMORY_LOG_KEYS = frozenset("""
+kind agent view org scope units query k scoring barrier dropped threshold cap budget_tokens window session round
+since until name uid owner visibility ids sessions guidance injected rank score time
+""".split())
+
 POLICY: dict[str, dict[str, Any]] = {
     "provenance": {"stage": PUBLISHED, "label": PUBLISHED, "seed": PUBLISHED, "config_hash": PUBLISHED,
                    "data_sha256": PUBLISHED, "data_path": REBUILT, "versions": REBUILT, "code": "code",
