@@ -150,10 +150,10 @@ class Folder:
         if not hasattr(self, "_cond_conf"):
             self._cond_conf: dict[str, dict] = {}
         if name not in self._cond_conf:
-            from harness.records.privacy import is_name
+            from harness.records.privacy import local_preset
 
-            # a condition's name comes from the records (a received dataset's too): a plain name, never a path
-            p = REPO / "conf" / "condition" / f"{name}.yaml" if is_name(name) and "/" not in name else None
+            # a condition's name comes from the records (a received dataset's too): a local preset name, never a path
+            p = local_preset("condition", name)
             base = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p and p.is_file() else {}
             ran = ((self.config().get("stage") or {}).get("conditions") or {}).get(name) or {}
             self._cond_conf[name] = {**base, **ran}
@@ -553,9 +553,12 @@ def _load_yaml(path: Path) -> dict:
 
 
 def judge_prices_from_conf(judge: str) -> dict | None:
-    """Prices of conf/judge/<judge>.yaml (its `/model@_here_` default overlaid by its own keys)."""
-    p = REPO / "conf" / "judge" / f"{judge}.yaml"
-    if not p.exists():
+    """Prices of conf/judge/<judge>.yaml (its `/model@_here_` default overlaid by its own keys); None when `judge`
+    (read from a stage's config, a received dataset's too) is not one of this tree's judge presets."""
+    from harness.records.privacy import local_preset
+
+    p = local_preset("judge", judge)
+    if p is None:
         return None
     cfg = _load_yaml(p)
     merged: dict = {}
@@ -563,8 +566,8 @@ def judge_prices_from_conf(judge: str) -> dict | None:
         if isinstance(d, dict):
             for k, v in d.items():
                 if str(k).startswith("/model"):
-                    mp = REPO / "conf" / "model" / f"{v}.yaml"
-                    if mp.exists():
+                    mp = local_preset("model", v)
+                    if mp is not None:
                         merged.update(_load_yaml(mp))
     merged.update({k: v for k, v in cfg.items() if k != "defaults"})
     if "prices" not in merged:

@@ -284,6 +284,8 @@ class Export:
     pids: bool = False  # the driver lock or sessions name process ids
     generated: set[tuple[str, str]] = field(default_factory=set)  # data files regenerated here: nothing of ours
     private_transcripts: int = 0
+    unknown_runs: int = 0  # judgement lines whose run no record of the folder holds: withheld as private
+    unreferenced_prompts: int = 0  # system prompts no published transcript names: withheld
     verbatim: list[str] = field(default_factory=list)  # table files whose text could not be rebuilt from rows
     publisher: privacy.Publisher | None = None  # the schema's publish policy, applied to every object
     withheld_files: list[str] = field(default_factory=list)  # files no policy names: they stay home
@@ -351,7 +353,9 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
         for obj in objs:
             if isinstance(obj, dict):
                 warm.publish(kind, obj)
-    ex.publisher = privacy.Publisher(ex.private)
+    import conditions
+
+    ex.publisher = privacy.Publisher(ex.private, registered=conditions.CONDITIONS.names())
     for name, root in folders.items():
         # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted
         _add_folder(ex, name, root, {rel: t for (n, rel), t in texts.items() if n == name}, private_transcripts)
@@ -406,28 +410,30 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
         if file_policy(rel) == "record":
             records[rel] = _parsed(text)
     private_runs: set[str] = set()
+    recorded: set[str] = set()
     used_prompts: set[str] = set()
-    dropped_prompts: set[str] = set()
     for rel, rec in records.items():
         if not isinstance(rec, dict):
             continue
+        recorded.add(str(rec.get("run_id")))
         shas = _prompt_shas(rec.get("transcript"))
         if not private_transcripts and shows_private(rec):
             private_runs.add(str(rec.get("run_id")))
             if rec.get("transcript") is not None:
                 ex.private_transcripts += 1
-            dropped_prompts |= shas
         else:
             used_prompts |= shas
     ex.private_runs += len(private_runs)
-    dropped_prompts -= used_prompts
+    # provenance unknown is provenance private: a judgement whose run no record holds is published as a private run's
+    unknown = None if private_transcripts else recorded
     for rel, text in texts.items():
         kind, table = file_policy(rel), _classify(rel)
         if kind is None or (kind == "record" and not isinstance(records.get(rel), dict)):
             ex.withheld_files.append(f"{name}/{rel}")
             continue
-        if kind == "prompt" and Path(rel).stem in dropped_prompts:
-            continue  # used only by transcripts left out
+        if kind == "prompt" and Path(rel).stem not in used_prompts:
+            ex.unreferenced_prompts += 1
+            continue  # no published transcript names it: used only by transcripts left out, or by none recorded
         fmt, content, published = None, None, text
         if kind == "prompt":
             published = text = ex.private.redact(text)
@@ -444,7 +450,7 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
                 continue
             content = published = yaml.safe_dump(pub.publish(kind, obj), sort_keys=False, allow_unicode=True)
         elif table in ("ledger", "attempts", "judgements") or rel.endswith(".jsonl"):
-            published = _published_lines(pub, kind, text, private_runs)
+            published = _published_lines(ex, kind, text, private_runs, unknown)
             lines, problems = parse_lines(published.encode("utf-8"), rel)
             objs = [o for _, o in lines]
             if table is not None:
@@ -476,7 +482,7 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
 NOT_JSON = '{"withheld": "a line that is not a JSON object"'  # unclosed: read back as torn or corrupted, as it was
 
 
-def _published_lines(pub: privacy.Publisher, kind: str, text: str, private_runs: set[str]) -> str:
+def _published_lines(ex: Export, kind: str, text: str, private_runs: set[str], recorded: set[str] | None) -> str:
     """A JSON-lines file as published: each object by its policy, a line that is no JSON object replaced
     (its text may be anything), blank lines and the final newline (or a torn last line) as they were."""
     trailing = text.endswith("\n")
@@ -492,8 +498,11 @@ def _published_lines(pub: privacy.Publisher, kind: str, text: str, private_runs:
             out.append(NOT_JSON)
             continue
         ascii_only = ascii_only or (line == json.dumps(obj) and line != json.dumps(obj, ensure_ascii=False))
-        private = kind == "judgement" and str(obj.get("run_id")) in private_runs
-        out.append(json.dumps(pub.publish(kind, obj, private=private), ensure_ascii=ascii_only))
+        rid = str(obj.get("run_id"))
+        unrecorded = kind == "judgement" and recorded is not None and rid not in recorded
+        ex.unknown_runs += unrecorded
+        private = kind == "judgement" and (rid in private_runs or unrecorded)
+        out.append(json.dumps(ex.publisher.publish(kind, obj, private=private), ensure_ascii=ascii_only))
     return "\n".join(out) + ("\n" if trailing else "")
 
 
@@ -621,6 +630,11 @@ def card_left_out(ex: Export) -> list[str]:
                    f"(LongMemEval-Org private runs, and any run that retrieved such a unit): answers, golds, errors, "
                    f"tool arguments and queries, judge prompts and replies, {ex.private_transcripts} transcript(s) "
                    f"and the system prompts only they used (publish with private_transcripts=true to include them)")
+    if ex.unknown_runs:
+        out.append(f"the text of {ex.unknown_runs} judgement(s) of runs no record holds (provenance unknown is "
+                   f"private)")
+    if ex.unreferenced_prompts:
+        out.append(f"{ex.unreferenced_prompts} system prompt(s) no published transcript names")
     withheld = ex.publisher.withheld if ex.publisher else {}
     if withheld:
         out.append("withheld, by field: " + ", ".join(f"{k} {n}" for k, n in sorted(withheld.items())))
@@ -1100,6 +1114,9 @@ def read_tables(folder: Path, max_bytes: int | None = None) -> dict[str, list[di
             if pf.metadata.num_rows > MAX_FILES * 100:
                 raise PublishError(f"{folder}: table {name!r} has {pf.metadata.num_rows} rows: more than a dataset "
                                    f"may hold")
+            declared = _declared_bytes(path, pf)  # from the page headers, before a page is decompressed
+            if decoded + declared > limit:
+                raise _too_large(folder, limit, f"its tables declare (table {name!r}: {declared} bytes) pages of")
             rows: list[dict] = []
             for batch in pf.iter_batches(batch_size=1024):
                 decoded += sum(_decoded_bytes(col) for col in batch.columns)
@@ -1119,6 +1136,110 @@ def read_tables(folder: Path, max_bytes: int | None = None) -> dict[str, list[di
     if len(out["files"]) > MAX_FILES:
         raise PublishError(f"{folder}: {len(out['files'])} files in table 'files': more than {MAX_FILES}: refused")
     return out
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        if i >= len(buf) or shift > 63:
+            raise ValueError("a page header ends inside a number")
+        b = buf[i]
+        out |= (b & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if not b & 0x80:
+            return out, i
+
+
+def _skip(buf: bytes, i: int, t: int, depth: int = 0) -> int:
+    """Past one compact-thrift value of type t (what a parquet page header is written in)."""
+    if depth > 16:
+        raise ValueError("a page header nested too deep")
+    if t in (1, 2):
+        return i
+    if t == 3:
+        return i + 1
+    if t in (4, 5, 6):
+        return _varint(buf, i)[1]
+    if t == 7:
+        return i + 8
+    if t == 8:
+        n, i = _varint(buf, i)
+        return i + n
+    if t in (9, 10):
+        head = buf[i]
+        i += 1
+        n, et = head >> 4, head & 0x0F
+        if n == 15:
+            n, i = _varint(buf, i)
+        for _ in range(n):
+            i = _skip(buf, i, et, depth + 1)
+        return i
+    if t == 11:
+        n, i = _varint(buf, i)
+        if n:
+            kv = buf[i]
+            i += 1
+            for _ in range(n):
+                i = _skip(buf, _skip(buf, i, kv >> 4, depth + 1), kv & 0x0F, depth + 1)
+        return i
+    if t == 12:
+        return _struct(buf, i, depth + 1)[1]
+    raise ValueError(f"a page header holds a thrift type {t}")
+
+
+def _struct(buf: bytes, i: int, depth: int = 0) -> tuple[dict[int, int], int]:
+    """A compact-thrift struct: its integer fields by id (the rest skipped), and where it ends."""
+    fields: dict[int, int] = {}
+    fid = 0
+    while True:
+        if i >= len(buf):
+            raise ValueError("a page header is cut short")
+        head = buf[i]
+        i += 1
+        if head == 0:
+            return fields, i
+        t, delta = head & 0x0F, head >> 4
+        if delta:
+            fid += delta
+        else:
+            z, i = _varint(buf, i)
+            fid = (z >> 1) ^ -(z & 1)
+        if t in (5, 6) and depth == 0:
+            z, i = _varint(buf, i)
+            fields[fid] = (z >> 1) ^ -(z & 1)
+        else:
+            i = _skip(buf, i, t, depth)
+
+
+def _declared_bytes(path: Path, pf) -> int:
+    """What a parquet file's pages say they decompress to (each page header's uncompressed_page_size), read from
+    the headers before any page is decompressed: a 21 KB table holding one 512 MiB zstd value is refused at this
+    figure, not after decoding it (the column chunks' own totals are the writer's word, the headers are what the
+    reader allocates)."""
+    total = 0
+    with open(path, "rb") as fh:
+        md = pf.metadata
+        for g in range(md.num_row_groups):
+            for c in range(md.num_columns):
+                col = md.row_group(g).column(c)
+                start = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset \
+                    else col.data_page_offset
+                end = start + col.total_compressed_size
+                pos = start
+                while pos < end:
+                    fh.seek(pos)
+                    head = fh.read(4096)
+                    try:
+                        fields, n = _struct(head, 0)
+                    except (ValueError, IndexError):
+                        raise PublishError(f"{path}: a page header of column {c} is not one parquet writes: "
+                                           f"refused") from None
+                    size, compressed = fields.get(2, -1), fields.get(3, -1)
+                    if size < 0 or compressed < 0:
+                        raise PublishError(f"{path}: a page header of column {c} names no sizes: refused")
+                    total += size
+                    pos += n + compressed
+    return total
 
 
 def _decoded_bytes(col) -> int:

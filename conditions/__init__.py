@@ -18,7 +18,6 @@ with) and `compare_with: [...]` (further pairs the tables report, this condition
 
 from __future__ import annotations
 
-import importlib
 import sys
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -78,14 +77,15 @@ def _all_search_tools() -> set[str]:
 
 
 def load(module: str):
-    """`memory_tool` is conditions/memory_tool.py, `personal.naive_concat` conditions/personal/naive_concat.py
-    (or a plugin's registered name); any other dotted name (`mypkg.toy`) is a module outside the tree."""
-    if module in CONDITIONS:
+    """The registered condition module named `module` (`memory_tool`, `personal.naive_concat`, a plugin's
+    `mypkg/toy`); any other name is refused with ModuleNotFoundError and nothing imported.
+
+    WHY: the one point where a condition's code is loaded by name, written as an allowlist. The names come
+    from configs and from records of received datasets; code is only ever found among the modules installed
+    here (the tree's and the plugins named by entry point or $MEMSPACE_PLUGINS), never imported from a name
+    a record carries (`module: venv.__main__` ran venv in the analyst's folder)."""
+    if isinstance(module, str) and module in CONDITIONS:
         return CONDITIONS.get(module)
-    if "." not in module or module.startswith("personal."):
-        raise ModuleNotFoundError(f"no condition module {module!r} (known: {', '.join(CONDITIONS.names())})",
-                                  name=f"conditions.{module}")
-    mod = importlib.import_module(module)
-    if not hasattr(mod, "build"):
-        raise TypeError(f"{mod.__name__} has no build(cfg, ctx)")
-    return mod
+    raise ModuleNotFoundError(f"no condition module {str(module)[:80]!r} is registered (known: "
+                              f"{', '.join(CONDITIONS.names())}; a plugin registers its own with "
+                              "conditions.register('<pkg>/<name>'))", name="conditions")

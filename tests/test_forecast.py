@@ -76,19 +76,21 @@ def test_a_forecast_with_a_keyword_only_option_is_not_handed_the_question(tmp_pa
     (tmp_path / "auditkw").mkdir()
     (tmp_path / "auditkw" / "__init__.py").write_text("")
     (tmp_path / "auditkw" / "toy.py").write_text(
-        "def forecast(cfg, *, detail=False):\n    return {'calls': 5}\n\ndef build(cfg, ctx):\n    return None\n")
+        "def forecast(cfg, *, detail=False):\n    return {'calls': 5}\n\ndef build(cfg, ctx):\n    return None\n"
+        "import conditions\nconditions.register('auditkw/toy')\n")
     (tmp_path / "auditkw" / "toyq.py").write_text(
         "def forecast(cfg, question=None):\n    return {'calls': 7 if question is None else 2}\n\n"
-        "def build(cfg, ctx):\n    return None\n")
+        "def build(cfg, ctx):\n    return None\nimport conditions\nconditions.register('auditkw/toyq')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("MEMSPACE_PLUGINS", "auditkw.toy,auditkw.toyq")  # a condition loads by its registered name
     import importlib
 
     kw, q = importlib.import_module("auditkw.toy"), importlib.import_module("auditkw.toyq")
     assert not reads_question(kw.forecast) and reads_question(q.forecast)
     question = object()
-    assert shape(OmegaConf.create({"module": "auditkw.toy", "access": "x"}), question)["calls"] == 5
-    assert shape(OmegaConf.create({"module": "auditkw.toyq", "access": "x"}), question)["calls"] == 2
-    assert shape(OmegaConf.create({"module": "auditkw.toyq", "access": "x"}))["calls"] == 7
+    assert shape(OmegaConf.create({"module": "auditkw/toy", "access": "x"}), question)["calls"] == 5
+    assert shape(OmegaConf.create({"module": "auditkw/toyq", "access": "x"}), question)["calls"] == 2
+    assert shape(OmegaConf.create({"module": "auditkw/toyq", "access": "x"}))["calls"] == 7
 
 
 def test_full_is_forecast_from_its_questions_histories_and_says_so():

@@ -19,6 +19,7 @@ from tests.fake_model import FakeModel
 REPO = Path(__file__).resolve().parents[1]
 
 CONDITION = '''
+import conditions
 from conditions import Access
 from harness.runtime.tools import ToolResult
 
@@ -40,6 +41,9 @@ class Lookup:
 
 def build(cfg, ctx):
     return Access(text=str(cfg.access), tools=[Lookup()])
+
+
+conditions.register("toyplug/toy")  # a condition's code is found only by its registered name
 '''
 
 TABLE = '''
@@ -89,9 +93,9 @@ def test_a_condition_and_a_table_from_outside_the_tree(tmp_path):
     (pkg / "kind.py").write_text(KIND)
     conf = tmp_path / "plug" / "conf" / "condition"
     conf.mkdir(parents=True)
-    (conf / "toy.yaml").write_text('module: toyplug.cond\naccess: "Use toy_lookup to look things up."\n')
+    (conf / "toy.yaml").write_text('module: toyplug/toy\naccess: "Use toy_lookup to look things up."\n')
     env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'plug'}{os.pathsep}{REPO}",
-           "MEMSPACE_PLUGINS": "toyplug.table,toyplug.kind"}
+           "MEMSPACE_PLUGINS": "toyplug.cond,toyplug.table,toyplug.kind"}
     runs = tmp_path / "runs"
     with FakeModel() as fake:  # calls the first tool offered, then answers
         res = subprocess.run(
@@ -102,7 +106,7 @@ def test_a_condition_and_a_table_from_outside_the_tree(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     folder = runs / "smoke" / "smoke"
     recs = [json.loads(p.read_text()) for p in (folder / "records").glob("toy.*.json")]
-    assert len(recs) == 3 and all(r["module"] == "toyplug.cond" and r["tools"][0]["name"] == "toy_lookup"
+    assert len(recs) == 3 and all(r["module"] == "toyplug/toy" and r["tools"][0]["name"] == "toy_lookup"
                                   for r in recs)
 
     with FakeModel(script=judge_policy) as judge:

@@ -864,3 +864,111 @@ def test_a_small_table_that_decodes_to_far_more_than_its_size_is_refused(publish
     assert A.main([f"runs={ds}", f"out={tmp_path / 'a'}", "replay=none"]) == 2
     assert "to more than 64 MiB" in capsys.readouterr().err
     assert P.decoded_limit(published["out"], P.read_card(published["out"]), max_bytes=1 << 20) == 1 << 20
+
+
+@pytest.fixture
+def gadget(tmp_path, monkeypatch):
+    """A package importable here whose import plants a file: what `module: <it>` in a received record would run."""
+    pkg = tmp_path / "gadgetpath" / "zqgadget"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "payload.py").write_text(f"import pathlib\npathlib.Path({str(tmp_path / 'PWNED')!r}).write_text('ran')\n"
+                                    "def build(cfg, ctx):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "gadgetpath"))
+    yield tmp_path / "PWNED"
+    import sys
+
+    for name in ("zqgadget.payload", "zqgadget"):
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("module", ["zqgadget.payload", "venv.__main__", "zqgadget"])
+def test_a_record_naming_any_module_imports_nothing_whatever_reads_it(gadget, tmp_path, module):
+    """conditions.load is the one point code is loaded by name, and it only hands out registered modules: a
+    record's `module` that no local registration names is unknown data for analyze, view and the results page."""
+    import sys
+
+    import conditions
+
+    with pytest.raises(ModuleNotFoundError, match="is registered"):
+        conditions.load(module)
+    st = Stage(tmp_path / "runs", "smoke")
+    st.add("tool_bm25", "q1", module=module, tool_calls=1, tools=[{}])
+    folder = st.write()
+    ds = tmp_path / "ds"
+    P.publish([folder], ds, say=lambda s: None)
+    assert all(r["module"] != module for r in pq.read_table(ds / "runs" / "train.parquet").to_pylist())
+    # the policy publishes only a registered name; an uploader's own harness may have registered it
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(conditions.CONDITIONS, "names", lambda: [module])
+        P.publish([folder], ds, say=lambda s: None)
+    assert all(r["module"] == module for r in pq.read_table(ds / "runs" / "train.parquet").to_pylist())
+    cwd = tmp_path / "analyst"
+    cwd.mkdir()
+    with contextlib.chdir(cwd):
+        assert A.main([f"runs={folder}", f"out={tmp_path / 'a0'}", "replay=none", "lenient=true"]) == 0
+        assert A.main([f"runs={ds}", f"out={tmp_path / 'a'}", "replay=none", "lenient=true"]) == 0
+        P._REBUILT.clear()
+        export_inspect.main([f"runs={ds}", f"out={tmp_path / 'logs'}"])
+        P._REBUILT.clear()
+        results_page.main([f"datasets={ds}", f"out={tmp_path / 'page'}"])
+        P._REBUILT.clear()
+    assert not gadget.exists() and "zqgadget.payload" not in sys.modules
+    assert list(cwd.iterdir()) == []  # venv.__main__ made a virtualenv here
+
+
+@pytest.mark.parametrize("how", ["absolute", "climbing"])
+def test_a_received_judge_name_picks_no_file_outside_the_local_presets(tmp_path, how):
+    """config.yaml `judge.name: /tmp/x/evilprices` (or `../../x/evilprices`) made the cost table read that yaml's
+    prices: a name from a dataset is looked up among conf/judge's presets only, else unknown."""
+    from analysis.load import REPO, judge_prices_from_conf
+
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "evilprices.yaml").write_text("model: evil-model\nprices: {hit: 777.0, miss: 777.0, output: 777.0}\n")
+    name = str(evil / "evilprices") if how == "absolute" else \
+        os.path.relpath(evil / "evilprices", REPO / "conf" / "judge")
+    assert judge_prices_from_conf(name) is None
+    assert privacy.local_preset("judge", "deepseek") == REPO / "conf" / "judge" / "deepseek.yaml"  # a preset name
+    assert privacy.local_preset("judge", name) is None and privacy.local_preset("judge", "../model/vllm") is None
+    st = Stage(tmp_path / "runs", "smoke")
+    for q in ("q1", "q2"):
+        r = st.add("tool_bm25", q, judged=False)
+        st.judge_call(r["run_id"], 500, 5)
+    ds = tmp_path / "ds"
+    P.publish([st.write()], ds, say=lambda s: None)
+    files = pq.read_table(ds / "files" / "train.parquet").to_pylist()
+    row = next(f for f in files if f["path"] == "config.yaml")
+    cfg = yaml.safe_load(row["content"])
+    cfg["judge"] = {"name": name}
+    row["content"] = yaml.safe_dump(cfg)
+    row["sha256"], row["bytes"] = P.sha256(row["content"]), len(row["content"].encode())
+    _reseal(ds, "files", files)
+    out = tmp_path / "a"
+    assert A.main([f"runs={ds}", f"out={out}", "replay=none", "lenient=true"]) == 0
+    written = " ".join(p.read_text() for p in out.rglob("*") if p.suffix in (".csv", ".md", ".json"))
+    assert "777.0" not in written and "evil-model" not in written
+
+
+def test_a_value_that_decompresses_past_the_bound_is_refused_before_it_is_decoded(published, tmp_path, capsys):
+    """One 80 MiB value in a zstd page of a few KB (no dictionary): its page header's uncompressed size is read
+    before the page is decompressed and refused there (it was decoded first: 1.66 GiB RSS for 512 MiB)."""
+    ds = tmp_path / "ds"
+    shutil.copytree(published["out"], ds)
+    path = ds / "files" / "train.parquet"
+    files = pq.read_table(path).to_pylist()
+    value = "x" * (80 << 20)
+    files.append(dict(files[0], path="bomb.txt", table=None, format=None, content=value, sha256=P.sha256(value),
+                      bytes=len(value)))
+    pq.write_table(pa.Table.from_pylist(files, schema=pq.read_schema(path)), path, compression="zstd",
+                   use_dictionary=False)
+    del files, value
+    card = (ds / "README.md").read_text()
+    (ds / "README.md").write_text(card.replace(P.read_card(ds)["tables"]["files"], P.sha256(path.read_bytes())))
+    assert path.stat().st_size < 1 << 20
+    assert P._declared_bytes(path, pq.ParquetFile(path)) >= 80 << 20
+    with pytest.raises(P.PublishError, match=r"its tables declare \(table 'files'"):
+        P.rebuild(ds, tmp_path / "r", max_bytes=8 << 30)
+    assert not (tmp_path / "r").exists()
+    plain = published["out"] / "files" / "train.parquet"  # what the harness writes passes, its figure its pages'
+    assert 0 < P._declared_bytes(plain, pq.ParquetFile(plain)) < 1 << 20

@@ -42,10 +42,12 @@ def test_a_plugin_condition_without_settings_still_gets_its_config_node(tmp_path
 
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
-    (tmp_path / "mypkg" / "nosettings_toy.py").write_text("def build(cfg, ctx):\n    return None\n")
+    (tmp_path / "mypkg" / "nosettings_toy.py").write_text(
+        "import conditions\ndef build(cfg, ctx):\n    return None\nconditions.register('mypkg/nosettings_toy')\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # a module that loads (one that does not is refused)
-    node = OmegaConf.create({"module": "mypkg.nosettings_toy", "access": "x", "anything": 1})
-    assert settings.condition_schema("mypkg.nosettings_toy") is None
+    monkeypatch.setenv("MEMSPACE_PLUGINS", "mypkg.nosettings_toy")  # a condition loads by its registered name only
+    node = OmegaConf.create({"module": "mypkg/nosettings_toy", "access": "x", "anything": 1})
+    assert settings.condition_schema("mypkg/nosettings_toy") is None
     assert isinstance(settings.condition_node(node), DictConfig)
 
 
@@ -449,10 +451,12 @@ def test_a_number_a_plugin_conditions_yaml_gives_keeps_its_type(tmp_path, monkey
     passed (its yaml was looked up on the tree's search path only, not found, and skipped)."""
     (tmp_path / "auditnost").mkdir()
     (tmp_path / "auditnost" / "__init__.py").write_text("")
-    (tmp_path / "auditnost" / "toy.py").write_text("def build(cfg, ctx):\n    return None\n")
+    (tmp_path / "auditnost" / "toy.py").write_text("import conditions\ndef build(cfg, ctx):\n    return None\n"
+                                                   "conditions.register('auditnost/toy')\n")
     (tmp_path / "conf" / "condition").mkdir(parents=True)
-    (tmp_path / "conf" / "condition" / "auditnost.yaml").write_text("module: auditnost.toy\ndepth: 3\naccess: x\n")
+    (tmp_path / "conf" / "condition" / "auditnost.yaml").write_text("module: auditnost/toy\ndepth: 3\naccess: x\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("MEMSPACE_PLUGINS", "auditnost.toy")  # a condition is loaded by its registered name only
     base = ["stage=smoke", f"hydra.searchpath=[file://{tmp_path}/conf]", "+condition@stage.conditions.nost=auditnost"]
     sources = [REPO / "conf", tmp_path / "conf"]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

@@ -40,8 +40,8 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable
 from urllib.parse import urlsplit
 
 URL = "<endpoint url>"
@@ -369,14 +369,17 @@ class Private:
         text = _sub(text, _escaped_urls(text), lambda m: self._url(m, endpoints, escaped=True))
         text = _sub(text, _bare_urls(text), self._bare_url)
         literal = [(k, False) for k in self.keys] + [(p, True) for p in self.paths]
-        for old, path in sorted(set(literal), key=lambda r: (-len(r[0]), r[0])):
-            for form in {old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1]}:
-                if form not in text:
-                    continue
-                if not path:
-                    text = text.replace(form, KEY)
-                else:  # with what follows it below that folder (/scratch/jo + /jdoe/x: no name of it stays)
-                    text = re.sub(re.escape(form) + _BOUNDARY + _TAIL, lambda m: local_placeholder(m.group(0)), text)
+        # every written form of every literal, longest form first: a folder found cut at a space in escaped text
+        # (`/home/Jo\u00e9`) must not be replaced before the whole folder's escaped form (`/home/Jo\u00e9 Doe/runs`)
+        forms = {(form, path) for old, path in literal
+                 for form in (old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1])}
+        for form, path in sorted(forms, key=lambda r: (-len(r[0]), r[0])):
+            if form not in text:
+                continue
+            if not path:
+                text = text.replace(form, KEY)
+            else:  # with what follows it below that folder (/scratch/jo + /jdoe/x: no name of it stays)
+                text = re.sub(re.escape(form) + _BOUNDARY + _TAIL, lambda m: local_placeholder(m.group(0)), text)
         text = _sub_keys(text)
         text = _UNC_RE.sub(self._path, text) if "\\\\" in text else text
         text = _HOME_RE.sub(self._path, text) if "~" in text else text
@@ -482,6 +485,44 @@ def is_name(value: str) -> bool:
     return True
 
 
+CONF = Path(__file__).resolve().parents[2] / "conf"
+_EMAIL = re.compile(r"[^@\s/]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")  # a person's address, whatever its domain
+_IDENT = re.compile(r"[a-z_][a-z0-9_]{0,40}")
+_CLASS = re.compile(r"[A-Z][A-Za-z]*(?:Error|Exception|Warning|Timeout|Interrupt|Exit)")
+_STATUS = re.compile(r"(?:HTTP|[Ss]tatus(?: code)?|[Ee]rror code)[ :=/]*([1-5][0-9][0-9])\b|\b([1-5][0-9][0-9]) (?=[A-Z][a-z])")
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_']*|[0-9]+")
+
+
+def structure(text: str) -> str:
+    """A free-text error, flag or reason rebuilt from its structure (the CODE policy): its error class names, its
+    HTTP status and the words of CODE_WORDS, in their order; every other token is dropped, so a host, a path, a
+    password or a model's words repeated in an error never go out (`<withheld>` when nothing is left)."""
+    from harness.records.schema import CODE_WORDS
+
+    statuses = {a or b for a, b in _STATUS.findall(text)}
+    out: list[str] = []
+    for tok in _TOKEN.findall(text):
+        word = tok.lower().rstrip("'s") if tok.endswith("'s") else tok.lower()
+        keep = tok if _CLASS.fullmatch(tok) else f"HTTP {tok}" if tok in statuses else \
+            word if word in CODE_WORDS else None
+        if keep and (not out or out[-1] != keep):
+            out.append(keep)
+    return " ".join(out) if out else WITHHELD
+
+
+def local_preset(group: str, name: Any) -> Path | None:
+    """conf/<group>/<name>.yaml when `name` is one of this tree's preset names of that group, else None (unknown).
+
+    WHY: the one way a name read from a stage folder or a received dataset (a judge's, a condition's, an
+    encoder's) picks a local file: looked up among the files that exist here, never joined into a path (an
+    absolute name wins a join, `../` climbs out)."""
+    if not isinstance(name, str) or not name:
+        return None
+    folder = CONF / group
+    presets = {p.stem: p for p in folder.glob("*.yaml") if p.is_file()} if folder.is_dir() else {}
+    return presets.get(name)
+
+
 _SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{1,15}://")
 _PLACEHOLDER = re.compile(rf"(?:[A-Za-z][A-Za-z0-9+.-]{{1,15}}:(?://{re.escape(HOST)})?)?(?:{re.escape(LOCAL)}"
                           rf"(?:/{_FILE_NAME.pattern})?|{re.escape(URL)}|{re.escape(KEY)}|<withheld>)")
@@ -492,15 +533,19 @@ class Publisher:
     policy, a field without one dropped; `found` (the stage's Private) is the second line on every kept string.
     `withheld` counts what stayed home, by "kind.field"."""
 
-    def __init__(self, found: Private, warm: bool = False):
+    def __init__(self, found: Private, warm: bool = False, registered: Iterable[str] = ()):
         self.found = found
+        self.registered = frozenset(registered)  # the code names installed here (REGISTERED keeps only these)
         self.withheld: dict[str, int] = {}
         self.warm = warm  # only read the rebuilt fields, for what they withhold (then replaced in every text)
 
     def _count(self, where: str, value: Any = None) -> None:
         self.withheld[where] = self.withheld.get(where, 0) + 1
-        if isinstance(value, str) and len(value.strip()) >= 8 and not _PLACEHOLDER.fullmatch(value.strip()):
-            self.found.keys.add(value.strip())  # a withheld configuration value is replaced wherever it appears
+        text = value.strip() if isinstance(value, str) else ""
+        # a withheld configuration value is replaced wherever it appears (`hunter2` too): any of 4 characters or
+        # more but a plain word of letters shorter than 8 (`true`, `local`, `auto`: replacing those garbles text)
+        if len(text) >= 4 and not (text.isalpha() and len(text) < 8) and not _PLACEHOLDER.fullmatch(text):
+            self.found.keys.add(text)
 
     def publish(self, kind: str, obj: Any, private: bool = False) -> Any:
         """`obj` (one JSON object of a file of policy `kind`) as it may be published; `private`: the run's
@@ -529,7 +574,8 @@ class Publisher:
         return out
 
     def _field(self, policy: Any, v: Any, where: str, private: bool, key: str) -> Any:
-        from harness.records.schema import IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED, REBUILT, TEXT
+        from harness.records.schema import (CODE, IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED, REBUILT,
+                                            REGISTERED, TEXT)
 
         if isinstance(policy, list):  # a list of objects of one policy
             return [self._object(POLICY[policy[0]], x, policy[0], private) for x in v] if isinstance(v, list) \
@@ -540,9 +586,7 @@ class Publisher:
             return None
         if policy == PUBLISHED:  # an identifier, a time, a hash: kept when it is one, by its shape
             return self._published(v, where)
-        if policy == TEXT:
-            return self._text(v)
-        if policy == PRIVATE_TEXT:
+        if policy in (TEXT, PRIVATE_TEXT):  # a private run's fields are withheld unless their policy is structure
             if private and v not in (None, "", [], {}):
                 self._count(where)
                 return WITHHELD if isinstance(v, str) else None
@@ -553,6 +597,10 @@ class Publisher:
             return self._memory_log(v, where, private, key)
         if policy == IDENTITY:
             return self._identity(v, where)
+        if policy == REGISTERED:
+            return self._registered(v, where)
+        if policy == CODE:
+            return self._code(v, where)
         for leaf in _leaves(v):  # WITHHELD, or a policy this code does not know
             self._count(where, leaf)
         return WITHHELD if v is not None else None
@@ -605,7 +653,40 @@ class Publisher:
             return WITHHELD
         return self._leaf(v, key, where)
 
+    def _code(self, v: Any, where: str) -> Any:
+        """Free text needed only as structure (CODE): each string rebuilt by `structure`; numbers and flags kept, an
+        object's identifier keys kept (its values rebuilt the same way)."""
+        if v is None or isinstance(v, (bool, int, float)) or v == "":
+            return v
+        if isinstance(v, list):
+            return [self._code(x, where) for x in v]
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                if isinstance(k, str) and _IDENT.fullmatch(k):
+                    out[k] = self._code(x, f"{where}.{k}")
+                else:
+                    self._count(f"{where}.<key>")
+            return out
+        if not isinstance(v, str):
+            self._count(where)
+            return WITHHELD
+        rebuilt = structure(v)
+        if rebuilt != v:
+            self._count(where)
+        return rebuilt
+
+    def _registered(self, v: Any, where: str) -> Any:
+        """A code name (a condition's module) kept only when it is registered here: any other is data, withheld
+        (not a secret: not replaced in other text)."""
+        if v is None or (isinstance(v, str) and v in self.registered):
+            return v
+        self._count(where)
+        return WITHHELD
+
     def _leaf(self, v: str, key: str, where: str) -> str:
+        if key == "module":  # a config's code name (condition_config.module): as the record's own
+            return self._registered(v, where) if not self.warm else v
         text = v.strip()
         if _PLACEHOLDER.fullmatch(text):  # what the redaction of the file's text left: nothing of this machine
             return v
@@ -628,13 +709,16 @@ class Publisher:
                 return v  # an API route or a system path (/v1/chat/completions, /usr/bin/x)
             self.found.paths.add(text.rstrip("/\\"))
             return local_placeholder(text)
-        if is_name(text) and not looks_like_host(text) and self.found.redact(v) == v:
+        if is_name(text) and not looks_like_host(text) and not _EMAIL.fullmatch(text) and self.found.redact(v) == v:
             return v
         self._count(where, text)
         return WITHHELD
 
     def _memory_log(self, v: Any, where: str, private: bool, key: str) -> Any:
-        """A tool's log or a prefetch: rebuilt (unit ids, owners, views), its model-written `query` private text."""
+        """A tool's log or a prefetch: rebuilt (unit ids, owners, views), its model-written `query` private text,
+        a key outside MEMORY_LOG_KEYS as structure (CODE)."""
+        from harness.records.schema import MEMORY_LOG_KEYS
+
         if isinstance(v, list):
             return [self._memory_log(x, where, private, key) for x in v]
         if isinstance(v, dict):
@@ -644,8 +728,10 @@ class Publisher:
                     from harness.records.schema import PRIVATE_TEXT
 
                     out[k] = self._field(PRIVATE_TEXT, x, f"{where}.query", private, k)
-                elif isinstance(k, str) and is_name(k):
+                elif k in MEMORY_LOG_KEYS:
                     out[k] = self._memory_log(x, f"{where}.{k}", private, k)
+                elif isinstance(k, str) and _IDENT.fullmatch(k):  # a key no log of the tree writes: structure
+                    out[k] = self._code(x, f"{where}.{k}")
                 else:
                     self._count(f"{where}.<key>")
             return out

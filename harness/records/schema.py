@@ -644,14 +644,37 @@ REBUILT = "rebuilt"  # rebuilt from structure: keys kept; a leaf is kept only wh
 WITHHELD = "withheld"
 IDENTITY = "identity"  # provider:model@URL:hash: the URL replaced, the rest rebuilt
 MEMORY_LOG = "memory log"  # a tool's log: rebuilt, its `query` private text
+CODE = "structure"  # free text the study needs only as structure (an error, a flag, a reason): rebuilt to its error
+#                class names, HTTP status and the words of CODE_WORDS, in order; nothing else of it goes out
+REGISTERED = "registered"  # a code name (a condition's module): kept only when it is registered here, else withheld
+
+# the words a flag, a reason or an error is rebuilt from (CODE): what the harness itself writes in them
+CODE_WORDS = frozenset("""
+usage missing null negative estimated cached tokens prompt completion total prompt_tokens completion_tokens
+total_tokens cached_tokens reasoning_tokens above below beyond context context_length rejected record_invalid
+finish_reason length cut tool call calls arguments without function name json string serialised timeout timed out
+rate limit rate_limit retry retry_failed failed failure run attempted again stage stopped budget interrupted
+cancelled connection refused reset unavailable overloaded server error invalid request response empty reply
+truncated max_tokens stop unknown sigterm sigint killed exhausted exceeded spent breaker open quota unauthorized
+forbidden not found bad gateway whole number object model judge answer schema validation parse decode encoding
+memory index search embedding encoder redis postgres sqlite pgvector backend shard lock driver worker crashed
+exit signal deadline wall clock cost price dry interrupt keyboard resumed resume orphaned duplicate
+""".split())
+
+# the keys of a memory call's log (MEMORY_LOG) whose values are rebuilt (names kept); any other key's value is
+# structure (CODE): a condition's extra log key publishes numbers, flags and known words only
+MEMORY_LOG_KEYS = frozenset("""
+kind agent view org scope units query k scoring barrier dropped threshold cap budget_tokens window session round
+since until name uid owner visibility ids sessions guidance injected rank score time
+""".split())
 
 POLICY: dict[str, dict[str, Any]] = {
     "provenance": {"stage": PUBLISHED, "label": PUBLISHED, "seed": PUBLISHED, "config_hash": PUBLISHED,
                    "data_sha256": PUBLISHED, "data_path": REBUILT, "versions": REBUILT, "code": "code",
                    "model": REBUILT, "prices": REBUILT, "offpeak": REBUILT, "index": REBUILT, "encoder": REBUILT},
-    "record": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "condition": PUBLISHED, "module": PUBLISHED,
+    "record": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "condition": PUBLISHED, "module": REGISTERED,
                "qid": PUBLISHED, "qtype": PUBLISHED, "variant": PUBLISHED, "repeat": PUBLISHED, "org": PUBLISHED,
-               "attempt": PUBLISHED, "status": PUBLISHED, "error": PRIVATE_TEXT, "failure_reason": PUBLISHED,
+               "attempt": PUBLISHED, "status": PUBLISHED, "error": CODE, "failure_reason": CODE,
                "question": TEXT, "question_date": PUBLISHED, "gold": PRIVATE_TEXT, "abstention": PUBLISHED,
                "answer": PRIVATE_TEXT, "model_calls": PUBLISHED, "agent_calls": PUBLISHED, "tool_calls": PUBLISHED,
                "tool_rounds": PUBLISHED, "forced_answer": PUBLISHED, "tokens": PUBLISHED, "cost_list": PUBLISHED,
@@ -665,11 +688,11 @@ POLICY: dict[str, dict[str, Any]] = {
     "model_call": {"prompt": PUBLISHED, "hit": PUBLISHED, "miss": PUBLISHED, "output": PUBLISHED,
                    "reasoning": PUBLISHED, "cache_reported": PUBLISHED, "latency_s": PUBLISHED, "finish": PUBLISHED,
                    "role": PUBLISHED, "cost_list": PUBLISHED, "cost_paid": PUBLISHED, "ts": PUBLISHED,
-                   "usage_reported": PUBLISHED, "usage_estimated": PUBLISHED, "flags": TEXT, "sent": REBUILT,
+                   "usage_reported": PUBLISHED, "usage_estimated": PUBLISHED, "flags": CODE, "sent": REBUILT,
                    "dropped": PUBLISHED},
     "tool_call": {"name": PUBLISHED, "arguments": PRIVATE_TEXT, "chars": PUBLISHED, "sessions": PUBLISHED,
-                  "empty": PUBLISHED, "error": PUBLISHED, "retrieval_s": PUBLISHED, "wall_s": PUBLISHED,
-                  "cut": PUBLISHED, "log": MEMORY_LOG, "failure": PUBLISHED, "overrode_defaults": REBUILT},
+                  "empty": PUBLISHED, "error": CODE, "retrieval_s": PUBLISHED, "wall_s": PUBLISHED,
+                  "cut": PUBLISHED, "log": MEMORY_LOG, "failure": PUBLISHED, "overrode_defaults": CODE},
     "transcript": {"role": PUBLISHED, "system_sha256": PUBLISHED, "tools": PUBLISHED, "messages": TEXT},
     "stage": {"schema_version": PUBLISHED, "kind": PUBLISHED, "config_hash": PUBLISHED, "stage": PUBLISHED,
               "label": PUBLISHED, "seed": PUBLISHED, "data": REBUILT, "plan": REBUILT, "versions": REBUILT,
@@ -680,21 +703,21 @@ POLICY: dict[str, dict[str, Any]] = {
                      "detail": TEXT, "pool": REBUILT},
     "attempt": {"run": PUBLISHED, "attempt": PUBLISHED, "ts": PUBLISHED},
     "session": {"started": PUBLISHED, "ended": PUBLISHED, "host": WITHHELD, "pid": PUBLISHED, "pending": PUBLISHED,
-                "started_runs": PUBLISHED, "stopped": TEXT, "wall_s": PUBLISHED, "first_run_started_s": PUBLISHED,
+                "started_runs": PUBLISHED, "stopped": CODE, "wall_s": PUBLISHED, "first_run_started_s": PUBLISHED,
                 "first_record_s": PUBLISHED, "memory": PUBLISHED},
     "ledger": {"event": PUBLISHED, "tag": PUBLISHED, "attempt": PUBLISHED, "ts": PUBLISHED, "role": PUBLISHED,
-               "call": PUBLISHED, "model": REBUILT, "path": TEXT, "status": PUBLISHED, "latency_s": PUBLISHED,
+               "call": PUBLISHED, "model": REBUILT, "path": REBUILT, "status": PUBLISHED, "latency_s": PUBLISHED,
                "prompt": PUBLISHED, "hit": PUBLISHED, "miss": PUBLISHED, "output": PUBLISHED,
                "reasoning": PUBLISHED, "cache_reported": PUBLISHED, "usage_reported": PUBLISHED,
-               "usage_estimated": PUBLISHED, "flags": TEXT, "sent": REBUILT, "response_model": REBUILT,
-               "finish": PUBLISHED, "adapter": REBUILT, "error": TEXT, "reason": TEXT},
+               "usage_estimated": PUBLISHED, "flags": CODE, "sent": REBUILT, "response_model": REBUILT,
+               "finish": PUBLISHED, "adapter": REBUILT, "error": CODE, "reason": CODE},
     "judgement": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "kind": PUBLISHED, "condition": PUBLISHED,
                   "variant": PUBLISHED, "qid": PUBLISHED, "qtype": PUBLISHED, "run_status": PUBLISHED,
                   "judge": "judge", "prompt_source": REBUILT, "prompt_source_sha256": PUBLISHED,
                   "template": TEXT, "answer_slot": PUBLISHED, "prompt_sha256": PUBLISHED, "prompt": PRIVATE_TEXT,
                   "reply": PRIVATE_TEXT, "label": PUBLISHED, "status": PUBLISHED, "cached": PUBLISHED,
                   "attempt": PUBLISHED, "usage": PUBLISHED, "cost_list": PUBLISHED, "cost_paid": PUBLISHED,
-                  "error": PRIVATE_TEXT, "ts": PUBLISHED, "scores": PUBLISHED},
+                  "error": CODE, "ts": PUBLISHED, "scores": PUBLISHED},
     "judge": {"name": REBUILT, "model": REBUILT, "provider": REBUILT, "base_url": REBUILT, "identity": IDENTITY,
               "params": REBUILT},
     # files whose content belongs to a component (config.yaml, a judge's info file, a driver lock): structure only

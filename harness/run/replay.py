@@ -224,15 +224,14 @@ def _record_encoder(node: Any) -> dict:
     this machine's decisions."""
     import yaml
 
-    from harness.records.privacy import is_name
-
     from harness.memory.encoder import SPECS
+    from harness.records.privacy import is_name, local_preset
 
     name = node.get("name") if isinstance(node, dict) else None
     if not isinstance(name, str) or not is_name(name) or (name not in SPECS and name != "hash"):
         raise ReplayUnavailable(f"the stage's encoder {name!r} is not one this tree knows")
-    p = REPO / "conf" / "encoder" / f"{name}.yaml"
-    return (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p.is_file() else {"name": name}
+    p = local_preset("encoder", name)
+    return (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p is not None else {"name": name}
 
 
 def replay_config(folder_path: Path) -> dict:
