@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from harness.memory.views import View
 
 from .barrier import Unordered, WriteBarrier
+from .encoding import for_user
 from .identity import IdentityResolver
 from .injection import Kernel
 from .items import MemoryItem, line
@@ -146,7 +147,8 @@ class KernelMemory:
                 self._items[u.uid] = it
             w.units = [(u.uid, it.owner, it.sharing) for u, it in zip(units, items)]
             if units:
-                self.space.add_units(units, progress=False)
+                with for_user(user):  # the encoder queues it as this user's (harness/kernel/encoding.py)
+                    self.space.add_units(units, progress=False)
             w.items = len(items)
             w.committed = time.monotonic()  # last: a reader that sees it committed sees its units and count
             for it in items:
