@@ -326,3 +326,61 @@ def test_any_schedule_of_writes_reads_and_failures_keeps_each_user_isolated(sche
         for ticket, _ in open_:
             k.write_abort(ticket, "schedule ended")
         enc.close()
+
+
+# ------------------------------------------------------------------------------ tickets: only the issued one
+
+
+def test_a_ticket_made_up_from_a_pending_writes_fields_releases_nothing():
+    """A Ticket is the issued object, not its fields: another agent (or anyone) writing down the user, number,
+    writer and rule of profile_agent's pending write cannot abort or commit it; the reader keeps waiting for the
+    real write, which its writer then commits once (a second use of its ticket is refused)."""
+    from harness.kernel.syscalls import Ticket
+
+    k, enc = kernel(ExactBackend(), timeout_s=0.2)
+    real = k.write_begin("profile_agent", "Y")
+    for forged in (Ticket("Y", real.seq, "someone_else", real.rule), Ticket("Y", real.seq, "profile_agent", real.rule),
+                   Ticket("Y", real.seq, "profile_agent", real.rule, "0" * 32)):
+        with pytest.raises(PermissionError):
+            k.write_abort(forged, "forged")
+        with pytest.raises(PermissionError):
+            k.write_commit(forged, [item(forged, "planted")])
+    assert k.retrieve("assistant_agent", "which editor", "Y").injection.log["barrier"]["timed_out"]  # still pending
+    k.write_commit(real, [item(real, "Helix by Y")])
+    with pytest.raises(PermissionError):
+        k.write_abort(real, "used twice")
+    r = k.retrieve("assistant_agent", "which editor", "Y")
+    assert not r.injection.log["barrier"]["timed_out"] and "Helix by Y" in r.block and "planted" not in r.block
+    enc.close()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_no_forged_ticket_ever_releases_a_pending_write(data):
+    """Tickets built from any user, number, writer, rule and token (the real write's fields among the choices,
+    its token never) are all refused, and the pending write stays pending until its own ticket releases it."""
+    from harness.kernel.syscalls import Ticket
+
+    k, enc = kernel(ExactBackend(), timeout_s=0.05)
+    try:
+        real = k.write_begin("profile_agent", "Y")
+        others = [k.write_begin(a, u) for a, u in (("task_agent", "Y"), ("profile_agent", "Z"))]
+        issued = {(t.user, t.seq, t.agent, t.token) for t in (real, *others)}  # drawing one of these is no forgery
+        text = st.text(max_size=40)
+        forged = data.draw(st.lists(st.builds(
+            Ticket, st.one_of(st.just("Y"), st.just("Z"), text), st.one_of(st.integers(-2, 5), st.just(real.seq)),
+            st.one_of(st.sampled_from(AGENTS), text), st.one_of(st.just(real.rule), text),
+            st.one_of(st.just(""), st.just(others[0].token), st.just(others[1].token), text))
+            .filter(lambda t: (t.user, t.seq, t.agent, t.token) not in issued), min_size=1, max_size=8))
+        for f in forged:
+            op_ = data.draw(st.sampled_from(("abort", "commit")))
+            with pytest.raises(PermissionError):
+                if op_ == "abort":
+                    k.write_abort(f, "forged")
+                else:
+                    k.write_commit(f, [])
+        assert real.seq in k._memory.barrier.pending("Y")
+        k.write_abort(real, "its own writer")
+        assert real.seq not in k._memory.barrier.pending("Y")
+    finally:
+        enc.close()

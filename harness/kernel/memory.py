@@ -34,6 +34,8 @@ names resolves to the user of the agent's own memories (`_local_user`) before th
 
 from __future__ import annotations
 
+import hmac
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -58,6 +60,8 @@ class Write:
     failed: str | None = None
     items: int = 0
     units: list = field(default_factory=list)  # (uid, owner, sharing) of what it committed
+    token: str = field(default="", repr=False)  # the issued ticket's secret: only its holder may release the write
+    redeemed: bool = False  # its ticket has been used (commit or abort): it is never accepted again
 
 
 @dataclass
@@ -127,14 +131,33 @@ class KernelMemory:
             return list(log.writes.values())
 
     # -- writes --------------------------------------------------------------------------
-    def accept(self, agent: str, request_user: str | None) -> tuple[str, int, str]:
-        """(resolved user, barrier sequence number, identity rule) of a new write."""
+    def accept(self, agent: str, request_user: str | None) -> tuple[str, int, str, str]:
+        """(resolved user, barrier sequence number, identity rule, the ticket's secret token) of a new write."""
         user, rule = self.resolver.resolve(agent, request_user, self._local_user)
         log = self._log(user)
+        token = secrets.token_hex(16)
         with log.lock:  # numbered and logged together: a read that sees the number finds the write
             seq = self.barrier.begin(user)
-            log.writes[seq] = Write(user, seq, agent, time.monotonic())
-        return user, seq, rule
+            log.writes[seq] = Write(user, seq, agent, time.monotonic(), token=token)
+        return user, seq, rule, token
+
+    def redeem(self, user: str, seq: int, agent: str, token: str) -> None:
+        """The one check before a write is committed or aborted: allowed only for the write issued with exactly
+        this (user, number, writer, token) that has not been released yet; its ticket is then used up. Anything
+        else (a forged or copied ticket, another agent's, one used before) is refused and releases nothing."""
+        log = self._logs.get(user) if isinstance(user, str) else None
+        w = None
+        if log is not None:
+            with log.lock:
+                w = log.writes.get(seq) if isinstance(seq, int) else None
+                ok = (w is not None and not w.redeemed and isinstance(token, str) and isinstance(agent, str)
+                      and hmac.compare_digest(w.token.encode(), token.encode("utf-8", "surrogatepass"))
+                      and w.owner == agent)
+                if ok:
+                    w.redeemed = True
+                    return
+        raise PermissionError(f"not a ticket this kernel issued and has not yet released: {agent!r} on user "
+                              f"{user!r} #{seq!r}; nothing is released")
 
     def commit(self, user: str, seq: int, items: list[MemoryItem]) -> None:
         """Index the items (after the configured delay) and release the number; a failure still releases."""
