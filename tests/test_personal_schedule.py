@@ -183,6 +183,23 @@ def test_a_server_answering_one_call_at_a_time_without_declared_slots_is_measure
 
 
 @pytest.mark.services
+def test_a_one_slot_server_answering_in_20_ms_is_still_measured_as_one_slot(tmp_path):
+    """A call answered fast (about 20 ms) by a server with one slot, 64 trials asked in flight, no slots declared:
+    the probe still measures the calls at once (repeated calls, so the queue shows), finds one slot, and the
+    stage never has two calls inside the server, so no read times out."""
+    with OneSlot(script=RichScript(), delay_s=0.02) as fake:
+        rd = run_personal(personal_cfg(tmp_path, fake.base_url, "vllm", 4, methods=["kernel_shared"],
+                                       extra=["stage.concurrency=64"]))
+    recs = records(rd)
+    assert len(recs) == 4
+    for r in recs.values():
+        assert r["status"] == "ok" and not r["barrier"]["timed_out"] and r["n_injected"] == CAP, r["barrier"]
+        probe = r["schedule"]["endpoint_probe"]
+        assert probe["slots"] == 1 and probe["rounds"] > 1
+        assert r["schedule"]["in_flight"] == 1 and r["schedule"]["slots"] == 1
+
+
+@pytest.mark.services
 def test_a_one_slot_server_under_a_local_model_preset_never_queues_a_call_inside_it(tmp_path):
     with OneSlot(script=RichScript(), delay_s=0.05) as fake:
         rd = run_personal(personal_cfg(tmp_path, fake.base_url, "llamacpp", 2))

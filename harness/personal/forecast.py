@@ -136,7 +136,7 @@ def barrier_check(cfg, plan, cap=None) -> list[str]:
         a, b = cap.encoder
         out.append(f"schedule: {cap.line()}; encoder measured on this machine at {a:.2f} s a batch + "
                    f"{1000 * b:.1f} ms a text (harness/kernel/encoding.py measure), endpoint slots "
-                   f"{cap.slots or 'not declared: measured when the stage starts (2 to 10 calls of one output token, harness/personal/probe.py)'}")
+                   f"{cap.slots or 'not declared: measured when the stage starts (calls of one output token alone and 4 at once, repeated when fast, harness/personal/probe.py)'}")
     for name in sorted(used):
         c = cfg.stage.conditions[name]
         writes, timeout = _writes(c), c.get("barrier_timeout_s", c.get("write_wait_s"))
