@@ -1,6 +1,7 @@
 """Per-user isolation in the kernel (second paper: the barrier is "scoped to a single user_id, without blocking
 retrievals for unrelated users"): a read waits only for its own user's writes, sees every write of its user
-released before it, and never an item it may not see; the encoder is one batching worker, not a lock.
+released before it, and never an item it may not see; the encoder is a batching worker over per-user queues, not a lock; a write is
+released only by the ticket issued for it.
 
 In process: the exact index, hash vectors through the kernel's encoder worker. A slow commit is an index whose
 insert for user A is held by a gate the test opens; the assertions are on the order of events, never on speed.

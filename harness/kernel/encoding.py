@@ -1,10 +1,16 @@
-"""The kernel's one encoder worker: every commit's and every read's texts, embedded in batches across users.
+"""The kernel's encoder workers: every commit's and every read's texts, embedded in batches across users.
 
 The CPU encoder is one resource. Behind a lock, every user's commit queues for it and a read of
-user B waits behind user A's embedding; here nobody holds it: callers put their texts on a
-queue and wait for their own vectors, and one worker thread takes everything queued and embeds
-it in one batch. Reads' queries have their own worker (and, in the stage, their own model
-instance), so a read never waits for a batch of commits. Under load the batches grow, so throughput grows
+user B waits behind user A's embedding; here nobody holds it: callers put their texts on their
+user's queue (`for_user`; the kernel's commit and read paths set it) and wait for their own vectors,
+and the worker's two threads take the users' queues round robin, one job of each user per batch, a
+user with a batch in flight skipped: so a user's batch held anywhere inside the encoder call occupies
+one thread at most and the other keeps serving everyone else, and a user's many jobs never push
+another's back. A batch that fails is embedded again job by job, so only the job whose texts cannot
+be embedded fails. Reads' queries have their own worker (and, in the stage, their own model
+instance), so a read never waits for a batch of commits. What stays shared is the model's forward
+pass (harness/memory/encoder.py runs one at a time): that is capacity, bounded by the schedule, not
+isolation (docs/personal-schedule.md). Under load the batches grow, so throughput grows
 with load instead of the queue (a batch of 64 short items costs a few times one of 4 on a CPU,
 not 16 times). The worker counts what it does (`figures`), and `measure` times the raw model
 once before the runs (a batch's fixed cost and its cost per text), without the disk cache and

@@ -23,8 +23,10 @@ The index's plan for the read (`Backend.last_plan`) is kept with it.
 Isolation by construction (the paper: the barrier is "scoped to a single user_id, without blocking
 retrievals for unrelated users"): each user's writes and reads are kept in that user's own log under
 that user's own lock, the barrier has one lane per user, the space's lock guards only its unit
-table, and the embedding goes through the stage's one encoder worker (harness/kernel/encoding.py),
-which batches every user's texts rather than locking the model per commit. No lock is held across
+table, and the embedding goes through the stage's encoder worker (harness/kernel/encoding.py), which
+batches every user's texts from per-user queues rather than locking the model per commit (the model's
+forward pass is the one shared resource: capacity, docs/personal-schedule.md). A write is committed or
+aborted only through the ticket issued for it (`redeem`). No lock is held across
 users while anything slow (an embedding, an insert, a wait) runs.
 
 Retrieval is the paper's two stages (A.8/A.9): the requesting agent's own memories of the user, then
