@@ -219,6 +219,42 @@ def test_a_write_the_encoder_cannot_embed_fails_alone_not_the_other_users_in_its
     enc.close()
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(("u0", "u1", "u2")),
+                          st.lists(st.sampled_from(("vim", "emacs", "POISON", "a long text about helix")),
+                                   min_size=1, max_size=4)), min_size=1, max_size=12),
+       st.integers(1, 3), st.integers(1, 6))
+def test_every_encoder_job_gets_its_own_vectors_and_only_a_job_that_cannot_be_embedded_fails(jobs, threads, batch):
+    """Any mix of users' jobs, submitted at once, through any number of threads and batch sizes: each job gets
+    exactly its own texts' vectors, or, when its own texts cannot be embedded, the error; never another's."""
+    from harness.kernel.encoding import for_user
+
+    class Poison(HashEncoder):
+        def embed(self, texts, progress=None):
+            if any("POISON" in t for t in texts):
+                raise ValueError("cannot embed this text")
+            return super().embed(texts, progress)
+
+    enc = BatchEncoder(Poison(), threads=threads, max_batch=batch)
+
+    def submit(user, texts):
+        with for_user(user):
+            return enc.embed(texts)
+
+    try:
+        runs = [(texts, *in_thread(lambda u=u, t=texts: submit(u, t))) for u, texts in jobs]
+        plain = HashEncoder()
+        for texts, t, out in runs:
+            t.join(WAIT)
+            assert not t.is_alive()
+            if "POISON" in texts:
+                assert isinstance(out.get("error"), ValueError)
+            else:
+                assert "error" not in out and (out["value"] == plain.embed(texts)).all()
+    finally:
+        enc.close()
+
+
 @pytest.mark.services
 def test_a_users_read_completes_while_another_users_insert_waits_inside_postgresql(services, unique_name):
     """PostgreSQL as the index: an outside transaction holds the row user A's commit upserts, so A's insert waits
