@@ -25,7 +25,7 @@ prompt exceeds the context window) fails that run with `failure_reason: context_
 A server that keeps failing is the environment's too (`Breaker`, harness.endpoints.liveness, the
 judges' too): a run out of retries or rejected in a way the body does not explain is held, and
 recorded failed only when a later run succeeds (the server kept answering others); `model.breaker_runs`
-(3) such runs in a row (of different questions, or with the same rejection), one the server's plain probe
+(3) such runs in a row (out of retries, whatever their questions, or with the same rejection), one the server's plain probe
 then fails too, or runs still held when the stage ends stop the stage with them unrecorded, whatever
 succeeded earlier. A call the spending cap refuses (the metering proxy, harness.run.budget) leaves its
 run unrecorded and stops the stage with exit 4. When the stage stops (but for the spending cap and a scheduler's SIGTERM, which let
