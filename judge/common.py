@@ -202,6 +202,18 @@ def judge_all(workers: int, tasks: list[Callable[[], None]], abort: threading.Ev
             raise
 
 
+def stage_budget(cfg, rd: RunDir, judge_prices: dict | None):
+    """The stage's spending cap for a judge (None without `budget_usd`): agents and judges together, over every
+    ledger of the folder read again at every call (`rd.ledger_paths`, the method, so a shard's ledger created
+    after this is counted), as the driver's own."""
+    if cfg.get("budget_usd") is None:
+        return None
+    from harness.run.budget import Budget
+
+    return Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"), judge_prices,
+                  rd.ledger_paths)
+
+
 def open_proxy(stack: ExitStack, endpoint, judge_cfg, jc: dict, ledger: Ledger, budget=None) -> MeteringProxy:
     """The metering proxy a judge calls through, opening the judge's endpoint if none is given; with the stage's
     spending cap (`budget`, harness.run.budget.Budget) it refuses a call that could pass it."""
