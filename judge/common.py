@@ -186,8 +186,19 @@ def failure(exc: BaseException) -> tuple[str, str | None]:
 def judge_all(workers: int, tasks: list[Callable[[], None]], abort: threading.Event) -> None:
     """The judging pool: every task, `workers` at a time; the first that raises (a dead server, a storage error,
     a bug) stops judging loudly: `abort` set (what is in flight sends nothing more), what is queued never starts."""
+    def guarded(task: Callable[[], None]) -> None:
+        # the stop is set in the worker that failed, before the pool hands that worker the next task: a queued
+        # task that starts after it sends nothing (the main thread sets it only once it reads the failure)
+        if abort.is_set():
+            return
+        try:
+            task()
+        except BaseException:
+            abort.set()
+            raise
+
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="judge") as pool:
-        futures = [pool.submit(t) for t in tasks]
+        futures = [pool.submit(guarded, t) for t in tasks]
         try:
             for f in futures:
                 f.result()
