@@ -30,8 +30,9 @@ def main_entry(cfg) -> int:
     from harness import studies
 
     rd = RunDir.for_stage(cfg)
-    started = rd.stage_path.exists()  # stage.json: the driver opened the folder (a study's records are its own)
-    study = studies.get(rd.stage().kind if started else cfg.stage.get("kind"))
+    opened = rd.stage_path.exists()  # stage.json: the driver opened the folder (a study's records are its own)
+    started = opened or (rd.root / "records").is_dir()  # records written by hand or an older driver: the command's study
+    study = studies.get(rd.stage().kind if opened else cfg.stage.get("kind"))
     if study.judge is None:
         print(f"{rd.root}: a {study.kind} stage has nothing to judge (its study, harness/studies/, names no judge); "
               "make analyze reads it as it is", file=sys.stderr)

@@ -10,6 +10,7 @@ the real plan, generated data); the plugin and sweep cases as dry runs (no model
 from __future__ import annotations
 
 import os
+import sys
 import subprocess
 from pathlib import Path
 
@@ -163,12 +164,16 @@ def test_a_plugin_that_rewrites_the_system_prompt_or_the_cut_is_refused_by_name(
     (tmp_path / "rewrite_plugin.py").write_text(PLUGIN)
     env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "MEMSPACE_PLUGINS": "rewrite_plugin"}
-    res = harness(*DRY, f"runs_dir={tmp_path}/runs", ALLOW_HERE, env=env)
+    def fresh(*args: str) -> subprocess.CompletedProcess:  # a process of its own: PYTHONPATH must reach its sys.path
+        return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=600, env={**os.environ, "DEEPSEEK_API_KEY": "sk-test", **env})
+
+    res = fresh(*DRY, f"runs_dir={tmp_path}/runs", ALLOW_HERE)
     got = failed_keys(res.stdout)
     assert res.returncode == 3 and set(got) == {"plugins", "texts"}, res.stdout[-3000:] + res.stderr[-2000:]
     assert "rewrite_plugin" in got["plugins"] and "differ from the pinned texts: cut, system.lme" in got["texts"]
     # accepting the plugin does not accept what it changed
-    res = harness(*DRY, f"runs_dir={tmp_path}/runs", ALLOW_HERE[:-1] + ",plugins]", env=env)
+    res = fresh(*DRY, f"runs_dir={tmp_path}/runs", ALLOW_HERE[:-1] + ",plugins]")
     assert res.returncode == 3 and set(failed_keys(res.stdout)) == {"texts"}, res.stdout[-3000:]
     assert not (tmp_path / "runs").exists()
 

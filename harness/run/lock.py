@@ -102,9 +102,13 @@ def model_texts(modules: set[str], org: bool) -> dict[str, str]:
     `{access}` where a condition's paragraph goes), the cut of a long tool result, and the paragraphs and tool
     descriptions of the conditions whose module the stage uses. The memory tools' texts: fidelity.tool_texts_row."""
     import importlib
+    import sys
 
-    from harness.run import agents, loop
+    from harness.run import loop, prompts
 
+    # the name the agent step looks up when it runs (harness.run.agents, loaded whenever an agent stage runs; a
+    # lower layer reads it from sys.modules rather than importing the step that imports the lock)
+    agents = sys.modules.get("harness.run.agents", prompts)
     out = {f"system.{'org' if org else 'lme'}": agents.system_prompt(DATE, "{access}", org),
            "cut": loop._cut("x" * CUT_PROBE)}
     if "shell" in modules:

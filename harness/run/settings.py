@@ -399,7 +399,7 @@ def _check_one(cfg, overrides, groups, choices, sources) -> "Nodes":
     with _interpolations():
         for _, _, node in nodes(cfg):  # resolved whole first: the error then names the key
             _resolved(node)
-        check_top(cfg)  # every top-level key, and the nodes no module types (encoder, data, runtime, samples)
+        check_top(cfg)  # every top-level key, and the nodes no module types (encoder, data, samples)
         check_additions(cfg, overrides, groups)
         check_types(cfg)
         if choices is not None:
@@ -674,7 +674,6 @@ class TopSettings:
     stage: Any = None
     encoder: Any = None
     data: Any = None
-    runtime: Any = None
     samples: Any = None
     seed: int = 0
     dry_run: bool = False
@@ -707,11 +706,6 @@ class DataNode:
     seed: Optional[int] = None
 
 
-@dataclass
-class RuntimeNode:
-    session_search: str = "installed"
-
-
 # a sample's keys (harness.data.samples) and their types; `from` is no Python name, so not a dataclass
 SAMPLE_KEYS = {"per_type": (int,), "limit": (int, type(None)), "from": (str,), "exclude": (list, type(None)),
                "abstention": (bool,)}
@@ -736,7 +730,7 @@ def _choices(where: str, value, choices) -> None:
 
 
 def check_top(cfg) -> None:
-    """The whole composed config against its schema: an unknown top-level key, or one of the encoder, data, runtime
+    """The whole composed config against its schema: an unknown top-level key, or one of the encoder, data
     or samples, is refused naming the nearest; a value of the wrong type naming its key (SettingsError, exit 2)."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -745,10 +739,10 @@ def check_top(cfg) -> None:
 
     top = {str(k): None if k in ("model", "judge", "judge2", "index", "stage") else value(cfg.get(k))
            for k in cfg if k != "hydra"}
-    scalars = {k: v for k, v in top.items() if k not in ("encoder", "data", "runtime", "samples")}
+    scalars = {k: v for k, v in top.items() if k not in ("encoder", "data", "samples")}
     _closed(TopSettings, scalars, "")
     _strings(TopSettings, scalars, "")
-    for key, schema in (("encoder", EncoderNode), ("data", DataNode), ("runtime", RuntimeNode)):
+    for key, schema in (("encoder", EncoderNode), ("data", DataNode)):
         if isinstance(top.get(key), dict):
             _closed(schema, top[key], key)
             _strings(schema, top[key], key)
@@ -757,14 +751,6 @@ def check_top(cfg) -> None:
         from harness.memory.encoder import SPECS
 
         _choices("encoder.name", enc["name"], (*SPECS, "hash"))
-    rt = top.get("runtime") or {}
-    if rt.get("session_search") is not None:
-        try:
-            from harness.runtime.adaptive import CHOICES
-        except ImportError:  # the runtime's module names its own choices
-            CHOICES = ()
-        if CHOICES:
-            _choices("runtime.session_search", str(rt["session_search"]).strip().lower(), CHOICES)
     for name, spec in (top.get("samples") or {}).items():
         if not isinstance(spec, dict):
             raise SettingsError(f"samples.{name}: {spec!r} is not a mapping (per_type, limit, from, exclude, abstention)")
