@@ -281,7 +281,7 @@ class PersonalStep(RunStep):
         if judge_refused:
             checks.append(pf.Check("judge", False, judge_refused))
         rows = self.fidelity_rows()
-        refused = fidelity.refusals(self.cfg, rows) if fidelity.preset(self.cfg) else []
+        refused = fidelity.decide(self.cfg, rows) if fidelity.preset(self.cfg) else []
         checks += [pf.Check("fidelity", False, f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it")
                    for r in refused] or [pf.Check("fidelity", True, "differs from the second paper in "
                                                    + (", ".join(r.key for r in rows if r.status == "differs") or
@@ -336,7 +336,7 @@ class PersonalStep(RunStep):
             except Exception as exc:
                 raise classify(exc) or exc
             print(f"  schedule {self._capacity.line()}; endpoint probed: {self._capacity.probe}", file=sys.stderr)
-        # the encoder worker embeds every user's commits and queries in batches from per-user queues: no lock between users
+        # one encoder worker embeds every user's commits and queries in batches: no lock between users
         self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(),
                              BatchEncoder(encoder, query_encoder=self._query_encoder(encoder)),
                              secrets.token_hex(4), Slots(self._capacity.slots), workers=4 * self.concurrency())
