@@ -349,7 +349,8 @@ def test_a_patched_refusals_function_does_not_decide(monkeypatch):
     rows = fidelity.manifest(cfg, build(stage_node(cfg), cfg))
     monkeypatch.setattr(fidelity, "refusals", lambda *a, **k: [])
     got = {r.key: r for r in fidelity.decide(cfg, rows)}
-    assert "index" in got and "code" in got and "harness.run.fidelity.refusals" in got["code"].stage
+    assert "index" in got and "harness.run.fidelity.refusals" in got["lock"].stage
+    assert "no allow_deviation accepts it" in fidelity.refusal_text([got["lock"]])
 
 
 def test_the_reference_refusal_does_not_say_allow_deviation_accepts_it():

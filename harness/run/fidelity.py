@@ -956,7 +956,7 @@ def refusals(cfg, rows: list[Row], preset_name: str | None = None, also_allowed:
     return [r for r in rows if r.refuse and r.status == "differs" and (r.key not in ok or r.key in NEVER_ACCEPTED)]
 
 
-NEVER_ACCEPTED = ("reference",)  # what every other row is compared with
+NEVER_ACCEPTED = ("reference", "lock")  # what every other row is compared with; the lock's own functions
 
 # The lock's functions as this module defined them, captured at its import: `decide` calls these and refuses
 # when a module attribute was replaced (e.g. `fidelity.refusals = lambda *a, **k: []` from a Hydra plugin).
@@ -982,7 +982,7 @@ def decide(cfg, rows: list[Row], **kw) -> list[Row]:
     if (kw.get("preset_name") or _ORIGINAL["preset"](cfg)) != "paper":
         return found
     if replaced:
-        found = [*found, Row("code", "the lock's functions", "harness.run.fidelity as tracked",
+        found = [*found, Row("lock", "the lock's functions", "harness.run.fidelity as tracked",
                              "replaced at runtime: " + ", ".join(replaced), "differs", "", "remove the code that patches them")]
     loaded = _ORIGINAL["lock.loaded_code"]()
     if loaded and "code" not in _ORIGINAL["allowed"](cfg) and not any(r.key == "code" for r in found):
