@@ -24,6 +24,7 @@ compared with conf/paper.yaml `runtime_identity` once both exist.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -146,6 +147,7 @@ def _tracked(root: Path) -> dict[str, str] | None:
     return res
 
 
+@functools.lru_cache(maxsize=None)  # parsing RECORD takes most of a second; the files' hashes are checked every time
 def _record(dist: str) -> tuple[Path, dict[Path, str | None]] | None:
     """The distribution's files as its dist-info RECORD names them: absolute path -> 'sha256=<b64>' (None: no hash)."""
     from importlib import metadata
@@ -159,7 +161,19 @@ def _record(dist: str) -> tuple[Path, dict[Path, str | None]] | None:
         for f in (d.files or [])}
 
 
+_hashes: dict[tuple, str] = {}
+
+
 def _record_hash(path: Path) -> str:
+    """RECORD's form of a file's sha256, recomputed whenever the file's inode, size or mtime changed."""
+    st = path.stat()
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _hashes:
+        _hashes[key] = _record_hash_now(path)
+    return _hashes[key]
+
+
+def _record_hash_now(path: Path) -> str:
     import base64
 
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
