@@ -213,7 +213,8 @@ def _module_file(mod) -> str | None:
     if origin and origin not in ("built-in", "frozen") and getattr(spec, "has_location", True):
         return origin
     f = getattr(mod, "__file__", None)
-    return f if isinstance(f, str) else None
+    # a relative name is no file a loader read (torch.classes says `_classes.py`): the code that made it is checked
+    return f if isinstance(f, str) and Path(f).is_absolute() else None
 
 
 def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
