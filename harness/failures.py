@@ -100,13 +100,33 @@ def announce(exc: BaseException) -> int | None:
     return code
 
 
-INTERRUPTED = ("interrupted (Ctrl-C): no run or judgement started after it, the ones in flight stay unrecorded and "
-               "their calls stay in the ledger — fix: run the same command to go on")
+INTERRUPTED = ("interrupted (Ctrl-C): no run or judgement started after it; the ones in flight were let end: each "
+               "that finished is recorded, the others stay unrecorded and their calls stay in the ledger — fix: run "
+               "the same command to go on")
 
 
-def interrupted() -> int:
-    """Ctrl-C ends a command like any other stop: one `stopped:` line, exit 3, no traceback."""
-    print(f"stopped: {INTERRUPTED}", file=sys.stderr)
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a stage's runs, with what became of the runs in flight (counted once the pool has joined)."""
+
+    def __init__(self, in_flight: int, recorded: int):
+        super().__init__(in_flight, recorded)
+        self.in_flight, self.recorded = in_flight, recorded
+
+    def __str__(self) -> str:
+        return self.line()
+
+    def line(self) -> str:
+        left = self.in_flight - self.recorded
+        return (f"interrupted (Ctrl-C): no run started after it; of the {self.in_flight} run(s) in flight, "
+                f"{self.recorded} finished and were recorded, {left} stay unrecorded"
+                + (" (their calls stay in the ledger)" if left else "")
+                + " — fix: run the same command to go on")
+
+
+def interrupted(exc: BaseException | None = None) -> int:
+    """Ctrl-C ends a command like any other stop: one `stopped:` line, exit 3, no traceback. The line counts
+    what became of the runs in flight when the driver knows it (Interrupted), never claims more."""
+    print(f"stopped: {exc.line() if isinstance(exc, Interrupted) else INTERRUPTED}", file=sys.stderr)
     return STOPPED
 
 
@@ -116,8 +136,8 @@ def returns_exit_code(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except KeyboardInterrupt:
-            return interrupted()
+        except KeyboardInterrupt as exc:
+            return interrupted(exc)
         except Exception as exc:
             code = announce(exc)
             if code is None:
@@ -132,8 +152,8 @@ def exits_with_code():
     an exception with an exit code is announced and the process exits with its code."""
     try:
         yield
-    except KeyboardInterrupt:
-        sys.exit(interrupted())
+    except KeyboardInterrupt as exc:
+        sys.exit(interrupted(exc))
     except Exception as exc:
         code = announce(exc)
         if code is None:

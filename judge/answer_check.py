@@ -366,12 +366,8 @@ def report(s: dict) -> None:
 def judge_command(cfg, rd) -> int:
     """`make judge` for an agent stage: every record judged, under the stage's spending cap (exit 3 if some failed)."""
     from harness.failures import STOPPED
-    from harness.run.budget import Budget
 
-    budget = None
-    if cfg.get("budget_usd") is not None:  # the stage's cap covers the judge's calls too
-        budget = Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"),
-                        judge_model_config(cfg.judge).get("prices"), rd.ledger_paths())
+    budget = C.stage_budget(cfg, rd, judge_model_config(cfg.judge).get("prices"))  # the judge's calls count too
     er = None
     if cfg.get("errata"):  # checked before anything is judged: a refused file costs nothing
         from harness.data import errata as E

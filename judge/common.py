@@ -186,8 +186,19 @@ def failure(exc: BaseException) -> tuple[str, str | None]:
 def judge_all(workers: int, tasks: list[Callable[[], None]], abort: threading.Event) -> None:
     """The judging pool: every task, `workers` at a time; the first that raises (a dead server, a storage error,
     a bug) stops judging loudly: `abort` set (what is in flight sends nothing more), what is queued never starts."""
+    def guarded(task: Callable[[], None]) -> None:
+        # the stop is set in the worker that failed, before the pool hands that worker the next task: a queued
+        # task that starts after it sends nothing (the main thread sets it only once it reads the failure)
+        if abort.is_set():
+            return
+        try:
+            task()
+        except BaseException:
+            abort.set()
+            raise
+
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="judge") as pool:
-        futures = [pool.submit(t) for t in tasks]
+        futures = [pool.submit(guarded, t) for t in tasks]
         try:
             for f in futures:
                 f.result()
@@ -200,6 +211,18 @@ def judge_all(workers: int, tasks: list[Callable[[], None]], abort: threading.Ev
                 errors = (f.exception() for f in futures if not f.cancelled())
                 raise next((e for e in errors if e is not None and not isinstance(e, StageStopping)), exc)
             raise
+
+
+def stage_budget(cfg, rd: RunDir, judge_prices: dict | None):
+    """The stage's spending cap for a judge (None without `budget_usd`): agents and judges together, over every
+    ledger of the folder read again at every call (`rd.ledger_paths`, the method, so a shard's ledger created
+    after this is counted), as the driver's own."""
+    if cfg.get("budget_usd") is None:
+        return None
+    from harness.run.budget import Budget
+
+    return Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"), judge_prices,
+                  rd.ledger_paths)
 
 
 def open_proxy(stack: ExitStack, endpoint, judge_cfg, jc: dict, ledger: Ledger, budget=None) -> MeteringProxy:

@@ -386,10 +386,8 @@ def judgements_name(judge: str) -> str:
 
 def run_probe(cfg, rd: RunDir | None = None) -> dict:
     from judge.answer_check import judge_model_config, judge_stage
-    from harness.run.budget import Budget
-    from omegaconf import OmegaConf
 
-    from judge.common import answer_check_stage
+    from judge.common import answer_check_stage, stage_budget
 
     rd = rd or RunDir.for_stage(cfg)
     answer_check_stage(cfg, rd, "judge.probe")
@@ -403,10 +401,7 @@ def run_probe(cfg, rd: RunDir | None = None) -> dict:
         print(f"probe: {len(dropped)} planted answer(s) failed the second rule and were dropped: "
               + "; ".join(f"{p['kind']} {p['qid']} ({p['dropped']})" for p in dropped[:5])
               + (" ..." if len(dropped) > 5 else ""), file=sys.stderr)
-    budget = None
-    if cfg.get("budget_usd") is not None:  # the probe's calls count in the stage's cap, like any judging
-        budget = Budget(cfg.budget_usd, OmegaConf.to_container(cfg.model, resolve=True).get("prices"),
-                        judge_model_config(cfg.judge).get("prices"), rd.ledger_paths())
+    budget = stage_budget(cfg, rd, judge_model_config(cfg.judge).get("prices"))  # the probe's calls count too
     return judge_stage(cfg, rd, records=planted, name=judgements_name(str(cfg.judge.name)),
                        tag_prefix="judge-probe", budget=budget)
 

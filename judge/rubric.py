@@ -146,6 +146,8 @@ class _Rubric:
         self.cost = {"calls": 0, "list": 0.0, "estimated": 0}  # this session's judge calls (C.cost_line)
         self.breaker = None  # the judge server's (judge.common.breaker), once its proxy is open
         self.abort = threading.Event()  # judging stops: the calls queued or in flight send nothing more
+        self.budget = None  # harness.run.budget.Budget of the stage, when it has a spending cap
+        self.over_budget = 0  # records not scored because the cap was reached (scored next time, higher cap)
 
     def write(self, line: dict) -> None:
         line["ts"] = now()
@@ -188,6 +190,10 @@ class _Rubric:
         return True
 
     def call(self, rec: dict, trial: dict, proxy_url: str) -> None:
+        if self.budget is not None and self.budget.exhausted:
+            with self.lock:
+                self.over_budget += 1  # not scored, not written: scored on the next run with a higher cap
+            return
         prompt = prompt_for(rec, trial)
         meter = C.meter(self.jc)
         try:  # a dead server, credit gone or a refused key raise here: judging stops, nothing written (C.ask)
@@ -208,8 +214,11 @@ class _Rubric:
         self.scored(rec, trial, prompt, reply, False, meter, answered=True)
 
 
-def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, hybrid: bool | None = None) -> dict:
-    """Score every record of a personalization stage that has no current rubric line; returns counts."""
+def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, hybrid: bool | None = None,
+                   budget=None) -> dict:
+    """Score every record of a personalization stage that has no current rubric line; returns counts. With the
+    stage's spending cap (`budget`, harness.run.budget.Budget over every ledger of the folder, read live) the proxy
+    refuses a call that could pass it and judging stops with BudgetReached (exit 4), the rest unscored."""
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     jc = rubric_config(cfg.judge if judge_cfg is None else judge_cfg)
     name = str(jc["name"])
@@ -227,6 +236,7 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
         finally:
             cache.close()
     job = _Rubric(rd, jc, name, hybrid, cache)
+    job.budget = budget
     try:
         todo = []
         for rec in records:
@@ -239,10 +249,10 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
             ledger = Ledger(rd.ledger_path)
             try:
                 with ExitStack() as stack:
-                    proxy = C.open_proxy(stack, endpoint, OmegaConf.create(jc), jc, ledger)
+                    proxy = C.open_proxy(stack, endpoint, OmegaConf.create(jc), jc, ledger, budget)
                     from harness.run import preflight as pf  # the rubric's request shape, before any score
 
-                    pf.judge_preflight(proxy.base_url, None, config=jc)
+                    pf.judge_preflight(proxy.base_url, None, budget, config=jc)
                     job.breaker = C.breaker(proxy.base_url, jc, pf.model_call)
                     C.judge_all(C.concurrency(cfg, jc), [functools.partial(job.call, rec, trials[rec["trial_id"]],
                                                                            proxy.base_url) for rec in todo], job.abort)
@@ -260,6 +270,11 @@ def judge_personal(cfg, run_dir, endpoint: tuple | None = None, judge_cfg=None, 
     print(f"{rd.root}: rubric judge {name} ({job.ident}, hybrid={hybrid}): {len(records)} records, "
           f"{failed_runs} failed runs not judged, {len(todo)} needed the model, written {job.counts}; "
           + C.cost_line(job.cost["calls"], job.cost["list"], job.cost["estimated"]), file=sys.stderr)
+    if job.over_budget:
+        from harness.run.budget import BudgetReached
+
+        raise BudgetReached(f"stopped at budget: ${budget.spent:.4f} of ${budget.cap:.4f}; "
+                            f"{job.over_budget} records not scored")
     return summary
 
 
@@ -313,5 +328,6 @@ def judge_command(cfg, rd) -> int:
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return BAD_INPUT
-    summary = judge_personal(cfg, rd)
+    budget = C.stage_budget(cfg, rd, rubric_config(cfg.judge).get("prices"))  # the judge's calls count too
+    summary = judge_personal(cfg, rd, budget=budget)
     return STOPPED if summary["written"].get("failed") else 0

@@ -7,6 +7,7 @@ stage unrecorded otherwise — whatever succeeded earlier and whatever the one-t
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 
@@ -45,7 +46,7 @@ def test_held_failures_are_recorded_only_once_a_later_unit_succeeds():
     b = Breaker(3)
     assert b.admit("f1", False, "retries", None, "q1") == []
     assert b.admit("own", False, "context_length", None, "q2") == ["own"]  # the run's own failure: at once
-    assert b.admit("f2", False, "retries", None, "q1") == []  # same question: not yet n different ones
+    assert b.admit("f2", False, "retries", None, "q1") == []  # 2 runs of 3
     assert b.admit("ok", True) == ["f1", "f2", "ok"]  # the server kept answering others
     assert b.release() == []
 
@@ -218,3 +219,35 @@ def test_a_gateway_failing_every_run_request_of_a_stage_with_fewer_questions_tha
     after = once(rd)
     assert len(after) == 4 and all(r["status"] == "ok" for r in after.values())
     ledger_matches_records(rd, after)
+
+
+def test_a_stage_of_two_questions_stops_after_breaker_runs_failed_runs_not_at_its_end(tmp_path):
+    """2 questions x 4 conditions; a gateway fails every run request and answers the probe. "3 different questions
+    in a row" could never happen, so the stage ran all 8 runs out of retries (the audit's smoke_org: 97 run requests)
+    before stopping at its end. Now the third failed run stops it, the three unrecorded, the rest never started."""
+    refuse = lambda req: (503, {"error": {"message": "upstream overloaded", "type": "x"}}, {"Retry-After": "0"}) \
+        if not is_preflight(req) else None  # noqa: E731
+    with FakeModel(refuse=refuse) as fake:
+        exc = stopped(run_agents, agents_cfg(tmp_path, fake, "concurrency=1", "model.breaker_runs=3",
+                                             conds="none,full,prefetch,tool_bm25"))
+    assert exit_code(exc) == STOPPED and "3 runs in a row ran out of retries" in str(exc), exc
+    rd = stage_of(tmp_path)
+    started = {json.loads(x)["run"] for x in rd.attempts_path.read_text().splitlines()}
+    assert len(started) == 3  # of 8 planned: stopped at the third failed run, one at a time
+    assert once(rd) == {}  # none recorded failed for the server's fault
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(n=st.integers(1, 5), seq=st.lists(st.tuples(st.booleans(), st.sampled_from(["q1", "q2"])), max_size=30))
+def test_property_the_breaker_trips_at_the_nth_run_out_of_retries_since_the_last_success_whatever_its_question(
+        n, seq):
+    b, streak, recorded = Breaker(n), 0, []
+    for i, (ok, q) in enumerate(seq):
+        streak = 0 if ok else streak + 1
+        if streak >= n:
+            with pytest.raises(EnvironmentFailure, match=f"{n} runs in a row ran out of retries"):
+                b.admit(i, ok, None if ok else "retries", None, q)
+            assert not any(u in recorded for u in range(i - n + 1, i + 1))  # the n held runs stay unrecorded
+            return
+        recorded += b.admit(i, ok, None if ok else "retries", None, q)
+    assert all(seq[u][0] or any(seq[v][0] for v in range(u + 1, len(seq))) for u in recorded)  # failed: a later ok

@@ -84,3 +84,26 @@ def test_the_cap_covers_the_judge_and_judging_resumes_with_more(tmp_path):
     lines = read_ledger(stage_dir(tmp_path) / "judgements" / "vllm.jsonl")
     distinct = {j["prompt_sha256"] for j in lines}
     assert len(fake.run_requests) - n == len(distinct)  # every distinct prompt asked once over both sessions
+
+
+def test_a_judges_cap_counts_a_shard_ledger_created_after_it_was_built(tmp_path):
+    """The answer check, the probe and the rubric judge take their Budget from judge.common.stage_budget: it reads
+    the folder's ledgers again at every call (the answer check and probe once froze the list at the start)."""
+    from omegaconf import OmegaConf
+
+    from harness.records import RunDir
+    from harness.records.shards import Shard, shard_dir
+    from judge.common import stage_budget
+
+    p = {"hit": 1000.0, "miss": 1000.0, "output": 1000.0}
+    cfg = OmegaConf.create({"budget_usd": 1.0, "model": {"prices": p}})
+    root = tmp_path / "stage"
+    root.mkdir()
+    budget = stage_budget(cfg, RunDir(root), p)
+    assert budget.spent == 0
+    late = shard_dir(root, Shard(1, 2)) / "ledger.jsonl"  # a shard that starts after the judge's Budget was built
+    late.parent.mkdir(parents=True, exist_ok=True)
+    late.write_text(json.dumps({"event": "response", "call": "c1", "status": 200, "role": "agent", "hit": 0,
+                                "miss": 100, "output": 50}) + "\n")
+    assert abs(budget.spent - 150 * 1000 / 1e6) < 1e-9
+    assert stage_budget(OmegaConf.create({"model": {"prices": p}}), RunDir(root), p) is None  # no cap, no Budget

@@ -111,7 +111,7 @@ def test_runs_that_fail_in_a_row_while_the_server_still_answers_a_plain_request_
         if broken["on"] and not is_preflight(req) else None  # noqa: E731
     with FakeModel(refuse=refuse) as fake:
         exc = stopped(run_agents, agents_cfg(tmp_path, fake, "concurrency=1", "model.breaker_runs=2"))
-        assert exit_code(exc) == STOPPED and "of 2 different questions in a row ran out of retries" in str(exc)
+        assert exit_code(exc) == STOPPED and "2 runs in a row ran out of retries" in str(exc)
         assert "upstream overloaded" in str(exc)
         assert recs(stage_of(tmp_path)) == {}
         broken["on"] = False

@@ -1,6 +1,7 @@
 """Per-user isolation in the kernel (second paper: the barrier is "scoped to a single user_id, without blocking
 retrievals for unrelated users"): a read waits only for its own user's writes, sees every write of its user
-released before it, and never an item it may not see; the encoder is one batching worker, not a lock.
+released before it, and never an item it may not see; the encoder is a batching worker over per-user queues, not a lock; a write is
+released only by the ticket issued for it.
 
 In process: the exact index, hash vectors through the kernel's encoder worker. A slow commit is an index whose
 insert for user A is held by a gate the test opens; the assertions are on the order of events, never on speed.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -133,14 +135,13 @@ def test_the_encoder_worker_batches_texts_of_many_users_into_one_model_call():
                 assert gate.wait(WAIT)
             return super().embed(texts, progress)
 
-    enc = BatchEncoder(SlowFirst())
+    enc = BatchEncoder(SlowFirst(), threads=1)  # one thread: the others' jobs queue while it is busy
     first, _ = in_thread(lambda: enc.embed(["first"]))
     assert entered.wait(WAIT)
     waiting = [in_thread(lambda u=u: enc.embed([f"{u} item {i}" for i in range(3)])) for u in range(5)]
     while True:  # every user's commit is queued behind the running batch
-        with enc._writes.cond:
-            if sum(len(j.texts) for j in enc._writes.queue) == 15:
-                break
+        if enc._writes.queued() == 15:
+            break
         threading.Event().wait(0.01)
     gate.set()
     for t, out in waiting:
@@ -151,6 +152,153 @@ def test_the_encoder_worker_batches_texts_of_many_users_into_one_model_call():
     # each caller got its own texts' vectors
     assert (enc.embed(["0 item 1"]) == HashEncoder().embed(["0 item 1"])).all()
     enc.close()
+
+
+def test_a_users_write_and_read_complete_while_another_users_batch_is_held_in_the_commit_encoder():
+    """A's commit held inside the commit encoder (outside any model lock): B's write, queued after it, is embedded
+    by another of the worker's threads and B's read sees it before A's batch is let go (a user's batch in flight
+    occupies one thread at most)."""
+    gate, entered = threading.Event(), threading.Event()
+
+    class HeldForA(HashEncoder):
+        def embed(self, texts, progress=None):
+            if any("for A" in t for t in texts):
+                entered.set()
+                assert gate.wait(WAIT)
+            return super().embed(texts, progress)
+
+    k, enc = kernel(ExactBackend(), encoder=HeldForA())
+    commit, commit_out = in_thread(lambda: k.write("profile_agent", lambda tk: [item(tk, "Neovim for A")], "A"))
+    assert entered.wait(WAIT)
+    writer, wrote = in_thread(lambda: k.write("profile_agent", lambda tk: [item(tk, "Helix by B")], "B"))
+    writer.join(WAIT)
+    reader, got = in_thread(lambda: k.retrieve("assistant_agent", "which editor", "B"))
+    reader.join(WAIT)
+    assert not writer.is_alive() and not reader.is_alive() and commit.is_alive() and not gate.is_set()
+    r = got["value"]
+    assert not r.injection.log["barrier"]["timed_out"] and "Helix by B" in r.block and "Neovim" not in r.block
+    gate.set()
+    commit.join(WAIT)
+    assert "error" not in commit_out
+    enc.close()
+
+
+def test_a_write_the_encoder_cannot_embed_fails_alone_not_the_other_users_in_its_batch():
+    """Users' commits queued together go into one batch; one of them cannot be embedded: that commit fails (its
+    number released, the failure recorded), the others' are embedded and their reads see them."""
+    gate, entered = threading.Event(), threading.Event()
+
+    class Poison(HashEncoder):
+        def embed(self, texts, progress=None):
+            if any("warmup" in t for t in texts):
+                entered.set()
+                assert gate.wait(WAIT)
+            if any("POISON" in t for t in texts):
+                raise ValueError("cannot embed this text")
+            return super().embed(texts, progress)
+
+    enc = BatchEncoder(Poison(), threads=1)  # one thread, so A's and B's commits queue and share a batch
+    k = Syscalls(KernelMemory(MemorySpace(enc, ExactBackend()), IdentityResolver(), True, WAIT, cap=1000,
+                              threshold=-1.0, candidates=1000))
+    warm, _ = in_thread(lambda: k.write("profile_agent", lambda tk: [item(tk, "warmup by C")], "C"))
+    assert entered.wait(WAIT)
+    a, a_out = in_thread(lambda: k.write("profile_agent", lambda tk: [item(tk, "POISON for A")], "A"))
+    b, b_out = in_thread(lambda: k.write("profile_agent", lambda tk: [item(tk, "Helix by B")], "B"))
+    for _ in range(int(WAIT / 0.01)):
+        if enc._writes.queued() == 2:
+            break
+        threading.Event().wait(0.01)
+    gate.set()
+    for t in (warm, a, b):
+        t.join(WAIT)
+    assert "error" not in b_out
+    r = k.retrieve("assistant_agent", "which editor", "B")
+    assert not r.injection.log["barrier"]["timed_out"] and "Helix by B" in r.block
+    assert enc.figures()["commits"]["failed_batches_split"] == 1  # they did share a batch
+    assert "Helix by B" not in str(a_out.get("error", "")) and k.retrieve("assistant_agent", "x", "A").block.count("POISON") == 0
+    enc.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(("u0", "u1", "u2")),
+                          st.lists(st.sampled_from(("vim", "emacs", "POISON", "a long text about helix")),
+                                   min_size=1, max_size=4)), min_size=1, max_size=12),
+       st.integers(1, 3), st.integers(1, 6))
+def test_every_encoder_job_gets_its_own_vectors_and_only_a_job_that_cannot_be_embedded_fails(jobs, threads, batch):
+    """Any mix of users' jobs, submitted at once, through any number of threads and batch sizes: each job gets
+    exactly its own texts' vectors, or, when its own texts cannot be embedded, the error; never another's."""
+    from harness.kernel.encoding import for_user
+
+    class Poison(HashEncoder):
+        def embed(self, texts, progress=None):
+            if any("POISON" in t for t in texts):
+                raise ValueError("cannot embed this text")
+            return super().embed(texts, progress)
+
+    enc = BatchEncoder(Poison(), threads=threads, max_batch=batch)
+
+    def submit(user, texts):
+        with for_user(user):
+            return enc.embed(texts)
+
+    try:
+        runs = [(texts, *in_thread(lambda u=u, t=texts: submit(u, t))) for u, texts in jobs]
+        plain = HashEncoder()
+        for texts, t, out in runs:
+            t.join(WAIT)
+            assert not t.is_alive()
+            if "POISON" in texts:
+                assert isinstance(out.get("error"), ValueError)
+            else:
+                assert "error" not in out and (out["value"] == plain.embed(texts)).all()
+    finally:
+        enc.close()
+
+
+@pytest.mark.services
+def test_a_users_read_completes_while_another_users_insert_waits_inside_postgresql(services, unique_name):
+    """PostgreSQL as the index: an outside transaction holds the row user A's commit upserts, so A's insert waits
+    inside PostgreSQL; user B's write and read still complete before it is let go (no lock of the index spans
+    users; PostgreSQL orders concurrent inserts by row)."""
+    import psycopg
+
+    from harness.memory.backends.pgvector import PgVector
+
+    table = unique_name("iso")
+    index = PgVector(table=table, dim=384, drop_existing=True, exact_max_rows=4096, drop_on_close=True)
+    k, enc = kernel(index)
+    other = psycopg.connect(services.pg_dsn)
+    try:
+        k.write("profile_agent", lambda tk: [item(tk, "Emacs by B")], "B")
+        k.write("profile_agent", lambda tk: [item(tk, "Vim for A")], "A")
+        ticket = k.write_begin("profile_agent", "A")
+        held = item(ticket, "Neovim for A")
+        other.execute(f"INSERT INTO {table} SELECT %s, org, owner, visibility, time, embedding FROM {table} LIMIT 1",
+                      (held.unit().uid,))  # not committed: A's ON CONFLICT on this uid waits for it
+        commit, commit_out = in_thread(lambda: k.write_commit(ticket, [held]))
+        blocked = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s"
+        with psycopg.connect(services.pg_dsn, autocommit=True) as watch:
+            for _ in range(int(WAIT / 0.01)):  # until A's insert is seen waiting on the row lock
+                if watch.execute(blocked, (f"%INSERT INTO {table}%",)).fetchone()[0]:
+                    break
+                threading.Event().wait(0.01)
+            else:
+                raise AssertionError("A's insert never waited on the outside transaction")
+        writer, wrote = in_thread(lambda: k.write("profile_agent", lambda tk: [item(tk, "Helix by B")], "B"))
+        writer.join(WAIT)
+        reader, got = in_thread(lambda: k.retrieve("assistant_agent", "which editor", "B"))
+        reader.join(WAIT)
+        assert not writer.is_alive() and "error" not in wrote
+        assert not reader.is_alive() and commit.is_alive()  # B done while A's insert still waits in PostgreSQL
+        r = got["value"]
+        assert not r.injection.log["barrier"]["timed_out"] and "Helix by B" in r.block and "Neovim" not in r.block
+    finally:
+        other.rollback()
+        other.close()
+    commit.join(WAIT)
+    assert not commit.is_alive() and "error" not in commit_out
+    enc.close()
+    index.close()
 
 
 # ------------------------------------------------------------------------------ property: any schedule
@@ -214,4 +362,62 @@ def test_any_schedule_of_writes_reads_and_failures_keeps_each_user_isolated(sche
     finally:
         for ticket, _ in open_:
             k.write_abort(ticket, "schedule ended")
+        enc.close()
+
+
+# ------------------------------------------------------------------------------ tickets: only the issued one
+
+
+def test_a_ticket_made_up_from_a_pending_writes_fields_releases_nothing():
+    """A Ticket is the issued object, not its fields: another agent (or anyone) writing down the user, number,
+    writer and rule of profile_agent's pending write cannot abort or commit it; the reader keeps waiting for the
+    real write, which its writer then commits once (a second use of its ticket is refused)."""
+    from harness.kernel.syscalls import Ticket
+
+    k, enc = kernel(ExactBackend(), timeout_s=0.2)
+    real = k.write_begin("profile_agent", "Y")
+    for forged in (Ticket("Y", real.seq, "someone_else", real.rule), Ticket("Y", real.seq, "profile_agent", real.rule),
+                   Ticket("Y", real.seq, "profile_agent", real.rule, "0" * 32)):
+        with pytest.raises(PermissionError):
+            k.write_abort(forged, "forged")
+        with pytest.raises(PermissionError):
+            k.write_commit(forged, [item(forged, "planted")])
+    assert k.retrieve("assistant_agent", "which editor", "Y").injection.log["barrier"]["timed_out"]  # still pending
+    k.write_commit(real, [item(real, "Helix by Y")])
+    with pytest.raises(PermissionError):
+        k.write_abort(real, "used twice")
+    r = k.retrieve("assistant_agent", "which editor", "Y")
+    assert not r.injection.log["barrier"]["timed_out"] and "Helix by Y" in r.block and "planted" not in r.block
+    enc.close()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_no_forged_ticket_ever_releases_a_pending_write(data):
+    """Tickets built from any user, number, writer, rule and token (the real write's fields among the choices,
+    its token never) are all refused, and the pending write stays pending until its own ticket releases it."""
+    from harness.kernel.syscalls import Ticket
+
+    k, enc = kernel(ExactBackend(), timeout_s=0.05)
+    try:
+        real = k.write_begin("profile_agent", "Y")
+        others = [k.write_begin(a, u) for a, u in (("task_agent", "Y"), ("profile_agent", "Z"))]
+        issued = {(t.user, t.seq, t.agent, t.token) for t in (real, *others)}  # drawing one of these is no forgery
+        text = st.text(max_size=40)
+        forged = data.draw(st.lists(st.builds(
+            Ticket, st.one_of(st.just("Y"), st.just("Z"), text), st.one_of(st.integers(-2, 5), st.just(real.seq)),
+            st.one_of(st.sampled_from(AGENTS), text), st.one_of(st.just(real.rule), text),
+            st.one_of(st.just(""), st.just(others[0].token), st.just(others[1].token), text))
+            .filter(lambda t: (t.user, t.seq, t.agent, t.token) not in issued), min_size=1, max_size=8))
+        for f in forged:
+            op_ = data.draw(st.sampled_from(("abort", "commit")))
+            with pytest.raises(PermissionError):
+                if op_ == "abort":
+                    k.write_abort(f, "forged")
+                else:
+                    k.write_commit(f, [])
+        assert real.seq in k._memory.barrier.pending("Y")
+        k.write_abort(real, "its own writer")
+        assert real.seq not in k._memory.barrier.pending("Y")
+    finally:
         enc.close()

@@ -183,6 +183,23 @@ def test_a_server_answering_one_call_at_a_time_without_declared_slots_is_measure
 
 
 @pytest.mark.services
+def test_a_one_slot_server_answering_in_20_ms_is_still_measured_as_one_slot(tmp_path):
+    """A call answered fast (about 20 ms) by a server with one slot, 64 trials asked in flight, no slots declared:
+    the probe still measures the calls at once (repeated calls, so the queue shows), finds one slot, and the
+    stage never has two calls inside the server, so no read times out."""
+    with OneSlot(script=RichScript(), delay_s=0.02) as fake:
+        rd = run_personal(personal_cfg(tmp_path, fake.base_url, "vllm", 4, methods=["kernel_shared"],
+                                       extra=["stage.concurrency=64"]))
+    recs = records(rd)
+    assert len(recs) == 4
+    for r in recs.values():
+        assert r["status"] == "ok" and not r["barrier"]["timed_out"] and r["n_injected"] == CAP, r["barrier"]
+        probe = r["schedule"]["endpoint_probe"]
+        assert probe["slots"] == 1 and probe["rounds"] > 1
+        assert r["schedule"]["in_flight"] == 1 and r["schedule"]["slots"] == 1
+
+
+@pytest.mark.services
 def test_a_one_slot_server_under_a_local_model_preset_never_queues_a_call_inside_it(tmp_path):
     with OneSlot(script=RichScript(), delay_s=0.05) as fake:
         rd = run_personal(personal_cfg(tmp_path, fake.base_url, "llamacpp", 2))
@@ -193,6 +210,22 @@ def test_a_one_slot_server_under_a_local_model_preset_never_queues_a_call_inside
     assert fake.max_in_flight == 1
     rows = {r["key"]: r for r in json.loads(rd.stage_path.read_text())["fidelity"]["rows"]}
     assert rows["trials_in_flight"]["stage"].startswith("1, capped from 4")
+
+
+@pytest.mark.services
+def test_mem0_users_adds_that_land_after_its_read_are_unaudited_never_kept_out(tmp_path):
+    """mem0_user told to wait for none of its adds (write_wait_s=0) on an upstream that takes 0.2 s a call: every
+    add lands after the read, so its facts were never there to be returned; the audit counts those writes as
+    unaudited and none of their facts as kept out by the scope."""
+    with FakeModel(script=RichScript(), delay_s=0.2) as fake:
+        rd = run_personal(personal_cfg(tmp_path, fake.base_url, "vllm", 2, methods=["mem0_user"],
+                                       extra=["++stage.conditions.mem0_user.write_wait_s=0.0"]))
+    recs = records(rd)
+    assert len(recs) == 2
+    for r in recs.values():
+        assert r["status"] == "ok" and r["missed_writes"] == 3 and r["barrier"]["timed_out"], r["method_log"]
+        assert r["written_items"] >= 3  # the adds did store facts, after the read
+        assert r["unaudited_writes"] == 3 and r["audited_items"] == 0 and r["prevented_items"] == 0
 
 
 @pytest.mark.services
@@ -308,6 +341,8 @@ def test_the_dry_run_says_when_the_endpoint_would_make_the_barrier_time_out(tmp_
         # a local preset without its measured speed is warned, and both endpoints are named by URL
         assert "WARNING: barrier: kernel_shared" in out and "declares no measured speed (model.speed)" in out
         assert f"endpoints: model llamacpp (" in out and f"at {fake.base_url}" in out
+        # the default judge is the embedded local model: named by its loopback server, never "at None"
+        assert "judge local (" in out and "at http://127.0.0.1:<port chosen at start>/v1" in out and " at None" not in out
         # the paper's judge has no published price here: its cost is unknown, never $0 (a dry run sends nothing)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-never-sent")
         assert run_personal(personal_cfg(tmp_path, fake.base_url, "llamacpp", 2,

@@ -212,3 +212,38 @@ def test_property_spend_never_passes_the_cap_by_more_than_the_calls_in_flight(tm
             assert e.get("prompt", 0) < 100_000  # a count no model can take is never billed as reported
     assert set(worst) == answered  # every call sent has its answer in the ledger
     assert spend <= cap + shards * excess + 1e-9, (spend, cap, excess)
+
+
+# ------------------------------------------------------------------ the rubric judge under the stage's cap
+
+def test_the_rubric_judge_stops_at_the_stage_cap_with_exit_4_and_the_rest_unscored(tmp_path, capsys):
+    """The personal study's judge spent a $0.06 cap 2.4 times over, exit 0: it opened its proxy with no Budget."""
+    from harness.studies.personal import run as run_personal
+    from judge.rubric import load_rubric
+    from judge.run import main_entry
+    from tests.personal_helpers import Script, stage_cfg
+
+    methods = ["naive_concat", "kernel_shared"]
+    with FakeModel(script=Script()) as fake:
+        rd = run_personal(stage_cfg(tmp_path, fake.base_url, methods, n=3, extra=["index=exact"]))
+    assert len(list(rd.records())) == 6
+
+    def grade(req):
+        return {"role": "assistant", "content": '{"profile_usage": 4, "task_usage": 3, "integration": 2}'}
+
+    jp = {k: 20.0 for k in ("hit", "miss", "output")}  # a rubric call: ~400 tokens, $0.008; six of them $0.048
+    cap = 0.025
+    with FakeModel(script=grade) as judge_fake:
+        cfg = stage_cfg(tmp_path, "http://127.0.0.1:9/v1", methods, n=3, extra=[
+            "index=exact", "judge=vllm", f"judge.base_url={judge_fake.base_url}", "judge.name=rj", "concurrency=1",
+            *[f"judge.prices.{k}={v}" for k, v in jp.items()], f"budget_usd={cap}"])
+        capsys.readouterr()
+        code = main_entry(cfg)
+        err = capsys.readouterr().err
+    assert code == BUDGET, err
+    assert "stopped at budget" in err
+    spent = sum((e["hit"] + e["miss"] + e["output"]) * 20.0 / 1e6 for p in rd.ledger_paths() for e in read_ledger(p)
+                if e.get("event") == "response" and e.get("status") == 200 and e.get("role") == "judge")
+    assert 0 < spent <= cap  # the judge's calls (the agents' model is free here) within the cap
+    scored = load_rubric(rd, "rj")
+    assert 0 < len(scored) < 6 and {v["status"] for v in scored.values()} == {"ok"}  # the rest unscored, none failed

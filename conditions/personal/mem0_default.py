@@ -206,11 +206,21 @@ class Mem0Default(Method):
                 errors.append(f"{type(exc).__name__}: {exc}"[:300])
         # the exposure audit, once this trial's adds have landed (every future above has resolved): the user's whole
         # partition under no agent scope (every writer's fact), so what the scope kept out is counted in full; an
-        # add still open would be unaudited, never kept out (none is: finish waited for them all)
+        # add still open would be unaudited, never kept out (none is: finish waited for them all). An add that had
+        # not landed when the read ran (`late`, set by a method that waits for its adds) is unaudited too: its
+        # facts were not there to be returned, so they are left out of the audit, never counted kept out
+        late = [self.futures[i] for i in getattr(self, "late", [])]
+        late_ids = set()
+        for f in late:
+            try:
+                late_ids |= {r.get("id") for r in (f.result() or {}).get("results", [])}
+            except Exception:  # noqa: BLE001 - a failed add stored nothing (its error is in write_errors)
+                pass
         open_adds = sum(not f.done() for f in self.futures)
         audit = self.mem.get_all(filters={"user_id": self.ctx.trial["user_id"]}, top_k=10_000)["results"]
         return {"write_errors": errors, "writes": [{"items": n} for n in written],
-                "audit": [self.describe(r) for r in audit], "unaudited_writes": open_adds}
+                "audit": [self.describe(r) for r in audit if r.get("id") not in late_ids],
+                "unaudited_writes": open_adds + len(late)}
 
 
 def _environment(exc: BaseException, model_cfg: dict):

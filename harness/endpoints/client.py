@@ -237,7 +237,7 @@ def retry_line(model_cfg) -> str:
             f"{max_retries(mc) + 1} attempts of timeout_s={timeout_s(mc):g} "
             f"and their backoff would take {unbounded:,.0f} s); such a run is held until a later run succeeds, and the "
             f"stage stops (exit 3) with the held runs unrecorded when model.breaker_runs="
-            f"{mc.breaker_runs if mc.breaker_runs is not None else 3} of different questions fail in a row, the probe "
+            f"{mc.breaker_runs if mc.breaker_runs is not None else 3} runs fail in a row, the probe "
             f"fails too, or none succeeds after them")
 
 

@@ -7,7 +7,8 @@ Held units are recorded failed only when a later unit succeeds — the server ke
 so the failure was that unit's own conversation. The stage stops (EnvironmentFailure, exit 3) with
 every held unit unrecorded when
 
-* `n` held units of `n` different keys (questions, trials, runs judged) ran out of retries in a row,
+* `n` held units ran out of retries in a row (units, whatever their keys: the runs of one question count
+  each, so a stage of fewer questions than `n` stops after `n` failed runs, not at its end),
 * `n` held units were rejected the same way (the same signature: the body with its numbers blanked),
 * a unit ran out of retries and the server does not answer one plain request either (`probe`: a
   failing probe stops at once; an answering one decides nothing), or
@@ -59,11 +60,10 @@ class Breaker:
         return []
 
     def _why(self) -> str | None:
-        out = [(k, e) for _, r, _, k, e in self.held if r == "retries"]
-        keys = {k for k, _ in out}
-        if len(keys) >= self.n:
-            return (f"{len(out)} {self.what} of {len(keys)} different questions in a row ran out of retries "
-                    "since the last success")
+        out = [k for _, r, _, k, _ in self.held if r == "retries"]
+        if len(out) >= self.n:  # units, not questions: a stage of 2 questions never had 3 different ones
+            return (f"{len(out)} {self.what} in a row ran out of retries since the last success "
+                    f"({len(set(out))} different questions)")
         sigs = [s for _, r, s, _, _ in self.held if r == "rejected" and s is not None]
         same = max((sigs.count(s) for s in set(sigs)), default=0)
         if same >= self.n:

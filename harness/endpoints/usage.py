@@ -5,9 +5,9 @@
 llama.cpp `prompt_tokens_details.cached_tokens`, OpenAI's reasoning models also
 `completion_tokens_details.reasoning_tokens`; Ollama and older llama.cpp plain
 `prompt_tokens` / `completion_tokens`). Every count is checked: one that is missing, null,
-not a whole number, negative or beyond what the model can take (`bound`: the context the endpoint
-reports — vLLM's `max_model_len`, Ollama's loaded context — or the preset declares; unknown, the
-request's own size in characters (a token is at least one) plus its chat template and `max_tokens`)
+not a whole number, negative or beyond what the model can take (`bound`: the smaller of the context the
+endpoint reports — vLLM's `max_model_len`, Ollama's loaded context — or the preset declares, and the
+request's own size in UTF-8 bytes (a token is at least one) plus its chat template and `max_tokens`)
 is flagged per call (`flags`) and replaced by an estimate from the request and the reply
 (`usage_estimated`), never billed as reported: the model's tokenizer when the config names one
 (`model.tokenizer`: a tokenizer.json), four characters a token otherwise.
@@ -28,12 +28,17 @@ DEFAULT_OUTPUT = 4096  # the most a request without max_tokens is taken to answe
 
 
 def bound(messages: Any = None, tools: Any = None, max_tokens: int | None = None, context: int | None = None) -> int:
-    """The most tokens one count of a call's usage can be: the model's context when known, else the request's
-    size in characters plus a chat template plus its max_tokens (DEFAULT_OUTPUT when it sets none)."""
+    """The most tokens one count of a call's usage can be: the SMALLER of the model's context (when known) and
+    the request's own size bound, its size in UTF-8 bytes (a token is at least one byte) plus a chat template
+    plus its max_tokens (the context, else DEFAULT_OUTPUT, when it sets none). A count within the context but
+    beyond what this request could be (100,000 prompt tokens for 1,100 characters) is not a count either."""
+    own = None
+    if messages is not None:
+        size = len(request_text(messages, tools).encode("utf-8"))
+        own = size + TEMPLATE_TOKENS + int(max_tokens or context or DEFAULT_OUTPUT)
     if context:
-        return int(context)
-    size = len(request_text(messages, tools)) if messages is not None else 0
-    return min(CEILING, size + TEMPLATE_TOKENS + int(max_tokens or DEFAULT_OUTPUT))
+        return int(context) if own is None else min(int(context), own)
+    return min(CEILING, own if own is not None else TEMPLATE_TOKENS + int(max_tokens or DEFAULT_OUTPUT))
 
 
 def max_tokens_of(req: Any) -> int | None:

@@ -20,6 +20,7 @@ from harness.data.longmemeval import DATE_FORMAT
 from harness.memory.views import View
 
 from .barrier import WriteBarrier
+from .encoding import for_user
 from .visibility import unit_visible
 
 HEADER = "===== MEMORY CONTEXT ====="
@@ -67,7 +68,8 @@ class Kernel:
 
     def inject(self, org: str, agent: str, query: str) -> Injection:
         barrier = self.barrier.wait(org)
-        results, stages = self.search(org, agent, query)
+        with for_user(org):  # the query queues as this user's at the encoder
+            results, stages = self.search(org, agent, query)
         kept, seen, dropped = [], set(), {"invisible": 0, "duplicate": 0, "below_threshold": 0}
         for r in results:
             u = r.unit

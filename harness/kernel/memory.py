@@ -23,8 +23,10 @@ The index's plan for the read (`Backend.last_plan`) is kept with it.
 Isolation by construction (the paper: the barrier is "scoped to a single user_id, without blocking
 retrievals for unrelated users"): each user's writes and reads are kept in that user's own log under
 that user's own lock, the barrier has one lane per user, the space's lock guards only its unit
-table, and the embedding goes through the stage's one encoder worker (harness/kernel/encoding.py),
-which batches every user's texts rather than locking the model per commit. No lock is held across
+table, and the embedding goes through the stage's encoder worker (harness/kernel/encoding.py), which
+batches every user's texts from per-user queues rather than locking the model per commit (the model's
+forward pass is the one shared resource: capacity, docs/personal-schedule.md). A write is committed or
+aborted only through the ticket issued for it (`redeem`). No lock is held across
 users while anything slow (an embedding, an insert, a wait) runs.
 
 Retrieval is the paper's two stages (A.8/A.9): the requesting agent's own memories of the user, then
@@ -34,6 +36,8 @@ names resolves to the user of the agent's own memories (`_local_user`) before th
 
 from __future__ import annotations
 
+import hmac
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 from harness.memory.views import View
 
 from .barrier import Unordered, WriteBarrier
+from .encoding import for_user
 from .identity import IdentityResolver
 from .injection import Kernel
 from .items import MemoryItem, line
@@ -57,6 +62,8 @@ class Write:
     failed: str | None = None
     items: int = 0
     units: list = field(default_factory=list)  # (uid, owner, sharing) of what it committed
+    token: str = field(default="", repr=False)  # the issued ticket's secret: only its holder may release the write
+    redeemed: bool = False  # its ticket has been used (commit or abort): it is never accepted again
 
 
 @dataclass
@@ -126,14 +133,33 @@ class KernelMemory:
             return list(log.writes.values())
 
     # -- writes --------------------------------------------------------------------------
-    def accept(self, agent: str, request_user: str | None) -> tuple[str, int, str]:
-        """(resolved user, barrier sequence number, identity rule) of a new write."""
+    def accept(self, agent: str, request_user: str | None) -> tuple[str, int, str, str]:
+        """(resolved user, barrier sequence number, identity rule, the ticket's secret token) of a new write."""
         user, rule = self.resolver.resolve(agent, request_user, self._local_user)
         log = self._log(user)
+        token = secrets.token_hex(16)
         with log.lock:  # numbered and logged together: a read that sees the number finds the write
             seq = self.barrier.begin(user)
-            log.writes[seq] = Write(user, seq, agent, time.monotonic())
-        return user, seq, rule
+            log.writes[seq] = Write(user, seq, agent, time.monotonic(), token=token)
+        return user, seq, rule, token
+
+    def redeem(self, user: str, seq: int, agent: str, token: str) -> None:
+        """The one check before a write is committed or aborted: allowed only for the write issued with exactly
+        this (user, number, writer, token) that has not been released yet; its ticket is then used up. Anything
+        else (a forged or copied ticket, another agent's, one used before) is refused and releases nothing."""
+        log = self._logs.get(user) if isinstance(user, str) else None
+        w = None
+        if log is not None:
+            with log.lock:
+                w = log.writes.get(seq) if isinstance(seq, int) else None
+                ok = (w is not None and not w.redeemed and isinstance(token, str) and isinstance(agent, str)
+                      and hmac.compare_digest(w.token.encode(), token.encode("utf-8", "surrogatepass"))
+                      and w.owner == agent)
+                if ok:
+                    w.redeemed = True
+                    return
+        raise PermissionError(f"not a ticket this kernel issued and has not yet released: {agent!r} on user "
+                              f"{user!r} #{seq!r}; nothing is released")
 
     def commit(self, user: str, seq: int, items: list[MemoryItem]) -> None:
         """Index the items (after the configured delay) and release the number; a failure still releases."""
@@ -146,7 +172,8 @@ class KernelMemory:
                 self._items[u.uid] = it
             w.units = [(u.uid, it.owner, it.sharing) for u, it in zip(units, items)]
             if units:
-                self.space.add_units(units, progress=False)
+                with for_user(user):  # the encoder queues it as this user's (harness/kernel/encoding.py)
+                    self.space.add_units(units, progress=False)
             w.items = len(items)
             w.committed = time.monotonic()  # last: a reader that sees it committed sees its units and count
             for it in items:

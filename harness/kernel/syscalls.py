@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.memory.space import MemorySpace
 
@@ -68,12 +68,15 @@ def syscall(*, operations: Sequence[str], guarantees: str, caller: str = "agent"
 
 @dataclass(frozen=True)
 class Ticket:
-    """An accepted write: whose it is (resolved), its barrier number, who writes it and by which rule."""
+    """An accepted write: whose it is (resolved), its barrier number, who writes it and by which rule, and the
+    secret the kernel issued with it (`token`): commit and abort accept only the issued ticket (KernelMemory.redeem),
+    once, so a ticket made up from the others' fields releases nothing."""
 
     user: str
     seq: int
     agent: str
     rule: str
+    token: str = field(default="", repr=False, compare=False)
 
 
 @dataclass
@@ -107,14 +110,16 @@ class Syscalls:
                         "is committed or aborted (or the barrier times out, fail-open, and says so)")
     def write_begin(self, agent: str, user: str | None = None) -> Ticket:
         """Accept a write by `agent` about `user` (or whoever identity resolution finds): resolve, stamp."""
-        resolved, seq, rule = self._memory.accept(agent, user)
-        return Ticket(resolved, seq, agent, rule)
+        resolved, seq, rule, token = self._memory.accept(agent, user)
+        return Ticket(resolved, seq, agent, rule, token)
 
     @syscall(operations=["space.add_units", "barrier.release"],
-             guarantees="the items are searchable before the number is released; a failed commit still "
+             guarantees="only the ticket write_begin issued, once, is accepted (anything else is refused and releases "
+                        "nothing); the items are searchable before the number is released; a failed commit still "
                         "releases it and is recorded, never hidden")
     def write_commit(self, ticket: Ticket, items: Sequence[MemoryItem]) -> None:
         """Index the items of an accepted write (their user and owner must be the ticket's)."""
+        self._memory.redeem(ticket.user, ticket.seq, ticket.agent, ticket.token)
         for it in items:
             if it.user_id != ticket.user or it.owner != ticket.agent:
                 self._memory.fail(ticket.user, ticket.seq, f"item of {it.user_id}/{it.owner} on a ticket of "
@@ -124,10 +129,12 @@ class Syscalls:
         self._memory.commit(ticket.user, ticket.seq, list(items))
 
     @syscall(operations=["barrier.release"],
-             guarantees="the number is released, so no read waits on a write that will never commit; the "
+             guarantees="only the ticket write_begin issued, once, is accepted (anything else is refused and releases "
+                        "nothing); the number is released, so no read waits on a write that will never commit; the "
                         "failure is recorded")
     def write_abort(self, ticket: Ticket, error: str) -> None:
         """Give up an accepted write (the extraction failed)."""
+        self._memory.redeem(ticket.user, ticket.seq, ticket.agent, ticket.token)
         self._memory.fail(ticket.user, ticket.seq, error)
 
     @syscall(operations=["identity.resolve", "barrier.begin", "space.add_units", "barrier.release"],

@@ -136,7 +136,7 @@ def barrier_check(cfg, plan, cap=None) -> list[str]:
         a, b = cap.encoder
         out.append(f"schedule: {cap.line()}; encoder measured on this machine at {a:.2f} s a batch + "
                    f"{1000 * b:.1f} ms a text (harness/kernel/encoding.py measure), endpoint slots "
-                   f"{cap.slots or 'not declared: measured when the stage starts (2 to 10 calls of one output token, harness/personal/probe.py)'}")
+                   f"{cap.slots or 'not declared: measured when the stage starts (calls of one output token alone and 4 at once, repeated when fast, harness/personal/probe.py)'}")
     for name in sorted(used):
         c = cfg.stage.conditions[name]
         writes, timeout = _writes(c), c.get("barrier_timeout_s", c.get("write_wait_s"))
@@ -191,8 +191,20 @@ def judging(cfg, plan) -> str:
         output += 60
     j = cfg.judge
     return (f"judging (make judge): {len(plan.runs):,} rubric calls by {j.get('name')} ({j.get('model')}) at "
-            f"{j.get('base_url')}: about {prompt:,.0f} prompt and {output:,.0f} output tokens, "
+            f"{where(j)}: about {prompt:,.0f} prompt and {output:,.0f} output tokens, "
             f"{_usd(j.get('prices') or {}, prompt, output)}")
+
+
+def where(node) -> str:
+    """An endpoint's URL as the dry run names it: its base_url, or for the embedded local model the loopback
+    server the harness starts (its port is chosen at start), never "None"."""
+    url = node.get("base_url") if hasattr(node, "get") else getattr(node, "base_url", None)
+    provider = node.get("provider") if hasattr(node, "get") else getattr(node, "provider", None)
+    if url:
+        return str(url)
+    if str(provider) == "local":
+        return "http://127.0.0.1:<port chosen at start>/v1 (the embedded local server, started by the harness)"
+    return "no base_url set (the preset names none)"
 
 
 def render(cfg, plan, cap=None) -> str:
@@ -204,8 +216,8 @@ def render(cfg, plan, cap=None) -> str:
     if unknown:  # the table counts a null price as 0: say it is not known
         table += (f"\nmodel {model.name}: no {', '.join(unknown)} price: the USD above is unknown, not 0 "
                   "(a stage with budget_usd stops at the preflight)")
-    table += f"\nendpoints: model {model.name} ({model.model}) at {model.base_url}; judge {cfg.judge.get('name')} " \
-             f"({cfg.judge.get('model')}) at {cfg.judge.get('base_url')}"
+    table += f"\nendpoints: model {model.name} ({model.model}) at {where(model)}; judge {cfg.judge.get('name')} " \
+             f"({cfg.judge.get('model')}) at {where(cfg.judge)}"
     used = {r.condition for r in plan.runs}
     mem0 = [n for n in sorted(used) if _writes(cfg.stage.conditions[n]) == "mem0"]
     said_mem0 = [f"{', '.join(mem0)}: Mem0's calls and prompts per add from {mem0_add('')[2]}"] if mem0 else []

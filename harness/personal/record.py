@@ -27,7 +27,9 @@ by the visibility rule -- another agent's, policy not "shared": must be 0), conv
 conversation_injected (private-by-default conversation items of another agent). The exposure
 audit, read by the method's `finish` once the trial's writes have landed: audited_items (the user's items
 nearest the query read under the unrestricted scope, no view), written_items (what the trial's writes
-stored, beside it), unaudited_writes (writes not landed when the audit read: never counted kept out),
+stored, beside it), unaudited_writes (writes not landed when the audit read, or, for a method that reads without
+waiting for them all (mem0_user), not landed when the read ran: their items are left out of the audit, never
+counted kept out),
 prevented_items (those the rule keeps from the reader that the read did not return: what
 the view prevented), prevented_conversation (of them, conversation items); None: no store read.
 Write ordering: barrier (snapshot, waited_s, timed_out), missed_writes,

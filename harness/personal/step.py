@@ -336,7 +336,7 @@ class PersonalStep(RunStep):
             except Exception as exc:
                 raise classify(exc) or exc
             print(f"  schedule {self._capacity.line()}; endpoint probed: {self._capacity.probe}", file=sys.stderr)
-        # one encoder worker embeds every user's commits and queries in batches: no lock between users
+        # the encoder worker embeds every user's commits and queries in batches from per-user queues: no lock between users
         self.shared = Shared(cfg, proxy_url, self.model_cfg, IdentityResolver(),
                              BatchEncoder(encoder, query_encoder=self._query_encoder(encoder)),
                              secrets.token_hex(4), Slots(self._capacity.slots), workers=4 * self.concurrency())

@@ -25,7 +25,7 @@ prompt exceeds the context window) fails that run with `failure_reason: context_
 A server that keeps failing is the environment's too (`Breaker`, harness.endpoints.liveness, the
 judges' too): a run out of retries or rejected in a way the body does not explain is held, and
 recorded failed only when a later run succeeds (the server kept answering others); `model.breaker_runs`
-(3) such runs in a row (of different questions, or with the same rejection), one the server's plain probe
+(3) such runs in a row (out of retries, whatever their questions, or with the same rejection), one the server's plain probe
 then fails too, or runs still held when the stage ends stop the stage with them unrecorded, whatever
 succeeded earlier. A call the spending cap refuses (the metering proxy, harness.run.budget) leaves its
 run unrecorded and stops the stage with exit 4. When the stage stops (but for the spending cap and a scheduler's SIGTERM, which let
@@ -56,7 +56,7 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from harness.data.longmemeval import sha256_file
-from harness.failures import STOPPED, CapReached, EnvironmentFailure, StageStopping, classify
+from harness.failures import STOPPED, CapReached, EnvironmentFailure, Interrupted, StageStopping, classify
 from harness import studies
 from harness.endpoints.liveness import Breaker
 from harness.records import RunDir, StageMismatch
@@ -408,6 +408,8 @@ def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], conc
     waiting = list(pending)
     ending = scheduler_ending()
     abort = runner.step.abort
+    submitted: dict = {}  # future -> (run id, attempt): which runs were in flight at a Ctrl-C
+    in_flight: list[tuple[str, int]] = []
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent") as pool:
             try:
@@ -427,7 +429,9 @@ def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], conc
                         if len(running) < concurrency and may_start else None
                     if i is not None:
                         spec = waiting.pop(i)
-                        running.add(pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1))
+                        fut = pool.submit(runner.run_one, spec, attempts.get(spec.run_id, 0) + 1)
+                        submitted[fut] = (spec.run_id, attempts.get(spec.run_id, 0) + 1)
+                        running.add(fut)
                         continue
                     if running:  # a slot frees up, or (within a second) another question is ready
                         finished, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
@@ -441,9 +445,14 @@ def _run_pool(runner: StageRunner, pending: list, attempts: dict[str, int], conc
                     _collect(finished, bar, runner, stop)
                     if stop and stop[0] not in (BUDGET, ENDING):
                         abort.set()
-            except BaseException:  # Ctrl-C or a storage error: the pool's exit waits for runs that end at once
+            except BaseException as exc:  # Ctrl-C or a storage error: the pool's exit waits for runs that end at once
                 abort.set()
+                if isinstance(exc, KeyboardInterrupt):
+                    in_flight = [ra for f, ra in submitted.items() if not f.done()]
                 raise
+    except KeyboardInterrupt:  # the pool has joined: say what became of the runs that were in flight
+        have = {r.run_id: r.attempt for r in runner.rd.records()}
+        raise Interrupted(len(in_flight), sum(have.get(rid) == att for rid, att in in_flight)) from None
     finally:
         preparer.stop()
         bar.close()

@@ -25,6 +25,8 @@ upserts through a staging table, so adding a unit twice replaces it.
 
 from __future__ import annotations
 
+import contextlib
+
 import re
 import struct
 import threading
@@ -190,7 +192,9 @@ class PgVector(Backend):
         self._local = threading.local()
         self._conns: list = []
         self._conns_lock = threading.Lock()
-        self._write_lock = threading.Lock()
+        # DDL only (the bulk path drops and rebuilds the HNSW index): never held by an ordinary insert, so one
+        # user's write never waits on another's here (PostgreSQL orders concurrent inserts by row)
+        self._ddl_lock = threading.Lock()
         with self._conn() as c, c.transaction():
             if drop_existing:
                 c.execute(f"DROP TABLE IF EXISTS {table}")
@@ -230,9 +234,9 @@ class PgVector(Backend):
             return
         t = self.table
         payload = _copy_binary(units, vectors)
-        with self._write_lock, self._conn() as c, c.transaction():
-            empty = c.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {t})").fetchone()[0]
-            bulk = empty and len(units) >= BULK_MIN
+        big = len(units) >= BULK_MIN  # a candidate for the bulk path, whose DDL is serialised; nothing else is
+        with (self._ddl_lock if big else contextlib.nullcontext()), self._conn() as c, c.transaction():
+            bulk = big and c.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {t})").fetchone()[0]
             if bulk:
                 c.execute(f"DROP INDEX IF EXISTS {t}_hnsw")
             c.execute(f"CREATE TEMP TABLE stage (LIKE {t}) ON COMMIT DROP")
@@ -249,7 +253,7 @@ class PgVector(Backend):
                 c.execute(f"ANALYZE {t}")
 
     def delete(self, uids: Sequence[str]) -> None:
-        with self._write_lock, self._conn() as c, c.transaction():
+        with self._conn() as c, c.transaction():
             c.execute(f"DELETE FROM {self.table} WHERE uid = ANY(%s)", (list(uids),))
 
     # -- search -----------------------------------------------------------------------
@@ -375,7 +379,7 @@ class PgVector(Backend):
         by_vis: dict[str, list[str]] = {}
         for uid, vis in changes.items():
             by_vis.setdefault(vis, []).append(uid)
-        with self._write_lock, self._conn() as c, c.transaction():
+        with self._conn() as c, c.transaction():
             for vis, uids in by_vis.items():
                 c.execute(f"UPDATE {self.table} SET visibility = %s WHERE uid = ANY(%s)", (vis, uids))
             upd, hot = c.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relid = %s::regclass",
