@@ -47,6 +47,7 @@ def run(argv, timeout: float | None = None, env: dict | None = None, cwd=None, *
     out, err = io.StringIO(), io.StringIO()
     with _lock:
         saved_argv, saved_env, saved_cwd = sys.argv, dict(os.environ), os.getcwd()
+        saved_modules = set(sys.modules)
         if cwd is not None:
             os.chdir(cwd)
         if env is not None:
@@ -72,7 +73,18 @@ def run(argv, timeout: float | None = None, env: dict | None = None, cwd=None, *
                 os.environ.clear()
                 os.environ.update(saved_env)
             _reset_hydra()
+            _forget_foreign_modules(saved_modules)
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def _forget_foreign_modules(before: set[str]) -> None:
+    """A module the command imported from outside the tree and the environment (a test's plugin on PYTHONPATH)
+    ends with the command, as with a process: left loaded, the lock's loaded-code row refuses every later stage."""
+    roots = [Path(__file__).resolve().parents[1], Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+    for name in set(sys.modules) - before:
+        f = getattr(sys.modules.get(name), "__file__", None)
+        if f and not any(Path(f).resolve().is_relative_to(r) for r in roots):
+            sys.modules.pop(name, None)
 
 
 def _reset_hydra() -> None:

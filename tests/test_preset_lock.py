@@ -160,8 +160,9 @@ loop.MAX_RESULT_CHARS = 300
 '''
 
 
-def test_a_plugin_that_rewrites_the_system_prompt_or_the_cut_is_refused_by_name(tmp_path):
+def test_a_plugin_that_rewrites_the_system_prompt_or_the_cut_is_refused_by_name(tmp_path, monkeypatch):
     (tmp_path / "rewrite_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the command runs in this process: PYTHONPATH is sys.path here
     env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "MEMSPACE_PLUGINS": "rewrite_plugin"}
     def fresh(*args: str) -> subprocess.CompletedProcess:  # a process of its own: PYTHONPATH must reach its sys.path
@@ -255,3 +256,126 @@ def test_any_override_of_any_leaf_is_refused_by_name_or_on_the_allowlist(overrid
                                       "encoder.path=1", "~encoder.name"])
 def test_the_property_holds_for_the_known_spellings(override):
     _refused_or_allowed(override)
+
+
+# ------------------------------------------------------------------------------ the code that is loaded
+
+
+def _module(name: str, path: Path):
+    import importlib.util
+
+    return importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path))
+
+
+def _repo(tmp: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_text(text)
+    (tmp / ".gitignore").write_text("__pycache__/\n")
+    _git(tmp, "init", "-q")
+    _git(tmp, "add", "-A")
+    _git(tmp, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "c")
+    return tmp
+
+
+def test_loaded_code_outside_the_tracked_tree_is_refused_by_name(tmp_path):
+    """Code the tree-state check did not see ran and switched the lock off: an untracked hydra_plugins/ module, a
+    shadow module at the repo root, a module from PYTHONPATH (sitecustomize). Every loaded file is on the allowlist
+    (tracked and unmodified, an installed distribution's, stdlib) or named."""
+    import json as stdlib_mod
+
+    import yaml as site_mod
+
+    root = _repo(tmp_path / "repo", {"pkg/ok.py": "x = 1\n", "pkg/edited.py": "y = 1\n"})
+    (root / "pkg" / "edited.py").write_text("y = 2\n")
+    (root / "hydra_plugins").mkdir()
+    (root / "hydra_plugins" / "evil.py").write_text("z = 1\n")
+    (root / "hermes_state_search.py").write_text("shadow = 1\n")
+    (tmp_path / "pp").mkdir()
+    (tmp_path / "pp" / "sitecustomize.py").write_text("s = 1\n")
+    mods = {"pkg.ok": _module("pkg.ok", root / "pkg/ok.py"), "pkg.edited": _module("pkg.edited", root / "pkg/edited.py"),
+            "hydra_plugins.evil": _module("hydra_plugins.evil", root / "hydra_plugins/evil.py"),
+            "hermes_state_search": _module("hermes_state_search", root / "hermes_state_search.py"),
+            "sitecustomize": _module("sitecustomize", tmp_path / "pp/sitecustomize.py"),
+            "json": stdlib_mod, "yaml": site_mod, "sys": __import__("sys")}
+    bad = lock.loaded_code(mods, root=root)
+    named = {b.split(" ", 1)[0]: b for b in bad}
+    assert set(named) == {"pkg.edited", "hydra_plugins.evil", "hermes_state_search", "sitecustomize"}, bad
+    assert "modified" in named["pkg.edited"] and "not a tracked file" in named["hydra_plugins.evil"]
+    assert "outside the tree" in named["sitecustomize"]
+    state = {"commit": "0" * 40, "modified": [], "untracked": [], "loaded": bad}
+    row = fidelity.code_row(state)
+    assert row.status == "differs" and "hermes_state_search" in row.stage
+
+
+def test_a_stale_pyc_of_a_tracked_module_is_refused(tmp_path):
+    """A .pyc compiled from other source, with the tracked source's size and mtime, is imported instead of it."""
+    import importlib.util
+    import py_compile
+
+    root = _repo(tmp_path / "repo", {"pkg/mod.py": "def f():\n    return 1\n"})
+    src = root / "pkg" / "mod.py"
+    mods = {"pkg.mod": _module("pkg.mod", src)}
+    py_compile.compile(str(src), cfile=importlib.util.cache_from_source(str(src)), doraise=True)
+    assert lock.loaded_code(mods, root=root) == []  # a pyc compiled from the tracked source is that source
+    st = src.stat()
+    other = tmp_path / "other.py"
+    other.write_text("def f():\n    return 7\n")  # same size
+    py_compile.compile(str(other), cfile=importlib.util.cache_from_source(str(src)), doraise=True)
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    bad = lock.loaded_code(mods, root=root)
+    assert len(bad) == 1 and bad[0].startswith("pkg.mod ") and ".pyc" in bad[0]
+
+
+@hsettings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(committed=st.lists(st.text("abcdefgh=1 \n", min_size=1, max_size=20), min_size=1, max_size=4),
+       edits=st.lists(st.one_of(st.none(), st.text("abcdefgh=1 \n", max_size=20)), min_size=4, max_size=4),
+       extra=st.integers(0, 2))
+def test_property_a_loaded_file_is_allowed_exactly_when_it_is_the_commits(tmp_path_factory, committed, edits, extra):
+    """Whatever the files and edits: a loaded module is named iff its content is not HEAD's or it is untracked."""
+    root = _repo(tmp_path_factory.mktemp("r"), {f"m{i}.py": t for i, t in enumerate(committed)})
+    want = set()
+    for i, text in enumerate(committed):
+        if edits[i] is not None:
+            (root / f"m{i}.py").write_text(edits[i])
+            if edits[i] != text:
+                want.add(f"m{i}")
+    for j in range(extra):
+        (root / f"u{j}.py").write_text("u = 1\n")
+        want.add(f"u{j}")
+    mods = {p.stem: _module(p.stem, p) for p in root.glob("*.py")}
+    assert {b.split(" ", 1)[0] for b in lock.loaded_code(mods, root=root)} == want
+
+
+def test_a_patched_refusals_function_does_not_decide(monkeypatch):
+    """A module that sets `fidelity.refusals = lambda *a, **k: []` once made the preset pass whatever differed:
+    the lock decides through the functions captured at import and names the replacement."""
+    cfg = resolved("main", "index.ef_runtime=100")
+    rows = fidelity.manifest(cfg, build(stage_node(cfg), cfg))
+    monkeypatch.setattr(fidelity, "refusals", lambda *a, **k: [])
+    got = {r.key: r for r in fidelity.decide(cfg, rows)}
+    assert "index" in got and "harness.run.fidelity.refusals" in got["lock"].stage
+    assert "no allow_deviation accepts it" in fidelity.refusal_text([got["lock"]])
+
+
+def test_the_reference_refusal_does_not_say_allow_deviation_accepts_it():
+    row = fidelity.Row("reference", "r", "p", "s", "differs", "", "")
+    assert "no allow_deviation accepts it" in fidelity.refusal_text([row]) and "[reference]" not in fidelity.refusal_text([row])
+
+
+def test_a_plugin_module_outside_the_tree_is_loaded_code_the_code_row_names(tmp_path, monkeypatch):
+    """The plugin's module is code the paper did not run: without allow_deviation=[code] the code row refuses it."""
+    (tmp_path / "rewrite_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("MEMSPACE_PLUGINS", "rewrite_plugin")
+    import sys
+
+    from harness import plugins
+
+    plugins._loaded.discard("rewrite_plugin")  # an earlier test's command may have loaded it
+    try:
+        rows = {r.key: r for r in fidelity.lock_rows()}
+        assert rows["code"].status == "differs" and "rewrite_plugin" in rows["code"].stage
+    finally:
+        sys.modules.pop("rewrite_plugin", None)
+        plugins._loaded.discard("rewrite_plugin")

@@ -316,3 +316,42 @@ def test_open_session_db_admits_only_the_installed_runtimes_stores(data, tmp_pat
         with pytest.raises(StoreRuntimeMismatch):
             open_session_db(path)
         assert _sha(path) == before
+
+
+def test_a_store_edited_in_the_cache_is_rebuilt_not_reused(data, root):
+    """`UPDATE messages SET content='TAMPERED'` in a cached store was a cache hit: the manifest keeps the store's and
+    its sandbox copy's sha256, and a reuse checks both."""
+    qs, sha = data
+    q = next(iter(qs.values()))
+    first = build_store(q, sha, root=root)
+    manifest = json.loads(first.path.with_suffix(".json").read_text())
+    assert manifest["sha256"] == _sha(first.path) and manifest["sandbox_sha256"] == _sha(first.sandbox_path)
+    for target in (first.path, first.sandbox_path):
+        con = sqlite3.connect(target)
+        con.execute("UPDATE messages SET content='TAMPERED'")
+        con.commit()
+        con.close()
+        again = build_store(q, sha, root=root)
+        assert not again.cache_hit
+        assert _rows(again.path, "SELECT count(*) FROM messages WHERE content='TAMPERED'")[0][0] == 0
+        assert _rows(again.sandbox_path, "SELECT count(*) FROM messages WHERE content='TAMPERED'")[0][0] == 0
+    assert build_store(q, sha, root=root).cache_hit  # untouched since: reused
+    # a manifest written before the hashes were kept is not trusted either
+    m = json.loads(first.path.with_suffix(".json").read_text())
+    m.pop("sha256")
+    first.path.with_suffix(".json").write_text(json.dumps(m))
+    assert not build_store(q, sha, root=root).cache_hit
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(where=st.floats(0.0, 0.999), flip=st.integers(1, 255))
+def test_property_any_changed_byte_of_a_cached_store_is_not_reused(data, tmp_path_factory, where, flip):
+    qs, sha = data
+    q = next(iter(qs.values()))
+    root = tmp_path_factory.mktemp("stores")
+    first = build_store(q, sha, root=root)
+    raw = bytearray(first.path.read_bytes())
+    i = int(where * len(raw))
+    raw[i] ^= flip
+    first.path.write_bytes(bytes(raw))
+    assert not build_store(q, sha, root=root).cache_hit

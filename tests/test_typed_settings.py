@@ -552,3 +552,52 @@ def test_a_stage_key_keeps_its_type_beside_a_plugin_yaml_under_hydra_searchpath(
     assert res.returncode == 2 and "stage.trials.n" in out and "Traceback" not in out, out[-2000:]
     res, out = dry(tmp_path, "stage=personal_smoke", *plug, "stage.trials.n=3")
     assert "stage.trials" not in out and "Traceback" not in out, out[-2000:]
+
+
+# ------------------------------------------------------------------------------ the command's edge
+
+from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+
+from tests import cli  # noqa: E402
+from tests.test_paper_preset import HERE, REPO as _REPO, SHORT  # noqa: E402
+
+_DRY = ["stage=main", "preset=paper", "data=synth_tiny", "dry_run=true",
+        f"allow_deviation=[{','.join(HERE + SHORT['main'])}]"]
+
+
+def _command(*overrides: str):
+    return cli.run([sys.executable, "-m", "harness.run", *_DRY, *overrides], cwd=_REPO,
+                   env={**os.environ, "DEEPSEEK_API_KEY": "sk-test"})
+
+
+@pytest.mark.parametrize("override,named", [
+    ("+model.offpeak.factr=1", "did you mean offpeak.factor"),
+    ("+judge.offpeak.factorr=2", "did you mean offpeak.factor"),
+    ("+model.prices.hitt=1", "did you mean prices.hit"),
+    ("concurrency=-3", "concurrency"), ("concurrency=0", "concurrency"),
+    ("stage.kind=backends", "stage.kind"), ("preset=null", "preset takes: paper"),
+    ("~fidelity.preset", "fidelity.preset"), ("stage.groups.0.repeats=1", "stage.groups.0.repeats"),
+    ("encoder=hash", "encoder takes: bge, minilm"), ("judge.judge_params={temperature:1.0}", "judge.judge_params"),
+])
+def test_a_bad_option_exits_2_naming_its_key(override, named):
+    """Each of these passed under the preset, ended in a traceback, or exited 1 with Hydra's message only."""
+    res = _command(override)
+    assert res.returncode == 2 and named in res.stdout + res.stderr, res.stdout[-1500:] + res.stderr[-1500:]
+    assert "Traceback" not in res.stderr
+
+
+@hsettings(max_examples=15, deadline=None)
+@given(key=st.sampled_from(["start_utc", "end_utc", "factor"]), typo=st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1,
+                                                                                max_size=3), pos=st.integers(0, 12))
+def test_property_any_unknown_offpeak_or_price_key_is_refused_naming_a_real_one(key, typo, pos):
+    from harness.endpoints.pricing import OFFPEAK_KEYS, PRICE_KEYS, check_prices
+
+    bad = key[:pos] + typo + key[pos:]
+    window = {"start_utc": "16:30", "end_utc": "00:30", "factor": 0.5}
+    if bad in OFFPEAK_KEYS:
+        return
+    with pytest.raises(ValueError, match=r"did you mean offpeak\.(start_utc|end_utc|factor)\?"):
+        check_prices({}, {**window, bad: 1})
+    if bad not in PRICE_KEYS:
+        with pytest.raises(ValueError, match=r"did you mean prices\."):
+            check_prices({"hit": 1, bad: 1}, None)

@@ -28,6 +28,8 @@ def check_prices(prices, offpeak) -> None:
     """A price the cost reads must be a number or null, an off-peak window start_utc/end_utc as HH:MM and a
     numeric factor: a ValueError naming the key (`prices.hit: ...`). WHY: both are open nodes of the typed
     endpoint node, so `model.prices.hit=abc` passed the check and died in the forecast or the first call."""
+    _closed_keys("prices", prices, PRICE_KEYS)
+    _closed_keys("offpeak", offpeak, OFFPEAK_KEYS)
     for k in NUMBERS:
         v = (prices or {}).get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
@@ -43,6 +45,29 @@ def check_prices(prices, offpeak) -> None:
     f = offpeak.get("factor")
     if isinstance(f, bool) or not isinstance(f, (int, float)):
         raise ValueError(f"offpeak.factor: {f!r} is not a number (the factor applied to list prices)")
+
+
+PRICE_KEYS = ("currency", *NUMBERS)
+OFFPEAK_KEYS = ("start_utc", "end_utc", "factor")
+
+
+def _edits(a: str, b: str) -> int:
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def _closed_keys(where: str, node, allowed: tuple[str, ...]) -> None:
+    """The prices and the off-peak window are closed: a key the cost does not read (`offpeak.factr`) is a typo
+    whose value would be ignored, refused naming the nearest key (fewest edits)."""
+    for k in (node or {}):
+        if str(k) not in allowed:
+            near = min(allowed, key=lambda a: (_edits(str(k), a), a))
+            raise ValueError(f"{where}.{k}: no such setting (did you mean {where}.{near}?); {where} takes: "
+                             + ", ".join(allowed))
 
 
 def _parse(hhmm: str) -> time:

@@ -281,7 +281,7 @@ class PersonalStep(RunStep):
         if judge_refused:
             checks.append(pf.Check("judge", False, judge_refused))
         rows = self.fidelity_rows()
-        refused = fidelity.refusals(self.cfg, rows) if fidelity.preset(self.cfg) else []
+        refused = fidelity.decide(self.cfg, rows) if fidelity.preset(self.cfg) else []
         checks += [pf.Check("fidelity", False, f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it")
                    for r in refused] or [pf.Check("fidelity", True, "differs from the second paper in "
                                                    + (", ".join(r.key for r in rows if r.status == "differs") or

@@ -779,6 +779,9 @@ def code_row(state: dict | None = None) -> Row:
                    "run from a git checkout, or accept it with allow_deviation=[code]")
     parts = [f"modified: {', '.join(st['modified'])}"] if st.get("modified") else []
     parts += [f"untracked: {', '.join(st['untracked'])}"] if st.get("untracked") else []
+    # the code that is actually loaded (lock.loaded_code): tracked and unmodified, the runtime's RECORD, stdlib
+    loaded = lock.loaded_code() if state is None else list(st.get("loaded") or [])
+    parts += [f"loaded code not allowed: {'; '.join(loaded)}"] if loaded else []
     same = not parts
     return Row("code", "the tree (harness, conditions, judge, analysis, bench, conf)",
                "the commit's files, unmodified, nothing untracked",
@@ -826,7 +829,8 @@ def runtime_identity_row() -> Row | None:
 def lock_rows(cfg=None, texts: bool = True) -> list[Row]:
     """The lock's own rows, beside the manifest's: the reference's pin, the tree, the plugins (and, for an agent
     stage, the texts and the runtime's identity)."""
-    out = [reference_row(), code_row(), plugins_row()]
+    plugins = plugins_row()  # first: the plugins it loads are code the code row checks
+    out = [reference_row(), code_row(), plugins]
     if texts and cfg is not None:
         out.append(texts_row(cfg))
         ident = runtime_identity_row()
@@ -884,8 +888,15 @@ def record(cfg, plan=None, rows: list[Row] | None = None) -> dict:
 FIX = "fetch or choose the part named (each line says how), or accept it with allow_deviation=[...]"
 
 
+def refusal_line(r: Row) -> str:
+    """One refused row; the reference's says nothing accepts it (refusals never lets allow_deviation accept it)."""
+    if r.key in NEVER_ACCEPTED:
+        return f"{r.key}: {r.line()}; no allow_deviation accepts it"
+    return f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it"
+
+
 def refusal_text(refused: list[Row]) -> str:
-    return "\n  ".join(f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it" for r in refused)
+    return "\n  ".join(refusal_line(r) for r in refused)
 
 
 def check_sweep(jobs: list[list[str]]) -> None:
@@ -901,7 +912,7 @@ def check_sweep(jobs: list[list[str]]) -> None:
         if preset(cfg) != "paper" or (cfg.stage.get("kind") or "agents") != "agents":
             continue
         try:
-            refused = refusals(cfg, manifest(cfg, None))
+            refused = decide(cfg, manifest(cfg, None))
         except ValueError as exc:
             raise PlanError(f"sweep job {' '.join(job)}: {exc}") from None
         if refused:
@@ -913,7 +924,7 @@ def raise_refusals(cfg, rows: list[Row]) -> None:
     """For a stage without the agents' preflight (the backend study): stop on what the preset refuses."""
     from harness.failures import EnvironmentFailure
 
-    refused = refusals(cfg, rows)
+    refused = decide(cfg, rows)
     if refused:
         raise EnvironmentFailure("preflight fidelity failed: " + refusal_text(refused), FIX)
 
@@ -942,7 +953,43 @@ def refusals(cfg, rows: list[Row], preset_name: str | None = None, also_allowed:
         raise ValueError(f"allow_deviation names {', '.join(sorted(unknown))}; the manifest's keys are "
                          + ", ".join(r.key for r in rows))
     # a reference that is not the pinned one is never accepted: it is what every other row is compared with
-    return [r for r in rows if r.refuse and r.status == "differs" and (r.key not in ok or r.key == "reference")]
+    return [r for r in rows if r.refuse and r.status == "differs" and (r.key not in ok or r.key in NEVER_ACCEPTED)]
+
+
+NEVER_ACCEPTED = ("reference", "lock")  # what every other row is compared with; the lock's own functions
+
+# The lock's functions as this module defined them, captured at its import: `decide` calls these and refuses
+# when a module attribute was replaced (e.g. `fidelity.refusals = lambda *a, **k: []` from a Hydra plugin).
+_LOCK_NAMES = ("refusals", "manifest", "lock_rows", "code_row", "reference_row", "plugins_row", "texts_row",
+               "preset", "allowed", "refusal_text", "raise_refusals", "decide")
+
+
+def _replaced() -> list[str]:
+    import sys
+
+    mod = sys.modules[__name__]
+    out = [f"harness.run.fidelity.{n}" for n in _LOCK_NAMES if getattr(mod, n, None) is not _ORIGINAL.get(n)]
+    out += [f"harness.run.lock.{n}" for n in ("loaded_code", "preset", "operational", "model_texts")
+            if getattr(lock, n, None) is not _ORIGINAL.get("lock." + n)]
+    return out
+
+
+def decide(cfg, rows: list[Row], **kw) -> list[Row]:
+    """The lock's decision: refusals through the functions captured at import, after checking none was replaced
+    and that the loaded code is allowed (lock.loaded_code, again at the moment of deciding)."""
+    replaced = _replaced()
+    found = _ORIGINAL["refusals"](cfg, rows, **kw)
+    if (kw.get("preset_name") or _ORIGINAL["preset"](cfg)) != "paper":
+        return found
+    if replaced:
+        found = [*found, Row("lock", "the lock's functions", "harness.run.fidelity as tracked",
+                             "replaced at runtime: " + ", ".join(replaced), "differs", "", "remove the code that patches them")]
+    loaded = _ORIGINAL["lock.loaded_code"]()
+    ok = {*_ORIGINAL["allowed"](cfg), *(kw.get("also_allowed") or ())}
+    if loaded and "code" not in ok and not any(r.key == "code" for r in found):
+        found = [*found, Row("code", "the code loaded", "tracked, RECORD or stdlib", "; ".join(loaded), "differs", "",
+                             "commit or remove these files") ]
+    return found
 
 
 # ------------------------------------------------------------------------------ judging
@@ -962,7 +1009,7 @@ def gate_judging(cfg, rd, judge_cfg, prompts, second: bool = False) -> list[Row]
     rows.insert(1, prompts_row("builtin" if prompts.source == "builtin" else str(prompts.source),
                                prompts.source_sha256))
     in_force = "paper" if "paper" in (preset(cfg), stage_fid.get("preset")) else None  # the stage's preset binds
-    refused = refusals(cfg, rows, in_force, also_allowed=list(stage_fid.get("accepted") or []),
+    refused = decide(cfg, rows, preset_name=in_force, also_allowed=list(stage_fid.get("accepted") or []),
                        check_keys=False)
     if refused:
         why = "" if preset(cfg) else " (the stage ran under preset=paper; judge it with preset=paper)"
@@ -1045,3 +1092,7 @@ def render(rows: list[dict] | list[Row]) -> str:
         r = asdict(r) if isinstance(r, Row) else r
         out.append(f"  fidelity {r['key']:<13} {r['status']:<8} {r['stage']}  [paper: {r['paper']}]")
     return "\n".join(out)
+
+
+_ORIGINAL = {n: globals()[n] for n in _LOCK_NAMES} | {
+    f"lock.{n}": getattr(lock, n) for n in ("loaded_code", "preset", "operational", "model_texts")}

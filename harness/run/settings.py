@@ -742,6 +742,9 @@ def check_top(cfg) -> None:
     scalars = {k: v for k, v in top.items() if k not in ("encoder", "data", "samples")}
     _closed(TopSettings, scalars, "")
     _strings(TopSettings, scalars, "")
+    c = scalars.get("concurrency")
+    if isinstance(c, int) and not isinstance(c, bool) and c < 1:
+        raise SettingsError(f"concurrency: {c} is not a number of agents at once (at least 1)")
     for key, schema in (("encoder", EncoderNode), ("data", DataNode)):
         if isinstance(top.get(key), dict):
             _closed(schema, top[key], key)
@@ -765,7 +768,22 @@ def check_top(cfg) -> None:
         endpoint_node(cfg.judge2, "judge")
 
 
+# keys a value override may not set: the config group's choice decides them
+FIXED_BY_CHOICE = {"stage.kind": "a stage's kind is its file's; choose the stage with stage=NAME (conf/stage/)"}
+
+
 def refuse_unknown_keys(argv: list[str], conf_dir: Path) -> None:
+    """Before Hydra runs the command: a value override of a key that does not exist is refused naming the nearest,
+    then the whole command must compose (_composes); either failure is a SettingsError (exit 2)."""
+    from hydra._internal.utils import get_args_parser
+
+    _refuse_value_keys(argv, conf_dir)
+    args = get_args_parser().parse_known_args(argv[1:])[0]
+    if not (args.multirun or args.config_dir or args.config_path or args.config_name):
+        _composes(args.overrides, conf_dir)
+
+
+def _refuse_value_keys(argv: list[str], conf_dir: Path) -> None:
     """Before Hydra composes the command: a value override of a key that does not exist (`concurency=2`,
     `fidelity.preset=null`) is refused naming the nearest key (SettingsError, exit 2). WHY: Hydra's own refusal
     ("Key 'concurency' is not in struct") exits 1 and names nothing. Sweeps and `+`/`~` forms are left to Hydra
@@ -781,6 +799,8 @@ def refuse_unknown_keys(argv: list[str], conf_dir: Path) -> None:
     values, chosen = [], []
     for ov in args.overrides:
         key = ov.partition("=")[0]
+        if key.lstrip("+~") in FIXED_BY_CHOICE:
+            raise SettingsError(f"{key.lstrip('+~')}: {FIXED_BY_CHOICE[key.lstrip('+~')]}")
         if ov.startswith(("+", "~")) or "=" not in ov or key.startswith("hydra.") or "@" in key or "," in ov:
             chosen.append(ov)
         elif key in groups:
@@ -792,8 +812,8 @@ def refuse_unknown_keys(argv: list[str], conf_dir: Path) -> None:
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
             cfg = compose(config_name="config", overrides=chosen)
-    except HydraException:
-        return  # Hydra says what is wrong with the groups
+    except (HydraException, ValueError):
+        return  # what is wrong with the groups: _composes names it
     for key in values:
         node, where = cfg, []
         for part in key.split("."):
@@ -808,3 +828,48 @@ def refuse_unknown_keys(argv: list[str], conf_dir: Path) -> None:
                 raise SettingsError(f"{key}: no such setting" + (f" (did you mean {pre}{near}?)" if near else "")
                                     + (f"; add one with +{key}=..." if set(where) & OPEN else ""))
             node, where = node.get(part), [*where, part]
+
+
+def _composes(overrides: list[str], conf_dir: Path) -> None:
+    """The whole command composes, or it is refused naming the key (SettingsError, exit 2). WHY: Hydra's own
+    errors (`~fidelity.preset`, `stage.groups.0.repeats=1`, `encoder=hash`) exited 1 with its message only."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        msg = " ".join(str(exc).split())
+        keys = [ov.lstrip("+~").partition("=")[0] for ov in overrides]
+        hits = sorted((k for k in keys if k and k in msg), key=len, reverse=True)
+        key = hits[0] if hits else (keys[-1] if keys else "")
+        if isinstance(exc, ValueError) and not hits:  # `preset=null`: a group given no choice
+            key = next((ov.partition("=")[0] for ov in overrides if ov.endswith("=null")), key)
+        raise SettingsError(f"{key}: {msg}" + _near_hint(key, conf_dir)) from None
+
+
+def _near_hint(key: str, conf_dir: Path) -> str:
+    """' (did you mean X?)' for a dotted key's first part that the composed default config lacks."""
+    from hydra import compose, initialize_config_dir
+
+    group = conf_dir / key.replace(".", "/")
+    if key and group.is_dir():  # a config group: its choices are its files
+        return f" ({key} takes: {', '.join(sorted(p.stem for p in group.glob('*.yaml')))})"
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            cfg = compose(config_name="config")
+    except Exception:  # noqa: BLE001 -- a hint only
+        return ""
+    groups = sorted({str(p.relative_to(conf_dir)).replace("/", ".") for p in conf_dir.rglob("*") if p.is_dir()})
+    node, where = cfg, []
+    for part in key.split("."):
+        keys = [str(k) for k in node.keys()] if hasattr(node, "keys") else None
+        if keys is None:
+            return ""
+        if part not in keys:
+            near = nearest(part, keys + ([g for g in groups if "." not in g] if not where else []))
+            return f" (did you mean {'.'.join([*where, near])}?)" if near else ""
+        node, where = node.get(part), [*where, part]
+    return f" (the key is {key}; see conf/ for what it takes)"

