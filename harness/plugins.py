@@ -28,6 +28,7 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 GROUP = "memspace_harness"
 _loaded: set[str] = set()
 _entry_points: dict[tuple[str, ...], list[str]] = {}  # sys.path -> the group's modules (a scan costs ~50 ms)
+REGISTRIES: list["Registry"] = []  # every extension point, in the order created
 
 T = TypeVar("T")
 
@@ -125,6 +126,7 @@ class Registry(Generic[T]):
         self.is_entry = is_entry
         self._entries: dict[str, tuple[T, str]] = {}
         self._discovered = False
+        REGISTRIES.append(self)
 
     def register(self, name: str, entry: T, origin: str | None = None) -> T:
         origin = origin or caller()

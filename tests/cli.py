@@ -47,7 +47,7 @@ def run(argv, timeout: float | None = None, env: dict | None = None, cwd=None, *
     out, err = io.StringIO(), io.StringIO()
     with _lock:
         saved_argv, saved_env, saved_cwd = sys.argv, dict(os.environ), os.getcwd()
-        saved_modules = set(sys.modules)
+        saved_modules, saved_plugins = set(sys.modules), plugin_state()
         if cwd is not None:
             os.chdir(cwd)
         if env is not None:
@@ -74,6 +74,7 @@ def run(argv, timeout: float | None = None, env: dict | None = None, cwd=None, *
                 os.environ.update(saved_env)
             _reset_hydra()
             _forget_foreign_modules(saved_modules)
+            restore_plugins(saved_plugins)
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
@@ -85,6 +86,30 @@ def _forget_foreign_modules(before: set[str]) -> None:
         f = getattr(sys.modules.get(name), "__file__", None)
         if f and not any(Path(f).resolve().is_relative_to(r) for r in roots):
             sys.modules.pop(name, None)
+
+
+def plugin_state() -> tuple:
+    """What the plugins loaded so far left in the process: the modules imported and every registry's entries."""
+    from harness import plugins
+
+    return set(plugins._loaded), {id(r): set(r._entries) for r in plugins.REGISTRIES}
+
+
+def restore_plugins(state: tuple) -> None:
+    """A plugin a command (or a test) loaded ends with it, as with a process: left loaded, the preset's
+    plugins row refuses every later stage of the worker, and its names stay in the registries. Entries the
+    tree's own modules registered meanwhile (a registry read for the first time) stay: their modules stay
+    imported, so they would not register again."""
+    from harness import plugins
+
+    loaded, names = state
+    plugins._loaded.clear()
+    plugins._loaded.update(loaded)
+    for reg in plugins.REGISTRIES:
+        before = names.get(id(reg), set())
+        for name, (_, origin) in list(reg._entries.items()):
+            if name not in before and plugins.namespace(origin) is not None:
+                del reg._entries[name]
 
 
 def _reset_hydra() -> None:

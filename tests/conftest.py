@@ -44,6 +44,21 @@ def pytest_sessionfinish(session, exitstatus):
         svc.down(svc.settings(), only=started)
 
 
+@pytest.fixture(autouse=True)
+def plugins_end_with_the_test():
+    """A plugin a test loads in this process ($MEMSPACE_PLUGINS under monkeypatch) is forgotten after it,
+    module and registry entries alike, as a process would forget it: otherwise a later test of the same
+    xdist worker runs a stage with that plugin loaded (the paper preset refuses it)."""
+    import sys
+
+    from tests import cli
+
+    modules, state = set(sys.modules), cli.plugin_state()
+    yield
+    cli._forget_foreign_modules(modules)
+    cli.restore_plugins(state)
+
+
 @pytest.fixture(scope="session")
 def services():
     from harness import services as svc

@@ -158,7 +158,14 @@ def test_a_plugin_that_does_not_import_is_named(tmp_path):
 
 
 def test_a_stage_of_an_unknown_study_kind_is_refused_with_the_known_ones(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "stage.kind=survey", "dry_run=true",
-                          f"runs_dir={tmp_path}"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    """A stage's kind is its file's (an override of stage.kind is refused at the command's edge), so the
+    unknown kind comes in a stage file on the search path, as a plugin's stage would."""
+    (tmp_path / "conf" / "stage").mkdir(parents=True)
+    smoke = (REPO / "conf" / "stage" / "smoke.yaml").read_text()
+    assert "\n  kind: agents\n" in smoke
+    (tmp_path / "conf" / "stage" / "survey.yaml").write_text(smoke.replace("\n  kind: agents\n", "\n  kind: survey\n"))
+    res = subprocess.run([sys.executable, "-m", "harness.run", f"hydra.searchpath=[file://{tmp_path}/conf]",
+                          "stage=survey", "dry_run=true", f"runs_dir={tmp_path}/runs"],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2, res.stderr[-2000:]
     assert "stage.kind 'survey' is no registered study (known: agents, backends, personal)" in res.stderr
