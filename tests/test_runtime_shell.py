@@ -173,7 +173,7 @@ def test_sleep_is_killed_at_the_wall_clock(org):
     t0 = time.monotonic()
     res = tool(command="echo started; setsid sleep 60 & nohup sleep 60 >/dev/null & sleep 60")
     took = time.monotonic() - t0
-    assert 1.4 < took < 5
+    assert 1.4 < took < 60  # not before the clock, and well before any sleep ends (the kill, not its speed)
     assert res.text.startswith("started") and "[killed: time limit of 1.5 s]" in res.text
     assert res.error and res.log["timed_out"] and res.log["exit_code"] is None
     assert processes_of(res.log["uid"]) == []
@@ -190,9 +190,8 @@ def test_output_is_cut_at_8000_characters(tool):
     res = tool(command="yes 0123456789 | head -c 20000")
     assert len(res.text) <= 8000 and "[output cut at 8,000 characters]" in res.text
     assert res.log["truncated"] and not res.log["output_limited"]
-    t0 = time.monotonic()
     flood = tool(command="yes")
-    assert time.monotonic() - t0 < 10
+    assert not flood.log["timed_out"]  # cut by the output limit, not by the wall clock
     assert len(flood.text) <= 8000 and flood.log["output_limited"] and flood.error
     failing = tool(command="echo oops; exit 3")
     assert failing.text == "oops\n[exit status 3]" and failing.error and failing.log["exit_code"] == 3
