@@ -162,8 +162,10 @@ def test_the_kernel_on_an_instant_upstream_never_times_out_at_any_stage_concurre
         assert r["n_injected"] == CAP and r["unaudited_writes"] == 0 and r["audited_items"] == r["written_items"]
     rows = {r["key"]: r for r in json.loads(rd.stage_path.read_text())["fidelity"]["rows"]}
     got = json.loads(rows["trials_in_flight"]["detail"].partition("measured: ")[2])
-    assert got["want"] == concurrency and got["slots"] is None and got["in_flight"] == min(concurrency,
-                                                                                           got["encoder_cap"])
+    # an instant server shows no queue, so the probe finds no slot limit; on a loaded machine its timing may
+    # still suggest one: the schedule then follows it — either way never above the encoder's cap
+    assert got["want"] == min(concurrency, got["slots"] or concurrency)
+    assert got["in_flight"] == min(got["want"], got["encoder_cap"])
 
 
 @pytest.mark.services
