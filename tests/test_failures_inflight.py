@@ -317,7 +317,7 @@ def test_ctrl_c_while_runs_are_in_flight_sends_nothing_more_and_the_same_command
         state["sent_at_release"] = len(fake.run_requests)
         release.set()
 
-    extra = ["concurrency=2", "model.timeout_s=10", "model.retry_budget_s=20"]
+    extra = ["concurrency=2", "model.timeout_s=120", "model.retry_budget_s=240"]  # a held reply waits for the main thread, however loaded the machine
     with FakeModel(stall=stall) as fake:
         watcher = threading.Thread(target=releaser, daemon=True)
         watcher.start()
