@@ -7,7 +7,10 @@ records/ holds. The commands dispatch through this registry and spell no kind; a
 is one module here (or a plugin, harness.plugins) that calls `register`.
 
 Steps are named as "module:function" and imported when used, so the registry imports none
-of the heavy code it points to (and the harness never imports the judge or the analysis).
+of the heavy code it points to. Such a string is an import all the same: tests/test_import_graph.py
+reads it as one, so the kind modules (`harness.studies.*`) sit above the analysis and the benchmarks
+they name, beside the command line, while this registry stays below the driver, the judge and the
+analysis that read it (docs/architecture.md).
 """
 
 from __future__ import annotations
