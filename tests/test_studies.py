@@ -108,6 +108,32 @@ def test_make_analyze_with_the_second_study_alone_exits_0(tmp_path):
     assert (out / "personal.md").exists()
 
 
+def test_make_analyze_leaves_out_a_folder_whose_study_is_not_loaded_and_analyses_the_others(tmp_path):
+    """A plugged-in study's folder with its plugin not loaded: named with why, the other study analysed,
+    exit 1 (written, something left out); with no other folder, exit 2 naming it."""
+    from tests.personal_helpers import fake_folder
+
+    env = _env(tmp_path)
+    runs = tmp_path / "runs"
+    ran = _run(["harness.run", "stage=survey", f"runs_dir={runs}",
+                f"hydra.searchpath=[file://{tmp_path / 'plug' / 'conf'}]"], env, REPO)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    bare = dict(os.environ)  # the plugin not loaded
+    bare.pop("MEMSPACE_PLUGINS", None)
+    alone = _run(["harness.cli.analyze", f"runs_root={runs}", f"out={tmp_path / 'r0'}"], bare, REPO)
+    assert alone.returncode == 2, alone.stderr[-3000:]
+    assert f"{runs / 'survey' / 'first'}: stage.kind 'toyplug/survey' is no registered study" in alone.stderr
+    fake_folder(runs, "personal", "gpt-4o", {"name": "gpt4o", "model": "gpt-4o"},
+                [{"condition": c, "trial_id": f"t000{i}", "llm": {"profile": 3, "task": 4, "integration": 3}}
+                 for i in range(2) for c in ("naive_concat", "kernel_shared")])
+    out = tmp_path / "results"
+    ana = _run(["harness.cli.analyze", f"runs_root={runs}", f"out={out}", "resamples=20"], bare, REPO)
+    assert ana.returncode == 1, ana.stderr[-3000:] + ana.stdout[-2000:]
+    assert f"left out: {runs / 'survey' / 'first'}: stage.kind 'toyplug/survey' is no registered study" in ana.stderr
+    assert "MEMSPACE_PLUGINS" in ana.stderr and "analysis of personal" in ana.stderr
+    assert (out / "personal.md").exists() and not (out / "survey").exists()
+
+
 def test_make_analyze_with_no_stage_folder_says_what_to_run(tmp_path):
     (tmp_path / "runs").mkdir()
     ana = _run(["harness.cli.analyze", f"runs_root={tmp_path / 'runs'}"], dict(os.environ), REPO)
