@@ -24,7 +24,7 @@ from harness.records import RunDir
 from harness.studies import Study, register
 
 register(Study("toyplug/survey", run="toyplug.study:run", judge="toyplug.study:judge",
-               analysis="toyplug.study:analyse"))
+               analysis="toyplug.study:analyse", inspect="toyplug.study:inspect"))
 
 
 def run(cfg, sweep=None):
@@ -43,6 +43,11 @@ def judge(cfg, rd):
     (rd.root / "judged.json").write_text(json.dumps({k: v == "yes" for k, v in answers.items()}))
     print("toy judge ran", file=sys.stderr)
     return 0
+
+
+def inspect(folder, judge):
+    print(f"toy inspect ran on {Path(folder).name}", file=sys.stderr)
+    return []
 
 
 OPTIONS = ("runs", "runs_root", "out")
@@ -92,6 +97,13 @@ def test_a_plugged_in_study_is_run_judged_and_analysed_through_the_registry(tmp_
     assert not (out / "report.md").exists()  # no folder of the agent studies: their analysis did not run
     refused = _run(["harness.cli.analyze", f"runs_root={runs}", f"out={out}", "errata=x.json"], env, REPO)
     assert refused.returncode == 2 and "errata=x.json" in refused.stderr, refused.stderr[-2000:]
+    # `make view`: the study's own Inspect export, as its registry entry names it
+    view = _run(["analysis.export_inspect", f"runs_root={runs}", f"out={tmp_path / 'logs'}"], env, REPO)
+    assert view.returncode == 0 and "toy inspect ran on first" in view.stderr, view.stderr[-3000:]
+    assert "for 1 stage folder(s)" in view.stdout
+    # `make publish`: only a study its registry entry says is publishable
+    pub = _run(["harness.cli.publish", f"runs={runs / 'survey' / 'first'}", "dry_run=true"], env, REPO)
+    assert pub.returncode == 2 and "a 'toyplug/survey' stage; only agents stages" in pub.stderr, pub.stderr[-2000:]
 
 
 def test_make_analyze_with_the_second_study_alone_exits_0(tmp_path):
@@ -132,6 +144,9 @@ def test_make_analyze_leaves_out_a_folder_whose_study_is_not_loaded_and_analyses
     assert f"left out: {runs / 'survey' / 'first'}: stage.kind 'toyplug/survey' is no registered study" in ana.stderr
     assert "MEMSPACE_PLUGINS" in ana.stderr and "analysis of personal" in ana.stderr
     assert (out / "personal.md").exists() and not (out / "survey").exists()
+    view = _run(["analysis.export_inspect", f"runs={runs / 'survey' / 'first'}", f"out={tmp_path / 'logs'}"], bare, REPO)
+    assert view.returncode == 2, view.stderr[-3000:]
+    assert f"left out {runs / 'survey' / 'first'}: stage.kind 'toyplug/survey' is no registered study" in view.stderr
 
 
 def test_make_analyze_with_no_stage_folder_says_what_to_run(tmp_path):

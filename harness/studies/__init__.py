@@ -32,6 +32,11 @@ class Study:
     power: str | None = None  # "module:function"(cfg, plan, forecast rows) -> str: a dry run's power lines
     judge_refusal: str | None = None  # "module:function"(cfg) -> why this judge is refused, or None (asked in a dry run)
     judge_checks: str = ""  # the commands that check this study's judge (named when another study's are refused)
+    # "module:function"(folder, judge name or None) -> [(file name, inspect_ai EvalLog)]: how `make view`
+    # (analysis.export_inspect) writes its folders; None: its records are agent run records ("record"),
+    # which analysis.export_inspect writes itself
+    inspect: str | None = None
+    publishable: bool = False  # `make publish` (analysis.publish) can write its folders as tables
     about: str = ""
 
     def step(self, name: str) -> Callable[..., Any]:
