@@ -249,7 +249,7 @@ def _write_into(res: Results, folder: Path) -> None:
 def summary(res: Results, out: Path) -> str:
     lines = [f"analysed {len(res.folders)} stage folder(s): " + ", ".join(f.name for f in res.folders)]
     for _, c in res.tables["coverage"].iterrows():
-        if c["kind"] == "agents" and c["records"] != c["planned"]:
+        if not c["complete"]:
             lines.append(f"INCOMPLETE: {c['folder']}: {c['records']} of {c['planned']} planned records")
     for _, c in res.tables["shards"].iterrows():
         if c["status"] != "complete" and c["shard"] != "-":  # an unsharded folder: INCOMPLETE above
