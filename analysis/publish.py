@@ -731,7 +731,7 @@ def stage_meta(info: dict) -> dict:
     """What the card says of one stage, from its stage.json (and checked against it when read)."""
     model = info.get("model") or {}
     return {
-        "kind": info.get("kind") or "agents", "stage": info.get("stage"), "label": info.get("label"),
+        "kind": studies.get(info.get("kind")).kind, "stage": info.get("stage"), "label": info.get("label"),
         "seed": info.get("seed"), "config_hash": info.get("config_hash"), "created": info.get("created"),
         "code": info.get("code"), "data": {k: v for k, v in (info.get("data") or {}).items() if k != "path"},
         "model": {k: model.get(k) for k in ("name", "model", "provider")}, "prices": model.get("prices"),

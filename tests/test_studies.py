@@ -169,19 +169,21 @@ def test_a_study_that_names_no_judge_has_nothing_to_judge(tmp_path):
 
 
 def test_no_makefile_line_and_no_command_names_a_study():
-    """The commands go through the registry: the Makefile and the command modules spell no study kind and
-    no study's analysis or judge module."""
+    """The commands go through the registry: the Makefile and the command modules (run, judge, analyze, view,
+    publish) spell no study kind and no module a study's step names."""
     from harness import studies
 
     names = set()
     for kind, s in studies.STUDIES.items().items():
         names.add(kind)
-        for target in (s.run, s.judge, s.analysis, s.judge_refusal):
+        for target in (s.run, s.judge, s.analysis, s.judge_refusal, s.inspect, s.power):  # a study's own modules
             if target:
                 names.add(target.partition(":")[0])
+    assert {"analysis.inspect_personal", "analysis.run", "judge.rubric", "analysis.power"} <= names
     make = (REPO / "Makefile").read_text()
     commands = {p: p.read_text() for p in [REPO / "judge" / "run.py", REPO / "harness" / "cli" / "analyze.py",
-                                           REPO / "harness" / "cli" / "run.py"]}
+                                           REPO / "harness" / "cli" / "run.py", REPO / "harness" / "cli" / "publish.py",
+                                           REPO / "analysis" / "export_inspect.py", REPO / "analysis" / "publish.py"]}
     import re
 
     said = [(n, "Makefile") for n in names if re.search(rf"-m {re.escape(n)}\b|\b{re.escape(n)}_ARGS\b", make)]

@@ -902,24 +902,33 @@ def refusal_text(refused: list[Row]) -> str:
 
 
 def check_sweep(jobs: list[list[str]]) -> None:
-    """Before job 0 of a sweep runs: every other job's config under the lock (its rows but the data's and the
-    samples' sizes, which need its plan). WHY: `-m stage.conditions.prefetch.k=8,2` ran job 0's whole stage
-    before job 1 was refused."""
-    from harness.failures import EnvironmentFailure
+    """Before job 0 of a sweep runs: every other job's config under the lock, by the check its study names
+    (harness/studies/: `Study.sweep_check`; none: not checked ahead). WHY: `-m stage.conditions.prefetch.k=8,2`
+    ran job 0's whole stage before job 1 was refused."""
+    from harness import studies
     from harness.run.settings import compose_job
     from harness.run.plan import PlanError
 
     for job in jobs:
         cfg = compose_job(job)
-        if preset(cfg) != "paper" or (cfg.stage.get("kind") or "agents") != "agents":
+        study = studies.get(cfg.stage.get("kind"))
+        if preset(cfg) != "paper" or not study.sweep_check:
             continue
         try:
-            refused = decide(cfg, manifest(cfg, None))
+            study.step("sweep_check")(cfg, job)
         except ValueError as exc:
             raise PlanError(f"sweep job {' '.join(job)}: {exc}") from None
-        if refused:
-            raise EnvironmentFailure(f"preflight fidelity failed for the sweep's job {' '.join(job)}: "
-                                     + refusal_text(refused), FIX)
+
+
+def check_job(cfg, job: list[str]) -> None:
+    """One sweep job of a stage whose manifest needs no plan (the agent stages): its rows but the data's and the
+    samples' sizes under the lock, refused as its own preflight would refuse them."""
+    from harness.failures import EnvironmentFailure
+
+    refused = decide(cfg, manifest(cfg, None))
+    if refused:
+        raise EnvironmentFailure(f"preflight fidelity failed for the sweep's job {' '.join(job)}: "
+                                 + refusal_text(refused), FIX)
 
 
 def raise_refusals(cfg, rows: list[Row]) -> None:

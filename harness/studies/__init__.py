@@ -37,6 +37,9 @@ class Study:
     # which analysis.export_inspect writes itself
     inspect: str | None = None
     publishable: bool = False  # `make publish` (analysis.publish) can write its folders as tables
+    # "module:function"(cfg, job overrides): a later job of a preset=paper sweep checked before job 0 runs
+    # (raises what the job's own preflight would); None: each job is checked when it starts
+    sweep_check: str | None = None
     about: str = ""
 
     def step(self, name: str) -> Callable[..., Any]:
