@@ -154,7 +154,7 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     from harness import studies  # the folders of the studies this analysis reads (others: analysis/personal/)
 
     mine = studies.analysed_by("analysis.run")
-    folders = [f for f in find_folders(opts["runs"] or None, opts["runs_root"]) if (f.info.get("kind") or "agents") in mine]
+    folders = [f for f in find_folders(opts["runs"] or None, opts["runs_root"]) if (f.info.get("kind") or studies.get(None).kind) in mine]
     if not folders:
         raise AnalysisError(f"no stage folders under {opts['runs'] or opts['runs_root']}")
     for f in folders:
