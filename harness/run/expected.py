@@ -106,7 +106,7 @@ HEADER = """\
 def render(measured: dict) -> str:
     """The expected file's text: the header and what `measure` returned (without the stage's name)."""
     body = {k: measured[k] for k in ("applies_to", "measured", "method", "conditions")}
-    return HEADER.format(stage=measured["stage"]) + yaml.safe_dump(body, sort_keys=False, width=100)
+    return HEADER.format(stage=measured["stage"]) + yaml.safe_dump(body, sort_keys=False, width=100, default_flow_style=None)
 
 
 def expected_lines(cfg, conds: list[str]) -> list[str]:
