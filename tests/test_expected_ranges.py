@@ -63,6 +63,8 @@ def _by_hand(folders):
                 labels[j["run_id"]] = j["label"]
         for p in sorted((f / "records").glob("*.json")):
             r = json.loads(p.read_text())
+            if r["status"] != "ok":  # a failed run is left out of the ranges
+                continue
             n, k, toks = got.get(r["condition"], (0, 0, []))
             got[r["condition"]] = (n + 1, k + (labels.get(r["run_id"]) is True),
                                    toks + [r["tokens"]["prompt"] + r["tokens"]["output"]])

@@ -6,8 +6,10 @@ printed beside each condition at the end of the stage, so a newcomer can judge a
 reads the judged run folders of one stage (one per seed) and prints, or with --write writes, the file.
 The numbers come from the records, never typed by hand, so the file is re-measured by running this
 again. Per condition:
-- accuracy: the Wilson 95% interval of the share judged correct, pooled over every run of every seed
-  (a failed or unjudged run counts as wrong, as the stage's summary counts it). With 3 questions per
+- accuracy: the Wilson 95% interval of the share judged correct, pooled over every finished run of
+  every seed (an unjudged run counts as wrong, as the stage's summary counts it). A failed run (out of
+  retries: on a loaded machine a call can pass model.timeout_s) measures the machine, not the
+  condition: it is left out and counted in the file (`failed_left_out`). With 3 questions per
   seed the per-seed shares move in steps of a third, so their min/max would say more about the draw of
   questions than about the condition; the interval states the uncertainty of the pooled share.
 - tokens_per_run: the smallest and largest tokens (prompt + output) of one run over every run, widened
@@ -52,6 +54,7 @@ def measure(folders: list[Path]) -> dict:
     from harness.records.rundir import RunDir
 
     runs: dict[str, list[tuple[bool, int]]] = {}
+    failed: dict[str, int] = {}
     seeds, models, encoders, commits, stages, applies = set(), set(), set(), set(), set(), set()
     for folder in folders:
         rd = RunDir(folder)
@@ -63,6 +66,9 @@ def measure(folders: list[Path]) -> dict:
         if not labels:
             raise ValueError(f"{folder}: no judgements of {cfg['judge']['name']}: judge the stage first")
         for r in rd.records():
+            if r.status != "ok":
+                failed[r.condition] = failed.get(r.condition, 0) + 1
+                continue
             runs.setdefault(r.condition, []).append((labels.get(r.run_id) is True, run_tokens(r)))
             seeds.add(r.seed)
             stages.add(r.stage)
@@ -81,7 +87,8 @@ def measure(folders: list[Path]) -> dict:
         conditions[cond] = {"runs": n, "correct": k, "accuracy": [round(lo, 2), round(hi, 2)],
                             "tokens_observed": [tmin, tmax],
                             "tokens_per_run": [math.floor(tmin * (1 - TOKENS_MARGIN)),
-                                               math.ceil(tmax * (1 + TOKENS_MARGIN))]}
+                                               math.ceil(tmax * (1 + TOKENS_MARGIN))],
+                            "failed_left_out": failed.get(cond, 0)}
     stage = stages.pop()
     return {"stage": stage, "applies_to": dict(applies.pop()),
             "measured": {"date": date.today().isoformat(), "seeds": sorted(seeds),
