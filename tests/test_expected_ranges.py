@@ -105,7 +105,9 @@ def test_the_repository_file_is_the_measured_one():
     """conf/expected/smoke.yaml was written by harness.run.expected: measured, with a range per smoke condition."""
     exp = yaml.safe_load((REPO / "conf" / "expected" / "smoke.yaml").read_text())
     stage = yaml.safe_load((REPO / "conf" / "stage" / "smoke.yaml").read_text())
-    conds = {d.split("@stage.conditions.")[1].split(":")[0] for d in stage["defaults"] if "@stage.conditions." in d}
+    keys = [k for d in stage["defaults"] for k in (d if isinstance(d, dict) else {d: None})]
+    conds = {k.split("@stage.conditions.")[1] for k in keys if "@stage.conditions." in k}
+    assert len(conds) == 6
     assert exp["measured"]["seeds"] and exp["measured"]["model"] and exp["measured"]["encoder"]
     assert set(exp["conditions"]) == conds
     for row in exp["conditions"].values():
