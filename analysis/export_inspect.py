@@ -10,7 +10,9 @@ the analysis counts: a failed run is wrong, an unjudged run has no score), the l
 for Org private runs, the count of private units retrieved under a view as the
 `private_under_view` score, usage as model usage, and our measurements as metadata.
 A failed run keeps its error; a run started but never recorded is a sample with an error.
-The personalization study's folders go through analysis.inspect_personal (one log per method).
+A study with an export of its own names it in the study registry (harness/studies/: `Study.inspect`;
+the personalization study's is analysis.inspect_personal, one log per method); a folder whose study is
+not registered (a plugin's, not loaded) is left out and named (exit 1).
 
 Arguments (key=value): runs= as for analysis.run (default every stage folder under runs/
 but the pilots), out= (default inspect_logs; replaced as a whole, never a folder this
@@ -27,7 +29,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 from inspect_ai.event import InfoEvent
@@ -38,6 +40,7 @@ from inspect_ai.model import (ChatMessageAssistant, ChatMessageSystem, ChatMessa
 from inspect_ai.scorer import Score
 from inspect_ai.tool import ToolCall, ToolCallError
 
+from harness import studies
 from harness.failures import announce
 from analysis.load import SCORE_PREFIX, AnalysisError, Folder, find_folders, ledger_frame, load_folder, runs_frame
 from analysis.tables.fidelity import manifest_rows
@@ -327,11 +330,10 @@ def log_file_name(folder: Folder, condition: str) -> str:
             f"{folder.stage.replace('_', '-')}-{folder.label.replace('_', '-')}.eval")
 
 
-def export(folders: Sequence[Folder], out: Path, personal: Sequence[Path] = (), judge: str | None = None) -> list[Path]:
-    """Write every log into a fresh folder, then put it in place of `out` (`personal`: the
-    personalization study's folders, analysis.inspect_personal)."""
-    from analysis.inspect_personal import eval_logs
-
+def export(folders: Sequence[Folder], out: Path, own: Sequence[tuple[Path, Callable]] = (),
+           judge: str | None = None) -> list[Path]:
+    """Write every log into a fresh folder, then put it in place of `out` (`own`: the folders of a study
+    with an Inspect export of its own, harness/studies/ `Study.inspect`, each with that step)."""
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise AnalysisError(f"{out} exists and was not written by analysis.export_inspect; choose another out=")
@@ -347,7 +349,7 @@ def export(folders: Sequence[Folder], out: Path, personal: Sequence[Path] = (), 
                 name = log_file_name(f, cond)
                 write_eval_log(eval_log(f, cond, recs, runs), str(tmp / name))
                 written.append(out / name)
-        for path in personal:
+        for path, eval_logs in own:
             for name, log in eval_logs(path, judge):
                 write_eval_log(log, str(tmp / name))
                 written.append(out / name)
@@ -386,20 +388,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts = parse_args(argv)
         t0 = time.perf_counter()
         found = find_folders(opts["runs"] or None, opts["runs_root"])
-        personal = [f.path for f in found if f.info.get("kind") == "personal"]  # their own records (inspect_personal)
-        folders = [load_folder(f, opts["judge"]) for f in found if f.info.get("kind") != "personal"]
+        own, mine, left_out = [], [], []
+        for f in found:  # each folder by its study (harness/studies/): its own export, or agent run records
+            try:
+                study = studies.get(f.info.get("kind"))
+            except studies.StudyError as exc:  # a plugged-in study's folder, its plugin not loaded
+                left_out.append(f"{f.path}: {exc}")
+                continue
+            (own.append((f.path, study.step("inspect"))) if study.inspect else mine.append(f))
+        folders = [load_folder(f, opts["judge"]) for f in mine]
         folders = [f for f in folders if f.records or f.info.get("plan", {}).get("runs")]
-        if not folders and not personal:
-            raise AnalysisError(f"no stage folders with runs under {opts['runs'] or opts['runs_root']}")
-        written = export(folders, Path(opts["out"]), personal, opts["judge"])
+        if not folders and not own:
+            raise AnalysisError(f"no stage folders with runs under {opts['runs'] or opts['runs_root']}"
+                                + "".join(f"; left out {why}" for why in left_out))
+        written = export(folders, Path(opts["out"]), own, opts["judge"])
     except AnalysisError as exc:
         return announce(exc)  # error: ..., exit 2 (harness.failures)
     for f in folders:
         for p in f.problems:
             print(f"left out: {p['file']}: {p['problem']}", file=sys.stderr)
-    print(f"wrote {len(written)} Inspect log(s) for {len(folders) + len(personal)} stage folder(s) to {opts['out']} "
+    for why in left_out:
+        print(f"left out: {why}", file=sys.stderr)
+    print(f"wrote {len(written)} Inspect log(s) for {len(folders) + len(own)} stage folder(s) to {opts['out']} "
           f"in {time.perf_counter() - t0:.1f} s")
-    return 0
+    return 1 if left_out else 0
 
 
 if __name__ == "__main__":

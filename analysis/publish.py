@@ -59,6 +59,7 @@ from typing import Any
 
 import yaml
 
+from harness import studies
 from harness.records import privacy
 from harness.records.ledger import parse_lines
 from harness.run.replay import RECEIVED
@@ -77,7 +78,6 @@ CARD = "README.md"
 CARD_KEY = "memspace"  # the card's YAML block this harness writes and reads
 FORMAT_VERSION = 1
 LICENSE = "mit"  # the harness's licence (pyproject.toml), given to the tables it writes
-PUBLISHABLE = ("agents",)  # study kinds whose folders this module knows how to write as tables
 NESTED = {"calls": "model_calls", "tools": "tool_calls", "transcript": "transcripts"}
 # a published dataset is untrusted input: what reading one may take (refused beyond, by name)
 MAX_CARD_BYTES = 8 << 20
@@ -312,10 +312,14 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
     folders = _stage_folders(paths)
     for name, root in folders.items():
         info = read_json("stage", root / "stage.json").model_dump(mode="json")
-        kind = info.get("kind") or "agents"
-        if kind not in PUBLISHABLE:
-            raise PublishError(f"{root}: a {kind!r} stage; only {', '.join(PUBLISHABLE)} stages can be published "
-                               f"as tables so far (the personalization and backend studies write other files)")
+        try:
+            study = studies.get(info.get("kind"))
+        except studies.StudyError as exc:
+            raise PublishError(f"{root}: {exc}") from exc
+        if not study.publishable:  # the study registry says which studies' folders this writes as tables
+            mine = [k for k, s in studies.STUDIES.items().items() if s.publishable]
+            raise PublishError(f"{root}: a {study.kind!r} stage; only {', '.join(mine)} stages can be published "
+                               f"as tables so far (harness/studies/: `publishable`)")
     ex = Export(folders, {})
     texts: dict[tuple[str, str], str] = {}
     for name, root in folders.items():
@@ -727,7 +731,7 @@ def stage_meta(info: dict) -> dict:
     """What the card says of one stage, from its stage.json (and checked against it when read)."""
     model = info.get("model") or {}
     return {
-        "kind": info.get("kind") or "agents", "stage": info.get("stage"), "label": info.get("label"),
+        "kind": studies.get(info.get("kind")).kind, "stage": info.get("stage"), "label": info.get("label"),
         "seed": info.get("seed"), "config_hash": info.get("config_hash"), "created": info.get("created"),
         "code": info.get("code"), "data": {k: v for k, v in (info.get("data") or {}).items() if k != "path"},
         "model": {k: model.get(k) for k in ("name", "model", "provider")}, "prices": model.get("prices"),

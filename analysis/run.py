@@ -154,7 +154,7 @@ def analyse(opts: dict, progress: bool = True) -> Results:
     from harness import studies  # the folders of the studies this analysis reads (others: analysis/personal/)
 
     mine = studies.analysed_by("analysis.run")
-    folders = [f for f in find_folders(opts["runs"] or None, opts["runs_root"]) if (f.info.get("kind") or "agents") in mine]
+    folders = [f for f in find_folders(opts["runs"] or None, opts["runs_root"]) if (f.info.get("kind") or studies.get(None).kind) in mine]
     if not folders:
         raise AnalysisError(f"no stage folders under {opts['runs'] or opts['runs_root']}")
     for f in folders:
@@ -249,7 +249,7 @@ def _write_into(res: Results, folder: Path) -> None:
 def summary(res: Results, out: Path) -> str:
     lines = [f"analysed {len(res.folders)} stage folder(s): " + ", ".join(f.name for f in res.folders)]
     for _, c in res.tables["coverage"].iterrows():
-        if c["kind"] == "agents" and c["records"] != c["planned"]:
+        if not c["complete"]:
             lines.append(f"INCOMPLETE: {c['folder']}: {c['records']} of {c['planned']} planned records")
     for _, c in res.tables["shards"].iterrows():
         if c["status"] != "complete" and c["shard"] != "-":  # an unsharded folder: INCOMPLETE above

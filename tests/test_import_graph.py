@@ -1,7 +1,8 @@
 """The import graph has no back-edges (docs/architecture.md: the dependency order).
 
 Every module of the project's packages imports; the imports, function-level ones included, form
-no cycle of any length; no import runs against docs/architecture.md's dependency order (LAYERS,
+no cycle of any length (a registry's "module:function" string and a constant import_module are
+imports too); no import runs against docs/architecture.md's dependency order (LAYERS,
 read from that file: a lower layer never imports a higher one); the
 judge never imports the command line; a judge module never imports another judge module's
 private (underscore) name; and the kernel's conditions only build on harness.kernel. Imports
@@ -16,6 +17,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "conditions", "judge", "analysis", "bench")
@@ -39,8 +42,13 @@ def _is_package(name: str) -> bool:
     return MODULES[name].name == "__init__.py"
 
 
+# "package.module:function": how a registry names a step it imports when used (harness/studies/): an import
+NAMED = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):[A-Za-z_]\w*$")
+
+
 def _imports(name: str, top_level_only: bool) -> list[tuple[str, list[str], int]]:
-    """(imported module, names taken from it, line) for each import statement of module `name`."""
+    """(imported module, names taken from it, line) for each import statement of module `name`, and for each
+    import the source spells as data: a "module:function" string, importlib.import_module("<constant>")."""
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"), str(MODULES[name]))
     package = name if _is_package(name) else name.rpartition(".")[0]
     out = []
@@ -53,6 +61,11 @@ def _imports(name: str, top_level_only: bool) -> list[tuple[str, list[str], int]
                 continue
             if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
                 continue  # never executed
+            if isinstance(child, ast.Constant) and isinstance(child.value, str) and (m := NAMED.match(child.value)):
+                out.append((m.group(1), [], child.lineno))  # "module:function": a registry's step, imported when used
+            elif isinstance(child, ast.Call) and ast.unparse(child.func).endswith("import_module") and child.args \
+                    and isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str):
+                out.append((child.args[0].value, [], child.lineno))
             if isinstance(child, ast.Import):
                 out.extend((a.name, [], child.lineno) for a in child.names)
             elif isinstance(child, ast.ImportFrom):
@@ -102,7 +115,9 @@ def package_of(module: str) -> tuple[str, int]:
     best = ("", -1)
     for i, layer in enumerate(LAYERS):
         for pkg in layer:
-            if (module == pkg or module.startswith(pkg + ".")) and len(pkg) > len(best[0]):
+            # `pkg.*`: the modules below pkg, not pkg itself (the study kinds above their registry)
+            hit = module.startswith(pkg[:-1]) if pkg.endswith(".*") else module == pkg or module.startswith(pkg + ".")
+            if hit and len(pkg) > len(best[0]):
                 best = (pkg, i)
     assert best[1] >= 0, f"{module} belongs to no layer of docs/architecture.md's order: add its package there"
     return best
@@ -136,6 +151,26 @@ def test_the_layer_check_sees_function_level_imports(tmp_path):
         assert "analysis.stats" not in _edges("harness.records._probe", top_level_only=True)
         assert package_of("harness.records._probe")[1] < package_of("analysis.stats")[1]
         assert package_of("harness.data.__main__")[0] == "harness.cli"
+        # a registry's "module:function" step is an import edge like any other
+        (tmp_path / "probe.py").write_text('STEP = "analysis.stats:mean"\n')
+        assert "analysis.stats" in _edges("harness.records._probe", top_level_only=True)
+        # the study kinds sit above what they name; their registry stays below the driver that reads it
+        assert package_of("harness.studies")[1] < package_of("analysis.run")[1] < package_of("harness.studies.agents")[1]
+    finally:
+        del MODULES["harness.records._probe"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(sorted(MODULES)), st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True),
+       st.sampled_from(["STEP = {s!r}\n", "def f():\n    return {s!r}\n", "register(Study(run={s!r}))\n",
+                        "def f():\n    import importlib\n    return importlib.import_module({m!r})\n"]))
+def test_a_module_named_as_data_is_an_edge(tmp_path_factory, target, fn, shape):
+    """Whatever project module a "module:function" string or a constant import_module names is an edge."""
+    path = tmp_path_factory.mktemp("probe") / "probe.py"
+    path.write_text(shape.format(s=f"{target}:{fn}", m=target))
+    MODULES["harness.records._probe"] = path
+    try:
+        assert target in _edges("harness.records._probe", top_level_only=False) or target == "harness.records._probe"
     finally:
         del MODULES["harness.records._probe"]
 

@@ -322,6 +322,12 @@ def test_the_backend_studys_services_row_names_the_fan_out_sides_server():
                                                  needed=service_parts(exact, {"fanout": True}))
                if r.key == "services")
     assert "redis" in row.stage and row.status != "not used"
+    # the Redis memory cap is compared because the backend study's paper envelope names one, not by its name
+    assert "redis_maxmemory" in row.paper
+    row = next(r for r in fidelity.services_rows(cfg, {"memory_space"}, study="agents",
+                                                 needed=service_parts(exact, {"fanout": True}))
+               if r.key == "services")
+    assert "redis" in row.stage and "redis_maxmemory" not in row.paper and "REDIS_MAXMEMORY" not in row.detail
 
 
 def test_a_chosen_backend_whose_server_does_not_answer_stops_with_its_name_not_a_traceback():

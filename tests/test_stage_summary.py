@@ -34,15 +34,17 @@ def test_a_smoke_stage_ends_with_a_summary_a_newcomer_can_judge(tmp_path):
     err = first.stderr
     table = err[err.index("condition   "):]
     assert all(f"\n{c} " in table for c in ("none", "full")) and "accuracy judged by vllm" in table, table
-    exp = yaml.safe_load((REPO / "conf" / "expected" / "smoke.yaml").read_text())
-    if exp.get("measured") and exp.get("conditions"):
-        assert "expected on the embedded defaults (conf/expected/smoke.yaml, measured" in table
-        assert "they do not apply here: model vllm (expected for local)" in table  # a fake, not the local model
-        for c in ("none", "full"):
-            lo, hi = exp["conditions"][c]["accuracy"]
-            assert f"  {c:<22} accuracy {lo:.0%}-{hi:.0%}" in table
-    else:
-        assert "expected on the embedded defaults: not yet measured (conf/expected/smoke.yaml)" in table
+    exp = yaml.safe_load((REPO / "conf" / "expected" / "smoke.yaml").read_text())  # measured (test_expected_ranges)
+    seeds = ",".join(map(str, exp["measured"]["seeds"]))
+    assert f"expected on the embedded defaults (conf/expected/smoke.yaml, measured {exp['measured']['date']}, " \
+        f"seeds {seeds})" in table
+    assert "they do not apply here: model vllm (expected for local)" in table  # a fake, not the local model
+    for c in ("none", "full"):  # the ranges printed are the file's
+        row = exp["conditions"][c]
+        (lo, hi), (tlo, thi) = row["accuracy"], row["tokens_per_run"]
+        assert f"  {c:<22} accuracy {lo:.0%}-{hi:.0%}, tokens/run {tlo:,}-{thi:,} " \
+            f"({row['correct']} of {row['runs']} measured runs correct)" in table
+    assert "  prefetch " not in table[table.index("expected on the embedded"):]  # only the conditions the stage ran
     assert f"{tmp_path}/runs/smoke/smoke: 2 of 2 planned runs recorded" in err
     assert "the same command again runs nothing more" in err and "next: make analyze" in err
     assert "2 runs planned, 2 recorded, 0 to run" in again.stderr  # the same command: nothing run twice

@@ -24,7 +24,7 @@ from harness.records import RunDir
 from harness.studies import Study, register
 
 register(Study("toyplug/survey", run="toyplug.study:run", judge="toyplug.study:judge",
-               analysis="toyplug.study:analyse"))
+               analysis="toyplug.study:analyse", inspect="toyplug.study:inspect"))
 
 
 def run(cfg, sweep=None):
@@ -43,6 +43,11 @@ def judge(cfg, rd):
     (rd.root / "judged.json").write_text(json.dumps({k: v == "yes" for k, v in answers.items()}))
     print("toy judge ran", file=sys.stderr)
     return 0
+
+
+def inspect(folder, judge):
+    print(f"toy inspect ran on {Path(folder).name}", file=sys.stderr)
+    return []
 
 
 OPTIONS = ("runs", "runs_root", "out")
@@ -92,6 +97,13 @@ def test_a_plugged_in_study_is_run_judged_and_analysed_through_the_registry(tmp_
     assert not (out / "report.md").exists()  # no folder of the agent studies: their analysis did not run
     refused = _run(["harness.cli.analyze", f"runs_root={runs}", f"out={out}", "errata=x.json"], env, REPO)
     assert refused.returncode == 2 and "errata=x.json" in refused.stderr, refused.stderr[-2000:]
+    # `make view`: the study's own Inspect export, as its registry entry names it
+    view = _run(["analysis.export_inspect", f"runs_root={runs}", f"out={tmp_path / 'logs'}"], env, REPO)
+    assert view.returncode == 0 and "toy inspect ran on first" in view.stderr, view.stderr[-3000:]
+    assert "for 1 stage folder(s)" in view.stdout
+    # `make publish`: only a study its registry entry says is publishable
+    pub = _run(["harness.cli.publish", f"runs={runs / 'survey' / 'first'}", "dry_run=true"], env, REPO)
+    assert pub.returncode == 2 and "a 'toyplug/survey' stage; only agents stages" in pub.stderr, pub.stderr[-2000:]
 
 
 def test_make_analyze_with_the_second_study_alone_exits_0(tmp_path):
@@ -106,6 +118,35 @@ def test_make_analyze_with_the_second_study_alone_exits_0(tmp_path):
     assert ana.returncode == 0, ana.stderr[-3000:] + ana.stdout[-2000:]
     assert "analysis of personal" in ana.stderr and "analysis of agents" not in ana.stderr
     assert (out / "personal.md").exists()
+
+
+def test_make_analyze_leaves_out_a_folder_whose_study_is_not_loaded_and_analyses_the_others(tmp_path):
+    """A plugged-in study's folder with its plugin not loaded: named with why, the other study analysed,
+    exit 1 (written, something left out); with no other folder, exit 2 naming it."""
+    from tests.personal_helpers import fake_folder
+
+    env = _env(tmp_path)
+    runs = tmp_path / "runs"
+    ran = _run(["harness.run", "stage=survey", f"runs_dir={runs}",
+                f"hydra.searchpath=[file://{tmp_path / 'plug' / 'conf'}]"], env, REPO)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    bare = dict(os.environ)  # the plugin not loaded
+    bare.pop("MEMSPACE_PLUGINS", None)
+    alone = _run(["harness.cli.analyze", f"runs_root={runs}", f"out={tmp_path / 'r0'}"], bare, REPO)
+    assert alone.returncode == 2, alone.stderr[-3000:]
+    assert f"{runs / 'survey' / 'first'}: stage.kind 'toyplug/survey' is no registered study" in alone.stderr
+    fake_folder(runs, "personal", "gpt-4o", {"name": "gpt4o", "model": "gpt-4o"},
+                [{"condition": c, "trial_id": f"t000{i}", "llm": {"profile": 3, "task": 4, "integration": 3}}
+                 for i in range(2) for c in ("naive_concat", "kernel_shared")])
+    out = tmp_path / "results"
+    ana = _run(["harness.cli.analyze", f"runs_root={runs}", f"out={out}", "resamples=20"], bare, REPO)
+    assert ana.returncode == 1, ana.stderr[-3000:] + ana.stdout[-2000:]
+    assert f"left out: {runs / 'survey' / 'first'}: stage.kind 'toyplug/survey' is no registered study" in ana.stderr
+    assert "MEMSPACE_PLUGINS" in ana.stderr and "analysis of personal" in ana.stderr
+    assert (out / "personal.md").exists() and not (out / "survey").exists()
+    view = _run(["analysis.export_inspect", f"runs={runs / 'survey' / 'first'}", f"out={tmp_path / 'logs'}"], bare, REPO)
+    assert view.returncode == 2, view.stderr[-3000:]
+    assert f"left out {runs / 'survey' / 'first'}: stage.kind 'toyplug/survey' is no registered study" in view.stderr
 
 
 def test_make_analyze_with_no_stage_folder_says_what_to_run(tmp_path):
@@ -128,19 +169,21 @@ def test_a_study_that_names_no_judge_has_nothing_to_judge(tmp_path):
 
 
 def test_no_makefile_line_and_no_command_names_a_study():
-    """The commands go through the registry: the Makefile and the command modules spell no study kind and
-    no study's analysis or judge module."""
+    """The commands go through the registry: the Makefile and the command modules (run, judge, analyze, view,
+    publish) spell no study kind and no module a study's step names."""
     from harness import studies
 
     names = set()
     for kind, s in studies.STUDIES.items().items():
         names.add(kind)
-        for target in (s.run, s.judge, s.analysis, s.judge_refusal):
+        for target in (s.run, s.judge, s.analysis, s.judge_refusal, s.inspect, s.power):  # a study's own modules
             if target:
                 names.add(target.partition(":")[0])
+    assert {"analysis.inspect_personal", "analysis.run", "judge.rubric", "analysis.power"} <= names
     make = (REPO / "Makefile").read_text()
     commands = {p: p.read_text() for p in [REPO / "judge" / "run.py", REPO / "harness" / "cli" / "analyze.py",
-                                           REPO / "harness" / "cli" / "run.py"]}
+                                           REPO / "harness" / "cli" / "run.py", REPO / "harness" / "cli" / "publish.py",
+                                           REPO / "analysis" / "export_inspect.py", REPO / "analysis" / "publish.py"]}
     import re
 
     said = [(n, "Makefile") for n in names if re.search(rf"-m {re.escape(n)}\b|\b{re.escape(n)}_ARGS\b", make)]

@@ -45,13 +45,13 @@ def manifest_rows(folder, ledger: pd.DataFrame | None = None) -> list[dict]:
         return [{**base, "key": "manifest", "setting": "manifest", "paper": "", "status": "unknown", "pool": "",
                  "stage": "not recorded (the stage was written before the fidelity manifest)", "detail": ""}]
     rows = [{**base, **r} for r in fid.get("rows") or []]
-    if folder.kind == "agents":
-        lines = list((getattr(folder, "judgements", None) or {}).values())
-        if lines:
-            judged = {r.key: asdict(r) for r in judged_rows(lines)}
-            rows = [{**base, **judged.pop(r["key"])} if r["key"] in judged else r for r in rows]
-            rows += [{**base, **r} for r in judged.values()]
-        rows += [{**base, **asdict(r)} for r in sent_rows(_ledger_entries(folder))]
+    lines = list((getattr(folder, "judgements", None) or {}).values())  # a folder with judged runs
+    if lines:
+        judged = {r.key: asdict(r) for r in judged_rows(lines)}
+        rows = [{**base, **judged.pop(r["key"])} if r["key"] in judged else r for r in rows]
+        rows += [{**base, **r} for r in judged.values()]
+    # what its model calls sent (none for a study without a model: no rows)
+    rows += [{**base, **asdict(r)} for r in sent_rows(_ledger_entries(folder))]
     return rows
 
 

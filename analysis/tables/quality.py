@@ -70,7 +70,7 @@ def _quality(res: Any) -> str:
                      f"applied); {leak_missing} private-variant runs without a leak judgement; "
                      f"{interrupted} interrupted attempts in the ledger.")
     for _, c in res.tables["coverage"].iterrows():
-        if c["kind"] == "agents" and c["records"] != c["planned"]:
+        if not c["complete"]:
             lines.append(f"- **INCOMPLETE: {c['folder']}: {c['records']} of {c['planned']} planned records.** "
                          "Its tables describe the recorded runs only.")
     sh = res.tables.get("shards")
@@ -105,7 +105,7 @@ def _coverage(res) -> pd.DataFrame:
     return pd.DataFrame(
         [{"folder": f.name, "family": family(f), "sweep": (f.info.get("sweep") or {}).get("override_dirname", ""),
           "kind": f.kind, "records": len(f.records), "planned": f.planned,
-          "complete": f.kind != "agents" or len(f.records) == f.planned} for f in res.folders],
+          "complete": len(f.records) == f.planned} for f in res.folders],  # every run its plan lists (none: complete)
         columns=["folder", "family", "sweep", "kind", "records", "planned", "complete"])
 
 

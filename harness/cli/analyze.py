@@ -13,8 +13,13 @@ other `key=value` goes to each chosen analysis that declares the key in its modu
 declares is refused (exit 2) before anything is written. `out=DIR` goes to the first analysis (the
 default study's, which rewrites DIR as a whole); each later one writes DIR/<its kind>.
 
+A folder whose study kind is not registered (a plugged-in study's, its plugin not loaded) is left out,
+named with why on a `left out:` line, and the other folders are analysed; the exit code is then at
+least 1 (written, something left out). Only when no folder's study is loaded does the command stop (2).
+
 Exit codes: the highest of the analyses' (0 written and clean; 1 written with something left
-out, each analysis says what; 2 bad arguments or no stage folder).
+out, each analysis or the line above says what; 2 bad arguments, no stage folder, or none whose study
+is loaded).
 """
 
 from __future__ import annotations
@@ -42,14 +47,22 @@ def _paths(argv: Sequence[str]) -> tuple[list[str], str]:
     return runs, root
 
 
-def kinds_present(argv: Sequence[str]) -> list[str]:
-    """The study kinds of the stage folders the arguments choose (pilots left out unless named)."""
+def kinds_present(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The study kinds of the stage folders the arguments choose (pilots left out unless named), and the
+    folders left out, each with why: a folder whose study is not registered (a plugin's, not loaded)."""
     from analysis.load import find_folders
 
     runs, root = _paths(argv)
     if not runs and not Path(root).exists():
-        return []
-    return sorted({studies.get(f.info.get("kind")).kind for f in find_folders(runs or None, root)})
+        return [], []
+    kinds, left_out = set(), []
+    for f in find_folders(runs or None, root):
+        try:
+            kinds.add(studies.get(f.info.get("kind")).kind)
+        except studies.StudyError as exc:
+            left_out.append(f"{f.path}: {exc}; a plugin's study is analysed with its plugin loaded "
+                            "(MEMSPACE_PLUGINS=<its module>, or its package installed)")
+    return sorted(kinds), left_out
 
 
 def analyses(kinds: Sequence[str]) -> dict[str, list[str]]:
@@ -78,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from harness.plugins import PluginError, RegistryError
 
     try:
-        kinds = kinds_present(argv)
+        kinds, left_out = kinds_present(argv)
+        if not kinds and left_out:
+            raise AnalysisError("no stage folder whose study is loaded: " + "; ".join(left_out))
         if not kinds:
             runs, root = _paths(argv)
             raise AnalysisError(f"no stage folders under {','.join(runs) or root}; run a stage first "
@@ -97,7 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs, _ = _paths(argv)
     argv = [a for a in argv if "=" in a and a.partition("=")[0] != "runs"] + ([f"runs={','.join(runs)}"] if runs else [])
     out = next((a.partition("=")[2] for a in argv if a.startswith("out=")), None)
-    code = 0
+    for why in left_out:
+        print(f"left out: {why}", file=sys.stderr)
+    code = 1 if left_out else 0  # written, something left out (each named above)
     for i, (target, module) in enumerate(modules.items()):
         own = _options(module)
         args = [a for a in argv if own is None or a.partition("=")[0] in own]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 import traceback
-from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -23,6 +22,7 @@ from harness.records.schema import SCHEMA_VERSION, RunRecord
 from harness.run import fidelity, settings
 from harness.run.context import Environment, RunContext
 from harness.run.driver import RunStep, call_notes, now, stage_info, validated
+from harness.run.expected import expected_lines, run_tokens
 from harness.run.loop import TranscriptRecorder, run_loop
 from harness.run.plan import Plan, RunSpec, build
 from harness.run.prepare import MemoryPreparer
@@ -63,36 +63,6 @@ def needs_memory(nodes):
     its node (settings.condition_nodes)."""
     uses = {name: "memory_space" in getattr(conditions.load(str(c.module)), "NEEDS", ()) for name, c in nodes.items()}
     return lambda spec: uses[spec.condition]
-
-
-EXPECTED = Path(__file__).resolve().parents[2] / "conf" / "expected"
-
-
-def expected_lines(cfg, conds: list[str]) -> list[str]:
-    """The range each condition gives on the embedded defaults (conf/expected/<stage>.yaml, measured), or
-    that none is measured yet, so the end of a stage says whether its numbers look right."""
-    import yaml
-
-    path = EXPECTED / f"{cfg.stage.get('name')}.yaml"
-    if not path.exists():
-        return []
-    exp = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    want = exp.get("applies_to") or {}
-    got = {"model": cfg.model.get("name"), "encoder": (cfg.get("encoder") or {}).get("name"),
-           "data": (cfg.get("data") or {}).get("kind")}
-    off = [f"{k} {got.get(k)} (expected for {v})" for k, v in want.items() if str(got.get(k)) != str(v)]
-    rows = exp.get("conditions") or {}
-    where = f"conf/expected/{path.name}"
-    if not rows or not exp.get("measured"):
-        return [f"expected on the embedded defaults: not yet measured ({where})"]
-    out = [f"expected on the embedded defaults ({where}, measured {exp['measured']})"
-           + (f"; they do not apply here: {', '.join(off)}" if off else "") + ":"]
-    for c in conds:
-        r = rows.get(c)
-        if r:
-            acc, tok = r.get("accuracy") or [None, None], r.get("tokens_per_run") or [None, None]
-            out.append(f"  {c:<22} accuracy {acc[0]:.0%}-{acc[1]:.0%}, tokens/run {tok[0]:,}-{tok[1]:,}")
-    return out
 
 
 class AgentStep(RunStep):
@@ -244,7 +214,7 @@ class AgentStep(RunStep):
         for (cond, var), rs in sorted(rows.items()):
             n = len(rs)
             used = sum(r.tool_calls > 0 for r in rs)
-            tokens = sum(r.tokens.prompt + r.tokens.output for r in rs) / n
+            tokens = sum(run_tokens(r) for r in rs) / n
             est = "~" if any(c.usage_estimated for r in rs for c in r.calls) else " "
             judged = [labels.get(r.run_id) for r in rs] if labels else []
             acc = (f"{sum(bool(x) for x in judged) / n:>9.0%}" + ("*" if None in judged else " ")) if labels \

@@ -89,7 +89,7 @@ def stage_info(stage: StageSettings, model: dict, plan, fidelity_record: dict, *
     """stage.json's content for `plan` (anything with stage, label, seed, data, runs, to_dict()); stage: the
     stage's typed node, model: the model preset as recorded (resolved)."""
     return {
-        "schema_version": SCHEMA_VERSION, "kind": str(stage.get("kind") or "agents"),
+        "schema_version": SCHEMA_VERSION, "kind": studies.get(stage.get("kind")).kind,
         "record": studies.get(stage.get("kind")).record,
         "stage": plan.stage, "label": plan.label, "seed": plan.seed, "data": plan.data,
         "plan": plan.to_dict(), "versions": versions(), "code": code_revision(REPO),

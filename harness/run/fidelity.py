@@ -704,13 +704,14 @@ def envelope() -> dict:
 def services_rows(cfg, need: set[str], study: str = "agents", needed: list | None = None) -> list[Row]:
     """The servers' versions (asked of the servers the stage's index lives on, or of `needed`: the
     (service, settings) pairs a study says it uses) and the resource envelope, beside the paper's
-    (Section 4): declared, never refused."""
+    (Section 4): declared, never refused. `study` only picks the paper's envelope (conf/paper.yaml
+    `envelope.<study>`); what is compared is what that envelope names (a Redis memory cap where it has one)."""
     from harness.memory.backends.base import backend_class
 
     ref = reference()
     paper_sv, paper_env = ref["services"], ref["envelope"][study]
     rows = []
-    if "memory_space" in need or study == "backends":
+    if "memory_space" in need:
         facts: dict = {}
         if needed is None:
             ix = plain(cfg.index)
@@ -725,7 +726,7 @@ def services_rows(cfg, need: set[str], study: str = "agents", needed: list | Non
                 facts[service] = f"unreachable ({type(exc).__name__})"
         want = {k: paper_sv[k] for k in facts if k in paper_sv}
         got = {k: v for k, v in facts.items() if k in paper_sv}
-        if study == "backends" and "redis" in facts:
+        if "redis_maxmemory" in paper_env and "redis" in facts:
             want["redis_maxmemory"] = paper_env["redis_maxmemory"]
             got["redis_maxmemory"] = facts.get("redis_maxmemory")
         same = all(str(got.get(k)) == str(v) for k, v in want.items() if k != "redis_maxmemory") and (
@@ -734,7 +735,8 @@ def services_rows(cfg, need: set[str], study: str = "agents", needed: list | Non
                         fmt(want) if want else fmt({k: paper_sv[k] for k in ("redis", "postgres", "pgvector")}),
                         fmt(got) if got else "in process, no server", _status(same) if want else "not used",
                         "", "" if same else "declared (Section 5.4's latency and footprint depend on it)"
-                        + ("; make services-up REDIS_MAXMEMORY=2gb" if study == "backends" else ""), refuse=False))
+                        + (f"; make services-up REDIS_MAXMEMORY={paper_env['redis_maxmemory']}"
+                           if "redis_maxmemory" in want else ""), refuse=False))
     env = envelope()
     same = env["cores"] == paper_env["cores"] and env["memory_gb"] is not None and \
         abs(env["memory_gb"] - paper_env["memory_gb"]) < 0.15
@@ -900,24 +902,33 @@ def refusal_text(refused: list[Row]) -> str:
 
 
 def check_sweep(jobs: list[list[str]]) -> None:
-    """Before job 0 of a sweep runs: every other job's config under the lock (its rows but the data's and the
-    samples' sizes, which need its plan). WHY: `-m stage.conditions.prefetch.k=8,2` ran job 0's whole stage
-    before job 1 was refused."""
-    from harness.failures import EnvironmentFailure
+    """Before job 0 of a sweep runs: every other job's config under the lock, by the check its study names
+    (harness/studies/: `Study.sweep_check`; none: not checked ahead). WHY: `-m stage.conditions.prefetch.k=8,2`
+    ran job 0's whole stage before job 1 was refused."""
+    from harness import studies
     from harness.run.settings import compose_job
     from harness.run.plan import PlanError
 
     for job in jobs:
         cfg = compose_job(job)
-        if preset(cfg) != "paper" or (cfg.stage.get("kind") or "agents") != "agents":
+        study = studies.get(cfg.stage.get("kind"))
+        if preset(cfg) != "paper" or not study.sweep_check:
             continue
         try:
-            refused = decide(cfg, manifest(cfg, None))
+            study.step("sweep_check")(cfg, job)
         except ValueError as exc:
             raise PlanError(f"sweep job {' '.join(job)}: {exc}") from None
-        if refused:
-            raise EnvironmentFailure(f"preflight fidelity failed for the sweep's job {' '.join(job)}: "
-                                     + refusal_text(refused), FIX)
+
+
+def check_job(cfg, job: list[str]) -> None:
+    """One sweep job of a stage whose manifest needs no plan (the agent stages): its rows but the data's and the
+    samples' sizes under the lock, refused as its own preflight would refuse them."""
+    from harness.failures import EnvironmentFailure
+
+    refused = decide(cfg, manifest(cfg, None))
+    if refused:
+        raise EnvironmentFailure(f"preflight fidelity failed for the sweep's job {' '.join(job)}: "
+                                 + refusal_text(refused), FIX)
 
 
 def raise_refusals(cfg, rows: list[Row]) -> None:

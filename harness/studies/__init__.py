@@ -7,7 +7,10 @@ records/ holds. The commands dispatch through this registry and spell no kind; a
 is one module here (or a plugin, harness.plugins) that calls `register`.
 
 Steps are named as "module:function" and imported when used, so the registry imports none
-of the heavy code it points to (and the harness never imports the judge or the analysis).
+of the heavy code it points to. Such a string is an import all the same: tests/test_import_graph.py
+reads it as one, so the kind modules (`harness.studies.*`) sit above the analysis and the benchmarks
+they name, beside the command line, while this registry stays below the driver, the judge and the
+analysis that read it (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -29,6 +32,14 @@ class Study:
     power: str | None = None  # "module:function"(cfg, plan, forecast rows) -> str: a dry run's power lines
     judge_refusal: str | None = None  # "module:function"(cfg) -> why this judge is refused, or None (asked in a dry run)
     judge_checks: str = ""  # the commands that check this study's judge (named when another study's are refused)
+    # "module:function"(folder, judge name or None) -> [(file name, inspect_ai EvalLog)]: how `make view`
+    # (analysis.export_inspect) writes its folders; None: its records are agent run records ("record"),
+    # which analysis.export_inspect writes itself
+    inspect: str | None = None
+    publishable: bool = False  # `make publish` (analysis.publish) can write its folders as tables
+    # "module:function"(cfg, job overrides): a later job of a preset=paper sweep checked before job 0 runs
+    # (raises what the job's own preflight would); None: each job is checked when it starts
+    sweep_check: str | None = None
     about: str = ""
 
     def step(self, name: str) -> Callable[..., Any]:
