@@ -24,7 +24,7 @@ def _unit(item) -> str | None:
     it is handed out alone, so no long file ends the suite on one worker while the other idles. Grouped:
     the cluster tests (one worker owns the SLURM cluster) and a file with a fixture of its own scoped
     wider than a test (set up once, on one worker, as under `--dist loadfile`)."""
-    if item.get_closest_marker("cluster"):
+    if item.get_closest_marker("cluster") or "cluster" in item.fixturenames:
         return "cluster"
     module = item.nodeid.split("::", 1)[0]
     info = getattr(item, "_fixtureinfo", None)
