@@ -340,7 +340,11 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
     # a run's text repeats it
     from harness.records.schema import file_policy
 
-    warm = privacy.Publisher(ex.private, warm=True)
+    import conditions
+    from harness.run.settings import publish_names
+
+    registered = conditions.CONDITIONS.names()
+    warm = privacy.Publisher(ex.private, warm=True, registered=registered, names=publish_names)
     for (name, rel), text in texts.items():
         kind = file_policy(rel)
         if kind is None or kind == "prompt":
@@ -353,9 +357,12 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
         for obj in objs:
             if isinstance(obj, dict):
                 warm.publish(kind, obj)
-    import conditions
-
-    ex.publisher = privacy.Publisher(ex.private, registered=conditions.CONDITIONS.names())
+    # the stage's own identifiers (its files' names, the run ids, labels and conditions the warm pass saw published):
+    # a withheld value that is part of one goes out as that identifier anyway, so it is not replaced in text
+    files = {part for (name, rel) in texts for part in [*name.split("/"), *rel.split("/"),
+                                                         *(Path(p).stem for p in rel.split("/"))]}
+    identifiers = warm.settle(files)
+    ex.publisher = privacy.Publisher(ex.private, registered=registered, names=publish_names, identifiers=identifiers)
     for name, root in folders.items():
         # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted
         _add_folder(ex, name, root, {rel: t for (n, rel), t in texts.items() if n == name}, private_transcripts)

@@ -41,7 +41,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 URL = "<endpoint url>"
@@ -183,6 +183,10 @@ def _bare_redacted(m: re.Match) -> tuple[str, bool]:
     return f"{HOST}{_without_secret(path)}{found[len(url):]}", bool(rest) or _secret_at(path) is not None
 
 
+# a remote path as scp, rsync and git write it: [user@]host:/path or host:~/path (not a URL's "://")
+_REMOTE_RE = re.compile(r"(?<![\w.@/:\\%+-])([\w.%+-]+@)?([A-Za-z0-9][\w.-]*):((?:~[\w.-]*)?/(?!/)[^\s\"'`<>]*)")
+
+
 def _drives(text: str) -> list[re.Match]:
     found = _find(text, ":\\", _WIN_RE, False) + _find(text, ":/", _WIN_RE, False)
     return sorted({m.start(): m for m in found}.values(), key=lambda m: m.start())
@@ -279,9 +283,15 @@ def _without_secret(path: str) -> str:
     return path if i is None else "/".join(path.split("/")[:i] + [KEY])
 
 
+# the schemes whose path is a public page's address (kept up to a secret in it); any other scheme's path is a place
+# on a server (sftp://jo@files/home/jo, smb://server/share/jo, s3://bucket/jo): withheld whole
+WEB_SCHEMES = frozenset({"http", "https"})
+
+
 def _sanitize_url(url: str) -> str:
-    """A URL that is no endpoint: its scheme and path up to a secret in it, no user info, host, query or fragment
-    (a local file's path as `<local path>/NAME`)."""
+    """A URL that is no endpoint, rebuilt from its structure: its scheme always; no user info, host, query or
+    fragment; a web page's path (http, https) up to a secret in it, any other scheme's path withheld whole (a local
+    file's path as `<local path>/NAME`)."""
     try:
         u = urlsplit(url)
     except ValueError:
@@ -289,6 +299,8 @@ def _sanitize_url(url: str) -> str:
     local = _file_path(u)
     if local:
         return f"{u.scheme}:{local_placeholder(local)}"
+    if u.scheme.lower() not in WEB_SCHEMES:  # sftp, smb, ssh, s3, redis...: a path there names a user's folder
+        return f"{u.scheme}://{HOST}" if u.netloc or u.path.strip("/") else f"{u.scheme}:"
     return f"{u.scheme}://{HOST}{_without_secret(u.path)}" if u.netloc else f"{u.scheme}:{u.path}"
 
 
@@ -353,6 +365,14 @@ class Private:
         self.other_urls.add(m.group(0).rstrip(".,;:!?)]}"))
         return _bare_redacted(m)[0]
 
+    def _remote(self, m: re.Match) -> str:
+        """`[user@]host:/path` (scp, rsync, git over ssh): the host and the path's folders withheld."""
+        user, host, path = m.group(1), m.group(2), m.group(3)
+        if len(host) == 1 or not (user or "." in host or is_local(path.rstrip(".,;:!?)]}"))):
+            return m.group(0)  # a drive letter (C:/...), or a word and a colon before a short path
+        self.other_urls.add(m.group(0))
+        return f"{HOST}:{local_placeholder(path.rstrip('.,;:!?)]}'))}{path[len(path.rstrip('.,;:!?)]}')):]}"
+
     def _path(self, m: re.Match) -> str:
         p = m.group(0)
         if not is_local(p):
@@ -381,6 +401,7 @@ class Private:
             else:  # with what follows it below that folder (/scratch/jo + /jdoe/x: no name of it stays)
                 text = re.sub(re.escape(form) + _BOUNDARY + _TAIL, lambda m: local_placeholder(m.group(0)), text)
         text = _sub_keys(text)
+        text = _REMOTE_RE.sub(self._remote, text) if ":" in text else text
         text = _UNC_RE.sub(self._path, text) if "\\\\" in text else text
         text = _HOME_RE.sub(self._path, text) if "~" in text else text
         text = _PATH_RE.sub(self._path, text) if "/" in text else text
@@ -419,6 +440,9 @@ def leaks(text: str, known: Private | None = None, secrets: set[str] | None = No
         path = _unescaped(m.group(1)).rstrip(".,;:!?)]}")  # a mark after a URL is no part of it (as in `_url`)
         if _secret_at(path) is not None:
             out.append(f"a URL with a secret in its path (<host>{_without_secret(path)})")
+    for m in _REMOTE_RE.finditer(text) if ":" in text else []:
+        if m.group(2) != HOST.strip("<>") and len(m.group(2)) > 1 and (m.group(1) or "." in m.group(2)):
+            out.append(f"a remote path ({m.group(2)}:...)")
     for m in (list(_PATH_RE.finditer(text)) if "/" in text else []) + _drives(text) + \
             (list(_HOME_RE.finditer(text)) if "~" in text else []) + \
             (list(_UNC_RE.finditer(text)) if "\\\\" in text else []):
@@ -437,6 +461,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:|+#@-]{0,127}(?:/[A-Za-z0-9][A-Za-z
 _RELATIVE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}){1,7}/?")
 _DATE = re.compile(r"\d{4}[/-]\d{2}[/-]\d{2}(?: \([A-Z][a-z]{2}\))?(?: \d{2}:\d{2}(?::\d{2})?)?")
 _HASH = re.compile(r"[0-9a-f]{1,16}|[0-9a-f]{40}|[0-9a-f]{64}")  # an id, a git commit, a sha256
+_LONG_HEX = re.compile(r"[0-9a-fA-F]{16,}")  # a hash: no identifier a withheld value could be a part of
 # keys whose values are places, people or secrets: withheld whatever they hold (a DSN, a host, a note)
 _PLACE_KEY = re.compile(r"^(.*[_-])?(dsn|conn(ection)?(_?string)?|hosts?|hostname|server|machine|port|user(name)?|"
                         r"login|owner_name|notes?|comments?|description|table|index|prefix|namespace|database|db|"
@@ -457,12 +482,30 @@ def _leaves(v: Any) -> list[Any]:
     return [v]
 
 
+_IPV6 = re.compile(r"\[?[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}(?:%[\w.-]+)?\]?(?::\d+)?")
+_MAC = re.compile(r"[0-9a-fA-F]{2}(?:([:-])[0-9a-fA-F]{2})(?:\1[0-9a-fA-F]{2}){4}|[0-9a-fA-F]{4}(?:\.[0-9a-fA-F]{4}){2}")
+
+
 def looks_like_host(value: str) -> bool:
-    """A host name or an IPv4 address by its shape (db.internal.corp.com, 10.0.0.7): a place, never a name."""
-    labels = value.lower().rstrip(".").split(".")
+    """A host or an address by its structure, whatever its top-level domain: a dotted name ending in a word
+    (db.internal.corp.com, sqlhost7.zqcorp.example), an IPv4 or IPv6 address (10.0.0.7, fe80::1, 2001:db8::5), a
+    MAC address (00:1a:2b:3c:4d:5e), each with or without a port: a place, never a name."""
+    text = value.strip().lower().rstrip(".")
+    host = re.sub(r":\d{1,5}$", "", text)
+    labels = host.split(".")
     if len(labels) == 4 and all(x.isdigit() and int(x) < 256 for x in labels):
         return True
-    return len(labels) >= 2 and labels[-1] in _TLD and all(re.fullmatch(r"[a-z0-9-]+", x) for x in labels)
+    if ("::" in text or text.count(":") >= 3) and _IPV6.fullmatch(text) or _MAC.fullmatch(text):
+        return True
+    return len(labels) >= 2 and (labels[-1] in _TLD or re.fullmatch(r"[a-z]{2,24}", labels[-1]) is not None) and \
+        all(re.fullmatch(r"[a-z0-9_-]+", x) for x in labels)
+
+
+def looks_like_place(value: str) -> bool:
+    """A host or address (looks_like_host), a host:port, or a person's address (jo@gateway, jo@corp.example): what
+    an open name of the configuration (a model id, a preset's name) never is."""
+    text = value.strip()
+    return looks_like_host(text) or "@" in text or re.fullmatch(r"[A-Za-z0-9][\w.-]*:\d{2,5}", text) is not None
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -528,16 +571,51 @@ _PLACEHOLDER = re.compile(rf"(?:[A-Za-z][A-Za-z0-9+.-]{{1,15}}:(?://{re.escape(H
                           rf"(?:/{_FILE_NAME.pattern})?|{re.escape(URL)}|{re.escape(KEY)}|<withheld>)")
 
 
+@dataclass(frozen=True)
+class Node:
+    """A configuration key whose value is a node of another declared kind (`stage.conditions.X` is a condition);
+    `leaf`: the rule for a plain string where the node may be named instead (an index's `dense: exact`)."""
+
+    kind: str
+    leaf: Any = None
+
+
+ENDPOINT = "endpoint url"  # a declared key whose value is a model endpoint's URL: <endpoint url>
+FILE = "file path"  # a declared key whose value is a file: a path as <local path>/NAME, or an open name
+# the declarations of the configuration's keys: (node kind, the node or None, the configuration's root) -> key ->
+# a rule (a Node, ENDPOINT, FILE, a set of choices or a check of the string); a key not in it carries no name
+Names = Callable[[str, "dict | None", dict], dict]
+
+
+def open_name(value: str) -> bool:
+    """A name no list holds (a model id, a preset's or a sample's name): a plain name by its shape that is no
+    place (looks_like_place)."""
+    return is_name(value) and not looks_like_place(value)
+
+
 class Publisher:
     """The publish policy of harness.records.schema.POLICY applied to one object: every field by its declared
     policy, a field without one dropped; `found` (the stage's Private) is the second line on every kept string.
-    `withheld` counts what stayed home, by "kind.field"."""
+    `withheld` counts what stayed home, by "kind.field".
 
-    def __init__(self, found: Private, warm: bool = False, registered: Iterable[str] = ()):
+    A configuration (config.yaml, a record's condition_config, model, index, encoder...) is published by the
+    declarations of its typed keys (`names`, harness.run.settings.publish_names): a string goes out only under a
+    key that declares it a name and only when it passes that key's check (a choice, a registered name, an open
+    name's shape); a number or flag goes out; any other string is `<withheld>`, and replaced wherever it appears
+    in other published text, unless it is part of one of the stage's own identifiers (`identifiers`: its file
+    names, run ids, labels, condition names), which go out as those anyway, so withholding a harmless name never
+    garbles a file name or an id."""
+
+    def __init__(self, found: Private, warm: bool = False, registered: Iterable[str] = (),
+                 names: Names | None = None, identifiers: Iterable[str] = ()):
         self.found = found
         self.registered = frozenset(registered)  # the code names installed here (REGISTERED keeps only these)
         self.withheld: dict[str, int] = {}
         self.warm = warm  # only read the rebuilt fields, for what they withhold (then replaced in every text)
+        self.names = names  # None: no key declares a name, every configuration string is withheld
+        self.identifiers: set[str] = set(identifiers)
+        self.pending: set[str] = set()  # warm: withheld values, replaced everywhere once the identifiers are known
+        self._blob = "\n".join(sorted(self.identifiers))
 
     def _count(self, where: str, value: Any = None) -> None:
         self.withheld[where] = self.withheld.get(where, 0) + 1
@@ -545,7 +623,92 @@ class Publisher:
         # a withheld configuration value is replaced wherever it appears (`hunter2` too): any of 4 characters or
         # more but a plain word of letters shorter than 8 (`true`, `local`, `auto`: replacing those garbles text)
         if len(text) >= 4 and not (text.isalpha() and len(text) < 8) and not _PLACEHOLDER.fullmatch(text):
-            self.found.keys.add(text)
+            if self.warm:
+                self.pending.add(text)
+            elif text not in self._blob:  # part of a file name or an id: published as that, never garbled
+                self.found.keys.add(text)
+
+    def settle(self, identifiers: Iterable[str] = ()) -> set[str]:
+        """After the warm pass: the stage's identifiers (the published names the warm pass saw, and `identifiers`:
+        its files' paths) known, every withheld value that is no part of one is replaced wherever it appears.
+        Returns the identifiers, for the Publisher that writes."""
+        self.identifiers |= {i for i in identifiers if i and not _LONG_HEX.fullmatch(i)}
+        self._blob = "\n".join(sorted(self.identifiers))
+        self.found.keys |= {t for t in self.pending if t not in self._blob}
+        return set(self.identifiers)
+
+    def _identifier(self, v: Any) -> None:
+        """Warm: a published string that is a name (a run id, a label, a condition): an identifier of the stage."""
+        if isinstance(v, str):
+            if is_name(v) and not looks_like_host(v) and not _LONG_HEX.fullmatch(v):
+                self.identifiers.add(v)
+        elif isinstance(v, list):
+            for x in v:
+                self._identifier(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                self._identifier(x)
+
+    # ---------------------------------------------------------------- configuration, by its declared keys
+
+    def _declare(self, kind: str | None, node: dict | None, top: dict) -> dict:
+        return (self.names(kind, node, top) or {}) if kind and self.names is not None else {}
+
+    def config(self, kind: str, v: Any, where: str, top: dict | None = None) -> Any:
+        """A configuration value of node kind `kind` as it may be published (see the class's docstring)."""
+        return self._rule(Node(kind, self._declare(kind, None, top or {}).get("")), v, where, top or {}, "")
+
+    def _node(self, kind: str | None, v: dict, where: str, top: dict) -> dict:
+        declared = self._declare(kind, v, top)
+        out = {}
+        for k, x in v.items():
+            if not isinstance(k, str) or not is_name(k) or looks_like_place(k) or "${" in k:
+                self._count(f"{where}.<key>", k if isinstance(k, str) else None)
+                continue
+            out[k] = self._rule(declared.get(k), x, f"{where}.{k}", top, k)
+        return out
+
+    def _rule(self, rule: Any, x: Any, where: str, top: dict, key: str) -> Any:
+        if x is None or isinstance(x, (bool, int, float)) or (isinstance(x, str) and x == ""):
+            return x
+        if isinstance(x, list):
+            return [self._rule(rule, y, where, top, key) for y in x]
+        if isinstance(x, dict):
+            return self._node(rule.kind if isinstance(rule, Node) else None, x, where, top)
+        if not isinstance(x, str):
+            self._count(where)
+            return WITHHELD
+        if isinstance(rule, Node):
+            rule = rule.leaf
+        return self._config_leaf(rule, x, where, key)
+
+    def _config_leaf(self, rule: Any, v: str, where: str, key: str) -> str:
+        text = v.strip()
+        if _PLACEHOLDER.fullmatch(text):  # what an earlier redaction left: nothing of this machine
+            return v
+        url = _SCHEME_RE.match(text) is not None
+        path = text.startswith(("/", "~", "\\\\")) or re.match(r"[A-Za-z]:[\\/]", text) is not None
+        if "${" not in text and rule == ENDPOINT and url:
+            self.found.urls.add(text)
+            return URL
+        if "${" not in text and rule == FILE and (url or path):
+            return self._leaf(v, "", where)  # a file URL or path: <local path>/NAME, nothing of its folders
+        ok = False
+        if "${" not in text and rule is not None and rule not in (ENDPOINT, FILE):
+            ok = v in rule if isinstance(rule, (set, frozenset, tuple, list, dict)) else bool(rule(v))
+        elif rule == FILE and "${" not in text:
+            ok = open_name(v)
+        if ok and self.found.redact(v) == v:
+            return v
+        if url or path:  # withheld whole; found by its shape wherever text repeats it
+            if url:
+                self.found.other_urls.add(text)
+            elif is_local(text):
+                self.found.paths.add(text.rstrip("/\\"))
+            self._count(where)
+        else:
+            self._count(where, text)
+        return WITHHELD
 
     def publish(self, kind: str, obj: Any, private: bool = False) -> Any:
         """`obj` (one JSON object of a file of policy `kind`) as it may be published; `private`: the run's
@@ -558,6 +721,11 @@ class Publisher:
         if not isinstance(obj, dict):
             self._count(kind)
             return WITHHELD
+        from harness.records.schema import CONFIG
+
+        whole = policies.get("*")
+        if len(policies) == 1 and isinstance(whole, str) and whole.startswith(CONFIG):  # a configuration file
+            return self.config(whole[len(CONFIG):], obj, kind, top=obj)
         out = {}
         for k, v in obj.items():
             policy = policies.get(k)
@@ -574,14 +742,18 @@ class Publisher:
         return out
 
     def _field(self, policy: Any, v: Any, where: str, private: bool, key: str) -> Any:
-        from harness.records.schema import (CODE, IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED, REBUILT,
-                                            REGISTERED, TEXT)
+        from harness.records.schema import (CODE, CONFIG, IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED,
+                                            REBUILT, REGISTERED, TEXT)
 
         if isinstance(policy, list):  # a list of objects of one policy
             return [self._object(POLICY[policy[0]], x, policy[0], private) for x in v] if isinstance(v, list) \
                 else self._field(REBUILT, v, where, private, key)
         if policy in POLICY:
             return self._object(POLICY[policy], v, policy, private) if v is not None else None
+        if isinstance(policy, str) and policy.startswith(CONFIG):  # a configuration node, by its declared keys
+            return self.config(policy[len(CONFIG):], v, where)
+        if self.warm and policy == PUBLISHED:
+            self._identifier(v)
         if self.warm and policy != REBUILT:
             return None
         if policy == PUBLISHED:  # an identifier, a time, a hash: kept when it is one, by its shape
