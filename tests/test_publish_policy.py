@@ -10,18 +10,23 @@ issue saw leak) are beside them.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import io
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from analysis import publish as P
+from harness.cli import publish as publish_cli
 from harness.records import privacy
 from harness.records.schema import FILE_POLICY, POLICY, RunRecord, file_policy
 from tests.analysis_fixtures import Stage
@@ -417,3 +422,168 @@ def test_a_key_no_memory_log_of_the_tree_writes_is_published_as_structure():
     assert {k: out[k] for k in ("kind", "agent", "view", "k", "units", "scoring")} == \
         {k: log[k] for k in ("kind", "agent", "view", "k", "units", "scoring")}
     assert out["note"] == "timeout" and out["extra"] == {"count": 3, "who": privacy.WITHHELD}
+
+
+# ------------------------------------------------------------------------------ the configuration, by its typed keys
+
+
+def _zq(pattern: str = r"zq[a-z0-9]{4,8}"):
+    return st.from_regex(pattern, fullmatch=True)
+
+
+TLD = st.from_regex(r"[a-z]{2,10}", fullmatch=True)  # any top-level domain, not a list's
+CONFIG_HOST = st.builds(lambda a, b, tld: f"{a}.{b}.{tld}", _zq(), _zq(), TLD)
+IPV4 = st.builds(lambda a, b, c: f"10.{a}.{b}.{c}", *[st.integers(0, 255)] * 3)
+IPV6 = st.builds(lambda a, b, c: f"fd{a:02x}:{b:x}::{c:x}", st.integers(0, 255), st.integers(1, 0xFFFF),
+                 st.integers(1, 0xFFFF))
+MAC = st.lists(st.integers(0, 255), min_size=6, max_size=6).map(lambda b: ":".join(f"{x:02x}" for x in b))
+EMAIL = st.builds(lambda u, h: f"{u}@{h}", _zq(), st.one_of(_zq(), CONFIG_HOST))  # jo@gateway, jo@corp.example
+PLAIN_SECRET = _zq(r"zq[a-z]{3,6}[0-9]{1,3}")  # hunter2's shape: a plain name by every test of shape
+TOKEN = st.builds(lambda p, b: p + "zq" + b, st.sampled_from(["", "sk-", "tok_", "key-", "Zz"]),
+                  st.text(alphabet=ALNUM, min_size=12, max_size=32).filter(_mixed))
+CONFIG_USER = st.builds(lambda a, b, two: f"Zq{a}" + (f" Zx{b}" if two else ""), _zq(r"[a-z]{3,6}"),
+                        _zq(r"[a-z]{3,6}"), st.booleans())
+CONFIG_PATH = st.builds(lambda shape, user, d: shape.format(user=user, d=d), st.sampled_from([
+    "/home/{user}/{d} runs/x.json", "C:\\Users\\{user}\\{d} data\\y", "~/{d}/{user}", "\\\\fileserver\\{user}\\{d}",
+    "/srv/{d} x/{user}/z", "/dev/shm/{user}/{d}"]), CONFIG_USER, _zq())
+SCHEME = st.one_of(st.sampled_from(["sftp", "smb", "ssh", "https", "redis", "postgres", "s3", "git+ssh"]),
+                   st.from_regex(r"[a-y][a-z0-9+.-]{1,8}", fullmatch=True))
+URL_WITH_USER = st.builds(lambda s, u, pw, h, d: f"{s}://{u}:{pw}@{h}/home/{u}/{d}", SCHEME, _zq(), PLAIN_SECRET,
+                          st.one_of(CONFIG_HOST, _zq(), IPV4), _zq())
+CONFIG_VALUE = st.one_of(CONFIG_HOST, IPV4, IPV6, MAC, EMAIL, PLAIN_SECRET, TOKEN, CONFIG_PATH, URL_WITH_USER)
+PLACE = st.one_of(CONFIG_HOST, IPV4, IPV6, MAC, EMAIL, CONFIG_PATH, URL_WITH_USER)  # what no open name may be
+# a key no schema declares (declared keys never start with x_), under any node of the configuration
+NEW_KEY = st.from_regex(r"x_[a-z]{2,8}", fullmatch=True)
+NODES = [(), ("model",), ("judge",), ("index",), ("encoder",), ("data",), ("stage",), ("stage", "conditions", "tool_bm25"),
+         ("stage", "conditions", "none"), ("samples", "smoke"), ("model", "params"), ("x_plugin",)]
+RECORD_FIELDS = ["condition_config", "adapter", "model", "index", "encoder"]
+
+
+def _forbidden(value: str) -> list[str]:
+    """What of a generated value may not be published: itself, and each of its generated parts (zq...)."""
+    return [value, *re.findall(r"(?i)zq[a-z0-9]+", value)]
+
+
+def _config_stage(root: Path, planted: list[tuple[str, tuple, str, str]], misshaped: dict) -> tuple[Path, list[str]]:
+    """A stage whose config.yaml and records hold the planted values; returns its folder and the run ids."""
+    config = {"model": {"name": "vllm", "provider": "openai_compatible", "model": "test-model",
+                        "base_url": "http://127.0.0.1:9/v1", "params": {"temperature": 0}},
+              "judge": {"name": "testjudge"}, "index": {"name": "exact", "dim": 384},
+              "encoder": {"name": "minilm", "device": "cpu"}, "data": {"kind": "synth", "size": "tiny", "seed": 0},
+              "stage": {"name": "cfg", "label": "cfg", "kind": "agents", "tool_guidance": "assisted",
+                        "conditions": {"tool_bm25": {"module": "memory_tool", "scoring": "bm25", "scope": "own", "k": 8,
+                                                     "guidance": "assisted"},
+                                       "none": {"module": "none"}},
+                        "groups": [{"sample": "smoke", "conditions": ["none", "tool_bm25"], "repeats": 1}]},
+              "samples": {"smoke": {"per_type": 1, "limit": 3}}, "seed": 0, "runs_dir": "runs"}
+    # the same value's wrong shape under keys that declare a name: a choice, a registered name, an open name
+    config["model"]["model"] = misshaped["open"]
+    config["encoder"]["device"] = misshaped["any"]
+    config["stage"]["conditions"]["tool_bm25"]["scoring"] = misshaped["any"]
+    config["stage"]["groups"].append({"sample": misshaped["any"], "conditions": [misshaped["place"]]})
+    st_ = Stage(root / "runs", "cfg", data={"path": "/nonexistent/synth_tiny.json", "sha256": "d" * 64,
+                                           "kind": "synth"}, config_extra=config)
+    recs = [st_.add("tool_bm25", "q1", module="memory_tool", answer="an answer"),
+            st_.add("none", "q2", module="none", answer="another answer")]
+    for r in recs:
+        r["condition_config"] = {"module": r["module"], "scoring": misshaped["any"], "compare_with": [misshaped["place"]]}
+        r["adapter"] = {"name": "json_schema"}
+        r["model"] = {"name": "vllm", "model": misshaped["open"], "provider": "openai_compatible"}
+    said = []
+    for where, node, key, value in planted:
+        if where == "config":
+            target = config
+            for part in node:
+                target = target.setdefault(part, {})
+            target[key] = value
+        else:
+            for r in recs:
+                if not isinstance(r.get(where), dict):
+                    r[where] = {}
+                r[where][key] = value
+        said.append(value)
+    # a public run's answer repeats them: the configuration's withheld values are replaced wherever text holds them
+    recs[0]["answer"] = "I saw " + " and ".join(said) + "."
+    folder = st_.write()
+    return folder, [r["run_id"] for r in recs]
+
+
+# (config.yaml or a record's configuration field, the node of config.yaml, a key no schema declares, a value)
+PLANTED_CONFIG = st.lists(st.tuples(st.sampled_from(["config", "config", *RECORD_FIELDS]), st.sampled_from(NODES),
+                                    NEW_KEY, CONFIG_VALUE), min_size=1, max_size=8)
+
+
+# no shrinking: a failing example is printed as generated (each one is a whole publish)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          phases=[Phase.explicit, Phase.generate], database=None)
+@given(planted=PLANTED_CONFIG, harmless=st.sampled_from(["tool_bm25", "smoke", "memory_tool", "q1", "cfg"]),
+       misshaped=st.fixed_dictionaries({"any": CONFIG_VALUE, "place": PLACE, "open": PLACE}))
+# the values the auditor saw go out under innocent keys, and a plain name withheld where it is no declared name
+@example(planted=[("config", ("index",), "x_db", "sqlhost7.zqcorp.example"), ("config", (), "x_gw", "fe80::1"),
+                  ("config", ("model",), "x_ip", "2001:db8::5"), ("config", ("stage",), "x_mac", "00:1a:2b:3c:4d:5e"),
+                  ("config", ("x_plugin",), "x_who", "jo@gateway"), ("condition_config", (), "x_pw", "hunter2"),
+                  ("config", ("stage", "conditions", "none"), "x_url", "sftp://jo@files.corp/home/jo/x")],
+         harmless="tool_bm25", misshaped={"any": "hunter2", "place": "jo@gateway", "open": "sqlhost7.zqcorp.example"})
+def test_no_configuration_string_but_a_declared_name_reaches_a_byte_of_the_published_folder(planted, harmless,
+                                                                                         misshaped):
+    """Random keys under random nodes of a real stage's config.yaml and of its records' configuration fields, holding
+    hosts of any TLD, IPv4 and IPv6 addresses, MACs, addresses with @, tokens, hunter2-like names, paths with spaces
+    and URLs of any scheme with user info, and the same shapes under declared keys they do not fit; published with
+    the publish command: none of them reaches any byte or cell, not even through a run's answer that repeats them,
+    while the declared names (the registered module, the sample, the condition names) and every record's file name
+    and run id are there, also when a plain name of the stage is withheld where no key declares it."""
+    planted = [*planted, ("config", ("x_plugin",), "x_name", harmless)]
+    root = Path(tempfile.mkdtemp(prefix="memspace-config-"))
+    try:
+        folder, run_ids = _config_stage(root, planted, misshaped)
+        out = root / "ds"
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert publish_cli.main([f"runs={folder}", f"out={out}"]) == 0
+        texts = published_text(out)
+        forbidden = {bad for _, _, _, v in planted if v != harmless for bad in _forbidden(v)} | \
+            {bad for v in misshaped.values() for bad in _forbidden(v)}
+        found = [(where, bad) for where, text in texts for bad in forbidden if bad in text]
+        assert found == [], found[:5]
+        files = pq.read_table(out / "files" / "train.parquet").to_pylist()
+        runs = pq.read_table(out / "runs" / "train.parquet").to_pylist()
+        assert sorted(f["path"] for f in files if f["path"].startswith("records/")) == \
+            sorted(f"records/{r}.json" for r in run_ids)  # the file names, not garbled
+        assert sorted(r["run_id"] for r in runs) == sorted(run_ids) and {r["condition"] for r in runs} == \
+            {"tool_bm25", "none"}
+        config = yaml.safe_load(next(f["content"] for f in files if f["path"] == "config.yaml"))
+        assert config["stage"]["conditions"]["tool_bm25"]["module"] == "memory_tool"  # a registered module
+        assert config["stage"]["groups"][0]["sample"] == "smoke" and config["samples"]["smoke"]["per_type"] == 1
+        assert config["stage"]["conditions"]["tool_bm25"]["guidance"] == "assisted"  # a declared choice
+        assert config["model"]["name"] == "vllm" and config["model"]["base_url"] == privacy.URL
+        assert config["x_plugin"]["x_name"] == privacy.WITHHELD  # a plain name no key declares: withheld...
+        assert all(r["condition_config"] and json.loads(r["condition_config"])["module"] in ("memory_tool", "none")
+                   for r in runs)
+        assert re.search(r"\bI saw\b", runs[[r["run_id"] for r in runs].index(run_ids[0])]["answer"] or "")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("text, kept, gone", [
+    ("get sftp://jo@files.corp/home/jo/x now", "sftp://<host>", ["jo", "files.corp", "/home"]),
+    ("on smb://server/share/jo today", "smb://<host>", ["server", "share", "jo"]),
+    ("in \\\\server\\share\\jo", "<local path>", ["server", "share", "jo"]),
+    ("run scp jo@zqbox:/srv/jo/x .", "<host>:<local path>", ["jo", "zqbox", "srv"]),
+    ("clone ssh://git@git.zq.example/jo/repo.git", "ssh://<host>", ["git@", "zq.example", "jo", "repo"]),
+    ("see https://docs.python.org/3/library/json.html", "https://<host>/3/library/json.html", ["python.org"])])
+def test_a_url_of_any_scheme_and_a_remote_path_keep_no_user_host_or_folder(text, kept, gone):
+    """Free text that stays published (a public run's answer, a note): a URL of any scheme keeps its scheme and
+    nothing else (a web page's path aside); a remote or UNC path is placeholders."""
+    out = privacy.Private().redact(text)
+    assert kept in out and privacy.leaks(out) == []
+    assert not [g for g in gone if g in out], out
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@example(url="https://zqjo:zqpw12@zqfiles/home/zqjo/zqdocs", before="", after="")
+@given(url=URL_WITH_USER, before=st.sampled_from(["", "see ", "(", "at: "]), after=st.sampled_from(["", " now", ").", ","]))
+def test_no_part_of_a_url_of_a_generated_scheme_but_its_scheme_survives_redaction(url, before, after):
+    """A URL of any scheme with user info, a host and a user's folder in its path, in free text: only its scheme
+    is left."""
+    out = privacy.Private().redact(before + url + after)
+    assert [bad for bad in _forbidden(url) if bad in out] == [], out
+    assert url.split("://")[0] + "://" in out and privacy.leaks(out) == []

@@ -257,9 +257,10 @@ def _file_path(u) -> str | None:
 
 
 _WORD_SEGMENT = re.compile(r"(?:[A-Za-z]+(?:[-_.~+][A-Za-z0-9]+)*|\d{1,4}|v\d{1,2})")
-# a segment after which the rest of a path is a secret: named like a key, or a hook's ("/services/T0/B0/x")
+# a segment after which the rest of a path is a secret: named like a key, a hook's ("/services/T0/B0/x"), or a
+# user's folder ("/home/jo", "/Users/jo", "/people/jo")
 _SECRET_BEFORE = re.compile(r"^(?:.*[_-])?(?:api[_-]?key|key|token|secret|sig|signature|auth|password|"
-                            r"webhooks?|hooks?|services|invite|share|s)$", re.IGNORECASE)
+                            r"webhooks?|hooks?|services|invite|share|s|home|users?|people|members?)$", re.IGNORECASE)
 
 
 def _secret_at(path: str) -> int | None:
@@ -638,7 +639,8 @@ class Publisher:
         return set(self.identifiers)
 
     def _identifier(self, v: Any) -> None:
-        """Warm: a published string that is a name (a run id, a label, a condition): an identifier of the stage."""
+        """Warm: a published string that is a name (a run id, a label, a condition, a registered module, a declared
+        name of the configuration): an identifier of the stage."""
         if isinstance(v, str):
             if is_name(v) and not looks_like_host(v) and not _LONG_HEX.fullmatch(v):
                 self.identifiers.add(v)
@@ -699,6 +701,8 @@ class Publisher:
         elif rule == FILE and "${" not in text:
             ok = open_name(v)
         if ok and self.found.redact(v) == v:
+            if self.warm:  # a declared name goes out: a withheld copy of it elsewhere is no secret
+                self._identifier(v)
             return v
         if url or path:  # withheld whole; found by its shape wherever text repeats it
             if url:
@@ -752,7 +756,7 @@ class Publisher:
             return self._object(POLICY[policy], v, policy, private) if v is not None else None
         if isinstance(policy, str) and policy.startswith(CONFIG):  # a configuration node, by its declared keys
             return self.config(policy[len(CONFIG):], v, where)
-        if self.warm and policy == PUBLISHED:
+        if self.warm and (policy == PUBLISHED or policy == REGISTERED and v in self.registered):
             self._identifier(v)
         if self.warm and policy != REBUILT:
             return None
