@@ -226,7 +226,7 @@ def test_every_field_of_every_schema_model_has_a_declared_policy():
                         ("judge", JudgeIdentity)]:
         assert set(model.model_fields) == set(POLICY[kind]), (kind, set(model.model_fields) ^ set(POLICY[kind]))
     assert file_policy("records/x.json") == "record" and file_policy("notes.txt") is None
-    assert file_policy("records/sub/x.json") is None and file_policy("judgements/j.info.json") == "config"
+    assert file_policy("records/sub/x.json") is None and file_policy("judgements/j.info.json") == "judge_info"
     assert all(kind in POLICY or kind == "prompt" for _, kind in FILE_POLICY)
 
 

@@ -572,6 +572,19 @@ _PLACEHOLDER = re.compile(rf"(?:[A-Za-z][A-Za-z0-9+.-]{{1,15}}:(?://{re.escape(H
                           rf"(?:/{_FILE_NAME.pattern})?|{re.escape(URL)}|{re.escape(KEY)}|<withheld>)")
 
 
+def _replaceable(text: str) -> list[str]:
+    """What of a withheld value is replaced wherever it appears: a value of one token whole; of a text, each token
+    that looks like a place (looks_like_place) or has a credential's shape."""
+    if not text or not any(c.isspace() for c in text):
+        return [text] if text else []
+    out = []
+    for tok in re.split(r"[\s,;()\[\]{}\"'`]+", text):
+        tok = tok.strip(".:!?")
+        if looks_like_place(tok) or _keys_in(tok):
+            out.append(tok)
+    return out
+
+
 @dataclass(frozen=True)
 class Node:
     """A configuration key whose value is a node of another declared kind (`stage.conditions.X` is a condition);
@@ -620,14 +633,16 @@ class Publisher:
 
     def _count(self, where: str, value: Any = None) -> None:
         self.withheld[where] = self.withheld.get(where, 0) + 1
-        text = value.strip() if isinstance(value, str) else ""
-        # a withheld configuration value is replaced wherever it appears (`hunter2` too): any of 4 characters or
-        # more but a plain word of letters shorter than 8 (`true`, `local`, `auto`: replacing those garbles text)
-        if len(text) >= 4 and not (text.isalpha() and len(text) < 8) and not _PLACEHOLDER.fullmatch(text):
-            if self.warm:
-                self.pending.add(text)
-            elif text not in self._blob:  # part of a file name or an id: published as that, never garbled
-                self.found.keys.add(text)
+        # a withheld value is replaced wherever it appears (`hunter2` too): a value of one token whole, any of 4
+        # characters or more but a plain word of letters shorter than 8 (`true`, `local`, `auto`: replacing those
+        # garbles text); of a text (a prompt, a description), the tokens that look like a place or a credential:
+        # replacing the whole text garbles the prompts and transcripts that quote it
+        for text in _replaceable(value.strip() if isinstance(value, str) else ""):
+            if len(text) >= 4 and not (text.isalpha() and len(text) < 8) and not _PLACEHOLDER.fullmatch(text):
+                if self.warm:
+                    self.pending.add(text)
+                elif text not in self._blob:  # part of a file name or an id: published as that, never garbled
+                    self.found.keys.add(text)
 
     def settle(self, identifiers: Iterable[str] = ()) -> set[str]:
         """After the warm pass: the stage's identifiers (the published names the warm pass saw, and `identifiers`:
@@ -860,6 +875,13 @@ class Publisher:
         self._count(where)
         return WITHHELD
 
+    def _local(self, path: str) -> str:
+        """A local path's placeholder; warm: the file name it keeps is published, so an identifier."""
+        out = local_placeholder(path)
+        if self.warm and out != LOCAL:
+            self.identifiers.add(_path_name(path))
+        return out
+
     def _leaf(self, v: str, key: str, where: str) -> str:
         if key == "module":  # a config's code name (condition_config.module): as the record's own
             return self._registered(v, where) if not self.warm else v
@@ -876,7 +898,7 @@ class Publisher:
                 return WITHHELD
             if _file_path(u):
                 self.found.paths.add(_file_path(u))
-                return f"{u.scheme}:{local_placeholder(_file_path(u))}"
+                return f"{u.scheme}:{self._local(_file_path(u))}"
             endpoint = bool(_URL_FIELD.match(key)) or _endpoint_key(text.rstrip("/")) in self.found._endpoints()
             (self.found.urls if endpoint else self.found.other_urls).add(text)
             return URL if endpoint else f"{u.scheme}://{HOST}"
@@ -884,7 +906,7 @@ class Publisher:
             if text.startswith("/") and not is_local(text) and is_name(text.lstrip("/")):
                 return v  # an API route or a system path (/v1/chat/completions, /usr/bin/x)
             self.found.paths.add(text.rstrip("/\\"))
-            return local_placeholder(text)
+            return self._local(text)
         if is_name(text) and not looks_like_host(text) and not _EMAIL.fullmatch(text) and self.found.redact(v) == v:
             return v
         self._count(where, text)

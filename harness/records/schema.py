@@ -732,10 +732,13 @@ POLICY: dict[str, dict[str, Any]] = {
                   "error": CODE, "ts": PUBLISHED, "scores": PUBLISHED},
     "judge": {"name": config("preset_name"), "model": config("model_id"), "provider": config("provider"),
               "base_url": config("endpoint_url"), "identity": IDENTITY, "params": config("params")},
-    # files whose content belongs to a component (config.yaml, a judge's info file, a driver lock): structure only
+    # files whose content belongs to a component (a driver lock): structure only
     "config": {"*": REBUILT},
     # a stage's config.yaml: the composed configuration, by the declarations of its typed keys
     "stage_config": {"*": config("top")},
+    # judgements/<judge>.info.json (judge.answer_check): the judge's endpoint preset and prompt set, as configuration
+    "judge_info": {"judge": config("endpoint"), "identity": IDENTITY, "prompts": config("judge_prompts"),
+                   "org_private_explanation": TEXT, "last_summary": REBUILT, "updated": PUBLISHED},
 }
 POLICY["record"] = {**POLICY["provenance"], **POLICY["record"]}
 
@@ -745,7 +748,7 @@ FILE_POLICY: list[tuple[str, str]] = [
     ("stage.json", "stage"), ("config.yaml", "stage_config"), ("records/*.json", "record"), ("prompts/*.txt", "prompt"),
     ("ledger.jsonl", "ledger"), ("shards/*/ledger.jsonl", "ledger"), ("attempts.jsonl", "attempt"),
     ("shards/*/attempts.jsonl", "attempt"), ("judgements/*.attempts.jsonl", "attempt"),
-    ("judgements/*.info.json", "config"), ("judgements/*.jsonl", "judgement"), ("sessions.jsonl", "session"),
+    ("judgements/*.info.json", "judge_info"), ("judgements/*.jsonl", "judgement"), ("sessions.jsonl", "session"),
     ("driver.lock", "config"), ("shards/*/lock", "config")]
 
 

@@ -881,6 +881,7 @@ def _near_hint(key: str, conf_dir: Path) -> str:
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")  # a choice's, a tool's, a parameter's name
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # the NAME of an environment variable (api_key_env), never its value
+_hex = re.compile(r"[0-9a-f]{64}").fullmatch  # a sha256
 
 
 def _ident(value: str) -> bool:
@@ -928,7 +929,9 @@ def publish_names(kind: str, node: Any, top: dict) -> dict:
     stage = top.get("stage") if isinstance(top.get("stage"), dict) else {}
     samples = frozenset(map(str, top.get("samples") or {})) if isinstance(top.get("samples"), dict) else frozenset()
     conds = frozenset(map(str, stage.get("conditions") or {})) if isinstance(stage.get("conditions"), dict) else None
-    condition_name = conds if conds is not None else open_name  # a record's condition_config: no config beside it
+    # a condition's name: one the same config defines, or a condition preset of this tree (conf/condition/); a
+    # record's condition_config has no config beside it: an open name
+    condition_name = conds | _condition_presets() if conds is not None else open_name
     if kind == "top":
         return {"model": Node("endpoint"), "judge": Node("endpoint"), "judge2": Node("endpoint"),
                 "index": Node("index", _backends()), "encoder": Node("encoder"), "data": Node("data"),
@@ -970,7 +973,7 @@ def publish_names(kind: str, node: Any, top: dict) -> dict:
                 "device": re.compile(r"(?:cpu|mps|cuda(?::\d{1,2})?)").fullmatch}
     if kind == "data":
         return {"kind": frozenset({"longmemeval", "synth"}), "size": _ident, "split": _ident, "revision": _ident,
-                "path": FILE, "sha256": re.compile(r"[0-9a-f]{64}").fullmatch}
+                "path": FILE, "sha256": _hex}
     if kind == "file":  # a field that is one file (a record's data_path)
         return {"": FILE}
     if kind in ("model_id", "preset_name"):
@@ -1002,6 +1005,12 @@ def publish_names(kind: str, node: Any, top: dict) -> dict:
         return {"session_search": _ident}
     if kind == "study_config":
         return {"id": _ident, "backend": _backends(), "cases": _ident, "build": Node("index"), "query": Node("index")}
+    if kind == "judge_prompts":  # judge.prompts.PromptSet.describe()
+        return {"source": FILE, "source_sha256": _hex, "templates": Node("hashes"), "by_type": Node("names")}
+    if kind == "hashes":
+        return {str(k): _hex for k in node}
+    if kind == "names":
+        return {str(k): _ident for k in node}
     if kind == "adapter":  # what the local model's tool adapter did (harness.endpoints.tool_adapter)
         return {"name": _ident, "version": _ident, "constraint": _ident, "salvaged": _ident, "mode": _ident}
     return {}
@@ -1024,6 +1033,12 @@ def condition_names(node: dict, condition_name: Any) -> dict:
         if own is not None:
             out.update(_choices_of(own))
     return out
+
+
+def _condition_presets() -> frozenset:
+    from harness.records.privacy import CONF
+
+    return frozenset(p.stem for p in (CONF / "condition").glob("*.yaml"))
 
 
 def _backends() -> frozenset:
