@@ -587,3 +587,46 @@ def test_no_part_of_a_url_of_a_generated_scheme_but_its_scheme_survives_redactio
     out = privacy.Private().redact(before + url + after)
     assert [bad for bad in _forbidden(url) if bad in out] == [], out
     assert url.split("://")[0] + "://" in out and privacy.leaks(out) == []
+
+
+def test_a_stage_config_composed_from_this_tree_publishes_its_declared_names_and_garbles_no_prompt(tmp_path):
+    """config.yaml as the driver writes it (conf/ composed for stage=smoke, resolved): its declared names go out
+    (modules, scorings, guidance, sample, backend, encoder, model ids), its places (cache_dir, runs_dir) and texts
+    (a condition's access prompt) are withheld, and the system prompt that quotes that access text is published
+    as written: a withheld text is not replaced where the stage's own prompts hold it. A database password planted
+    in the index is withheld and replaced in a public answer."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(privacy.CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["stage=smoke", f"cache_dir={tmp_path / 'Jo Doe cache'}",
+                                           f"runs_dir={tmp_path / 'runs'}", "index=pgvector",
+                                           "index.dsn='host=sqlhost7.zqcorp.example password=hunter2zq'"])
+    config = OmegaConf.to_container(cfg, resolve=True)
+    access = config["stage"]["conditions"]["tool_bm25"]["access"]
+    st_ = Stage(tmp_path / "runs", "smoke", config_extra=config)
+    r = st_.add("tool_bm25", "q1", module="memory_tool", answer="the dsn had password=hunter2zq in it")
+    prompt = f"You answer from memory.\n{access}"
+    sha = hashlib.sha256(prompt.encode()).hexdigest()
+    r["transcript"] = {"role": "agent", "system_sha256": sha, "tools": ["memory_search"], "messages": [
+        {"role": "user", "content": "q?", "tool_calls": None, "tool_call_id": None, "tool": None, "call": None,
+         "asked": None}]}
+    r["condition_config"] = dict(config["stage"]["conditions"]["tool_bm25"])
+    folder = st_.write()
+    (folder / "prompts").mkdir()
+    (folder / "prompts" / f"{sha}.txt").write_text(prompt)
+    out, _ = _publish(folder, tmp_path / "ds")
+    files = pq.read_table(tmp_path / "ds" / "files" / "train.parquet").to_pylist()
+    published = yaml.safe_load(next(f["content"] for f in files if f["path"] == "config.yaml"))
+    tool = published["stage"]["conditions"]["tool_bm25"]
+    assert (tool["module"], tool["scoring"], tool["scope"], tool["guidance"]) == ("memory_tool", "bm25", "own",
+                                                                                 "assisted")
+    assert tool["access"] == privacy.WITHHELD and published["cache_dir"] == privacy.WITHHELD
+    assert published["stage"]["groups"][0]["sample"] == "smoke" and published["index"]["name"] == "pgvector"
+    assert published["index"]["iterative_scan"] == "off" and published["index"]["dsn"] == privacy.WITHHELD
+    assert published["encoder"]["name"] == "minilm" and published["judge"]["model"] == config["judge"]["model"]
+    assert published["data"]["path"].startswith(privacy.LOCAL + "/synth_tiny")
+    prompts = pq.read_table(tmp_path / "ds" / "prompts" / "train.parquet").to_pylist()
+    assert [p["text"] for p in prompts] == [prompt]  # the access text, quoted by the prompt, is not garbled
+    for bad in ("sqlhost7", "hunter2zq", "Jo Doe"):
+        assert bad not in out, bad
