@@ -30,7 +30,8 @@ fields in typed columns (nested parts as JSON text), `_keys` its keys in the ord
 Private by default, by allowlist: every object of every file goes through the publish policy the
 record schema declares field by field (harness.records.schema.POLICY, FILE_POLICY, applied by
 harness.records.privacy.Publisher); a field or a file without a policy stays home, a configuration
-value that is no number, flag or plain name goes as `<withheld>`, and the text of a run whose context
+string goes out only under a key the typed config declares a name (harness.run.settings.publish_names), any
+other as `<withheld>`, and the text of a run whose context
 held a private agent's unit (answer, gold, error, tool arguments, queries, transcript, judge prompt and
 reply, the system prompts only it used) stays home unless `private_transcripts=True`. Shape
 redaction and a last scan of every cell, the card and the pre-registration file (`leaks`) are the
@@ -630,8 +631,9 @@ def plan(ex: Export) -> str:
 def card_left_out(ex: Export) -> list[str]:
     out = [f"{privacy.URL}: every model endpoint's URL", f"{privacy.HOST}: the host of every other URL (its user "
            f"info, query and fragment removed)", f"{privacy.KEY}: every key", f"{privacy.LOCAL}: local paths (no "
-           f"folder's name; a file's name kept)", f"{privacy.WITHHELD}: every configuration value that is no number, "
-           f"flag or plain name (DSNs, hosts, notes, interpolations), and every field without a publish policy"]
+           f"folder's name; a file's name kept)", f"{privacy.WITHHELD}: every configuration string under a key the "
+           f"typed config does not declare a name (DSNs, hosts, addresses, passwords, notes, prompts, paths, "
+           f"interpolations), and every field without a publish policy"]
     if ex.private_runs:
         out.append(f"the text of {ex.private_runs} run(s) whose context held a private agent's memory unit "
                    f"(LongMemEval-Org private runs, and any run that retrieved such a unit): answers, golds, errors, "

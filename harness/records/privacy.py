@@ -2,8 +2,9 @@
 
 The guarantee is `Publisher` (end of this module): it applies the publish policy the record schema
 declares for every field (harness.records.schema.POLICY) to every object a publish writes; a field
-without a policy is dropped, a configuration value that is no number, flag or plain name goes as
-`<withheld>`, the text of a run whose context held a private unit stays home. What follows it here
+without a policy is dropped, a configuration string goes out only under a key the typed config declares
+a name (`Names`, given by harness.run.settings.publish_names) and passing that key's check, any other as
+`<withheld>`; the text of a run whose context held a private unit stays home. What follows it here
 is the second line, never the guarantee: the shapes of private strings, replaced wherever text
 goes out (`<endpoint url>`, `<host>`, `<key>`, `<local path>`: no folder's name; a file's name is
 kept when it is one, `<local path>/synth_tiny.json`). The same rule is applied where the analysis
@@ -15,9 +16,12 @@ another trailing slash, or from another machine, is still found):
 
 * URLs, wherever they appear, are parsed: an endpoint's (the value of a `base_url`-like key,
   the URL of an identity `provider:model@URL[:hash]`, or any URL with the same scheme, host,
-  port and path as one) becomes `<endpoint url>`; any other URL keeps its scheme and path and
-  loses its user info, host (`<host>`), query and fragment, and its path from the first segment
-  that could be a secret (a webhook's, a capability link's: `_secret_at`) on (`/<key>`); the same
+  port and path as one) becomes `<endpoint url>`; any other URL, of any scheme, keeps its scheme
+  and loses its user info, host (`<host>`), query and fragment; a web page's path (http, https) is
+  kept up to the first segment that could be a secret or follows a user's folder (a webhook's, a
+  capability link's, /home/jo: `_secret_at`; then `/<key>`), any other scheme's path is withheld
+  whole (`sftp://jo@files/home/jo` -> `sftp://<host>`); a remote path (`jo@host:/srv/jo`) becomes
+  `<host>:<local path>`; the same
   URL written with escaped slashes (`https:\\/\\/...`) likewise, and a host/path without a scheme when
   its path holds such a segment (`hooks.slack.com/services/T0/...`).
 * keys: values of `api_key`-like fields and of this process's environment variables named like

@@ -639,7 +639,7 @@ PUBLISHED = "published"  # as written: ids, enums, numbers, hashes, times (a str
 TEXT = "text"  # the study's own text (questions, error lines): published, the shapes of secrets replaced
 PRIVATE_TEXT = "private text"  # text a model or judge read or wrote: withheld when the run saw a private unit
 REBUILT = "rebuilt"  # rebuilt from structure: keys kept; a leaf is kept only when it is a number, a flag or a
-#                      plain name; a URL becomes <endpoint url> or scheme://<host>, a local path a placeholder
+#                      plain name that is no host or address; a URL becomes <endpoint url> or scheme://<host>, a local path a placeholder
 #                      without names, anything else (a DSN, a note, an interpolation) <withheld>
 WITHHELD = "withheld"
 IDENTITY = "identity"  # provider:model@URL:hash: the URL replaced, the rest rebuilt
