@@ -342,10 +342,10 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
     from harness.records.schema import file_policy
 
     import conditions
-    from harness.run.settings import publish_names
+    from harness.run.settings import publish_names_here
 
-    registered = conditions.CONDITIONS.names()
-    warm = privacy.Publisher(ex.private, warm=True, registered=registered, names=publish_names)
+    registered, names = conditions.CONDITIONS.names(), publish_names_here()
+    warm = privacy.Publisher(ex.private, warm=True, registered=registered, names=names)
     for (name, rel), text in texts.items():
         kind = file_policy(rel)
         if kind is None or kind == "prompt":
@@ -363,7 +363,7 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
     files = {part for (name, rel) in texts for part in [*name.split("/"), *rel.split("/"),
                                                          *(Path(p).stem for p in rel.split("/"))]}
     identifiers = warm.settle(files)
-    ex.publisher = privacy.Publisher(ex.private, registered=registered, names=publish_names, identifiers=identifiers)
+    ex.publisher = privacy.Publisher(ex.private, registered=registered, names=names, identifiers=identifiers)
     for name, root in folders.items():
         # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted
         _add_folder(ex, name, root, {rel: t for (n, rel), t in texts.items() if n == name}, private_transcripts)

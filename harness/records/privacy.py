@@ -634,6 +634,7 @@ class Publisher:
         self.identifiers: set[str] = set(identifiers)
         self.pending: set[str] = set()  # warm: withheld values, replaced everywhere once the identifiers are known
         self._blob = "\n".join(sorted(self.identifiers))
+        self._inside: dict[str, bool] = {}
 
     def _count(self, where: str, value: Any = None) -> None:
         self.withheld[where] = self.withheld.get(where, 0) + 1
@@ -645,16 +646,21 @@ class Publisher:
             if len(text) >= 4 and not (text.isalpha() and len(text) < 8) and not _PLACEHOLDER.fullmatch(text):
                 if self.warm:
                     self.pending.add(text)
-                elif text not in self._blob:  # part of a file name or an id: published as that, never garbled
-                    self.found.keys.add(text)
+                elif text not in self.found.keys and not self._inside_identifier(text):
+                    self.found.keys.add(text)  # not part of a file name or an id (published as that, never garbled)
+
+    def _inside_identifier(self, text: str) -> bool:
+        if text not in self._inside:
+            self._inside[text] = text in self._blob
+        return self._inside[text]
 
     def settle(self, identifiers: Iterable[str] = ()) -> set[str]:
         """After the warm pass: the stage's identifiers (the published names the warm pass saw, and `identifiers`:
         its files' paths) known, every withheld value that is no part of one is replaced wherever it appears.
         Returns the identifiers, for the Publisher that writes."""
         self.identifiers |= {i for i in identifiers if i and not _LONG_HEX.fullmatch(i)}
-        self._blob = "\n".join(sorted(self.identifiers))
-        self.found.keys |= {t for t in self.pending if t not in self._blob}
+        self._blob, self._inside = "\n".join(sorted(self.identifiers)), {}
+        self.found.keys |= {t for t in self.pending if not self._inside_identifier(t)}
         return set(self.identifiers)
 
     def _identifier(self, v: Any) -> None:

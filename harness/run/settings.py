@@ -911,7 +911,7 @@ def _choices_of(schema) -> dict[str, Any]:
     return out
 
 
-def publish_names(kind: str, node: Any, top: dict) -> dict:
+def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) -> dict:
     """The publish allowlist of the configuration (harness.records.privacy.Publisher reads it): for a node of `kind`
     (the composed config's root `top`, a condition, an endpoint, an index...), which of its keys carry names that
     may leave the machine, each with its check: a closed set where the types give one (a registered condition
@@ -924,6 +924,7 @@ def publish_names(kind: str, node: Any, top: dict) -> dict:
     (fe80::1) or a password (hunter2) from a name; the key it sits under, typed here, does."""
     from harness.records.privacy import ENDPOINT, FILE, Node, open_name
 
+    known = {} if known is None else known  # the registries' names, read once per publish (publish_names_here)
     node = node if isinstance(node, dict) else {}
     top = top if isinstance(top, dict) else {}
     stage = top.get("stage") if isinstance(top.get("stage"), dict) else {}
@@ -931,17 +932,17 @@ def publish_names(kind: str, node: Any, top: dict) -> dict:
     conds = frozenset(map(str, stage.get("conditions") or {})) if isinstance(stage.get("conditions"), dict) else None
     # a condition's name: one the same config defines, or a condition preset of this tree (conf/condition/); a
     # record's condition_config has no config beside it: an open name
-    condition_name = conds | _condition_presets() if conds is not None else open_name
+    condition_name = conds | _once(known, 'presets', _condition_presets) if conds is not None else open_name
     if kind == "top":
         return {"model": Node("endpoint"), "judge": Node("endpoint"), "judge2": Node("endpoint"),
-                "index": Node("index", _backends()), "encoder": Node("encoder"), "data": Node("data"),
+                "index": Node("index", _once(known, 'backends', _backends)), "encoder": Node("encoder"), "data": Node("data"),
                 "stage": Node("stage"), "samples": Node("samples"), "fidelity": Node("fidelity"),
                 "runtime": Node("runtime"), "allow_deviation": _ident,
                 "shard": re.compile(r"\d{1,6}/\d{1,6}").fullmatch}
     if kind in ("endpoint", "judge"):
         from harness.endpoints.settings import JudgeSettings
 
-        return {**_choices_of(JudgeSettings), "name": open_name, "model": open_name, "provider": _providers(),
+        return {**_choices_of(JudgeSettings), "name": open_name, "model": open_name, "provider": _once(known, 'providers', _providers),
                 "base_url": ENDPOINT, "api_key_env": _ENV_NAME.fullmatch, "reasoning_effort": _ident,
                 "first_tool_choice": _ident, "tokenizer": FILE, "prompts": FILE, "kinds": _ident,
                 "params": Node("params"), "judge_params": Node("params"), "accepts": Node("params"),
@@ -956,15 +957,11 @@ def publish_names(kind: str, node: Any, top: dict) -> dict:
         return {k: re.compile(r"\d{1,2}:\d{2}").fullmatch for k in ("start_utc", "end_utc")}
     if kind == "index":
         name = node.get("name") or node.get("backend")
-        out: dict[str, Any] = {"name": _backends(), "backend": _backends(),
-                               "dense": Node("index", _backends()), "lexical": Node("index", _backends())}
-        if isinstance(name, str) and name in _backends():
-            try:
-                out.update({f.name: _ident for f in fields(index_schema(name))
-                            if isinstance(f.default, str) or f.name == "hybrid_policy"})
-            except Exception:  # noqa: BLE001 - a backend that does not load here: its name alone
-                pass
-            out.update({k: Node("index", _backends()) for k in ("dense", "lexical")})
+        out: dict[str, Any] = {"name": _once(known, 'backends', _backends), "backend": _once(known, 'backends', _backends),
+                               "dense": Node("index", _once(known, 'backends', _backends)), "lexical": Node("index", _once(known, 'backends', _backends))}
+        if isinstance(name, str) and name in _once(known, 'backends', _backends):
+            out.update({k: _ident for k in _index_choices(name)})
+            out.update({k: Node("index", _once(known, 'backends', _backends)) for k in ("dense", "lexical")})
         return out
     if kind == "encoder":
         from harness.memory.encoder import SPECS
@@ -979,7 +976,7 @@ def publish_names(kind: str, node: Any, top: dict) -> dict:
     if kind in ("model_id", "preset_name"):
         return {"": open_name}
     if kind == "provider":
-        return {"": _providers()}
+        return {"": _once(known, 'providers', _providers)}
     if kind == "endpoint_url":
         return {"": ENDPOINT}
     if kind == "stage":
@@ -991,7 +988,7 @@ def publish_names(kind: str, node: Any, top: dict) -> dict:
     if kind == "conditions":
         return {str(k): Node("condition") for k in node}
     if kind == "condition":
-        return condition_names(node, condition_name)
+        return condition_names(node, condition_name, known)
     if kind == "group":
         return {"sample": samples or open_name, "variant": frozenset({"", "public", "private"}),
                 "conditions": condition_name, "exclude": condition_name}
@@ -1004,7 +1001,7 @@ def publish_names(kind: str, node: Any, top: dict) -> dict:
     if kind == "runtime":
         return {"session_search": _ident}
     if kind == "study_config":
-        return {"id": _ident, "backend": _backends(), "cases": _ident, "build": Node("index"), "query": Node("index")}
+        return {"id": _ident, "backend": _once(known, 'backends', _backends), "cases": _ident, "build": Node("index"), "query": Node("index")}
     if kind == "judge_prompts":  # judge.prompts.PromptSet.describe()
         return {"source": FILE, "source_sha256": _hex, "templates": Node("hashes"), "by_type": Node("names")}
     if kind == "hashes":
@@ -1016,23 +1013,58 @@ def publish_names(kind: str, node: Any, top: dict) -> dict:
     return {}
 
 
-def condition_names(node: dict, condition_name: Any) -> dict:
+def condition_names(node: dict, condition_name: Any, known: dict | None = None) -> dict:
     """A condition's keys that carry names: its module (a registered one), every condition's comparisons (the
     stage's condition names), and its module's own Settings choices (Literal fields, NAMES). A plugin's
     condition that declares no Settings publishes its module's name and its numbers and flags, nothing else."""
     import conditions
 
-    out: dict[str, Any] = {"module": frozenset(conditions.CONDITIONS.names()), "compare_with": condition_name,
+    known = {} if known is None else known
+    out: dict[str, Any] = {"module": _once(known, "modules", lambda: frozenset(conditions.CONDITIONS.names())),
+                           "compare_with": condition_name,
                            "hide_in": condition_name, "roles": _ident}
     module = node.get("module") if isinstance(node, dict) else None
     if isinstance(module, str) and module in out["module"]:
         try:
-            own = getattr(conditions.load(module), "Settings", None)
+            own = _once(known, f"settings:{module}", lambda: getattr(conditions.load(module), "Settings", None))
         except Exception:  # noqa: BLE001 - a module that does not load here declares nothing
             own = None
         if own is not None:
-            out.update(_choices_of(own))
+            if own not in _CHOICES:
+                _CHOICES[own] = _choices_of(own)
+            out.update(_CHOICES[own])
     return out
+
+
+def publish_names_here():
+    """publish_names with this process's registered names (conditions, backends, providers, presets) read once:
+    what a publish passes to harness.records.privacy.Publisher (it reads thousands of nodes)."""
+    known: dict = {}
+    return lambda kind, node, top: publish_names(kind, node, top, known)
+
+
+def _once(known: dict, key: str, make):
+    if key not in known:
+        known[key] = make()
+    return known[key]
+
+
+_CHOICES: dict[type, dict] = {}  # a Settings class -> its declared choices (read once per process)
+_INDEX_CHOICES: dict[type, frozenset] = {}
+
+
+def _index_choices(name: str) -> frozenset:
+    """An index backend's keys that its constructor types as a named choice (a str default), hybrid_policy."""
+    from harness.memory.backends.base import backend_class
+
+    try:
+        cls = backend_class(name)
+        if cls not in _INDEX_CHOICES:
+            _INDEX_CHOICES[cls] = frozenset(f.name for f in fields(index_schema(name))
+                                            if isinstance(f.default, str) or f.name == "hybrid_policy")
+        return _INDEX_CHOICES[cls]
+    except Exception:  # noqa: BLE001 - a backend that does not load here: its name alone
+        return frozenset()
 
 
 def _condition_presets() -> frozenset:
