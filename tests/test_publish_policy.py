@@ -630,3 +630,21 @@ def test_a_stage_config_composed_from_this_tree_publishes_its_declared_names_and
     assert [p["text"] for p in prompts] == [prompt]  # the access text, quoted by the prompt, is not garbled
     for bad in ("sqlhost7", "hunter2zq", "Jo Doe"):
         assert bad not in out, bad
+
+
+def test_a_condition_publishes_only_the_names_its_settings_declare():
+    """A condition's strings go out only under keys its module's Settings declares (memory_tool: scoring, scope,
+    guidance, each one of its choices) and its registered module's name; a plugin's condition whose module is not
+    registered here, or a key no Settings declares, publishes numbers and flags only."""
+    from harness.run.settings import publish_names_here
+
+    pub = privacy.Publisher(privacy.Private(), registered=["memory_tool"], names=publish_names_here())
+    top = {"stage": {"conditions": {
+        "tool": {"module": "memory_tool", "scoring": "bm25", "scope": "zqeverywhere", "guidance": "assisted",
+                 "k": 8, "mode": "fast", "access": "Use memory_search."},
+        "plug": {"module": "zq_plugin", "mode": "fast", "k": 3, "on": True, "backend": "exact"}}}}
+    out = pub.publish("stage_config", top)["stage"]["conditions"]
+    assert out["tool"] == {"module": "memory_tool", "scoring": "bm25", "scope": privacy.WITHHELD,
+                           "guidance": "assisted", "k": 8, "mode": privacy.WITHHELD, "access": privacy.WITHHELD}
+    assert out["plug"] == {"module": privacy.WITHHELD, "mode": privacy.WITHHELD, "k": 3, "on": True,
+                           "backend": privacy.WITHHELD}
