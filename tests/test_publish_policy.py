@@ -454,8 +454,8 @@ CONFIG_VALUE = st.one_of(CONFIG_HOST, IPV4, IPV6, MAC, EMAIL, PLAIN_SECRET, TOKE
 PLACE = st.one_of(CONFIG_HOST, IPV4, IPV6, MAC, EMAIL, CONFIG_PATH, URL_WITH_USER)  # what no open name may be
 # a key no schema declares (declared keys never start with x_), under any node of the configuration
 NEW_KEY = st.from_regex(r"x_[a-z]{2,8}", fullmatch=True)
-NODES = [(), ("model",), ("judge",), ("index",), ("encoder",), ("data",), ("stage",), ("stage", "conditions", "tool_bm25"),
-         ("stage", "conditions", "none"), ("samples", "smoke"), ("model", "params"), ("x_plugin",)]
+NODES = [(), ("model",), ("judge",), ("index",), ("encoder",), ("data",), ("stage",),
+         ("stage", "conditions", "tool_bm25"), ("stage", "conditions", "none"), ("samples", "smoke"), ("model", "params"), ("x_plugin",)]
 RECORD_FIELDS = ["condition_config", "adapter", "model", "index", "encoder"]
 
 
@@ -486,7 +486,8 @@ def _config_stage(root: Path, planted: list[tuple[str, tuple, str, str]], missha
     recs = [st_.add("tool_bm25", "q1", module="memory_tool", answer="an answer"),
             st_.add("none", "q2", module="none", answer="another answer")]
     for r in recs:
-        r["condition_config"] = {"module": r["module"], "scoring": misshaped["any"], "compare_with": [misshaped["place"]]}
+        r["condition_config"] = {"module": r["module"], "scoring": misshaped["any"],
+                                 "compare_with": [misshaped["place"]]}
         r["adapter"] = {"name": "json_schema"}
         r["model"] = {"name": "vllm", "model": misshaped["open"], "provider": "openai_compatible"}
     said = []
@@ -580,7 +581,8 @@ def test_a_url_of_any_scheme_and_a_remote_path_keep_no_user_host_or_folder(text,
 
 @settings(max_examples=200, deadline=None, database=None)
 @example(url="https://zqjo:zqpw12@zqfiles/home/zqjo/zqdocs", before="", after="")
-@given(url=URL_WITH_USER, before=st.sampled_from(["", "see ", "(", "at: "]), after=st.sampled_from(["", " now", ").", ","]))
+@given(url=URL_WITH_USER, before=st.sampled_from(["", "see ", "(", "at: "]),
+       after=st.sampled_from(["", " now", ").", ","]))
 def test_no_part_of_a_url_of_a_generated_scheme_but_its_scheme_survives_redaction(url, before, after):
     """A URL of any scheme with user info, a host and a user's folder in its path, in free text: only its scheme
     is left."""

@@ -488,7 +488,8 @@ def _leaves(v: Any) -> list[Any]:
 
 
 _IPV6 = re.compile(r"\[?[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}(?:%[\w.-]+)?\]?(?::\d+)?")
-_MAC = re.compile(r"[0-9a-fA-F]{2}(?:([:-])[0-9a-fA-F]{2})(?:\1[0-9a-fA-F]{2}){4}|[0-9a-fA-F]{4}(?:\.[0-9a-fA-F]{4}){2}")
+_MAC = re.compile(r"[0-9a-fA-F]{2}(?:([:-])[0-9a-fA-F]{2})(?:\1[0-9a-fA-F]{2}){4}"  # 00:1a:2b:3c:4d:5e
+                  r"|[0-9a-fA-F]{4}(?:\.[0-9a-fA-F]{4}){2}")  # 001a.2b3c.4d5e
 
 
 def looks_like_host(value: str) -> bool:

@@ -639,7 +639,8 @@ PUBLISHED = "published"  # as written: ids, enums, numbers, hashes, times (a str
 TEXT = "text"  # the study's own text (questions, error lines): published, the shapes of secrets replaced
 PRIVATE_TEXT = "private text"  # text a model or judge read or wrote: withheld when the run saw a private unit
 REBUILT = "rebuilt"  # rebuilt from structure: keys kept; a leaf is kept only when it is a number, a flag or a
-#                      plain name that is no host or address; a URL becomes <endpoint url> or scheme://<host>, a local path a placeholder
+#                      plain name that is no host or address; a URL becomes <endpoint url> or scheme://<host>, a
+#                      local path a placeholder
 #                      without names, anything else (a DSN, a note, an interpolation) <withheld>
 WITHHELD = "withheld"
 IDENTITY = "identity"  # provider:model@URL:hash: the URL replaced, the rest rebuilt
@@ -717,10 +718,12 @@ POLICY: dict[str, dict[str, Any]] = {
                 "started_runs": PUBLISHED, "stopped": CODE, "wall_s": PUBLISHED, "first_run_started_s": PUBLISHED,
                 "first_record_s": PUBLISHED, "memory": PUBLISHED},
     "ledger": {"event": PUBLISHED, "tag": PUBLISHED, "attempt": PUBLISHED, "ts": PUBLISHED, "role": PUBLISHED,
-               "call": PUBLISHED, "model": config("model_id"), "path": REBUILT, "status": PUBLISHED, "latency_s": PUBLISHED,
+               "call": PUBLISHED, "model": config("model_id"), "path": REBUILT, "status": PUBLISHED,
+               "latency_s": PUBLISHED,
                "prompt": PUBLISHED, "hit": PUBLISHED, "miss": PUBLISHED, "output": PUBLISHED,
                "reasoning": PUBLISHED, "cache_reported": PUBLISHED, "usage_reported": PUBLISHED,
-               "usage_estimated": PUBLISHED, "flags": CODE, "sent": config("params"), "response_model": config("model_id"),
+               "usage_estimated": PUBLISHED, "flags": CODE, "sent": config("params"),
+               "response_model": config("model_id"),
                "finish": PUBLISHED, "adapter": config("adapter"), "error": CODE, "reason": CODE, "worst": PUBLISHED,
                "unanswered": PUBLISHED},
     "judgement": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "kind": PUBLISHED, "condition": PUBLISHED,

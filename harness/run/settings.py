@@ -925,6 +925,7 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
     from harness.records.privacy import ENDPOINT, FILE, Node, open_name
 
     known = {} if known is None else known  # the registries' names, read once per publish (publish_names_here)
+    backends = _once(known, "backends", _backends)
     node = node if isinstance(node, dict) else {}
     top = top if isinstance(top, dict) else {}
     stage = top.get("stage") if isinstance(top.get("stage"), dict) else {}
@@ -932,17 +933,18 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
     conds = frozenset(map(str, stage.get("conditions") or {})) if isinstance(stage.get("conditions"), dict) else None
     # a condition's name: one the same config defines, or a condition preset of this tree (conf/condition/); a
     # record's condition_config has no config beside it: an open name
-    condition_name = conds | _once(known, 'presets', _condition_presets) if conds is not None else open_name
+    condition_name = conds | _once(known, "presets", _condition_presets) if conds is not None else open_name
     if kind == "top":
         return {"model": Node("endpoint"), "judge": Node("endpoint"), "judge2": Node("endpoint"),
-                "index": Node("index", _once(known, 'backends', _backends)), "encoder": Node("encoder"), "data": Node("data"),
+                "index": Node("index", backends), "encoder": Node("encoder"), "data": Node("data"),
                 "stage": Node("stage"), "samples": Node("samples"), "fidelity": Node("fidelity"),
                 "runtime": Node("runtime"), "allow_deviation": _ident,
                 "shard": re.compile(r"\d{1,6}/\d{1,6}").fullmatch}
     if kind in ("endpoint", "judge"):
         from harness.endpoints.settings import JudgeSettings
 
-        return {**_choices_of(JudgeSettings), "name": open_name, "model": open_name, "provider": _once(known, 'providers', _providers),
+        return {**_choices_of(JudgeSettings), "name": open_name, "model": open_name,
+                "provider": _once(known, "providers", _providers),
                 "base_url": ENDPOINT, "api_key_env": _ENV_NAME.fullmatch, "reasoning_effort": _ident,
                 "first_tool_choice": _ident, "tokenizer": FILE, "prompts": FILE, "kinds": _ident,
                 "params": Node("params"), "judge_params": Node("params"), "accepts": Node("params"),
@@ -957,11 +959,11 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
         return {k: re.compile(r"\d{1,2}:\d{2}").fullmatch for k in ("start_utc", "end_utc")}
     if kind == "index":
         name = node.get("name") or node.get("backend")
-        out: dict[str, Any] = {"name": _once(known, 'backends', _backends), "backend": _once(known, 'backends', _backends),
-                               "dense": Node("index", _once(known, 'backends', _backends)), "lexical": Node("index", _once(known, 'backends', _backends))}
-        if isinstance(name, str) and name in _once(known, 'backends', _backends):
+        out: dict[str, Any] = {"name": backends, "backend": backends,
+                               "dense": Node("index", backends), "lexical": Node("index", backends)}
+        if isinstance(name, str) and name in backends:
             out.update({k: _ident for k in _index_choices(name)})
-            out.update({k: Node("index", _once(known, 'backends', _backends)) for k in ("dense", "lexical")})
+            out.update({k: Node("index", backends) for k in ("dense", "lexical")})
         return out
     if kind == "encoder":
         from harness.memory.encoder import SPECS
@@ -976,7 +978,7 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
     if kind in ("model_id", "preset_name"):
         return {"": open_name}
     if kind == "provider":
-        return {"": _once(known, 'providers', _providers)}
+        return {"": _once(known, "providers", _providers)}
     if kind == "endpoint_url":
         return {"": ENDPOINT}
     if kind == "stage":
@@ -1001,7 +1003,7 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
     if kind == "runtime":
         return {"session_search": _ident}
     if kind == "study_config":
-        return {"id": _ident, "backend": _once(known, 'backends', _backends), "cases": _ident, "build": Node("index"), "query": Node("index")}
+        return {"id": _ident, "backend": backends, "cases": _ident, "build": Node("index"), "query": Node("index")}
     if kind == "judge_prompts":  # judge.prompts.PromptSet.describe()
         return {"source": FILE, "source_sha256": _hex, "templates": Node("hashes"), "by_type": Node("names")}
     if kind == "hashes":
