@@ -650,3 +650,66 @@ def test_a_condition_publishes_only_the_names_its_settings_declare():
                            "guidance": "assisted", "k": 8, "mode": privacy.WITHHELD, "access": privacy.WITHHELD}
     assert out["plug"] == {"module": privacy.WITHHELD, "mode": privacy.WITHHELD, "k": 3, "on": True,
                            "backend": privacy.WITHHELD}
+
+
+def _echo(req):
+    """A scripted model that searches once, then answers by echoing its context (tool results, system prompt),
+    with a configured password in it; a judge's reply echoes its prompt: every text the stage's own records hold
+    comes back in free text, as a careless real model's would."""
+    msgs, tools = req["messages"], req.get("tools") or []
+    blob = json.dumps(msgs)
+    if "yes or no" in blob.lower():
+        return {"role": "assistant", "content": "yes. " + blob[-400:]}
+    names = [t["function"]["name"] for t in tools]
+    if tools and req.get("tool_choice") != "none" and not any(m["role"] == "tool" for m in msgs):
+        q = next(m["content"] for m in msgs if m["role"] == "user")
+        name = "ask_agent" if "ask_agent" in names else "memory_search" if "memory_search" in names else names[0]
+        args = {"agent": "a4", "question": q} if name == "ask_agent" else {"query": q}
+        return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{len(msgs)}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)}}]}
+    context = " ".join(str(m.get("content")) for m in msgs if m["role"] in ("tool", "system"))
+    return {"role": "assistant", "content": "the login is password=hunter2; " + context[-1500:]}
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("stage, extra", [
+    ("smoke", ["+stage.purpose=checking the harness", "samples.smoke.limit=2"]),
+    ("smoke_org", []),
+])
+def test_a_real_stage_the_harness_ran_publishes_whole_its_own_key_paths_and_placeholders_never_refused(
+        tmp_path, capsys, stage, extra):
+    """The last scan refuses nothing the policy itself wrote: the card's withheld-by-field counts name key paths
+    (stage_config.stage.conditions.fanout.agents) and a redacted `password=<key>` is no credential."""
+    import sys
+
+    from tests import cli
+    from tests.fake_model import FakeModel
+
+    with FakeModel(script=_echo) as fake:
+        res = cli.run([sys.executable, "-m", "harness.run", f"stage={stage}", "model=vllm",
+                       f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
+                       f"judge.base_url={fake.base_url}", f"runs_dir={tmp_path}/runs", "concurrency=2", *extra],
+                      capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    folder = tmp_path / "runs" / stage / stage
+    capsys.readouterr()
+    assert publish_cli.main([f"runs={folder}", f"out={tmp_path}/out"]) == 0, capsys.readouterr()
+    text = "\n".join(t for _, t in published_text(tmp_path / "out"))
+    assert "hunter2" not in text and "password=<key>" in text
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "withheld, by field" in card and "stage_config." in card
+
+
+@pytest.mark.parametrize("text", ["password=hunter2", "pwd=hunter22 and jo:s3cretpw@db7.corp.example:5432"])
+def test_a_placeholder_the_redaction_wrote_is_never_a_leak(text):
+    found = privacy.Private()
+    out = found.redact(text)
+    assert "<key>" in out and privacy.leaks(out, found) == []
+
+
+@pytest.mark.parametrize("withheld", ["checking stage.conditions.fanout.agents for the harness", "+stage.purpose",
+                                      "stage_config.stage.purpose", "model.api_key_env"])
+def test_a_key_path_of_the_harness_is_never_replaced_in_other_text(withheld):
+    pub = privacy.Publisher(privacy.Private())
+    pub._count("fidelity_row.stage", withheld)
+    assert not pub.found.keys, pub.found.keys

@@ -104,6 +104,9 @@ KEY_SHAPES = [(lit, re.compile(rx)) for lit, rx in [
          r"(?![A-Za-z0-9/+=])")]]
 
 
+_WRITTEN = (KEY, URL, LOCAL, HOST, "<withheld>")  # what a redaction writes in place of a private string
+
+
 def _keys_in(text: str) -> list[re.Match]:
     return [m for lit, rx in KEY_SHAPES if lit in text for m in rx.finditer(text)]
 
@@ -427,7 +430,8 @@ def leaks(text: str, known: Private | None = None, secrets: set[str] | None = No
     path. Each named as found (a credential only by its first characters)."""
     out = []
     for m in _keys_in(text):
-        out.append(f"a credential ({m.group(0)[:6]}...)")
+        if not m.group(0).startswith(_WRITTEN):  # a placeholder the redaction wrote (password=<key>) is no leak
+            out.append(f"a credential ({m.group(0)[:6]}...)")
     secrets = (set(known.keys) if known else set()) | (env_secrets() if secrets is None else secrets)
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
     for url in [m.group(0) for m in _urls(text)] + [_unescaped(m.group(0)) for m in _escaped_urls(text)]:
@@ -577,15 +581,42 @@ _PLACEHOLDER = re.compile(rf"(?:[A-Za-z][A-Za-z0-9+.-]{{1,15}}:(?://{re.escape(H
                           rf"(?:/{_FILE_NAME.pattern})?|{re.escape(URL)}|{re.escape(KEY)}|<withheld>)")
 
 
+@functools.lru_cache(maxsize=1)
+def config_roots() -> frozenset[str]:
+    """The first names of the harness's own key paths: the conf/ groups, the top keys of conf/config.yaml and the
+    publish policy's kinds (stage_config.stage.purpose, model.api_key_env, fidelity_row.stage)."""
+    from harness.records.schema import POLICY
+
+    roots = {p.name for p in CONF.iterdir() if p.is_dir()} if CONF.is_dir() else set()
+    top = CONF / "config.yaml"
+    if top.is_file():
+        roots |= set(re.findall(r"(?m)^([a-z_][a-z0-9_]*):", top.read_text(encoding="utf-8")))
+    return frozenset(roots | set(POLICY) | {"samples", "stage"})
+
+
+_KEY_PATH = re.compile(r"\+{0,2}~?([a-z_][a-z0-9_]*)(?:\.[A-Za-z0-9_]+)+")
+
+
+def is_key_path(token: str) -> bool:
+    """A key path of the harness's own configuration or records (`stage.conditions.fanout.agents`,
+    `stage_config.stage.purpose`, `+stage.purpose`): its structure, never a secret nor a place, though it is
+    dotted like a host name."""
+    m = _KEY_PATH.fullmatch(token)
+    return m is not None and m.group(1) in config_roots()
+
+
 def _replaceable(text: str) -> list[str]:
     """What of a withheld value is replaced wherever it appears: a value of one token whole; of a text, each token
-    that looks like a place (looks_like_place) or has a credential's shape."""
-    if not text or not any(c.isspace() for c in text):
-        return [text] if text else []
+    that looks like a place (looks_like_place) or has a credential's shape. A key path of the harness's own
+    (is_key_path) never is: it is structure, and the card names the withheld fields by it."""
+    if not text or is_key_path(text.strip()):
+        return []
+    if not any(c.isspace() for c in text):
+        return [text]
     out = []
-    for tok in re.split(r"[\s,;()\[\]{}\"'`]+", text):
+    for tok in re.split(r"[\s,;()\[\]{}\"'`=]+", text):
         tok = tok.strip(".:!?")
-        if looks_like_place(tok) or _keys_in(tok):
+        if (looks_like_place(tok) or _keys_in(tok)) and not is_key_path(tok):
             out.append(tok)
     return out
 
