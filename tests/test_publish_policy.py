@@ -713,3 +713,27 @@ def test_a_key_path_of_the_harness_is_never_replaced_in_other_text(withheld):
     pub = privacy.Publisher(privacy.Private())
     pub._count("fidelity_row.stage", withheld)
     assert not pub.found.keys, pub.found.keys
+
+
+@pytest.mark.services
+def test_the_key_the_harness_sends_is_replaced_whatever_its_variable_is_called(tmp_path, monkeypatch, capsys):
+    """model.api_key_env=DB_PASS: the variable is not named like a key, but the harness sends its value; a model
+    that echoes it into a public answer publishes <key>, never the value."""
+    import sys
+
+    from tests import cli
+    from tests.fake_model import FakeModel
+
+    secret = "Zq7-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:6] + "-kangaroo"
+    monkeypatch.setenv("DB_PASS", secret)
+    with FakeModel(script=lambda req: {"role": "assistant", "content": f"the key I was sent is {secret}."}) as fake:
+        res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm", "model.api_key_env=DB_PASS",
+                       f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
+                       f"judge.base_url={fake.base_url}", "samples.smoke.limit=1",
+                       "stage.groups=[{sample:smoke,conditions:[none]}]", f"runs_dir={tmp_path}/runs"],
+                      capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert any(secret in p.read_text() for p in (tmp_path / "runs").rglob("*.json")), "the model never echoed it"
+    assert publish_cli.main([f"runs={tmp_path}/runs/smoke/smoke", f"out={tmp_path}/out"]) == 0, capsys.readouterr()
+    text = "\n".join(t for _, t in published_text(tmp_path / "out"))
+    assert secret not in text and "the key I was sent is <key>" in text

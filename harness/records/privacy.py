@@ -80,6 +80,10 @@ _KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 _KEY_FIELD = re.compile(r"^(.*[_-])?(api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|token|secret|"
                         r"password|passwd|"
                         r"authorization|cookie|credentials?)$", re.IGNORECASE)
+# a configuration key naming an environment variable whose value the harness reads (model.api_key_env=DB_PASS,
+# the judge's api_key_env): that value is a secret whatever the variable is called
+_ENV_FIELD = re.compile(r"^(.*[_-])?env$", re.IGNORECASE)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _URL_FIELD = re.compile(r"^(.*_)?(base_?url|url|endpoint|api_?base|host_?url)$", re.IGNORECASE)
 # credential shapes, each behind a literal it must hold (a text without it is not searched: fast)
 KEY_SHAPES = [(lit, re.compile(rx)) for lit, rx in [
@@ -332,6 +336,10 @@ class Private:
             for m in _PASSWORD_IN.finditer(obj):  # a DSN's password (libpq key=value, user:password@host)
                 if len(m.group(1) or m.group(2)) >= 4 and not is_redacted(m.group(1) or m.group(2)):
                     self.keys.add(m.group(1) or m.group(2))
+            if key and _ENV_FIELD.match(key) and _ENV_NAME.fullmatch(obj.strip()):
+                value = os.environ.get(obj.strip(), "")  # the key the harness sends, whatever its variable's name
+                if len(value) >= 8:
+                    self.keys.add(value)
             if key and _URL_FIELD.match(key) and _URL_RE.fullmatch(obj.strip()):
                 self.urls.add(obj.strip())
             elif key and _KEY_FIELD.match(key) and len(obj) >= 8 and not is_redacted(obj):  # not EMPTY
