@@ -737,3 +737,55 @@ def test_the_key_the_harness_sends_is_replaced_whatever_its_variable_is_called(t
     assert publish_cli.main([f"runs={tmp_path}/runs/smoke/smoke", f"out={tmp_path}/out"]) == 0, capsys.readouterr()
     text = "\n".join(t for _, t in published_text(tmp_path / "out"))
     assert secret not in text and "the key I was sent is <key>" in text
+
+
+_word = st.from_regex(r"Zq[a-z]{2,7}", fullmatch=True)
+_user = st.from_regex(r"zq[a-z0-9]{2,7}", fullmatch=True)
+_label = st.from_regex(r"zq[a-z0-9]{1,6}(-[a-z0-9]{1,4})?", fullmatch=True)
+_tld = st.from_regex(r"[a-z]{2,12}", fullmatch=True).filter(lambda t: t not in privacy.FILE_EXTENSIONS)
+_octet = st.integers(0, 255).map(str)
+
+
+@st.composite
+def _place_in_free_text(draw):
+    """A user's name (one or several capitalised words, or a login) or a host (any TLD, an IP, a MAC) in one of
+    the shapes free text writes them; returns the text and the pieces that must not survive."""
+    name = " ".join(draw(st.lists(_word, min_size=1, max_size=3)))
+    user, pw = draw(_user), draw(_user)
+    host = ".".join(draw(st.lists(_label, min_size=1, max_size=3))) + "." + draw(_tld)
+    bare = draw(_label)
+    ip = ".".join(draw(st.lists(_octet, min_size=4, max_size=4)))
+    ipv6 = "fd" + draw(st.from_regex(r"[0-9a-f]{2}", fullmatch=True)) + "::" + draw(
+        st.from_regex(r"[0-9a-f]{1,4}(:[0-9a-f]{1,4}){0,3}", fullmatch=True))
+    mac = ":".join(draw(st.lists(st.from_regex(r"[0-9a-f]{2}", fullmatch=True), min_size=6, max_size=6)))
+    port = draw(st.integers(10, 65535))
+    shapes = [
+        (f"/home/{name}/runs/out.txt", [name]), (f"/Users/{name}/x", [name]), (f"C:\\Users\\{name}\\x", [name]),
+        (f"/home/{user}/My Documents/x", [user]), (f"~{user}/notes", [user]), (f"~{user}", [user]),
+        (f"\\\\{bare}\\share\\{user}", [bare, user]), (f"//{bare}/share/{user}", [bare, user]),
+        (f"\\\\?\\UNC\\{bare}\\share\\{user}", [bare, user]), (f"\\/home\\/{user}\\/x", [user]),
+        (f"../../home/{user}/x", [user]), (f"/dev/shm/{user}/x", [user]), (f"/run/user/{user}/x", [user]),
+        (host, [host]), (f"{user}@{bare}", [user, bare]), (f"{user}:{pw}@{host}:{port}", [user, pw, host]),
+        (f"git@{host}:{user}/repo.git", [host, user]), (f"{bare}:{port}/share/{user}", [bare, user]),
+        (ip, [ip]), (f"{ip}:{port}", [ip]), (ipv6, [ipv6]), (mac, [mac]), (f"{user}@{host}", [user, host]),
+    ]
+    text, gone = draw(st.sampled_from(shapes))
+    before = draw(st.sampled_from(["see ", "it ran on ", "(", "'", "path: ", "", "\"x\": \""]))
+    after = draw(st.sampled_from([" then it stopped", ".", ")", "'", ", and more", "", "\"", " now"]))
+    return before + text + after, [p for piece in gone for p in piece.split(" ")]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_place_in_free_text())
+def test_no_name_or_host_in_free_text_survives_the_second_line(case):
+    text, gone = case
+    found = privacy.Private()
+    out = found.redact_free(text)
+    assert not [g for g in gone if g in out], (text, out)
+    assert privacy.leaks(out, found) == [], (text, out)
+
+
+@pytest.mark.parametrize("text", ["version 1.2.3 of results.json, e.g. 3.14 and i.e. the archive.tar.gz",
+                                  "it took ~5 minutes at 10:30 on 2024-05-01", "a ratio of 3:4 in v1.2"])
+def test_numbers_versions_and_file_names_in_free_text_are_no_places(text):
+    assert privacy.Private().redact_free(text) == text

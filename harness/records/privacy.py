@@ -423,9 +423,73 @@ class Private:
         text = _PATH_RE.sub(self._path, text) if "/" in text else text
         return _sub(text, _drives(text), self._path)
 
+    def redact_free(self, text: str) -> str:
+        """Free text a model or judge read or wrote: redact, then the second line by structure (free_text)."""
+        return free_text(self.redact(text.replace("\\/", "/") if "\\/" in text else text))
+
     def summary(self) -> dict[str, int]:
         return {"endpoint urls": len(self.urls), "other urls": len(self.other_urls), "keys": len(self.keys),
                 "local paths": len(self.paths)}
+
+
+# ------------------------------------------------------------------ the second line on free text, by structure
+
+# a home-like root loses the whole user component: a name of several words (`/home/Jo Doe`, `C:\\Users\\Mary Ann
+# Smith`) is the first word and every following space-separated capitalised word, then the rest of the path
+_HOME_ROOT = r"(?:/home/|/Users/|/dev/shm/|/run/user/|/var/home/|[A-Za-z]:[\\/]+(?:Users|Documents and Settings)[\\/]+)"
+_PIECE = r"[^\s/\\\"'`<>|*?]+"
+_WORDS = rf"{_PIECE}(?: (?=[A-Z0-9]){_PIECE})*"
+_FREE_HOME = re.compile(rf"(?<![\w-]){_HOME_ROOT}{_WORDS}(?:[\\/]+{_WORDS})*[\\/]?")
+_FREE_UNC = re.compile(r"(?<![\w\\:])\\\\[^\s\"'`<>|*]+")  # \\fileserv9\share, \\?\UNC\server\share\jdoe
+_FREE_SLASHES = re.compile(r"(?<![\w:/<])//[A-Za-z0-9][^\s\"'`<>]*")  # //fileserv9/share/jdoe
+_FREE_TILDE = re.compile(r"(?<![\w~/\\-])~[A-Za-z][\w.-]*")  # ~jdoe: a user's home by the user's name
+_FREE_TOKEN = re.compile(r"[^\s\"'`<>(),;\[\]{}|]+")
+# a file name is no host: a dotted token whose last label is one of these (`results.json`, `archive.tar.gz`)
+FILE_EXTENSIONS = frozenset("""json jsonl yaml yml toml txt md rst py pyc ipynb csv tsv parquet arrow log html htm xml
+pdf png jpg jpeg gif svg webp sh bash js ts tsx jsx css rs go java c h cc cpp hpp rb php sql sqlite db lock ini cfg
+conf zip gz tgz tar bz2 xz zst whl egg pt pth bin npy npz pkl pickle safetensors gguf onnx out err tmp bak doc docx
+xls xlsx ppt pptx odt mp3 mp4 wav exe dll so dylib o a jar env pem crt key pub""".split())
+
+
+def _hostlike(token: str) -> bool:
+    """A place in free text by its structure: an address (looks_like_host: IPv4, IPv6, MAC, with a port), a
+    `user@host`, a `host:port[/path]`, or a dotted name of any top-level domain: two or more labels of letters,
+    digits, `_` and `-`, the last of two or more letters and no file extension (a number, a version, `e.g.` and a
+    file name are none; a module path like `harness.records.privacy` is withheld too: free text may over-withhold)."""
+    t = token.strip(".,;:!?")
+    if not t or "<" in t:
+        return False
+    if "@" in t.strip("@") or re.match(r"@[A-Za-z0-9]", t):  # `<key>@dbhost:5432`: the host after a placeholder
+        return True  # user@host, user:pw@host:port, git@github.com:user/repo.git, jo@corp.example
+    host = re.split(r"[/\\]", t, maxsplit=1)[0]
+    if re.fullmatch(r"[A-Za-z0-9][\w.-]*:\d{1,5}", host) and re.search(r"[A-Za-z]", host.split(":")[0] or "") \
+            or re.fullmatch(r"\d{1,3}(?:\.\d{1,3}){3}:\d{1,5}", host):
+        return True  # fileserv9:8080/share, 10.0.0.7:5432
+    if looks_like_host(host) and (re.search(r"[:\d]", host) and not re.search(r"[g-zG-Z]", host)
+                                  or host.count(".") == 3 and host.replace(".", "").isdigit()):
+        return True  # an IPv4, IPv6 or MAC address
+    labels = host.rstrip(".").split(".")
+    return len(labels) >= 2 and all(re.fullmatch(r"[A-Za-z0-9_-]+", x) for x in labels) \
+        and re.fullmatch(r"[A-Za-z]{2,63}", labels[-1]) is not None and labels[-1].lower() not in FILE_EXTENSIONS
+
+
+def free_text(text: str) -> str:
+    """The second line on free text a model or judge read or wrote (answers, transcripts, tool arguments, judge
+    replies), after Private.redact: every home-like path loses its user whole, every UNC or `//server` path, every
+    `~user`, and every token with a place's structure (_hostlike) is replaced; over-withholding is accepted here."""
+    if "\\/" in text:
+        text = text.replace("\\/", "/")  # JSON-escaped slashes (`\/home\/jdoe`) are read as the path they write
+    text = _FREE_HOME.sub(LOCAL, text)
+    text = _FREE_UNC.sub(LOCAL, text) if "\\\\" in text else text
+    text = _FREE_SLASHES.sub(LOCAL, text) if "//" in text else text
+    text = _FREE_TILDE.sub(LOCAL, text) if "~" in text else text
+
+    def token(m: re.Match) -> str:
+        t = m.group(0)
+        core = t.rstrip(".,;:!?")
+        return HOST + t[len(core):] if _hostlike(core) else t
+
+    return _FREE_TOKEN.sub(token, text)
 
 
 def env_secrets() -> set[str]:
@@ -831,7 +895,8 @@ class Publisher:
             if private and v not in (None, "", [], {}):
                 self._count(where)
                 return WITHHELD if isinstance(v, str) else None
-            return self._text(v)
+            # what a model or judge read or wrote, and a transcript's messages: the second line by structure too
+            return self._text(v, free=policy == PRIVATE_TEXT or where.startswith("transcript."))
         if policy == REBUILT:  # the field's own name is declared, so only the names below it are read
             return self._leaf(v, key, where) if isinstance(v, str) else self.rebuilt(v, "", where)
         if policy == MEMORY_LOG:
@@ -858,13 +923,13 @@ class Publisher:
             return {k: self._published(x, f"{where}.{k}") for k, x in v.items() if isinstance(k, str) and is_name(k)}
         return v
 
-    def _text(self, v: Any) -> Any:
+    def _text(self, v: Any, free: bool = False) -> Any:
         if isinstance(v, str):
-            return self.found.redact(v)
+            return self.found.redact_free(v) if free else self.found.redact(v)
         if isinstance(v, list):
-            return [self._text(x) for x in v]
+            return [self._text(x, free) for x in v]
         if isinstance(v, dict):
-            return {k: self._text(x) for k, x in v.items()}
+            return {k: self._text(x, free) for k, x in v.items()}
         return v
 
     def rebuilt(self, v: Any, key: str = "", where: str = "") -> Any:
