@@ -16,6 +16,8 @@ import io
 import json
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -652,6 +654,13 @@ def test_a_condition_publishes_only_the_names_its_settings_declare():
                            "backend": privacy.WITHHELD}
 
 
+def _env() -> dict:
+    """A stage run as its own process (the harness's caches stay out of this test process), from this tree."""
+    import os
+
+    return dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+
+
 def _echo(req):
     """A scripted model that searches once, then answers by echoing its context (tool results, system prompt),
     with a configured password in it; a judge's reply echoes its prompt: every text the stage's own records hold
@@ -680,16 +689,13 @@ def test_a_real_stage_the_harness_ran_publishes_whole_its_own_key_paths_and_plac
         tmp_path, capsys, stage, extra):
     """The last scan refuses nothing the policy itself wrote: the card's withheld-by-field counts name key paths
     (stage_config.stage.conditions.fanout.agents) and a redacted `password=<key>` is no credential."""
-    import sys
-
-    from tests import cli
     from tests.fake_model import FakeModel
 
     with FakeModel(script=_echo) as fake:
-        res = cli.run([sys.executable, "-m", "harness.run", f"stage={stage}", "model=vllm",
+        res = subprocess.run([sys.executable, "-m", "harness.run", f"stage={stage}", "model=vllm",
                        f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
                        f"judge.base_url={fake.base_url}", f"runs_dir={tmp_path}/runs", "concurrency=2", *extra],
-                      capture_output=True, text=True, timeout=900)
+                      capture_output=True, text=True, timeout=900, env=_env())
     assert res.returncode == 0, res.stderr[-3000:]
     folder = tmp_path / "runs" / stage / stage
     capsys.readouterr()
@@ -719,19 +725,16 @@ def test_a_key_path_of_the_harness_is_never_replaced_in_other_text(withheld):
 def test_the_key_the_harness_sends_is_replaced_whatever_its_variable_is_called(tmp_path, monkeypatch, capsys):
     """model.api_key_env=DB_PASS: the variable is not named like a key, but the harness sends its value; a model
     that echoes it into a public answer publishes <key>, never the value."""
-    import sys
-
-    from tests import cli
     from tests.fake_model import FakeModel
 
     secret = "Zq7-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:6] + "-kangaroo"
     monkeypatch.setenv("DB_PASS", secret)
     with FakeModel(script=lambda req: {"role": "assistant", "content": f"the key I was sent is {secret}."}) as fake:
-        res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm", "model.api_key_env=DB_PASS",
+        res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm", "model.api_key_env=DB_PASS",
                        f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
                        f"judge.base_url={fake.base_url}", "samples.smoke.limit=1",
                        "stage.groups=[{sample:smoke,conditions:[none]}]", f"runs_dir={tmp_path}/runs"],
-                      capture_output=True, text=True, timeout=900)
+                      capture_output=True, text=True, timeout=900, env=_env())
     assert res.returncode == 0, res.stderr[-3000:]
     assert any(secret in p.read_text() for p in (tmp_path / "runs").rglob("*.json")), "the model never echoed it"
     assert publish_cli.main([f"runs={tmp_path}/runs/smoke/smoke", f"out={tmp_path}/out"]) == 0, capsys.readouterr()
