@@ -792,3 +792,16 @@ def test_no_name_or_host_in_free_text_survives_the_second_line(case):
                                   "it took ~5 minutes at 10:30 on 2024-05-01", "a ratio of 3:4 in v1.2"])
 def test_numbers_versions_and_file_names_in_free_text_are_no_places(text):
     assert privacy.Private().redact_free(text) == text
+
+
+@given(key=st.from_regex(r"[a-z][a-z0-9_]{3,20}", fullmatch=True))
+@settings(max_examples=100, deadline=None)
+def test_a_key_of_an_open_params_node_goes_out_only_when_declared(key):
+    """model.params takes any key a server accepts: a name-shaped key nobody declared (a user's or a host's name)
+    is withheld with its value; a declared request parameter's number goes out."""
+    from harness.run.settings import REQUEST_PARAMS, publish_names_here
+
+    pub = privacy.Publisher(privacy.Private(), names=publish_names_here())
+    out = pub.config("top", {"model": {"params": {key: 7, "temperature": 0.5}}}, "stage_config", top={})
+    assert out["model"]["params"]["temperature"] == 0.5
+    assert (key in out["model"]["params"]) == (key in REQUEST_PARAMS or key == "temperature")

@@ -702,6 +702,7 @@ class Node:
     leaf: Any = None
 
 
+CLOSED = "<closed>"  # in a node's declarations: a key it does not declare is withheld, key and value (model.params)
 ENDPOINT = "endpoint url"  # a declared key whose value is a model endpoint's URL: <endpoint url>
 FILE = "file path"  # a declared key whose value is a file: a path as <local path>/NAME, or an open name
 # the declarations of the configuration's keys: (node kind, the node or None, the configuration's root) -> key ->
@@ -795,6 +796,9 @@ class Publisher:
         for k, x in v.items():
             if not isinstance(k, str) or not is_name(k) or looks_like_place(k) or "${" in k:
                 self._count(f"{where}.<key>", k if isinstance(k, str) else None)
+                continue
+            if CLOSED in declared and k not in declared:  # an open node (model.params): only its declared keys
+                self._count(f"{where}.<key>")  # a plain name's key (its shape checked above): withheld, not replaced
                 continue
             out[k] = self._rule(declared.get(k), x, f"{where}.{k}", top, k)
         return out

@@ -922,7 +922,7 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
 
     WHY declared with the types: the shape of a value never told a host (sqlhost7.zqcorp.example), an address
     (fe80::1) or a password (hunter2) from a name; the key it sits under, typed here, does."""
-    from harness.records.privacy import ENDPOINT, FILE, Node, open_name
+    from harness.records.privacy import CLOSED, ENDPOINT, FILE, Node, open_name
 
     known = {} if known is None else known  # the registries' names, read once per publish (publish_names_here)
     backends = _once(known, "backends", _backends)
@@ -950,8 +950,9 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
                 "params": Node("params"), "judge_params": Node("params"), "accepts": Node("params"),
                 "prices": Node("prices"), "offpeak": Node("offpeak"), "speed": Node("numbers"),
                 "judge": Node("endpoint")}
-    if kind == "params":  # what a request sends: open keys, only these carry names
-        return {"reasoning_effort": _ident, "effort": _ident, "tool_choice": _ident, "tools": _ident,
+    if kind == "params":  # what a request sends: open keys, so only the request parameters named here go out
+        return {CLOSED: None, **{k: None for k in REQUEST_PARAMS},
+                "reasoning_effort": _ident, "effort": _ident, "tool_choice": _ident, "tools": _ident,
                 "think": _ident, "reasoning": Node("params"), "extra_body": Node("params"), "model": open_name}
     if kind == "prices":
         return {"currency": re.compile(r"[A-Z]{3}").fullmatch}
@@ -1036,6 +1037,15 @@ def condition_names(node: dict, condition_name: Any, known: dict | None = None) 
                 _CHOICES[own] = _choices_of(own)
             out.update(_CHOICES[own])
     return out
+
+
+# the request parameters of the OpenAI-compatible APIs and local servers (vLLM, llama.cpp, Ollama) a params node
+# may publish (numbers and flags; their strings are withheld): any other key of an open params node is withheld
+REQUEST_PARAMS = frozenset("""temperature top_p top_k min_p max_tokens max_completion_tokens max_output_tokens seed n
+presence_penalty frequency_penalty repetition_penalty repeat_penalty stop logprobs top_logprobs parallel_tool_calls
+stream response_format num_ctx num_predict keep_alive mirostat typical_p length_penalty chat_template_kwargs
+enable_thinking budget_tokens thinking include_reasoning verbosity service_tier store cache_prompt summary
+skip_special_tokens spaces_between_special_tokens ignore_eos min_tokens use_beam_search best_of""".split())
 
 
 def publish_names_here():
