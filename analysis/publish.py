@@ -30,7 +30,8 @@ fields in typed columns (nested parts as JSON text), `_keys` its keys in the ord
 Private by default, by allowlist: every object of every file goes through the publish policy the
 record schema declares field by field (harness.records.schema.POLICY, FILE_POLICY, applied by
 harness.records.privacy.Publisher); a field or a file without a policy stays home, a configuration
-value that is no number, flag or plain name goes as `<withheld>`, and the text of a run whose context
+string goes out only under a key the typed config declares a name (harness.run.settings.publish_names), any
+other as `<withheld>`, and the text of a run whose context
 held a private agent's unit (answer, gold, error, tool arguments, queries, transcript, judge prompt and
 reply, the system prompts only it used) stays home unless `private_transcripts=True`. Shape
 redaction and a last scan of every cell, the card and the pre-registration file (`leaks`) are the
@@ -344,7 +345,11 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
     # a run's text repeats it
     from harness.records.schema import file_policy
 
-    warm = privacy.Publisher(ex.private, warm=True)
+    import conditions
+    from harness.run.settings import publish_names_here
+
+    registered, names = conditions.CONDITIONS.names(), publish_names_here()
+    warm = privacy.Publisher(ex.private, warm=True, registered=registered, names=names)
     for (name, rel), text in texts.items():
         kind = file_policy(rel)
         if kind is None or kind == "prompt":
@@ -357,9 +362,13 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
         for obj in objs:
             if isinstance(obj, dict):
                 warm.publish(kind, obj)
-    import conditions
-
-    ex.publisher = privacy.Publisher(ex.private, registered=conditions.CONDITIONS.names())
+    # the stage's own identifiers (its files' names, the run ids, labels and conditions the warm pass saw published):
+    # a withheld value that is part of one goes out as that identifier anyway, so it is not replaced in text
+    files = {part for (name, rel) in texts for part in [*name.split("/"), *rel.split("/"),
+                                                         *(Path(p).stem for p in rel.split("/"))]}
+    files |= {part for (name, rel), text in texts.items() if rel == "stage.json" for part in _data_names(text)}
+    identifiers = warm.settle(files)
+    ex.publisher = privacy.Publisher(ex.private, registered=registered, names=names, identifiers=identifiers)
     for name, root in folders.items():
         # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted
         _add_folder(ex, name, root, {rel: t for (n, rel), t in texts.items() if n == name}, private_transcripts)
@@ -545,6 +554,17 @@ def shows_private(record: dict) -> bool:
                            for log in memory_logs(record) for _, owner in (log.get("units") or []))
 
 
+def _data_names(stage_json: str) -> list[str]:
+    """The name the stage's data file goes out under (data/NAME, in the files table or the card's note): an
+    identifier of the stage, as its other files' names are."""
+    try:
+        path = str(((json.loads(stage_json) or {}).get("data") or {}).get("path") or "")
+    except (ValueError, AttributeError):
+        return []
+    name = Path(path).name if path else ""
+    return [name, f"data/{name}", Path(name).stem] if name else []
+
+
 def _add_data(ex: Export, name: str, root: Path, private_transcripts: bool) -> None:
     """The stage's data file goes along only when it is the generator's own output, regenerated here and
     compared byte for byte, and, for an Org stage (whose data holds the private agents' units), only with
@@ -627,8 +647,9 @@ def plan(ex: Export) -> str:
 def card_left_out(ex: Export) -> list[str]:
     out = [f"{privacy.URL}: every model endpoint's URL", f"{privacy.HOST}: the host of every other URL (its user "
            f"info, query and fragment removed)", f"{privacy.KEY}: every key", f"{privacy.LOCAL}: local paths (no "
-           f"folder's name; a file's name kept)", f"{privacy.WITHHELD}: every configuration value that is no number, "
-           f"flag or plain name (DSNs, hosts, notes, interpolations), and every field without a publish policy"]
+           f"folder's name; a file's name kept)", f"{privacy.WITHHELD}: every configuration string under a key the "
+           f"typed config does not declare a name (DSNs, hosts, addresses, passwords, notes, prompts, paths, "
+           f"interpolations), and every field without a publish policy"]
     if ex.private_runs:
         out.append(f"the text of {ex.private_runs} run(s) whose context held a private agent's memory unit "
                    f"(LongMemEval-Org private runs, and any run that retrieved such a unit): answers, golds, errors, "
@@ -681,7 +702,14 @@ def leaks(ex: Export, card_text: str) -> None:
                     continue  # the generator's own bytes, made again here from its seed: nothing of this machine
                 check(f"table {t.name!r} ({place}) column {col!r}", value if not isinstance(value, list)
                       else json.dumps(value, ensure_ascii=False))
-    check(CARD, card_text)
+    # the card's own counts name the withheld fields by their key paths (stage_config.cache_dir): the harness's
+    # structure, which a withheld value (`.cache`) may be a part of; that line is scanned for shapes and this
+    # machine's keys only, never refused for holding a withheld value's text
+    by_field = "withheld, by field: "
+    check(CARD, "\n".join(x for x in card_text.splitlines() if by_field not in x))
+    for x in card_text.splitlines():
+        if by_field in x:
+            found.extend(f"{CARD}: {y}" for y in privacy.leaks(x, None, env))
     for e in prereg_texts(ex).values():
         check(str(e.get("file")), e.get("text"))
     if found:

@@ -8,8 +8,10 @@ message. The kernel is harness/kernel/ (injection.py).
 
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 from conditions import Access
+from harness.memory.space import SCORINGS
 from harness.kernel import Kernel, WriteBarrier
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
@@ -19,6 +21,9 @@ FORECAST = {"calls": 1, "result_chars": 0, "schema_chars": 0}  # harness.run.for
 @dataclass
 class Settings:
     """The kernel's retrieval and injection (conf/condition/kernel.yaml); scoring dense: the 0.3 threshold is a cosine."""
+
+    # the keys whose values are names a publish may show (harness.run.settings.publish_names): choices
+    NAMES: ClassVar[dict] = {"scoring": SCORINGS}
 
     scoring: str = "dense"
     candidates: int = 30

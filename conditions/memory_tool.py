@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import ClassVar, get_args
 from datetime import datetime, timedelta, timezone
 
 from conditions import Access
+from harness.memory.space import SCORINGS
 from harness.data.longmemeval import DATE_FORMAT
 from harness.memory.units import rounds_of
-from harness.memory.views import View
+from harness.memory.views import Scope, View
 from harness.runtime.tools import ToolError, ToolResult
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
@@ -132,6 +134,9 @@ PAPER_K = 8
 class Settings:
     """The memory tool's own options (conf/condition/tool_*.yaml): build(), tools_for() and tool_texts() receive
     an instance, with every condition's keys (harness.run.settings.ConditionSettings), built at the config edge."""
+
+    # the keys whose values are names a publish may show (harness.run.settings.publish_names): choices
+    NAMES: ClassVar[dict] = {"scoring": SCORINGS, "scope": get_args(Scope), "guidance": GUIDANCE}
 
     scoring: str = "hybrid"
     scope: str = "own"

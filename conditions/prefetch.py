@@ -2,8 +2,11 @@
 
 import time
 from dataclasses import dataclass
+from typing import ClassVar, get_args
 
 from conditions import Access
+from harness.memory.space import SCORINGS
+from harness.memory.views import Scope
 from conditions.memory_tool import format_results, result_chars
 
 NEEDS = ("memory_space",)  # checked before the first run (harness.run.preflight)
@@ -14,6 +17,9 @@ FORECAST = {"calls": 1, "result_chars": 0, "schema_chars": 0, "prefix_chars": 6_
 @dataclass
 class Settings:
     """The search placed in the prompt (conf/condition/prefetch.yaml): the memory tool's, for the question itself."""
+
+    # the keys whose values are names a publish may show (harness.run.settings.publish_names): choices
+    NAMES: ClassVar[dict] = {"scoring": SCORINGS, "scope": get_args(Scope)}
 
     scoring: str = "hybrid"
     scope: str = "own"

@@ -10,18 +10,25 @@ issue saw leak) are beside them.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import io
 import json
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from analysis import publish as P
+from harness.cli import publish as publish_cli
 from harness.records import privacy
 from harness.records.schema import FILE_POLICY, POLICY, RunRecord, file_policy
 from tests.analysis_fixtures import Stage
@@ -221,7 +228,7 @@ def test_every_field_of_every_schema_model_has_a_declared_policy():
                         ("judge", JudgeIdentity)]:
         assert set(model.model_fields) == set(POLICY[kind]), (kind, set(model.model_fields) ^ set(POLICY[kind]))
     assert file_policy("records/x.json") == "record" and file_policy("notes.txt") is None
-    assert file_policy("records/sub/x.json") is None and file_policy("judgements/j.info.json") == "config"
+    assert file_policy("records/sub/x.json") is None and file_policy("judgements/j.info.json") == "judge_info"
     assert all(kind in POLICY or kind == "prompt" for _, kind in FILE_POLICY)
 
 
@@ -417,3 +424,384 @@ def test_a_key_no_memory_log_of_the_tree_writes_is_published_as_structure():
     assert {k: out[k] for k in ("kind", "agent", "view", "k", "units", "scoring")} == \
         {k: log[k] for k in ("kind", "agent", "view", "k", "units", "scoring")}
     assert out["note"] == "timeout" and out["extra"] == {"count": 3, "who": privacy.WITHHELD}
+
+
+# ------------------------------------------------------------------------------ the configuration, by its typed keys
+
+
+def _zq(pattern: str = r"zq[a-z0-9]{4,8}"):
+    return st.from_regex(pattern, fullmatch=True)
+
+
+TLD = st.from_regex(r"[a-z]{2,10}", fullmatch=True)  # any top-level domain, not a list's
+CONFIG_HOST = st.builds(lambda a, b, tld: f"{a}.{b}.{tld}", _zq(), _zq(), TLD)
+IPV4 = st.builds(lambda a, b, c: f"10.{a}.{b}.{c}", *[st.integers(0, 255)] * 3)
+IPV6 = st.builds(lambda a, b, c: f"fd{a:02x}:{b:x}::{c:x}", st.integers(0, 255), st.integers(1, 0xFFFF),
+                 st.integers(1, 0xFFFF))
+MAC = st.lists(st.integers(0, 255), min_size=6, max_size=6).map(lambda b: ":".join(f"{x:02x}" for x in b))
+EMAIL = st.builds(lambda u, h: f"{u}@{h}", _zq(), st.one_of(_zq(), CONFIG_HOST))  # jo@gateway, jo@corp.example
+PLAIN_SECRET = _zq(r"zq[a-z]{3,6}[0-9]{1,3}")  # hunter2's shape: a plain name by every test of shape
+TOKEN = st.builds(lambda p, b: p + "zq" + b, st.sampled_from(["", "sk-", "tok_", "key-", "Zz"]),
+                  st.text(alphabet=ALNUM, min_size=12, max_size=32).filter(_mixed))
+CONFIG_USER = st.builds(lambda a, b, two: f"Zq{a}" + (f" Zx{b}" if two else ""), _zq(r"[a-z]{3,6}"),
+                        _zq(r"[a-z]{3,6}"), st.booleans())
+CONFIG_PATH = st.builds(lambda shape, user, d: shape.format(user=user, d=d), st.sampled_from([
+    "/home/{user}/{d} runs/x.json", "C:\\Users\\{user}\\{d} data\\y", "~/{d}/{user}", "\\\\fileserver\\{user}\\{d}",
+    "/srv/{d} x/{user}/z", "/dev/shm/{user}/{d}"]), CONFIG_USER, _zq())
+SCHEME = st.one_of(st.sampled_from(["sftp", "smb", "ssh", "https", "redis", "postgres", "s3", "git+ssh"]),
+                   st.from_regex(r"[a-y][a-z0-9+.-]{1,8}", fullmatch=True))
+URL_WITH_USER = st.builds(lambda s, u, pw, h, d: f"{s}://{u}:{pw}@{h}/home/{u}/{d}", SCHEME, _zq(), PLAIN_SECRET,
+                          st.one_of(CONFIG_HOST, _zq(), IPV4), _zq())
+CONFIG_VALUE = st.one_of(CONFIG_HOST, IPV4, IPV6, MAC, EMAIL, PLAIN_SECRET, TOKEN, CONFIG_PATH, URL_WITH_USER)
+PLACE = st.one_of(CONFIG_HOST, IPV4, IPV6, MAC, EMAIL, CONFIG_PATH, URL_WITH_USER)  # what no open name may be
+# a key no schema declares (declared keys never start with x_), under any node of the configuration
+NEW_KEY = st.from_regex(r"x_[a-z]{2,8}", fullmatch=True)
+NODES = [(), ("model",), ("judge",), ("index",), ("encoder",), ("data",), ("stage",),
+         ("stage", "conditions", "tool_bm25"), ("stage", "conditions", "none"), ("samples", "smoke"), ("model", "params"), ("x_plugin",)]
+RECORD_FIELDS = ["condition_config", "adapter", "model", "index", "encoder"]
+
+
+def _forbidden(value: str) -> list[str]:
+    """What of a generated value may not be published: itself, and each of its generated parts (zq...)."""
+    return [value, *re.findall(r"(?i)zq[a-z0-9]+", value)]
+
+
+def _config_stage(root: Path, planted: list[tuple[str, tuple, str, str]], misshaped: dict) -> tuple[Path, list[str]]:
+    """A stage whose config.yaml and records hold the planted values; returns its folder and the run ids."""
+    config = {"model": {"name": "vllm", "provider": "openai_compatible", "model": "test-model",
+                        "base_url": "http://127.0.0.1:9/v1", "params": {"temperature": 0}},
+              "judge": {"name": "testjudge"}, "index": {"name": "exact", "dim": 384},
+              "encoder": {"name": "minilm", "device": "cpu"}, "data": {"kind": "synth", "size": "tiny", "seed": 0},
+              "stage": {"name": "cfg", "label": "cfg", "kind": "agents", "tool_guidance": "assisted",
+                        "conditions": {"tool_bm25": {"module": "memory_tool", "scoring": "bm25", "scope": "own", "k": 8,
+                                                     "guidance": "assisted"},
+                                       "none": {"module": "none"}},
+                        "groups": [{"sample": "smoke", "conditions": ["none", "tool_bm25"], "repeats": 1}]},
+              "samples": {"smoke": {"per_type": 1, "limit": 3}}, "seed": 0, "runs_dir": "runs"}
+    # the same value's wrong shape under keys that declare a name: a choice, a registered name, an open name
+    config["model"]["model"] = misshaped["open"]
+    config["encoder"]["device"] = misshaped["any"]
+    config["stage"]["conditions"]["tool_bm25"]["scoring"] = misshaped["any"]
+    config["stage"]["groups"].append({"sample": misshaped["any"], "conditions": [misshaped["place"]]})
+    st_ = Stage(root / "runs", "cfg", data={"path": "/nonexistent/synth_tiny.json", "sha256": "d" * 64,
+                                           "kind": "synth"}, config_extra=config)
+    recs = [st_.add("tool_bm25", "q1", module="memory_tool", answer="an answer"),
+            st_.add("none", "q2", module="none", answer="another answer")]
+    for r in recs:
+        r["condition_config"] = {"module": r["module"], "scoring": misshaped["any"],
+                                 "compare_with": [misshaped["place"]]}
+        r["adapter"] = {"name": "json_schema"}
+        r["model"] = {"name": "vllm", "model": misshaped["open"], "provider": "openai_compatible"}
+    said = []
+    for where, node, key, value in planted:
+        if where == "config":
+            target = config
+            for part in node:
+                target = target.setdefault(part, {})
+            target[key] = value
+        else:
+            for r in recs:
+                if not isinstance(r.get(where), dict):
+                    r[where] = {}
+                r[where][key] = value
+        said.append(value)
+    # a public run's answer repeats them: the configuration's withheld values are replaced wherever text holds them
+    recs[0]["answer"] = "I saw " + " and ".join(said) + "."
+    folder = st_.write()
+    return folder, [r["run_id"] for r in recs]
+
+
+# (config.yaml or a record's configuration field, the node of config.yaml, a key no schema declares, a value)
+PLANTED_CONFIG = st.lists(st.tuples(st.sampled_from(["config", "config", *RECORD_FIELDS]), st.sampled_from(NODES),
+                                    NEW_KEY, CONFIG_VALUE), min_size=1, max_size=8)
+
+
+# no shrinking: a failing example is printed as generated (each one is a whole publish)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          phases=[Phase.explicit, Phase.generate], database=None)
+@given(planted=PLANTED_CONFIG, harmless=st.sampled_from(["tool_bm25", "smoke", "memory_tool", "q1", "cfg"]),
+       misshaped=st.fixed_dictionaries({"any": CONFIG_VALUE, "place": PLACE, "open": PLACE}))
+# the values the auditor saw go out under innocent keys, and a plain name withheld where it is no declared name
+@example(planted=[("config", ("index",), "x_db", "sqlhost7.zqcorp.example"), ("config", (), "x_gw", "fe80::1"),
+                  ("config", ("model",), "x_ip", "2001:db8::5"), ("config", ("stage",), "x_mac", "00:1a:2b:3c:4d:5e"),
+                  ("config", ("x_plugin",), "x_who", "jo@gateway"), ("condition_config", (), "x_pw", "hunter2"),
+                  ("config", ("stage", "conditions", "none"), "x_url", "sftp://jo@files.corp/home/jo/x")],
+         harmless="tool_bm25", misshaped={"any": "hunter2", "place": "jo@gateway", "open": "sqlhost7.zqcorp.example"})
+def test_no_configuration_string_but_a_declared_name_reaches_a_byte_of_the_published_folder(planted, harmless,
+                                                                                         misshaped):
+    """Random keys under random nodes of a real stage's config.yaml and of its records' configuration fields, holding
+    hosts of any TLD, IPv4 and IPv6 addresses, MACs, addresses with @, tokens, hunter2-like names, paths with spaces
+    and URLs of any scheme with user info, and the same shapes under declared keys they do not fit; published with
+    the publish command: none of them reaches any byte or cell, not even through a run's answer that repeats them,
+    while the declared names (the registered module, the sample, the condition names) and every record's file name
+    and run id are there, also when a plain name of the stage is withheld where no key declares it."""
+    planted = [*planted, ("config", ("x_plugin",), "x_name", harmless)]
+    root = Path(tempfile.mkdtemp(prefix="memspace-config-"))
+    try:
+        folder, run_ids = _config_stage(root, planted, misshaped)
+        out = root / "ds"
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert publish_cli.main([f"runs={folder}", f"out={out}"]) == 0
+        texts = published_text(out)
+        forbidden = {bad for _, _, _, v in planted if v != harmless for bad in _forbidden(v)} | \
+            {bad for v in misshaped.values() for bad in _forbidden(v)}
+        found = [(where, bad) for where, text in texts for bad in forbidden if bad in text]
+        assert found == [], found[:5]
+        files = pq.read_table(out / "files" / "train.parquet").to_pylist()
+        runs = pq.read_table(out / "runs" / "train.parquet").to_pylist()
+        assert sorted(f["path"] for f in files if f["path"].startswith("records/")) == \
+            sorted(f"records/{r}.json" for r in run_ids)  # the file names, not garbled
+        assert sorted(r["run_id"] for r in runs) == sorted(run_ids) and {r["condition"] for r in runs} == \
+            {"tool_bm25", "none"}
+        config = yaml.safe_load(next(f["content"] for f in files if f["path"] == "config.yaml"))
+        assert config["stage"]["conditions"]["tool_bm25"]["module"] == "memory_tool"  # a registered module
+        assert config["stage"]["groups"][0]["sample"] == "smoke" and config["samples"]["smoke"]["per_type"] == 1
+        assert config["stage"]["conditions"]["tool_bm25"]["guidance"] == "assisted"  # a declared choice
+        assert config["model"]["name"] == "vllm" and config["model"]["base_url"] == privacy.URL
+        assert config["x_plugin"]["x_name"] == privacy.WITHHELD  # a plain name no key declares: withheld...
+        assert all(r["condition_config"] and json.loads(r["condition_config"])["module"] in ("memory_tool", "none")
+                   for r in runs)
+        assert re.search(r"\bI saw\b", runs[[r["run_id"] for r in runs].index(run_ids[0])]["answer"] or "")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("text, kept, gone", [
+    ("get sftp://jo@files.corp/home/jo/x now", "sftp://<host>", ["jo", "files.corp", "/home"]),
+    ("on smb://server/share/jo today", "smb://<host>", ["server", "share", "jo"]),
+    ("in \\\\server\\share\\jo", "<local path>", ["server", "share", "jo"]),
+    ("run scp jo@zqbox:/srv/jo/x .", "<host>:<local path>", ["jo", "zqbox", "srv"]),
+    ("clone ssh://git@git.zq.example/jo/repo.git", "ssh://<host>", ["git@", "zq.example", "jo", "repo"]),
+    ("see https://docs.python.org/3/library/json.html", "https://<host>/3/library/json.html", ["python.org"])])
+def test_a_url_of_any_scheme_and_a_remote_path_keep_no_user_host_or_folder(text, kept, gone):
+    """Free text that stays published (a public run's answer, a note): a URL of any scheme keeps its scheme and
+    nothing else (a web page's path aside); a remote or UNC path is placeholders."""
+    out = privacy.Private().redact(text)
+    assert kept in out and privacy.leaks(out) == []
+    assert not [g for g in gone if g in out], out
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@example(url="https://zqjo:zqpw12@zqfiles/home/zqjo/zqdocs", before="", after="")
+@given(url=URL_WITH_USER, before=st.sampled_from(["", "see ", "(", "at: "]),
+       after=st.sampled_from(["", " now", ").", ","]))
+def test_no_part_of_a_url_of_a_generated_scheme_but_its_scheme_survives_redaction(url, before, after):
+    """A URL of any scheme with user info, a host and a user's folder in its path, in free text: only its scheme
+    is left."""
+    out = privacy.Private().redact(before + url + after)
+    assert [bad for bad in _forbidden(url) if bad in out] == [], out
+    assert url.split("://")[0] + "://" in out and privacy.leaks(out) == []
+
+
+def test_a_stage_config_composed_from_this_tree_publishes_its_declared_names_and_garbles_no_prompt(tmp_path):
+    """config.yaml as the driver writes it (conf/ composed for stage=smoke, resolved): its declared names go out
+    (modules, scorings, guidance, sample, backend, encoder, model ids), its places (cache_dir, runs_dir) and texts
+    (a condition's access prompt) are withheld, and the system prompt that quotes that access text is published
+    as written: a withheld text is not replaced where the stage's own prompts hold it. A database password planted
+    in the index is withheld and replaced in a public answer."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(privacy.CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["stage=smoke", f"cache_dir={tmp_path / 'Jo Doe cache'}",
+                                           f"runs_dir={tmp_path / 'runs'}", "index=pgvector",
+                                           "index.dsn='host=sqlhost7.zqcorp.example password=hunter2zq'"])
+    config = OmegaConf.to_container(cfg, resolve=True)
+    access = config["stage"]["conditions"]["tool_bm25"]["access"]
+    st_ = Stage(tmp_path / "runs", "smoke", config_extra=config)
+    r = st_.add("tool_bm25", "q1", module="memory_tool", answer="the dsn had password=hunter2zq in it")
+    prompt = f"You answer from memory.\n{access}"
+    sha = hashlib.sha256(prompt.encode()).hexdigest()
+    r["transcript"] = {"role": "agent", "system_sha256": sha, "tools": ["memory_search"], "messages": [
+        {"role": "user", "content": "q?", "tool_calls": None, "tool_call_id": None, "tool": None, "call": None,
+         "asked": None}]}
+    r["condition_config"] = dict(config["stage"]["conditions"]["tool_bm25"])
+    folder = st_.write()
+    (folder / "prompts").mkdir()
+    (folder / "prompts" / f"{sha}.txt").write_text(prompt)
+    out, _ = _publish(folder, tmp_path / "ds")
+    files = pq.read_table(tmp_path / "ds" / "files" / "train.parquet").to_pylist()
+    published = yaml.safe_load(next(f["content"] for f in files if f["path"] == "config.yaml"))
+    tool = published["stage"]["conditions"]["tool_bm25"]
+    assert (tool["module"], tool["scoring"], tool["scope"], tool["guidance"]) == ("memory_tool", "bm25", "own",
+                                                                                 "assisted")
+    assert tool["access"] == privacy.WITHHELD and published["cache_dir"] == privacy.WITHHELD
+    assert published["stage"]["groups"][0]["sample"] == "smoke" and published["index"]["name"] == "pgvector"
+    assert published["index"]["iterative_scan"] == "off" and published["index"]["dsn"] == privacy.WITHHELD
+    assert published["encoder"]["name"] == "minilm" and published["judge"]["model"] == config["judge"]["model"]
+    assert published["data"]["path"].startswith(privacy.LOCAL + "/synth_tiny")
+    prompts = pq.read_table(tmp_path / "ds" / "prompts" / "train.parquet").to_pylist()
+    assert [p["text"] for p in prompts] == [prompt]  # the access text, quoted by the prompt, is not garbled
+    for bad in ("sqlhost7", "hunter2zq", "Jo Doe"):
+        assert bad not in out, bad
+
+
+def test_a_condition_publishes_only_the_names_its_settings_declare():
+    """A condition's strings go out only under keys its module's Settings declares (memory_tool: scoring, scope,
+    guidance, each one of its choices) and its registered module's name; a plugin's condition whose module is not
+    registered here, or a key no Settings declares, publishes numbers and flags only."""
+    from harness.run.settings import publish_names_here
+
+    pub = privacy.Publisher(privacy.Private(), registered=["memory_tool"], names=publish_names_here())
+    top = {"stage": {"conditions": {
+        "tool": {"module": "memory_tool", "scoring": "bm25", "scope": "zqeverywhere", "guidance": "assisted",
+                 "k": 8, "mode": "fast", "access": "Use memory_search."},
+        "plug": {"module": "zq_plugin", "mode": "fast", "k": 3, "on": True, "backend": "exact"}}}}
+    out = pub.publish("stage_config", top)["stage"]["conditions"]
+    assert out["tool"] == {"module": "memory_tool", "scoring": "bm25", "scope": privacy.WITHHELD,
+                           "guidance": "assisted", "k": 8, "mode": privacy.WITHHELD, "access": privacy.WITHHELD}
+    assert out["plug"] == {"module": privacy.WITHHELD, "mode": privacy.WITHHELD, "k": 3, "on": True,
+                           "backend": privacy.WITHHELD}
+
+
+def _env() -> dict:
+    """A stage run as its own process (the harness's caches stay out of this test process), from this tree."""
+    import os
+
+    return dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+
+
+def _echo(req):
+    """A scripted model that searches once, then answers by echoing its context (tool results, system prompt),
+    with a configured password in it; a judge's reply echoes its prompt: every text the stage's own records hold
+    comes back in free text, as a careless real model's would."""
+    msgs, tools = req["messages"], req.get("tools") or []
+    blob = json.dumps(msgs)
+    if "yes or no" in blob.lower():
+        return {"role": "assistant", "content": "yes. " + blob[-400:]}
+    names = [t["function"]["name"] for t in tools]
+    if tools and req.get("tool_choice") != "none" and not any(m["role"] == "tool" for m in msgs):
+        q = next(m["content"] for m in msgs if m["role"] == "user")
+        name = "ask_agent" if "ask_agent" in names else "memory_search" if "memory_search" in names else names[0]
+        args = {"agent": "a4", "question": q} if name == "ask_agent" else {"query": q}
+        return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{len(msgs)}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)}}]}
+    context = " ".join(str(m.get("content")) for m in msgs if m["role"] in ("tool", "system"))
+    return {"role": "assistant", "content": "the login is password=hunter2; " + context[-1500:]}
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("stage, extra", [
+    ("smoke", ["+stage.purpose=checking the harness", "samples.smoke.limit=2"]),
+    ("smoke_org", []),
+])
+def test_a_real_stage_the_harness_ran_publishes_whole_its_own_key_paths_and_placeholders_never_refused(
+        tmp_path, capsys, stage, extra):
+    """The last scan refuses nothing the policy itself wrote: the card's withheld-by-field counts name key paths
+    (stage_config.stage.conditions.fanout.agents) and a redacted `password=<key>` is no credential."""
+    from tests.fake_model import FakeModel
+
+    with FakeModel(script=_echo) as fake:
+        res = subprocess.run([sys.executable, "-m", "harness.run", f"stage={stage}", "model=vllm",
+                       f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
+                       f"judge.base_url={fake.base_url}", f"runs_dir={tmp_path}/runs", "concurrency=2", *extra],
+                      capture_output=True, text=True, timeout=900, env=_env())
+    assert res.returncode == 0, res.stderr[-3000:]
+    folder = tmp_path / "runs" / stage / stage
+    capsys.readouterr()
+    assert publish_cli.main([f"runs={folder}", f"out={tmp_path}/out"]) == 0, capsys.readouterr()
+    text = "\n".join(t for _, t in published_text(tmp_path / "out"))
+    assert "hunter2" not in text and "password=<key>" in text
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "withheld, by field" in card and "stage_config." in card
+
+
+@pytest.mark.parametrize("text", ["password=hunter2", "pwd=hunter22 and jo:s3cretpw@db7.corp.example:5432"])
+def test_a_placeholder_the_redaction_wrote_is_never_a_leak(text):
+    found = privacy.Private()
+    out = found.redact(text)
+    assert "<key>" in out and privacy.leaks(out, found) == []
+
+
+@pytest.mark.parametrize("withheld", ["checking stage.conditions.fanout.agents for the harness", "+stage.purpose",
+                                      "stage_config.stage.purpose", "model.api_key_env"])
+def test_a_key_path_of_the_harness_is_never_replaced_in_other_text(withheld):
+    pub = privacy.Publisher(privacy.Private())
+    pub._count("fidelity_row.stage", withheld)
+    assert not pub.found.keys, pub.found.keys
+
+
+@pytest.mark.services
+def test_the_key_the_harness_sends_is_replaced_whatever_its_variable_is_called(tmp_path, monkeypatch, capsys):
+    """model.api_key_env=DB_PASS: the variable is not named like a key, but the harness sends its value; a model
+    that echoes it into a public answer publishes <key>, never the value."""
+    from tests.fake_model import FakeModel
+
+    secret = "Zq7-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:6] + "-kangaroo"
+    monkeypatch.setenv("DB_PASS", secret)
+    with FakeModel(script=lambda req: {"role": "assistant", "content": f"the key I was sent is {secret}."}) as fake:
+        res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm", "model.api_key_env=DB_PASS",
+                       f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
+                       f"judge.base_url={fake.base_url}", "samples.smoke.limit=1",
+                       "stage.groups=[{sample:smoke,conditions:[none]}]", f"runs_dir={tmp_path}/runs"],
+                      capture_output=True, text=True, timeout=900, env=_env())
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert any(secret in p.read_text() for p in (tmp_path / "runs").rglob("*.json")), "the model never echoed it"
+    assert publish_cli.main([f"runs={tmp_path}/runs/smoke/smoke", f"out={tmp_path}/out"]) == 0, capsys.readouterr()
+    text = "\n".join(t for _, t in published_text(tmp_path / "out"))
+    assert secret not in text and "the key I was sent is <key>" in text
+
+
+_word = st.from_regex(r"Zq[a-z]{2,7}", fullmatch=True)
+_user = st.from_regex(r"zq[a-z0-9]{2,7}", fullmatch=True)
+_label = st.from_regex(r"zq[a-z0-9]{1,6}(-[a-z0-9]{1,4})?", fullmatch=True)
+_tld = st.from_regex(r"[a-z]{2,12}", fullmatch=True).filter(lambda t: t not in privacy.FILE_EXTENSIONS)
+_octet = st.integers(0, 255).map(str)
+
+
+@st.composite
+def _place_in_free_text(draw):
+    """A user's name (one or several capitalised words, or a login) or a host (any TLD, an IP, a MAC) in one of
+    the shapes free text writes them; returns the text and the pieces that must not survive."""
+    name = " ".join(draw(st.lists(_word, min_size=1, max_size=3)))
+    user, pw = draw(_user), draw(_user)
+    host = ".".join(draw(st.lists(_label, min_size=1, max_size=3))) + "." + draw(_tld)
+    bare = draw(_label)
+    ip = ".".join(draw(st.lists(_octet, min_size=4, max_size=4)))
+    ipv6 = "fd" + draw(st.from_regex(r"[0-9a-f]{2}", fullmatch=True)) + "::" + draw(
+        st.from_regex(r"[0-9a-f]{1,4}(:[0-9a-f]{1,4}){0,3}", fullmatch=True))
+    mac = ":".join(draw(st.lists(st.from_regex(r"[0-9a-f]{2}", fullmatch=True), min_size=6, max_size=6)))
+    port = draw(st.integers(10, 65535))
+    shapes = [
+        (f"/home/{name}/runs/out.txt", [name]), (f"/Users/{name}/x", [name]), (f"C:\\Users\\{name}\\x", [name]),
+        (f"/home/{user}/My Documents/x", [user]), (f"~{user}/notes", [user]), (f"~{user}", [user]),
+        (f"\\\\{bare}\\share\\{user}", [bare, user]), (f"//{bare}/share/{user}", [bare, user]),
+        (f"\\\\?\\UNC\\{bare}\\share\\{user}", [bare, user]), (f"\\/home\\/{user}\\/x", [user]),
+        (f"../../home/{user}/x", [user]), (f"/dev/shm/{user}/x", [user]), (f"/run/user/{user}/x", [user]),
+        (host, [host]), (f"{user}@{bare}", [user, bare]), (f"{user}:{pw}@{host}:{port}", [user, pw, host]),
+        (f"git@{host}:{user}/repo.git", [host, user]), (f"{bare}:{port}/share/{user}", [bare, user]),
+        (ip, [ip]), (f"{ip}:{port}", [ip]), (ipv6, [ipv6]), (mac, [mac]), (f"{user}@{host}", [user, host]),
+    ]
+    text, gone = draw(st.sampled_from(shapes))
+    before = draw(st.sampled_from(["see ", "it ran on ", "(", "'", "path: ", "", "\"x\": \""]))
+    after = draw(st.sampled_from([" then it stopped", ".", ")", "'", ", and more", "", "\"", " now"]))
+    return before + text + after, [p for piece in gone for p in piece.split(" ")]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_place_in_free_text())
+def test_no_name_or_host_in_free_text_survives_the_second_line(case):
+    text, gone = case
+    found = privacy.Private()
+    out = found.redact_free(text)
+    assert not [g for g in gone if g in out], (text, out)
+    assert privacy.leaks(out, found) == [], (text, out)
+
+
+@pytest.mark.parametrize("text", ["version 1.2.3 of results.json, e.g. 3.14 and i.e. the archive.tar.gz",
+                                  "it took ~5 minutes at 10:30 on 2024-05-01", "a ratio of 3:4 in v1.2"])
+def test_numbers_versions_and_file_names_in_free_text_are_no_places(text):
+    assert privacy.Private().redact_free(text) == text
+
+
+@given(key=st.from_regex(r"[a-z][a-z0-9_]{3,20}", fullmatch=True))
+@settings(max_examples=100, deadline=None)
+def test_a_key_of_an_open_params_node_goes_out_only_when_declared(key):
+    """model.params takes any key a server accepts: a name-shaped key nobody declared (a user's or a host's name)
+    is withheld with its value; a declared request parameter's number goes out."""
+    from harness.run.settings import REQUEST_PARAMS, publish_names_here
+
+    pub = privacy.Publisher(privacy.Private(), names=publish_names_here())
+    out = pub.config("top", {"model": {"params": {key: 7, "temperature": 0.5}}}, "stage_config", top={})
+    assert out["model"]["params"]["temperature"] == 0.5
+    assert (key in out["model"]["params"]) == (key in REQUEST_PARAMS or key == "temperature")

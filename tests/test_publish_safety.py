@@ -347,7 +347,8 @@ def test_planted_credentials_and_other_machines_paths_never_reach_a_byte_or_cell
         for bad in forbidden:
             assert bad not in text, f"{bad!r} in {where}"
     cells = "\n".join(t for _, t in _published_bytes(out))
-    assert "<local path>/synth_tiny.json" in cells and "cache_dir: <local path>\\n" in cells  # a folder: no name
+    # the data file by its name; a folder no key declares a file: withheld whole
+    assert "<local path>/synth_tiny.json" in cells and "cache_dir: <withheld>\\n" in cells
     assert "openai_compatible:judge@<endpoint url>:0123abcd4567" in cells and "https://<host>/a" in cells
     # host names stay home; process ids go along, and both the plan and the card say so
     card = (out / "README.md").read_text()

@@ -2,8 +2,9 @@
 
 The guarantee is `Publisher` (end of this module): it applies the publish policy the record schema
 declares for every field (harness.records.schema.POLICY) to every object a publish writes; a field
-without a policy is dropped, a configuration value that is no number, flag or plain name goes as
-`<withheld>`, the text of a run whose context held a private unit stays home. What follows it here
+without a policy is dropped, a configuration string goes out only under a key the typed config declares
+a name (`Names`, given by harness.run.settings.publish_names) and passing that key's check, any other as
+`<withheld>`; the text of a run whose context held a private unit stays home. What follows it here
 is the second line, never the guarantee: the shapes of private strings, replaced wherever text
 goes out (`<endpoint url>`, `<host>`, `<key>`, `<local path>`: no folder's name; a file's name is
 kept when it is one, `<local path>/synth_tiny.json`). The same rule is applied where the analysis
@@ -15,9 +16,12 @@ another trailing slash, or from another machine, is still found):
 
 * URLs, wherever they appear, are parsed: an endpoint's (the value of a `base_url`-like key,
   the URL of an identity `provider:model@URL[:hash]`, or any URL with the same scheme, host,
-  port and path as one) becomes `<endpoint url>`; any other URL keeps its scheme and path and
-  loses its user info, host (`<host>`), query and fragment, and its path from the first segment
-  that could be a secret (a webhook's, a capability link's: `_secret_at`) on (`/<key>`); the same
+  port and path as one) becomes `<endpoint url>`; any other URL, of any scheme, keeps its scheme
+  and loses its user info, host (`<host>`), query and fragment; a web page's path (http, https) is
+  kept up to the first segment that could be a secret or follows a user's folder (a webhook's, a
+  capability link's, /home/jo: `_secret_at`; then `/<key>`), any other scheme's path is withheld
+  whole (`sftp://jo@files/home/jo` -> `sftp://<host>`); a remote path (`jo@host:/srv/jo`) becomes
+  `<host>:<local path>`; the same
   URL written with escaped slashes (`https:\\/\\/...`) likewise, and a host/path without a scheme when
   its path holds such a segment (`hooks.slack.com/services/T0/...`).
 * keys: values of `api_key`-like fields and of this process's environment variables named like
@@ -41,7 +45,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 URL = "<endpoint url>"
@@ -76,6 +80,10 @@ _KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 _KEY_FIELD = re.compile(r"^(.*[_-])?(api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|token|secret|"
                         r"password|passwd|"
                         r"authorization|cookie|credentials?)$", re.IGNORECASE)
+# a configuration key naming an environment variable whose value the harness reads (model.api_key_env=DB_PASS,
+# the judge's api_key_env): that value is a secret whatever the variable is called
+_ENV_FIELD = re.compile(r"^(.*[_-])?env$", re.IGNORECASE)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _URL_FIELD = re.compile(r"^(.*_)?(base_?url|url|endpoint|api_?base|host_?url)$", re.IGNORECASE)
 # credential shapes, each behind a literal it must hold (a text without it is not searched: fast)
 KEY_SHAPES = [(lit, re.compile(rx)) for lit, rx in [
@@ -98,6 +106,9 @@ KEY_SHAPES = [(lit, re.compile(rx)) for lit, rx in [
     ("", r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[+/])(?=[A-Za-z0-9/+]{0,39}[0-9])(?=[A-Za-z0-9/+]{0,39}[a-z])"
          r"(?=[A-Za-z0-9/+]{0,39}[A-Z])(?![A-Za-z0-9+]*/[A-Za-z0-9+]*/[A-Za-z0-9+]*/)[A-Za-z0-9/+]{40}"
          r"(?![A-Za-z0-9/+=])")]]
+
+
+_WRITTEN = (KEY, URL, LOCAL, HOST, "<withheld>")  # what a redaction writes in place of a private string
 
 
 def _keys_in(text: str) -> list[re.Match]:
@@ -183,6 +194,10 @@ def _bare_redacted(m: re.Match) -> tuple[str, bool]:
     return f"{HOST}{_without_secret(path)}{found[len(url):]}", bool(rest) or _secret_at(path) is not None
 
 
+# a remote path as scp, rsync and git write it: [user@]host:/path or host:~/path (not a URL's "://")
+_REMOTE_RE = re.compile(r"(?<![\w.@/:\\%+-])([\w.%+-]+@)?([A-Za-z0-9][\w.-]*):((?:~[\w.-]*)?/(?!/)[^\s\"'`<>]*)")
+
+
 def _drives(text: str) -> list[re.Match]:
     found = _find(text, ":\\", _WIN_RE, False) + _find(text, ":/", _WIN_RE, False)
     return sorted({m.start(): m for m in found}.values(), key=lambda m: m.start())
@@ -253,9 +268,10 @@ def _file_path(u) -> str | None:
 
 
 _WORD_SEGMENT = re.compile(r"(?:[A-Za-z]+(?:[-_.~+][A-Za-z0-9]+)*|\d{1,4}|v\d{1,2})")
-# a segment after which the rest of a path is a secret: named like a key, or a hook's ("/services/T0/B0/x")
+# a segment after which the rest of a path is a secret: named like a key, a hook's ("/services/T0/B0/x"), or a
+# user's folder ("/home/jo", "/Users/jo", "/people/jo")
 _SECRET_BEFORE = re.compile(r"^(?:.*[_-])?(?:api[_-]?key|key|token|secret|sig|signature|auth|password|"
-                            r"webhooks?|hooks?|services|invite|share|s)$", re.IGNORECASE)
+                            r"webhooks?|hooks?|services|invite|share|s|home|users?|people|members?)$", re.IGNORECASE)
 
 
 def _secret_at(path: str) -> int | None:
@@ -279,9 +295,15 @@ def _without_secret(path: str) -> str:
     return path if i is None else "/".join(path.split("/")[:i] + [KEY])
 
 
+# the schemes whose path is a public page's address (kept up to a secret in it); any other scheme's path is a place
+# on a server (sftp://jo@files/home/jo, smb://server/share/jo, s3://bucket/jo): withheld whole
+WEB_SCHEMES = frozenset({"http", "https"})
+
+
 def _sanitize_url(url: str) -> str:
-    """A URL that is no endpoint: its scheme and path up to a secret in it, no user info, host, query or fragment
-    (a local file's path as `<local path>/NAME`)."""
+    """A URL that is no endpoint, rebuilt from its structure: its scheme always; no user info, host, query or
+    fragment; a web page's path (http, https) up to a secret in it, any other scheme's path withheld whole (a local
+    file's path as `<local path>/NAME`)."""
     try:
         u = urlsplit(url)
     except ValueError:
@@ -289,6 +311,8 @@ def _sanitize_url(url: str) -> str:
     local = _file_path(u)
     if local:
         return f"{u.scheme}:{local_placeholder(local)}"
+    if u.scheme.lower() not in WEB_SCHEMES:  # sftp, smb, ssh, s3, redis...: a path there names a user's folder
+        return f"{u.scheme}://{HOST}" if u.netloc or u.path.strip("/") else f"{u.scheme}:"
     return f"{u.scheme}://{HOST}{_without_secret(u.path)}" if u.netloc else f"{u.scheme}:{u.path}"
 
 
@@ -312,6 +336,10 @@ class Private:
             for m in _PASSWORD_IN.finditer(obj):  # a DSN's password (libpq key=value, user:password@host)
                 if len(m.group(1) or m.group(2)) >= 4 and not is_redacted(m.group(1) or m.group(2)):
                     self.keys.add(m.group(1) or m.group(2))
+            if key and _ENV_FIELD.match(key) and _ENV_NAME.fullmatch(obj.strip()):
+                value = os.environ.get(obj.strip(), "")  # the key the harness sends, whatever its variable's name
+                if len(value) >= 8:
+                    self.keys.add(value)
             if key and _URL_FIELD.match(key) and _URL_RE.fullmatch(obj.strip()):
                 self.urls.add(obj.strip())
             elif key and _KEY_FIELD.match(key) and len(obj) >= 8 and not is_redacted(obj):  # not EMPTY
@@ -353,6 +381,14 @@ class Private:
         self.other_urls.add(m.group(0).rstrip(".,;:!?)]}"))
         return _bare_redacted(m)[0]
 
+    def _remote(self, m: re.Match) -> str:
+        """`[user@]host:/path` (scp, rsync, git over ssh): the host and the path's folders withheld."""
+        user, host, path = m.group(1), m.group(2), m.group(3)
+        if len(host) == 1 or not (user or "." in host or is_local(path.rstrip(".,;:!?)]}"))):
+            return m.group(0)  # a drive letter (C:/...), or a word and a colon before a short path
+        self.other_urls.add(m.group(0))
+        return f"{HOST}:{local_placeholder(path.rstrip('.,;:!?)]}'))}{path[len(path.rstrip('.,;:!?)]}')):]}"
+
     def _path(self, m: re.Match) -> str:
         p = m.group(0)
         if not is_local(p):
@@ -381,14 +417,79 @@ class Private:
             else:  # with what follows it below that folder (/scratch/jo + /jdoe/x: no name of it stays)
                 text = re.sub(re.escape(form) + _BOUNDARY + _TAIL, lambda m: local_placeholder(m.group(0)), text)
         text = _sub_keys(text)
+        text = _REMOTE_RE.sub(self._remote, text) if ":" in text else text
         text = _UNC_RE.sub(self._path, text) if "\\\\" in text else text
         text = _HOME_RE.sub(self._path, text) if "~" in text else text
         text = _PATH_RE.sub(self._path, text) if "/" in text else text
         return _sub(text, _drives(text), self._path)
 
+    def redact_free(self, text: str) -> str:
+        """Free text a model or judge read or wrote: redact, then the second line by structure (free_text)."""
+        return free_text(self.redact(text.replace("\\/", "/") if "\\/" in text else text))
+
     def summary(self) -> dict[str, int]:
         return {"endpoint urls": len(self.urls), "other urls": len(self.other_urls), "keys": len(self.keys),
                 "local paths": len(self.paths)}
+
+
+# ------------------------------------------------------------------ the second line on free text, by structure
+
+# a home-like root loses the whole user component: a name of several words (`/home/Jo Doe`, `C:\\Users\\Mary Ann
+# Smith`) is the first word and every following space-separated capitalised word, then the rest of the path
+_HOME_ROOT = r"(?:/home/|/Users/|/dev/shm/|/run/user/|/var/home/|[A-Za-z]:[\\/]+(?:Users|Documents and Settings)[\\/]+)"
+_PIECE = r"[^\s/\\\"'`<>|*?]+"
+_WORDS = rf"{_PIECE}(?: (?=[A-Z0-9]){_PIECE})*"
+_FREE_HOME = re.compile(rf"(?<![\w-]){_HOME_ROOT}{_WORDS}(?:[\\/]+{_WORDS})*[\\/]?")
+_FREE_UNC = re.compile(r"(?<![\w\\:])\\\\[^\s\"'`<>|*]+")  # \\fileserv9\share, \\?\UNC\server\share\jdoe
+_FREE_SLASHES = re.compile(r"(?<![\w:/<])//[A-Za-z0-9][^\s\"'`<>]*")  # //fileserv9/share/jdoe
+_FREE_TILDE = re.compile(r"(?<![\w~/\\-])~[A-Za-z][\w.-]*")  # ~jdoe: a user's home by the user's name
+_FREE_TOKEN = re.compile(r"[^\s\"'`<>(),;\[\]{}|]+")
+# a file name is no host: a dotted token whose last label is one of these (`results.json`, `archive.tar.gz`)
+FILE_EXTENSIONS = frozenset("""json jsonl yaml yml toml txt md rst py pyc ipynb csv tsv parquet arrow log html htm xml
+pdf png jpg jpeg gif svg webp sh bash js ts tsx jsx css rs go java c h cc cpp hpp rb php sql sqlite db lock ini cfg
+conf zip gz tgz tar bz2 xz zst whl egg pt pth bin npy npz pkl pickle safetensors gguf onnx out err tmp bak doc docx
+xls xlsx ppt pptx odt mp3 mp4 wav exe dll so dylib o a jar env pem crt key pub""".split())
+
+
+def _hostlike(token: str) -> bool:
+    """A place in free text by its structure: an address (looks_like_host: IPv4, IPv6, MAC, with a port), a
+    `user@host`, a `host:port[/path]`, or a dotted name of any top-level domain: two or more labels of letters,
+    digits, `_` and `-`, the last of two or more letters and no file extension (a number, a version, `e.g.` and a
+    file name are none; a module path like `harness.records.privacy` is withheld too: free text may over-withhold)."""
+    t = token.strip(".,;:!?")
+    if not t or "<" in t:
+        return False
+    if "@" in t.strip("@") or re.match(r"@[A-Za-z0-9]", t):  # `<key>@dbhost:5432`: the host after a placeholder
+        return True  # user@host, user:pw@host:port, git@github.com:user/repo.git, jo@corp.example
+    host = re.split(r"[/\\]", t, maxsplit=1)[0]
+    if re.fullmatch(r"[A-Za-z0-9][\w.-]*:\d{1,5}", host) and re.search(r"[A-Za-z]", host.split(":")[0] or "") \
+            or re.fullmatch(r"\d{1,3}(?:\.\d{1,3}){3}:\d{1,5}", host):
+        return True  # fileserv9:8080/share, 10.0.0.7:5432
+    if looks_like_host(host) and (re.search(r"[:\d]", host) and not re.search(r"[g-zG-Z]", host)
+                                  or host.count(".") == 3 and host.replace(".", "").isdigit()):
+        return True  # an IPv4, IPv6 or MAC address
+    labels = host.rstrip(".").split(".")
+    return len(labels) >= 2 and all(re.fullmatch(r"[A-Za-z0-9_-]+", x) for x in labels) \
+        and re.fullmatch(r"[A-Za-z]{2,63}", labels[-1]) is not None and labels[-1].lower() not in FILE_EXTENSIONS
+
+
+def free_text(text: str) -> str:
+    """The second line on free text a model or judge read or wrote (answers, transcripts, tool arguments, judge
+    replies), after Private.redact: every home-like path loses its user whole, every UNC or `//server` path, every
+    `~user`, and every token with a place's structure (_hostlike) is replaced; over-withholding is accepted here."""
+    if "\\/" in text:
+        text = text.replace("\\/", "/")  # JSON-escaped slashes (`\/home\/jdoe`) are read as the path they write
+    text = _FREE_HOME.sub(LOCAL, text)
+    text = _FREE_UNC.sub(LOCAL, text) if "\\\\" in text else text
+    text = _FREE_SLASHES.sub(LOCAL, text) if "//" in text else text
+    text = _FREE_TILDE.sub(LOCAL, text) if "~" in text else text
+
+    def token(m: re.Match) -> str:
+        t = m.group(0)
+        core = t.rstrip(".,;:!?")
+        return HOST + t[len(core):] if _hostlike(core) else t
+
+    return _FREE_TOKEN.sub(token, text)
 
 
 def env_secrets() -> set[str]:
@@ -401,7 +502,8 @@ def leaks(text: str, known: Private | None = None, secrets: set[str] | None = No
     path. Each named as found (a credential only by its first characters)."""
     out = []
     for m in _keys_in(text):
-        out.append(f"a credential ({m.group(0)[:6]}...)")
+        if not m.group(0).startswith(_WRITTEN):  # a placeholder the redaction wrote (password=<key>) is no leak
+            out.append(f"a credential ({m.group(0)[:6]}...)")
     secrets = (set(known.keys) if known else set()) | (env_secrets() if secrets is None else secrets)
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
     for url in [m.group(0) for m in _urls(text)] + [_unescaped(m.group(0)) for m in _escaped_urls(text)]:
@@ -419,6 +521,9 @@ def leaks(text: str, known: Private | None = None, secrets: set[str] | None = No
         path = _unescaped(m.group(1)).rstrip(".,;:!?)]}")  # a mark after a URL is no part of it (as in `_url`)
         if _secret_at(path) is not None:
             out.append(f"a URL with a secret in its path (<host>{_without_secret(path)})")
+    for m in _REMOTE_RE.finditer(text) if ":" in text else []:
+        if m.group(2) != HOST.strip("<>") and len(m.group(2)) > 1 and (m.group(1) or "." in m.group(2)):
+            out.append(f"a remote path ({m.group(2)}:...)")
     for m in (list(_PATH_RE.finditer(text)) if "/" in text else []) + _drives(text) + \
             (list(_HOME_RE.finditer(text)) if "~" in text else []) + \
             (list(_UNC_RE.finditer(text)) if "\\\\" in text else []):
@@ -437,6 +542,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:|+#@-]{0,127}(?:/[A-Za-z0-9][A-Za-z
 _RELATIVE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}){1,7}/?")
 _DATE = re.compile(r"\d{4}[/-]\d{2}[/-]\d{2}(?: \([A-Z][a-z]{2}\))?(?: \d{2}:\d{2}(?::\d{2})?)?")
 _HASH = re.compile(r"[0-9a-f]{1,16}|[0-9a-f]{40}|[0-9a-f]{64}")  # an id, a git commit, a sha256
+_LONG_HEX = re.compile(r"[0-9a-fA-F]{16,}")  # a hash: no identifier a withheld value could be a part of
 # keys whose values are places, people or secrets: withheld whatever they hold (a DSN, a host, a note)
 _PLACE_KEY = re.compile(r"^(.*[_-])?(dsn|conn(ection)?(_?string)?|hosts?|hostname|server|machine|port|user(name)?|"
                         r"login|owner_name|notes?|comments?|description|table|index|prefix|namespace|database|db|"
@@ -457,12 +563,31 @@ def _leaves(v: Any) -> list[Any]:
     return [v]
 
 
+_IPV6 = re.compile(r"\[?[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}(?:%[\w.-]+)?\]?(?::\d+)?")
+_MAC = re.compile(r"[0-9a-fA-F]{2}(?:([:-])[0-9a-fA-F]{2})(?:\1[0-9a-fA-F]{2}){4}"  # 00:1a:2b:3c:4d:5e
+                  r"|[0-9a-fA-F]{4}(?:\.[0-9a-fA-F]{4}){2}")  # 001a.2b3c.4d5e
+
+
 def looks_like_host(value: str) -> bool:
-    """A host name or an IPv4 address by its shape (db.internal.corp.com, 10.0.0.7): a place, never a name."""
-    labels = value.lower().rstrip(".").split(".")
+    """A host or an address by its structure, whatever its top-level domain: a dotted name ending in a word
+    (db.internal.corp.com, sqlhost7.zqcorp.example), an IPv4 or IPv6 address (10.0.0.7, fe80::1, 2001:db8::5), a
+    MAC address (00:1a:2b:3c:4d:5e), each with or without a port: a place, never a name."""
+    text = value.strip().lower().rstrip(".")
+    host = re.sub(r":\d{1,5}$", "", text)
+    labels = host.split(".")
     if len(labels) == 4 and all(x.isdigit() and int(x) < 256 for x in labels):
         return True
-    return len(labels) >= 2 and labels[-1] in _TLD and all(re.fullmatch(r"[a-z0-9-]+", x) for x in labels)
+    if ("::" in text or text.count(":") >= 3) and _IPV6.fullmatch(text) or _MAC.fullmatch(text):
+        return True
+    return len(labels) >= 2 and (labels[-1] in _TLD or re.fullmatch(r"[a-z]{2,24}", labels[-1]) is not None) and \
+        all(re.fullmatch(r"[a-z0-9_-]+", x) for x in labels)
+
+
+def looks_like_place(value: str) -> bool:
+    """A host or address (looks_like_host), a host:port, or a person's address (jo@gateway, jo@corp.example): what
+    an open name of the configuration (a model id, a preset's name) never is."""
+    text = value.strip()
+    return looks_like_host(text) or "@" in text or re.fullmatch(r"[A-Za-z0-9][\w.-]*:\d{2,5}", text) is not None
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -528,24 +653,199 @@ _PLACEHOLDER = re.compile(rf"(?:[A-Za-z][A-Za-z0-9+.-]{{1,15}}:(?://{re.escape(H
                           rf"(?:/{_FILE_NAME.pattern})?|{re.escape(URL)}|{re.escape(KEY)}|<withheld>)")
 
 
+@functools.lru_cache(maxsize=1)
+def config_roots() -> frozenset[str]:
+    """The first names of the harness's own key paths: the conf/ groups, the top keys of conf/config.yaml and the
+    publish policy's kinds (stage_config.stage.purpose, model.api_key_env, fidelity_row.stage)."""
+    from harness.records.schema import POLICY
+
+    roots = {p.name for p in CONF.iterdir() if p.is_dir()} if CONF.is_dir() else set()
+    top = CONF / "config.yaml"
+    if top.is_file():
+        roots |= set(re.findall(r"(?m)^([a-z_][a-z0-9_]*):", top.read_text(encoding="utf-8")))
+    return frozenset(roots | set(POLICY) | {"samples", "stage"})
+
+
+_KEY_PATH = re.compile(r"\+{0,2}~?([a-z_][a-z0-9_]*)(?:\.[A-Za-z0-9_]+)+")
+
+
+def is_key_path(token: str) -> bool:
+    """A key path of the harness's own configuration or records (`stage.conditions.fanout.agents`,
+    `stage_config.stage.purpose`, `+stage.purpose`): its structure, never a secret nor a place, though it is
+    dotted like a host name."""
+    m = _KEY_PATH.fullmatch(token)
+    return m is not None and m.group(1) in config_roots()
+
+
+def _replaceable(text: str) -> list[str]:
+    """What of a withheld value is replaced wherever it appears: a value of one token whole; of a text, each token
+    that looks like a place (looks_like_place) or has a credential's shape. A key path of the harness's own
+    (is_key_path) never is: it is structure, and the card names the withheld fields by it."""
+    if not text or is_key_path(text.strip()):
+        return []
+    if not any(c.isspace() for c in text):
+        return [text]
+    out = []
+    for tok in re.split(r"[\s,;()\[\]{}\"'`=]+", text):
+        tok = tok.strip(".:!?")
+        if (looks_like_place(tok) or _keys_in(tok)) and not is_key_path(tok):
+            out.append(tok)
+    return out
+
+
+@dataclass(frozen=True)
+class Node:
+    """A configuration key whose value is a node of another declared kind (`stage.conditions.X` is a condition);
+    `leaf`: the rule for a plain string where the node may be named instead (an index's `dense: exact`)."""
+
+    kind: str
+    leaf: Any = None
+
+
+CLOSED = "<closed>"  # in a node's declarations: a key it does not declare is withheld, key and value (model.params)
+ENDPOINT = "endpoint url"  # a declared key whose value is a model endpoint's URL: <endpoint url>
+FILE = "file path"  # a declared key whose value is a file: a path as <local path>/NAME, or an open name
+# the declarations of the configuration's keys: (node kind, the node or None, the configuration's root) -> key ->
+# a rule (a Node, ENDPOINT, FILE, a set of choices or a check of the string); a key not in it carries no name
+Names = Callable[[str, "dict | None", dict], dict]
+
+
+def open_name(value: str) -> bool:
+    """A name no list holds (a model id, a preset's or a sample's name): a plain name by its shape that is no
+    place (looks_like_place)."""
+    return is_name(value) and not looks_like_place(value)
+
+
 class Publisher:
     """The publish policy of harness.records.schema.POLICY applied to one object: every field by its declared
     policy, a field without one dropped; `found` (the stage's Private) is the second line on every kept string.
-    `withheld` counts what stayed home, by "kind.field"."""
+    `withheld` counts what stayed home, by "kind.field".
 
-    def __init__(self, found: Private, warm: bool = False, registered: Iterable[str] = ()):
+    A configuration (config.yaml, a record's condition_config, model, index, encoder...) is published by the
+    declarations of its typed keys (`names`, harness.run.settings.publish_names): a string goes out only under a
+    key that declares it a name and only when it passes that key's check (a choice, a registered name, an open
+    name's shape); a number or flag goes out; any other string is `<withheld>`, and replaced wherever it appears
+    in other published text, unless it is part of one of the stage's own identifiers (`identifiers`: its file
+    names, run ids, labels, condition names), which go out as those anyway, so withholding a harmless name never
+    garbles a file name or an id."""
+
+    def __init__(self, found: Private, warm: bool = False, registered: Iterable[str] = (),
+                 names: Names | None = None, identifiers: Iterable[str] = ()):
         self.found = found
         self.registered = frozenset(registered)  # the code names installed here (REGISTERED keeps only these)
         self.withheld: dict[str, int] = {}
         self.warm = warm  # only read the rebuilt fields, for what they withhold (then replaced in every text)
+        self.names = names  # None: no key declares a name, every configuration string is withheld
+        self.identifiers: set[str] = set(identifiers)
+        self.pending: set[str] = set()  # warm: withheld values, replaced everywhere once the identifiers are known
+        self._blob = "\n".join(sorted(self.identifiers))
+        self._inside: dict[str, bool] = {}
 
     def _count(self, where: str, value: Any = None) -> None:
         self.withheld[where] = self.withheld.get(where, 0) + 1
-        text = value.strip() if isinstance(value, str) else ""
-        # a withheld configuration value is replaced wherever it appears (`hunter2` too): any of 4 characters or
-        # more but a plain word of letters shorter than 8 (`true`, `local`, `auto`: replacing those garbles text)
-        if len(text) >= 4 and not (text.isalpha() and len(text) < 8) and not _PLACEHOLDER.fullmatch(text):
-            self.found.keys.add(text)
+        # a withheld value is replaced wherever it appears (`hunter2` too): a value of one token whole, any of 4
+        # characters or more but a plain word of letters shorter than 8 (`true`, `local`, `auto`: replacing those
+        # garbles text); of a text (a prompt, a description), the tokens that look like a place or a credential:
+        # replacing the whole text garbles the prompts and transcripts that quote it
+        for text in _replaceable(value.strip() if isinstance(value, str) else ""):
+            if len(text) >= 4 and not (text.isalpha() and len(text) < 8) and not _PLACEHOLDER.fullmatch(text):
+                if self.warm:
+                    self.pending.add(text)
+                elif text not in self.found.keys and not self._inside_identifier(text):
+                    self.found.keys.add(text)  # not part of a file name or an id (published as that, never garbled)
+
+    def _inside_identifier(self, text: str) -> bool:
+        if text not in self._inside:
+            self._inside[text] = text in self._blob
+        return self._inside[text]
+
+    def settle(self, identifiers: Iterable[str] = ()) -> set[str]:
+        """After the warm pass: the stage's identifiers (the published names the warm pass saw, and `identifiers`:
+        its files' paths) known, every withheld value that is no part of one is replaced wherever it appears.
+        Returns the identifiers, for the Publisher that writes."""
+        self.identifiers |= {i for i in identifiers if i and not _LONG_HEX.fullmatch(i)}
+        self._blob, self._inside = "\n".join(sorted(self.identifiers)), {}
+        self.found.keys |= {t for t in self.pending if not self._inside_identifier(t)}
+        return set(self.identifiers)
+
+    def _identifier(self, v: Any) -> None:
+        """Warm: a published string that is a name (a run id, a label, a condition, a registered module, a declared
+        name of the configuration): an identifier of the stage."""
+        if isinstance(v, str):
+            if is_name(v) and not looks_like_host(v) and not _LONG_HEX.fullmatch(v):
+                self.identifiers.add(v)
+        elif isinstance(v, list):
+            for x in v:
+                self._identifier(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                self._identifier(x)
+
+    # ---------------------------------------------------------------- configuration, by its declared keys
+
+    def _declare(self, kind: str | None, node: dict | None, top: dict) -> dict:
+        return (self.names(kind, node, top) or {}) if kind and self.names is not None else {}
+
+    def config(self, kind: str, v: Any, where: str, top: dict | None = None) -> Any:
+        """A configuration value of node kind `kind` as it may be published (see the class's docstring)."""
+        return self._rule(Node(kind, self._declare(kind, None, top or {}).get("")), v, where, top or {}, "")
+
+    def _node(self, kind: str | None, v: dict, where: str, top: dict) -> dict:
+        declared = self._declare(kind, v, top)
+        out = {}
+        for k, x in v.items():
+            if not isinstance(k, str) or not is_name(k) or looks_like_place(k) or "${" in k:
+                self._count(f"{where}.<key>", k if isinstance(k, str) else None)
+                continue
+            if CLOSED in declared and k not in declared:  # an open node (model.params): only its declared keys
+                self._count(f"{where}.<key>")  # a plain name's key (its shape checked above): withheld, not replaced
+                continue
+            out[k] = self._rule(declared.get(k), x, f"{where}.{k}", top, k)
+        return out
+
+    def _rule(self, rule: Any, x: Any, where: str, top: dict, key: str) -> Any:
+        if x is None or isinstance(x, (bool, int, float)) or (isinstance(x, str) and x == ""):
+            return x
+        if isinstance(x, list):
+            return [self._rule(rule, y, where, top, key) for y in x]
+        if isinstance(x, dict):
+            return self._node(rule.kind if isinstance(rule, Node) else None, x, where, top)
+        if not isinstance(x, str):
+            self._count(where)
+            return WITHHELD
+        if isinstance(rule, Node):
+            rule = rule.leaf
+        return self._config_leaf(rule, x, where, key)
+
+    def _config_leaf(self, rule: Any, v: str, where: str, key: str) -> str:
+        text = v.strip()
+        if _PLACEHOLDER.fullmatch(text):  # what an earlier redaction left: nothing of this machine
+            return v
+        url = _SCHEME_RE.match(text) is not None
+        path = text.startswith(("/", "~", "\\\\")) or re.match(r"[A-Za-z]:[\\/]", text) is not None
+        if "${" not in text and rule == ENDPOINT and url:
+            self.found.urls.add(text)
+            return URL
+        if "${" not in text and rule == FILE and (url or path):
+            return self._leaf(v, "", where)  # a file URL or path: <local path>/NAME, nothing of its folders
+        ok = False
+        if "${" not in text and rule is not None and rule not in (ENDPOINT, FILE):
+            ok = v in rule if isinstance(rule, (set, frozenset, tuple, list, dict)) else bool(rule(v))
+        elif rule == FILE and "${" not in text:
+            ok = open_name(v)
+        if ok and self.found.redact(v) == v:
+            if self.warm:  # a declared name goes out: a withheld copy of it elsewhere is no secret
+                self._identifier(v)
+            return v
+        if url or path:  # withheld whole; found by its shape wherever text repeats it
+            if url:
+                self.found.other_urls.add(text)
+            elif is_local(text):
+                self.found.paths.add(text.rstrip("/\\"))
+            self._count(where)
+        else:
+            self._count(where, text)
+        return WITHHELD
 
     def publish(self, kind: str, obj: Any, private: bool = False) -> Any:
         """`obj` (one JSON object of a file of policy `kind`) as it may be published; `private`: the run's
@@ -558,6 +858,11 @@ class Publisher:
         if not isinstance(obj, dict):
             self._count(kind)
             return WITHHELD
+        from harness.records.schema import CONFIG
+
+        whole = policies.get("*")
+        if len(policies) == 1 and isinstance(whole, str) and whole.startswith(CONFIG):  # a configuration file
+            return self.config(whole[len(CONFIG):], obj, kind, top=obj)
         out = {}
         for k, v in obj.items():
             policy = policies.get(k)
@@ -574,14 +879,18 @@ class Publisher:
         return out
 
     def _field(self, policy: Any, v: Any, where: str, private: bool, key: str) -> Any:
-        from harness.records.schema import (CODE, IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED, REBUILT,
-                                            REGISTERED, TEXT)
+        from harness.records.schema import (CODE, CONFIG, IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED,
+                                            REBUILT, REGISTERED, TEXT)
 
         if isinstance(policy, list):  # a list of objects of one policy
             return [self._object(POLICY[policy[0]], x, policy[0], private) for x in v] if isinstance(v, list) \
                 else self._field(REBUILT, v, where, private, key)
         if policy in POLICY:
             return self._object(POLICY[policy], v, policy, private) if v is not None else None
+        if isinstance(policy, str) and policy.startswith(CONFIG):  # a configuration node, by its declared keys
+            return self.config(policy[len(CONFIG):], v, where)
+        if self.warm and (policy == PUBLISHED or policy == REGISTERED and v in self.registered):
+            self._identifier(v)
         if self.warm and policy != REBUILT:
             return None
         if policy == PUBLISHED:  # an identifier, a time, a hash: kept when it is one, by its shape
@@ -590,7 +899,8 @@ class Publisher:
             if private and v not in (None, "", [], {}):
                 self._count(where)
                 return WITHHELD if isinstance(v, str) else None
-            return self._text(v)
+            # what a model or judge read or wrote, and a transcript's messages: the second line by structure too
+            return self._text(v, free=policy == PRIVATE_TEXT or where.startswith("transcript."))
         if policy == REBUILT:  # the field's own name is declared, so only the names below it are read
             return self._leaf(v, key, where) if isinstance(v, str) else self.rebuilt(v, "", where)
         if policy == MEMORY_LOG:
@@ -617,13 +927,13 @@ class Publisher:
             return {k: self._published(x, f"{where}.{k}") for k, x in v.items() if isinstance(k, str) and is_name(k)}
         return v
 
-    def _text(self, v: Any) -> Any:
+    def _text(self, v: Any, free: bool = False) -> Any:
         if isinstance(v, str):
-            return self.found.redact(v)
+            return self.found.redact_free(v) if free else self.found.redact(v)
         if isinstance(v, list):
-            return [self._text(x) for x in v]
+            return [self._text(x, free) for x in v]
         if isinstance(v, dict):
-            return {k: self._text(x) for k, x in v.items()}
+            return {k: self._text(x, free) for k, x in v.items()}
         return v
 
     def rebuilt(self, v: Any, key: str = "", where: str = "") -> Any:
@@ -684,6 +994,13 @@ class Publisher:
         self._count(where)
         return WITHHELD
 
+    def _local(self, path: str) -> str:
+        """A local path's placeholder; warm: the file name it keeps is published, so an identifier."""
+        out = local_placeholder(path)
+        if self.warm and out != LOCAL:
+            self.identifiers.add(_path_name(path))
+        return out
+
     def _leaf(self, v: str, key: str, where: str) -> str:
         if key == "module":  # a config's code name (condition_config.module): as the record's own
             return self._registered(v, where) if not self.warm else v
@@ -700,7 +1017,7 @@ class Publisher:
                 return WITHHELD
             if _file_path(u):
                 self.found.paths.add(_file_path(u))
-                return f"{u.scheme}:{local_placeholder(_file_path(u))}"
+                return f"{u.scheme}:{self._local(_file_path(u))}"
             endpoint = bool(_URL_FIELD.match(key)) or _endpoint_key(text.rstrip("/")) in self.found._endpoints()
             (self.found.urls if endpoint else self.found.other_urls).add(text)
             return URL if endpoint else f"{u.scheme}://{HOST}"
@@ -708,7 +1025,7 @@ class Publisher:
             if text.startswith("/") and not is_local(text) and is_name(text.lstrip("/")):
                 return v  # an API route or a system path (/v1/chat/completions, /usr/bin/x)
             self.found.paths.add(text.rstrip("/\\"))
-            return local_placeholder(text)
+            return self._local(text)
         if is_name(text) and not looks_like_host(text) and not _EMAIL.fullmatch(text) and self.found.redact(v) == v:
             return v
         self._count(where, text)

@@ -639,7 +639,8 @@ PUBLISHED = "published"  # as written: ids, enums, numbers, hashes, times (a str
 TEXT = "text"  # the study's own text (questions, error lines): published, the shapes of secrets replaced
 PRIVATE_TEXT = "private text"  # text a model or judge read or wrote: withheld when the run saw a private unit
 REBUILT = "rebuilt"  # rebuilt from structure: keys kept; a leaf is kept only when it is a number, a flag or a
-#                      plain name; a URL becomes <endpoint url> or scheme://<host>, a local path a placeholder
+#                      plain name that is no host or address; a URL becomes <endpoint url> or scheme://<host>, a
+#                      local path a placeholder
 #                      without names, anything else (a DSN, a note, an interpolation) <withheld>
 WITHHELD = "withheld"
 IDENTITY = "identity"  # provider:model@URL:hash: the URL replaced, the rest rebuilt
@@ -647,6 +648,15 @@ MEMORY_LOG = "memory log"  # a tool's log: rebuilt, its `query` private text
 CODE = "structure"  # free text the study needs only as structure (an error, a flag, a reason): rebuilt to its error
 #                class names, HTTP status and the words of CODE_WORDS, in order; nothing else of it goes out
 REGISTERED = "registered"  # a code name (a condition's module): kept only when it is registered here, else withheld
+CONFIG = "config:"  # "config:<node>": a configuration node, published by the declarations of its typed keys
+#                    (harness.run.settings.publish_names): a string only under a key declared to carry a name and
+#                    passing its check, numbers and flags as they are, any other string <withheld>
+
+
+def config(node: str) -> str:
+    """The policy of a field that holds a configuration node of kind `node` (a condition, an endpoint, an index)."""
+    return CONFIG + node
+
 
 # the words a flag, a reason or an error is rebuilt from (CODE): what the harness itself writes in them
 CODE_WORDS = frozenset("""
@@ -670,8 +680,9 @@ since until name uid owner visibility ids sessions guidance injected rank score 
 
 POLICY: dict[str, dict[str, Any]] = {
     "provenance": {"stage": PUBLISHED, "label": PUBLISHED, "seed": PUBLISHED, "config_hash": PUBLISHED,
-                   "data_sha256": PUBLISHED, "data_path": REBUILT, "versions": REBUILT, "code": "code",
-                   "model": REBUILT, "prices": REBUILT, "offpeak": REBUILT, "index": REBUILT, "encoder": REBUILT},
+                   "data_sha256": PUBLISHED, "data_path": config("file"), "versions": REBUILT, "code": "code",
+                   "model": config("endpoint"), "prices": config("prices"), "offpeak": config("offpeak"),
+                   "index": config("index"), "encoder": config("encoder")},
     "record": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "condition": PUBLISHED, "module": REGISTERED,
                "qid": PUBLISHED, "qtype": PUBLISHED, "variant": PUBLISHED, "repeat": PUBLISHED, "org": PUBLISHED,
                "attempt": PUBLISHED, "status": PUBLISHED, "error": CODE, "failure_reason": CODE,
@@ -681,22 +692,23 @@ POLICY: dict[str, dict[str, Any]] = {
                "cost_paid": PUBLISHED, "wall_s": PUBLISHED, "setup_s": PUBLISHED, "memory_preparing": PUBLISHED,
                "retrieval_s": PUBLISHED, "empty_results": PUBLISHED, "error_results": PUBLISHED,
                "evidence": REBUILT, "decomposition": PUBLISHED, "calls": ["model_call"], "tools": ["tool_call"],
-               "prefetch": MEMORY_LOG, "condition_notes": REBUILT, "condition_config": REBUILT, "adapter": REBUILT,
+               "prefetch": MEMORY_LOG, "condition_notes": REBUILT, "condition_config": config("condition"),
+               "adapter": config("adapter"),
                "endpoint": REBUILT, "memory_space": REBUILT, "finished": PUBLISHED, "prereg_sha256": PUBLISHED,
                "transcript": PRIVATE_TEXT},
     "code": {"commit": PUBLISHED, "dirty": PUBLISHED},
     "model_call": {"prompt": PUBLISHED, "hit": PUBLISHED, "miss": PUBLISHED, "output": PUBLISHED,
                    "reasoning": PUBLISHED, "cache_reported": PUBLISHED, "latency_s": PUBLISHED, "finish": PUBLISHED,
                    "role": PUBLISHED, "cost_list": PUBLISHED, "cost_paid": PUBLISHED, "ts": PUBLISHED,
-                   "usage_reported": PUBLISHED, "usage_estimated": PUBLISHED, "flags": CODE, "sent": REBUILT,
+                   "usage_reported": PUBLISHED, "usage_estimated": PUBLISHED, "flags": CODE, "sent": config("params"),
                    "dropped": PUBLISHED},
     "tool_call": {"name": PUBLISHED, "arguments": PRIVATE_TEXT, "chars": PUBLISHED, "sessions": PUBLISHED,
                   "empty": PUBLISHED, "error": CODE, "retrieval_s": PUBLISHED, "wall_s": PUBLISHED,
                   "cut": PUBLISHED, "log": MEMORY_LOG, "failure": PUBLISHED, "overrode_defaults": CODE},
     "transcript": {"role": PUBLISHED, "system_sha256": PUBLISHED, "tools": PUBLISHED, "messages": TEXT},
     "stage": {"schema_version": PUBLISHED, "kind": PUBLISHED, "config_hash": PUBLISHED, "stage": PUBLISHED,
-              "label": PUBLISHED, "seed": PUBLISHED, "data": REBUILT, "plan": REBUILT, "versions": REBUILT,
-              "code": "code", "model": REBUILT, "prereg": REBUILT, "created": PUBLISHED, "sweep": REBUILT,
+              "label": PUBLISHED, "seed": PUBLISHED, "data": config("data"), "plan": REBUILT, "versions": REBUILT,
+              "code": "code", "model": config("endpoint"), "prereg": REBUILT, "created": PUBLISHED, "sweep": REBUILT,
               "fidelity": "fidelity", "record": PUBLISHED},
     "fidelity": {"preset": REBUILT, "accepted": REBUILT, "allow_deviation": REBUILT, "rows": ["fidelity_row"]},
     "fidelity_row": {"key": PUBLISHED, "setting": TEXT, "paper": TEXT, "stage": REBUILT, "status": PUBLISHED,
@@ -706,11 +718,13 @@ POLICY: dict[str, dict[str, Any]] = {
                 "started_runs": PUBLISHED, "stopped": CODE, "wall_s": PUBLISHED, "first_run_started_s": PUBLISHED,
                 "first_record_s": PUBLISHED, "memory": PUBLISHED},
     "ledger": {"event": PUBLISHED, "tag": PUBLISHED, "attempt": PUBLISHED, "ts": PUBLISHED, "role": PUBLISHED,
-               "call": PUBLISHED, "model": REBUILT, "path": REBUILT, "status": PUBLISHED, "latency_s": PUBLISHED,
+               "call": PUBLISHED, "model": config("model_id"), "path": REBUILT, "status": PUBLISHED,
+               "latency_s": PUBLISHED,
                "prompt": PUBLISHED, "hit": PUBLISHED, "miss": PUBLISHED, "output": PUBLISHED,
                "reasoning": PUBLISHED, "cache_reported": PUBLISHED, "usage_reported": PUBLISHED,
-               "usage_estimated": PUBLISHED, "flags": CODE, "sent": REBUILT, "response_model": REBUILT,
-               "finish": PUBLISHED, "adapter": REBUILT, "error": CODE, "reason": CODE, "worst": PUBLISHED,
+               "usage_estimated": PUBLISHED, "flags": CODE, "sent": config("params"),
+               "response_model": config("model_id"),
+               "finish": PUBLISHED, "adapter": config("adapter"), "error": CODE, "reason": CODE, "worst": PUBLISHED,
                "unanswered": PUBLISHED},
     "judgement": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "kind": PUBLISHED, "condition": PUBLISHED,
                   "variant": PUBLISHED, "qid": PUBLISHED, "qtype": PUBLISHED, "run_status": PUBLISHED,
@@ -719,20 +733,25 @@ POLICY: dict[str, dict[str, Any]] = {
                   "reply": PRIVATE_TEXT, "label": PUBLISHED, "status": PUBLISHED, "cached": PUBLISHED,
                   "attempt": PUBLISHED, "usage": PUBLISHED, "cost_list": PUBLISHED, "cost_paid": PUBLISHED,
                   "error": CODE, "ts": PUBLISHED, "scores": PUBLISHED},
-    "judge": {"name": REBUILT, "model": REBUILT, "provider": REBUILT, "base_url": REBUILT, "identity": IDENTITY,
-              "params": REBUILT},
-    # files whose content belongs to a component (config.yaml, a judge's info file, a driver lock): structure only
+    "judge": {"name": config("preset_name"), "model": config("model_id"), "provider": config("provider"),
+              "base_url": config("endpoint_url"), "identity": IDENTITY, "params": config("params")},
+    # files whose content belongs to a component (a driver lock): structure only
     "config": {"*": REBUILT},
+    # a stage's config.yaml: the composed configuration, by the declarations of its typed keys
+    "stage_config": {"*": config("top")},
+    # judgements/<judge>.info.json (judge.answer_check): the judge's endpoint preset and prompt set, as configuration
+    "judge_info": {"judge": config("endpoint"), "identity": IDENTITY, "prompts": config("judge_prompts"),
+                   "org_private_explanation": TEXT, "last_summary": REBUILT, "updated": PUBLISHED},
 }
 POLICY["record"] = {**POLICY["provenance"], **POLICY["record"]}
 
 # every file of a stage folder a publish may write, by its path (fnmatch, first match), and the policy of its
 # objects ("prompt": a system prompt, published with the transcripts that use it); any other file is withheld
 FILE_POLICY: list[tuple[str, str]] = [
-    ("stage.json", "stage"), ("config.yaml", "config"), ("records/*.json", "record"), ("prompts/*.txt", "prompt"),
+    ("stage.json", "stage"), ("config.yaml", "stage_config"), ("records/*.json", "record"), ("prompts/*.txt", "prompt"),
     ("ledger.jsonl", "ledger"), ("shards/*/ledger.jsonl", "ledger"), ("attempts.jsonl", "attempt"),
     ("shards/*/attempts.jsonl", "attempt"), ("judgements/*.attempts.jsonl", "attempt"),
-    ("judgements/*.info.json", "config"), ("judgements/*.jsonl", "judgement"), ("sessions.jsonl", "session"),
+    ("judgements/*.info.json", "judge_info"), ("judgements/*.jsonl", "judgement"), ("sessions.jsonl", "session"),
     ("driver.lock", "config"), ("shards/*/lock", "config")]
 
 

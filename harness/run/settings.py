@@ -16,6 +16,7 @@ a provider accepts is the provider's business (harness.endpoints.fit checks it a
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
@@ -873,3 +874,225 @@ def _near_hint(key: str, conf_dir: Path) -> str:
             return f" (did you mean {'.'.join([*where, near])}?)" if near else ""
         node, where = node.get(part), [*where, part]
     return f" (the key is {key}; see conf/ for what it takes)"
+
+
+# ------------------------------------------------------------------ what of the config may be published
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")  # a choice's, a tool's, a parameter's name
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # the NAME of an environment variable (api_key_env), never its value
+_hex = re.compile(r"[0-9a-f]{64}").fullmatch  # a sha256
+
+
+def _ident(value: str) -> bool:
+    from harness.records.privacy import looks_like_place
+
+    return bool(_IDENTIFIER.fullmatch(value)) and not looks_like_place(value)
+
+
+def _choices_of(schema) -> dict[str, Any]:
+    """A settings dataclass's keys that carry names: its fields typed Literal[...] (their choices) and its own
+    `NAMES` (key -> the choices), e.g. memory_tool.Settings' scoring, scope and guidance."""
+    import typing
+
+    out: dict[str, Any] = {}
+    try:
+        hints = typing.get_type_hints(schema)
+    except Exception:  # noqa: BLE001 - a plugin's annotation this process cannot resolve: no Literal read
+        hints = {}
+    for name, t in hints.items():
+        args = [a for a in typing.get_args(t) if a is not type(None)] if typing.get_origin(t) is not typing.Literal \
+            else [t]
+        for a in args:
+            if typing.get_origin(a) is typing.Literal:
+                out[name] = frozenset(str(x) for x in typing.get_args(a))
+    for cls in reversed(getattr(schema, "__mro__", ())):
+        out.update({k: frozenset(map(str, v)) for k, v in (vars(cls).get("NAMES") or {}).items()})
+    return out
+
+
+def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) -> dict:
+    """The publish allowlist of the configuration (harness.records.privacy.Publisher reads it): for a node of `kind`
+    (the composed config's root `top`, a condition, an endpoint, an index...), which of its keys carry names that
+    may leave the machine, each with its check: a closed set where the types give one (a registered condition
+    module, index backend, endpoint provider, encoder; a Settings field's Literal or NAMES choices; a sample or
+    condition the same config defines), else an open name's shape (a model id, a preset's name), or a node of
+    another kind. A key not named here carries no name: its strings are withheld, whatever they look like, and so
+    is every string of a plugin's condition that declares no Settings (its module's name aside).
+
+    WHY declared with the types: the shape of a value never told a host (sqlhost7.zqcorp.example), an address
+    (fe80::1) or a password (hunter2) from a name; the key it sits under, typed here, does."""
+    from harness.records.privacy import CLOSED, ENDPOINT, FILE, Node, open_name
+
+    known = {} if known is None else known  # the registries' names, read once per publish (publish_names_here)
+    backends = _once(known, "backends", _backends)
+    node = node if isinstance(node, dict) else {}
+    top = top if isinstance(top, dict) else {}
+    stage = top.get("stage") if isinstance(top.get("stage"), dict) else {}
+    samples = frozenset(map(str, top.get("samples") or {})) if isinstance(top.get("samples"), dict) else frozenset()
+    conds = frozenset(map(str, stage.get("conditions") or {})) if isinstance(stage.get("conditions"), dict) else None
+    # a condition's name: one the same config defines, or a condition preset of this tree (conf/condition/); a
+    # record's condition_config has no config beside it: an open name
+    condition_name = conds | _once(known, "presets", _condition_presets) if conds is not None else open_name
+    if kind == "top":
+        return {"model": Node("endpoint"), "judge": Node("endpoint"), "judge2": Node("endpoint"),
+                "index": Node("index", backends), "encoder": Node("encoder"), "data": Node("data"),
+                "stage": Node("stage"), "samples": Node("samples"), "fidelity": Node("fidelity"),
+                "runtime": Node("runtime"), "allow_deviation": _ident,
+                "shard": re.compile(r"\d{1,6}/\d{1,6}").fullmatch}
+    if kind in ("endpoint", "judge"):
+        from harness.endpoints.settings import JudgeSettings
+
+        return {**_choices_of(JudgeSettings), "name": open_name, "model": open_name,
+                "provider": _once(known, "providers", _providers),
+                "base_url": ENDPOINT, "api_key_env": _ENV_NAME.fullmatch, "reasoning_effort": _ident,
+                "first_tool_choice": _ident, "tokenizer": FILE, "prompts": FILE, "kinds": _ident,
+                "params": Node("params"), "judge_params": Node("params"), "accepts": Node("params"),
+                "prices": Node("prices"), "offpeak": Node("offpeak"), "speed": Node("numbers"),
+                "judge": Node("endpoint")}
+    if kind == "params":  # what a request sends: open keys, so only the request parameters named here go out
+        return {CLOSED: None, **{k: None for k in REQUEST_PARAMS},
+                "reasoning_effort": _ident, "effort": _ident, "tool_choice": _ident, "tools": _ident,
+                "think": _ident, "reasoning": Node("params"), "extra_body": Node("params"), "model": open_name}
+    if kind == "prices":
+        return {"currency": re.compile(r"[A-Z]{3}").fullmatch}
+    if kind == "offpeak":
+        return {k: re.compile(r"\d{1,2}:\d{2}").fullmatch for k in ("start_utc", "end_utc")}
+    if kind == "index":
+        name = node.get("name") or node.get("backend")
+        out: dict[str, Any] = {"name": backends, "backend": backends,
+                               "dense": Node("index", backends), "lexical": Node("index", backends)}
+        if isinstance(name, str) and name in backends:
+            out.update({k: _ident for k in _index_choices(name)})
+            out.update({k: Node("index", backends) for k in ("dense", "lexical")})
+        return out
+    if kind == "encoder":
+        from harness.memory.encoder import SPECS
+
+        return {"name": frozenset([*SPECS, "hash"]), "path": FILE,
+                "device": re.compile(r"(?:cpu|mps|cuda(?::\d{1,2})?)").fullmatch}
+    if kind == "data":
+        return {"kind": frozenset({"longmemeval", "synth"}), "size": _ident, "split": _ident, "revision": _ident,
+                "path": FILE, "sha256": _hex}
+    if kind == "file":  # a field that is one file (a record's data_path)
+        return {"": FILE}
+    if kind in ("model_id", "preset_name"):
+        return {"": open_name}
+    if kind == "provider":
+        return {"": _once(known, "providers", _providers)}
+    if kind == "endpoint_url":
+        return {"": ENDPOINT}
+    if kind == "stage":
+        from conditions.memory_tool import GUIDANCE
+
+        return {"name": open_name, "label": open_name, "kind": _ident, "tool_guidance": frozenset(GUIDANCE),
+                "purpose": _ident, "judge_kinds": _ident, "only": _ident, "sample": samples or open_name,
+                "conditions": Node("conditions"), "groups": Node("group"), "configs": Node("study_config")}
+    if kind == "conditions":
+        return {str(k): Node("condition") for k in node}
+    if kind == "condition":
+        return condition_names(node, condition_name, known)
+    if kind == "group":
+        return {"sample": samples or open_name, "variant": frozenset({"", "public", "private"}),
+                "conditions": condition_name, "exclude": condition_name}
+    if kind == "samples":
+        return {str(k): Node("sample") for k in node}
+    if kind == "sample":
+        return {"from": samples or open_name, "exclude": samples or open_name}
+    if kind == "fidelity":
+        return {"preset": _ident}
+    if kind == "runtime":
+        return {"session_search": _ident}
+    if kind == "study_config":
+        return {"id": _ident, "backend": backends, "cases": _ident, "build": Node("index"), "query": Node("index")}
+    if kind == "judge_prompts":  # judge.prompts.PromptSet.describe()
+        return {"source": FILE, "source_sha256": _hex, "templates": Node("hashes"), "by_type": Node("names")}
+    if kind == "hashes":
+        return {str(k): _hex for k in node}
+    if kind == "names":
+        return {str(k): _ident for k in node}
+    if kind == "adapter":  # what the local model's tool adapter did (harness.endpoints.tool_adapter)
+        return {"name": _ident, "version": _ident, "constraint": _ident, "salvaged": _ident, "mode": _ident}
+    return {}
+
+
+def condition_names(node: dict, condition_name: Any, known: dict | None = None) -> dict:
+    """A condition's keys that carry names: its module (a registered one), every condition's comparisons (the
+    stage's condition names), and its module's own Settings choices (Literal fields, NAMES). A plugin's
+    condition that declares no Settings publishes its module's name and its numbers and flags, nothing else."""
+    import conditions
+
+    known = {} if known is None else known
+    out: dict[str, Any] = {"module": _once(known, "modules", lambda: frozenset(conditions.CONDITIONS.names())),
+                           "compare_with": condition_name,
+                           "hide_in": condition_name, "roles": _ident}
+    module = node.get("module") if isinstance(node, dict) else None
+    if isinstance(module, str) and module in out["module"]:
+        try:
+            own = _once(known, f"settings:{module}", lambda: getattr(conditions.load(module), "Settings", None))
+        except Exception:  # noqa: BLE001 - a module that does not load here declares nothing
+            own = None
+        if own is not None:
+            if own not in _CHOICES:
+                _CHOICES[own] = _choices_of(own)
+            out.update(_CHOICES[own])
+    return out
+
+
+# the request parameters of the OpenAI-compatible APIs and local servers (vLLM, llama.cpp, Ollama) a params node
+# may publish (numbers and flags; their strings are withheld): any other key of an open params node is withheld
+REQUEST_PARAMS = frozenset("""temperature top_p top_k min_p max_tokens max_completion_tokens max_output_tokens seed n
+presence_penalty frequency_penalty repetition_penalty repeat_penalty stop logprobs top_logprobs parallel_tool_calls
+stream response_format num_ctx num_predict keep_alive mirostat typical_p length_penalty chat_template_kwargs
+enable_thinking budget_tokens thinking include_reasoning verbosity service_tier store cache_prompt summary
+skip_special_tokens spaces_between_special_tokens ignore_eos min_tokens use_beam_search best_of""".split())
+
+
+def publish_names_here():
+    """publish_names with this process's registered names (conditions, backends, providers, presets) read once:
+    what a publish passes to harness.records.privacy.Publisher (it reads thousands of nodes)."""
+    known: dict = {}
+    return lambda kind, node, top: publish_names(kind, node, top, known)
+
+
+def _once(known: dict, key: str, make):
+    if key not in known:
+        known[key] = make()
+    return known[key]
+
+
+_CHOICES: dict[type, dict] = {}  # a Settings class -> its declared choices (read once per process)
+_INDEX_CHOICES: dict[type, frozenset] = {}
+
+
+def _index_choices(name: str) -> frozenset:
+    """An index backend's keys that its constructor types as a named choice (a str default), hybrid_policy."""
+    from harness.memory.backends.base import backend_class
+
+    try:
+        cls = backend_class(name)
+        if cls not in _INDEX_CHOICES:
+            _INDEX_CHOICES[cls] = frozenset(f.name for f in fields(index_schema(name))
+                                            if isinstance(f.default, str) or f.name == "hybrid_policy")
+        return _INDEX_CHOICES[cls]
+    except Exception:  # noqa: BLE001 - a backend that does not load here: its name alone
+        return frozenset()
+
+
+def _condition_presets() -> frozenset:
+    from harness.records.privacy import CONF
+
+    return frozenset(p.stem for p in (CONF / "condition").glob("*.yaml"))
+
+
+def _backends() -> frozenset:
+    from harness.memory.backends.base import BACKENDS
+
+    return frozenset(BACKENDS.names())
+
+
+def _providers() -> frozenset:
+    from harness.endpoints.registry import PROVIDERS
+
+    return frozenset(PROVIDERS.names())
+
