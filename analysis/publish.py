@@ -56,7 +56,7 @@ import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -683,6 +683,30 @@ def _kept(hosts: set[str], pids: bool) -> list[str]:
     return out
 
 
+def json_texts(value: Any, depth: int = 4) -> Iterator[str]:
+    """The strings a cell holds, JSON decoded: a cell of JSON text (a transcript's messages, a tool's JSON
+    arguments inside them) is scanned string by string, as it reads once decoded. Scanning the encoded text
+    would read its escapes as text: `?\\n\\nsibling` is a UNC path by shape, a newline once decoded."""
+    if isinstance(value, str):
+        t = value.strip()
+        if depth and t[:1] in ('{', '[', '"'):
+            try:
+                decoded = json.loads(t)
+            except ValueError:
+                decoded = value
+            if decoded != value:
+                yield from json_texts(decoded, depth - 1)
+                return
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from json_texts(k, depth)
+            yield from json_texts(v, depth)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from json_texts(v, depth)
+
+
 def leaks(ex: Export, card_text: str) -> None:
     """The last check before anything is written: every cell of every table, the card and the
     pre-registration files, scanned for what still looks like a credential, a URL with its host or a
@@ -700,8 +724,8 @@ def leaks(ex: Export, card_text: str) -> None:
             for col, value in row.items():
                 if col == "content" and (row.get("folder"), row.get("path")) in ex.generated:
                     continue  # the generator's own bytes, made again here from its seed: nothing of this machine
-                check(f"table {t.name!r} ({place}) column {col!r}", value if not isinstance(value, list)
-                      else json.dumps(value, ensure_ascii=False))
+                for text in json_texts(value):
+                    check(f"table {t.name!r} ({place}) column {col!r}", text)
     # the card's own counts name the withheld fields by their key paths (stage_config.cache_dir): the harness's
     # structure, which a withheld value (`.cache`) may be a part of; that line is scanned for shapes and this
     # machine's keys only, never refused for holding a withheld value's text

@@ -805,3 +805,31 @@ def test_a_key_of_an_open_params_node_goes_out_only_when_declared(key):
     out = pub.config("top", {"model": {"params": {key: 7, "temperature": 0.5}}}, "stage_config", top={})
     assert out["model"]["params"]["temperature"] == 0.5
     assert (key in out["model"]["params"]) == (key in REQUEST_PARAMS or key == "temperature")
+
+
+# ------------------------------------------------------------------ the last scan reads JSON cells decoded
+
+def _messages_cell(text: str) -> list:
+    """A transcript's messages as the transcripts table holds them: a tool call's JSON arguments inside."""
+    return [{"role": "assistant", "content": text,
+             "tool_calls": [{"function": {"name": "memory_search", "arguments": json.dumps({"query": text})}}]},
+            {"role": "tool", "content": json.dumps({"results": text})}]
+
+
+def test_a_newline_in_a_tool_calls_json_is_no_path_to_the_last_scan():
+    """`dentist visit?\\n\\nsibling` encoded twice reads `?\\\\n\\\\nsibling`: a UNC path by shape. The scan reads
+    the decoded strings, so what the policy published is not refused, and a real UNC path inside is still found."""
+    cell = _messages_cell("dentist visit?\n\nsibling wedding")
+    assert privacy.leaks(json.dumps(json.dumps(cell)))  # the encoded text reads as a path
+    assert not [x for t in P.json_texts(json.dumps(cell)) for x in privacy.leaks(t)]
+    unc = _messages_cell("see \\\\fileserv9\\share\\jdoe\\x")
+    assert [x for t in P.json_texts(json.dumps(unc)) for x in privacy.leaks(t)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(list("ab .?!,:;\n\t\\\"'") + ["sibling", "Next", "n", "t"]), max_size=40).map("".join))
+def test_encoding_a_cell_as_json_adds_no_leak(text):
+    """Whatever a model writes, the scan of its JSON-encoded cell finds what the scan of the text finds, no more."""
+    plain = set(privacy.leaks(text))
+    cell = json.dumps(_messages_cell(text))
+    assert {x for t in P.json_texts(cell) for x in privacy.leaks(t)} <= plain
