@@ -61,7 +61,7 @@ $(RUNTIME_STAMP): $(VENV)/.installed
 # The 25 slowest tests are listed at the end, so the suite's budget (10 minutes on two idle cores) stays visible.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q --durations=25 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+	$(PY) -m pytest -q --durations=25 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 run: setup
 	$(PY) -m harness.run stage=$(STAGE) $(ARGS)

@@ -12,40 +12,15 @@ import os
 import pytest
 
 
-def pytest_configure(config):
-    """xdist hands work out in the order pytest_collection_modifyitems leaves (below), not re-sorted by how
-    many tests a unit has (its default): that sort put the single-test model files, minutes each, last."""
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
-def _unit(item) -> str | None:
-    """The xdist group a test must share a worker with (`make test` runs `--dist loadgroup`), or None: then
-    it is handed out alone, so no long file ends the suite on one worker while the other idles. Grouped:
-    the cluster tests (one worker owns the SLURM cluster) and a file with a fixture of its own scoped
-    wider than a test (set up once, on one worker, as under `--dist loadfile`)."""
-    if item.get_closest_marker("cluster") or "cluster" in item.fixturenames:
-        return "cluster"
-    module = item.nodeid.split("::", 1)[0]
-    info = getattr(item, "_fixtureinfo", None)
-    for defs in (info.name2fixturedefs.values() if info else ()):
-        if any(d.scope != "function" and d.baseid == module for d in defs):
-            return module
-    return None
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks into the node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for marker in ("services", "cluster"):
             if item.get_closest_marker(marker) and marker not in item.fixturenames:
                 item.fixturenames.append(marker)
-        unit = _unit(item)
-        if unit:
-            item.add_marker(pytest.mark.xdist_group(unit))
-    # longest first: the real-model tests (minutes each), then the grouped files, then the single tests,
-    # so the suite ends on short tests on both workers (stable: the order within each file is kept)
-    items.sort(key=lambda item: (not item.get_closest_marker("model"), _unit(item) is None))
+    # the files with real-model tests (minutes each) first: with `-n 2 --dist loadfile` (make test) they
+    # are handed out first and run beside the short ones, instead of one of them ending the suite alone
+    slow = {item.path for item in items if item.get_closest_marker("model")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the order within each file is kept
 
 
 def _xdist_controller(config) -> bool:
@@ -98,7 +73,7 @@ def services():
 def cluster():
     """The single-node SLURM cluster (harness.cluster), started when absent and stopped at the end if this
     session started it; SLURM_CONF points every command of the tests at it. Tests marked `cluster` get it.
-    They share one xdist group (_unit above): one worker owns the cluster for its whole life."""
+    Keep them in one file: under `--dist loadfile` one worker owns the cluster for its whole life."""
     from harness import cluster as slurm
 
     c = slurm.cluster()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,7 +11,6 @@ import pytest
 
 from harness.records.ledger import read_ledger
 from judge.answer_check import load_judgements
-from tests import cli
 from tests.analysis_fixtures import answered_record
 
 # (qtype, qid suffix, variant, question, gold, answer, expected {kind: label})
@@ -49,9 +49,8 @@ def write_records(root: Path) -> dict[str, dict]:
 @pytest.mark.model
 def test_local_model_judges_hand_written_answers(tmp_path):
     expected = write_records(tmp_path)
-    # in the test's process (tests/cli.py); one llama.cpp thread beside the other test worker (docs/measurements.md)
-    res = cli.run([sys.executable, "-m", "judge.run", "stage=smoke", "judge=local", f"runs_dir={tmp_path}/runs",
-                   f"cache_dir={tmp_path}/cache", "judge.threads=1"])
+    res = subprocess.run([sys.executable, "-m", "judge.run", "stage=smoke", "judge=local", f"runs_dir={tmp_path}/runs",
+                          f"cache_dir={tmp_path}/cache"], capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr
     got = load_judgements(tmp_path / "runs" / "smoke" / "smoke", "local")
     want = {(rid, kind): label for rid, exp in expected.items() for kind, label in exp.items()}

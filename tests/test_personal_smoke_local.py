@@ -5,23 +5,20 @@ naive_concat and kernel_shared (the writers' JSON extraction, the barrier and th
 then the rubric judge on the same local model, then the personalization tables. Mem0 is left to
 tests/test_personal.py (the real library against the scripted upstream): its own prompts run to ~8k
 tokens, minutes per call on two cores, and vanilla_rag adds no code path the kernel's run does not take.
-The commands run in the test's process (tests/cli.py), as `python -m` runs them.
 """
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
 
-from tests import cli
 
-# llama.cpp's threads spin-wait for each other: beside the other test worker, one thread serves a call
-# faster than two (docs/measurements.md); the records name the setting
-THREADS = ["model.threads=1", "judge.threads=1"]
-
-
-def _run(args, tmp_path):
-    return cli.run([sys.executable, "-m", *args, f"runs_dir={tmp_path}/runs"])
+def _run(args, tmp_path, timeout):
+    env = {**os.environ}
+    return subprocess.run([sys.executable, "-m", *args, f"runs_dir={tmp_path}/runs"], capture_output=True,
+                          text=True, timeout=timeout, env=env)
 
 
 METHODS = "stage.methods=[naive_concat,kernel_shared]"
@@ -31,7 +28,7 @@ METHODS = "stage.methods=[naive_concat,kernel_shared]"
 @pytest.mark.services
 @pytest.mark.timeout(2400)
 def test_personal_smoke_runs_is_judged_and_analysed(tmp_path, services):
-    res = _run(["harness.run", "stage=personal_smoke", "stage.trials.n=1", METHODS, THREADS[0]], tmp_path)
+    res = _run(["harness.run", "stage=personal_smoke", "stage.trials.n=1", METHODS], tmp_path, 2400)
     assert res.returncode == 0, res.stderr[-3000:]
     stage = tmp_path / "runs" / "personal_smoke" / "smoke"
     recs = [json.loads(p.read_text()) for p in (stage / "records").glob("*.json")]
@@ -41,12 +38,14 @@ def test_personal_smoke_runs_is_judged_and_analysed(tmp_path, services):
         assert r["foreign_items"] == 0 and r["exposure_private"] == 0 and r["conversation_injected"] == 0
         if r["condition"] == "kernel_shared":
             assert r["missed_writes"] == 0 or r["barrier"]["timed_out"]
-    res = _run(["judge.run", "stage=personal_smoke", "stage.trials.n=1", METHODS, *THREADS], tmp_path)
+    res = _run(["judge.run", "stage=personal_smoke", "stage.trials.n=1", METHODS], tmp_path, 2400)
     assert res.returncode == 0, res.stderr[-3000:]
     lines = [json.loads(x) for x in (stage / "judgements" / "local.rubric.jsonl").read_text().splitlines()]
     assert {x["run_id"] for x in lines} == {r["run_id"] for r in recs}
     out = tmp_path / "results" / "personal"
-    res = cli.run([sys.executable, "-m", "analysis.personal", f"runs={stage}", f"out={out}", "smoke=true"])
+    res = subprocess.run([sys.executable, "-m", "analysis.personal", f"runs={stage}", f"out={out}",
+                          "smoke=true"],
+                         capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     for name in ("table2_scores", "table4_kernel_vs_baselines", "table5_words", "latency_tokens", "exposure", "barrier",
                  "table7_syscalls"):

@@ -16,7 +16,6 @@ import pytest
 from analysis.load import find_folders, ledger_frame, load_folder, shard_coverage
 from harness.records.ledger import read_ledger
 from harness.records.shards import DriverLock, Shard, ShardBusy, ShardError
-from tests import cli
 from tests.fake_model import FakeModel
 from tests.test_driver import GROUPS
 
@@ -124,7 +123,7 @@ def test_a_sweep_gives_each_combination_its_own_folder(tmp_path):
     one = "stage.groups=[{sample:smoke,conditions:[none],repeats:1}]"
     with FakeModel(script=deterministic_answer) as fake:
         cmd = [a for a in stage_cmd(fake, runs_dir, "-m", "seed=0,1") if a != GROUPS] + [one]
-        res = cli.run(cmd, cwd=REPO)  # in this process (tests/cli.py); Hydra's basic launcher runs the jobs here
+        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     folders = sorted(p.parent for p in (runs_dir / "smoke").glob("*/stage.json"))
     assert len(folders) == 2 and "+seed-0+" in folders[0].name and "+seed-1+" in folders[1].name
@@ -159,8 +158,8 @@ def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded
         f, _, cov = analyse(folder)
         assert cov["0/2"]["status"] == "complete" and cov["0/2"]["records"] == 18
         assert cov["1/2"]["status"] == "incomplete" and cov["1/2"]["records"] < 18 and not cov["1/2"]["running"]
-        said = cli.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={tmp_path}/partial",
-                        "resamples=20", "lenient=true"], cwd=REPO)  # in this process (tests/cli.py)
+        said = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={tmp_path}/partial",
+                               "resamples=20", "lenient=true"], cwd=REPO, capture_output=True, text=True, timeout=300)
         assert said.returncode == 0, said.stderr[-2000:]
         assert "shard 1/2" in said.stdout and "INCOMPLETE" in said.stdout and "shard 0/2" not in said.stdout
         # and a shard that never started is missing
@@ -174,7 +173,7 @@ def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded
         assert again.returncode == 0, again.stderr[-3000:]
         assert folder_of(sharded) == folder  # the relaunch found the same folder (same label)
 
-        res = cli.run(stage_cmd(fake, plain), cwd=REPO)  # the unsharded run needs no process of its own
+        res = subprocess.run(stage_cmd(fake, plain), cwd=REPO, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
 
     # every run exactly once, each by the shard that owns it

@@ -1,26 +1,21 @@
 """The offline smoke path with the real local model: a tool condition searches, records and judge follow.
 
 A cut-down `make run STAGE=smoke` (one question, two conditions) so the whole chain —
-local model, tool adapter, memory space, proxy, records, judge — is exercised in CI. The command runs in
-the test's process (tests/cli.py), as `python -m` runs it; the model server gets one thread (THREADS).
+local model, tool adapter, memory space, proxy, records, judge — is exercised in CI.
 """
 
 import json
+import subprocess
 import sys
 
 import pytest
 
-from tests import cli
-
-# llama.cpp's threads spin-wait for each other: beside the other test worker, two threads on two shared
-# cores ran a call at half the speed of one (docs/measurements.md); the records name the setting
-THREADS = ["model.threads=1", "judge.threads=1"]
-
 
 @pytest.mark.model
 def test_local_smoke_run_searches_and_is_judged(tmp_path):
-    res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", "samples.smoke.limit=1",
-                   "stage.groups=[{sample:smoke,conditions:[tool_bm25,none]}]", f"runs_dir={tmp_path}/runs", *THREADS])
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "samples.smoke.limit=1",
+                          "stage.groups=[{sample:smoke,conditions:[tool_bm25,none]}]", f"runs_dir={tmp_path}/runs"],
+                         capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     stage = tmp_path / "runs" / "smoke" / "smoke"
     recs = {p.stem.split(".")[0]: json.loads(p.read_text()) for p in (stage / "records").glob("*.json")}
@@ -29,7 +24,7 @@ def test_local_smoke_run_searches_and_is_judged(tmp_path):
     assert tool["tool_calls"] >= 1 and tool["tools"][0]["name"] == "memory_search"
     assert tool["adapter"]["name"] == "json-schema-tool-adapter"
     assert tool["evidence"]["any"] is not None and tool["answer"]
-    assert tool["endpoint"]["local"]["sha256"].startswith("cc324af0") and tool["endpoint"]["local"]["threads"] == 1
+    assert tool["endpoint"]["local"]["sha256"].startswith("cc324af0")
     judged = [json.loads(line) for line in (stage / "judgements" / "local.jsonl").read_text().splitlines()]
     assert {j["run_id"] for j in judged} == {r["run_id"] for r in recs.values()}
     assert all(j["status"] in ("ok", "unparsable") and j["label"] is not None for j in judged)

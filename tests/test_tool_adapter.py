@@ -353,7 +353,7 @@ def run_lookup(args_json: str) -> str:
 def real_client():
     from harness.endpoints.local_model import LocalModel
 
-    with LocalModel(ctx_size=2048, threads=1) as m:  # one thread beside the other test worker (docs/measurements.md)
+    with LocalModel(ctx_size=2048) as m:
         yield m.client(timeout=300)
 
 

@@ -5,6 +5,7 @@ one field; the forecast reads the data (issue 31, item 3)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +16,6 @@ from omegaconf import OmegaConf, open_dict
 
 from harness.run import settings
 from harness.run.settings import SettingsError
-from tests import cli  # the commands run in this process (tests/cli.py), as `python -m` runs them
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -165,7 +165,7 @@ def test_a_dry_run_forecasts_from_its_own_data_set_and_calls_no_model(tmp_path):
 
     extra = {}
     for data in ("synth_tiny", "synth_xs"):
-        res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", f"data={data}", "model=vllm",
+        res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", f"data={data}", "model=vllm",
                               "model.base_url=http://127.0.0.1:9/v1", "dry_run=true", f"runs_dir={tmp_path}/runs",
                               f"cache_dir={tmp_path}/cache", "samples.smoke.limit=1",
                               "stage.groups=[{sample:smoke,conditions:[prefetch,none]}]"],
@@ -310,7 +310,7 @@ def test_the_default_config_of_every_stage_passes_the_top_level_schema():
 
 
 def test_a_mistyped_top_level_option_exits_2_naming_its_key_on_the_command_line():
-    res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", "dry_run=true", "seed=abc"],
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "dry_run=true", "seed=abc"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2 and "seed: Value 'abc'" in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
 
@@ -325,7 +325,7 @@ def test_a_value_override_of_a_key_that_does_not_exist_exits_2_naming_the_neares
     with pytest.raises(SettingsError, match=r"did you mean stage\.conditions\.prefetch\.k\?"):
         settings.refuse_unknown_keys(["x", "stage=main", "stage.conditions.prefetch.kk=3"], conf)
     settings.refuse_unknown_keys(["x", "stage=main", "preset=paper", "concurrency=2", "+new=1", "-m", "seed=0,1"], conf)
-    res = cli.run([sys.executable, "-m", "judge.run", "stage=main", "fidelity.preset=null"],
+    res = subprocess.run([sys.executable, "-m", "judge.run", "stage=main", "fidelity.preset=null"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2 and "fidelity.preset: no such setting" in res.stderr, res.stderr[-2000:]
 
@@ -341,7 +341,7 @@ def test_a_condition_option_of_the_wrong_type_is_refused_naming_its_key():
 
 
 def test_a_wrong_typed_condition_option_stops_the_command_with_exit_2(tmp_path):
-    res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke_org", "dry_run=true",
+    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke_org", "dry_run=true",
                           f"runs_dir={tmp_path}", "stage.conditions.shared.k=eight"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2, res.stderr[-2000:]
@@ -427,7 +427,7 @@ def test_the_judges_reasoning_effort_is_the_one_its_calls_send():
 def test_a_sweep_whose_later_job_is_bad_runs_no_job(tmp_path):
     """`-m stage.conditions.prefetch.k=3,eight`: job 0 ran its whole stage before job 1 was refused."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    res = cli.run([sys.executable, "-m", "harness.run", "-m", "stage=smoke", "model=vllm",
+    res = subprocess.run([sys.executable, "-m", "harness.run", "-m", "stage=smoke", "model=vllm",
                           "model.base_url=http://127.0.0.1:9/v1", "dry_run=true", f"runs_dir={tmp_path}/runs",
                           f"cache_dir={tmp_path}/cache", f"hydra.sweep.dir={tmp_path}/sweep",
                           "stage.conditions.prefetch.k=3,eight"],
@@ -468,7 +468,7 @@ def test_a_number_a_plugin_conditions_yaml_gives_keeps_its_type(tmp_path, monkey
 
 def dry(tmp_path, *overrides):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    res = cli.run([sys.executable, "-m", "harness.run", "model=vllm", "model.base_url=http://127.0.0.1:9/v1",
+    res = subprocess.run([sys.executable, "-m", "harness.run", "model=vllm", "model.base_url=http://127.0.0.1:9/v1",
                           "dry_run=true", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache", *overrides],
                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
     return res, res.stdout + res.stderr
@@ -558,6 +558,7 @@ def test_a_stage_key_keeps_its_type_beside_a_plugin_yaml_under_hydra_searchpath(
 
 from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
 
+from tests import cli  # noqa: E402
 from tests.test_paper_preset import HERE, REPO as _REPO, SHORT  # noqa: E402
 
 _DRY = ["stage=main", "preset=paper", "data=synth_tiny", "dry_run=true",

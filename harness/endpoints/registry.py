@@ -37,8 +37,7 @@ def _get(cfg, key, default=None):
 def _local(cfg) -> Iterator[Endpoint]:
     from harness.endpoints.local_model import LocalModel
 
-    with LocalModel(ctx_size=int(_get(cfg, "ctx_size", 8192)), parallel=int(_get(cfg, "parallel", 1) or 1),
-                    threads=int(_get(cfg, "threads", 2) or 2)) as lm:
+    with LocalModel(ctx_size=int(_get(cfg, "ctx_size", 8192)), parallel=int(_get(cfg, "parallel", 1) or 1)) as lm:
         # the local server's URL changes from start to start; its identity is the model file
         yield Endpoint(lm.base_url, None, "local", str(_get(cfg, "model")), {"local": lm.info()})
 

@@ -35,7 +35,6 @@ class EndpointSettings:
     max_concurrency: Optional[int] = None
     parallel: Optional[int] = None
     ctx_size: Optional[int] = None
-    threads: Optional[int] = None  # the local model server's CPU threads (harness.endpoints.local_model)
     breaker_runs: Optional[int] = None
     first_tool_choice: Optional[str] = None
     truncates_silently: Optional[bool] = None
