@@ -48,15 +48,22 @@ def pytest_sessionfinish(session, exitstatus):
 def plugins_end_with_the_test():
     """A plugin a test loads in this process ($MEMSPACE_PLUGINS under monkeypatch) is forgotten after it,
     module and registry entries alike, as a process would forget it: otherwise a later test of the same
-    xdist worker runs a stage with that plugin loaded (the paper preset refuses it)."""
+    xdist worker runs a stage with that plugin loaded (the paper preset refuses it). What a module changed in
+    the tree's modules cannot be forgotten: a test that leaves the texts the model reads changed (the system
+    prompt, the cut) fails itself, here, instead of the preset stage a later test of the worker runs."""
     import sys
 
+    from harness.run.lock import model_texts
     from tests import cli
 
     modules, state = set(sys.modules), cli.plugin_state()
+    texts = {**model_texts(set(), False), **model_texts(set(), True)}
     yield
     cli._forget_foreign_modules(modules)
     cli.restore_plugins(state)
+    after = {**model_texts(set(), False), **model_texts(set(), True)}
+    changed = sorted(k for k in texts if texts[k] != after[k])
+    assert not changed, f"the test left the texts the model reads changed in this process: {changed}"
 
 
 @pytest.fixture(scope="session")

@@ -365,17 +365,9 @@ def test_the_reference_refusal_does_not_say_allow_deviation_accepts_it():
 
 def test_a_plugin_module_outside_the_tree_is_loaded_code_the_code_row_names(tmp_path, monkeypatch):
     """The plugin's module is code the paper did not run: without allow_deviation=[code] the code row refuses it."""
-    (tmp_path / "rewrite_plugin.py").write_text(PLUGIN)
+    # loaded in this process: a module that changes nothing (one that rewrote the prompt would leave it rewritten)
+    (tmp_path / "inert_plugin.py").write_text('"""Registers nothing, changes nothing: still code the paper did not run."""\n')
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("MEMSPACE_PLUGINS", "rewrite_plugin")
-    import sys
-
-    from harness import plugins
-
-    plugins._loaded.discard("rewrite_plugin")  # an earlier test's command may have loaded it
-    try:
-        rows = {r.key: r for r in fidelity.lock_rows()}
-        assert rows["code"].status == "differs" and "rewrite_plugin" in rows["code"].stage
-    finally:
-        sys.modules.pop("rewrite_plugin", None)
-        plugins._loaded.discard("rewrite_plugin")
+    monkeypatch.setenv("MEMSPACE_PLUGINS", "inert_plugin")
+    rows = {r.key: r for r in fidelity.lock_rows()}
+    assert rows["code"].status == "differs" and "inert_plugin" in rows["code"].stage
