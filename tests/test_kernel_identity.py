@@ -49,6 +49,21 @@ def test_each_rule_of_the_order_applies_only_when_the_ones_before_it_find_nothin
     assert k.write_begin("task_agent").user == "u3" and k.write_begin("task_agent", "u1").rule == "request"
 
 
+def test_two_trials_in_flight_without_the_request_id_read_the_later_sessions_user():
+    """The `attach_user_id: false` ablation, in the order two concurrent trials can take: both sessions are
+    open before the first trial reads. Without the id its read resolves to the other trial's user and injects
+    that user's memories; with the id it reads its own and nothing else."""
+    k = kernel()
+    k.open_session("s1", "u1")
+    k.write("profile_agent", lambda tk: [item(tk, "vim of u1")], "u1")
+    k.open_session("s2", "u2")
+    k.write("profile_agent", lambda tk: [item(tk, "emacs of u2")], "u2")
+    r = k.retrieve("assistant_agent", "q")  # trial s1's read, sent without its user
+    assert (r.user, r.rule) == ("u2", "session") and "emacs of u2" in r.block and "vim of u1" not in r.block
+    r = k.retrieve("assistant_agent", "q", "u1")
+    assert (r.user, r.rule) == ("u1", "request") and "vim of u1" in r.block and "emacs of u2" not in r.block
+
+
 def test_retrieval_takes_the_agents_own_memories_then_the_other_agents_shared_ones():
     k = kernel()
     k.write("profile_agent", lambda tk: [item(tk, "own note", "private"), item(tk, "own shared", number=1)], "u")
