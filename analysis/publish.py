@@ -49,6 +49,7 @@ import atexit
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import types
@@ -304,7 +305,17 @@ def _stage_folders(paths: Iterable[str | Path]) -> dict[str, Path]:
         if not found:
             raise PublishError(f"{p}: not a stage folder (no stage.json) and none below it")
         for d in found:
-            out.setdefault(f"{d.parent.name}/{d.name}", d)
+            # the stage's own names (stage.json), never the folders around it: `/home/Jo Doe/smoke` is a place
+            info = read_json("stage", d / "stage.json").model_dump(mode="json")
+            parts = [str(info.get("stage")), str(info.get("label"))]
+            if any(not re.fullmatch(r"[A-Za-z0-9][\w.+-]*", x) or ".." in x for x in parts):
+                raise PublishError(f"{d}: stage.json names stage {parts[0]!r} and label {parts[1]!r}; a stage "
+                                   f"folder is published under those names, which must be plain names")
+            name = "/".join(parts)
+            if name in out and out[name].resolve() != d.resolve():
+                raise PublishError(f"{d} and {out[name]}: two stage folders of one stage and label ({name}); "
+                                   f"publish them one at a time")
+            out[name] = d
     return dict(sorted(out.items()))
 
 
@@ -449,7 +460,7 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
             continue  # no published transcript names it: used only by transcripts left out, or by none recorded
         fmt, content, published = None, None, text
         if kind == "prompt":
-            published = text = ex.private.redact(text)
+            published = text = ex.private.redact_free(text)  # what a model read: the second line too
             rows["prompts"].append({"folder": name, "sha256": Path(rel).stem, "text": text})
             if rel != f"prompts/{sha256(text)}.txt":
                 content = text  # a prompt file whose name is not its hash: kept as written
@@ -542,16 +553,52 @@ def _add_record(ex: Export, name: str, rel: str, rec: dict) -> None:
 
 
 def shows_private(record: dict) -> bool:
-    """Whether a run's transcript shows what is private: an Org private run (its system prompt), or any
-    memory call of the run (prefetch, tool, asked agent) that returned a unit of a private agent, whatever
-    the run's variant or view (a public-variant no_view run reads every agent's units)."""
-    from harness.run.replay import memory_logs, visibility_of
+    """Whether a run's text may show what is private, by allowlist: an Org run is public only when every memory
+    call it made (prefetch, tool, asked agent, fan-out store) says what it read and all of it was a public agent's.
+    An Org private run (its system prompt), a call that read a private agent's unit or store, and a call whose log
+    does not say what it read (a tool without a log, a plugin's own log) make it private; a LongMemEval run (no
+    variant) holds no agent's private unit."""
+    from harness.data.org import VISIBILITY
 
-    org_run = bool(record.get("variant"))
     if record.get("variant") == "private":
         return True
-    return org_run and any(visibility_of(str(owner), True) == "private"
-                           for log in memory_logs(record) for _, owner in (log.get("units") or []))
+    if not record.get("variant"):
+        return False
+    calls = [*(record.get("prefetch") or []), *[t.get("log") if isinstance(t, dict) else None
+                                                for t in record.get("tools") or []]]
+    for log in calls:
+        owners = read_owners(log)
+        if owners is None or any(VISIBILITY.get(o) != "public" for o in owners):
+            return True
+    return False
+
+
+def read_owners(log: Any) -> list[str] | None:
+    """The agents whose units or stores one memory call's log says it read (nested calls of an asked agent
+    included); None when the log says nothing of what it read."""
+    from harness.run.replay import MEMORY_KINDS
+
+    owners: list[str] = []
+    said = False
+
+    def walk(x: Any) -> None:
+        nonlocal said
+        if isinstance(x, dict):
+            if x.get("kind") in MEMORY_KINDS and isinstance(x.get("view"), dict) and "units" in x:
+                said = True
+                owners.extend(str(u[1]) if isinstance(u, (list, tuple)) and len(u) > 1 else "" for u in x["units"] or [])
+                return
+            if "store" in x:  # a fan-out call names the agent whose store it read
+                said = True
+                owners.append(str(x["store"]))
+            for k in sorted(x, key=str):
+                walk(x[k])
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(log)
+    return owners if said else None
 
 
 def _data_names(stage_json: str) -> list[str]:

@@ -771,6 +771,10 @@ def _place_in_free_text(draw):
         (host, [host]), (f"{user}@{bare}", [user, bare]), (f"{user}:{pw}@{host}:{port}", [user, pw, host]),
         (f"git@{host}:{user}/repo.git", [host, user]), (f"{bare}:{port}/share/{user}", [bare, user]),
         (ip, [ip]), (f"{ip}:{port}", [ip]), (ipv6, [ipv6]), (mac, [mac]), (f"{user}@{host}", [user, host]),
+        # a credential, a user or a place written as a field (libpq's key=value, a header, a YAML line)
+        (f"host={bare} user={user} password={pw}", [bare, user, pw]), (f"api_key={pw}", [pw]),
+        (f"token: {pw}", [pw]), (f"password: {pw}", [pw]), (f"Authorization: Basic {pw}", [pw]),
+        (f"{draw(st.sampled_from(['db', 'pg', 'x']))}_host={bare}", [bare]), (f"login = {user}", [user]),
     ]
     text, gone = draw(st.sampled_from(shapes))
     before = draw(st.sampled_from(["see ", "it ran on ", "(", "'", "path: ", "", "\"x\": \""]))
@@ -786,6 +790,37 @@ def test_no_name_or_host_in_free_text_survives_the_second_line(case):
     out = found.redact_free(text)
     assert not [g for g in gone if g in out], (text, out)
     assert privacy.leaks(out, found) == [], (text, out)
+
+
+def test_each_named_part_of_a_configured_dsn_or_url_is_replaced_wherever_it_appears(tmp_path):
+    """`index.dsn: host=zqpg.example dbname=zqmemdb user=zqjd password=zqpw` withheld from the config, and the
+    URL of a judge with its user: the host, database, user and password each repeated alone in an answer and a
+    question are replaced there too (a short plain word included); `dbname=memspace`, the harness's own name,
+    and the DSN's `sslmode` value stay readable."""
+    dsn = "host=zqpg.example port=5432 dbname=zqmemdb user=zqjd password=zqpw sslmode=require"
+    st_ = Stage(tmp_path / "runs", "dsn", config_extra={"index": {"name": "pgvector", "dsn": dsn},
+                                                        "judge": {"base_url": "http://zqjudger:zqjpw@zqjh.lan:9/v1"}})
+    r = st_.add("tool_bm25", "q1", answer="zqjd reads zqmemdb on zqpg with zqpw; zqjudger on zqjh; require memspace")
+    r["question"] = "was zqjd on zqmemdb?"
+    out, _ = _publish(st_.write(), tmp_path / "ds")
+    for bad in ("zqjd", "zqmemdb", "zqpw", "zqpg.example", "zqjudger", "zqjpw", "zqjh.lan"):
+        assert bad not in out, bad
+    assert "require memspace" in out
+
+
+def test_a_dictionary_key_shaped_like_a_place_is_withheld_with_its_value(tmp_path):
+    """`evidence`, `memory_space`, `condition_notes` and `versions` are rebuilt dictionaries: a key that is a host,
+    an address, a user@host or a path goes with its value, as a value of that shape would, and is replaced where
+    it is repeated; the other keys stay."""
+    st_ = Stage(tmp_path / "runs", "keys")
+    r = st_.add("tool_bm25", "q1", answer="it was zqbox.corp.example again")
+    r.update(memory_space={"zqbox.corp.example": 1, "units": 3}, versions={"jd@zqlab": "1.0", "redis": "8.0"},
+             condition_notes={"10.9.8.7": "x", "/home/zqjd": "y", "runtime": "r"})
+    out, ex = _publish(st_.write(), tmp_path / "ds")
+    for bad in ("zqbox", "zqlab", "10.9.8.7", "zqjd"):
+        assert bad not in out, bad
+    row = ex.rows["runs"][0]
+    assert json.loads(row["memory_space"]) == {"units": 3} and json.loads(row["versions"]) == {"redis": "8.0"}
 
 
 @pytest.mark.parametrize("text", ["version 1.2.3 of results.json, e.g. 3.14 and i.e. the archive.tar.gz",
@@ -833,3 +868,65 @@ def test_encoding_a_cell_as_json_adds_no_leak(text):
     plain = set(privacy.leaks(text))
     cell = json.dumps(_messages_cell(text))
     assert {x for t in P.json_texts(cell) for x in privacy.leaks(t)} <= plain
+
+
+# ------------------------------------------------------------------------------ privacy by provenance (Org runs)
+
+AGENTS = ["a0", "a1", "a2", "a3", "a4", "a5", "a9"]  # a4, a5 private; a9 no agent of the stage (unknown: private)
+CALLS = st.one_of(
+    st.builds(lambda o: ("units", o), st.lists(st.sampled_from(AGENTS), max_size=3)),
+    st.builds(lambda a: ("store", a), st.sampled_from(AGENTS)),  # a fan-out search of one agent's store
+    st.builds(lambda o: ("asked", o), st.lists(st.sampled_from(AGENTS), max_size=2)),  # an asked agent's own search
+    st.just(("nolog", None)), st.just(("silent", None)))  # no log; a log that does not say what it read
+
+
+def _call_log(kind: str, arg) -> dict | None:
+    units = lambda owners: {"kind": "search", "agent": "a0", "view": {"org": "q", "agent": "a0", "scope": "own"},  # noqa: E731
+                            "units": [[f"{o}|s{i}|0", o] for i, o in enumerate(owners)], "query": "q", "k": 5}
+    if kind == "units":
+        return units(arg)
+    if kind == "store":
+        return {"tool": "session_search", "store": arg, "sessions": ["s1"]}
+    if kind == "asked":
+        return {"asked": "a1", "calls": [units(arg)]}
+    return None if kind == "nolog" else {"tool": "plugin_recall", "hits": 3}
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(calls=st.lists(CALLS, min_size=1, max_size=4), mark=MARKER)
+def test_an_org_runs_text_goes_out_only_when_every_memory_call_says_it_read_public_agents_only(calls, mark):
+    """Allowlist, not a list of private shapes: an Org run's answer, gold and tool arguments are published only
+    when each of its memory calls names what it read (units, a fan-out store, an asked agent's own calls) and
+    every one of those is a public agent's; a call without a log, or with a log that does not say, is private."""
+    public = {"a0", "a1", "a2", "a3"}
+
+    def said(kind, arg):
+        return kind in ("units", "asked") and set(arg) <= public or kind == "store" and arg in public
+
+    root = Path(tempfile.mkdtemp(prefix="memspace-prov-"))
+    try:
+        st_ = Stage(root / "runs", "prov")
+        st_.add("fanout", "q1", variant="public", tool_calls=len(calls), answer=f"the answer {mark}",
+                tools=[{"log": _call_log(k, a), "arguments": json.dumps({"query": mark})} for k, a in calls])
+        ex = P.collect([st_.write()])
+        out = json.dumps(ex.rows, default=str)
+        assert (mark in out) == all(said(k, a) for k, a in calls), (calls, ex.private_runs)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_stage_folder_is_published_under_its_stage_and_label_never_the_folders_around_it(tmp_path):
+    """`/…/Jo Doe/odd/` holding stage `prov`, label `prov`: the folder column and every path say `prov/prov`; the
+    directories' names (a user's name) go nowhere; two folders of one stage and label are refused, not merged."""
+    st_ = Stage(tmp_path / "Zq Jodoe" / "zqlaptop", "prov")
+    st_.add("tool_bm25", "q1")
+    folder = st_.write()
+    moved = folder.rename(folder.parent / "zqoddname")
+    out, ex = _publish(moved, tmp_path / "ds")
+    assert set(ex.folders) == {"prov/prov"} and {r["folder"] for r in ex.rows["runs"]} == {"prov/prov"}
+    for bad in ("Jodoe", "zqlaptop", "zqoddname"):
+        assert bad not in out, bad
+    twin = Stage(tmp_path / "other", "prov")
+    twin.add("tool_bm25", "q1")
+    with pytest.raises(P.PublishError, match="two stage folders of one stage and label"):
+        P.collect([moved, twin.write()])

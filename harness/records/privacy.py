@@ -336,6 +336,9 @@ class Private:
             for m in _PASSWORD_IN.finditer(obj):  # a DSN's password (libpq key=value, user:password@host)
                 if len(m.group(1) or m.group(2)) >= 4 and not is_redacted(m.group(1) or m.group(2)):
                     self.keys.add(m.group(1) or m.group(2))
+            for m in _USERINFO.finditer(obj) if "@" in obj else []:  # a URL's user and password, alone anywhere
+                self.keys.update(x for x in m.group(1).split(":", 1)
+                                 if len(x) >= 3 and not is_redacted(x) and not harness_word(x))
             if key and _ENV_FIELD.match(key) and _ENV_NAME.fullmatch(obj.strip()):
                 value = os.environ.get(obj.strip(), "")  # the key the harness sends, whatever its variable's name
                 if len(value) >= 8:
@@ -473,6 +476,20 @@ def _hostlike(token: str) -> bool:
         and re.fullmatch(r"[A-Za-z]{2,63}", labels[-1]) is not None and labels[-1].lower() not in FILE_EXTENSIONS
 
 
+# a credential, a user or a place written as a field of free text (`password=hunter2`, `token: abc`, `host=db.lan
+# user=jdoe`, `Authorization: Basic dXNlcg==`): the value goes, whatever its shape; the field's name stays
+_FREE_FIELD = re.compile(
+    r"(?i)(?<![\w-])([\w.-]*(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|"
+    r"auth(?:orization)?|credentials?|cookie|session[_-]?id|user(?:name)?|login|account|owner|host(?:name|addr)?|"
+    r"server|dsn|dbname|database)[\w-]*)(\s*[=:]\s*)((?:(?:Bearer|Basic|Token|Digest)\s+)?(?:\"[^\"\n]*\"|'[^'\n]*'|"
+    r"[^\s\"',;<>]+))")
+
+
+def _field_value(m: re.Match) -> str:
+    v = m.group(3)
+    return m.group(0) if _PLACEHOLDER.fullmatch(v) or v in ("<", ">") else m.group(1) + m.group(2) + WITHHELD
+
+
 def free_text(text: str) -> str:
     """The second line on free text a model or judge read or wrote (answers, transcripts, tool arguments, judge
     replies), after Private.redact: every home-like path loses its user whole, every UNC or `//server` path, every
@@ -483,11 +500,17 @@ def free_text(text: str) -> str:
     text = _FREE_UNC.sub(LOCAL, text) if "\\\\" in text else text
     text = _FREE_SLASHES.sub(LOCAL, text) if "//" in text else text
     text = _FREE_TILDE.sub(LOCAL, text) if "~" in text else text
+    text = _FREE_FIELD.sub(_field_value, text) if ("=" in text or ":" in text) else text
 
     def token(m: re.Match) -> str:
         t = m.group(0)
         core = t.rstrip(".,;:!?")
-        return HOST + t[len(core):] if _hostlike(core) else t
+        if is_key_path(core):
+            return t
+        if _hostlike(core):
+            return HOST + t[len(core):]
+        name, eq, value = core.rpartition("=")  # `dsn=pg.corp.example`: the value read as a token of its own
+        return name + eq + HOST + t[len(core):] if eq and _hostlike(value) else t
 
     return _FREE_TOKEN.sub(token, text)
 
@@ -677,6 +700,28 @@ def is_key_path(token: str) -> bool:
     return m is not None and m.group(1) in config_roots()
 
 
+_USERINFO = re.compile(r"[A-Za-z][\w+.-]*://([^\s/@<>]+)@[^\s/:?#]+")
+
+
+def named_values(text: str) -> list[str]:
+    """The values a withheld text names as fields (`host=pg.corp dbname=memdb user=jdoe`, `user: jdoe`) and the
+    user, password and host of a URL in it (`postgresql://jdoe:pw@pg.corp/memdb`): each is a user's, a place's or a
+    credential's name, replaced wherever it appears even when it is a short plain word."""
+    out = [m.group(3).strip("\"'") for m in _FREE_FIELD.finditer(text)]
+    for m in re.finditer(r"[A-Za-z][\w+.-]*://([^\s/@<>]+)@([^\s/:?#]+)(?::\d+)?(/[^\s?#]*)?", text):
+        out += [*m.group(1).split(":", 1), m.group(2), *(m.group(3) or "").strip("/").split("/")]
+    return [v for v in out if len(v) >= 3 and not v.isdigit() and not _PLACEHOLDER.fullmatch(v)
+            and not harness_word(v)]
+
+
+def harness_word(word: str) -> bool:
+    """A word the harness itself writes (its name, the words its errors and flags are rebuilt from, its config's
+    roots): `dbname=memspace` or `user=postgres` names no person, and replacing it would garble the card."""
+    from harness.records.schema import CODE_WORDS
+
+    return word.lower() in CODE_WORDS or word.lower() in ("memspace", "memspace-harness") or word in config_roots()
+
+
 def _replaceable(text: str) -> list[str]:
     """What of a withheld value is replaced wherever it appears: a value of one token whole; of a text, each token
     that looks like a place (looks_like_place) or has a credential's shape. A key path of the harness's own
@@ -747,8 +792,11 @@ class Publisher:
         # characters or more but a plain word of letters shorter than 8 (`true`, `local`, `auto`: replacing those
         # garbles text); of a text (a prompt, a description), the tokens that look like a place or a credential:
         # replacing the whole text garbles the prompts and transcripts that quote it
-        for text in _replaceable(value.strip() if isinstance(value, str) else ""):
-            if len(text) >= 4 and not (text.isalpha() and len(text) < 8) and not _PLACEHOLDER.fullmatch(text):
+        value = value.strip() if isinstance(value, str) else ""
+        named = set(named_values(value))
+        for text in [*_replaceable(value), *named]:
+            if text in named or len(text) >= 4 and not (text.isalpha() and len(text) < 8) \
+                    and not _PLACEHOLDER.fullmatch(text):
                 if self.warm:
                     self.pending.add(text)
                 elif text not in self.found.keys and not self._inside_identifier(text):
@@ -924,8 +972,17 @@ class Publisher:
         if isinstance(v, list):
             return [self._published(x, where) for x in v]
         if isinstance(v, dict):
-            return {k: self._published(x, f"{where}.{k}") for k, x in v.items() if isinstance(k, str) and is_name(k)}
+            return {k: self._published(x, f"{where}.{k}") for k, x in v.items() if self._key(k, where)}
         return v
+
+    def _key(self, k: Any, where: str) -> bool:
+        """Whether a dictionary's key goes out (as a name): by the rule for values, so a key shaped like a place
+        (`pg.corp.example`, `jo@host`, `/home/jo`) is withheld with its value; a key path of the harness is kept."""
+        if isinstance(k, str) and is_name(k) and (is_key_path(k) or not (looks_like_place(k) or _hostlike(k))) \
+                and self.found.redact(k) == k:
+            return True
+        self._count(f"{where}.<key>", k if isinstance(k, str) else None)
+        return False
 
     def _text(self, v: Any, free: bool = False) -> Any:
         if isinstance(v, str):
@@ -953,10 +1010,8 @@ class Publisher:
         if isinstance(v, dict):
             out = {}
             for k, x in v.items():
-                if not isinstance(k, str) or not is_name(k):
-                    self._count(f"{where}.<key>")
-                    continue
-                out[k] = self.rebuilt(x, k, f"{where}.{k}")
+                if self._key(k, where):
+                    out[k] = self.rebuilt(x, k, f"{where}.{k}")
             return out
         if not isinstance(v, str):
             self._count(where)

@@ -636,8 +636,9 @@ def dump(model: BaseModel) -> str:
 # (harness.records.privacy.published applies it; analysis/publish.py writes nothing else). A field or a file
 # without a policy is withheld. The policies:
 PUBLISHED = "published"  # as written: ids, enums, numbers, hashes, times (a string still passes the last scan)
-TEXT = "text"  # the study's own text (questions, error lines): published, the shapes of secrets replaced
-PRIVATE_TEXT = "private text"  # text a model or judge read or wrote: withheld when the run saw a private unit
+TEXT = "text"  # the harness's own text (the fidelity manifest's lines): published, the shapes of secrets replaced
+PRIVATE_TEXT = "private text"  # text a model or judge read or wrote, a question: withheld when the run saw a
+#                                private unit, else the second line by structure too (privacy.free_text)
 REBUILT = "rebuilt"  # rebuilt from structure: keys kept; a leaf is kept only when it is a number, a flag or a
 #                      plain name that is no host or address; a URL becomes <endpoint url> or scheme://<host>, a
 #                      local path a placeholder
@@ -686,7 +687,7 @@ POLICY: dict[str, dict[str, Any]] = {
     "record": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "condition": PUBLISHED, "module": REGISTERED,
                "qid": PUBLISHED, "qtype": PUBLISHED, "variant": PUBLISHED, "repeat": PUBLISHED, "org": PUBLISHED,
                "attempt": PUBLISHED, "status": PUBLISHED, "error": CODE, "failure_reason": CODE,
-               "question": TEXT, "question_date": PUBLISHED, "gold": PRIVATE_TEXT, "abstention": PUBLISHED,
+               "question": PRIVATE_TEXT, "question_date": PUBLISHED, "gold": PRIVATE_TEXT, "abstention": PUBLISHED,
                "answer": PRIVATE_TEXT, "model_calls": PUBLISHED, "agent_calls": PUBLISHED, "tool_calls": PUBLISHED,
                "tool_rounds": PUBLISHED, "forced_answer": PUBLISHED, "tokens": PUBLISHED, "cost_list": PUBLISHED,
                "cost_paid": PUBLISHED, "wall_s": PUBLISHED, "setup_s": PUBLISHED, "memory_preparing": PUBLISHED,
