@@ -558,7 +558,7 @@ def test_no_configuration_string_but_a_declared_name_reaches_a_byte_of_the_publi
         assert config["stage"]["groups"][0]["sample"] == "smoke" and config["samples"]["smoke"]["per_type"] == 1
         assert config["stage"]["conditions"]["tool_bm25"]["guidance"] == "assisted"  # a declared choice
         assert config["model"]["name"] == "vllm" and config["model"]["base_url"] == privacy.URL
-        assert config["x_plugin"]["x_name"] == privacy.WITHHELD  # a plain name no key declares: withheld...
+        assert config["x_plugin"] == {}  # a dictionary under a key nothing declares keeps no key, nor its names
         assert all(r["condition_config"] and json.loads(r["condition_config"])["module"] in ("memory_tool", "none")
                    for r in runs)
         assert re.search(r"\bI saw\b", runs[[r["run_id"] for r in runs].index(run_ids[0])]["answer"] or "")
@@ -639,7 +639,7 @@ def test_a_stage_config_composed_from_this_tree_publishes_its_declared_names_and
 def test_a_condition_publishes_only_the_names_its_settings_declare():
     """A condition's strings go out only under keys its module's Settings declares (memory_tool: scoring, scope,
     guidance, each one of its choices) and its registered module's name; a plugin's condition whose module is not
-    registered here, or a key no Settings declares, publishes numbers and flags only."""
+    registered here, publishes numbers and flags only; a key no Settings declares goes with its value."""
     from harness.run.settings import publish_names_here
 
     pub = privacy.Publisher(privacy.Private(), registered=["memory_tool"], names=publish_names_here())
@@ -649,7 +649,7 @@ def test_a_condition_publishes_only_the_names_its_settings_declare():
         "plug": {"module": "zq_plugin", "mode": "fast", "k": 3, "on": True, "backend": "exact"}}}}
     out = pub.publish("stage_config", top)["stage"]["conditions"]
     assert out["tool"] == {"module": "memory_tool", "scoring": "bm25", "scope": privacy.WITHHELD,
-                           "guidance": "assisted", "k": 8, "mode": privacy.WITHHELD, "access": privacy.WITHHELD}
+                           "guidance": "assisted", "k": 8, "access": privacy.WITHHELD}
     assert out["plug"] == {"module": privacy.WITHHELD, "mode": privacy.WITHHELD, "k": 3, "on": True,
                            "backend": privacy.WITHHELD}
 
@@ -775,8 +775,14 @@ def _place_in_free_text(draw):
         (f"host={bare} user={user} password={pw}", [bare, user, pw]), (f"api_key={pw}", [pw]),
         (f"token: {pw}", [pw]), (f"password: {pw}", [pw]), (f"Authorization: Basic {pw}", [pw]),
         (f"{draw(st.sampled_from(['db', 'pg', 'x']))}_host={bare}", [bare]), (f"login = {user}", [user]),
+        # a folder of any root whose name has spaces, an internationalised domain, a key of no known prefix
+        (f"/{draw(st.sampled_from(['data', 'srv', 'mnt/nas']))}/{name}/x.txt", [name]),
+        (f"/{draw(st.sampled_from(['data', 'scratch']))}/{name}", [name]),
+        (f"{bare}.xn--{draw(st.from_regex(r'[a-z0-9]{2,8}', fullmatch=True))}", [bare]),
+        (draw(st.from_regex(r"[A-Z][a-z]{3}[A-Za-z]{4}[0-9]{4}[a-z]{3,20}", fullmatch=True)), None),
     ]
     text, gone = draw(st.sampled_from(shapes))
+    gone = [text] if gone is None else gone
     before = draw(st.sampled_from(["see ", "it ran on ", "(", "'", "path: ", "", "\"x\": \""]))
     after = draw(st.sampled_from([" then it stopped", ".", ")", "'", ", and more", "", "\"", " now"]))
     return before + text + after, [p for piece in gone for p in piece.split(" ")]
@@ -821,6 +827,44 @@ def test_a_dictionary_key_shaped_like_a_place_is_withheld_with_its_value(tmp_pat
         assert bad not in out, bad
     row = ex.rows["runs"][0]
     assert json.loads(row["memory_space"]) == {"units": 3} and json.loads(row["versions"]) == {"redis": "8.0"}
+
+
+def test_a_key_no_typed_node_declares_is_withheld_with_what_it_holds(tmp_path):
+    """A typed condition is closed: a key its Settings do not declare (`notes`, `zqkey`) goes with its value,
+    and a word of that value (`zqbox7`, `Zebra4417q`) is replaced where a run repeats it; a dictionary under a
+    key nothing declares (`owner_map: {zqjdoe: 1}`) keeps none of its keys; a model id that is a folder
+    (`models/zqjd/qwen`) is withheld while `org/model` goes out."""
+    st_ = Stage(tmp_path / "runs", "closed", config_extra={"owner_map": {"zqjdoe": 1},
+                                                           "model": {"name": "vllm", "model": "models/zqjd/qwen"},
+                                                           "judge": {"name": "local", "model": "Qwen/Qwen3-4B"}})
+    r = st_.add("tool_bm25", "q1", answer="ping zqbox7 with Zebra4417q")
+    folder = st_.write()
+    cfg = yaml.safe_load((folder / "config.yaml").read_text())
+    cfg["stage"]["conditions"]["tool_bm25"] = {"module": "memory_tool", "scoring": "bm25", "k": 8,
+                                               "notes": "ping ops at zqbox7 with code Zebra4417q", "zqkey": 5}
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+    out, ex = _publish(folder, tmp_path / "ds")
+    for bad in ("zqbox7", "Zebra4417q", "zqkey", "zqjdoe", "zqjd"):
+        assert bad not in out, bad
+    published = yaml.safe_load(next(f["content"] for f in ex.rows["files"] if f["path"] == "config.yaml"))
+    assert published["stage"]["conditions"]["tool_bm25"] == {"module": "memory_tool", "scoring": "bm25", "k": 8}
+    assert published["owner_map"] == {} and published["judge"]["model"] == "Qwen/Qwen3-4B"
+    assert r["run_id"] in out
+
+
+def test_the_harness_own_text_in_stage_json_passes_the_free_text_rule(tmp_path):
+    """A fidelity line is the harness's text, but stage.json is a file anyone can edit before publishing: a host,
+    a user@host and a key-shaped token written into a row's detail go out as placeholders."""
+    st_ = Stage(tmp_path / "runs", "fid")
+    st_.add("tool_bm25", "q1")
+    folder = st_.write()
+    info = json.loads((folder / "stage.json").read_text())
+    info["fidelity"] = {"rows": [{"key": "reader_model", "setting": "s", "paper": "p", "stage": "x", "status": "ok",
+                                  "detail": "served by zqdb.internal.corp, zqjd@zqbuild, AIzaSyQ1234567abcdefghijkl"}]}
+    (folder / "stage.json").write_text(json.dumps(info))
+    out, _ = _publish(folder, tmp_path / "ds")
+    for bad in ("zqdb", "zqjd", "zqbuild", "AIzaSyQ"):
+        assert bad not in out, bad
 
 
 @pytest.mark.parametrize("text", ["version 1.2.3 of results.json, e.g. 3.14 and i.e. the archive.tar.gz",

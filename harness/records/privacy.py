@@ -473,7 +473,8 @@ def _hostlike(token: str) -> bool:
         return True  # an IPv4, IPv6 or MAC address
     labels = host.rstrip(".").split(".")
     return len(labels) >= 2 and all(re.fullmatch(r"[A-Za-z0-9_-]+", x) for x in labels) \
-        and re.fullmatch(r"[A-Za-z]{2,63}", labels[-1]) is not None and labels[-1].lower() not in FILE_EXTENSIONS
+        and re.fullmatch(r"[A-Za-z]{2,63}|xn--[A-Za-z0-9-]{2,59}", labels[-1]) is not None \
+        and labels[-1].lower() not in FILE_EXTENSIONS
 
 
 # a credential, a user or a place written as a field of free text (`password=hunter2`, `token: abc`, `host=db.lan
@@ -509,10 +510,20 @@ def free_text(text: str) -> str:
             return t
         if _hostlike(core):
             return HOST + t[len(core):]
+        if _TOKEN_LIKE.fullmatch(core):
+            return KEY + t[len(core):]
         name, eq, value = core.rpartition("=")  # `dsn=pg.corp.example`: the value read as a token of its own
         return name + eq + HOST + t[len(core):] if eq and _hostlike(value) else t
 
-    return _FREE_TOKEN.sub(token, text)
+    text = _FREE_TOKEN.sub(token, text)
+    # a placeholder followed by capitalised words: the rest of a folder's name with spaces (`/data/Jo Doe/x`)
+    return _AFTER_PATH.sub(LOCAL, text) if LOCAL + " " in text else text
+
+
+# a token of 12 or more letters and digits mixing upper case, lower case and digits: a key of a shape no rule
+# names (`AIzaSyA123...`, `s3cr3tValueQ77`); free text may over-withhold
+_TOKEN_LIKE = re.compile(r"(?=\w*[0-9])(?=\w*[a-z])(?=\w*[A-Z])[A-Za-z0-9_]{12,}")
+_AFTER_PATH = re.compile(re.escape(LOCAL) + r"(?: (?=[A-Z0-9])[^\s/\\\"'`<>|*?,;]+)+(?:[\\/][^\s\"'`<>]*)?")
 
 
 def env_secrets() -> set[str]:
@@ -716,10 +727,24 @@ def named_values(text: str) -> list[str]:
 
 def harness_word(word: str) -> bool:
     """A word the harness itself writes (its name, the words its errors and flags are rebuilt from, its config's
-    roots): `dbname=memspace` or `user=postgres` names no person, and replacing it would garble the card."""
-    from harness.records.schema import CODE_WORDS
+    roots, its records' field names and their parts): `dbname=memspace`, `user=postgres` or `sha256` names no
+    person, and replacing it would garble the card and the tables' own column names."""
+    return word.lower() in _harness_words() or word in config_roots()
 
-    return word.lower() in CODE_WORDS or word.lower() in ("memspace", "memspace-harness") or word in config_roots()
+
+@functools.lru_cache(maxsize=1)
+def _harness_words() -> frozenset[str]:
+    from harness.records.schema import CODE_WORDS, POLICY
+
+    fields = {str(k).lower() for policy in POLICY.values() for k in policy}
+    presets = {p.stem.lower() for p in CONF.glob("*/*.yaml")} if CONF.is_dir() else set()  # tool_bm25, smoke_org
+    return frozenset(CODE_WORDS | fields | {p for f in fields for p in f.split("_")} | presets
+                     | {"memspace", "memspace-harness"})
+
+
+# a word of a withheld text that is a name, not prose: letters and digits mixed, 6 or more (buildbox7, Zebra4417)
+# (a hash's hex, `bf77c324fec8`, is no name: the stage publishes its hashes)
+_CODE_LIKE = re.compile(r"(?![0-9a-f]+$)(?=[A-Za-z0-9_]*[0-9])(?=[A-Za-z0-9_]*[A-Za-z])[A-Za-z0-9_]{6,}")
 
 
 def _replaceable(text: str) -> list[str]:
@@ -733,8 +758,9 @@ def _replaceable(text: str) -> list[str]:
     out = []
     for tok in re.split(r"[\s,;()\[\]{}\"'`=]+", text):
         tok = tok.strip(".:!?")
-        if (looks_like_place(tok) or _keys_in(tok)) and not is_key_path(tok):
-            out.append(tok)
+        if (looks_like_place(tok) or _keys_in(tok) or _CODE_LIKE.fullmatch(tok) and not harness_word(tok)) \
+                and not is_key_path(tok):
+            out.append(tok)  # a place, a credential, or a word of letters and digits (a host, a code: buildbox7)
     return out
 
 
@@ -757,8 +783,8 @@ Names = Callable[[str, "dict | None", dict], dict]
 
 def open_name(value: str) -> bool:
     """A name no list holds (a model id, a preset's or a sample's name): a plain name by its shape that is no
-    place (looks_like_place)."""
-    return is_name(value) and not looks_like_place(value)
+    place (looks_like_place), with one `/` at most (`org/model`; `models/jdoe/qwen` is a folder)."""
+    return is_name(value) and not looks_like_place(value) and value.count("/") <= 1 and "\\" not in value
 
 
 class Publisher:
@@ -788,6 +814,9 @@ class Publisher:
 
     def _count(self, where: str, value: Any = None) -> None:
         self.withheld[where] = self.withheld.get(where, 0) + 1
+        self._replace_everywhere(value)
+
+    def _replace_everywhere(self, value: Any) -> None:
         # a withheld value is replaced wherever it appears (`hunter2` too): a value of one token whole, any of 4
         # characters or more but a plain word of letters shorter than 8 (`true`, `local`, `auto`: replacing those
         # garbles text); of a text (a prompt, a description), the tokens that look like a place or a credential:
@@ -845,8 +874,15 @@ class Publisher:
             if not isinstance(k, str) or not is_name(k) or looks_like_place(k) or "${" in k:
                 self._count(f"{where}.<key>", k if isinstance(k, str) else None)
                 continue
-            if CLOSED in declared and k not in declared:  # an open node (model.params): only its declared keys
-                self._count(f"{where}.<key>")  # a plain name's key (its shape checked above): withheld, not replaced
+            # a dictionary under a key nothing declares (`owner_map: {jdoe: 1}`) knows no key; an open node
+            # (model.params) or a typed condition only its declared ones: the key goes with its value; a key with
+            # digits (`gpuhost42`) is replaced where it is repeated, a word (`password`) is not; its value's strings
+            # are replaced wherever they appear, as any withheld value's
+            if kind is None or CLOSED in declared and k not in declared:
+                self._count(f"{where}.<key>", None if k.replace("_", "").isalpha() else k)
+                for leaf in _leaves(x):
+                    if isinstance(leaf, str):
+                        self._replace_everywhere(leaf)
                 continue
             out[k] = self._rule(declared.get(k), x, f"{where}.{k}", top, k)
         return out
@@ -948,7 +984,7 @@ class Publisher:
                 self._count(where)
                 return WITHHELD if isinstance(v, str) else None
             # what a model or judge read or wrote, and a transcript's messages: the second line by structure too
-            return self._text(v, free=policy == PRIVATE_TEXT or where.startswith("transcript."))
+            return self._text(v, free=True)
         if policy == REBUILT:  # the field's own name is declared, so only the names below it are read
             return self._leaf(v, key, where) if isinstance(v, str) else self.rebuilt(v, "", where)
         if policy == MEMORY_LOG:

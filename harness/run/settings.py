@@ -1022,6 +1022,8 @@ def condition_names(node: dict, condition_name: Any, known: dict | None = None) 
     condition that declares no Settings publishes its module's name and its numbers and flags, nothing else."""
     import conditions
 
+    from harness.records.privacy import CLOSED
+
     known = {} if known is None else known
     out: dict[str, Any] = {"module": _once(known, "modules", lambda: frozenset(conditions.CONDITIONS.names())),
                            "compare_with": condition_name,
@@ -1036,6 +1038,10 @@ def condition_names(node: dict, condition_name: Any, known: dict | None = None) 
             if own not in _CHOICES:
                 _CHOICES[own] = _choices_of(own)
             out.update(_CHOICES[own])
+            # a typed condition is closed: a key neither its Settings nor every condition's declare (one a run
+            # would have refused, written into the file later) is withheld, key and value
+            schema = _once(known, f"schema:{module}", lambda: condition_schema(module))
+            out.update({CLOSED: None, **{f.name: None for f in fields(schema) if f.name not in out}})
     return out
 
 
