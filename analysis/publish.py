@@ -555,15 +555,19 @@ def _add_record(ex: Export, name: str, rel: str, rec: dict) -> None:
 def shows_private(record: dict) -> bool:
     """Whether a run's text may show what is private, by allowlist: an Org run is public only when every memory
     call it made (prefetch, tool, asked agent, fan-out store) says what it read and all of it was a public agent's.
-    An Org private run (its system prompt), a call that read a private agent's unit or store, and a call whose log
-    does not say what it read (a tool without a log, a plugin's own log) make it private; a LongMemEval run (no
-    variant) holds no agent's private unit."""
+    An Org private run (its system prompt), a run whose prompt itself held memory (`history_in_prompt`: no call
+    says whose it was) or whose record has no condition notes, a call that read a private agent's unit or store,
+    and a call whose log does not say what it read (a tool without a log, a plugin's own log) make it private; a
+    LongMemEval run (no variant) holds no agent's private unit."""
     from harness.data.org import VISIBILITY
 
     if record.get("variant") == "private":
         return True
     if not record.get("variant"):
         return False
+    notes = record.get("condition_notes")
+    if not isinstance(notes, dict) or notes.get("history_in_prompt"):
+        return True  # memory in the prompt itself (full context), or no notes to say: no call says whose it was
     calls = [*(record.get("prefetch") or []), *[t.get("log") if isinstance(t, dict) else None
                                                 for t in record.get("tools") or []]]
     for log in calls:

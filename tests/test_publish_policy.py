@@ -775,6 +775,10 @@ def _place_in_free_text(draw):
         (f"host={bare} user={user} password={pw}", [bare, user, pw]), (f"api_key={pw}", [pw]),
         (f"token: {pw}", [pw]), (f"password: {pw}", [pw]), (f"Authorization: Basic {pw}", [pw]),
         (f"{draw(st.sampled_from(['db', 'pg', 'x']))}_host={bare}", [bare]), (f"login = {user}", [user]),
+        (f'{{"password": "{pw}"}}', [pw]), (f"{{'api_key': '{pw}'}}", [pw]), (f'"db_password":"{pw}"', [pw]),
+        (json.dumps(json.dumps({"token": pw})), [pw]),  # a quoted field, as JSON and Python write one
+        (f"/home/o'{user}/x.txt", [user]), (f"%2Fhome%2F{user}%2Fx.txt", [user]),  # an apostrophe; URL-encoded
+        (f"$HOME/../{user}/x.txt", [user]), (f"${{HOME}}/{user}", [user]), (f"%USERPROFILE%\\{user}\\x", [user]),
         # a folder of any root whose name has spaces, an internationalised domain, a key of no known prefix
         (f"/{draw(st.sampled_from(['data', 'srv', 'mnt/nas']))}/{name}/x.txt", [name]),
         (f"/{draw(st.sampled_from(['data', 'scratch']))}/{name}", [name]),
@@ -827,6 +831,46 @@ def test_a_dictionary_key_shaped_like_a_place_is_withheld_with_its_value(tmp_pat
         assert bad not in out, bad
     row = ex.rows["runs"][0]
     assert json.loads(row["memory_space"]) == {"units": 3} and json.loads(row["versions"]) == {"redis": "8.0"}
+
+
+def test_an_org_run_whose_prompt_held_memory_is_private_whatever_its_calls():
+    """Full context puts an agent's whole history in the prompt with no memory call to say whose it was: an Org
+    run of it (or of a record without condition notes) is private; the same run without memory is public."""
+    base = {"variant": "public", "prefetch": [], "tools": [], "condition_notes": {}}
+    assert not P.shows_private(base)
+    assert P.shows_private({**base, "condition_notes": {"history_in_prompt": True}})
+    assert P.shows_private({k: v for k, v in base.items() if k != "condition_notes"})
+    assert not P.shows_private({**base, "variant": "", "condition_notes": {"history_in_prompt": True}})  # LongMemEval
+
+
+def test_a_request_parameters_string_goes_out_only_as_one_of_its_choices(tmp_path):
+    """`reasoning_effort: low` and `tool_choice: auto` are the API's choices and go out; any other string under those
+    keys (`zqre70hunter`) is withheld, and where a run repeats a withheld value's part (`cuda:zqdev77` -> `zqdev77`,
+    `Europe/Zqcity92`) it is replaced as a whole word, while a longer word holding it stays."""
+    st_ = Stage(tmp_path / "runs", "params", config_extra={
+        "model": {"name": "vllm", "params": {"reasoning_effort": "zqre70hunter", "tool_choice": "auto"},
+                  "offpeak": {"tz": "Europe/Zqcity92"}},
+        "judge": {"name": "local", "params": {"reasoning_effort": "low", "tool_choice": "zqtc71x"}},
+        "encoder": {"name": "minilm", "device": "cuda:zqdev77"}})
+    st_.add("tool_bm25", "q1", answer="zqre70hunter zqtc71x on zqdev77 in Zqcity92, not zqdev77s")
+    out, ex = _publish(st_.write(), tmp_path / "ds")
+    for bad in ("zqre70hunter", "zqtc71x", "zqdev77 ", "Zqcity92"):
+        assert bad not in out, bad
+    assert "zqdev77s" in out  # a whole word only
+    cfg = yaml.safe_load(next(f["content"] for f in ex.rows["files"] if f["path"] == "config.yaml"))
+    assert cfg["model"]["params"]["tool_choice"] == "auto" and cfg["judge"]["params"]["reasoning_effort"] == "low"
+
+
+def test_a_short_name_a_run_writes_in_a_url_never_refuses_the_stage(tmp_path):
+    """`postgres://u:p@h:5432/app` and `ftp://u:p@files/x` in an answer: the URL is rebuilt there, and no part of
+    it (`app`, `files`) is taken for a configured name the card and the pre-registration then seem to leak."""
+    st_ = Stage(tmp_path / "runs", "url")
+    st_.add("tool_bm25", "q1", answer="postgres://u:p@h:5432/app and ftp://u:p@files/x apply")
+    r = st_.add("tool_bm25", "q2", status="failed", answer="")
+    r["error"] = "OperationalError postgres://u:p@h:5432/app ftp://u:p@files/x"
+    r["condition_notes"] = {"server": "postgres://u:p@h:5432/app", "mirror": "ftp://u:p@files/x"}  # rebuilt fields
+    out, _ = _publish(st_.write(), tmp_path / "ds")
+    assert "apply" in out
 
 
 def test_a_key_no_typed_node_declares_is_withheld_with_what_it_holds(tmp_path):

@@ -323,6 +323,9 @@ class Private:
     urls: set[str] = field(default_factory=set)
     keys: set[str] = field(default_factory=set)
     paths: set[str] = field(default_factory=set)
+    # names a configuration gave (a DSN's user and database, a URL's user, a word of a withheld note): replaced
+    # as whole words only, so a short one (`jdoe`, `app`) never garbles a longer word that holds it
+    words: set[str] = field(default_factory=set)
     other_urls: set[str] = field(default_factory=set)
 
     def scan_object(self, obj: Any, key: str | None = None) -> None:
@@ -337,8 +340,8 @@ class Private:
                 if len(m.group(1) or m.group(2)) >= 4 and not is_redacted(m.group(1) or m.group(2)):
                     self.keys.add(m.group(1) or m.group(2))
             for m in _USERINFO.finditer(obj) if "@" in obj else []:  # a URL's user and password, alone anywhere
-                self.keys.update(x for x in m.group(1).split(":", 1)
-                                 if len(x) >= 3 and not is_redacted(x) and not harness_word(x))
+                self.words.update(x for x in m.group(1).split(":", 1)
+                                  if len(x) >= 3 and not is_redacted(x) and not harness_word(x))
             if key and _ENV_FIELD.match(key) and _ENV_NAME.fullmatch(obj.strip()):
                 value = os.environ.get(obj.strip(), "")  # the key the harness sends, whatever its variable's name
                 if len(value) >= 8:
@@ -419,6 +422,9 @@ class Private:
                 text = text.replace(form, KEY)
             else:  # with what follows it below that folder (/scratch/jo + /jdoe/x: no name of it stays)
                 text = re.sub(re.escape(form) + _BOUNDARY + _TAIL, lambda m: local_placeholder(m.group(0)), text)
+        for word in sorted(self.words, key=lambda w: (-len(w), w)):
+            if word in text:
+                text = _word_re(word).sub(KEY, text)
         text = _sub_keys(text)
         text = _REMOTE_RE.sub(self._remote, text) if ":" in text else text
         text = _UNC_RE.sub(self._path, text) if "\\\\" in text else text
@@ -482,13 +488,16 @@ def _hostlike(token: str) -> bool:
 _FREE_FIELD = re.compile(
     r"(?i)(?<![\w-])([\w.-]*(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|"
     r"auth(?:orization)?|credentials?|cookie|session[_-]?id|user(?:name)?|login|account|owner|host(?:name|addr)?|"
-    r"server|dsn|dbname|database)[\w-]*)(\s*[=:]\s*)((?:(?:Bearer|Basic|Token|Digest)\s+)?(?:\"[^\"\n]*\"|'[^'\n]*'|"
-    r"[^\s\"',;<>]+))")
+    r"server|dsn|dbname|database)[\w-]*)(\\?[\"']?\s*[=:]\s*)((?:(?:Bearer|Basic|Token|Digest)\s+)?(?:\\\"[^\"\n]*?\\\"|"
+    r"\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;<>\\]+))")
 
 
 def _field_value(m: re.Match) -> str:
     v = m.group(3)
-    return m.group(0) if _PLACEHOLDER.fullmatch(v) or v in ("<", ">") else m.group(1) + m.group(2) + WITHHELD
+    if _PLACEHOLDER.fullmatch(v.strip("\\\"'")) or v in ("<", ">"):
+        return m.group(0)
+    quote = next((q for q in ('\\"', '"', "'") if v.startswith(q) and v.endswith(q) and len(v) > len(q)), "")
+    return m.group(1) + m.group(2) + quote + WITHHELD + quote  # a quoted value keeps its quotes (JSON stays JSON)
 
 
 def free_text(text: str) -> str:
@@ -497,6 +506,9 @@ def free_text(text: str) -> str:
     `~user`, and every token with a place's structure (_hostlike) is replaced; over-withholding is accepted here."""
     if "\\/" in text:
         text = text.replace("\\/", "/")  # JSON-escaped slashes (`\/home\/jdoe`) are read as the path they write
+    if "%2" in text or "%5" in text:  # a URL-encoded path (`%2Fhome%2Fjdoe`) is read as the path it encodes
+        text = re.sub(r"%2[Ff]", "/", re.sub(r"%5[Cc]", r"\\", text))
+    text = _FREE_VARROOT.sub(LOCAL, text) if ("$" in text or "%" in text) else text
     text = _FREE_HOME.sub(LOCAL, text)
     text = _FREE_UNC.sub(LOCAL, text) if "\\\\" in text else text
     text = _FREE_SLASHES.sub(LOCAL, text) if "//" in text else text
@@ -517,13 +529,16 @@ def free_text(text: str) -> str:
 
     text = _FREE_TOKEN.sub(token, text)
     # a placeholder followed by capitalised words: the rest of a folder's name with spaces (`/data/Jo Doe/x`)
-    return _AFTER_PATH.sub(LOCAL, text) if LOCAL + " " in text else text
+    return _AFTER_PATH.sub(LOCAL, text) if LOCAL in text else text
 
 
 # a token of 12 or more letters and digits mixing upper case, lower case and digits: a key of a shape no rule
 # names (`AIzaSyA123...`, `s3cr3tValueQ77`); free text may over-withhold
 _TOKEN_LIKE = re.compile(r"(?=\w*[0-9])(?=\w*[a-z])(?=\w*[A-Z])[A-Za-z0-9_]{12,}")
-_AFTER_PATH = re.compile(re.escape(LOCAL) + r"(?: (?=[A-Z0-9])[^\s/\\\"'`<>|*?,;]+)+(?:[\\/][^\s\"'`<>]*)?")
+_AFTER_PATH = re.compile(re.escape(LOCAL) + r"(?:(?: (?=[A-Z0-9])|'(?=[A-Za-z]))[^\s/\\\"'`<>|*?,;]+)+"
+                         r"(?:[\\/][^\s\"'`<>]*)?")  # and `/home/o'brien`: the name after its apostrophe
+# a path from a variable's folder (`$HOME/x`, `${HOME}/../jdoe`, `%USERPROFILE%\x`): a folder of this machine
+_FREE_VARROOT = re.compile(r"(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%)(?:[\\/][^\s\"'`<>|]*)+")
 
 
 def env_secrets() -> set[str]:
@@ -540,6 +555,8 @@ def leaks(text: str, known: Private | None = None, secrets: set[str] | None = No
             out.append(f"a credential ({m.group(0)[:6]}...)")
     secrets = (set(known.keys) if known else set()) | (env_secrets() if secrets is None else secrets)
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
+    out += [f"a configured name ({w[:3]}...)" for w in (known.words if known else ()) if w in text
+            and _word_re(w).search(text)]
     for url in [m.group(0) for m in _urls(text)] + [_unescaped(m.group(0)) for m in _escaped_urls(text)]:
         try:
             u = urlsplit(url)
@@ -711,6 +728,11 @@ def is_key_path(token: str) -> bool:
     return m is not None and m.group(1) in config_roots()
 
 
+@functools.lru_cache(maxsize=4096)
+def _word_re(word: str) -> re.Pattern:
+    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(word)}(?![A-Za-z0-9])")
+
+
 _USERINFO = re.compile(r"[A-Za-z][\w+.-]*://([^\s/@<>]+)@[^\s/:?#]+")
 
 
@@ -721,6 +743,8 @@ def named_values(text: str) -> list[str]:
     out = [m.group(3).strip("\"'") for m in _FREE_FIELD.finditer(text)]
     for m in re.finditer(r"[A-Za-z][\w+.-]*://([^\s/@<>]+)@([^\s/:?#]+)(?::\d+)?(/[^\s?#]*)?", text):
         out += [*m.group(1).split(":", 1), m.group(2), *(m.group(3) or "").strip("/").split("/")]
+    # a part of letters and digits of any value (`cuda:gpubox7`, `Europe/Zqcity92`, `ping buildbox7`)
+    out += [t for t in re.split(r"[^A-Za-z0-9_]+", text) if _CODE_LIKE.fullmatch(t)]
     return [v for v in out if len(v) >= 3 and not v.isdigit() and not _PLACEHOLDER.fullmatch(v)
             and not harness_word(v)]
 
@@ -808,28 +832,33 @@ class Publisher:
         self.warm = warm  # only read the rebuilt fields, for what they withhold (then replaced in every text)
         self.names = names  # None: no key declares a name, every configuration string is withheld
         self.identifiers: set[str] = set(identifiers)
-        self.pending: set[str] = set()  # warm: withheld values, replaced everywhere once the identifiers are known
+        self.pending: set[tuple[str, bool]] = set()  # warm: withheld values (and whether a whole word), replaced everywhere once the identifiers are known
         self._blob = "\n".join(sorted(self.identifiers))
         self._inside: dict[str, bool] = {}
 
-    def _count(self, where: str, value: Any = None) -> None:
+    def _count(self, where: str, value: Any = None, named: bool = False) -> None:
         self.withheld[where] = self.withheld.get(where, 0) + 1
-        self._replace_everywhere(value)
+        self._replace_everywhere(value, named)
 
-    def _replace_everywhere(self, value: Any) -> None:
+    def _replace_everywhere(self, value: Any, named: bool = False) -> None:
         # a withheld value is replaced wherever it appears (`hunter2` too): a value of one token whole, any of 4
         # characters or more but a plain word of letters shorter than 8 (`true`, `local`, `auto`: replacing those
         # garbles text); of a text (a prompt, a description), the tokens that look like a place or a credential:
         # replacing the whole text garbles the prompts and transcripts that quote it
+        # `named`: a configuration's value, whose named parts (named_values) are replaced as whole words too
         value = value.strip() if isinstance(value, str) else ""
-        named = set(named_values(value))
-        for text in [*_replaceable(value), *named]:
-            if text in named or len(text) >= 4 and not (text.isalpha() and len(text) < 8) \
-                    and not _PLACEHOLDER.fullmatch(text):
+        words = set(named_values(value)) if named and value else set()
+        for text in _replaceable(value):
+            if len(text) >= 4 and not (text.isalpha() and len(text) < 8) and not _PLACEHOLDER.fullmatch(text):
                 if self.warm:
-                    self.pending.add(text)
+                    self.pending.add((text, False))
                 elif text not in self.found.keys and not self._inside_identifier(text):
                     self.found.keys.add(text)  # not part of a file name or an id (published as that, never garbled)
+        for word in words - self.found.keys:
+            if self.warm:
+                self.pending.add((word, True))
+            elif not self._inside_identifier(word):
+                self.found.words.add(word)
 
     def _inside_identifier(self, text: str) -> bool:
         if text not in self._inside:
@@ -842,7 +871,8 @@ class Publisher:
         Returns the identifiers, for the Publisher that writes."""
         self.identifiers |= {i for i in identifiers if i and not _LONG_HEX.fullmatch(i)}
         self._blob, self._inside = "\n".join(sorted(self.identifiers)), {}
-        self.found.keys |= {t for t in self.pending if not self._inside_identifier(t)}
+        self.found.keys |= {t for t, word in self.pending if not word and not self._inside_identifier(t)}
+        self.found.words |= {t for t, word in self.pending if word and not self._inside_identifier(t)}
         return set(self.identifiers)
 
     def _identifier(self, v: Any) -> None:
@@ -882,7 +912,7 @@ class Publisher:
                 self._count(f"{where}.<key>", None if k.replace("_", "").isalpha() else k)
                 for leaf in _leaves(x):
                     if isinstance(leaf, str):
-                        self._replace_everywhere(leaf)
+                        self._replace_everywhere(leaf, named=True)
                 continue
             out[k] = self._rule(declared.get(k), x, f"{where}.{k}", top, k)
         return out
@@ -928,7 +958,7 @@ class Publisher:
                 self.found.paths.add(text.rstrip("/\\"))
             self._count(where)
         else:
-            self._count(where, text)
+            self._count(where, text, named=True)
         return WITHHELD
 
     def publish(self, kind: str, obj: Any, private: bool = False) -> Any:

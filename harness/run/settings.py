@@ -884,6 +884,12 @@ _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # the NAME of an environment v
 _hex = re.compile(r"[0-9a-f]{64}").fullmatch  # a sha256
 
 
+# the string values a request's reasoning effort and tool choice take (OpenAI, DeepSeek, vLLM, Ollama's think
+# level): any other string under those keys is withheld like a string under no declared key
+EFFORT_CHOICES = frozenset({"none", "minimal", "low", "medium", "high", "xhigh", "max"})
+TOOL_CHOICES = frozenset({"auto", "none", "required", "any"})
+
+
 def _ident(value: str) -> bool:
     from harness.records.privacy import looks_like_place
 
@@ -945,15 +951,16 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
 
         return {**_choices_of(JudgeSettings), "name": open_name, "model": open_name,
                 "provider": _once(known, "providers", _providers),
-                "base_url": ENDPOINT, "api_key_env": _ENV_NAME.fullmatch, "reasoning_effort": _ident,
-                "first_tool_choice": _ident, "tokenizer": FILE, "prompts": FILE, "kinds": _ident,
+                "base_url": ENDPOINT, "api_key_env": _ENV_NAME.fullmatch, "reasoning_effort": EFFORT_CHOICES,
+                "first_tool_choice": TOOL_CHOICES, "tokenizer": FILE, "prompts": FILE, "kinds": _ident,
                 "params": Node("params"), "judge_params": Node("params"), "accepts": Node("params"),
                 "prices": Node("prices"), "offpeak": Node("offpeak"), "speed": Node("numbers"),
                 "judge": Node("endpoint")}
     if kind == "params":  # what a request sends: open keys, so only the request parameters named here go out
         return {CLOSED: None, **{k: None for k in REQUEST_PARAMS},
-                "reasoning_effort": _ident, "effort": _ident, "tool_choice": _ident, "tools": _ident,
-                "think": _ident, "reasoning": Node("params"), "extra_body": Node("params"), "model": open_name}
+                "reasoning_effort": EFFORT_CHOICES, "effort": EFFORT_CHOICES, "think": EFFORT_CHOICES,
+                "tool_choice": TOOL_CHOICES, "tools": _ident, "reasoning": Node("params"),
+                "extra_body": Node("params"), "model": open_name}
     if kind == "prices":
         return {"currency": re.compile(r"[A-Z]{3}").fullmatch}
     if kind == "offpeak":
