@@ -779,6 +779,12 @@ def _place_in_free_text(draw):
         (json.dumps(json.dumps({"token": pw})), [pw]),  # a quoted field, as JSON and Python write one
         (f"/home/o'{user}/x.txt", [user]), (f"%2Fhome%2F{user}%2Fx.txt", [user]),  # an apostrophe; URL-encoded
         (f"$HOME/../{user}/x.txt", [user]), (f"${{HOME}}/{user}", [user]), (f"%USERPROFILE%\\{user}\\x", [user]),
+        # a credential on a command line, in XML, in a netrc line, in Perl; a relative path; escapes; a token
+        (f"mysql -u {user}9 -p{pw}", [pw]), (f"--password {pw} now", [pw]), (f"curl -u {user}:{pw} x", [user, pw]),
+        (f'"client_secret" => "{pw}"', [pw]), (f"<password>{pw}</password>", [pw]),
+        (f"machine {bare} login {user} password {pw}", [bare, user, pw]), (f"../../{user}/secret.txt", [user]),
+        (f"/home/Jo\u00a0{name}/x", [name]), (f"%252Fhome%252F{user}", [user]), (f"\\u002fhome\\u002f{user}", [user]),
+        (f"ya29.{user}0{draw(st.from_regex(r'[a-z0-9]{20,30}', fullmatch=True))}", None),
         # a folder of any root whose name has spaces, an internationalised domain, a key of no known prefix
         (f"/{draw(st.sampled_from(['data', 'srv', 'mnt/nas']))}/{name}/x.txt", [name]),
         (f"/{draw(st.sampled_from(['data', 'scratch']))}/{name}", [name]),
@@ -911,7 +917,8 @@ def test_the_harness_own_text_in_stage_json_passes_the_free_text_rule(tmp_path):
         assert bad not in out, bad
 
 
-@pytest.mark.parametrize("text", ["version 1.2.3 of results.json, e.g. 3.14 and i.e. the archive.tar.gz",
+@pytest.mark.parametrize("text", ["User: How do I read a CSV file?\nAssistant: Host: Jimmy Fallon; -p is a flag",
+                                  "version 1.2.3 of results.json, e.g. 3.14 and i.e. the archive.tar.gz",
                                   "it took ~5 minutes at 10:30 on 2024-05-01", "a ratio of 3:4 in v1.2"])
 def test_numbers_versions_and_file_names_in_free_text_are_no_places(text):
     assert privacy.Private().redact_free(text) == text

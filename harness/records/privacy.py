@@ -75,7 +75,8 @@ _HOME_RE = re.compile(rf"(?<![\w.~/\\-])~[\w.-]*(?:/{_HOME_SEG}(?: {_HOME_SEG})*
 _UNC_SEG = r"[^\s\\\"'`<>|:*?]+"
 _UNC_RE = re.compile(rf"(?<![\\\w:])(?:\\\\){{1,2}}[A-Za-z0-9][^\s\\/\"'`<>|:*?]*"
                      rf"(?:\\{{1,2}}{_UNC_SEG}(?: {_UNC_SEG})*(?=\\))*\\{{1,2}}{_UNC_SEG}")
-_KEY_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+# an environment variable named like a credential (`DB_PASSWD`, `GITHUB_PAT`, `X_PWD`, `AWS_CREDENTIALS`)
+_KEY_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|CRED|AUTH|(?:^|_)PWD$|(?:^|_)PAT(?:$|_)", re.IGNORECASE)
 # a field's or an HTTP header's name (`api_key`, `x-api-key`, `X-Auth-Token`, `Proxy-Authorization`)
 _KEY_FIELD = re.compile(r"^(.*[_-])?(api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|token|secret|"
                         r"password|passwd|"
@@ -356,7 +357,7 @@ class Private:
 
     def scan_text(self, text: str) -> None:
         for name, value in os.environ.items():
-            if _KEY_NAME.search(name) and len(value) >= 8 and value in text:
+            if _KEY_NAME.search(name) and name not in ("PWD", "OLDPWD") and len(value) >= 8 and value in text:
                 self.keys.add(value)
         self.redact(text)  # counts the URLs and paths found by shape
 
@@ -485,19 +486,36 @@ def _hostlike(token: str) -> bool:
 
 # a credential, a user or a place written as a field of free text (`password=hunter2`, `token: abc`, `host=db.lan
 # user=jdoe`, `Authorization: Basic dXNlcg==`): the value goes, whatever its shape; the field's name stays
+# A credential's name takes any separator (`token: x`, `password=x`, `'secret' => 'x'`); a user's or a place's
+# name only `=` or a quoted key's colon (`user=jdoe`, `"host": "db"`), so prose (`User: How do I...`) stays.
+_FIELD_VALUE = r"((?:(?:Bearer|Basic|Token|Digest)\s+)?(?:\\\"[^\"\n]*?\\\"|\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;<>\\]+))"
 _FREE_FIELD = re.compile(
     r"(?i)(?<![\w-])([\w.-]*(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|"
-    r"auth(?:orization)?|credentials?|cookie|session[_-]?id|user(?:name)?|login|account|owner|host(?:name|addr)?|"
-    r"server|dsn|dbname|database)[\w-]*)(\\?[\"']?\s*[=:]\s*)((?:(?:Bearer|Basic|Token|Digest)\s+)?(?:\\\"[^\"\n]*?\\\"|"
-    r"\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;<>\\]+))")
+    r"auth(?:orization)?|credentials?|cookie|session[_-]?id)[\w-]*)(\\?[\"']?\s*(?:=>|[=:])\s*)" + _FIELD_VALUE + "|"
+    r"(?i:(?<![\w-])([\w.-]*(?:user(?:name)?|login|account|owner|host(?:name|addr)?|server|dsn|dbname|database)[\w-]*)"
+    r"((?:\\?[\"']\s*(?:=>|[=:])|\s*(?:=>|=))\s*))" + _FIELD_VALUE)
+# a credential on a command line (`--password x`, `-u user:pw`, `mysql -pSECRET`), in XML (`<password>x</password>`)
+# or in a netrc line (`machine h login u password p`): the value goes
+_FREE_FLAG = re.compile(r"(?i)(?<![\w-])(--?(?:[\w-]*(?:pass(?:word|wd)?|secret|token|api[-_]?key|auth|user(?:name)?|login|"
+                        r"key))(?:\s+|=))(\S+)|(?<![\w-])(-[up])()(?=\S)(\S+)|(?<![\w-])(-[up])(\s+)(\S*[\d:@]\S*|\S{6,})")
+_FREE_XML = re.compile(r"(?i)(<([\w:-]*(?:pass(?:word|wd)?|secret|token|key|user(?:name)?|login|host)[\w-]*)>)([^<]+)(</\2>)")
+_FREE_NETRC = re.compile(r"(?i)\b(machine|login|password|account)(\s+)(\S+)")
 
 
 def _field_value(m: re.Match) -> str:
-    v = m.group(3)
+    name, sep, v = (m.group(1), m.group(2), m.group(3)) if m.group(1) is not None else \
+        (m.group(4), m.group(5), m.group(6))
     if _PLACEHOLDER.fullmatch(v.strip("\\\"'")) or v in ("<", ">"):
         return m.group(0)
     quote = next((q for q in ('\\"', '"', "'") if v.startswith(q) and v.endswith(q) and len(v) > len(q)), "")
-    return m.group(1) + m.group(2) + quote + WITHHELD + quote  # a quoted value keeps its quotes (JSON stays JSON)
+    return name + sep + quote + WITHHELD + quote  # a quoted value keeps its quotes (JSON stays JSON)
+
+
+def _flag_value(m: re.Match) -> str:
+    if m.group(1) is not None:
+        return m.group(1) + (m.group(2) if _PLACEHOLDER.fullmatch(m.group(2)) else WITHHELD)
+    flag, sep, v = (m.group(3), m.group(4), m.group(5)) if m.group(3) is not None else (m.group(6), m.group(7), m.group(8))
+    return flag + sep + (v if _PLACEHOLDER.fullmatch(v) else WITHHELD)
 
 
 def free_text(text: str) -> str:
@@ -506,14 +524,22 @@ def free_text(text: str) -> str:
     `~user`, and every token with a place's structure (_hostlike) is replaced; over-withholding is accepted here."""
     if "\\/" in text:
         text = text.replace("\\/", "/")  # JSON-escaped slashes (`\/home\/jdoe`) are read as the path they write
-    if "%2" in text or "%5" in text:  # a URL-encoded path (`%2Fhome%2Fjdoe`) is read as the path it encodes
-        text = re.sub(r"%2[Ff]", "/", re.sub(r"%5[Cc]", r"\\", text))
+    if "%2" in text or "%5" in text:  # a URL-encoded path (`%2Fhome%2Fjdoe`, twice: `%252F`) is the path it encodes
+        text = re.sub(r"%(?:25)*2[Ff]", "/", re.sub(r"%(?:25)*5[Cc]", r"\\", text))
+    if "\\u00" in text:  # written as escapes: `\u002fhome`, a no-break space `\u00a0` in a folder's name
+        text = re.sub(r"\\u002[fF]", "/", re.sub(r"\\u005[cC]", r"\\\\", text))
+    text = text.replace("\u00a0", " ") if "\u00a0" in text else text
+    text = _FREE_RELATIVE.sub(LOCAL, text) if "../" in text or "..\\" in text else text
     text = _FREE_VARROOT.sub(LOCAL, text) if ("$" in text or "%" in text) else text
     text = _FREE_HOME.sub(LOCAL, text)
     text = _FREE_UNC.sub(LOCAL, text) if "\\\\" in text else text
     text = _FREE_SLASHES.sub(LOCAL, text) if "//" in text else text
     text = _FREE_TILDE.sub(LOCAL, text) if "~" in text else text
     text = _FREE_FIELD.sub(_field_value, text) if ("=" in text or ":" in text) else text
+    text = _FREE_FLAG.sub(_flag_value, text) if "-" in text else text
+    text = _FREE_XML.sub(lambda m: m.group(1) + WITHHELD + m.group(4), text) if "</" in text else text
+    if re.search(r"(?i)\bmachine\s", text):  # a netrc line: its host, login and password
+        text = _FREE_NETRC.sub(lambda m: m.group(1) + m.group(2) + WITHHELD, text)
 
     def token(m: re.Match) -> str:
         t = m.group(0)
@@ -522,7 +548,7 @@ def free_text(text: str) -> str:
             return t
         if _hostlike(core):
             return HOST + t[len(core):]
-        if _TOKEN_LIKE.fullmatch(core):
+        if _TOKEN_LIKE.fullmatch(core) or any(_LONG_MIXED.fullmatch(p) for p in re.split(r"[.:/=]", core)):
             return KEY + t[len(core):]
         name, eq, value = core.rpartition("=")  # `dsn=pg.corp.example`: the value read as a token of its own
         return name + eq + HOST + t[len(core):] if eq and _hostlike(value) else t
@@ -534,19 +560,23 @@ def free_text(text: str) -> str:
 
 # a token of 12 or more letters and digits mixing upper case, lower case and digits: a key of a shape no rule
 # names (`AIzaSyA123...`, `s3cr3tValueQ77`); free text may over-withhold
+# a piece of 20 or more letters and digits, both, not a hash's hex (`ya29.<token>`, `123456:<bot token>`)
+_LONG_MIXED = re.compile(r"(?![0-9a-f]+$)(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{20,}")
 _TOKEN_LIKE = re.compile(r"(?=\w*[0-9])(?=\w*[a-z])(?=\w*[A-Z])[A-Za-z0-9_]{12,}")
 _AFTER_PATH = re.compile(re.escape(LOCAL) + r"(?:(?: (?=[A-Z0-9])|'(?=[A-Za-z]))[^\s/\\\"'`<>|*?,;]+)+"
                          r"(?:[\\/][^\s\"'`<>]*)?")  # and `/home/o'brien`: the name after its apostrophe
+# a relative path that climbs out of where it was written (`../../jdoe/secret.txt`): a folder of this machine
+_FREE_RELATIVE = re.compile(r"(?<![\w.])(?:\.\.[\\/])+[^\s\"'`<>|]+")
 # a path from a variable's folder (`$HOME/x`, `${HOME}/../jdoe`, `%USERPROFILE%\x`): a folder of this machine
 _FREE_VARROOT = re.compile(r"(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%)(?:[\\/][^\s\"'`<>|]*)+")
 
 
 def env_secrets() -> set[str]:
     """This process's environment values named like keys (read once per scan of many cells)."""
-    return {v for n, v in os.environ.items() if _KEY_NAME.search(n) and len(v) >= 8}
+    return {v for n, v in os.environ.items() if _KEY_NAME.search(n) and n not in ("PWD", "OLDPWD") and len(v) >= 8}
 
 
-def leaks(text: str, known: Private | None = None, secrets: set[str] | None = None) -> list[str]:
+def leaks(text: str, known: Private | None = None, secrets: set[str] | None = None, words: bool = True) -> list[str]:
     """What in `text` (already redacted) still looks private: a credential, a URL with a host, a local
     path. Each named as found (a credential only by its first characters)."""
     out = []
@@ -555,7 +585,7 @@ def leaks(text: str, known: Private | None = None, secrets: set[str] | None = No
             out.append(f"a credential ({m.group(0)[:6]}...)")
     secrets = (set(known.keys) if known else set()) | (env_secrets() if secrets is None else secrets)
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
-    out += [f"a configured name ({w[:3]}...)" for w in (known.words if known else ()) if w in text
+    out += [f"a configured name ({w[:3]}...)" for w in (known.words if known and words else ()) if w in text
             and _word_re(w).search(text)]
     for url in [m.group(0) for m in _urls(text)] + [_unescaped(m.group(0)) for m in _escaped_urls(text)]:
         try:
@@ -740,7 +770,7 @@ def named_values(text: str) -> list[str]:
     """The values a withheld text names as fields (`host=pg.corp dbname=memdb user=jdoe`, `user: jdoe`) and the
     user, password and host of a URL in it (`postgresql://jdoe:pw@pg.corp/memdb`): each is a user's, a place's or a
     credential's name, replaced wherever it appears even when it is a short plain word."""
-    out = [m.group(3).strip("\"'") for m in _FREE_FIELD.finditer(text)]
+    out = [(m.group(3) if m.group(1) is not None else m.group(6)).strip("\"'") for m in _FREE_FIELD.finditer(text)]
     for m in re.finditer(r"[A-Za-z][\w+.-]*://([^\s/@<>]+)@([^\s/:?#]+)(?::\d+)?(/[^\s?#]*)?", text):
         out += [*m.group(1).split(":", 1), m.group(2), *(m.group(3) or "").strip("/").split("/")]
     # a part of letters and digits of any value (`cuda:gpubox7`, `Europe/Zqcity92`, `ping buildbox7`)
