@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 
 import pytest
 
@@ -58,7 +59,13 @@ def plugins_end_with_the_test():
 
     modules, state = set(sys.modules), cli.plugin_state()
     texts = {**model_texts(set(), False), **model_texts(set(), True)}
+    # Ctrl-C's handling ends with the test too: a test that sets SIGINT's handler (the Ctrl-C tests) or a library
+    # that leaves it ignored or blocked would make every later Ctrl-C test of the worker wait for nothing
+    sigint = signal.getsignal(signal.SIGINT)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     yield
+    signal.signal(signal.SIGINT, sigint)
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     cli._forget_foreign_modules(modules)
     cli.restore_plugins(state)
     after = {**model_texts(set(), False), **model_texts(set(), True)}

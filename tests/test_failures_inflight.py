@@ -5,6 +5,7 @@ scripted upstream on events (bench/fake_upstream.py), so the order of what happe
 from __future__ import annotations
 
 import json
+import signal
 import threading
 
 import pytest
@@ -318,6 +319,9 @@ def test_ctrl_c_while_runs_are_in_flight_sends_nothing_more_and_the_same_command
         release.set()
 
     extra = ["concurrency=2", "model.timeout_s=120", "model.retry_budget_s=240"]  # a held reply waits for the main thread, however loaded the machine
+    # Ctrl-C is a KeyboardInterrupt in this process, whatever the worker's parent set (interrupt_main does nothing
+    # while SIGINT is ignored); tests/conftest.py puts back the handler the test found
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with FakeModel(stall=stall) as fake:
         watcher = threading.Thread(target=releaser, daemon=True)
         watcher.start()

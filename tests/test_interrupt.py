@@ -13,10 +13,18 @@ from tests.fake_model import FakeModel
 from tests.test_driver import cmd, records
 
 
+def ctrl_c_as_a_terminal_sends_it() -> None:
+    """In the child before it runs: SIGINT handled by default and not blocked, as a shell starts a command. A
+    process inherits both from its parent, and a test worker's parent may have set either (a SIGINT ignored
+    there is ignored by the command, and no KeyboardInterrupt is ever raised in it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_mid_stage_is_a_stop_with_exit_3_and_the_same_command_finishes(tmp_path):
     with FakeModel(delay_s=2.0) as fake:
         proc = subprocess.Popen(cmd(fake, tmp_path, "concurrency=1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, preexec_fn=ctrl_c_as_a_terminal_sends_it)
         deadline = time.monotonic() + 240
         while not fake.run_requests and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)  # waits for an event (the first run's call), not for a duration
