@@ -1025,3 +1025,16 @@ def test_a_stage_folder_is_published_under_its_stage_and_label_never_the_folders
     twin.add("tool_bm25", "q1")
     with pytest.raises(P.PublishError, match="two stage folders of one stage and label"):
         P.collect([moved, twin.write()])
+
+
+@pytest.mark.parametrize("name", ["ZQDB_PASSWD", "GITHUB_PAT", "ZQ_PWD", "ZQ_CREDENTIALS", "ZQ_AUTH", "ZQPASS"])
+def test_an_environment_credential_under_any_credential_name_is_replaced(tmp_path, monkeypatch, name):
+    """A variable named like a credential (not only *_KEY, *_TOKEN, *_SECRET, *PASSWORD*) whose value a run
+    repeats is replaced there; `PWD`, the working folder, is no credential."""
+    monkeypatch.setenv(name, "correcthorsezq77")
+    monkeypatch.setenv("PWD", "/tmp/zqworkfolder")
+    st_ = Stage(tmp_path / "runs", "envname")
+    st_.add("tool_bm25", "q1", answer="the value correcthorsezq77 was set")
+    out, _ = _publish(st_.write(), tmp_path / "ds")
+    assert "correcthorsezq77" not in out and "the value <key> was set" in out
+    assert privacy.env_secrets() >= {"correcthorsezq77"} and "/tmp/zqworkfolder" not in privacy.env_secrets()
