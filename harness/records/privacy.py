@@ -485,7 +485,7 @@ def _hostlike(token: str) -> bool:
 
 
 # a credential, a user or a place written as a field of free text (`password=hunter2`, `token: abc`, `host=db.lan
-# user=jdoe`, `Authorization: Basic dXNlcg==`): the value goes, whatever its shape; the field's name stays
+# user=jdoe`, `Authorization: Basic dXNlcg==`): the value goes, whatever its shape; the field's name stays.
 # A credential's name takes any separator (`token: x`, `password=x`, `'secret' => 'x'`); a user's or a place's
 # name only `=` or a quoted key's colon (`user=jdoe`, `"host": "db"`), so prose (`User: How do I...`) stays.
 _FIELD_VALUE = r"((?:(?:Bearer|Basic|Token|Digest)\s+)?(?:\\\"[^\"\n]*?\\\"|\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;<>\\]+))"
@@ -558,10 +558,10 @@ def free_text(text: str) -> str:
     return _AFTER_PATH.sub(LOCAL, text) if LOCAL in text else text
 
 
-# a token of 12 or more letters and digits mixing upper case, lower case and digits: a key of a shape no rule
-# names (`AIzaSyA123...`, `s3cr3tValueQ77`); free text may over-withhold
 # a piece of 20 or more letters and digits, both, not a hash's hex (`ya29.<token>`, `123456:<bot token>`)
 _LONG_MIXED = re.compile(r"(?![0-9a-f]+$)(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{20,}")
+# a token of 12 or more letters and digits mixing upper case, lower case and digits: a key of a shape no rule
+# names (`AIzaSyA123...`, `s3cr3tValueQ77`); free text may over-withhold
 _TOKEN_LIKE = re.compile(r"(?=\w*[0-9])(?=\w*[a-z])(?=\w*[A-Z])[A-Za-z0-9_]{12,}")
 _AFTER_PATH = re.compile(re.escape(LOCAL) + r"(?:(?: (?=[A-Z0-9])|'(?=[A-Za-z]))[^\s/\\\"'`<>|*?,;]+)+"
                          r"(?:[\\/][^\s\"'`<>]*)?")  # and `/home/o'brien`: the name after its apostrophe
