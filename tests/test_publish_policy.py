@@ -316,6 +316,19 @@ def test_every_text_field_of_a_private_run_and_of_an_unrecorded_run_stays_home(t
     assert "record.question 1" in left_out
 
 
+def test_a_configured_credential_is_replaced_as_a_word_in_any_case_and_whole_when_it_is_a_phrase(tmp_path):
+    """Under a credential's name a short plain word is a secret (`zq_password: letmein`), repeated in any case
+    (`HUNTER2ZQ`); a libpq password quoted with spaces goes whole, not only its first word."""
+    dsn = "host=zqh.example user=zqu password='zebra quartz violin' dbname=zqdb"
+    st_ = Stage(tmp_path / "runs", "cred", config_extra={"zq_password": "letmein", "zq_token": "Hunter2Zq",
+                                                         "index": {"name": "pgvector", "dsn": dsn}})
+    st_.add("tool_bm25", "q1", answer="letmein then HUNTER2ZQ and hunter2zq; zebra quartz violin, letmeinside")
+    out, _ = _publish(st_.write(), tmp_path / "ds")
+    for bad in ("letmein ", "HUNTER2ZQ", "hunter2zq", "quartz violin"):
+        assert bad not in out, bad
+    assert "letmeinside" in out  # a whole word only
+
+
 def test_a_short_configured_password_repeated_in_text_is_replaced(tmp_path):
     """`password: hunter2` (7 characters) withheld from the config and repeated in a run's answer: replaced there."""
     st_ = Stage(tmp_path / "runs", "short", config_extra={"db": {"password": "hunter2", "mode": "auto"}})
@@ -785,6 +798,12 @@ def _place_in_free_text(draw):
         (f"machine {bare} login {user} password {pw}", [bare, user, pw]), (f"../../{user}/secret.txt", [user]),
         (f"/home/Jo\u00a0{name}/x", [name]), (f"%252Fhome%252F{user}", [user]), (f"\\u002fhome\\u002f{user}", [user]),
         (f"ya29.{user}0{draw(st.from_regex(r'[a-z0-9]{20,30}', fullmatch=True))}", None),
+        # Markdown, a table, code, a name with a space, SQL, another flag, a tab, an arrow; a doubled slash
+        (f"**Password:** {pw}", [pw]), (f"**Password**: {pw}", [pw]), (f"| password | {pw} |", [pw]),
+        (f"`password`: `{pw}`", [pw]), (f"API key: {pw}", [pw]), (f"license_key={pw}", [pw]),
+        (f"CREATE USER u WITH PASSWORD '{pw}'", [pw]), (f"IDENTIFIED BY '{pw} {user}'", [pw, user]),
+        (f"redis-cli -a {pw}9", [pw]), (f"PASSWORD\t{pw}", [pw]), (f"secret -> {pw}", [pw]),
+        (f"/home//{user}/x", [user]), (f"/data//{user}/x.json", [user]), (f"/gpfs//home//{user}/x", [user]),
         # a folder of any root whose name has spaces, an internationalised domain, a key of no known prefix
         (f"/{draw(st.sampled_from(['data', 'srv', 'mnt/nas']))}/{name}/x.txt", [name]),
         (f"/{draw(st.sampled_from(['data', 'scratch']))}/{name}", [name]),
@@ -918,6 +937,7 @@ def test_the_harness_own_text_in_stage_json_passes_the_free_text_rule(tmp_path):
 
 
 @pytest.mark.parametrize("text", ["User: How do I read a CSV file?\nAssistant: Host: Jimmy Fallon; -p is a flag",
+                                  "Last year.Then we went to St.Louis | user | count | and ls -a /tmp",
                                   "version 1.2.3 of results.json, e.g. 3.14 and i.e. the archive.tar.gz",
                                   "it took ~5 minutes at 10:30 on 2024-05-01", "a ratio of 3:4 in v1.2"])
 def test_numbers_versions_and_file_names_in_free_text_are_no_places(text):

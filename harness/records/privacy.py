@@ -94,8 +94,8 @@ KEY_SHAPES = [(lit, re.compile(rx)) for lit, rx in [
     ("xox", r"xox[abprs]-[A-Za-z0-9-]{10,}"), ("AIza", r"AIza[0-9A-Za-z_-]{35}"),
     ("eyJ", r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     # a PEM key whole: its body (base64, headers, raw or JSON-escaped line breaks) up to its END line
-    ("PRIVATE KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[A-Za-z0-9+/=\s:,.]|-(?!----)|\\[nrt])*"
-                    r"(?:-----END [A-Z ]*PRIVATE KEY-----)?"),
+    ("PRIVATE KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----(?:[A-Za-z0-9+/=\s:,.]|-(?!----)|\\[nrt])*"
+                    r"(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----)?"),
     ("earer ", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}"), ("asic ", r"(?<=[Bb]asic )[A-Za-z0-9+/=]{8,}"),
     ("sk_", r"[sr]k_(?:live|test)_[A-Za-z0-9]{10,}"), ("gsk_", r"gsk_[A-Za-z0-9]{20,}"),
     ("glpat-", r"glpat-[A-Za-z0-9_-]{16,}"), ("npm_", r"npm_[A-Za-z0-9]{30,}"),
@@ -411,21 +411,24 @@ class Private:
         text = _sub(text, _urls(text), lambda m: self._url(m, endpoints))
         text = _sub(text, _escaped_urls(text), lambda m: self._url(m, endpoints, escaped=True))
         text = _sub(text, _bare_urls(text), self._bare_url)
-        literal = [(k, False) for k in self.keys] + [(p, True) for p in self.paths]
+        literal = [(k, False) for k in self.keys] + [(p, True) for p in self.paths] + [(w, None) for w in self.words]
         # every written form of every literal, longest form first: a folder found cut at a space in escaped text
-        # (`/home/Jo\u00e9`) must not be replaced before the whole folder's escaped form (`/home/Jo\u00e9 Doe/runs`)
+        # (`/home/Jo\u00e9`) must not be replaced before the whole folder's escaped form (`/home/Jo\u00e9 Doe/runs`),
+        # a configured phrase (`zebra quartz violin`) not after a key that is its first word
         forms = {(form, path) for old, path in literal
                  for form in (old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1])}
+        lowered = text.lower()
         for form, path in sorted(forms, key=lambda r: (-len(r[0]), r[0])):
+            if path is None:  # a configured name: a whole word, in any case
+                if form.lower() in lowered:
+                    text = _word_re(form).sub(KEY, text)
+                continue
             if form not in text:
                 continue
             if not path:
                 text = text.replace(form, KEY)
             else:  # with what follows it below that folder (/scratch/jo + /jdoe/x: no name of it stays)
                 text = re.sub(re.escape(form) + _BOUNDARY + _TAIL, lambda m: local_placeholder(m.group(0)), text)
-        for word in sorted(self.words, key=lambda w: (-len(w), w)):
-            if word in text:
-                text = _word_re(word).sub(KEY, text)
         text = _sub_keys(text)
         text = _REMOTE_RE.sub(self._remote, text) if ":" in text else text
         text = _UNC_RE.sub(self._path, text) if "\\\\" in text else text
@@ -435,7 +438,9 @@ class Private:
 
     def redact_free(self, text: str) -> str:
         """Free text a model or judge read or wrote: redact, then the second line by structure (free_text)."""
-        return free_text(self.redact(text.replace("\\/", "/") if "\\/" in text else text))
+        text = text.replace("\\/", "/") if "\\/" in text else text
+        text = _DOUBLED_SLASH.sub("/", text) if "//" in text else text  # `/data//jdoe/x` is `/data/jdoe/x`
+        return free_text(self.redact(text))
 
     def summary(self) -> dict[str, int]:
         return {"endpoint urls": len(self.urls), "other urls": len(self.other_urls), "keys": len(self.keys),
@@ -481,6 +486,7 @@ def _hostlike(token: str) -> bool:
     labels = host.rstrip(".").split(".")
     return len(labels) >= 2 and all(re.fullmatch(r"[A-Za-z0-9_-]+", x) for x in labels) \
         and re.fullmatch(r"[A-Za-z]{2,63}|xn--[A-Za-z0-9-]{2,59}", labels[-1]) is not None \
+        and not re.fullmatch(r"[A-Z][a-z]+", labels[-1]) \
         and labels[-1].lower() not in FILE_EXTENSIONS
 
 
@@ -488,17 +494,21 @@ def _hostlike(token: str) -> bool:
 # user=jdoe`, `Authorization: Basic dXNlcg==`): the value goes, whatever its shape; the field's name stays.
 # A credential's name takes any separator (`token: x`, `password=x`, `'secret' => 'x'`); a user's or a place's
 # name only `=` or a quoted key's colon (`user=jdoe`, `"host": "db"`), so prose (`User: How do I...`) stays.
-_FIELD_VALUE = r"((?:(?:Bearer|Basic|Token|Digest)\s+)?(?:\\\"[^\"\n]*?\\\"|\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;<>\\]+))"
+_FIELD_VALUE = r"((?:(?:Bearer|Basic|Token|Digest)\s+)?(?:\\\"[^\"\n]*?\\\"|\"[^\"\n]*\"|'[^'\n]*'|`[^`\n]*`|[^\s\"',;<>|`*\\]+))"
 _FREE_FIELD = re.compile(
-    r"(?i)(?<![\w-])([\w.-]*(?:pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|"
-    r"auth(?:orization)?|credentials?|cookie|session[_-]?id)[\w-]*)(\\?[\"']?\s*(?:=>|[=:])\s*)" + _FIELD_VALUE + "|"
+    r"(?i)(?<![\w-])([\w.-]*(?:pass(?:word|wd|phrase)?|pwd|secret|token|(?:api|access|private|secret|license|client)"
+    r"[ _-]?key|auth(?:orization)?|credentials?|cookie|session[_-]?id)[\w-]*)"
+    # its separator: `=`, `:`, `=>`, `->`, a tab or a table's `|`, in quotes, backticks or Markdown's bold
+    r"(\\?[\"'`]?[*`]{0,2}[ ]*(?:=>|->|[=:|\t])[*`]{0,2}[ \t]*[*`]{0,2}[ \t]*)" + _FIELD_VALUE + "|"
     r"(?i:(?<![\w-])([\w.-]*(?:user(?:name)?|login|account|owner|host(?:name|addr)?|server|dsn|dbname|database)[\w-]*)"
     r"((?:\\?[\"']\s*(?:=>|[=:])|\s*(?:=>|=))\s*))" + _FIELD_VALUE)
 # a credential on a command line (`--password x`, `-u user:pw`, `mysql -pSECRET`), in XML (`<password>x</password>`)
 # or in a netrc line (`machine h login u password p`): the value goes
 _FREE_FLAG = re.compile(r"(?i)(?<![\w-])(--?(?:[\w-]*(?:pass(?:word|wd)?|secret|token|api[-_]?key|auth|user(?:name)?|login|"
-                        r"key))(?:\s+|=))(\S+)|(?<![\w-])(-[up])()(?=\S)(\S+)|(?<![\w-])(-[up])(\s+)(\S*[\d:@]\S*|\S{6,})")
+                        r"key))(?:\s+|=))(\S+)|(?<![\w-])(-[up])()(?=\S)(\S+)|(?<![\w-])(-[upa])(\s+)(\S*[\d:@]\S*|\S{6,})")
 _FREE_XML = re.compile(r"(?i)(<([\w:-]*(?:pass(?:word|wd)?|secret|token|key|user(?:name)?|login|host)[\w-]*)>)([^<]+)(</\2>)")
+# SQL's `IDENTIFIED BY 'x'` and `WITH PASSWORD 'x'`
+_FREE_SQL = re.compile(r"(?i)\b(IDENTIFIED\s+BY|PASSWORD)(\s+)('[^'\n]*'|\"[^\"\n]*\")")
 _FREE_NETRC = re.compile(r"(?i)\b(machine|login|password|account)(\s+)(\S+)")
 
 
@@ -530,14 +540,17 @@ def free_text(text: str) -> str:
         text = re.sub(r"\\u002[fF]", "/", re.sub(r"\\u005[cC]", r"\\\\", text))
     text = text.replace("\u00a0", " ") if "\u00a0" in text else text
     text = _FREE_RELATIVE.sub(LOCAL, text) if "../" in text or "..\\" in text else text
+    text = _DOUBLED_SLASH.sub("/", text) if "//" in text else text  # `/home//jdoe` is `/home/jdoe`
     text = _FREE_VARROOT.sub(LOCAL, text) if ("$" in text or "%" in text) else text
     text = _FREE_HOME.sub(LOCAL, text)
     text = _FREE_UNC.sub(LOCAL, text) if "\\\\" in text else text
     text = _FREE_SLASHES.sub(LOCAL, text) if "//" in text else text
     text = _FREE_TILDE.sub(LOCAL, text) if "~" in text else text
-    text = _FREE_FIELD.sub(_field_value, text) if ("=" in text or ":" in text) else text
+    text = _FREE_FIELD.sub(_field_value, text) if any(c in text for c in "=:|\t>") else text
     text = _FREE_FLAG.sub(_flag_value, text) if "-" in text else text
     text = _FREE_XML.sub(lambda m: m.group(1) + WITHHELD + m.group(4), text) if "</" in text else text
+    text = _FREE_SQL.sub(lambda m: m.group(1) + m.group(2) + "'" + WITHHELD + "'", text) if "'" in text or '"' in text \
+        else text
     if re.search(r"(?i)\bmachine\s", text):  # a netrc line: its host, login and password
         text = _FREE_NETRC.sub(lambda m: m.group(1) + m.group(2) + WITHHELD, text)
 
@@ -565,6 +578,8 @@ _LONG_MIXED = re.compile(r"(?![0-9a-f]+$)(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-
 _TOKEN_LIKE = re.compile(r"(?=\w*[0-9])(?=\w*[a-z])(?=\w*[A-Z])[A-Za-z0-9_]{12,}")
 _AFTER_PATH = re.compile(re.escape(LOCAL) + r"(?:(?: (?=[A-Z0-9])|'(?=[A-Za-z]))[^\s/\\\"'`<>|*?,;]+)+"
                          r"(?:[\\/][^\s\"'`<>]*)?")  # and `/home/o'brien`: the name after its apostrophe
+# a doubled slash inside a path (never a URL's `://`, never a UNC or `//server` path's start)
+_DOUBLED_SLASH = re.compile(r"(?<=[\w.-])/{2,}(?=[\w.~-])")
 # a relative path that climbs out of where it was written (`../../jdoe/secret.txt`): a folder of this machine
 _FREE_RELATIVE = re.compile(r"(?<![\w.])(?:\.\.[\\/])+[^\s\"'`<>|]+")
 # a path from a variable's folder (`$HOME/x`, `${HOME}/../jdoe`, `%USERPROFILE%\x`): a folder of this machine
@@ -585,8 +600,9 @@ def leaks(text: str, known: Private | None = None, secrets: set[str] | None = No
             out.append(f"a credential ({m.group(0)[:6]}...)")
     secrets = (set(known.keys) if known else set()) | (env_secrets() if secrets is None else secrets)
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
-    out += [f"a configured name ({w[:3]}...)" for w in (known.words if known and words else ()) if w in text
-            and _word_re(w).search(text)]
+    lowered = text.lower()
+    out += [f"a configured name ({w[:3]}...)" for w in (known.words if known and words else ())
+            if w.lower() in lowered and _word_re(w).search(text)]
     for url in [m.group(0) for m in _urls(text)] + [_unescaped(m.group(0)) for m in _escaped_urls(text)]:
         try:
             u = urlsplit(url)
@@ -760,7 +776,7 @@ def is_key_path(token: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _word_re(word: str) -> re.Pattern:
-    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(word)}(?![A-Za-z0-9])")
+    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(word)}(?![A-Za-z0-9])", re.IGNORECASE)
 
 
 _USERINFO = re.compile(r"[A-Za-z][\w+.-]*://([^\s/@<>]+)@[^\s/:?#]+")
@@ -868,9 +884,9 @@ class Publisher:
 
     def _count(self, where: str, value: Any = None, named: bool = False) -> None:
         self.withheld[where] = self.withheld.get(where, 0) + 1
-        self._replace_everywhere(value, named)
+        self._replace_everywhere(value, named, bool(_KEY_FIELD.match(where.rsplit(".", 1)[-1])))
 
-    def _replace_everywhere(self, value: Any, named: bool = False) -> None:
+    def _replace_everywhere(self, value: Any, named: bool = False, credential: bool = False) -> None:
         # a withheld value is replaced wherever it appears (`hunter2` too): a value of one token whole, any of 4
         # characters or more but a plain word of letters shorter than 8 (`true`, `local`, `auto`: replacing those
         # garbles text); of a text (a prompt, a description), the tokens that look like a place or a credential:
@@ -878,13 +894,15 @@ class Publisher:
         # `named`: a configuration's value, whose named parts (named_values) are replaced as whole words too
         value = value.strip() if isinstance(value, str) else ""
         words = set(named_values(value)) if named and value else set()
+        if named and credential and len(value) >= 3 and not harness_word(value):
+            words.add(value)  # under a credential's name (`password: letmein`): a whole word, short or plain
         for text in _replaceable(value):
             if len(text) >= 4 and not (text.isalpha() and len(text) < 8) and not _PLACEHOLDER.fullmatch(text):
                 if self.warm:
                     self.pending.add((text, False))
                 elif text not in self.found.keys and not self._inside_identifier(text):
                     self.found.keys.add(text)  # not part of a file name or an id (published as that, never garbled)
-        for word in words - self.found.keys:
+        for word in words:
             if self.warm:
                 self.pending.add((word, True))
             elif not self._inside_identifier(word):
