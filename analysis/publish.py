@@ -378,6 +378,12 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
     files = {part for (name, rel) in texts for part in [*name.split("/"), *rel.split("/"),
                                                          *(Path(p).stem for p in rel.split("/"))]}
     files |= {part for (name, rel), text in texts.items() if rel == "stage.json" for part in _data_names(text)}
+    # the users and machines the stage names (a home folder's user, a session's host, this machine's own names):
+    # private wherever a text writes them, as whole words, not only inside the path or field that showed them
+    hosts = {h for (name, rel), text in texts.items() for h in _who_ran(rel, text)[0]}
+    for word in privacy.path_users(ex.private.paths) | privacy.machine_names() | \
+            {n for h in hosts for n in (h, h.split(".")[0]) if privacy.person_word(n)}:
+        warm.pending.add((word, True))
     identifiers = warm.settle(files)
     ex.publisher = privacy.Publisher(ex.private, registered=registered, names=names, identifiers=identifiers)
     for name, root in folders.items():
@@ -589,8 +595,9 @@ def read_owners(log: Any) -> list[str] | None:
         nonlocal said
         if isinstance(x, dict):
             if x.get("kind") in MEMORY_KINDS and isinstance(x.get("view"), dict) and "units" in x:
-                said = True
-                owners.extend(str(u[1]) if isinstance(u, (list, tuple)) and len(u) > 1 else "" for u in x["units"] or [])
+                said = True  # the units it returned, and those whose dates an empty search showed (`shown`)
+                owners.extend(str(u[1]) if isinstance(u, (list, tuple)) and len(u) > 1 else ""
+                              for u in [*(x["units"] or []), *(x.get("shown") or [])])
                 return
             if "store" in x:  # a fan-out call names the agent whose store it read
                 said = True

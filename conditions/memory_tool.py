@@ -185,25 +185,28 @@ class MemorySearch:
         t0 = time.perf_counter()
         results = self.ctx.space.search(query, view, k=k, scoring=self.scoring)
         took = time.perf_counter() - t0
-        text = format_results(results, self.show_owner)
+        text, shown = format_results(results, self.show_owner), []
         if not results and self.guidance == "assisted" and (view.since is not None or view.until is not None):
-            text = self._outside_dates(view, since, until)
+            text, shown = self._outside_dates(view, since, until)
         return ToolResult(
             text=text, sessions=[r.unit.session for r in results],
             retrieval_s=took, empty=not results,
             log={"kind": "search", "agent": self.agent, "query": query, "k": k, "since": since, "until": until,
                  "scoring": self.scoring, "guidance": self.guidance, "view": view.describe(),
-                 "units": [[r.unit.uid, r.unit.owner] for r in results]})
+                 "units": [[r.unit.uid, r.unit.owner] for r in results],
+                 "shown": [[u.uid, u.owner] for u in shown]})
 
-    def _outside_dates(self, view: View, since, until) -> str:
+    def _outside_dates(self, view: View, since, until) -> tuple[str, list]:
         """An empty date-filtered search says what dates the memory holds, so a model that
-        filtered on the wrong period (small models pass the current date) can widen it."""
-        times = [u.time for u in self.ctx.space.units(view.without_dates())]
+        filtered on the wrong period (small models pass the current date) can widen it; with the two units
+        whose dates it shows (the log's `shown`: a date is read from a unit, whose owner may be private)."""
+        units = list(self.ctx.space.units(view.without_dates()))
         asked = f"from {since or 'the start'} to {until or 'now'}"
-        if not times:
-            return f"No matching memories {asked}; your memory is empty."
-        return (f"No matching memories {asked}, but your memory holds exchanges from {fmt_day(min(times))} to "
-                f"{fmt_day(max(times))}. Search again without since and until.")
+        if not units:
+            return f"No matching memories {asked}; your memory is empty.", []
+        first, last = min(units, key=lambda u: u.time), max(units, key=lambda u: u.time)
+        return (f"No matching memories {asked}, but your memory holds exchanges from {fmt_day(first.time)} to "
+                f"{fmt_day(last.time)}. Search again without since and until.", [first, last])
 
 
 class MemoryRead:

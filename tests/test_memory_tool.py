@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from conditions.memory_tool import MemorySearch
+from conditions.memory_tool import MemorySearch, fmt_day
 from harness.data import synth
 from harness.data.longmemeval import load
 from harness.run.context import Environment, RunContext
@@ -44,6 +44,13 @@ def test_a_search_dated_on_the_current_day_says_which_dates_the_memory_holds(ctx
     assert dated.empty and not dated.sessions
     assert dated.text == (f"No matching memories from {today} to {today}, but your memory holds exchanges from "
                           f"{days[0]} to {days[-1]}. Search again without since and until.")
+
+    # the two units whose dates it shows are logged as read (`shown`): a publish reads their owners
+    shown = dated.log["shown"]
+    assert dated.log["units"] == [] and len(shown) == 2
+    units = {u.uid: u for u in ctx.space.units(ctx.view("own").without_dates())}
+    assert [fmt_day(units[uid].time) for uid, _ in shown] == [days[0], days[-1]]
+    assert all(owner == units[uid].owner for uid, owner in shown)
 
     first, last = re.search(r"holds exchanges from (\S+) to (\S+)\.", dated.text).groups()
     widened = search(query=q.question, since=first, until=last)

@@ -219,10 +219,10 @@ def test_a_config_value_that_is_no_plain_name_is_withheld_under_any_key(v, key):
 
 def test_every_field_of_every_schema_model_has_a_declared_policy():
     """A field the schema gains without a policy would be withheld (dropped): this names it instead."""
-    from harness.records.schema import (Attempt, DriverSession, JudgeIdentity, Judgement, LedgerEvent, ModelCall,
-                                        StageInfo, ToolCall, Transcript)
+    from harness.records.schema import (Attempt, CodeRevision, DriverSession, JudgeIdentity, Judgement, LedgerEvent,
+                                        ModelCall, StageInfo, ToolCall, Transcript)
 
-    for kind, model in [("record", RunRecord), ("model_call", ModelCall), ("tool_call", ToolCall),
+    for kind, model in [("record", RunRecord), ("code", CodeRevision), ("model_call", ModelCall), ("tool_call", ToolCall),
                         ("transcript", Transcript), ("stage", StageInfo), ("attempt", Attempt),
                         ("session", DriverSession), ("ledger", LedgerEvent), ("judgement", Judgement),
                         ("judge", JudgeIdentity)]:
@@ -809,6 +809,13 @@ def _place_in_free_text(draw):
         (f"/{draw(st.sampled_from(['data', 'scratch']))}/{name}", [name]),
         (f"{bare}.xn--{draw(st.from_regex(r'[a-z0-9]{2,8}', fullmatch=True))}", [bare]),
         (draw(st.from_regex(r"[A-Z][a-z]{3}[A-Za-z]{4}[0-9]{4}[a-z]{3,20}", fullmatch=True)), None),
+        # a host whose top-level domain is a file extension too; a YAML block, a Dockerfile line, .NET's config;
+        # an encoded field; a password's name in another language; a fullwidth or zero-width-split name
+        (f"{bare}.{name.split(' ')[0].lower()}.{draw(st.sampled_from(['sh', 'py', 'md', 'zip']))}", [bare]),
+        (f"password: |\n  {pw}\n  {user}9\nnext: 1", [pw, f"{user}9"]), (f"ENV DB_PASSWORD {pw}", [pw]),
+        (f'<add key="DbPassword" value="{pw}" />', [pw]), (f"token%3D{pw}", [pw]), (f"user%3A{pw}%40{host}", [pw]),
+        (f"{draw(st.sampled_from(['Passwort', 'contraseña', 'mot_de_passe', 'senha', 'пароль']))}: {pw}", [pw]),
+        (f"pass\u200bword={pw}", [pw]), ("".join(chr(ord(c) + 0xFEE0) for c in "password=") + pw, [pw]),
     ]
     text, gone = draw(st.sampled_from(shapes))
     gone = [text] if gone is None else gone
@@ -939,7 +946,8 @@ def test_the_harness_own_text_in_stage_json_passes_the_free_text_rule(tmp_path):
 @pytest.mark.parametrize("text", ["User: How do I read a CSV file?\nAssistant: Host: Jimmy Fallon; -p is a flag",
                                   "Last year.Then we went to St.Louis | user | count | and ls -a /tmp",
                                   "version 1.2.3 of results.json, e.g. 3.14 and i.e. the archive.tar.gz",
-                                  "it took ~5 minutes at 10:30 on 2024-05-01", "a ratio of 3:4 in v1.2"])
+                                  "it took ~5 minutes at 10:30 on 2024-05-01", "a ratio of 3:4 in v1.2",
+                                  "run setup.py, read notes.md and build.sh"])
 def test_numbers_versions_and_file_names_in_free_text_are_no_places(text):
     assert privacy.Private().redact_free(text) == text
 
@@ -1058,3 +1066,80 @@ def test_an_environment_credential_under_any_credential_name_is_replaced(tmp_pat
     out, _ = _publish(st_.write(), tmp_path / "ds")
     assert "correcthorsezq77" not in out and "the value <key> was set" in out
     assert privacy.env_secrets() >= {"correcthorsezq77"} and "/tmp/zqworkfolder" not in privacy.env_secrets()
+
+
+def test_a_date_an_empty_search_showed_from_a_private_units_makes_the_run_private():
+    """An empty dated search (`assisted`) shows the dates of the first and last unit of its view: its log names
+    them as `shown`, and a run whose search showed a private agent's unit's date is private, though it returned
+    no unit."""
+    view = {"org": "o", "agent": "a0", "scope": "all"}
+    log = {"kind": "search", "view": view, "units": [], "shown": [["u1", "a0"], ["u9", "a4"]]}
+    run = {"variant": "public", "prefetch": [], "condition_notes": {"guidance": "assisted"}, "tools": [{"log": log}]}
+    assert P.read_owners(log) == ["a0", "a4"] and P.shows_private(run)
+    public = {**log, "shown": [["u1", "a0"], ["u9", "a1"]]}
+    assert not P.shows_private({**run, "tools": [{"log": public}]})
+
+
+def test_every_note_a_condition_of_the_tree_writes_has_a_declared_policy():
+    """The notes a condition records (`notes={...}`, and the dictionaries its helpers return into them) are
+    published by the keys `condition_notes` declares; a key the tree writes without a declaration would be
+    withheld, so this names it."""
+    import ast
+
+    declared = set(POLICY["condition_notes"]) | set(POLICY["store_notes"])
+    root = Path(__file__).resolve().parents[1]
+    written: dict[str, str] = {}
+    for path in [*(root / "conditions").glob("*.py"), root / "judge" / "probe.py"]:
+        tree = ast.parse(path.read_text())
+        dicts = [kw.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 for kw in node.keywords if kw.arg == "notes" and isinstance(kw.value, ast.Dict)]
+        dicts += [v for node in ast.walk(tree) if isinstance(node, ast.Dict)
+                  for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and k.value ==
+                  "condition_notes" and isinstance(v, ast.Dict)]
+        dicts += [n.value for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name.endswith("_notes")
+                  for n in ast.walk(f) if isinstance(n, ast.Return) and isinstance(n.value, ast.Dict)]
+        for d in dicts:
+            written |= {k.value: path.name for k in d.keys if isinstance(k, ast.Constant)}
+    assert len(written) >= 15, written  # the scan found the tree's notes
+    assert not set(written) - declared, {k: written[k] for k in set(written) - declared}
+
+
+_NOTE_KEY = st.from_regex(r"[a-z]{3,8}_[a-z]{3,8}", fullmatch=True)
+_NOTE_VALUE = st.from_regex(r"zq[a-z]{3,6}[0-9]{0,3}", fullmatch=True)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(notes=st.dictionaries(_NOTE_KEY, st.one_of(_NOTE_VALUE, st.lists(_NOTE_VALUE, min_size=1, max_size=2),
+                                                  st.dictionaries(_NOTE_KEY, _NOTE_VALUE, max_size=2)),
+                             min_size=1, max_size=3))
+def test_a_note_no_condition_here_declares_is_withheld_key_and_value(tmp_path, notes):
+    """A plugin condition's notes (`operator: jdoe`): a key `condition_notes` does not declare goes with its value,
+    and each of its values is replaced wherever the stage's text repeats it; declared notes stay."""
+    notes = {k: v for k, v in notes.items() if k not in POLICY["condition_notes"]}
+    values = [x for v in notes.values() for x in privacy._leaves(v)]
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:
+        st_ = Stage(Path(d) / "runs", "notes")
+        st_.add("tool_bm25", "q1", answer="said by " + " and ".join(values)).update(
+            condition_notes={**notes, "guidance": "assisted", "injected": 3})
+        out, ex = _publish(st_.write(), Path(d) / "ds")
+        row = json.loads(ex.rows["runs"][0]["condition_notes"])
+        assert row == {"guidance": "assisted", "injected": 3}
+        for bad in [*notes, *values]:
+            assert bad not in out, bad
+
+
+def test_the_users_and_machines_a_stage_names_are_replaced_as_words_in_its_text(tmp_path, monkeypatch):
+    """A home folder's user (`/home/zqjdoe/...` in a configured path), a session's host and the publishing machine's
+    own user are private wherever the stage's text writes them (an answer, a Hub model id `zqjdoe/qwen-ft`), not
+    only inside the path or field that showed them; a longer word holding one stays."""
+    monkeypatch.setenv("USER", "zqmeuser")
+    monkeypatch.setenv("LOGNAME", "zqmeuser")
+    st_ = Stage(tmp_path / "runs", "who", config_extra={"cache_dir": "/home/zqjdoe/cache"})
+    st_.add("tool_bm25", "q1", answer="zqjdoe/qwen-ft by zqjdoe on zqmeuser's box zqbuild7, zqjdoes stays")
+    folder = st_.write()
+    with (folder / "sessions.jsonl").open("a") as f:
+        f.write(json.dumps({"started": "2026-12-03T10:00:00", "host": "zqbuild7.lab", "pid": 1}) + "\n")
+    out, _ = _publish(folder, tmp_path / "ds")
+    for bad in ("zqjdoe/", "by zqjdoe", "zqmeuser", "zqbuild7"):
+        assert bad not in out, bad
+    assert "zqjdoes stays" in out

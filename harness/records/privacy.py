@@ -43,6 +43,7 @@ import functools
 import json
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterable
@@ -447,6 +448,48 @@ class Private:
                 "local paths": len(self.paths)}
 
 
+# ------------------------------------------------------------------ the names of the machines a stage ran on
+
+# a folder under which a path names its user: /home/jdoe, /Users/jdoe, C:\\Users\\jdoe, /dev/shm/jdoe, /scratch/jdoe
+_USER_FOLDER = re.compile(r"(?:^|[\\/])(?:home|Users|users|shm|scratch|people|Documents and Settings)[\\/]+([^\\/]+)")
+# account names that name no person (a container's, a CI runner's): replacing them would garble prose for nothing
+GENERIC_ACCOUNTS = frozenset("""root user users admin administrator ubuntu debian centos fedora runner ec2-user vagrant
+nobody guest shared public default docker app work local localhost""".split())
+
+
+def person_word(name: str) -> bool:
+    """Whether a user's or a machine's name is replaced as a word wherever text repeats it: 3 characters or more,
+    no generic account, no word of the harness's own."""
+    return len(name) >= 3 and not name.isdigit() and name.lower() not in GENERIC_ACCOUNTS and not harness_word(name)
+
+
+def path_users(paths: Iterable[str]) -> set[str]:
+    """The users that local paths name (the folder under a home-like root): a user's name is private wherever a
+    text writes it, not only inside the path (an answer, an error, a Hub model id `jdoe/qwen-ft`)."""
+    out = set()
+    for p in paths:
+        for m in _USER_FOLDER.finditer(p):
+            name = m.group(1).strip()
+            out |= {name, *name.split()} if " " in name else {name}
+    return {n for n in out if person_word(n) and not n.startswith("<")}
+
+
+def machine_names() -> set[str]:
+    """This machine's user and host names: what a stage run here can hold anywhere (a prompt, an error, a path the
+    shapes missed), replaced as whole words when it is published."""
+    import getpass
+    import socket
+
+    names: set[str] = set()
+    for get in (getpass.getuser, lambda: Path.home().name, socket.gethostname):
+        try:
+            names.add(str(get()))
+        except Exception:  # noqa: BLE001 - no user database in a container: nothing to add
+            continue
+    names |= {n.split(".")[0] for n in names}
+    return {n for n in names if person_word(n)}
+
+
 # ------------------------------------------------------------------ the second line on free text, by structure
 
 # a home-like root loses the whole user component: a name of several words (`/home/Jo Doe`, `C:\\Users\\Mary Ann
@@ -464,6 +507,11 @@ FILE_EXTENSIONS = frozenset("""json jsonl yaml yml toml txt md rst py pyc ipynb 
 pdf png jpg jpeg gif svg webp sh bash js ts tsx jsx css rs go java c h cc cpp hpp rb php sql sqlite db lock ini cfg
 conf zip gz tgz tar bz2 xz zst whl egg pt pth bin npy npz pkl pickle safetensors gguf onnx out err tmp bak doc docx
 xls xlsx ppt pptx odt mp3 mp4 wav exe dll so dylib o a jar env pem crt key pub""".split())
+
+
+# file extensions that are top-level domains too: a name of three labels or more ending in one is a host
+# (`vault.corp.sh`, `build.lab.py`), of two a file (`setup.py`, `notes.md`)
+TLD_EXTENSIONS = frozenset("sh py md rs so pt zip pub cc pl mov".split())
 
 
 def _hostlike(token: str) -> bool:
@@ -487,7 +535,8 @@ def _hostlike(token: str) -> bool:
     return len(labels) >= 2 and all(re.fullmatch(r"[A-Za-z0-9_-]+", x) for x in labels) \
         and re.fullmatch(r"[A-Za-z]{2,63}|xn--[A-Za-z0-9-]{2,59}", labels[-1]) is not None \
         and not re.fullmatch(r"[A-Z][a-z]+", labels[-1]) \
-        and labels[-1].lower() not in FILE_EXTENSIONS
+        and (labels[-1].lower() not in FILE_EXTENSIONS or labels[-1].lower() in TLD_EXTENSIONS and len(labels) >= 3
+             and not any(x.lower() in FILE_EXTENSIONS for x in labels[1:-1]))  # vault.corp.sh; not setup.py
 
 
 # a credential, a user or a place written as a field of free text (`password=hunter2`, `token: abc`, `host=db.lan
@@ -497,7 +546,10 @@ def _hostlike(token: str) -> bool:
 _FIELD_VALUE = r"((?:(?:Bearer|Basic|Token|Digest)\s+)?(?:\\\"[^\"\n]*?\\\"|\"[^\"\n]*\"|'[^'\n]*'|`[^`\n]*`|[^\s\"',;<>|`*\\]+))"
 _FREE_FIELD = re.compile(
     r"(?i)(?<![\w-])([\w.-]*(?:pass(?:word|wd|phrase)?|pwd|secret|token|(?:api|access|private|secret|license|client)"
-    r"[ _-]?key|auth(?:orization)?|credentials?|cookie|session[_-]?id)[\w-]*)"
+    r"[ _-]?key|auth(?:orization)?|credentials?|cookie|session[_-]?id|"
+    # a password's name in other languages (de, es, fr, pt, it, nl, pl, fi, sv, da, ru, zh, ja, ko)
+    r"kennwort|contrase[ñn]a|clave|mot[ _-]?de[ _-]?passe|senha|parola[ _-]?d[ ']?ordine|wachtwoord|has[łl]o|"
+    r"salasana|l[öo]senord|adgangskode|пароль|密码|密碼|パスワード|비밀번호)[\w-]*)"
     # its separator: `=`, `:`, `=>`, `->`, a tab or a table's `|`, in quotes, backticks or Markdown's bold
     r"(\\?[\"'`]?[*`]{0,2}[ ]*(?:=>|->|[=:|\t])[*`]{0,2}[ \t]*[*`]{0,2}[ \t]*)" + _FIELD_VALUE + "|"
     r"(?i:(?<![\w-])([\w.-]*(?:user(?:name)?|login|account|owner|host(?:name|addr)?|server|dsn|dbname|database)[\w-]*)"
@@ -510,6 +562,19 @@ _FREE_XML = re.compile(r"(?i)(<([\w:-]*(?:pass(?:word|wd)?|secret|token|key|user
 # SQL's `IDENTIFIED BY 'x'` and `WITH PASSWORD 'x'`
 _FREE_SQL = re.compile(r"(?i)\b(IDENTIFIED\s+BY|PASSWORD)(\s+)('[^'\n]*'|\"[^\"\n]*\")")
 _FREE_NETRC = re.compile(r"(?i)\b(machine|login|password|account)(\s+)(\S+)")
+
+
+# the name of a credential's field, as _FREE_FIELD reads it
+_CRED_NAME = (r"[\w.-]*(?:pass(?:word|wd|phrase)?|pwd|secret|token|(?:api|access|private|secret|license|client)[ _-]?key|"
+              r"auth(?:orization)?|credentials?|cookie|kennwort|contrase[ñn]a|senha|wachtwoord|has[łl]o)[\w-]*")
+# YAML's block scalar under a credential's name (`password: |` then indented lines)
+_FREE_YAML_BLOCK = re.compile(rf"(?im)(^[^\n]*?(?<![\w-]){_CRED_NAME}[\"']?[ \t]*:[ \t]*[|>][-+0-9]*[ \t]*\n)((?:[ \t]+\S.*(?:\n|$))+)")
+# a Dockerfile's `ENV NAME value` / `ARG NAME value` (no `=`) under a credential's name
+_FREE_ENV_LINE = re.compile(rf"(?i)((?<![\w-])(?:ENV|ARG)[ \t]+{_CRED_NAME}[ \t]+)([^\s=]\S*)")
+# .NET's `<add key="DbPassword" value="x" />`
+_FREE_ADD_KEY = re.compile(rf"(?i)(\bkey\s*=\s*[\"']{_CRED_NAME}[\"']\s+value\s*=\s*)([\"'])([^\"']*)\2")
+# zero-width characters and joiners: nothing a reader sees, so nothing a name may hide behind
+_INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\u00ad]")
 
 
 def _field_value(m: re.Match) -> str:
@@ -532,10 +597,14 @@ def free_text(text: str) -> str:
     """The second line on free text a model or judge read or wrote (answers, transcripts, tool arguments, judge
     replies), after Private.redact: every home-like path loses its user whole, every UNC or `//server` path, every
     `~user`, and every token with a place's structure (_hostlike) is replaced; over-withholding is accepted here."""
+    if not text.isascii():  # fullwidth and compatibility forms read as what they show (`ｐａｓｓｗｏｒｄ`, `／home`);
+        text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))  # a zero-width character hides nothing
     if "\\/" in text:
         text = text.replace("\\/", "/")  # JSON-escaped slashes (`\/home\/jdoe`) are read as the path they write
     if "%2" in text or "%5" in text:  # a URL-encoded path (`%2Fhome%2Fjdoe`, twice: `%252F`) is the path it encodes
         text = re.sub(r"%(?:25)*2[Ff]", "/", re.sub(r"%(?:25)*5[Cc]", r"\\", text))
+    if "%3" in text or "%4" in text:  # an encoded field (`token%3Dabc`, `user%3Apw%40host`) is the field it encodes
+        text = re.sub(r"%(?:25)*3[Dd]", "=", re.sub(r"%(?:25)*3[Aa]", ":", re.sub(r"%(?:25)*40", "@", text)))
     if "\\u00" in text:  # written as escapes: `\u002fhome`, a no-break space `\u00a0` in a folder's name
         text = re.sub(r"\\u002[fF]", "/", re.sub(r"\\u005[cC]", r"\\\\", text))
     text = text.replace("\u00a0", " ") if "\u00a0" in text else text
@@ -546,6 +615,12 @@ def free_text(text: str) -> str:
     text = _FREE_UNC.sub(LOCAL, text) if "\\\\" in text else text
     text = _FREE_SLASHES.sub(LOCAL, text) if "//" in text else text
     text = _FREE_TILDE.sub(LOCAL, text) if "~" in text else text
+    if ":" in text and ("|" in text or ">" in text):  # a YAML block under a credential's name: every line of it
+        text = _FREE_YAML_BLOCK.sub(lambda m: m.group(1) + re.sub(r"(?m)^([ \t]+)\S.*$", r"\1" + WITHHELD, m.group(2)),
+                                    text)
+    text = _FREE_ENV_LINE.sub(lambda m: m.group(1) + WITHHELD, text) if re.search(r"(?i)env|arg", text) else text
+    text = _FREE_ADD_KEY.sub(lambda m: m.group(1) + m.group(2) + WITHHELD + m.group(2), text) if "value" in text \
+        else text
     text = _FREE_FIELD.sub(_field_value, text) if any(c in text for c in "=:|\t>") else text
     text = _FREE_FLAG.sub(_flag_value, text) if "-" in text else text
     text = _FREE_XML.sub(lambda m: m.group(1) + WITHHELD + m.group(4), text) if "</" in text else text
@@ -1034,9 +1109,13 @@ class Publisher:
                 else:
                     self._count(f"{kind}.<key>")
                 continue
-            if policy is None:
-                self._count(f"{kind}.{k}")
-                continue  # no policy: withheld, key and value
+            if policy is None:  # no policy: withheld, key and value, each replaced where text repeats it
+                # not named in the card either: a key nothing declares (`jdoe_notes`) is data, not a field's name
+                self._count(f"{kind}.<key>", k if isinstance(k, str) else None)
+                for leaf in _leaves(v):  # a one-token value as a whole word, however short (`operator: jdoe`)
+                    if isinstance(leaf, str):
+                        self._replace_everywhere(leaf, named=True, credential=not any(c.isspace() for c in leaf))
+                continue
             out[k] = self._field(policy, v, f"{kind}.{k}", private, str(k))
         return out
 

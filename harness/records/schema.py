@@ -676,7 +676,7 @@ exit signal deadline wall clock cost price dry interrupt keyboard resumed resume
 # structure (CODE): a condition's extra log key publishes numbers, flags and known words only
 MEMORY_LOG_KEYS = frozenset("""
 kind agent view org scope units query k scoring barrier dropped threshold cap budget_tokens window session round
-since until name uid owner visibility ids sessions guidance injected rank score time
+since until name uid owner visibility ids sessions guidance injected rank score time shown
 """.split())
 
 POLICY: dict[str, dict[str, Any]] = {
@@ -693,11 +693,20 @@ POLICY: dict[str, dict[str, Any]] = {
                "cost_paid": PUBLISHED, "wall_s": PUBLISHED, "setup_s": PUBLISHED, "memory_preparing": PUBLISHED,
                "retrieval_s": PUBLISHED, "empty_results": PUBLISHED, "error_results": PUBLISHED,
                "evidence": REBUILT, "decomposition": PUBLISHED, "calls": ["model_call"], "tools": ["tool_call"],
-               "prefetch": MEMORY_LOG, "condition_notes": REBUILT, "condition_config": config("condition"),
+               "prefetch": MEMORY_LOG, "condition_notes": "condition_notes", "condition_config": config("condition"),
                "adapter": config("adapter"),
                "endpoint": REBUILT, "memory_space": REBUILT, "finished": PUBLISHED, "prereg_sha256": PUBLISHED,
                "transcript": PRIVATE_TEXT},
-    "code": {"commit": PUBLISHED, "dirty": PUBLISHED},
+    "code": {"commit": PUBLISHED, "dirty": PUBLISHED, "modified": REBUILT, "untracked": REBUILT},
+    # what a condition says of the access it built (conditions/*.py `notes=`): the keys the tree's conditions write;
+    # a key no condition here declares (a plugin's `operator: jdoe`) is withheld, key and value
+    "condition_notes": {"runtime": REBUILT, "session_search_shape": REBUILT, "session_search_tool_sha256": PUBLISHED,
+                        "schema_chars": PUBLISHED, "compact": PUBLISHED, "store": "store_notes", "stores": REBUILT,
+                        "sandbox": REBUILT, "fanout_mode": PUBLISHED, "guidance": PUBLISHED, "asked_agents": PUBLISHED,
+                        "asked_max_rounds": PUBLISHED, "history_in_prompt": PUBLISHED, "injected": PUBLISHED,
+                        "dropped": PUBLISHED, "barrier": REBUILT, "probe_kind": PUBLISHED, "probe_truth": PUBLISHED},
+    "store_notes": {"agent": PUBLISHED, "sessions": PUBLISHED, "rounds": PUBLISHED, "bytes": PUBLISHED,
+                    "build_s": PUBLISHED, "cache_hit": PUBLISHED},
     "model_call": {"prompt": PUBLISHED, "hit": PUBLISHED, "miss": PUBLISHED, "output": PUBLISHED,
                    "reasoning": PUBLISHED, "cache_reported": PUBLISHED, "latency_s": PUBLISHED, "finish": PUBLISHED,
                    "role": PUBLISHED, "cost_list": PUBLISHED, "cost_paid": PUBLISHED, "ts": PUBLISHED,
@@ -713,7 +722,7 @@ POLICY: dict[str, dict[str, Any]] = {
               "fidelity": "fidelity", "record": PUBLISHED},
     "fidelity": {"preset": REBUILT, "accepted": REBUILT, "allow_deviation": REBUILT, "rows": ["fidelity_row"]},
     "fidelity_row": {"key": PUBLISHED, "setting": TEXT, "paper": TEXT, "stage": REBUILT, "status": PUBLISHED,
-                     "detail": TEXT, "pool": REBUILT},
+                     "detail": TEXT, "pool": REBUILT, "refuse": PUBLISHED},
     "attempt": {"run": PUBLISHED, "attempt": PUBLISHED, "ts": PUBLISHED},
     "session": {"started": PUBLISHED, "ended": PUBLISHED, "host": WITHHELD, "pid": PUBLISHED, "pending": PUBLISHED,
                 "started_runs": PUBLISHED, "stopped": CODE, "wall_s": PUBLISHED, "first_run_started_s": PUBLISHED,
