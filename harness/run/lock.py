@@ -196,11 +196,18 @@ def _pyc_matches(source: Path) -> bool:
         return True
     if not cached.is_file():
         return True
-    try:
-        loaded = marshal.loads(cached.read_bytes()[16:])
-        return loaded == compile(source.read_bytes(), str(source), "exec", dont_inherit=True)
+    try:  # compared again whenever either file's inode, size or mtime changed (a stage checks its code at each start)
+        a, b = source.stat(), cached.stat()
+        key = (str(source), a.st_ino, a.st_size, a.st_mtime_ns, b.st_ino, b.st_size, b.st_mtime_ns)
+        if key not in _compiled:
+            loaded = marshal.loads(cached.read_bytes()[16:])
+            _compiled[key] = loaded == compile(source.read_bytes(), str(source), "exec", dont_inherit=True)
+        return _compiled[key]
     except Exception:  # an unreadable pyc is not the source's
         return False
+
+
+_compiled: dict[tuple, bool] = {}
 
 
 def _under(path: Path, root: Path) -> bool:
@@ -244,6 +251,8 @@ def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
             if h and p.suffix == ".py" and (not p.is_file() or _record_hash(p) != h):
                 bad.append(f"{RUNTIME_DIST} ({p}): not its RECORD's sha256")
     runtime_files = rec[1] if rec is not None else {}
+    # the runtime's package folders (each holding an __init__.py of its RECORD): a set, so a file's check is its depth
+    runtime_packages = {q.parent for q in runtime_files if q.name == "__init__.py"}
     for name, mod in sorted(mods.items(), key=lambda kv: kv[0]):
         f = _module_file(mod) if mod is not None else None
         if not f:
@@ -254,8 +263,7 @@ def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
                 if p.suffix == ".py" and not _pyc_matches(p):
                     bad.append(f"{name} ({p}): its cached .pyc is not compiled from the runtime's file")
                 continue
-            if rec is not None and _under(p, rec[0]) and any(
-                    _under(p, q.parent) for q in runtime_files if q.name == "__init__.py"):
+            if rec is not None and _under(p, rec[0]) and not runtime_packages.isdisjoint(p.parents):
                 bad.append(f"{name} ({p}): inside the runtime's packages but not in its RECORD")
             continue
         if any(_under(p, s) for s in std):
