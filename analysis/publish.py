@@ -378,13 +378,13 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
     files = {part for (name, rel) in texts for part in [*name.split("/"), *rel.split("/"),
                                                          *(Path(p).stem for p in rel.split("/"))]}
     files |= {part for (name, rel), text in texts.items() if rel == "stage.json" for part in _data_names(text)}
-    # the users and machines the stage names (a home folder's user, a session's host, this machine's own names):
-    # private wherever a text writes them, as whole words, not only inside the path or field that showed them
-    hosts = {h for (name, rel), text in texts.items() for h in _who_ran(rel, text)[0]}
-    for word in privacy.path_users(ex.private.paths) | privacy.machine_names() | \
-            {n for h in hosts for n in (h, h.split(".")[0]) if privacy.person_word(n)}:
-        warm.pending.add((word, True))
     identifiers = warm.settle(files)
+    # the users and machines the stage names (a home folder's user, a session's host, this machine's own names):
+    # private wherever a text writes them, as whole words, not only inside the path or field that showed them, and
+    # inside an identifier too (a model id `jdoe/qwen-ft` is then withheld; a label holding one is refused)
+    hosts = {h for (name, rel), text in texts.items() for h in _who_ran(rel, text)[0]}
+    ex.private.words |= privacy.path_users(ex.private.paths) | privacy.machine_names() | \
+        {n for h in hosts for n in (h, h.split(".")[0]) if privacy.person_word(n)}
     ex.publisher = privacy.Publisher(ex.private, registered=registered, names=names, identifiers=identifiers)
     for name, root in folders.items():
         # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted

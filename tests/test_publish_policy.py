@@ -428,15 +428,16 @@ def test_an_email_address_under_any_config_key_is_withheld():
 
 def test_a_key_no_memory_log_of_the_tree_writes_is_published_as_structure():
     """A condition's extra log key (`note: "zqcorrecthorse on zqdbhost"`) is rebuilt like an error: numbers and
-    known words only; the keys the replay reads keep their names."""
+    known words only, and of a dictionary under it only the keys the harness writes (`tokens`; not `per_user`'s
+    `zqjodoe25`); the keys the replay reads keep their names."""
     pub = privacy.Publisher(privacy.Private())
     log = {"kind": "search", "agent": "a0", "view": {"org": "q1", "agent": "a0", "scope": "own"}, "k": 5,
            "units": [["q1|s1|0|0", "a0"]], "scoring": "bm25", "note": "zqcorrecthorse on zqdbhost timeout",
-           "extra": {"count": 3, "who": "zqjodoe"}}
+           "extra": {"tokens": 3, "who": "zqjodoe"}, "per_user": {"zqjodoe25": 3}}
     out = pub.publish("tool_call", {"name": "memory_search", "log": log})["log"]
     assert {k: out[k] for k in ("kind", "agent", "view", "k", "units", "scoring")} == \
         {k: log[k] for k in ("kind", "agent", "view", "k", "units", "scoring")}
-    assert out["note"] == "timeout" and out["extra"] == {"count": 3, "who": privacy.WITHHELD}
+    assert out["note"] == "timeout" and out["extra"] == {"tokens": 3} and out["per_user"] == {}
 
 
 # ------------------------------------------------------------------------------ the configuration, by its typed keys
@@ -1134,12 +1135,30 @@ def test_the_users_and_machines_a_stage_names_are_replaced_as_words_in_its_text(
     only inside the path or field that showed them; a longer word holding one stays."""
     monkeypatch.setenv("USER", "zqmeuser")
     monkeypatch.setenv("LOGNAME", "zqmeuser")
-    st_ = Stage(tmp_path / "runs", "who", config_extra={"cache_dir": "/home/zqjdoe/cache"})
-    st_.add("tool_bm25", "q1", answer="zqjdoe/qwen-ft by zqjdoe on zqmeuser's box zqbuild7, zqjdoes stays")
+    st_ = Stage(tmp_path / "runs", "who", config_extra={"cache_dir": "/home/zqjdoe/cache", "runs_dir": "/mnt/zqdisk/r",
+                                                        "model": {"name": "vllm", "model": "zqjdoe/qwen-ft"}})
+    st_.add("tool_bm25", "q1", answer="zqjdoe/qwen-ft by zqjdoe on zqmeuser's box zqbuild7 and zqdisk, zqjdoes stays")
     folder = st_.write()
     with (folder / "sessions.jsonl").open("a") as f:
         f.write(json.dumps({"started": "2026-12-03T10:00:00", "host": "zqbuild7.lab", "pid": 1}) + "\n")
     out, _ = _publish(folder, tmp_path / "ds")
-    for bad in ("zqjdoe/", "by zqjdoe", "zqmeuser", "zqbuild7"):
-        assert bad not in out, bad
+    for bad in ("zqjdoe/", "by zqjdoe", "zqmeuser", "zqbuild7", "zqdisk"):
+        assert bad not in out, bad  # the model id that holds the user's name is withheld, not exempt as a name
     assert "zqjdoes stays" in out
+
+
+@pytest.mark.parametrize("value", ["zqjdoe42@zqbox42", "zqbox42:8080", "jo@host"])
+def test_a_place_without_a_dot_is_no_plain_name_in_a_rebuilt_or_published_field(value):
+    """`user@host` and `host:port` of a machine without a domain (a sweep's `by`, a driver lock's, a note's):
+    withheld where a rebuilt or published field keeps plain names, and replaced where text repeats it."""
+    pub = privacy.Publisher(privacy.Private())
+    assert pub.rebuilt({"by": value, "n": 2}) == {"by": privacy.WITHHELD, "n": 2}
+    assert pub._published(value, "stage.sweep") == privacy.WITHHELD
+
+
+def test_a_judges_identity_naming_a_private_user_is_withheld():
+    """A judge's identity `provider:model@URL:hash` keeps its model id only when nothing private is in it."""
+    ident = "openai_compatible:zqjdoe/qwen@http://zqh.lan:1/v1:c7a2e72d3592"
+    assert privacy.Publisher(privacy.Private())._identity(ident, "j") == \
+        "openai_compatible:zqjdoe/qwen@<endpoint url>:c7a2e72d3592"
+    assert privacy.Publisher(privacy.Private(words={"zqjdoe"}))._identity(ident, "j") == privacy.WITHHELD

@@ -450,8 +450,10 @@ class Private:
 
 # ------------------------------------------------------------------ the names of the machines a stage ran on
 
-# a folder under which a path names its user: /home/jdoe, /Users/jdoe, C:\\Users\\jdoe, /dev/shm/jdoe, /scratch/jdoe
-_USER_FOLDER = re.compile(r"(?:^|[\\/])(?:home|Users|users|shm|scratch|people|Documents and Settings)[\\/]+([^\\/]+)")
+# a folder under which a path names its user or a user's disk: /home/jdoe, /Users/jdoe, C:\\Users\\jdoe, /dev/shm/jdoe,
+# /scratch/jdoe, /media/jdoe, /mnt/jdoe, /Volumes/Jo's Disk (a folder: the name is followed by more of the path)
+_USER_FOLDER = re.compile(r"(?:^|[\\/])(?:home|Users|users|shm|scratch|people|Documents and Settings|media|mnt|Volumes|"
+                          r"nfs|u|export|gpfs|lustre|net)[\\/]+([^\\/]+)(?=[\\/])")
 # account names that name no person (a container's, a CI runner's): replacing them would garble prose for nothing
 GENERIC_ACCOUNTS = frozenset("""root user users admin administrator ubuntu debian centos fedora runner ec2-user vagrant
 nobody guest shared public default docker app work local localhost""".split())
@@ -1158,7 +1160,7 @@ class Publisher:
 
     def _published(self, v: Any, where: str) -> Any:
         if isinstance(v, str):
-            if is_name(v) and not looks_like_host(v) and self.found.redact(v) == v:
+            if is_name(v) and not looks_like_place(v) and self.found.redact(v) == v:
                 return v
             self._count(where)
             return WITHHELD
@@ -1213,18 +1215,20 @@ class Publisher:
 
     def _code(self, v: Any, where: str) -> Any:
         """Free text needed only as structure (CODE): each string rebuilt by `structure`; numbers and flags kept, an
-        object's identifier keys kept (its values rebuilt the same way)."""
+        object's keys kept when the harness writes them (its values rebuilt the same way), any other withheld."""
         if v is None or isinstance(v, (bool, int, float)) or v == "":
             return v
         if isinstance(v, list):
             return [self._code(x, where) for x in v]
         if isinstance(v, dict):
             out = {}
-            for k, x in v.items():
-                if isinstance(k, str) and _IDENT.fullmatch(k):
+            from harness.records.schema import MEMORY_LOG_KEYS
+
+            for k, x in v.items():  # a key the harness writes (a field, a log key, a word of CODE_WORDS); no other
+                if isinstance(k, str) and _IDENT.fullmatch(k) and (harness_word(k) or k in MEMORY_LOG_KEYS):
                     out[k] = self._code(x, f"{where}.{k}")
                 else:
-                    self._count(f"{where}.<key>")
+                    self._count(f"{where}.<key>", k if isinstance(k, str) else None)
             return out
         if not isinstance(v, str):
             self._count(where)
@@ -1274,7 +1278,7 @@ class Publisher:
                 return v  # an API route or a system path (/v1/chat/completions, /usr/bin/x)
             self.found.paths.add(text.rstrip("/\\"))
             return self._local(text)
-        if is_name(text) and not looks_like_host(text) and not _EMAIL.fullmatch(text) and self.found.redact(v) == v:
+        if is_name(text) and not looks_like_place(text) and not _EMAIL.fullmatch(text) and self.found.redact(v) == v:
             return v
         self._count(where, text)
         return WITHHELD
@@ -1312,7 +1316,7 @@ class Publisher:
         head, url, tail = m.group(1), m.group(2), m.group(3) or ""
         if url:
             self.found.urls.add(url)
-        if not is_name(head):
+        if not is_name(head) or self.found.redact(head) != head:  # a user's name in the model id (jdoe/qwen)
             self._count(where)
             return WITHHELD
         return f"{head}@{URL if url else ''}{tail}"

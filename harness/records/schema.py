@@ -697,7 +697,7 @@ POLICY: dict[str, dict[str, Any]] = {
                "adapter": config("adapter"),
                "endpoint": REBUILT, "memory_space": REBUILT, "finished": PUBLISHED, "prereg_sha256": PUBLISHED,
                "transcript": PRIVATE_TEXT},
-    "code": {"commit": PUBLISHED, "dirty": PUBLISHED, "modified": REBUILT, "untracked": REBUILT},
+    "code": {"commit": PUBLISHED, "dirty": PUBLISHED, "modified": REBUILT, "untracked": WITHHELD},
     # what a condition says of the access it built (conditions/*.py `notes=`): the keys the tree's conditions write;
     # a key no condition here declares (a plugin's `operator: jdoe`) is withheld, key and value
     "condition_notes": {"runtime": REBUILT, "session_search_shape": REBUILT, "session_search_tool_sha256": PUBLISHED,
