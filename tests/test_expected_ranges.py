@@ -74,7 +74,13 @@ def _by_hand(folders):
 def test_the_ranges_are_measured_from_the_judged_records(tmp_path):
     with FakeModel(script=_judge_half) as fake:
         folders = [_stage(tmp_path, fake, seed) for seed in (0, 1)]
+    # one run of `full` recorded failed (as a run out of retries is): left out of its range, and counted
+    path = sorted((folders[1] / "records").glob("full.*.json"))[0]
+    rec = json.loads(path.read_text())
+    path.write_text(json.dumps({**rec, "status": "failed", "failure_reason": "retries", "answer": "",
+                                "error": "RateLimitError: Error code: 429"}))
     got = expected.measure(folders)
+    assert got["conditions"]["full"]["failed_left_out"] == 1 and got["conditions"]["none"]["failed_left_out"] == 0
     want = _by_hand(folders)
     assert set(got["conditions"]) == set(want) == {"none", "full"}
     assert sum(k for _, k, _ in want.values()) not in (0, sum(n for n, _, _ in want.values()))  # mixed labels
