@@ -58,6 +58,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -384,7 +385,11 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
     # inside an identifier too (a model id `jdoe/qwen-ft` is then withheld; a label holding one is refused)
     hosts = {h for (name, rel), text in texts.items() for h in _who_ran(rel, text)[0]}
     ex.private.words |= privacy.path_users(ex.private.paths) | privacy.machine_names() | \
-        {n for h in hosts for n in (h, h.split(".")[0]) if privacy.person_word(n)}
+        {n for h in hosts for n in (h, h.split(".")[0]) if privacy.person_word(n)} | \
+        privacy.host_words(_host(u) for u in ex.private.urls)  # an endpoint's machine by its short name
+    # a short withheld configuration value's words the stage's data never writes (a name in `+operator=...`)
+    ex.private.words |= {w for w in privacy.short_text_words(warm.short_texts, _data_vocabulary(folders, texts))
+                         if not warm._inside_identifier(w)}
     ex.publisher = privacy.Publisher(ex.private, registered=registered, names=names, identifiers=identifiers)
     for name, root in folders.items():
         # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted
@@ -398,6 +403,35 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
         ex.hosts |= hosts
         ex.pids |= pids
     return ex
+
+
+def _data_vocabulary(folders: dict[str, Path], texts: dict[tuple[str, str], str]) -> set[str]:
+    """The words the stages' data wrote: their data files where this machine has them, and the questions and gold
+    answers their records hold (taken from the data)."""
+    parts: list[str] = []
+    for name, root in folders.items():
+        try:
+            path = Path(str(((json.loads(texts.get((name, "stage.json"), "{}")) or {}).get("data") or {}).get("path")
+                            or ""))
+            if path.name and path.is_file() and path.stat().st_size <= 512 << 20:
+                parts.append(path.read_text(encoding="utf-8", errors="replace"))
+        except (ValueError, OSError, AttributeError):
+            pass
+    for (name, rel), text in texts.items():
+        if rel.startswith("records/") and rel.endswith(".json"):
+            try:
+                rec = json.loads(text)
+            except ValueError:
+                continue
+            parts += [str(rec.get("question") or ""), str(rec.get("gold") or "")] if isinstance(rec, dict) else []
+    return privacy.vocabulary(parts)
+
+
+def _host(url: str) -> str:
+    try:
+        return urlsplit(url).hostname or ""
+    except ValueError:
+        return ""
 
 
 def _who_ran(rel: str, text: str) -> tuple[set[str], bool]:

@@ -1162,3 +1162,42 @@ def test_a_judges_identity_naming_a_private_user_is_withheld():
     assert privacy.Publisher(privacy.Private())._identity(ident, "j") == \
         "openai_compatible:zqjdoe/qwen@<endpoint url>:c7a2e72d3592"
     assert privacy.Publisher(privacy.Private(words={"zqjdoe"}))._identity(ident, "j") == privacy.WITHHELD
+
+
+def test_a_configured_hosts_own_name_and_a_shares_server_are_replaced_where_text_repeats_them(tmp_path):
+    """A host configured in a DSN or an endpoint URL is replaced whole and by its own name (`zqpg` of
+    zqpg.corp.example, in any case); a runs or cache folder on a file server (`\\\\zqfs01\\zqshare`, `//zqnas/zqteam`)
+    by its server's and share's names; a preset's public host (`api` of api.openai.com) stays."""
+    st_ = Stage(tmp_path / "runs", "hosts", config_extra={
+        "index": {"name": "pgvector", "dsn": "postgresql://zqpguser:zqPgPw@zqpg.corp.example/memdb"},
+        "model": {"name": "vllm", "base_url": "http://zqinfer.corp.example:8000/v1"},
+        "runs_dir": "\\\\zqfs01\\zqshare\\runs", "cache_dir": "//zqnas/zqteam/cache"})
+    st_.add("tool_bm25", "q1", answer="zqpg and ZQPG, zqinfer, zqfs01 zqshare zqnas zqteam; the api stays")
+    out, _ = _publish(st_.write(), tmp_path / "ds")
+    for bad in ("zqpg", "ZQPG", "zqinfer", "zqfs01", "zqshare", "zqnas", "zqteam"):
+        assert bad not in out, bad
+    assert "the api stays" in out
+
+
+_NAME_WORD = st.from_regex(r"Zq[a-z]{3,8}", fullmatch=True)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(_NAME_WORD, min_size=1, max_size=3, unique=True),
+       where=st.sampled_from(["notes", "operator", "override", "condition"]))
+def test_the_words_of_a_withheld_note_the_data_never_writes_are_replaced_wherever_text_repeats_them(
+        tmp_path, words, where):
+    """A person's name or a word of the user's own in a withheld configuration value (a note, an undeclared key, a
+    Hydra override `+operator=...`, a condition's note) is replaced as a whole word in every published text; the
+    words of the note that the harness or the data writes (`smoke`, `for`, `ask`) stay."""
+    name = " ".join(words)
+    extra = {"notes": {"notes": f"smoke for {name}, ask"}, "operator": {"operator": name},
+             "override": {"hydra": {"overrides": {"task": [f"+operator={name}"]}}},
+             "condition": {"stage": {"conditions": {"tool_bm25": {"notes": f"ask {name}"}}}}}[where]
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:
+        st_ = Stage(Path(d) / "runs", "note", config_extra=extra)
+        st_.add("tool_bm25", "q1", answer=f"the smoke run was for {name}; ask {name.lower()}")
+        out, _ = _publish(st_.write(), Path(d) / "ds")
+        for w in words:
+            assert w not in out and w.lower() not in out, (w, where)
+        assert "the smoke run was for" in out

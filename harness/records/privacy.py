@@ -226,8 +226,8 @@ def is_local(path: str) -> bool:
     (~/...) or UNC (\\\\server\\share) path always; an absolute one of two components or more unless it is the
     system's own (/usr/bin/x, the same everywhere; /dev/shm/<user> and /run/user/<uid> are a user's) or an API
     route (every segment an endpoint word: /v1/chat/completions)."""
-    if path.startswith("~") or path.startswith("\\\\"):
-        return True
+    if path.startswith("~") or path.startswith("\\\\") or re.match(r"//[^/\s]+/[^/\s]", path):
+        return True  # a home, a UNC path, a server's share written with slashes (//nas/team)
     parts = PurePosixPath(path.replace("\\\\", "/").replace("\\", "/")).parts
     if re.match(r"[A-Za-z]:", path):
         return len(parts) >= 3
@@ -465,15 +465,51 @@ def person_word(name: str) -> bool:
     return len(name) >= 3 and not name.isdigit() and name.lower() not in GENERIC_ACCOUNTS and not harness_word(name)
 
 
+_SERVER_SHARE = re.compile(r"^(?:\\\\(?:\?\\UNC\\)?|//)([^\\/\s]+)[\\/]+([^\\/]+)")  # \\server\share, //server/share
+
+
 def path_users(paths: Iterable[str]) -> set[str]:
-    """The users that local paths name (the folder under a home-like root): a user's name is private wherever a
-    text writes it, not only inside the path (an answer, an error, a Hub model id `jdoe/qwen-ft`)."""
+    """The users and machines that local paths name (the folder under a home-like root; a UNC path's server and
+    share): a user's or a file server's name is private wherever a text writes it, not only inside the path (an
+    answer, an error, a Hub model id `jdoe/qwen-ft`)."""
     out = set()
     for p in paths:
-        for m in _USER_FOLDER.finditer(p):
-            name = m.group(1).strip()
+        found = [m.group(1).strip() for m in _USER_FOLDER.finditer(p)]
+        m = _SERVER_SHARE.match(p.strip())
+        found += [m.group(1), m.group(2)] if m else []
+        for name in found:
             out |= {name, *name.split()} if " " in name else {name}
     return {n for n in out if person_word(n) and not n.startswith("<")}
+
+
+# the first labels of hosts that name a service, not a machine of anyone's (api.example.com, www...)
+_SERVICE_LABELS = frozenset("api www www2 web app apps mail smtp imap vpn proxy gateway gw server host db cdn static "
+                            "docs auth login sso inference llm models openai".split())
+
+
+@functools.lru_cache(maxsize=1)
+def preset_hosts() -> frozenset[str]:
+    """The hosts the tree's own presets name (api.openai.com, api.deepseek.com, 127.0.0.1): public, not a user's."""
+    out: set[str] = set()
+    for p in CONF.rglob("*.yaml") if CONF.is_dir() else []:
+        out |= {h.lower() for h in re.findall(r"[a-z]+://([A-Za-z0-9.-]+)", p.read_text(encoding="utf-8"))}
+    return frozenset(out)
+
+
+def host_words(hosts: Iterable[str]) -> set[str]:
+    """A configured host's own name (`zqdb7` of zqdb7.corp.example; the whole host is replaced already): a text
+    that names the machine by its short name names it too. Not for the presets' public hosts, addresses or
+    service labels (`api`, `www`)."""
+    out = set()
+    for h in hosts:
+        h = h.strip().lower().rstrip(".")
+        h = re.sub(r":\d{1,5}$", "", h.rsplit("@", 1)[-1])
+        if not h or h in preset_hosts() or "." not in h or re.fullmatch(r"[\d.]+|[0-9a-f:]+", h):
+            continue
+        first = h.split(".")[0]
+        if first not in _SERVICE_LABELS and person_word(first):
+            out.add(first)
+    return out
 
 
 def machine_names() -> set[str]:
@@ -866,10 +902,66 @@ def named_values(text: str) -> list[str]:
     out = [(m.group(3) if m.group(1) is not None else m.group(6)).strip("\"'") for m in _FREE_FIELD.finditer(text)]
     for m in re.finditer(r"[A-Za-z][\w+.-]*://([^\s/@<>]+)@([^\s/:?#]+)(?::\d+)?(/[^\s?#]*)?", text):
         out += [*m.group(1).split(":", 1), m.group(2), *(m.group(3) or "").strip("/").split("/")]
+    hosts = [v for v in out if looks_like_host(v)] + [t for t in re.split(r"[\s,;'\"=@]+", text) if looks_like_host(t)]
+    hosts += [m.group(1) for m in re.finditer(r"[A-Za-z][\w+.-]*://(?:[^\s/@<>]+@)?([^\s/:?#@]+)", text)]
+    out += sorted(host_words(hosts))  # and a host's own name (`zqdb7` of zqdb7.corp.example)
     # a part of letters and digits of any value (`cuda:gpubox7`, `Europe/Zqcity92`, `ping buildbox7`)
     out += [t for t in re.split(r"[^A-Za-z0-9_]+", text) if _CODE_LIKE.fullmatch(t)]
     return [v for v in out if len(v) >= 3 and not v.isdigit() and not _PLACEHOLDER.fullmatch(v)
             and not harness_word(v)]
+
+
+def short_text_words(texts: Iterable[str], vocabulary: set[str]) -> set[str]:
+    """The words of withheld configuration values (`operator: Zqbert Whitfield`, `notes: smoke for zqclientcorp`)
+    that neither the stage's data (`vocabulary`) nor the harness's own files write: a name or a word of the user's
+    own, replaced as a whole word wherever a published text repeats it; a word the data or the harness holds
+    (`smoke`, `for`) stays."""
+    out = set()
+    known = vocabulary | tree_vocabulary()
+    for text in texts:
+        for tok in (t.rsplit("=", 1)[-1].strip(".,;:!?()[]\"'`") for t in text.split()):  # `key=Jo`: the value
+            if re.fullmatch(r"[^\W_][\w'-]*", tok) and person_word(tok) and tok.lower() not in known \
+                    and not _CLASS.fullmatch(tok):  # an error's class (`OSError`) is structure, published as that
+                out.add(tok)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def tree_vocabulary() -> frozenset[str]:
+    """The words (lower case) of the texts the harness itself writes: its configuration's values and the string
+    constants of its code (prompts, tool texts, messages; not docstrings or comments, whose examples name people):
+    a word of theirs in a withheld value (`memory`, `search` in a custom access prompt) is the harness's, not a
+    user's, and replacing it would garble the transcripts that quote the prompt."""
+    import ast
+
+    import yaml
+
+    root, texts = CONF.parent, []
+    for p in CONF.rglob("*.yaml") if CONF.is_dir() else []:
+        try:
+            texts += [str(x) for x in _leaves(yaml.safe_load(p.read_text(encoding="utf-8")))]
+        except yaml.YAMLError:
+            continue
+    for d in ("harness", "conditions", "judge", "analysis"):
+        for p in (root / d).rglob("*.py") if (root / d).is_dir() else []:
+            try:
+                tree = ast.parse(p.read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError):
+                continue
+            docs = {id(n.body[0].value) for n in ast.walk(tree)
+                    if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                    and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            texts += [n.value for n in ast.walk(tree)
+                      if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+    return frozenset(vocabulary(texts))
+
+
+def vocabulary(texts: Iterable[str]) -> set[str]:
+    """The words (lower case) of texts the data wrote: the stage's data file, its questions and gold answers."""
+    out: set[str] = set()
+    for text in texts:
+        out.update(w.lower() for w in re.findall(r"[^\W_][\w'-]*[^\W_]|[^\W_]", text))
+    return out
 
 
 def harness_word(word: str) -> bool:
@@ -885,7 +977,9 @@ def _harness_words() -> frozenset[str]:
 
     fields = {str(k).lower() for policy in POLICY.values() for k in policy}
     presets = {p.stem.lower() for p in CONF.glob("*/*.yaml")} if CONF.is_dir() else set()  # tool_bm25, smoke_org
-    return frozenset(CODE_WORDS | fields | {p for f in fields for p in f.split("_")} | presets
+    keys = {k.lower() for p in CONF.rglob("*.yaml") for k in re.findall(r"(?m)^\s*([a-z_][a-z0-9_]*):",
+                                                                        p.read_text(encoding="utf-8"))}
+    return frozenset(CODE_WORDS | fields | {p for f in fields for p in f.split("_")} | presets | keys
                      | {"memspace", "memspace-harness"})
 
 
@@ -956,6 +1050,7 @@ class Publisher:
         self.names = names  # None: no key declares a name, every configuration string is withheld
         self.identifiers: set[str] = set(identifiers)
         self.pending: set[tuple[str, bool]] = set()  # warm: withheld values (and whether a whole word), replaced everywhere once the identifiers are known
+        self.short_texts: set[str] = set()  # withheld configuration values (a name, a note, a custom prompt)
         self._blob = "\n".join(sorted(self.identifiers))
         self._inside: dict[str, bool] = {}
 
@@ -971,6 +1066,8 @@ class Publisher:
         # `named`: a configuration's value, whose named parts (named_values) are replaced as whole words too
         value = value.strip() if isinstance(value, str) else ""
         words = set(named_values(value)) if named and value else set()
+        if named and value and not _PLACEHOLDER.fullmatch(value):
+            self.short_texts.add(value)  # its words are private unless the data or the harness writes them
         if named and credential and len(value) >= 3 and not harness_word(value):
             words.add(value)  # under a credential's name (`password: letmein`): a whole word, short or plain
         for text in _replaceable(value):
@@ -1077,8 +1174,10 @@ class Publisher:
                 self._identifier(v)
             return v
         if url or path:  # withheld whole; found by its shape wherever text repeats it
-            if url:
+            if url:  # and its user, password, host, the host's own name and path segments as words (named_values)
                 self.found.other_urls.add(text)
+                self._count(where, text, named=True)
+                return WITHHELD
             elif is_local(text):
                 self.found.paths.add(text.rstrip("/\\"))
             self._count(where)
