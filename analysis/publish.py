@@ -388,8 +388,9 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
         {n for h in hosts for n in (h, h.split(".")[0]) if privacy.person_word(n)} | \
         privacy.host_words(_host(u) for u in ex.private.urls)  # an endpoint's machine by its short name
     # a short withheld configuration value's words the stage's data never writes (a name in `+operator=...`)
-    ex.private.words |= {w for w in privacy.short_text_words(warm.short_texts, _data_vocabulary(folders, texts))
-                         if not warm._inside_identifier(w)}
+    vocabulary = _data_vocabulary(folders, texts)
+    ex.private.words |= {w for w in privacy.short_text_words(warm.short_texts, vocabulary) |
+                         privacy.path_words(ex.private.paths, vocabulary) if not warm._inside_identifier(w)}
     ex.publisher = privacy.Publisher(ex.private, registered=registered, names=names, identifiers=identifiers)
     for name, root in folders.items():
         # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted
@@ -831,8 +832,8 @@ def leaks(ex: Export, card_text: str) -> None:
     for e in prereg_texts(ex).values():
         check(str(e.get("file")), e.get("text"), words=False)
     if found:
-        more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
-        raise PublishError("refused to publish what looks private after redaction: " + "; ".join(found[:5]) + more)
+        more = f" (and {len(found) - 10} more)" if len(found) > 10 else ""
+        raise PublishError("refused to publish what looks private after redaction: " + "; ".join(found[:10]) + more)
 
 
 # ------------------------------------------------------------------------------ writing

@@ -1201,3 +1201,25 @@ def test_the_words_of_a_withheld_note_the_data_never_writes_are_replaced_whereve
         for w in words:
             assert w not in out and w.lower() not in out, (w, where)
         assert "the smoke run was for" in out
+
+
+@pytest.mark.parametrize("extra,gone", [
+    ({"model": {"name": "vllm", "base_url": "http://zqgpubox:8000/v1"}}, ["zqgpubox"]),  # a host without a domain
+    ({"index": {"name": "pgvector", "dsn": "postgresql://postgres:zqPw1x@db.zqccc.example/mem"}}, ["zqccc"]),
+    ({"runs_dir": "\\\\zqlll.corp.example\\zqshr\\runs"}, ["zqlll", "zqshr"]),  # a file server with a domain
+    ({"cache_dir": "/home/zqaaa"}, ["zqaaa"]), ({"encoder": {"name": "minilm", "path": "~zqfff/models/bge"}}, ["zqfff"]),
+    ({"runs_dir": "/data/zqbbb/runs", "cache_dir": "/work/zqggg/outputs"}, ["zqbbb", "zqggg"]),  # any root's folder
+    ({"services": {"a": "nfs://files.example.org/export/zqexpone"}}, ["zqexpone"]),  # a URL's path, no user in it
+    ({"notes": "owner zqhhh-team and zqiii_corp"}, ["zqhhh", "zqiii"]),  # a joined word's parts
+    ({"extra": "${oc.env:ZQRRR_DIR,/opt/zqrrr/x}"}, ["zqrrr", "ZQRRR"]),  # an interpolation's default
+])
+def test_every_name_a_configured_value_holds_is_replaced_where_a_public_runs_text_repeats_it(tmp_path, extra, gone):
+    """A machine's, a share's, a folder's or a word's name that a configured value holds (a host without a domain, the
+    machine behind a service label, a folder of any root, a URL's path) is replaced in a public run's answer; the
+    answer's other words stay, and an escaped line break before a word (`\\n\\nNext`) is no UNC path."""
+    st_ = Stage(tmp_path / "runs", "names", config_extra=extra)
+    st_.add("tool_bm25", "q1", answer=" ".join(w for g in gone for w in (g, g.upper())) + " went well.\\n\\nNext week")
+    out, _ = _publish(st_.write(), tmp_path / "ds")
+    for bad in gone:
+        assert bad not in out and bad.lower() not in out.lower().replace("<key>", ""), bad
+    assert "went well" in out and "nNext week" in out

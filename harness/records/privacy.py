@@ -453,10 +453,15 @@ class Private:
 # a folder under which a path names its user or a user's disk: /home/jdoe, /Users/jdoe, C:\\Users\\jdoe, /dev/shm/jdoe,
 # /scratch/jdoe, /media/jdoe, /mnt/jdoe, /Volumes/Jo's Disk (a folder: the name is followed by more of the path)
 _USER_FOLDER = re.compile(r"(?:^|[\\/])(?:home|Users|users|shm|scratch|people|Documents and Settings|media|mnt|Volumes|"
-                          r"nfs|u|export|gpfs|lustre|net)[\\/]+([^\\/]+)(?=[\\/])")
+                          r"nfs|u|export|gpfs|lustre|net)[\\/]+([^\\/]+)(?=[\\/]|$)")
 # account names that name no person (a container's, a CI runner's): replacing them would garble prose for nothing
 GENERIC_ACCOUNTS = frozenset("""root user users admin administrator ubuntu debian centos fedora runner ec2-user vagrant
 nobody guest shared public default docker app work local localhost""".split())
+
+
+# folders found on any machine (a root's, a tool's): a path's folder of these names names nobody
+COMMON_FOLDERS = frozenset("""opt data work srv mnt tmp var home usr local share lib bin etc scratch media volumes nfs
+export gpfs lustre net cache caches outputs output runs models src repo repos code projects project tmpfs""".split())
 
 
 def person_word(name: str) -> bool:
@@ -465,7 +470,8 @@ def person_word(name: str) -> bool:
     return len(name) >= 3 and not name.isdigit() and name.lower() not in GENERIC_ACCOUNTS and not harness_word(name)
 
 
-_SERVER_SHARE = re.compile(r"^(?:\\\\(?:\?\\UNC\\)?|//)([^\\/\s]+)[\\/]+([^\\/]+)")  # \\server\share, //server/share
+# \\server\share, //server/share (a server of 2 characters or more: `\\n\\nNext` is an escaped line break, no server)
+_SERVER_SHARE = re.compile(r"^(?:\\\\(?:\?\\UNC\\)?|//)([A-Za-z0-9][\w.-]+)[\\/]+([^\\/]+)")
 
 
 def path_users(paths: Iterable[str]) -> set[str]:
@@ -476,7 +482,8 @@ def path_users(paths: Iterable[str]) -> set[str]:
     for p in paths:
         found = [m.group(1).strip() for m in _USER_FOLDER.finditer(p)]
         m = _SERVER_SHARE.match(p.strip())
-        found += [m.group(1), m.group(2)] if m else []
+        found += [m.group(1), m.group(2), *host_words([m.group(1)])] if m else []
+        found += re.findall(r"^~([A-Za-z][\w.-]*)", p.strip())  # ~jdoe/x: jdoe's home
         for name in found:
             out |= {name, *name.split()} if " " in name else {name}
     return {n for n in out if person_word(n) and not n.startswith("<")}
@@ -504,11 +511,14 @@ def host_words(hosts: Iterable[str]) -> set[str]:
     for h in hosts:
         h = h.strip().lower().rstrip(".")
         h = re.sub(r":\d{1,5}$", "", h.rsplit("@", 1)[-1])
-        if not h or h in preset_hosts() or "." not in h or re.fullmatch(r"[\d.]+|[0-9a-f:]+", h):
+        if not h or h in preset_hosts() or re.fullmatch(r"[\d.]+|[0-9a-f:]+", h):
             continue
-        first = h.split(".")[0]
-        if first not in _SERVICE_LABELS and person_word(first):
-            out.add(first)
+        labels = h.split(".")
+        # a machine's name: the host itself without a domain (`gpubox`), else its first label that names no
+        # service (`zqccc` of db.zqccc.example)
+        name = next((x for x in (labels if len(labels) == 1 else labels[:-1]) if x not in _SERVICE_LABELS), "")
+        if person_word(name):
+            out.add(name)
     return out
 
 
@@ -919,11 +929,27 @@ def short_text_words(texts: Iterable[str], vocabulary: set[str]) -> set[str]:
     out = set()
     known = vocabulary | tree_vocabulary()
     for text in texts:
-        for tok in (t.rsplit("=", 1)[-1].strip(".,;:!?()[]\"'`") for t in text.split()):  # `key=Jo`: the value
-            if re.fullmatch(r"[^\W_][\w'-]*", tok) and person_word(tok) and tok.lower() not in known \
-                    and not _CLASS.fullmatch(tok):  # an error's class (`OSError`) is structure, published as that
-                out.add(tok)
+        words = []
+        for tok in text.split():  # a word of prose, a field's value (`key=Jo`), a URL's, path's or default's parts
+            tok = tok.rsplit("=", 1)[-1] if "=" in tok and not re.search(r"://|[\\/]|\$\{", tok) else tok
+            words += re.findall(r"[^\W_][\w'-]*[^\W_]|[^\W_]", tok) if re.search(r"://|[\\/]|\$\{", tok) \
+                else [tok.strip(".,;:!?()[]\"'`")]
+        for word in words:
+            if not re.fullmatch(r"[^\W_][\w'-]*", word):
+                continue
+            for tok in {word, *re.split(r"[-_']+", word)}:  # and a joined word's parts (`zqhhh-team`)
+                if person_word(tok) and tok.lower() not in known and tok.lower() not in COMMON_FOLDERS \
+                        and not _CLASS.fullmatch(tok) \
+                        and not _LONG_HEX.fullmatch(tok):  # an error's class (`OSError`) is structure; a hash no name
+                    out.add(tok)
     return out
+
+
+def path_words(paths: Iterable[str], vocabulary: set[str]) -> set[str]:
+    """The folder names of the stage's local paths (configured and found) that neither its data nor the harness
+    writes (`zqbbb` of /data/zqbbb/runs, `zqggg` of /work/zqggg/outputs): a directory's name is private wherever a
+    text repeats it; a folder named with a word they write (`runs`, `cache`, `models`) stays."""
+    return short_text_words([" ".join(re.split(r"[\\/]+", p)[:-1]) for p in paths], vocabulary)
 
 
 @functools.lru_cache(maxsize=1)
@@ -960,7 +986,9 @@ def vocabulary(texts: Iterable[str]) -> set[str]:
     """The words (lower case) of texts the data wrote: the stage's data file, its questions and gold answers."""
     out: set[str] = set()
     for text in texts:
-        out.update(w.lower() for w in re.findall(r"[^\W_][\w'-]*[^\W_]|[^\W_]", text))
+        for w in re.findall(r"[^\W_][\w'-]*[^\W_]|[^\W_]", text):
+            out.add(w.lower())
+            out.update(x.lower() for x in re.findall(r"[^\W\d_]{3,}", w))  # `qwen` of qwen2.5-coder too
     return out
 
 
