@@ -308,6 +308,22 @@ def test_loaded_code_outside_the_tracked_tree_is_refused_by_name(tmp_path):
     assert row.status == "differs" and "hermes_state_search" in row.stage
 
 
+def test_a_module_inside_the_runtimes_packages_that_its_record_does_not_name_is_refused(tmp_path):
+    """A file dropped into a folder of the runtime's packages (any depth) is no file of its distribution, though
+    it sits in site-packages; a file of another installed distribution, or beside the runtime's packages, is."""
+    rec = lock._record(lock.RUNTIME_DIST)
+    assert rec is not None, "the runtime is installed by make setup"
+    site, files = rec
+    package = min(q.parent for q in files if q.name == "__init__.py")  # a top folder of the runtime
+    planted = {"zq.top": package / "zq_planted.py", "zq.deep": package / "zq_sub" / "zq_deeper" / "x.py"}
+    elsewhere = {"zq.other": site / "zq_other_dist" / "x.py", "zq.beside": site / "zq_beside.py"}
+    mods = {name: _module(name, path) for name, path in {**planted, **elsewhere}.items()}
+    bad = lock.loaded_code(mods, root=tmp_path)
+    named = {b.split(" ", 1)[0]: b for b in bad}
+    assert set(named) == set(planted), bad
+    assert all("inside the runtime's packages but not in its RECORD" in b for b in bad)
+
+
 def test_a_stale_pyc_of_a_tracked_module_is_refused(tmp_path):
     """A .pyc compiled from other source, with the tracked source's size and mtime, is imported instead of it."""
     import importlib.util
