@@ -4,6 +4,7 @@ submitit launcher (local executor) with one shard killed -9 and relaunched, agai
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from analysis.load import find_folders, ledger_frame, load_folder, shard_coverage
 from harness.records.ledger import read_ledger
@@ -249,3 +253,18 @@ def test_the_slurm_launcher_file_composes():
     assert (launcher["partition"], launcher["gpus_per_node"], launcher["timeout_min"], launcher["cpus_per_task"]) == \
         ("gpu", 2, 720, 8)
     assert launcher["submitit_folder"].startswith("${hydra.sweep.dir}")
+
+
+@given(key=st.sampled_from(["+notes", "index.dsn", "data.path", "index.table", "model", "seed", "encoder"]),
+       value=st.from_regex(r"zq[A-Za-z0-9@:/._=-]{3,30}", fullmatch=True))
+@hsettings(max_examples=200, deadline=None)
+def test_a_swept_string_is_named_in_the_label_by_its_hash_never_its_text(key, value):
+    """A sweep's label goes out with the stage (its folder, every table's `folder`): a swept DSN, note, host or path
+    is named there by its hash, never a piece of its text; `seed-1` and `model-deepseek` stay readable."""
+    from harness.run.sweep import label_part
+
+    part = label_part(key, value)
+    assert re.fullmatch(r"[A-Za-z0-9._+-]+-h[0-9a-f]{8}", part), part
+    assert "zq" not in part.lower()
+    assert label_part("seed", "1") == "seed-1" and label_part("model", "deepseek") == "model-deepseek"
+    assert label_part("+stage.trials.n", "3") == "_stage.trials.n-3"

@@ -409,6 +409,8 @@ class Private:
         cut out), then the keys and paths found in objects (whole values, longest first, also as JSON
         writes them), then keys and paths by their shape."""
         endpoints = self._endpoints()
+        if not text.isascii():  # one Unicode form (a macOS path writes `jörg` decomposed, a model composed)
+            text = unicodedata.normalize("NFC", text)
         text = _sub(text, _urls(text), lambda m: self._url(m, endpoints))
         text = _sub(text, _escaped_urls(text), lambda m: self._url(m, endpoints, escaped=True))
         text = _sub(text, _bare_urls(text), self._bare_url)
@@ -417,7 +419,8 @@ class Private:
         # (`/home/Jo\u00e9`) must not be replaced before the whole folder's escaped form (`/home/Jo\u00e9 Doe/runs`),
         # a configured phrase (`zebra quartz violin`) not after a key that is its first word
         forms = {(form, path) for old, path in literal
-                 for form in (old, json.dumps(old)[1:-1], json.dumps(old, ensure_ascii=False)[1:-1])}
+                 for nf in {old, unicodedata.normalize("NFC", old)}
+                 for form in (nf, json.dumps(nf)[1:-1], json.dumps(nf, ensure_ascii=False)[1:-1])}
         lowered = text.lower()
         for form, path in sorted(forms, key=lambda r: (-len(r[0]), r[0])):
             if path is None:  # a configured name: a whole word, in any case
@@ -723,8 +726,10 @@ def leaks(text: str, known: Private | None = None, secrets: set[str] | None = No
             out.append(f"a credential ({m.group(0)[:6]}...)")
     secrets = (set(known.keys) if known else set()) | (env_secrets() if secrets is None else secrets)
     out += [f"a key ({s[:4]}...)" for s in secrets if s in text]
+    text = unicodedata.normalize("NFC", text) if not text.isascii() else text
     lowered = text.lower()
-    out += [f"a configured name ({w[:3]}...)" for w in (known.words if known and words else ())
+    out += [f"a configured name ({w[:3]}...)" for w in
+            {unicodedata.normalize("NFC", w) for w in (known.words if known and words else ())}
             if w.lower() in lowered and _word_re(w).search(text)]
     for url in [m.group(0) for m in _urls(text)] + [_unescaped(m.group(0)) for m in _escaped_urls(text)]:
         try:
@@ -950,6 +955,17 @@ def path_words(paths: Iterable[str], vocabulary: set[str]) -> set[str]:
     writes (`zqbbb` of /data/zqbbb/runs, `zqggg` of /work/zqggg/outputs): a directory's name is private wherever a
     text repeats it; a folder named with a word they write (`runs`, `cache`, `models`) stays."""
     return short_text_words([" ".join(re.split(r"[\\/]+", p)[:-1]) for p in paths], vocabulary)
+
+
+@functools.lru_cache(maxsize=1)
+def tree_tool_names() -> frozenset[str]:
+    """The names of the tools the tree's conditions and runtime give the model (`memory_search`, `session_search`,
+    `terminal`...): a tool name a model made up is its text, not one of these."""
+    root, out = CONF.parent, set()
+    for d in ("conditions", "harness/runtime"):
+        for p in (root / d).glob("*.py") if (root / d).is_dir() else []:
+            out |= set(re.findall(r'(?m)^\s*(?:name|TOOL_NAME)\s*=\s*"([a-z_][a-z0-9_]*)"', p.read_text(encoding="utf-8")))
+    return frozenset(out)
 
 
 @functools.lru_cache(maxsize=1)
@@ -1250,7 +1266,7 @@ class Publisher:
 
     def _field(self, policy: Any, v: Any, where: str, private: bool, key: str) -> Any:
         from harness.records.schema import (CODE, CONFIG, IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED,
-                                            REBUILT, REGISTERED, TEXT)
+                                            REBUILT, REGISTERED, TEXT, TOOL_NAME)
 
         if isinstance(policy, list):  # a list of objects of one policy
             return [self._object(POLICY[policy[0]], x, policy[0], private) for x in v] if isinstance(v, list) \
@@ -1279,6 +1295,8 @@ class Publisher:
             return self._identity(v, where)
         if policy == REGISTERED:
             return self._registered(v, where)
+        if policy == TOOL_NAME:  # a tool of the tree's by its name; any other name is the model's text
+            return v if v is None or v in tree_tool_names() else self._field(PRIVATE_TEXT, v, where, private, key)
         if policy == CODE:
             return self._code(v, where)
         for leaf in _leaves(v):  # WITHHELD, or a policy this code does not know
@@ -1419,11 +1437,11 @@ class Publisher:
             return [self._memory_log(x, where, private, key) for x in v]
         if isinstance(v, dict):
             out = {}
-            for k, x in v.items():
-                if k == "query":
-                    from harness.records.schema import PRIVATE_TEXT
+            from harness.records.schema import MODEL_WRITTEN_LOG_KEYS, PRIVATE_TEXT
 
-                    out[k] = self._field(PRIVATE_TEXT, x, f"{where}.query", private, k)
+            for k, x in v.items():
+                if k in MODEL_WRITTEN_LOG_KEYS:  # what the model wrote (a query, a session id it asked for)
+                    out[k] = self._field(PRIVATE_TEXT, x, f"{where}.{k}", private, k)
                 elif k in MEMORY_LOG_KEYS:
                     out[k] = self._memory_log(x, f"{where}.{k}", private, k)
                 elif isinstance(k, str) and _IDENT.fullmatch(k):  # a key no log of the tree writes: structure

@@ -649,6 +649,8 @@ MEMORY_LOG = "memory log"  # a tool's log: rebuilt, its `query` private text
 CODE = "structure"  # free text the study needs only as structure (an error, a flag, a reason): rebuilt to its error
 #                class names, HTTP status and the words of CODE_WORDS, in order; nothing else of it goes out
 REGISTERED = "registered"  # a code name (a condition's module): kept only when it is registered here, else withheld
+TOOL_NAME = "tool name"  # the name of a tool the model called: a tool of the tree's as it is; any other name is the
+#                          model's text (private text: withheld in a private run, the free-text rule otherwise)
 CONFIG = "config:"  # "config:<node>": a configuration node, published by the declarations of its typed keys
 #                    (harness.run.settings.publish_names): a string only under a key declared to carry a name and
 #                    passing its check, numbers and flags as they are, any other string <withheld>
@@ -674,6 +676,8 @@ exit signal deadline wall clock cost price dry interrupt keyboard resumed resume
 
 # the keys of a memory call's log (MEMORY_LOG) whose values are rebuilt (names kept); any other key's value is
 # structure (CODE): a condition's extra log key publishes numbers, flags and known words only
+# the keys of a memory log whose values the model wrote (its arguments): private text, as the tool call's arguments
+MODEL_WRITTEN_LOG_KEYS = frozenset("query session since until name window".split())
 MEMORY_LOG_KEYS = frozenset("""
 kind agent view org scope units query k scoring barrier dropped threshold cap budget_tokens window session round
 since until name uid owner visibility ids sessions guidance injected rank score time shown
@@ -712,7 +716,7 @@ POLICY: dict[str, dict[str, Any]] = {
                    "role": PUBLISHED, "cost_list": PUBLISHED, "cost_paid": PUBLISHED, "ts": PUBLISHED,
                    "usage_reported": PUBLISHED, "usage_estimated": PUBLISHED, "flags": CODE, "sent": config("params"),
                    "dropped": PUBLISHED},
-    "tool_call": {"name": PUBLISHED, "arguments": PRIVATE_TEXT, "chars": PUBLISHED, "sessions": PUBLISHED,
+    "tool_call": {"name": TOOL_NAME, "arguments": PRIVATE_TEXT, "chars": PUBLISHED, "sessions": PUBLISHED,
                   "empty": PUBLISHED, "error": CODE, "retrieval_s": PUBLISHED, "wall_s": PUBLISHED,
                   "cut": PUBLISHED, "log": MEMORY_LOG, "failure": PUBLISHED, "overrode_defaults": CODE},
     "transcript": {"role": PUBLISHED, "system_sha256": PUBLISHED, "tools": PUBLISHED, "messages": TEXT},

@@ -60,17 +60,31 @@ def sweep_label(cfg) -> dict | None:
         key, _, value = o.partition("=")
         if any(fnmatch.fnmatchcase(key.lstrip("+~"), x) for x in excluded):  # judge.*: every judge setting
             continue
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", value)
-        if len(safe) > 24:  # a long value (a path, a list) is shortened; stage.json keeps it whole
-            safe = safe[:12] + "~" + hashlib.sha256(value.encode()).hexdigest()[:8]
-        value = safe
-        parts.append(f"{re.sub(r'[^A-Za-z0-9._-]', '_', key)}-{value}")
+        parts.append(label_part(key, value))
     if parts:
         suffix = "+".join(parts)
         if len(suffix) > 150:
             suffix = suffix[:120] + "~" + hashlib.sha256(suffix.encode()).hexdigest()[:12]
         cfg.stage.label = f"{base}+{suffix}"
     return {"overrides": [str(o) for o in hc.overrides.task], "override_dirname": dirname, "base_label": base}
+
+
+def label_part(key: str, value: str) -> str:
+    """One override as the label writes it: `seed-1`, `model-deepseek`; a DSN, a note, a path, a list by its hash
+    (`index.dsn-h1f2e3d4c`): a label is published with the stage, so a configuration string never is as written."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", value) if _label_value(key, value) else \
+        "h" + hashlib.sha256(value.encode()).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9._-]', '_', key)}-{safe}"
+
+
+def _label_value(key: str, value: str) -> bool:
+    """Whether a swept value is written into the label as it is: a number, a flag, or a preset's name of the
+    key's group (`model=deepseek`, `seed=1`). Any other (a DSN, a host, a path, a note, a list) is named by its
+    hash: a label is published with the stage, and a configuration string is never published as written."""
+    from harness.records.privacy import local_preset
+
+    return re.fullmatch(r"-?\d+(?:\.\d+)?|true|false|null", value, re.IGNORECASE) is not None or \
+        local_preset(key.lstrip("+~"), value) is not None
 
 
 def multirun_flag_first(argv: list[str]) -> list[str]:
