@@ -1256,3 +1256,24 @@ def test_a_configured_name_is_found_in_either_unicode_form(tmp_path, form):
     st_.add("tool_bm25", "q1", answer=f"{other} and {other.capitalize()} ran it")
     out, _ = _publish(st_.write(), tmp_path / "ds")
     assert "zqj" not in unicodedata.normalize("NFC", out).lower().replace("<key>", "")
+
+
+def test_a_private_runs_structure_fields_keep_nothing_the_model_wrote():
+    """In a private run, what the model wrote reaches no field by way of the structure rule: a log key the harness
+    does not keep as a name (an asked agent's `question`, session_search's `arguments`, `k`) and the overridden
+    arguments are withheld, and an error keeps only known exception classes and a status written as one
+    (`ZqleakError at 415 Harbor` keeps neither); a public run's error keeps its structure as before."""
+    log = {"kind": "ask", "agent": "a1", "view": {"org": "q1", "agent": "a0", "scope": "own"}, "units": [],
+           "question": "Did ZqaskError happen at 415 Harbor?", "k": 7331,
+           "arguments": {"query": "ZqleakError at 415 Harbor", "limit": 4417}, "extra": "ZqxError 500 Zq"}
+    pub = privacy.Publisher(privacy.Private())
+    private = pub.publish("tool_call", {"name": "ask_agent", "log": log, "overrode_defaults": {"limit": 4417}},
+                          private=True)
+    text = json.dumps(private)
+    assert not re.search(r"(?i)zq|4417|7331|415", text), text
+    rec = {"error": "ValueError: the ZqrecException at 415 Harbor was invalid; RateLimitError: Error code: 429",
+           "failure_reason": "ZqfrError"}
+    assert pub.publish("record", rec, private=True) == {"error": "ValueError invalid RateLimitError error HTTP 429",
+                                                        "failure_reason": privacy.WITHHELD}
+    public = pub.publish("record", rec, private=False)
+    assert public["error"].startswith("ValueError ZqrecException HTTP 415")  # a public run: structure as before

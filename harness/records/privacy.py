@@ -843,21 +843,45 @@ _STATUS = re.compile(r"(?:HTTP|[Ss]tatus(?: code)?|[Ee]rror code)[ :=/]*([1-5][0
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_']*|[0-9]+")
 
 
-def structure(text: str) -> str:
+def structure(text: str, private: bool = False) -> str:
     """A free-text error, flag or reason rebuilt from its structure (the CODE policy): its error class names, its
     HTTP status and the words of CODE_WORDS, in their order; every other token is dropped, so a host, a path, a
-    password or a model's words repeated in an error never go out (`<withheld>` when nothing is left)."""
+    password or a model's words repeated in an error never go out (`<withheld>` when nothing is left). `private`:
+    the run's context held a private unit, so a class name is kept only when it is a known one (Python's, the
+    API client's, the harness's: `known_error_classes`) and a status only when written as one (`HTTP 429`,
+    `Error code: 429`): an error quoting what the model wrote (`ZqleakError at 415 Harbor`) keeps none of it."""
     from harness.records.schema import CODE_WORDS
 
-    statuses = {a or b for a, b in _STATUS.findall(text)}
+    statuses = {a for a, _ in _STATUS.findall(text) if a} if private else {a or b for a, b in _STATUS.findall(text)}
+    known = known_error_classes() if private else None
     out: list[str] = []
     for tok in _TOKEN.findall(text):
         word = tok.lower().rstrip("'s") if tok.endswith("'s") else tok.lower()
-        keep = tok if _CLASS.fullmatch(tok) else f"HTTP {tok}" if tok in statuses else \
-            word if word in CODE_WORDS else None
+        keep = tok if _CLASS.fullmatch(tok) and (known is None or tok in known) else \
+            f"HTTP {tok}" if tok in statuses else word if word in CODE_WORDS else None
         if keep and (not out or out[-1] != keep):
             out.append(keep)
     return " ".join(out) if out else WITHHELD
+
+
+@functools.lru_cache(maxsize=1)
+def known_error_classes() -> frozenset[str]:
+    """The exception classes an error of a run can name without anyone's words in it: Python's built-in ones, the
+    API clients' (openai, httpx), and the classes the tree defines."""
+    import builtins
+
+    names = {n for n in dir(builtins) if isinstance(getattr(builtins, n), type)
+             and issubclass(getattr(builtins, n), BaseException)}
+    names |= set("""APIError APIConnectionError APITimeoutError APIStatusError BadRequestError AuthenticationError
+    PermissionDeniedError NotFoundError ConflictError UnprocessableEntityError RateLimitError InternalServerError
+    ContentFilterFinishReasonError LengthFinishReasonError ConnectError ConnectTimeout ReadTimeout WriteTimeout
+    PoolTimeout ReadError RemoteProtocolError HTTPStatusError TimeoutException JSONDecodeError ValidationError
+    OperationalError ProgrammingError ResponseError BusyLoadingError""".split())
+    root = CONF.parent
+    for d in ("harness", "conditions", "judge", "analysis"):
+        for p in (root / d).rglob("*.py") if (root / d).is_dir() else []:
+            names |= set(re.findall(r"(?m)^\s*class\s+([A-Z]\w*)\s*\(", p.read_text(encoding="utf-8")))
+    return frozenset(n for n in names if _CLASS.fullmatch(n))
 
 
 def local_preset(group: str, name: Any) -> Path | None:
@@ -1298,7 +1322,7 @@ class Publisher:
         if policy == TOOL_NAME:  # a tool of the tree's by its name; any other name is the model's text
             return v if v is None or v in tree_tool_names() else self._field(PRIVATE_TEXT, v, where, private, key)
         if policy == CODE:
-            return self._code(v, where)
+            return self._code(v, where, private)
         for leaf in _leaves(v):  # WITHHELD, or a policy this code does not know
             self._count(where, leaf)
         return WITHHELD if v is not None else None
@@ -1358,13 +1382,16 @@ class Publisher:
             return WITHHELD
         return self._leaf(v, key, where)
 
-    def _code(self, v: Any, where: str) -> Any:
+    def _code(self, v: Any, where: str, private: bool = False) -> Any:
         """Free text needed only as structure (CODE): each string rebuilt by `structure`; numbers and flags kept, an
         object's keys kept when the harness writes them (its values rebuilt the same way), any other withheld."""
         if v is None or isinstance(v, (bool, int, float)) or v == "":
             return v
         if isinstance(v, list):
-            return [self._code(x, where) for x in v]
+            return [self._code(x, where, private) for x in v]
+        if isinstance(v, dict) and private:  # a private run's object of structure (overridden arguments): withheld
+            self._count(where)
+            return WITHHELD
         if isinstance(v, dict):
             out = {}
             from harness.records.schema import MEMORY_LOG_KEYS
@@ -1378,7 +1405,7 @@ class Publisher:
         if not isinstance(v, str):
             self._count(where)
             return WITHHELD
-        rebuilt = structure(v)
+        rebuilt = structure(v, private)
         if rebuilt != v:
             self._count(where)
         return rebuilt
@@ -1444,8 +1471,11 @@ class Publisher:
                     out[k] = self._field(PRIVATE_TEXT, x, f"{where}.{k}", private, k)
                 elif k in MEMORY_LOG_KEYS:
                     out[k] = self._memory_log(x, f"{where}.{k}", private, k)
-                elif isinstance(k, str) and _IDENT.fullmatch(k):  # a key no log of the tree writes: structure
+                elif isinstance(k, str) and _IDENT.fullmatch(k) and not private:  # a key no log writes: structure
                     out[k] = self._code(x, f"{where}.{k}")
+                elif isinstance(k, str) and _IDENT.fullmatch(k):  # in a private run: withheld (the model's words)
+                    self._count(f"{where}.{k}")
+                    out[k] = WITHHELD
                 else:
                     self._count(f"{where}.<key>")
             return out
