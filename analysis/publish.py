@@ -361,6 +361,7 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
     from harness.run.settings import publish_names_here
 
     registered, names = conditions.CONDITIONS.names(), publish_names_here()
+    runs = {name: _runs(texts, name, private_transcripts) for name in folders}
     warm = privacy.Publisher(ex.private, warm=True, registered=registered, names=names)
     for (name, rel), text in texts.items():
         kind = file_policy(rel)
@@ -372,8 +373,8 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
         except yaml.YAMLError:
             objs = []
         for obj in objs:
-            if isinstance(obj, dict):
-                warm.publish(kind, obj)
+            if isinstance(obj, dict):  # a private run's values name nothing of the stage (no identifier)
+                warm.publish(kind, obj, private=runs[name].private(kind, obj))
     # the stage's own identifiers (its files' names, the run ids, labels and conditions the warm pass saw published):
     # a withheld value that is part of one goes out as that identifier anyway, so it is not replaced in text
     files = {part for (name, rel) in texts for part in [*name.split("/"), *rel.split("/"),
@@ -388,13 +389,14 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
         {n for h in hosts for n in (h, h.split(".")[0]) if privacy.person_word(n)} | \
         privacy.host_words(_host(u) for u in ex.private.urls)  # an endpoint's machine by its short name
     # a short withheld configuration value's words the stage's data never writes (a name in `+operator=...`)
-    vocabulary = _data_vocabulary(folders, texts)
+    vocabulary, data_ids = _data_words(folders, texts)
     ex.private.words |= {w for w in privacy.short_text_words(warm.short_texts, vocabulary) |
                          privacy.path_words(ex.private.paths, vocabulary) if not warm._inside_identifier(w)}
-    ex.publisher = privacy.Publisher(ex.private, registered=registered, names=names, identifiers=identifiers)
+    ex.publisher = privacy.Publisher(ex.private, registered=registered, names=names, identifiers=identifiers,
+                                     data_ids=data_ids)
     for name, root in folders.items():
         # as read: the policy works on parsed values (a JSON escape hides nothing from it); text files are redacted
-        _add_folder(ex, name, root, {rel: t for (n, rel), t in texts.items() if n == name}, private_transcripts)
+        _add_folder(ex, name, root, {rel: t for (n, rel), t in texts.items() if n == name}, runs[name])
         # what the card says of a stage is read from its published stage.json, as the dataset holds it
         published = next(f["content"] for f in ex.rows["files"] if f["folder"] == name and f["path"] == "stage.json")
         ex.infos[name] = json.loads(published)
@@ -406,16 +408,18 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
     return ex
 
 
-def _data_vocabulary(folders: dict[str, Path], texts: dict[tuple[str, str], str]) -> set[str]:
-    """The words the stages' data wrote: their data files where this machine has them, and the questions and gold
-    answers their records hold (taken from the data)."""
+def _data_words(folders: dict[str, Path], texts: dict[tuple[str, str], str]) -> tuple[set[str], set[str]]:
+    """The words the stages' data wrote (their data files where this machine has them, and the questions and gold
+    answers their records hold) and the ids it holds (data_ids)."""
     parts: list[str] = []
+    ids: set[str] = set()
     for name, root in folders.items():
         try:
             path = Path(str(((json.loads(texts.get((name, "stage.json"), "{}")) or {}).get("data") or {}).get("path")
                             or ""))
             if path.name and path.is_file() and path.stat().st_size <= 512 << 20:
                 parts.append(path.read_text(encoding="utf-8", errors="replace"))
+                ids |= data_ids(parts[-1])
         except (ValueError, OSError, AttributeError):
             pass
     for (name, rel), text in texts.items():
@@ -425,7 +429,29 @@ def _data_vocabulary(folders: dict[str, Path], texts: dict[tuple[str, str], str]
             except ValueError:
                 continue
             parts += [str(rec.get("question") or ""), str(rec.get("gold") or "")] if isinstance(rec, dict) else []
-    return privacy.vocabulary(parts)
+    return privacy.vocabulary(parts), ids
+
+
+def data_ids(text: str) -> set[str]:
+    """The ids a LongMemEval-shaped data file holds: its question ids and types, its sessions' ids (as written and
+    as the harness's opaque ids) and its dates; what a private run's record may name (Publisher.computed). Any
+    other file: none."""
+    from harness.data.longmemeval import opaque_session_id
+
+    try:
+        rows = json.loads(text)
+    except ValueError:
+        return set()
+    out: set[str] = set()
+    for q in rows if isinstance(rows, list) else []:
+        if not isinstance(q, dict):
+            continue
+        sids = [s for s in [*(q.get("haystack_session_ids") or []), *(q.get("answer_session_ids") or [])]
+                if isinstance(s, str)]
+        out |= {str(q.get(k)) for k in ("question_id", "question_type", "question_date") if isinstance(q.get(k), str)}
+        out |= {*sids, *map(opaque_session_id, sids)}
+        out |= {d for d in q.get("haystack_dates") or [] if isinstance(d, str)}
+    return out
 
 
 def _host(url: str) -> str:
@@ -463,10 +489,53 @@ def _objects(text: str, rel: str) -> list[dict]:
     return [obj] if isinstance(obj, dict) else []
 
 
-def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], private_transcripts: bool) -> None:
+@dataclass
+class Runs:
+    """Which runs of one stage folder are private (their context held a private agent's unit, shows_private), and
+    which runs its records hold: every line of a file that names a run (its judgement, its ledger lines) is
+    published as that run's; a run no record holds is private (provenance unknown is provenance private)."""
+
+    private_runs: set[str]
+    recorded: set[str] | None  # None: the publisher asked for private data (private_transcripts)
+    transcripts: int = 0  # the private runs' transcripts (withheld)
+
+    def private(self, kind: str, obj: dict) -> bool:
+        if kind == "record":
+            return str(obj.get("run_id")) in self.private_runs
+        if kind == "judgement":
+            rid = str(obj.get("run_id"))
+        elif kind == "ledger":  # a run's call, or a judge's of it (`judge:<run>`); the preflight is no run's
+            tag = str(obj.get("tag") or "")
+            if tag == "preflight":
+                return False
+            rid = tag.rsplit(":", 1)[-1]
+        else:
+            return False
+        return rid in self.private_runs or (self.recorded is not None and rid not in self.recorded)
+
+
+def _runs(texts: dict[tuple[str, str], str], name: str, private_transcripts: bool) -> Runs:
+    from harness.records.schema import file_policy
+
+    runs = Runs(set(), None if private_transcripts else set())
+    for (n, rel), text in texts.items():
+        if n != name or file_policy(rel) != "record":
+            continue
+        rec = _parsed(text)
+        if not isinstance(rec, dict):
+            continue
+        if runs.recorded is not None:
+            runs.recorded.add(str(rec.get("run_id")))
+        if not private_transcripts and shows_private(rec):
+            runs.private_runs.add(str(rec.get("run_id")))
+            runs.transcripts += rec.get("transcript") is not None
+    return runs
+
+
+def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], runs: Runs) -> None:
     """Every file of one stage folder as the schema's publish policy lets it go (harness.records.schema.POLICY,
-    FILE_POLICY): each object rebuilt field by field, a file no policy names withheld; the text of a run whose
-    context held a private agent's unit withheld unless `private_transcripts` (the publisher asked for it)."""
+    FILE_POLICY): each object rebuilt field by field, a file no policy names withheld; a run whose context held a
+    private agent's unit (`runs`) published as only what the harness computed (privacy.Publisher.computed)."""
     from harness.records.schema import file_policy
 
     rows, pub = ex.rows, ex.publisher
@@ -474,23 +543,12 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
     for rel, text in texts.items():
         if file_policy(rel) == "record":
             records[rel] = _parsed(text)
-    private_runs: set[str] = set()
-    recorded: set[str] = set()
     used_prompts: set[str] = set()
     for rel, rec in records.items():
-        if not isinstance(rec, dict):
-            continue
-        recorded.add(str(rec.get("run_id")))
-        shas = _prompt_shas(rec.get("transcript"))
-        if not private_transcripts and shows_private(rec):
-            private_runs.add(str(rec.get("run_id")))
-            if rec.get("transcript") is not None:
-                ex.private_transcripts += 1
-        else:
-            used_prompts |= shas
-    ex.private_runs += len(private_runs)
-    # provenance unknown is provenance private: a judgement whose run no record holds is published as a private run's
-    unknown = None if private_transcripts else recorded
+        if isinstance(rec, dict) and str(rec.get("run_id")) not in runs.private_runs:
+            used_prompts |= _prompt_shas(rec.get("transcript"))
+    ex.private_runs += len(runs.private_runs)
+    ex.private_transcripts += runs.transcripts
     for rel, text in texts.items():
         kind, table = file_policy(rel), _classify(rel)
         if kind is None or (kind == "record" and not isinstance(records.get(rel), dict)):
@@ -515,7 +573,7 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
                 continue
             content = published = yaml.safe_dump(pub.publish(kind, obj), sort_keys=False, allow_unicode=True)
         elif table in ("ledger", "attempts", "judgements") or rel.endswith(".jsonl"):
-            published = _published_lines(ex, kind, text, private_runs, unknown)
+            published = _published_lines(ex, kind, text, runs)
             lines, problems = parse_lines(published.encode("utf-8"), rel)
             objs = [o for _, o in lines]
             if table is not None:
@@ -530,8 +588,7 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
                 ex.withheld_files.append(f"{name}/{rel}")
                 continue
             fmt = json_style(text, obj) or _JSON_STYLES[0]
-            private = kind == "record" and str(obj.get("run_id")) in private_runs
-            obj = pub.publish(kind, obj, private=private)
+            obj = pub.publish(kind, obj, private=runs.private(kind, obj))
             published = _dump_json(obj, fmt)
             if kind == "record":
                 _add_record(ex, name, rel, obj)
@@ -547,9 +604,10 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], privat
 NOT_JSON = '{"withheld": "a line that is not a JSON object"'  # unclosed: read back as torn or corrupted, as it was
 
 
-def _published_lines(ex: Export, kind: str, text: str, private_runs: set[str], recorded: set[str] | None) -> str:
-    """A JSON-lines file as published: each object by its policy, a line that is no JSON object replaced
-    (its text may be anything), blank lines and the final newline (or a torn last line) as they were."""
+def _published_lines(ex: Export, kind: str, text: str, runs: Runs) -> str:
+    """A JSON-lines file as published: each object by its policy (a private run's line as only what the harness
+    computed), a line that is no JSON object replaced (its text may be anything), blank lines and the final newline
+    (or a torn last line) as they were."""
     trailing = text.endswith("\n")
     lines = text.split("\n")[:-1] if trailing else text.split("\n")
     ascii_only = False
@@ -563,11 +621,10 @@ def _published_lines(ex: Export, kind: str, text: str, private_runs: set[str], r
             out.append(NOT_JSON)
             continue
         ascii_only = ascii_only or (line == json.dumps(obj) and line != json.dumps(obj, ensure_ascii=False))
-        rid = str(obj.get("run_id"))
-        unrecorded = kind == "judgement" and recorded is not None and rid not in recorded
-        ex.unknown_runs += unrecorded
-        private = kind == "judgement" and (rid in private_runs or unrecorded)
-        out.append(json.dumps(ex.publisher.publish(kind, obj, private=private), ensure_ascii=ascii_only))
+        ex.unknown_runs += kind == "judgement" and runs.recorded is not None and \
+            str(obj.get("run_id")) not in runs.recorded
+        out.append(json.dumps(ex.publisher.publish(kind, obj, private=runs.private(kind, obj)),
+                              ensure_ascii=ascii_only))
     return "\n".join(out) + ("\n" if trailing else "")
 
 

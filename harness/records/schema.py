@@ -759,6 +759,14 @@ POLICY: dict[str, dict[str, Any]] = {
 }
 POLICY["record"] = {**POLICY["provenance"], **POLICY["record"]}
 
+# In a run whose context held a private agent's unit, every field the run fills goes out only as what the harness
+# computed (privacy.Publisher.computed: ids, numbers, times, names of the harness, its stage and its data), so no
+# word a model, a judge or a server wrote reaches a published byte through a field nobody thought could hold one.
+# The fields no run fills, by kind: a record's provenance (the stage's, written before any run starts, as
+# stage.json holds it); a configuration node, an identity and a registered name are published by their
+# declarations in every run.
+RUN_FREE: dict[str, frozenset[str]] = {"record": frozenset(POLICY["provenance"])}
+
 # every file of a stage folder a publish may write, by its path (fnmatch, first match), and the policy of its
 # objects ("prompt": a system prompt, published with the transcripts that use it); any other file is withheld
 FILE_POLICY: list[tuple[str, str]] = [
