@@ -390,7 +390,7 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
         privacy.host_words(_host(u) for u in ex.private.urls)  # an endpoint's machine by its short name
     # a short withheld configuration value's words the stage's data never writes (a name in `+operator=...`)
     vocabulary, data_ids = _data_words(folders, texts)
-    ex.private.words |= {w for w in privacy.short_text_words(warm.short_texts, vocabulary) |
+    ex.private.words |= {w for w in privacy.withheld_words(warm.withheld_texts, vocabulary) |
                          privacy.path_words(ex.private.paths, vocabulary) if not warm._inside_identifier(w)}
     ex.publisher = privacy.Publisher(ex.private, registered=registered, names=names, identifiers=identifiers,
                                      data_ids=data_ids)

@@ -950,7 +950,7 @@ def named_values(text: str) -> list[str]:
             and not harness_word(v)]
 
 
-def short_text_words(texts: Iterable[str], vocabulary: set[str]) -> set[str]:
+def withheld_words(texts: Iterable[str], vocabulary: set[str]) -> set[str]:
     """The words of withheld configuration values (`operator: Zqbert Whitfield`, `notes: smoke for zqclientcorp`)
     that neither the stage's data (`vocabulary`) nor the harness's own files write: a name or a word of the user's
     own, replaced as a whole word wherever a published text repeats it; a word the data or the harness holds
@@ -978,7 +978,7 @@ def path_words(paths: Iterable[str], vocabulary: set[str]) -> set[str]:
     """The folder names of the stage's local paths (configured and found) that neither its data nor the harness
     writes (`zqbbb` of /data/zqbbb/runs, `zqggg` of /work/zqggg/outputs): a directory's name is private wherever a
     text repeats it; a folder named with a word they write (`runs`, `cache`, `models`) stays."""
-    return short_text_words([" ".join(re.split(r"[\\/]+", p)[:-1]) for p in paths], vocabulary)
+    return withheld_words([" ".join(re.split(r"[\\/]+", p)[:-1]) for p in paths], vocabulary)
 
 
 @functools.lru_cache(maxsize=1)
@@ -1160,7 +1160,7 @@ class Publisher:
         self.names = names  # None: no key declares a name, every configuration string is withheld
         self.identifiers: set[str] = set(identifiers)
         self.pending: set[tuple[str, bool]] = set()  # warm: withheld values (and whether a whole word), replaced everywhere once the identifiers are known
-        self.short_texts: set[str] = set()  # withheld configuration values (a name, a note, a custom prompt)
+        self.withheld_texts: set[str] = set()  # every withheld value (a name, a note, a DSN, a custom prompt)
         self._blob = "\n".join(sorted(self.identifiers))
         self._inside: dict[str, bool] = {}
         self._names: frozenset[str] | None = None
@@ -1178,7 +1178,7 @@ class Publisher:
         value = value.strip() if isinstance(value, str) else ""
         words = set(named_values(value)) if named and value else set()
         if named and value and not _PLACEHOLDER.fullmatch(value):
-            self.short_texts.add(value)  # its words are private unless the data or the harness writes them
+            self.withheld_texts.add(value)  # its words are private unless the data or the harness writes them
         if named and credential and len(value) >= 3 and not harness_word(value):
             words.add(value)  # under a credential's name (`password: letmein`): a whole word, short or plain
         for text in _replaceable(value):
