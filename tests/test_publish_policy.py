@@ -1231,11 +1231,12 @@ def test_a_private_runs_model_written_log_values_and_made_up_tool_names_stay_hom
     its text, withheld in a private run as its arguments are; a tool name the model made up is its text too, while a
     tool of the tree's (`memory_read`) is a name; in a public run a made-up name passes the free-text rule."""
     log = {"kind": "read", "agent": "a0", "view": {"org": "q1", "agent": "a0", "scope": "own"},
-           "session": "zqpriya_chile_trip", "since": "zq-2024", "units": [["q1|s1|0|0", "a4"]]}
+           "session": "zqpriya_chile_trip", "since": "zq-2024", "round": 4417417, "units": [["q1|s1|0|0", "a4"]]}
     pub = privacy.Publisher(privacy.Private(words={"zqdbhost7"}), data_ids={"q1", "s1"})
     made_up = pub.publish("tool_call", {"name": "get_zqpriya_itinerary", "log": log}, private=True)
     assert made_up["name"] == privacy.WITHHELD
     assert made_up["log"]["session"] == privacy.WITHHELD and made_up["log"]["since"] == privacy.WITHHELD
+    assert made_up["log"]["round"] in (None, privacy.WITHHELD)  # the round memory_read was asked for: its number
     assert made_up["log"]["units"] == [["q1|s1|0|0", "a4"]]
     known = pub.publish("tool_call", {"name": "memory_read", "log": log}, private=False)
     assert known["name"] == "memory_read" and known["log"]["session"] == "zqpriya_chile_trip"
@@ -1275,8 +1276,22 @@ def test_a_private_runs_structure_fields_keep_nothing_the_model_wrote():
            "failure_reason": "ZqfrError"}
     assert pub.publish("record", rec, private=True) == {"error": "ValueError invalid RateLimitError error HTTP 429",
                                                         "failure_reason": privacy.WITHHELD}
-    public = pub.publish("record", rec, private=False)
-    assert public["error"].startswith("ValueError ZqrecException HTTP 415")  # a public run: structure as before
+    # the same rule in a public run and in a file of no run (a driver session's stop line quoting a server's body)
+    assert pub.publish("record", rec, private=False)["error"] == "ValueError invalid RateLimitError error HTTP 429"
+    stopped = pub.publish("session", {"stopped": "model request failed: ZqbodyError: prompt quotes 'Zqlocker' "
+                                                 "ZqlockerException at 415 Harbor Lane (HTTP 400)"})["stopped"]
+    assert stopped == "model request failed prompt HTTP 400", stopped
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(cls=st.from_regex(r"Zq[a-z]{2,8}(Error|Exception|Warning|Timeout)", fullmatch=True),
+       n=st.integers(100, 599), place=st.from_regex(r"[A-Z][a-z]{2,9}", fullmatch=True),
+       head=st.sampled_from(["", "ValueError: ", "model request failed: ", "RateLimitError: Error code: 429 - "]))
+def test_an_error_keeps_only_known_classes_and_statuses_written_as_one_wherever_it_is_recorded(cls, n, place, head):
+    """structure(): a class name nobody knows (a model's or a server's word shaped like one) and a number before a
+    capitalised word (a street address) never go out, in any run's field or in a file of no run."""
+    out = privacy.structure(f"{head}{cls}: at {n} {place} street")
+    assert cls not in out and str(n) not in out.replace("HTTP 429", ""), out
 
 
 # ------------------------------------------- a private run: only what the harness computed (Publisher.computed)
@@ -1284,14 +1299,14 @@ def test_a_private_runs_structure_fields_keep_nothing_the_model_wrote():
 
 def _fills(obj, kind: str, path: tuple = ()) -> list[tuple]:
     """Every place of an object of policy `kind` that a run fills (walked from the schema's POLICY, not listed): each
-    field, each key and item below it, and each dictionary (where a new key can go); the fields RUN_FREE names and
-    configuration nodes (published by their declarations in every run) left out."""
-    from harness.records.schema import CONFIG, IDENTITY, REGISTERED, RUN_FREE
+    field, each key and item below it, and each dictionary (where a new key can go); only the fields RUN_FREE names
+    (the stage's provenance) left out."""
+    from harness.records.schema import RUN_FREE
 
     out: list[tuple] = [path]
     for k, v in obj.items():
         p = POLICY[kind].get(k)
-        if k in RUN_FREE.get(kind, ()) or (isinstance(p, str) and (p.startswith(CONFIG) or p in (IDENTITY, REGISTERED))):
+        if k in RUN_FREE.get(kind, ()):
             continue
         if isinstance(p, list) and isinstance(v, list):
             out += [q for i, x in enumerate(v) if isinstance(x, dict) for q in _fills(x, p[0], (*path, k, i))]
@@ -1332,10 +1347,11 @@ PRIVATE_LOG = {"kind": "search", "agent": "a0", "view": {"org": "q2@private", "a
 # harness writes, as an error's class, beside known words, as a name of letters and digits, in either case
 WRITTEN = st.builds(lambda m, shape: shape.format(m=m), _zq(r"zq[a-z]{5,9}"), st.sampled_from([
     "{m}", "{m}2", "Zq{m}", "q2@{m}", "{m}|s0123456789ab|1|0", "a0:{m}", "{m}Error", "timeout {m}", "HTTP 500 {m}",
-    "{m}.example", "/home/{m}/x", "{m}==1.0", "search ({m})", "{m}-a0", "s0123456789ab {m}"]))
+    "{m}.example", "/home/{m}/x", "{m}==1.0", "search ({m})", "{m}-a0", "s0123456789ab {m}", "{m}/qwen-{m}",
+    "{m} at 415 Harbor"]))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow],
           phases=[Phase.explicit, Phase.generate], database=None)
 @given(data=st.data())
 def test_a_private_runs_fields_go_out_as_only_what_the_harness_computed(data):
@@ -1351,6 +1367,11 @@ def test_a_private_runs_fields_go_out_as_only_what_the_harness_computed(data):
         priv["condition_notes"] = {"guidance": "assisted", "injected": 1, "stores": {"a4": {"sessions": ["s1"]}}}
         st_.add("shared", "q2", variant="public")
         st_.judge_call(priv["run_id"], 10, 1)
+        adapter = {"name": "tool_adapter", "version": "1", "mode": "salvage", "salvaged": True}
+        priv["adapter"] = dict(adapter)
+        for e in st_.ledger:  # what a server's reply fills: its model's name, its adapter, its finish reason
+            if e["tag"].endswith(priv["run_id"]) and e["event"] == "response":
+                e.update(response_model="test-model", adapter=dict(adapter), finish="stop")
         folder = st_.write()  # as the harness writes it; then planted, as no schema would let it be written
         rec_path = folder / "records" / f"{priv['run_id']}.json"
         rec = json.loads(rec_path.read_text())
@@ -1362,7 +1383,7 @@ def test_a_private_runs_fields_go_out_as_only_what_the_harness_computed(data):
                    for o in lines[rel] if str(o.get(field)).endswith(priv["run_id"])
                    for q in _fills(o, kind) if q[:1] != (field,)]
         planted = []
-        for _ in range(data.draw(st.integers(1, 4))):
+        for _ in range(data.draw(st.integers(1, 6))):
             kind, obj, where = data.draw(st.sampled_from(places))
             text = data.draw(WRITTEN)
             _plant_at(obj, where, text, data.draw(st.sampled_from(["value", "key"])))
@@ -1391,3 +1412,43 @@ def test_what_the_harness_computes_is_told_from_what_a_run_wrote():
     for text in ["zqwords", "q2@zqwords", "zqwords|s0123456789ab", "judge:zqwords", "deadbeef", "ZqwordsError",
                  "timeout zqwords", "Jo", "q3", "s0123456789ab zq", "1.0-zqwords", "jdoe.example"]:
         assert not pub.is_computed(text), text
+
+
+def test_the_card_names_a_withheld_field_by_the_harness_names_only():
+    """A withheld value under a key someone else wrote (a judge kind's score `Zqlisbon4417`, a token count's
+    `zqtokkey`) is counted on the card as `<key>`, never under its own name."""
+    pub = privacy.Publisher(privacy.Private())
+    pub.publish("judgement", {"run_id": "r", "scores": {"Zqlisbon4417": "zq words", "faithful": "zq x"},
+                              "usage": {"zqusagekey": "zq"}}, private=True)
+    pub.publish("record", {"run_id": "r", "tokens": {"zqtokkey": "zq"}}, private=True)
+    assert not any("zq" in where.lower() for where in pub.withheld), pub.withheld
+    assert {"judgement.scores.<key>", "judgement.usage.<key>", "record.tokens.<key>"} <= set(pub.withheld)
+
+
+@pytest.mark.parametrize("where, value", [
+    (("stage", "purpose"), "zqacme_merger_pilot"), (("data", "split"), "zqsplit_clientx"),
+    (("runtime", "session_search"), "zqss_runtime"), (("model", "params", "tools"), ["zqtoolname"])])
+def test_a_key_with_a_closed_set_of_values_publishes_only_one_of_them(where, value):
+    """A stage's purpose, a data split, the runtime's session_search shape and a request's tool names have closed
+    sets of values (PURPOSES, the hub's splits, the runtime's SHAPES, the tree's tools): a codename under one is
+    withheld; one of the set goes out."""
+    from harness.run.settings import publish_names_here
+
+    def config(v):
+        node = cfg = {}
+        for k in where[:-1]:
+            node = node.setdefault(k, {})
+        node[where[-1]] = v
+        return cfg
+
+    pub = privacy.Publisher(privacy.Private(), names=publish_names_here())
+
+    def leaf(v):
+        out = pub.publish("stage_config", config(v))
+        for k in where:
+            out = out[k]
+        return out
+
+    assert leaf(value) == ([privacy.WITHHELD] if isinstance(value, list) else privacy.WITHHELD)
+    good = {"purpose": "study", "split": "s", "session_search": "top_session_window", "tools": ["memory_search"]}
+    assert leaf(good[where[-1]]) == good[where[-1]]

@@ -839,25 +839,25 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 _EMAIL = re.compile(r"[^@\s/]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")  # a person's address, whatever its domain
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 _CLASS = re.compile(r"[A-Z][A-Za-z]*(?:Error|Exception|Warning|Timeout|Interrupt|Exit)")
-_STATUS = re.compile(r"(?:HTTP|[Ss]tatus(?: code)?|[Ee]rror code)[ :=/]*([1-5][0-9][0-9])\b|\b([1-5][0-9][0-9]) (?=[A-Z][a-z])")
+_STATUS = re.compile(r"(?:HTTP|[Ss]tatus(?: code)?|[Ee]rror code)[ :=/]*([1-5][0-9][0-9])\b")
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_']*|[0-9]+")
 
 
-def structure(text: str, private: bool = False) -> str:
-    """A free-text error, flag or reason rebuilt from its structure (the CODE policy): its error class names, its
-    HTTP status and the words of CODE_WORDS, in their order; every other token is dropped, so a host, a path, a
-    password or a model's words repeated in an error never go out (`<withheld>` when nothing is left). `private`:
-    the run's context held a private unit, so a class name is kept only when it is a known one (Python's, the
-    API client's, the harness's: `known_error_classes`) and a status only when written as one (`HTTP 429`,
-    `Error code: 429`): an error quoting what the model wrote (`ZqleakError at 415 Harbor`) keeps none of it."""
+def structure(text: str) -> str:
+    """A free-text error, flag or reason rebuilt from its structure (the CODE policy): its known error class names
+    (Python's, the API clients', the harness's: `known_error_classes`), its HTTP status written as one (`HTTP 429`,
+    `Error code: 429`) and the words of CODE_WORDS, in their order; every other token is dropped, so a host, a
+    path, a password, a model's words or a server's body repeated in an error never go out, in any run or in a
+    file of no run (a driver session's `stopped`), and an error quoting them (`ZqleakError at 415 Harbor`) keeps
+    none of it (`<withheld>` when nothing is left)."""
     from harness.records.schema import CODE_WORDS
 
-    statuses = {a for a, _ in _STATUS.findall(text) if a} if private else {a or b for a, b in _STATUS.findall(text)}
-    known = known_error_classes() if private else None
+    statuses = set(_STATUS.findall(text))
+    known = known_error_classes()
     out: list[str] = []
     for tok in _TOKEN.findall(text):
         word = tok.lower().rstrip("'s") if tok.endswith("'s") else tok.lower()
-        keep = tok if _CLASS.fullmatch(tok) and (known is None or tok in known) else \
+        keep = tok if _CLASS.fullmatch(tok) and tok in known else \
             f"HTTP {tok}" if tok in statuses else word if word in CODE_WORDS else None
         if keep and (not out or out[-1] != keep):
             out.append(keep)
@@ -1164,9 +1164,13 @@ class Publisher:
         self._blob = "\n".join(sorted(self.identifiers))
         self._inside: dict[str, bool] = {}
         self._names: frozenset[str] | None = None
+        self._quiet = False  # warm, publishing a private run's object: it names no identifier
 
     def _count(self, where: str, value: Any = None, named: bool = False) -> None:
-        self.withheld[where] = self.withheld.get(where, 0) + 1
+        # the card names where: by the harness's own names, a key anyone else wrote (`scores.Zqlisbon4417`) as <key>
+        named_where = ".".join(w if harness_word(w) or w in tree_names() or w in self.registered else KEY
+                               for w in where.split("."))
+        self.withheld[named_where] = self.withheld.get(named_where, 0) + 1
         self._replace_everywhere(value, named, bool(_KEY_FIELD.match(where.rsplit(".", 1)[-1])))
 
     def _replace_everywhere(self, value: Any, named: bool = False, credential: bool = False) -> None:
@@ -1210,7 +1214,9 @@ class Publisher:
 
     def _identifier(self, v: Any) -> None:
         """Warm: a published string that is a name (a run id, a label, a condition, a registered module, a declared
-        name of the configuration): an identifier of the stage."""
+        name of the configuration): an identifier of the stage; none of a private run's (`_quiet`)."""
+        if self._quiet:
+            return
         if isinstance(v, str):
             if is_name(v) and not looks_like_host(v) and not _LONG_HEX.fullmatch(v):
                 self.identifiers.add(v)
@@ -1298,16 +1304,22 @@ class Publisher:
 
     def publish(self, kind: str, obj: Any, private: bool = False) -> Any:
         """`obj` (one JSON object of a file of policy `kind`) as it may be published; `private`: the run's
-        context held a private agent's unit, so its private text is withheld."""
+        context held a private agent's unit, so of it only what the harness computed goes out (`computed`).
+        Warm, a private run's object names no identifier of the stage: what it holds (a server's model name, a
+        finish reason) must never vouch for itself."""
         from harness.records.schema import POLICY
 
-        return self._object(POLICY[kind], obj, kind, private)
+        quiet, self._quiet = self._quiet, self._quiet or (self.warm and private)
+        try:
+            return self._object(POLICY[kind], obj, kind, private)
+        finally:
+            self._quiet = quiet
 
     def _object(self, policies: dict, obj: Any, kind: str, private: bool) -> Any:
         if not isinstance(obj, dict):
             self._count(kind)
             return WITHHELD
-        from harness.records.schema import CONFIG, IDENTITY, POLICY, REGISTERED, RUN_FREE
+        from harness.records.schema import CONFIG, POLICY, RUN_FREE
 
         whole = policies.get("*")
         if len(policies) == 1 and isinstance(whole, str) and whole.startswith(CONFIG):  # a configuration file
@@ -1330,8 +1342,7 @@ class Publisher:
                 continue
             free = k in RUN_FREE.get(kind, ())  # filled before the run starts (the stage's provenance)
             value = self._field(policy, v, f"{kind}.{k}", private and not free, str(k))
-            if private and not free and not self.warm and not (isinstance(policy, list) or policy in POLICY or policy
-                                                               in (IDENTITY, REGISTERED) or str(policy).startswith(CONFIG)):
+            if private and not free and not self.warm and not (isinstance(policy, list) or policy in POLICY):
                 value = self.computed(value, f"{kind}.{k}")
             out[k] = value
         return out
@@ -1497,7 +1508,7 @@ class Publisher:
         if not isinstance(v, str):
             self._count(where)
             return WITHHELD
-        rebuilt = structure(v, private)
+        rebuilt = structure(v)
         if rebuilt != v:
             self._count(where)
         return rebuilt
@@ -1513,7 +1524,7 @@ class Publisher:
     def _local(self, path: str) -> str:
         """A local path's placeholder; warm: the file name it keeps is published, so an identifier."""
         out = local_placeholder(path)
-        if self.warm and out != LOCAL:
+        if self.warm and not self._quiet and out != LOCAL:
             self.identifiers.add(_path_name(path))
         return out
 

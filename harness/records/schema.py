@@ -677,7 +677,7 @@ exit signal deadline wall clock cost price dry interrupt keyboard resumed resume
 # the keys of a memory call's log (MEMORY_LOG) whose values are rebuilt (names kept); any other key's value is
 # structure (CODE): a condition's extra log key publishes numbers, flags and known words only
 # the keys of a memory log whose values the model wrote (its arguments): private text, as the tool call's arguments
-MODEL_WRITTEN_LOG_KEYS = frozenset("query session since until name window k arguments question command".split())
+MODEL_WRITTEN_LOG_KEYS = frozenset("query session round since until name window k arguments question command".split())
 MEMORY_LOG_KEYS = frozenset("""
 kind agent view org scope units query k scoring barrier dropped threshold cap budget_tokens window session round
 since until name uid owner visibility ids sessions guidance injected rank score time shown

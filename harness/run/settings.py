@@ -31,6 +31,9 @@ class SettingsError(RegistryError):
     """An option no setting declares (exit 2, bad input)."""
 
 
+PURPOSES = frozenset({"study", "ablation", "smoke"})  # a stage's purpose: which personal-study tables it feeds
+
+
 @dataclass
 class StageSettings:
     """Optional stage keys the code reads besides those of conf/stage/<name>.yaml. A stage's typed node
@@ -38,7 +41,7 @@ class StageSettings:
 
     judge_after_run: bool = False
     judge_kinds: Optional[list] = None  # judgement kinds (judge/kinds/) for this stage's judge; default the answer check
-    purpose: Optional[str] = None
+    purpose: Optional[str] = None  # one of PURPOSES (analysis/personal reads it); published only as one of them
     tool_guidance: Optional[str] = None
     only: Optional[list] = None  # backend study: the configurations (or backends) to run
     fanout: bool = True
@@ -928,7 +931,7 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
 
     WHY declared with the types: the shape of a value never told a host (sqlhost7.zqcorp.example), an address
     (fe80::1) or a password (hunter2) from a name; the key it sits under, typed here, does."""
-    from harness.records.privacy import CLOSED, ENDPOINT, FILE, Node, open_name
+    from harness.records.privacy import CLOSED, ENDPOINT, FILE, Node, open_name, tree_tool_names
 
     known = {} if known is None else known  # the registries' names, read once per publish (publish_names_here)
     backends = _once(known, "backends", _backends)
@@ -959,7 +962,7 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
     if kind == "params":  # what a request sends: open keys, so only the request parameters named here go out
         return {CLOSED: None, **{k: None for k in REQUEST_PARAMS},
                 "reasoning_effort": EFFORT_CHOICES, "effort": EFFORT_CHOICES, "think": EFFORT_CHOICES,
-                "tool_choice": TOOL_CHOICES, "tools": _ident, "reasoning": Node("params"),
+                "tool_choice": TOOL_CHOICES, "tools": tree_tool_names(), "reasoning": Node("params"),
                 "extra_body": Node("params"), "model": open_name}
     if kind == "prices":
         return {"currency": re.compile(r"[A-Z]{3}").fullmatch}
@@ -979,7 +982,10 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
         return {"name": frozenset([*SPECS, "hash"]), "path": FILE,
                 "device": re.compile(r"(?:cpu|mps|cuda(?::\d{1,2})?)").fullmatch}
     if kind == "data":
-        return {"kind": frozenset({"longmemeval", "synth"}), "size": _ident, "split": _ident, "revision": _ident,
+        from harness.data.hub import FILES
+
+        return {"kind": frozenset({"longmemeval", "synth"}), "size": _ident, "split": frozenset(FILES),
+                "revision": _ident,
                 "path": FILE, "sha256": _hex}
     if kind == "file":  # a field that is one file (a record's data_path)
         return {"": FILE}
@@ -993,7 +999,7 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
         from conditions.memory_tool import GUIDANCE
 
         return {"name": open_name, "label": open_name, "kind": _ident, "tool_guidance": frozenset(GUIDANCE),
-                "purpose": _ident, "judge_kinds": _ident, "only": _ident, "sample": samples or open_name,
+                "purpose": PURPOSES, "judge_kinds": _ident, "only": _ident, "sample": samples or open_name,
                 "conditions": Node("conditions"), "groups": Node("group"), "configs": Node("study_config")}
     if kind == "conditions":
         return {str(k): Node("condition") for k in node}
@@ -1009,7 +1015,9 @@ def publish_names(kind: str, node: Any, top: dict, known: dict | None = None) ->
     if kind == "fidelity":
         return {"preset": _ident}
     if kind == "runtime":
-        return {"session_search": _ident}
+        from harness.runtime import SHAPES
+
+        return {"session_search": frozenset(SHAPES)}
     if kind == "study_config":
         return {"id": _ident, "backend": backends, "cases": _ident, "build": Node("index"), "query": Node("index")}
     if kind == "judge_prompts":  # judge.prompts.PromptSet.describe()
