@@ -162,14 +162,14 @@ def test_a_dry_run_forecasts_from_its_own_data_set_and_calls_no_model(tmp_path):
     from conditions.memory_tool import result_chars
     from harness.data.longmemeval import load
     from harness.data.source import Unwritten, resolve
+    from tests import cli
 
     extra = {}
     for data in ("synth_tiny", "synth_xs"):
-        res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", f"data={data}", "model=vllm",
-                              "model.base_url=http://127.0.0.1:9/v1", "dry_run=true", f"runs_dir={tmp_path}/runs",
-                              f"cache_dir={tmp_path}/cache", "samples.smoke.limit=1",
-                              "stage.groups=[{sample:smoke,conditions:[prefetch,none]}]"],
-                             capture_output=True, text=True, cwd=REPO, timeout=300)
+        res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", f"data={data}", "model=vllm",
+                       "model.base_url=http://127.0.0.1:9/v1", "dry_run=true", f"runs_dir={tmp_path}/runs",
+                       f"cache_dir={tmp_path}/cache", "samples.smoke.limit=1",
+                       "stage.groups=[{sample:smoke,conditions:[prefetch,none]}]"], cwd=REPO)  # in this process
         assert res.returncode == 0, res.stderr[-2000:]
         assert "dry run: nothing started" in res.stdout and not (tmp_path / "runs").exists()
         rows = {line.split()[0]: line.split() for line in res.stdout.splitlines() if "data (" in line}
@@ -467,10 +467,14 @@ def test_a_number_a_plugin_conditions_yaml_gives_keeps_its_type(tmp_path, monkey
 
 
 def dry(tmp_path, *overrides):
+    """The dry run's command line in this process (tests/cli.py): its exit code and what it prints are the point;
+    the command lines below that run as processes (exit 2 on a mistyped option, a sweep) keep the real one."""
+    from tests import cli
+
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    res = subprocess.run([sys.executable, "-m", "harness.run", "model=vllm", "model.base_url=http://127.0.0.1:9/v1",
-                          "dry_run=true", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache", *overrides],
-                         capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    res = cli.run([sys.executable, "-m", "harness.run", "model=vllm", "model.base_url=http://127.0.0.1:9/v1",
+                   "dry_run=true", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache", *overrides],
+                  cwd=REPO, env=env)
     return res, res.stdout + res.stderr
 
 
