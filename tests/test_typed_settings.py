@@ -341,9 +341,10 @@ def test_a_condition_option_of_the_wrong_type_is_refused_naming_its_key():
 
 
 def test_a_wrong_typed_condition_option_stops_the_command_with_exit_2(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke_org", "dry_run=true",
-                          f"runs_dir={tmp_path}", "stage.conditions.shared.k=eight"],
-                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    from tests import cli  # in this process: the exit-2 command line runs as a process in the test above
+
+    res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke_org", "dry_run=true",
+                   f"runs_dir={tmp_path}", "stage.conditions.shared.k=eight"], cwd=REPO)
     assert res.returncode == 2, res.stderr[-2000:]
     assert "stage.conditions.shared.k" in res.stderr and "Traceback" not in res.stderr
 
