@@ -93,11 +93,23 @@ def test_a_value_of_the_wrong_type_is_refused_naming_its_key(over, key):
         settings.check_indexes(cfg)
 
 
-def test_every_shipped_preset_and_stage_builds_its_typed_nodes():
+@pytest.fixture(scope="module")
+def stage_cfgs():
+    """Every shipped stage's default config, composed once for the tests that only read it (read-only: a test
+    that wrote to one would fail here instead of changing what a later test reads)."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfgs = {p.stem: compose("config", overrides=[f"stage={p.stem}"])
+                for p in sorted((REPO / "conf" / "stage").glob("*.yaml"))}
+    for cfg in cfgs.values():
+        OmegaConf.set_readonly(cfg, True)
+    return cfgs
+
+
+def test_every_shipped_preset_and_stage_builds_its_typed_nodes(stage_cfgs):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         for group in ("stage", "model", "judge", "index"):
             for path in sorted((REPO / "conf" / group).glob("*.yaml")):
-                cfg = compose("config", overrides=[f"{group}={path.stem}"])
+                cfg = stage_cfgs[path.stem] if group == "stage" else compose("config", overrides=[f"{group}={path.stem}"])
                 n = settings.typed_nodes(cfg)
                 settings.check_indexes(cfg)
                 assert isinstance(n.model, settings.EndpointSettings) and isinstance(n.judge, settings.JudgeSettings)
@@ -302,9 +314,9 @@ def test_every_top_level_option_is_typed_and_a_misspelt_one_names_the_nearest(ov
         settings.check(cfg, [override], [REPO / "conf"])
 
 
-def test_the_default_config_of_every_stage_passes_the_top_level_schema():
+def test_the_default_config_of_every_stage_passes_the_top_level_schema(stage_cfgs):
     for stage in sorted(p.stem for p in (REPO / "conf" / "stage").glob("*.yaml")):
-        settings.check_top(composed(f"stage={stage}"))
+        settings.check_top(stage_cfgs[stage])
     settings.check_top(composed("stage=main", "preset=paper", "+judge@judge2=deepseek_pro", "shard=0/2",
                                 "budget_usd=5", "allow_deviation=[encoder]"))
 
