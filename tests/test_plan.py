@@ -39,6 +39,12 @@ def expected_runs(cfg) -> dict[str, int]:
 
 
 def dry_run(*overrides, cwd=None):
+    """The dry run's command line, in this process (tests/cli.py): what it prints and returns is checked here;
+    `dry_run_process` runs the same command as a process where the process is the point."""
+    return cli.run([sys.executable, "-m", "harness.run", "dry_run=true", *overrides], cwd=cwd)
+
+
+def dry_run_process(*overrides, cwd=None):
     return subprocess.run([sys.executable, "-m", "harness.run", "dry_run=true", *overrides],
                           capture_output=True, text=True, timeout=300, cwd=cwd)
 
@@ -58,7 +64,10 @@ def test_smoke_plan_is_printed_and_reproducible(tmp_path):
     runs = run_lines(a.stdout)
     want = expected_runs(composed("stage=smoke", f"cache_dir={tmp_path}"))
     assert len(runs) == sum(want.values()) == len(set(runs)) and len(want) >= 2
-    assert runs == run_lines(dry_run("stage=smoke", f"cache_dir={tmp_path}").stdout)
+    # reproducible across processes (a fresh interpreter, its own hash seed), not only within this one
+    again = dry_run_process("stage=smoke", f"cache_dir={tmp_path}")
+    assert again.returncode == 0, again.stderr
+    assert runs == run_lines(again.stdout)
     other = run_lines(dry_run("stage=smoke", f"cache_dir={tmp_path}", "seed=1").stdout)
     assert other != runs
 

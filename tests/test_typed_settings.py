@@ -93,11 +93,23 @@ def test_a_value_of_the_wrong_type_is_refused_naming_its_key(over, key):
         settings.check_indexes(cfg)
 
 
-def test_every_shipped_preset_and_stage_builds_its_typed_nodes():
+@pytest.fixture(scope="module")
+def stage_cfgs():
+    """Every shipped stage's default config, composed once for the tests that only read it (read-only: a test
+    that wrote to one would fail here instead of changing what a later test reads)."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfgs = {p.stem: compose("config", overrides=[f"stage={p.stem}"])
+                for p in sorted((REPO / "conf" / "stage").glob("*.yaml"))}
+    for cfg in cfgs.values():
+        OmegaConf.set_readonly(cfg, True)
+    return cfgs
+
+
+def test_every_shipped_preset_and_stage_builds_its_typed_nodes(stage_cfgs):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         for group in ("stage", "model", "judge", "index"):
             for path in sorted((REPO / "conf" / group).glob("*.yaml")):
-                cfg = compose("config", overrides=[f"{group}={path.stem}"])
+                cfg = stage_cfgs[path.stem] if group == "stage" else compose("config", overrides=[f"{group}={path.stem}"])
                 n = settings.typed_nodes(cfg)
                 settings.check_indexes(cfg)
                 assert isinstance(n.model, settings.EndpointSettings) and isinstance(n.judge, settings.JudgeSettings)
@@ -162,14 +174,14 @@ def test_a_dry_run_forecasts_from_its_own_data_set_and_calls_no_model(tmp_path):
     from conditions.memory_tool import result_chars
     from harness.data.longmemeval import load
     from harness.data.source import Unwritten, resolve
+    from tests import cli
 
     extra = {}
     for data in ("synth_tiny", "synth_xs"):
-        res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", f"data={data}", "model=vllm",
-                              "model.base_url=http://127.0.0.1:9/v1", "dry_run=true", f"runs_dir={tmp_path}/runs",
-                              f"cache_dir={tmp_path}/cache", "samples.smoke.limit=1",
-                              "stage.groups=[{sample:smoke,conditions:[prefetch,none]}]"],
-                             capture_output=True, text=True, cwd=REPO, timeout=300)
+        res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", f"data={data}", "model=vllm",
+                       "model.base_url=http://127.0.0.1:9/v1", "dry_run=true", f"runs_dir={tmp_path}/runs",
+                       f"cache_dir={tmp_path}/cache", "samples.smoke.limit=1",
+                       "stage.groups=[{sample:smoke,conditions:[prefetch,none]}]"], cwd=REPO)  # in this process
         assert res.returncode == 0, res.stderr[-2000:]
         assert "dry run: nothing started" in res.stdout and not (tmp_path / "runs").exists()
         rows = {line.split()[0]: line.split() for line in res.stdout.splitlines() if "data (" in line}
@@ -302,9 +314,9 @@ def test_every_top_level_option_is_typed_and_a_misspelt_one_names_the_nearest(ov
         settings.check(cfg, [override], [REPO / "conf"])
 
 
-def test_the_default_config_of_every_stage_passes_the_top_level_schema():
+def test_the_default_config_of_every_stage_passes_the_top_level_schema(stage_cfgs):
     for stage in sorted(p.stem for p in (REPO / "conf" / "stage").glob("*.yaml")):
-        settings.check_top(composed(f"stage={stage}"))
+        settings.check_top(stage_cfgs[stage])
     settings.check_top(composed("stage=main", "preset=paper", "+judge@judge2=deepseek_pro", "shard=0/2",
                                 "budget_usd=5", "allow_deviation=[encoder]"))
 
@@ -341,9 +353,10 @@ def test_a_condition_option_of_the_wrong_type_is_refused_naming_its_key():
 
 
 def test_a_wrong_typed_condition_option_stops_the_command_with_exit_2(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke_org", "dry_run=true",
-                          f"runs_dir={tmp_path}", "stage.conditions.shared.k=eight"],
-                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    from tests import cli  # in this process: the exit-2 command line runs as a process in the test above
+
+    res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke_org", "dry_run=true",
+                   f"runs_dir={tmp_path}", "stage.conditions.shared.k=eight"], cwd=REPO)
     assert res.returncode == 2, res.stderr[-2000:]
     assert "stage.conditions.shared.k" in res.stderr and "Traceback" not in res.stderr
 
@@ -467,10 +480,14 @@ def test_a_number_a_plugin_conditions_yaml_gives_keeps_its_type(tmp_path, monkey
 
 
 def dry(tmp_path, *overrides):
+    """The dry run's command line in this process (tests/cli.py): its exit code and what it prints are the point;
+    the command lines below that run as processes (exit 2 on a mistyped option, a sweep) keep the real one."""
+    from tests import cli
+
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    res = subprocess.run([sys.executable, "-m", "harness.run", "model=vllm", "model.base_url=http://127.0.0.1:9/v1",
-                          "dry_run=true", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache", *overrides],
-                         capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    res = cli.run([sys.executable, "-m", "harness.run", "model=vllm", "model.base_url=http://127.0.0.1:9/v1",
+                   "dry_run=true", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache", *overrides],
+                  cwd=REPO, env=env)
     return res, res.stdout + res.stderr
 
 
