@@ -43,17 +43,17 @@ def reads_question(fn) -> bool:
         return False
 
 
-def shape(cond_cfg, question=None) -> dict:
+def shape(cond_cfg, question=None, node=None) -> dict:
     """calls per run, characters each tool result adds, characters of tool schemas, and what the first
     prompt holds besides the question (`prefix: history` or `prefix_chars`), from the condition itself
-    (its forecast() receives the condition's typed settings, and the question when it reads one); the
-    condition's config may override any of them under `forecast:`."""
+    (its forecast() receives the condition's typed settings `node`, built here when not given, and the
+    question when it reads one); the condition's config may override any of them under `forecast:`."""
     import conditions
     from harness.run.settings import condition_node
 
     mod = conditions.load(str(cond_cfg.module))
     fn = getattr(mod, "forecast", None)
-    node = condition_node(cond_cfg)
+    node = condition_node(cond_cfg) if node is None else node
     if callable(fn):
         own = fn(node, question) if question is not None and reads_question(fn) else fn(node)
     else:
@@ -118,13 +118,15 @@ def _conversation(prefix_chars: float, calls: int, result_chars: float) -> tuple
 
 def _from_data(cond: str, cond_cfg, qids: list[str], questions, system_chars: int) -> Row:
     import conditions
+    from harness.run.settings import condition_node
 
     per_question = reads_question(getattr(conditions.load(str(cond_cfg.module)), "forecast", None))
+    node = condition_node(cond_cfg)  # typed once: it is the same for every question (2,000 of them in main)
     hit = miss = out = calls_all = 0.0
     histories = False  # `prefix: history` (full) is sized from each question's history too
     for qid in qids:
         q = questions[qid]
-        sh = shape(cond_cfg, q)
+        sh = shape(cond_cfg, q, node)
         calls, result, schema = int(sh["calls"]), sh["result_chars"], sh["schema_chars"]
         calls_all += calls
         prefix = system_chars + len(q.question) + schema + int(sh.get("prefix_chars") or 0)
