@@ -377,8 +377,8 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
                 warm.publish(kind, obj, private=runs[name].private(kind, obj))
     # the stage's own identifiers (its files' names, the run ids, labels and conditions the warm pass saw published):
     # a withheld value that is part of one goes out as that identifier anyway, so it is not replaced in text
-    files = {part for (name, rel) in texts for part in [*name.split("/"), *rel.split("/"),
-                                                         *(Path(p).stem for p in rel.split("/"))]}
+    files = {part for (name, rel) in texts if file_policy(rel) is not None  # a file no policy names is no identifier
+             for part in [*name.split("/"), *rel.split("/"), *(Path(p).stem for p in rel.split("/"))]}
     files |= {part for (name, rel), text in texts.items() if rel == "stage.json" for part in _data_names(text)}
     identifiers = warm.settle(files)
     # the users and machines the stage names (a home folder's user, a session's host, this machine's own names):
@@ -656,13 +656,15 @@ def shows_private(record: dict) -> bool:
     An Org private run (its system prompt), a run whose prompt itself held memory (`history_in_prompt`: no call
     says whose it was) or whose record has no condition notes, a call that read a private agent's unit or store,
     and a call whose log does not say what it read (a tool without a log, a plugin's own log) make it private; a
-    LongMemEval run (no variant) holds no agent's private unit."""
+    LongMemEval run (no variant, its org its question id) holds no agent's private unit; any other variant than
+    `public` is private."""
     from harness.data.org import VISIBILITY
 
-    if record.get("variant") == "private":
+    variant, org = record.get("variant"), str(record.get("org") or "")
+    if not variant and "@" not in org and isinstance(record.get("qid"), str) and org == record["qid"]:
+        return False  # a LongMemEval run: no variant, its org the question itself
+    if variant != "public":  # `private`, and anything else (missing, `Private`, a typo): private by allowlist
         return True
-    if not record.get("variant"):
-        return False
     notes = record.get("condition_notes")
     if not isinstance(notes, dict) or notes.get("history_in_prompt"):
         return True  # memory in the prompt itself (full context), or no notes to say: no call says whose it was
@@ -813,9 +815,8 @@ def card_left_out(ex: Export) -> list[str]:
     withheld = ex.publisher.withheld if ex.publisher else {}
     if withheld:
         out.append("withheld, by field: " + ", ".join(f"{k} {n}" for k, n in sorted(withheld.items())))
-    if ex.withheld_files:
-        out.append(f"{len(ex.withheld_files)} file(s) no publish policy names: " + ", ".join(ex.withheld_files[:20])
-                   + (" ..." if len(ex.withheld_files) > 20 else ""))
+    if ex.withheld_files:  # counted, not named: a file's name is anyone's (notes_for_jdoe.txt, slurm-acme-44.out)
+        out.append(f"{len(ex.withheld_files)} file(s) no publish policy names (their names stay home too)")
     return out + ex.left_out
 
 
@@ -951,7 +952,7 @@ def metadata(ex: Export, hashes: dict[str, str]) -> dict:
             "files": sorted({e["file"]: sha256(e["text"]) for e in pre.values() if e.get("file")}.items()),
             "totals": _totals(ex.rows["runs"]),
             "prereg": {n: {k: v for k, v in e.items() if k != "text"} for n, e in pre.items()},
-            "published_with": code_revision(analysis_repo()),
+            "published_with": ex.publisher.publish("code", code_revision(analysis_repo())),  # as a record's code
             "left_out": card_left_out(ex), "kept": card_kept(ex), "replaced": ex.private.summary()}
 
 

@@ -195,7 +195,8 @@ def test_nothing_planted_reaches_a_byte_or_cell_of_the_published_folder(v):
         # and the card counts what stayed home
         left_out = "\n".join(P.read_card(root / "ds")["left_out"])
         assert "the text of 2 run(s) whose context held a private agent's memory unit" in left_out
-        assert "record.answer 2" in left_out and "judgement.prompt 3" in left_out and "prop/prop/notes.txt" in left_out
+        assert "record.answer 2" in left_out and "judgement.prompt 3" in left_out
+        assert "file(s) no publish policy names" in left_out and "notes.txt" not in left_out  # counted, not named
         assert ex.private_transcripts == 1
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -69,7 +69,9 @@ _SEG = rf"(?:[^\s/\"'`\\,;:()<>\[\]{{}}|*?]|{_ESC})+"
 _PATH_RE = re.compile(rf"/(?:(?<=\\[nrt]/)|(?<![\w.:/<>~\\-]/))(?:{_SEG}(?: {_SEG})*/)+{_SEG}")
 # a drive's path; a component but the last may hold single spaces (C:\\Users\\Jo Doe\\runs)
 _WIN_SEG = r"[^\s\"'`<>|:*?\\/]+"
-_WIN_RE = re.compile(rf"[A-Za-z]:(?:\\\\|\\|/)(?:{_WIN_SEG}(?: {_WIN_SEG})*(?:\\\\|\\|/))+{_WIN_SEG}")
+# (or relative to a drive's current folder, `C:runs\\x`: a lone letter, a colon, then its folders)
+_WIN_RE = re.compile(rf"(?:[A-Za-z]:(?:\\\\|\\|/)|(?<![\w.-])[A-Za-z]:(?=[^\s\\/]))"
+                     rf"(?:{_WIN_SEG}(?: {_WIN_SEG})*(?:\\\\|\\|/))+{_WIN_SEG}")
 # a home-relative path (~/..., ~jo/...) and a UNC path (\\server\\share\\..., or JSON-escaped with four backslashes)
 _HOME_SEG = r"[^\s\"'`<>|:*?\\/,;()]+"
 _HOME_RE = re.compile(rf"(?<![\w.~/\\-])~[\w.-]*(?:/{_HOME_SEG}(?: {_HOME_SEG})*(?=/))*/{_HOME_SEG}/?")
@@ -201,7 +203,7 @@ _REMOTE_RE = re.compile(r"(?<![\w.@/:\\%+-])([\w.%+-]+@)?([A-Za-z0-9][\w.-]*):((
 
 
 def _drives(text: str) -> list[re.Match]:
-    found = _find(text, ":\\", _WIN_RE, False) + _find(text, ":/", _WIN_RE, False)
+    found = _find(text, ":", _WIN_RE, False)  # `C:\\`, `C:/` and a drive-relative `C:runs\\x`
     return sorted({m.start(): m for m in found}.values(), key=lambda m: m.start())
 
 SYSTEM_DIRS = {"usr", "bin", "sbin", "lib", "lib64", "etc", "proc", "dev", "sys", "run"}  # the same on every machine
@@ -229,8 +231,8 @@ def is_local(path: str) -> bool:
     if path.startswith("~") or path.startswith("\\\\") or re.match(r"//[^/\s]+/[^/\s]", path):
         return True  # a home, a UNC path, a server's share written with slashes (//nas/team)
     parts = PurePosixPath(path.replace("\\\\", "/").replace("\\", "/")).parts
-    if re.match(r"[A-Za-z]:", path):
-        return len(parts) >= 3
+    if re.match(r"[A-Za-z]:", path):  # C:\\a\\b, or relative to the drive's folder with one at least (C:runs\\x)
+        return len(parts) >= 3 or (len(parts) >= 2 and not re.match(r"[A-Za-z]:[\\/]", path))
     system = parts[1] in SYSTEM_DIRS and not (USER_DIRS | {"shm", "user", "tmp"}) & set(parts[2:4]) \
         if len(parts) > 1 else False
     api = all(p in API_DIRS for p in parts[1:])
@@ -498,10 +500,49 @@ _SERVICE_LABELS = frozenset("api www www2 web app apps mail smtp imap vpn proxy 
 
 
 @functools.lru_cache(maxsize=1)
+def _head_blobs() -> dict[str, str] | None:
+    """The tree's files at HEAD: relative path -> git blob sha1; None outside a git checkout (an installed copy)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-tree", "-r", "-z", "HEAD"], cwd=CONF.parent, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode:
+        return None
+    return {e.split("\t", 1)[1]: e.split("\t", 1)[0].split()[2]
+            for e in out.stdout.decode("utf-8", "surrogateescape").split("\0") if "\t" in e}
+
+
+def own_files(folder: Path, pattern: str, recursive: bool = True) -> list[Path]:
+    """The files of the harness's own tree under `folder` matching `pattern`: committed at HEAD and unmodified.
+
+    WHY: what the tree writes is public (its presets' hosts, its words, its names); a file the publisher added
+    or changed in their checkout (an endpoint preset naming their GPU box, a scratch module) is theirs, and
+    reading it as the harness's would make their host a "preset's public host" and their words the harness's.
+    Outside a git checkout every file counts (an installed copy has no user files in it)."""
+    import hashlib
+
+    found = sorted(folder.rglob(pattern) if recursive else folder.glob(pattern)) if folder.is_dir() else []
+    head = _head_blobs()
+    if head is None:
+        return [p for p in found if p.is_file()]
+    root, out = CONF.parent, []
+    for p in found:
+        try:
+            rel, data = p.relative_to(root).as_posix(), p.read_bytes()
+        except (ValueError, OSError):
+            continue
+        if head.get(rel) == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest():
+            out.append(p)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
 def preset_hosts() -> frozenset[str]:
     """The hosts the tree's own presets name (api.openai.com, api.deepseek.com, 127.0.0.1): public, not a user's."""
     out: set[str] = set()
-    for p in CONF.rglob("*.yaml") if CONF.is_dir() else []:
+    for p in own_files(CONF, "*.yaml"):
         out |= {h.lower() for h in re.findall(r"[a-z]+://([A-Za-z0-9.-]+)", p.read_text(encoding="utf-8"))}
     return frozenset(out)
 
@@ -879,7 +920,7 @@ def known_error_classes() -> frozenset[str]:
     OperationalError ProgrammingError ResponseError BusyLoadingError""".split())
     root = CONF.parent
     for d in ("harness", "conditions", "judge", "analysis"):
-        for p in (root / d).rglob("*.py") if (root / d).is_dir() else []:
+        for p in own_files(root / d, "*.py"):
             names |= set(re.findall(r"(?m)^\s*class\s+([A-Z]\w*)\s*\(", p.read_text(encoding="utf-8")))
     return frozenset(n for n in names if _CLASS.fullmatch(n))
 
@@ -908,7 +949,7 @@ def config_roots() -> frozenset[str]:
     publish policy's kinds (stage_config.stage.purpose, model.api_key_env, fidelity_row.stage)."""
     from harness.records.schema import POLICY
 
-    roots = {p.name for p in CONF.iterdir() if p.is_dir()} if CONF.is_dir() else set()
+    roots = {p.relative_to(CONF).parts[0] for p in own_files(CONF, "*.yaml") if p.parent != CONF}
     top = CONF / "config.yaml"
     if top.is_file():
         roots |= set(re.findall(r"(?m)^([a-z_][a-z0-9_]*):", top.read_text(encoding="utf-8")))
@@ -987,7 +1028,7 @@ def tree_tool_names() -> frozenset[str]:
     `terminal`...): a tool name a model made up is its text, not one of these."""
     root, out = CONF.parent, set()
     for d in ("conditions", "harness/runtime"):
-        for p in (root / d).glob("*.py") if (root / d).is_dir() else []:
+        for p in own_files(root / d, "*.py", recursive=False):
             out |= set(re.findall(r'(?m)^\s*(?:name|TOOL_NAME)\s*=\s*"([a-z_][a-z0-9_]*)"', p.read_text(encoding="utf-8")))
     return frozenset(out)
 
@@ -1003,13 +1044,13 @@ def tree_vocabulary() -> frozenset[str]:
     import yaml
 
     root, texts = CONF.parent, []
-    for p in CONF.rglob("*.yaml") if CONF.is_dir() else []:
+    for p in own_files(CONF, "*.yaml"):
         try:
             texts += [str(x) for x in _leaves(yaml.safe_load(p.read_text(encoding="utf-8")))]
         except yaml.YAMLError:
             continue
     for d in ("harness", "conditions", "judge", "analysis"):
-        for p in (root / d).rglob("*.py") if (root / d).is_dir() else []:
+        for p in own_files(root / d, "*.py"):
             try:
                 tree = ast.parse(p.read_text(encoding="utf-8"))
             except (SyntaxError, UnicodeDecodeError):
@@ -1044,8 +1085,8 @@ def _harness_words() -> frozenset[str]:
     from harness.records.schema import CODE_WORDS, POLICY
 
     fields = {str(k).lower() for policy in POLICY.values() for k in policy}
-    presets = {p.stem.lower() for p in CONF.glob("*/*.yaml")} if CONF.is_dir() else set()  # tool_bm25, smoke_org
-    keys = {k.lower() for p in CONF.rglob("*.yaml") for k in re.findall(r"(?m)^\s*([a-z_][a-z0-9_]*):",
+    presets = {p.stem.lower() for p in own_files(CONF, "*/*.yaml", recursive=False)}  # tool_bm25, smoke_org
+    keys = {k.lower() for p in own_files(CONF, "*.yaml") for k in re.findall(r"(?m)^\s*([a-z_][a-z0-9_]*):",
                                                                         p.read_text(encoding="utf-8"))}
     return frozenset(CODE_WORDS | fields | {p for f in fields for p in f.split("_")} | presets | keys
                      | {"memspace", "memspace-harness"})
@@ -1063,7 +1104,7 @@ def tree_names() -> frozenset[str]:
     import yaml
 
     root, out = CONF.parent, set()
-    for p in CONF.rglob("*.yaml") if CONF.is_dir() else []:
+    for p in own_files(CONF, "*.yaml"):
         if p.parent.name == "data":
             continue
         try:
@@ -1071,7 +1112,7 @@ def tree_names() -> frozenset[str]:
         except yaml.YAMLError:
             continue
     for d in ("harness", "conditions", "judge", "analysis"):
-        for p in (root / d).rglob("*.py") if (root / d).is_dir() else []:
+        for p in own_files(root / d, "*.py"):
             if "data" in p.relative_to(root).parts[1:-1]:
                 continue
             try:
@@ -1393,7 +1434,7 @@ class Publisher:
 
     def _field(self, policy: Any, v: Any, where: str, private: bool, key: str) -> Any:
         from harness.records.schema import (CODE, CONFIG, IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED,
-                                            REBUILT, REGISTERED, TEXT, TOOL_NAME)
+                                            REBUILT, REGISTERED, TEXT, TOOL_NAME, TREE_FILE)
 
         if isinstance(policy, list):  # a list of objects of one policy
             return [self._object(POLICY[policy[0]], x, policy[0], private) for x in v] if isinstance(v, list) \
@@ -1426,6 +1467,13 @@ class Publisher:
             return v if v is None or v in tree_tool_names() else self._field(PRIVATE_TEXT, v, where, private, key)
         if policy == CODE:
             return self._code(v, where, private)
+        if policy == TREE_FILE:  # a file HEAD holds goes out by its path; any other is the publisher's own
+            head = _head_blobs() or {}
+            files = v if isinstance(v, list) else [v] if v is not None else []
+            kept = [f for f in files if isinstance(f, str) and f in head]
+            for _ in range(len(files) - len(kept)):
+                self._count(where)
+            return kept + [WITHHELD] * (len(files) - len(kept)) if isinstance(v, list) else (kept or [None])[0]
         for leaf in _leaves(v):  # WITHHELD, or a policy this code does not know
             self._count(where, leaf)
         return WITHHELD if v is not None else None

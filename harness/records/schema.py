@@ -648,6 +648,8 @@ IDENTITY = "identity"  # provider:model@URL:hash: the URL replaced, the rest reb
 MEMORY_LOG = "memory log"  # a tool's log: rebuilt, its `query` private text
 CODE = "structure"  # free text the study needs only as structure (an error, a flag, a reason): rebuilt to its error
 #                class names, HTTP status and the words of CODE_WORDS, in order; nothing else of it goes out
+TREE_FILE = "tree file"  # a path of the harness's tree (a modified file): kept only when HEAD holds it; a file the
+#                          publisher added (staged or not) is theirs, its name withheld
 REGISTERED = "registered"  # a code name (a condition's module): kept only when it is registered here, else withheld
 TOOL_NAME = "tool name"  # the name of a tool the model called: a tool of the tree's as it is; any other name is the
 #                          model's text (private text: withheld in a private run, the free-text rule otherwise)
@@ -701,7 +703,7 @@ POLICY: dict[str, dict[str, Any]] = {
                "adapter": config("adapter"),
                "endpoint": REBUILT, "memory_space": REBUILT, "finished": PUBLISHED, "prereg_sha256": PUBLISHED,
                "transcript": PRIVATE_TEXT},
-    "code": {"commit": PUBLISHED, "dirty": PUBLISHED, "modified": REBUILT, "untracked": WITHHELD},
+    "code": {"commit": PUBLISHED, "dirty": PUBLISHED, "modified": TREE_FILE, "untracked": WITHHELD},
     # what a condition says of the access it built (conditions/*.py `notes=`): the keys the tree's conditions write;
     # a key no condition here declares (a plugin's `operator: jdoe`) is withheld, key and value
     "condition_notes": {"runtime": REBUILT, "session_search_shape": REBUILT, "session_search_tool_sha256": PUBLISHED,
