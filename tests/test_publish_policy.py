@@ -1453,3 +1453,74 @@ def test_a_key_with_a_closed_set_of_values_publishes_only_one_of_them(where, val
     assert leaf(value) == ([privacy.WITHHELD] if isinstance(value, list) else privacy.WITHHELD)
     good = {"purpose": "study", "split": "s", "session_search": "top_session_window", "tools": ["memory_search"]}
     assert leaf(good[where[-1]]) == good[where[-1]]
+
+
+def _git_tree(root: Path, committed: dict[str, str]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, text in committed.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(root), "PATH": "/usr/bin:/bin"}
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "tree"]):
+        subprocess.run(cmd, cwd=root, check=True, env=env, capture_output=True)
+
+
+def test_the_harness_own_words_and_hosts_come_only_from_files_committed_at_head(tmp_path, monkeypatch):
+    """A preset the publisher added to their checkout (untracked, or a committed one they changed) is theirs: its
+    host is no preset's public host, its words no harness word and its folder no configuration root, so a stage
+    naming that host or those words still has them replaced; the tree's committed presets still count."""
+    root = tmp_path / "tree"
+    _git_tree(root, {"conf/model/public.yaml": "base_url: https://api.zqpublic.example/v1\nname: public\n",
+                     "conf/model/edited.yaml": "base_url: https://api.zqoriginal.example/v1\n",
+                     "harness/x.py": "NAME = 'zqcommittedname'\n"})
+    (root / "conf" / "model" / "zqcorp.yaml").write_text("base_url: http://zqgpubox:8000/v1\nnote: zqwhitfield\n")
+    (root / "conf" / "zqjdoe").mkdir()
+    (root / "conf" / "zqjdoe" / "p.yaml").write_text("zqclientkey: zqclientvalue\n")
+    (root / "conf" / "model" / "edited.yaml").write_text("base_url: https://zqedited.corp.example/v1\n")
+    (root / "harness" / "scratch.py").write_text("NOTE = 'zqscratchword'\n")
+    cached = [privacy._head_blobs, privacy.preset_hosts, privacy.tree_vocabulary, privacy.tree_names,
+              privacy._harness_words, privacy.config_roots]
+    monkeypatch.setattr(privacy, "CONF", root / "conf")
+    try:
+        for f in cached:
+            f.cache_clear()
+        assert {p.name for p in privacy.own_files(root / "conf", "*.yaml")} == {"public.yaml"}
+        assert "api.zqpublic.example" in privacy.preset_hosts()
+        assert not {"zqgpubox", "zqedited.corp.example"} & privacy.preset_hosts()
+        assert "zqcommittedname" in privacy.tree_names() and "zqscratchword" not in privacy.tree_names()
+        words = privacy.tree_vocabulary() | privacy._harness_words() | privacy.config_roots()
+        assert not {"zqwhitfield", "zqjdoe", "zqclientkey", "zqclientvalue", "zqscratchword"} & words
+    finally:
+        monkeypatch.undo()
+        for f in cached:
+            f.cache_clear()
+
+
+def test_a_modified_file_goes_out_by_path_only_when_head_holds_it():
+    """A code revision's modified files: a file of the tree (HEAD holds it) by its path; a file the publisher added
+    and staged (`conditions/zqjdoe_scratch.py`) withheld, its name never published."""
+    pub = privacy.Publisher(privacy.Private())
+    out = pub.publish("code", {"commit": "a" * 40, "dirty": True, "untracked": ["notes_zqjdoe.txt"],
+                               "modified": ["harness/records/privacy.py", "conditions/zqjdoe_scratch.py"]})
+    assert out["modified"] == ["harness/records/privacy.py", privacy.WITHHELD]
+    assert "zqjdoe" not in json.dumps(out)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(variant=st.one_of(st.none(), st.text(max_size=12)))
+def test_an_org_run_of_any_variant_but_public_is_private(variant):
+    """shows_private by allowlist: a LongMemEval run (no variant, its org its question) is not private; an Org run
+    of any other variant than `public` (missing, `Private`, a typo) is, whatever its calls."""
+    base = {"qid": "q1", "condition_notes": {"guidance": "assisted"}, "tools": [], "prefetch": []}
+    assert not P.shows_private({**base, "variant": "", "org": "q1"})
+    rec = {**base, "variant": variant, "org": f"q1@{variant}"}
+    assert P.shows_private(rec) == (variant != "public")
+    assert P.shows_private({**base, "variant": variant, "org": "q1"}) == (variant not in ("", None, "public"))
+
+
+@pytest.mark.parametrize("path", ["C:zqrel\\x", "D:zqdata/runs/x.json", "c:zqlow\\a\\b"])
+def test_a_path_relative_to_a_drives_folder_is_a_local_path(path):
+    """`C:zqrel\\x` (a Windows path relative to the drive's current folder) names a folder as any path does."""
+    out = privacy.Private().redact(f"saved under {path} today")
+    assert "zq" not in out and "<local path>" in out, out

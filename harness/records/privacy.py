@@ -499,13 +499,15 @@ _SERVICE_LABELS = frozenset("api www www2 web app apps mail smtp imap vpn proxy 
                             "docs auth login sso inference llm models openai".split())
 
 
-@functools.lru_cache(maxsize=1)
-def _head_blobs() -> dict[str, str] | None:
-    """The tree's files at HEAD: relative path -> git blob sha1; None outside a git checkout (an installed copy)."""
+@functools.lru_cache(maxsize=4)
+def _head_blobs(root: Path | None = None) -> dict[str, str] | None:
+    """A tree's files at HEAD (the harness's own by default): relative path -> git blob sha1; None outside a git
+    checkout (an installed copy)."""
     import subprocess
 
     try:
-        out = subprocess.run(["git", "ls-tree", "-r", "-z", "HEAD"], cwd=CONF.parent, capture_output=True, timeout=30)
+        out = subprocess.run(["git", "ls-tree", "-r", "-z", "HEAD"], cwd=root or CONF.parent, capture_output=True,
+                             timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode:
@@ -524,10 +526,11 @@ def own_files(folder: Path, pattern: str, recursive: bool = True) -> list[Path]:
     import hashlib
 
     found = sorted(folder.rglob(pattern) if recursive else folder.glob(pattern)) if folder.is_dir() else []
-    head = _head_blobs()
+    root = CONF.parent
+    head = _head_blobs(root)
     if head is None:
         return [p for p in found if p.is_file()]
-    root, out = CONF.parent, []
+    out = []
     for p in found:
         try:
             rel, data = p.relative_to(root).as_posix(), p.read_bytes()
@@ -1468,7 +1471,7 @@ class Publisher:
         if policy == CODE:
             return self._code(v, where, private)
         if policy == TREE_FILE:  # a file HEAD holds goes out by its path; any other is the publisher's own
-            head = _head_blobs() or {}
+            head = _head_blobs(CONF.parent) or {}
             files = v if isinstance(v, list) else [v] if v is not None else []
             kept = [f for f in files if isinstance(f, str) and f in head]
             for _ in range(len(files) - len(kept)):
