@@ -875,7 +875,8 @@ def test_an_org_run_whose_prompt_held_memory_is_private_whatever_its_calls():
     assert not P.shows_private(base)
     assert P.shows_private({**base, "condition_notes": {"history_in_prompt": True}})
     assert P.shows_private({k: v for k, v in base.items() if k != "condition_notes"})
-    assert not P.shows_private({**base, "variant": "", "condition_notes": {"history_in_prompt": True}})  # LongMemEval
+    lme = {**base, "variant": "", "qid": "q1", "org": "q1", "condition_notes": {"history_in_prompt": True}}
+    assert not P.shows_private(lme)  # LongMemEval
 
 
 def test_a_request_parameters_string_goes_out_only_as_one_of_its_choices(tmp_path):
