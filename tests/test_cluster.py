@@ -16,6 +16,7 @@ import pytest
 from harness import cluster as slurm
 from harness.records.ledger import read_ledger
 from harness.records.shards import Shard
+from tests import cli
 from tests.fake_model import FakeModel
 from tests.test_shards import analyse, deterministic_answer, folder_of, records_of, stage_cmd
 
@@ -73,8 +74,17 @@ def test_a_sharded_stage_preempted_and_requeued_on_slurm_equals_a_local_run(tmp_
             array = next(iter(shards)).split("_")[0]
             # a job of the high partition needs one shard's CPUs: the scheduler preempts (requeues) one
             sh("sbatch", "-p", "high", "-c", "2", "--mem=100", "-o", "/dev/null", "--wrap", "sleep 2")
-            wait_for("a shard preempted", lambda: any(queue().get(f"{array}_{i}") != "RUNNING" for i in (0, 1)))
-            preempted = next(i for i in (0, 1) if queue().get(f"{array}_{i}") != "RUNNING")
+            # the shard is named from the same look at the queue that saw it preempted (a second look may find
+            # the queue between two states), and only a shard the queue lists counts
+            seen: dict[str, str] = {}
+
+            def one_preempted() -> bool:
+                seen.clear()
+                seen.update(queue())
+                return any(seen.get(f"{array}_{i}", "RUNNING") != "RUNNING" for i in (0, 1))
+
+            wait_for("a shard preempted", one_preempted)
+            preempted = next(i for i in (0, 1) if seen.get(f"{array}_{i}", "RUNNING") != "RUNNING")
             other = 1 - preempted
             print(f"shard {preempted} preempted at {time.time() - t0:.1f} s", file=sys.stderr)
             assert attempts(sharded, other) < 18, "the other shard finished before it could be requeued"
@@ -143,8 +153,8 @@ def test_a_sharded_stage_preempted_and_requeued_on_slurm_equals_a_local_run(tmp_
     assert len({r["answer"] for r in recs.values()}) > 1
 
     # `make analyze` on the result, unchanged
-    res = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={tmp_path}/results",
-                          "resamples=20"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    res = cli.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={tmp_path}/results",
+                   "resamples=20"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "INCOMPLETE" not in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
 
 
@@ -168,15 +178,15 @@ def test_the_scheduler_refuses_what_it_cannot_run_and_the_submission_stops_with_
     nowhere = type("Nowhere", (), {"base_url": "http://127.0.0.1:9/v1"})()  # no job starts, nothing is called
     for ask, said in (("hydra.launcher.partition=nosuch", "invalid partition specified: nosuch"),
                       ("hydra.launcher.cpus_per_task=64", "More processors requested than permitted")):
-        res = subprocess.run(stage_cmd(nowhere, runs, "-m", "shard=0/2,1/2", *ON_SLURM, ask), cwd=REPO,
-                             capture_output=True, text=True, timeout=120)
+        res = cli.run(stage_cmd(nowhere, runs, "-m", "shard=0/2,1/2", *ON_SLURM, ask), cwd=REPO,
+                      capture_output=True, text=True, timeout=120)
         assert res.returncode == 2, res.stderr[-2000:]
         assert "the scheduler refused the jobs" in res.stderr and said in res.stderr, res.stderr[-2000:]
         assert "Traceback" not in res.stderr
     # a time limit within the warning before it (signal_delay_s, 120 s): every job would be told "out of
     # time" at the scheduler's first look, before it recorded a run, however often the command is run again
-    res = subprocess.run(stage_cmd(nowhere, runs, "-m", "shard=0/2,1/2", *ON_SLURM, "hydra.launcher.timeout_min=1"),
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    res = cli.run(stage_cmd(nowhere, runs, "-m", "shard=0/2,1/2", *ON_SLURM, "hydra.launcher.timeout_min=1"),
+                  cwd=REPO, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "timeout_min=1 is not longer than" in res.stderr, res.stderr[-2000:]
     assert "Traceback" not in res.stderr and "submitted" not in res.stderr
     assert not queue(), "nothing left in the queue"
@@ -187,7 +197,7 @@ def test_an_endpoint_failure_inside_a_shard_stops_it_with_exit_3_and_the_same_co
     runs = tmp_path / "runs"
     with FakeModel(script=deterministic_answer, schedule=["ok"] * 14, always="401") as fake:
         cmd = stage_cmd(fake, runs, "-m", "shard=0/2,1/2", "concurrency=1", *ON_SLURM)
-        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+        res = cli.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
         assert res.returncode == 3, res.stderr[-3000:]
         named = [line for line in res.stderr.splitlines() if line.startswith("error: job ")]
         assert len(named) == 2 and all("exit code 3" in x and "HTTP 401" in x for x in named), named
@@ -196,11 +206,11 @@ def test_an_endpoint_failure_inside_a_shard_stops_it_with_exit_3_and_the_same_co
         before = records_of(folder)
         assert 0 < len(before) < 36
         fake.always = None  # the key is fixed: the same command finishes the stage
-        again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+        again = cli.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
         assert again.returncode == 0, again.stderr[-3000:]
         # `make judge` on the sharded folder, unchanged: the same -m overrides without the shard find it
         with FakeModel() as judge:
-            judged = subprocess.run([sys.executable, "-m", "judge.run", *[a for a in cmd[3:] if not a.startswith(
+            judged = cli.run([sys.executable, "-m", "judge.run", *[a for a in cmd[3:] if not a.startswith(
                 ("shard=", "hydra"))], "judge=vllm", f"judge.base_url={judge.base_url}", "judge.backoff_s=0.01"],
                 cwd=REPO, capture_output=True, text=True, timeout=240)
         assert judged.returncode == 0, judged.stderr[-3000:]
@@ -244,7 +254,7 @@ def test_a_shard_cancelled_mid_run_is_named_and_the_same_command_resubmits_it_lo
         assert len(named) == 1 and "(shard=1/2)" in named[0] and "CANCELLED" in named[0], err[-2000:]
         folder = folder_of(runs)
         assert len(records_of(folder)) < 36
-        again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+        again = cli.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
         assert again.returncode == 0, again.stderr[-3000:]
     recs = records_of(folder)
     plan = json.loads((folder / "stage.json").read_text())["plan"]["runs"]
@@ -309,9 +319,19 @@ def test_the_submission_stops_with_a_message_when_the_scheduler_stops_answering(
     (0 here: at the first failure) instead of waiting for ever."""
     import os
     import signal
+    import threading
 
     runs = tmp_path / "runs"
-    with FakeModel(delay_s=0.2, script=deterministic_answer) as fake:
+    # once the job runs, its model calls are held until the end: the job is still running when the controller
+    # is back, so the cancel ends it at once (a job that ended while the controller was away is only seen ended
+    # when its step's completion message is retried, a minute later)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(req):  # the FakeModel's refuse hook: None lets the request through
+        if holding.is_set():
+            release.wait(120)
+
+    with FakeModel(delay_s=0.2, script=deterministic_answer, refuse=hold) as fake:
         launch = subprocess.Popen(stage_cmd(fake, runs, "-m", "concurrency=1", *ON_SLURM), cwd=REPO,
                                   env={**os.environ, "MEMSPACE_SLURM_PATIENCE_S": "0"},
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -319,14 +339,18 @@ def test_the_submission_stops_with_a_message_when_the_scheduler_stops_answering(
             wait_for("the job running", lambda: any(len(read_ledger(p)) >= 2
                                                     for p in (runs / "smoke").glob("*/attempts.jsonl")))
             (job,) = queue()
+            holding.set()
             os.kill(slurm.running(cluster)["slurmctld"], signal.SIGTERM)
             wait_for("slurmctld stopped", lambda: slurm.running(cluster)["slurmctld"] is None)
             err = launch.communicate(timeout=150)[1]
         finally:
             if launch.poll() is None:
                 launch.kill()
-            slurm.up(cluster)  # the controller back: it finds the job where it left it
-            slurm.cancel_all(cluster)
+            try:
+                slurm.up(cluster)  # the controller back: it finds the job where it left it, still running
+                slurm.cancel_all(cluster)
+            finally:
+                release.set()
     assert launch.returncode == 3 and "Traceback" not in err, err[-3000:]
     (said,) = [x for x in err.splitlines() if x.startswith("error: ")]
     assert "the scheduler has not answered" in said and job in said and "same command" in said, said

@@ -8,6 +8,7 @@ server is fixed and the same command must finish every run exactly once.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -42,14 +43,22 @@ def _shared_cache(tmp_path_factory):
     _CACHE.setdefault("dir", tmp_path_factory.mktemp("cache"))
 
 
+_COMPOSED: dict[tuple, object] = {}
+
+
 def agents_cfg(tmp: Path, fake, *extra, stage: str = "smoke", conds: str = "none,tool_bm25"):
     overrides = [f"stage={stage}", "model=vllm", f"model.base_url={fake.base_url}", "model.api_key_env=null",
                  *FAST, "stage.judge_after_run=false", f"runs_dir={tmp}/runs", f"cache_dir={_CACHE['dir']}",
                  "concurrency=2"]
     if stage == "smoke":
         overrides += ["samples.smoke.limit=2", f"stage.groups=[{{sample:smoke,conditions:[{conds}]}}]"]
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=[*overrides, *extra])
+    # the same command again (a test's second stage after the server is fixed) is the same config: composed
+    # once, each call given its own copy (composing reads every config file again, a good part of a second)
+    key = (*overrides, *extra)
+    if key not in _COMPOSED:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            _COMPOSED[key] = compose(config_name="config", overrides=list(key))
+    return copy.deepcopy(_COMPOSED[key])
 
 
 def stage_of(tmp: Path, stage: str = "smoke", label: str = "smoke") -> RunDir:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from analysis.load import find_folders, ledger_frame, load_folder, shard_coverage
 from harness.records.ledger import read_ledger
 from harness.records.shards import DriverLock, Shard, ShardBusy, ShardError
+from tests import cli
 from tests.fake_model import FakeModel
 from tests.test_driver import GROUPS
 
@@ -137,12 +138,16 @@ def test_a_sweep_gives_each_combination_its_own_folder(tmp_path):
     assert all(len(records_of(p)) == 6 for p in folders)
 
 
-def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded_run(tmp_path):
+def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded_run(tmp_path, request):
     sharded, plain = tmp_path / "sharded" / "runs", tmp_path / "plain" / "runs"
     with FakeModel(delay_s=0.15, script=deterministic_answer) as fake:
         launch = stage_cmd(fake, sharded, "-m", "shard=0/2,1/2", "hydra/launcher=submitit_local")
         parent = subprocess.Popen(launch, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                   start_new_session=True)
+        # the same stage unsharded, meanwhile (as tests/test_cluster.py does): its records are compared at the end
+        plain_run = subprocess.Popen(stage_cmd(fake, plain), cwd=REPO, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        request.addfinalizer(lambda: plain_run.poll() is None and plain_run.kill())
         # kill shard 1 (the job Hydra collects last) once it has started a few runs
         deadline = time.time() + 180
         victim = None
@@ -162,8 +167,8 @@ def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded
         f, _, cov = analyse(folder)
         assert cov["0/2"]["status"] == "complete" and cov["0/2"]["records"] == 18
         assert cov["1/2"]["status"] == "incomplete" and cov["1/2"]["records"] < 18 and not cov["1/2"]["running"]
-        said = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={tmp_path}/partial",
-                               "resamples=20", "lenient=true"], cwd=REPO, capture_output=True, text=True, timeout=300)
+        said = cli.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={tmp_path}/partial",
+                        "resamples=20", "lenient=true"], cwd=REPO, capture_output=True, text=True, timeout=300)
         assert said.returncode == 0, said.stderr[-2000:]
         assert "shard 1/2" in said.stdout and "INCOMPLETE" in said.stdout and "shard 0/2" not in said.stdout
         # and a shard that never started is missing
@@ -172,13 +177,13 @@ def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded
         assert [quarters[f"{i}/4"] for i in range(3)] == ["missing"] * 3 and quarters["3/4"] != "missing"
         (folder / "shards" / "3of4").rmdir()
 
-        again = subprocess.run(stage_cmd(fake, sharded, "-m", "shard=1/2", "hydra/launcher=submitit_local"),
-                               cwd=REPO, capture_output=True, text=True, timeout=300)
+        again = cli.run(stage_cmd(fake, sharded, "-m", "shard=1/2", "hydra/launcher=submitit_local"),
+                        cwd=REPO, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stderr[-3000:]
         assert folder_of(sharded) == folder  # the relaunch found the same folder (same label)
 
-        res = subprocess.run(stage_cmd(fake, plain), cwd=REPO, capture_output=True, text=True, timeout=300)
-        assert res.returncode == 0, res.stderr[-3000:]
+        plain_err = plain_run.communicate(timeout=300)[1]
+        assert plain_run.returncode == 0, plain_err[-3000:]
 
     # every run exactly once, each by the shard that owns it
     stage = json.loads((folder / "stage.json").read_text())
@@ -207,8 +212,8 @@ def test_two_shards_under_submitit_one_killed_then_relaunched_equal_an_unsharded
 
     # what `make analyze` prints and writes: both shards complete, every run once
     out = tmp_path / "results"
-    res = subprocess.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={out}", "resamples=50"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    res = cli.run([sys.executable, "-m", "analysis.run", f"runs={folder}", f"out={out}", "resamples=50"],
+                  cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "INCOMPLETE" not in res.stdout and "MISSING" not in res.stdout
     import pandas as pd
