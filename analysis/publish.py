@@ -293,6 +293,7 @@ class Export:
     publisher: privacy.Publisher | None = None  # the schema's publish policy, applied to every object
     withheld_files: list[str] = field(default_factory=list)  # files no policy names: they stay home
     private_runs: int = 0  # runs whose context held a private agent's unit: their text stays home
+    included_private: int = 0  # such runs published whole, the publisher having asked (private_transcripts=true)
 
 
 def _stage_folders(paths: Iterable[str | Path]) -> dict[str, Path]:
@@ -498,6 +499,7 @@ class Runs:
     private_runs: set[str]
     recorded: set[str] | None  # None: the publisher asked for private data (private_transcripts)
     transcripts: int = 0  # the private runs' transcripts (withheld)
+    included: int = 0  # private_transcripts: the runs whose context held a private unit, published whole
 
     def private(self, kind: str, obj: dict) -> bool:
         if kind == "record":
@@ -526,7 +528,10 @@ def _runs(texts: dict[tuple[str, str], str], name: str, private_transcripts: boo
             continue
         if runs.recorded is not None:
             runs.recorded.add(str(rec.get("run_id")))
-        if not private_transcripts and shows_private(rec):
+        if shows_private(rec):
+            if private_transcripts:
+                runs.included += 1
+                continue
             runs.private_runs.add(str(rec.get("run_id")))
             runs.transcripts += rec.get("transcript") is not None
     return runs
@@ -549,6 +554,7 @@ def _add_folder(ex: Export, name: str, root: Path, texts: dict[str, str], runs: 
             used_prompts |= _prompt_shas(rec.get("transcript"))
     ex.private_runs += len(runs.private_runs)
     ex.private_transcripts += runs.transcripts
+    ex.included_private += runs.included
     for rel, text in texts.items():
         kind, table = file_policy(rel), _classify(rel)
         if kind is None or (kind == "record" and not isinstance(records.get(rel), dict)):
@@ -821,8 +827,14 @@ def card_left_out(ex: Export) -> list[str]:
 
 
 def card_kept(ex: Export) -> list[str]:
-    """What identifies who ran the stage and still goes along (the card says so)."""
-    return _kept(ex.hosts, ex.pids)
+    """What identifies who ran the stage, and private text the publisher asked for, that still goes along (the
+    card says so)."""
+    out = _kept(ex.hosts, ex.pids)
+    if ex.included_private:
+        out.append(f"PRIVATE: the text of {ex.included_private} run(s) whose context held a private agent's memory "
+                   f"unit (answers, golds, tool arguments, transcripts, judge prompts), published because "
+                   f"private_transcripts=true was asked")
+    return out
 
 
 def _kept(hosts: set[str], pids: bool) -> list[str]:
@@ -1651,7 +1663,8 @@ def _check_kept_and_replaced(folder: Path, meta: dict, texts: dict[tuple[str, st
     for (_, rel), text in texts.items():
         h, p = _who_ran(rel, text)
         hosts, pids = hosts | h, pids or p
-    if list(meta.get("kept") or []) != _kept(hosts, pids):
+    said = [k for k in meta.get("kept") or [] if not str(k).startswith("PRIVATE: ")]  # what the tables can show
+    if said != _kept(hosts, pids):
         raise PublishError(f"{folder}: the card's kept block says {meta.get('kept') or []}, the tables show "
                            f"{_kept(hosts, pids)}: the card was edited; refused")
     replaced = meta.get("replaced") if isinstance(meta.get("replaced"), dict) else {}

@@ -589,10 +589,14 @@ def machine_names() -> set[str]:
 
 # a home-like root loses the whole user component: a name of several words (`/home/Jo Doe`, `C:\\Users\\Mary Ann
 # Smith`) is the first word and every following space-separated capitalised word, then the rest of the path
-_HOME_ROOT = r"(?:/home/|/Users/|/dev/shm/|/run/user/|/var/home/|[A-Za-z]:[\\/]+(?:Users|Documents and Settings)[\\/]+)"
-_PIECE = r"[^\s/\\\"'`<>|*?]+"
+# a home folder's root with any separator (`/`, `\\`, U+2216), rooted (`/home/`, `\\Users\\`: %HOMEPATH%, a drive's
+# `C:\\Users\\`) or relative with a folder after the user (`home/jo/notes.txt` of a tar listing)
+_SEP = r"[\\/\u2216]"
+_HOMES = r"(?:home|Users|Documents and Settings|dev{s}shm|run{s}user|var{s}home|usr{s}home|export{s}home)".format(s=_SEP)
+_PIECE = r"[^\s/\\\u2216\"'`<>|*?]+"
+_HOME_ROOT = rf"(?:(?:[A-Za-z]:)?{_SEP}+{_HOMES}{_SEP}+\s?|{_HOMES}{_SEP}+(?={_PIECE}{_SEP}))"
 _WORDS = rf"{_PIECE}(?: (?=[A-Z0-9]){_PIECE})*"
-_FREE_HOME = re.compile(rf"(?<![\w-]){_HOME_ROOT}{_WORDS}(?:[\\/]+{_WORDS})*[\\/]?")
+_FREE_HOME = re.compile(rf"(?<![\w-]){_HOME_ROOT}{_WORDS}(?:{_SEP}+{_WORDS})*{_SEP}?")
 _FREE_UNC = re.compile(r"(?<![\w\\:])\\\\[^\s\"'`<>|*]+")  # \\fileserv9\share, \\?\UNC\server\share\jdoe
 _FREE_SLASHES = re.compile(r"(?<![\w:/<])//[A-Za-z0-9][^\s\"'`<>]*")  # //fileserv9/share/jdoe
 _FREE_TILDE = re.compile(r"(?<![\w~/\\-])~[A-Za-z][\w.-]*")  # ~jdoe: a user's home by the user's name
@@ -1291,11 +1295,22 @@ class Publisher:
             # (model.params) or a typed condition only its declared ones: the key goes with its value; a key with
             # digits (`gpuhost42`) is replaced where it is repeated, a word (`password`) is not; its value's strings
             # are replaced wherever they appear, as any withheld value's
-            if kind is None or CLOSED in declared and k not in declared:
+            # a key neither declared nor one of the harness's own configuration (`+Zqwhitfield=true`,
+            # `+password=83920174`: a user's key and whatever they typed under it, a number too) goes the same way,
+            # its name private wherever the data and the harness never write it (withheld_words); under a
+            # credential's name a value is never published, not even a number
+            user_key = k not in declared and not harness_word(k)
+            credential = _KEY_FIELD.match(k) is not None and x is not None and not isinstance(x, (dict, list, bool))
+            if kind is None or CLOSED in declared and k not in declared or user_key or credential:
                 self._count(f"{where}.<key>", None if k.replace("_", "").isalpha() else k)
+                if user_key:
+                    self.withheld_texts.add(k)
                 for leaf in _leaves(x):
                     if isinstance(leaf, str):
-                        self._replace_everywhere(leaf, named=True)
+                        self._replace_everywhere(leaf, named=True, credential=credential)
+                    elif isinstance(leaf, (int, float)) and not isinstance(leaf, bool) and \
+                            (credential or len(str(leaf)) >= 6):
+                        self._replace_everywhere(str(leaf), named=True, credential=True)  # a pin, an account
                 continue
             out[k] = self._rule(declared.get(k), x, f"{where}.{k}", top, k)
         return out

@@ -71,10 +71,24 @@ def sweep_label(cfg) -> dict | None:
 
 def label_part(key: str, value: str) -> str:
     """One override as the label writes it: `seed-1`, `model-deepseek`; a DSN, a note, a path, a list by its hash
-    (`index.dsn-h1f2e3d4c`): a label is published with the stage, so a configuration string never is as written."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", value) if _label_value(key, value) else \
+    (`index.dsn-h1f2e3d4c`); a key that is not one of the harness's own configuration (`+zqacme.account`) by its hash
+    too, with its value (`k1a2b3c4d-h5e6f7a8b`), and a credential's value always: a label is published with the
+    stage, so a configuration string, a user's key or a number they chose under it never is as written."""
+    own = _own_key(key)
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", key) if own else "k" + hashlib.sha256(key.encode()).hexdigest()[:8]
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", value) if own and _label_value(key, value) else \
         "h" + hashlib.sha256(value.encode()).hexdigest()[:8]
-    return f"{re.sub(r'[^A-Za-z0-9._-]', '_', key)}-{safe}"
+    return f"{name}-{safe}"
+
+
+def _own_key(key: str) -> bool:
+    """A key path of the harness's own configuration (`seed`, `model`, `stage.conditions.tool_bm25.k`): its first
+    part a configuration root and every part a word the harness writes; a credential's name (`password`) never."""
+    from harness.records.privacy import _KEY_FIELD, config_roots, harness_word
+
+    parts = key.lstrip("+~").split(".")
+    return parts[0] in config_roots() and all(harness_word(x) or x in config_roots() for x in parts) \
+        and not any(_KEY_FIELD.match(x) for x in parts)
 
 
 def _label_value(key: str, value: str) -> bool:
