@@ -828,6 +828,15 @@ _TLD = {"com", "net", "org", "io", "ai", "edu", "gov", "mil", "internal", "intra
         "biz", "co", "me", "arpa"}
 
 
+def _keys(v: Any) -> list[str]:
+    """Every dictionary key under a value, at any depth."""
+    if isinstance(v, dict):
+        return [str(k) for k in v] + [k for x in v.values() for k in _keys(x)]
+    if isinstance(v, list):
+        return [k for x in v for k in _keys(x)]
+    return []
+
+
 def _leaves(v: Any) -> list[Any]:
     if isinstance(v, dict):
         return [x for y in v.values() for x in _leaves(y)]
@@ -1305,6 +1314,8 @@ class Publisher:
                 self._count(f"{where}.<key>", None if k.replace("_", "").isalpha() else k)
                 if user_key:
                     self.withheld_texts.add(k)
+                for inner in _keys(x):  # and the keys below it (`owner_map: {jdoe: 1}`)
+                    self.withheld_texts.add(inner)
                 for leaf in _leaves(x):
                     if isinstance(leaf, str):
                         self._replace_everywhere(leaf, named=True, credential=credential)

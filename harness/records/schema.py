@@ -727,7 +727,7 @@ POLICY: dict[str, dict[str, Any]] = {
               "code": "code", "model": config("endpoint"), "prereg": REBUILT, "created": PUBLISHED, "sweep": REBUILT,
               "fidelity": "fidelity", "record": PUBLISHED},
     "fidelity": {"preset": REBUILT, "accepted": REBUILT, "allow_deviation": REBUILT, "rows": ["fidelity_row"]},
-    "fidelity_row": {"key": PUBLISHED, "setting": TEXT, "paper": TEXT, "stage": REBUILT, "status": PUBLISHED,
+    "fidelity_row": {"key": REBUILT, "setting": TEXT, "paper": TEXT, "stage": REBUILT, "status": PUBLISHED,
                      "detail": TEXT, "pool": REBUILT, "refuse": PUBLISHED},
     "attempt": {"run": PUBLISHED, "attempt": PUBLISHED, "ts": PUBLISHED},
     "session": {"started": PUBLISHED, "ended": PUBLISHED, "host": WITHHELD, "pid": PUBLISHED, "pending": PUBLISHED,
