@@ -1139,6 +1139,25 @@ def tree_names() -> frozenset[str]:
     return frozenset(x for x in out if x and len(x) <= 80 and not any(c.isspace() for c in x))
 
 
+@functools.lru_cache(maxsize=1)
+def tree_keys() -> frozenset[str]:
+    """The configuration keys the harness itself declares: every field of a class of its code (a condition's
+    `Settings`, the stage's, an endpoint's: `per_type`, `trials`, `n`), every key of its committed configuration
+    and of its records' policy. A key outside them is a user's (`+Zqwhitfield=true`): withheld with its value."""
+    import ast
+
+    out = set(_harness_words())
+    for d in ("harness", "conditions", "judge", "analysis"):
+        for p in own_files(CONF.parent / d, "*.py"):
+            try:
+                tree = ast.parse(p.read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError):
+                continue
+            out |= {t.target.id for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for t in c.body
+                    if isinstance(t, ast.AnnAssign) and isinstance(t.target, ast.Name)}
+    return frozenset(out)
+
+
 # what the harness computes, by its shape: a time, a date of the data, a number, a version, a hash, an opaque
 # session id (harness.data.longmemeval.opaque_session_id)
 _COMPUTED_WHOLE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
@@ -1308,7 +1327,7 @@ class Publisher:
             # `+password=83920174`: a user's key and whatever they typed under it, a number too) goes the same way,
             # its name private wherever the data and the harness never write it (withheld_words); under a
             # credential's name a value is never published, not even a number
-            user_key = k not in declared and not harness_word(k)
+            user_key = k not in declared and not harness_word(k) and k not in tree_keys()
             credential = _KEY_FIELD.match(k) is not None and x is not None and not isinstance(x, (dict, list, bool))
             if kind is None or CLOSED in declared and k not in declared or user_key or credential:
                 self._count(f"{where}.<key>", None if k.replace("_", "").isalpha() else k)

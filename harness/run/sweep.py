@@ -84,10 +84,10 @@ def label_part(key: str, value: str) -> str:
 def _own_key(key: str) -> bool:
     """A key path of the harness's own configuration (`seed`, `model`, `stage.conditions.tool_bm25.k`): its first
     part a configuration root and every part a word the harness writes; a credential's name (`password`) never."""
-    from harness.records.privacy import _KEY_FIELD, config_roots, harness_word
+    from harness.records.privacy import _KEY_FIELD, config_roots, harness_word, tree_keys
 
     parts = key.lstrip("+~").split(".")
-    return parts[0] in config_roots() and all(harness_word(x) or x in config_roots() for x in parts) \
+    return parts[0] in config_roots() and all(harness_word(x) or x in tree_keys() for x in parts) \
         and not any(_KEY_FIELD.match(x) for x in parts)
 
 
