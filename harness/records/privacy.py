@@ -1146,7 +1146,14 @@ def tree_keys() -> frozenset[str]:
     and of its records' policy. A key outside them is a user's (`+Zqwhitfield=true`): withheld with its value."""
     import ast
 
+    import yaml
+
     out = set(_harness_words())
+    for p in own_files(CONF, "*.yaml"):  # flow-style keys too (`samples: {main: {per_type: 30}}`)
+        try:
+            out |= set(_keys(yaml.safe_load(p.read_text(encoding="utf-8"))))
+        except yaml.YAMLError:
+            continue
     for d in ("harness", "conditions", "judge", "analysis"):
         for p in own_files(CONF.parent / d, "*.py"):
             try:
