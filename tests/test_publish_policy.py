@@ -573,7 +573,7 @@ def test_no_configuration_string_but_a_declared_name_reaches_a_byte_of_the_publi
         assert config["stage"]["groups"][0]["sample"] == "smoke" and config["samples"]["smoke"]["per_type"] == 1
         assert config["stage"]["conditions"]["tool_bm25"]["guidance"] == "assisted"  # a declared choice
         assert config["model"]["name"] == "vllm" and config["model"]["base_url"] == privacy.URL
-        assert config["x_plugin"] == {}  # a dictionary under a key nothing declares keeps no key, nor its names
+        assert "x_plugin" not in config  # a key neither declared nor the harness's own goes with all it holds
         assert all(r["condition_config"] and json.loads(r["condition_config"])["module"] in ("memory_tool", "none")
                    for r in runs)
         assert re.search(r"\bI saw\b", runs[[r["run_id"] for r in runs].index(run_ids[0])]["answer"] or "")
@@ -666,8 +666,8 @@ def test_a_condition_publishes_only_the_names_its_settings_declare():
     out = pub.publish("stage_config", top)["stage"]["conditions"]
     assert out["tool"] == {"module": "memory_tool", "scoring": "bm25", "scope": privacy.WITHHELD,
                            "guidance": "assisted", "k": 8, "access": privacy.WITHHELD}
-    assert out["plug"] == {"module": privacy.WITHHELD, "mode": privacy.WITHHELD, "k": 3, "on": True,
-                           "backend": privacy.WITHHELD}
+    # `on` is no key of the harness's own configuration (tree_keys): a plugin's, withheld with its value
+    assert out["plug"] == {"module": privacy.WITHHELD, "mode": privacy.WITHHELD, "k": 3, "backend": privacy.WITHHELD}
 
 
 def _env() -> dict:
@@ -928,7 +928,7 @@ def test_a_key_no_typed_node_declares_is_withheld_with_what_it_holds(tmp_path):
         assert bad not in out, bad
     published = yaml.safe_load(next(f["content"] for f in ex.rows["files"] if f["path"] == "config.yaml"))
     assert published["stage"]["conditions"]["tool_bm25"] == {"module": "memory_tool", "scoring": "bm25", "k": 8}
-    assert published["owner_map"] == {} and published["judge"]["model"] == "Qwen/Qwen3-4B"
+    assert "owner_map" not in published and published["judge"]["model"] == "Qwen/Qwen3-4B"  # a user's key, withheld
     assert r["run_id"] in out
 
 
