@@ -1525,3 +1525,39 @@ def test_a_path_relative_to_a_drives_folder_is_a_local_path(path):
     """`C:zqrel\\x` (a Windows path relative to the drive's current folder) names a folder as any path does."""
     out = privacy.Private().redact(f"saved under {path} today")
     assert "zq" not in out and "<local path>" in out, out
+
+
+def test_a_users_own_configuration_key_goes_with_its_value_and_its_name_stays_home(tmp_path):
+    """`+password=83920174`, `+Zqwhitfield=true`, `owner_map: {zqownerkey: 1}`: keys no declaration and no setting of
+    the harness names are withheld with what they hold, numbers too; their names, the keys below them and a long
+    number under them are replaced where a public run's answer repeats them; a key of the harness stays."""
+    extra = {"password": 83920174, "Zqwhitfield": True, "owner_map": {"zqownerkey": 1}, "zqacme_pin": 4417}
+    st_ = Stage(tmp_path / "runs", "own", config_extra=extra)
+    st_.add("tool_bm25", "q1", answer="pin 83920174 for Zqwhitfield and zqownerkey, acme zqacme_pin")
+    out, _ = _publish(st_.write(), tmp_path / "ds")
+    for bad in ("83920174", "Zqwhitfield", "zqownerkey", "zqacme_pin", "4417"):
+        assert bad not in out, bad
+    config = yaml.safe_load(next(f["content"] for f in pq.read_table(tmp_path / "ds" / "files" / "train.parquet")
+                                 .to_pylist() if f["path"] == "config.yaml"))
+    assert config["seed"] == 0 and not {"password", "Zqwhitfield", "owner_map", "zqacme_pin"} & set(config)
+
+
+@pytest.mark.parametrize("text", ["at \\Users\\zqtoolhp\n", "see home/zqreluser/notes.txt", "\\home\\zqa\\x",
+                                  "/home\\zqb\\x", "/home/ zqc/x", "C:\u2216Users\u2216zqd", "Users/zqf/Desktop/x",
+                                  "/usr/home/zqg/x", "/export/home/zqh/x"])
+def test_a_home_folder_in_any_separator_rooted_or_relative_keeps_no_user(text):
+    """%HOMEPATH% (`\\Users\\jo`), a tar listing's `home/jo/x`, mixed or look-alike separators: the user's folder
+    name is gone from free text whether or not the stage names it."""
+    out = privacy.free_text(privacy.Private().redact(text))
+    assert "zq" not in out, out
+
+
+def test_the_card_says_when_private_runs_text_went_out_on_request(tmp_path):
+    """private_transcripts=true publishes the private runs' text: the card's kept block says so and counts them."""
+    st_ = Stage(tmp_path / "runs", "asked")
+    st_.add("shared", "q2", variant="private")
+    st_.add("tool_bm25", "q1")
+    ex = P.publish([st_.write()], tmp_path / "ds", private_transcripts=True, say=lambda s: None)
+    kept = P.read_card(tmp_path / "ds")["kept"]
+    assert ex.included_private == 1 and any(k.startswith("PRIVATE: the text of 1 run(s)") for k in kept), kept
+    P.read_tables(tmp_path / "ds")  # a card that says so is still read back as written

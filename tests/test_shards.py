@@ -273,3 +273,15 @@ def test_a_swept_string_is_named_in_the_label_by_its_hash_never_its_text(key, va
     assert "zq" not in part.lower()
     assert label_part("seed", "1") == "seed-1" and label_part("model", "deepseek") == "model-deepseek"
     assert label_part("+stage.trials.n", "3") == "_stage.trials.n-3"
+
+
+@given(key=st.from_regex(r"\+?zq[a-z]{2,8}(\.[a-z]{2,8})?", fullmatch=True), value=st.integers(0, 10**9).map(str))
+@hsettings(max_examples=100, deadline=None)
+def test_a_key_the_harness_does_not_declare_is_named_in_the_label_by_its_hash_with_its_value(key, value):
+    """`-m +zqacme.account=55512345,...`: a user's key and the number they typed under it are named by their hashes
+    (a label goes out with the stage); so is any value under a credential's name, even of a key of the harness."""
+    from harness.run.sweep import label_part
+
+    part = label_part(key, value)
+    assert re.fullmatch(r"k[0-9a-f]{8}-h[0-9a-f]{8}", part), part
+    assert re.fullmatch(r"k[0-9a-f]{8}-h[0-9a-f]{8}", label_part("+password", value))
