@@ -390,7 +390,10 @@ def collect(paths: Iterable[str | Path], private_transcripts: bool = False) -> E
         {n for h in hosts for n in (h, h.split(".")[0]) if privacy.person_word(n)} | \
         privacy.host_words(_host(u) for u in ex.private.urls)  # an endpoint's machine by its short name
     # a short withheld configuration value's words the stage's data never writes (a name in `+operator=...`)
+    from harness.data.org import AGENTS, VARIANTS
+
     vocabulary, data_ids = _data_words(folders, texts)
+    data_ids |= {*AGENTS, *VARIANTS}  # LongMemEval-Org's agents and variants: names of every Org stage's data
     ex.private.words |= {w for w in privacy.withheld_words(warm.withheld_texts, vocabulary) |
                          privacy.path_words(ex.private.paths, vocabulary) if not warm._inside_identifier(w)}
     ex.publisher = privacy.Publisher(ex.private, registered=registered, names=names, identifiers=identifiers,

