@@ -912,17 +912,24 @@ def leaks(ex: Export, card_text: str) -> None:
 # ------------------------------------------------------------------------------ writing
 
 
+def _number(x: Any, default: float = 0.0) -> float:
+    """A count of the card's totals: a number as it is; anything else (a field withheld as `<withheld>`) counts as
+    `default`."""
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else default
+
+
 def _totals(rows: list[dict]) -> dict:
     per: dict[str, dict] = {}
     for r in rows:
         t = per.setdefault(r["folder"], {"runs": 0, "failed": 0, "model_calls": 0, "tokens": 0, "cost_list_usd": 0.0})
         tok = json.loads(r["tokens"]) if r.get("tokens") else {}
-        usd = (json.loads(r["prices"]) or {}).get("usd_per_currency", 1.0) if r.get("prices") else 1.0
+        prices = json.loads(r["prices"]) if r.get("prices") else {}
+        usd = prices.get("usd_per_currency", 1.0) if isinstance(prices, dict) else 1.0
         t["runs"] += 1
         t["failed"] += r.get("status") == "failed"
-        t["model_calls"] += int(r.get("model_calls") or 0)
-        t["tokens"] += int(tok.get("prompt", 0)) + int(tok.get("output", 0))
-        t["cost_list_usd"] += float(r.get("cost_list") or 0.0) * float(usd)
+        t["model_calls"] += int(_number(r.get("model_calls")))
+        t["tokens"] += int(_number(tok.get("prompt"))) + int(_number(tok.get("output"))) if isinstance(tok, dict) else 0
+        t["cost_list_usd"] += _number(r.get("cost_list")) * _number(usd, 1.0)
     for t in per.values():
         t["cost_list_usd"] = round(t["cost_list_usd"], 6)
     return per
