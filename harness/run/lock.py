@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from pathlib import Path
 
 from harness.records.provenance import command_preset
@@ -208,6 +209,30 @@ def _pyc_matches(source: Path) -> bool:
 
 
 _compiled: dict[tuple, bool] = {}
+_places: dict[tuple, tuple[Path, str]] = {}
+
+
+def _placed(f: str, site: set, std: set, rec, runtime_files: dict, runtime_packages: set) -> tuple[Path, str]:
+    """Where a loaded module's file is (its resolved path, and "runtime", "runtime package" (inside the runtime's
+    packages, not in its RECORD), "site", "std" or "other"), kept per process while the file's inode, size and
+    mtime and the installed runtime's RECORD are unchanged: a stage checks its code at each start, and resolving
+    4,000 paths each time cost a test process most of a second."""
+    try:
+        st = os.stat(f)
+        key: tuple | None = (f, st.st_ino, st.st_size, st.st_mtime_ns, id(rec), frozenset(site), frozenset(std))
+    except OSError:
+        key = None
+    if key is not None and key in _places:
+        return _places[key]
+    p = Path(f).resolve()
+    if any(_under(p, s) for s in site):
+        where = "runtime" if p in runtime_files else "runtime package" if rec is not None and _under(p, rec[0]) \
+            and not runtime_packages.isdisjoint(p.parents) else "site"
+    else:
+        where = "std" if any(_under(p, s) for s in std) else "other"
+    if key is not None:
+        _places[key] = (p, where)
+    return p, where
 
 
 def _under(path: Path, root: Path) -> bool:
@@ -257,16 +282,15 @@ def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
         f = _module_file(mod) if mod is not None else None
         if not f:
             continue  # built-in, frozen or a namespace package: no file of its own
-        p = Path(f).resolve()
-        if any(_under(p, s) for s in site):
-            if p in runtime_files:  # its content checked above; the code loaded is compiled from it
-                if p.suffix == ".py" and not _pyc_matches(p):
-                    bad.append(f"{name} ({p}): its cached .pyc is not compiled from the runtime's file")
-                continue
-            if rec is not None and _under(p, rec[0]) and not runtime_packages.isdisjoint(p.parents):
-                bad.append(f"{name} ({p}): inside the runtime's packages but not in its RECORD")
+        p, where = _placed(f, site, std, rec, runtime_files, runtime_packages)
+        if where == "runtime":  # its content checked above; the code loaded is compiled from it
+            if p.suffix == ".py" and not _pyc_matches(p):
+                bad.append(f"{name} ({p}): its cached .pyc is not compiled from the runtime's file")
             continue
-        if any(_under(p, s) for s in std):
+        if where == "runtime package":
+            bad.append(f"{name} ({p}): inside the runtime's packages but not in its RECORD")
+            continue
+        if where in ("site", "std"):
             continue
         if _under(p, root) and tracked is not None:
             rel = p.relative_to(root).as_posix()
