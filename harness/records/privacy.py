@@ -1172,6 +1172,8 @@ _COMPUTED_WHOLE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.
 _COMPUTED_TOKEN = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
                              r"|v?\d+(?:\.\d+)+(?:[.+-]?(?:post|dev|rc|a|b|cpu|cu)\d*)*"
                              r"|(?=[a-f]*[0-9])[0-9a-f]{7,}|s[0-9a-f]{12}")
+_IPV4 = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")  # an address, though dotted like a version
+_BUILD_LABEL = re.compile(r"(?:cpu|cu\d{2,4}|rocm[\d.]+|xpu|mkl|openblas|git[0-9a-f]{6,40}|g[0-9a-f]{6,40})(?:[._][0-9a-z]+)*")
 _COMPUTED_SPLIT = re.compile(r"\s+|==|[|@,;:=()\[\]]")
 
 
@@ -1461,8 +1463,9 @@ class Publisher:
         if not text or _COMPUTED_WHOLE.fullmatch(text) or text in self._known():
             return True
         known = self._known()
-        return all(not tok or tok in known or harness_word(tok) or _COMPUTED_TOKEN.fullmatch(tok)
-                   or _COMPUTED_WHOLE.fullmatch(tok) for tok in _COMPUTED_SPLIT.split(text))
+        return all(not tok or tok in known or harness_word(tok) or _COMPUTED_WHOLE.fullmatch(tok)
+                   or _COMPUTED_TOKEN.fullmatch(tok) and not _IPV4.fullmatch(tok)  # 10.0.0.5 is no version
+                   for tok in _COMPUTED_SPLIT.split(text))
 
     def computed(self, v: Any, where: str) -> Any:
         """A private run's field as published (the one rule for every field of it a run fills): its numbers, flags
@@ -1487,7 +1490,8 @@ class Publisher:
 
     def _field(self, policy: Any, v: Any, where: str, private: bool, key: str) -> Any:
         from harness.records.schema import (CODE, CONFIG, IDENTITY, MEMORY_LOG, POLICY, PRIVATE_TEXT, PUBLISHED,
-                                            REBUILT, REGISTERED, TEXT, TOOL_NAME, TREE_FILE)
+                                            REBUILT, REGISTERED, TEXT, TOOL_NAME, TREE_FILE,
+                                            VERSIONS)
 
         if isinstance(policy, list):  # a list of objects of one policy
             return [self._object(POLICY[policy[0]], x, policy[0], private) for x in v] if isinstance(v, list) \
@@ -1520,6 +1524,8 @@ class Publisher:
             return v if v is None or v in tree_tool_names() else self._field(PRIVATE_TEXT, v, where, private, key)
         if policy == CODE:
             return self._code(v, where, private)
+        if policy == VERSIONS:
+            return self._versions(v, where)
         if policy == TREE_FILE:  # a file HEAD holds goes out by its path; any other is the publisher's own
             head = _head_blobs(CONF.parent) or {}
             files = v if isinstance(v, list) else [v] if v is not None else []
@@ -1613,6 +1619,30 @@ class Publisher:
         if rebuilt != v:
             self._count(where)
         return rebuilt
+
+    def _versions(self, v: Any, where: str) -> Any:
+        """{package: version}: the harness's packages (names kept as rebuilt), each version's public part (PEP 440)
+        as it is and a local label only when it is a build's (`cpu`, `cu121`, `rocm6.0`, `post2`); a wheel an
+        organisation built (`2.13.0+acmecorp`) goes out as `2.13.0+<withheld>`."""
+        if not isinstance(v, dict):
+            return self.rebuilt(v, "", where)
+        out = {}
+        for k, x in v.items():
+            if not self._key(k, where):
+                continue
+            m = re.fullmatch(r"(v?\d+(?:\.\d+)*(?:(?:a|b|rc|\.?post|\.?dev)\d*)*)(?:\+(.+))?", x) \
+                if isinstance(x, str) else None
+            if x is None or isinstance(x, (int, float)) and not isinstance(x, bool):
+                out[k] = x
+            elif m is None:
+                self._count(f"{where}.{k}")
+                out[k] = WITHHELD
+            elif m.group(2) is None or _BUILD_LABEL.fullmatch(m.group(2)):
+                out[k] = x
+            else:
+                self._count(f"{where}.{k}")
+                out[k] = f"{m.group(1)}+{WITHHELD}"
+        return out
 
     def _registered(self, v: Any, where: str) -> Any:
         """A code name (a condition's module) kept only when it is registered here: any other is data, withheld

@@ -650,6 +650,8 @@ CODE = "structure"  # free text the study needs only as structure (an error, a f
 #                class names, HTTP status and the words of CODE_WORDS, in order; nothing else of it goes out
 TREE_FILE = "tree file"  # a path of the harness's tree (a modified file): kept only when HEAD holds it; a file the
 #                          publisher added (staged or not) is theirs, its name withheld
+VERSIONS = "versions"  # package -> version: a version's public part as it is; its local label (`+cpu`, `+cu121`)
+#                       only when it names a build of the packages' own, never an organisation's (`+acmecorp`)
 REGISTERED = "registered"  # a code name (a condition's module): kept only when it is registered here, else withheld
 TOOL_NAME = "tool name"  # the name of a tool the model called: a tool of the tree's as it is; any other name is the
 #                          model's text (private text: withheld in a private run, the free-text rule otherwise)
@@ -687,7 +689,7 @@ since until name uid owner visibility ids sessions guidance injected rank score 
 
 POLICY: dict[str, dict[str, Any]] = {
     "provenance": {"stage": PUBLISHED, "label": PUBLISHED, "seed": PUBLISHED, "config_hash": PUBLISHED,
-                   "data_sha256": PUBLISHED, "data_path": config("file"), "versions": REBUILT, "code": "code",
+                   "data_sha256": PUBLISHED, "data_path": config("file"), "versions": VERSIONS, "code": "code",
                    "model": config("endpoint"), "prices": config("prices"), "offpeak": config("offpeak"),
                    "index": config("index"), "encoder": config("encoder")},
     "record": {"schema_version": PUBLISHED, "run_id": PUBLISHED, "condition": PUBLISHED, "module": REGISTERED,
@@ -723,7 +725,7 @@ POLICY: dict[str, dict[str, Any]] = {
                   "cut": PUBLISHED, "log": MEMORY_LOG, "failure": PUBLISHED, "overrode_defaults": CODE},
     "transcript": {"role": PUBLISHED, "system_sha256": PUBLISHED, "tools": PUBLISHED, "messages": TEXT},
     "stage": {"schema_version": PUBLISHED, "kind": PUBLISHED, "config_hash": PUBLISHED, "stage": PUBLISHED,
-              "label": PUBLISHED, "seed": PUBLISHED, "data": config("data"), "plan": REBUILT, "versions": REBUILT,
+              "label": PUBLISHED, "seed": PUBLISHED, "data": config("data"), "plan": REBUILT, "versions": VERSIONS,
               "code": "code", "model": config("endpoint"), "prereg": REBUILT, "created": PUBLISHED, "sweep": REBUILT,
               "fidelity": "fidelity", "record": PUBLISHED},
     "fidelity": {"preset": REBUILT, "accepted": REBUILT, "allow_deviation": REBUILT, "rows": ["fidelity_row"]},
