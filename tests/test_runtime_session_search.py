@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -210,6 +211,25 @@ def test_profile_mode_exposes_stores_to_the_runtime(data, root):
     finally:
         tool.close()
     assert not any((rt.home / "profiles" / n).exists() for n in names)
+
+
+def test_profile_mode_finds_the_stores_after_the_processs_environment_was_reset(data, root, monkeypatch):
+    """The runtime reads HERMES_HOME at call time: a command run in-process (tests/cli.py) restores its caller's
+    environment, dropping the HERMES_HOME the first load set; the next load sets it again, so a profile opens the
+    store it was given, not one of a default home."""
+    qs, sha = data
+    q = next(q for q in qs.values() if not q.abstention)
+    stores = build_org_stores(q, sha, "public", root=root)
+    rt = load_runtime()
+    monkeypatch.delenv("HERMES_HOME")
+    assert load_runtime() is rt and os.environ["HERMES_HOME"] == str(rt.home)
+    tool = SessionSearchTool({a: stores[a] for a in ("a0", "a1", "a2", "a3")}, home="a0", fanout_mode="profile")
+    try:
+        agent = next(a for a in ("a1", "a2", "a3") if stores[a].sessions)
+        sid = stores[agent].sessions[0]
+        assert tool(session_id=sid, profile=agent).sessions == [sid]
+    finally:
+        tool.close()
 
 
 def test_works_when_another_module_imported_the_runtime_first(data, root):

@@ -258,6 +258,11 @@ def load() -> Runtime:
     global _loaded
     with _lock:
         if _loaded is not None:
+            # the runtime reads HERMES_HOME at call time (profiles, the session-locate scan): whoever reset the
+            # process's environment since (a command run in-process restores its caller's) gets it back
+            if os.environ.get("HERMES_HOME") != str(_loaded.home) or os.environ.get("TZ") != "UTC":
+                os.environ["HERMES_HOME"], os.environ["TZ"] = str(_loaded.home), "UTC"
+                time.tzset()
             return _loaded
         home = _home()
         home.mkdir(parents=True, exist_ok=True)
