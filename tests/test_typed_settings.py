@@ -376,6 +376,31 @@ def test_a_number_a_conditions_yaml_gives_keeps_its_type():
             check_yaml_types(good, good.hydra.runtime.choices)
 
 
+def test_a_conditions_yaml_edited_between_two_checks_of_one_process_is_read_as_it_is_now(tmp_path, monkeypatch):
+    """The checks keep each composition for the process (settings.composed_once): a yaml rewritten between two
+    commands, same size and within the same clock tick, is a new key, never the composition kept before."""
+    conf = tmp_path / "conf"
+    (conf / "condition").mkdir(parents=True)
+    (conf / "config.yaml").write_text("defaults:\n  - _self_\nseed: 0\n")
+    yaml = conf / "condition" / "toy.yaml"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        yaml.write_text("depth: 3\n")
+        assert settings.composed_once("condition/toy") == {"condition": {"depth": 3}}
+        assert settings.composed_once("condition/toy") is settings.composed_once("condition/toy")  # kept
+        yaml.write_text("depth: a\n")  # same size, at once
+        assert settings.composed_once("condition/toy") == {"condition": {"depth": "a"}}
+        yaml.unlink()
+        for _ in range(2):  # what composing raised is raised to every caller alike
+            with pytest.raises(Exception, match="toy"):
+                settings.composed_once("condition/toy")
+    other = tmp_path / "other"
+    (other / "condition").mkdir(parents=True)
+    (other / "config.yaml").write_text("seed: 1\n")
+    (other / "condition" / "toy.yaml").write_text("depth: 3\n")
+    with initialize_config_dir(config_dir=str(other), version_base="1.3"):  # another search path: its own
+        assert settings.composed_once("config") == {"seed": 1}
+
+
 def checked(*overrides):
     cfg = composed(*overrides)
     return cfg, settings.check(cfg, overrides=list(overrides), sources=[REPO / "conf"])

@@ -280,7 +280,6 @@ def check_yaml_types(cfg, choices, sources: list[Path] | None = None) -> None:
     """A number or flag a condition's yaml gives keeps its type: `stage.conditions.prefetch.k=eight` is refused
     naming the key, not a crash in every run. choices: Hydra's runtime choices (which yaml each condition is);
     sources: the config folders, so that a plugin's yaml under hydra.searchpath is found too."""
-    from hydra import compose
     from omegaconf import OmegaConf
 
     def own_yaml(choice: str) -> dict:
@@ -296,8 +295,7 @@ def check_yaml_types(cfg, choices, sources: list[Path] | None = None) -> None:
         if not choice:
             continue
         try:
-            given = OmegaConf.to_container(compose(config_name=f"condition/{choice}").get("condition") or {},
-                                           resolve=False)
+            given = composed_once(f"condition/{choice}").get("condition") or {}
         except Exception:  # noqa: BLE001 - a yaml Hydra cannot compose alone: its own keys
             given = own_yaml(str(choice))
         for key, was in given.items():
@@ -307,6 +305,71 @@ def check_yaml_types(cfg, choices, sources: list[Path] | None = None) -> None:
             if not _same_kind(was, now):
                 raise SettingsError(f"stage.conditions.{name}.{key}: {now!r} is not of type {type(was).__name__} "
                                     f"(condition/{choice}.yaml gives {was!r})")
+
+
+_COMPOSED: dict = {}  # (config name, overrides, what the search path holds) -> the composition, or its error
+
+
+def composed_once(config_name: str, overrides: list[str] = ()) -> dict:
+    """Hydra's compose (no resolution, as a plain dict the caller only reads) under the search path Hydra holds now,
+    kept in this process while that path holds the same bytes. WHY: every command's checks composed each
+    condition's yaml and the stage's again, about ten compositions a command and most of a dry run's time; a
+    yaml edited between two commands is a different key, so nothing stale is ever compared."""
+    import copy
+
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    key = (config_name, tuple(overrides), _search_path_digest())
+    if key not in _COMPOSED:
+        if len(_COMPOSED) > 512:
+            _COMPOSED.clear()
+        try:
+            _COMPOSED[key] = OmegaConf.to_container(compose(config_name=config_name, overrides=list(overrides)),
+                                                    resolve=False)
+        except Exception as exc:  # noqa: BLE001 - kept as what composing gave, raised to every caller alike
+            _COMPOSED[key] = exc
+    kept = _COMPOSED[key]
+    if isinstance(kept, Exception):
+        raise copy.copy(kept)
+    return kept
+
+
+def _search_path_digest() -> str:
+    """What Hydra's search path holds now: each source's place and the bytes of its yaml files, and the structured
+    configs stored in this process (a store after import is a new node)."""
+    import hashlib
+    from importlib import resources
+
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+
+    h = hashlib.sha256()
+    for src in GlobalHydra.instance().config_loader().get_sources():
+        h.update(f"{src.scheme()}://{src.path}\0".encode())
+        if src.scheme() == "file":
+            root = Path(src.path)
+        elif src.scheme() == "pkg":
+            try:
+                root = Path(str(resources.files(src.path.replace("/", "."))))
+            except (ModuleNotFoundError, TypeError, ValueError):
+                root = None
+            h.update(repr(root).encode())
+        else:
+            continue
+        if root is not None and root.is_dir():
+            for f in sorted(root.rglob("*.yaml")):
+                h.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes() + b"\0")
+
+    def stored(repo, where=""):
+        for name, node in sorted(repo.items()):
+            if isinstance(node, dict):
+                stored(node, f"{where}{name}/")
+            else:
+                h.update(f"{where}{name}:{id(node.node)}\0".encode())
+
+    stored(ConfigStore.instance().repo)
+    return h.hexdigest()
 
 
 def _same_kind(was, now) -> bool:
@@ -321,7 +384,7 @@ def check_stage_yaml_types(cfg, overrides: list[str], groups: set[str], sources:
     or `stage.delta_rounds=many` is refused naming the key. WHY: stage_node types a key by its composed value,
     the override included, so only StageSettings' declared fields were checked; the planner then crashed or a
     dry run passed. The yaml's values are those of the config composed with the same groups and no value override."""
-    from hydra import compose, initialize_config_dir
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
@@ -337,10 +400,10 @@ def check_stage_yaml_types(cfg, overrides: list[str], groups: set[str], sources:
         same_groups += [o for o in HydraConfig.get().overrides.hydra if o.startswith("hydra.searchpath")]
     try:
         if GlobalHydra.instance().is_initialized():
-            given = compose(config_name="config", overrides=same_groups).get("stage")
+            given = composed_once("config", same_groups).get("stage")
         elif sources:  # a config composed earlier (a test's, the bench's): compose from its first folder
             with initialize_config_dir(config_dir=str(Path(sources[0]).resolve()), version_base="1.3"):
-                given = compose(config_name="config", overrides=same_groups).get("stage")
+                given = composed_once("config", same_groups).get("stage")
         else:
             return
     except HydraException:  # the stage as its yaml gives it does not compose alone: nothing to compare with
@@ -360,7 +423,7 @@ def check_stage_yaml_types(cfg, overrides: list[str], groups: set[str], sources:
         elif isinstance(was, (bool, int, float)) and not _same_kind(was, now):
             raise SettingsError(f"{where}: {now!r} is not of type {type(was).__name__} (the stage's yaml gives {was!r})")
 
-    walk(OmegaConf.to_container(given, resolve=False), OmegaConf.to_container(cfg.stage, resolve=True), "stage")
+    walk(given, OmegaConf.to_container(cfg.stage, resolve=True), "stage")
 
 
 def config_sources() -> list[Path]:
@@ -781,10 +844,18 @@ def refuse_unknown_keys(argv: list[str], conf_dir: Path) -> None:
     then the whole command must compose (_composes); either failure is a SettingsError (exit 2)."""
     from hydra._internal.utils import get_args_parser
 
-    _refuse_value_keys(argv, conf_dir)
     args = get_args_parser().parse_known_args(argv[1:])[0]
-    if not (args.multirun or args.config_dir or args.config_path or args.config_name):
+    for ov in args.overrides:
+        key = ov.partition("=")[0].lstrip("+~")
+        if key in FIXED_BY_CHOICE:
+            raise SettingsError(f"{key}: {FIXED_BY_CHOICE[key]}")
+    if args.multirun or args.config_dir or args.config_path or args.config_name:
+        return _refuse_value_keys(argv, conf_dir)
+    try:  # a command that composes whole sets no key that does not exist: one composition, not two
         _composes(args.overrides, conf_dir)
+    except SettingsError:
+        _refuse_value_keys(argv, conf_dir)  # names the nearest key when a value override's key does not exist
+        raise
 
 
 def _refuse_value_keys(argv: list[str], conf_dir: Path) -> None:
