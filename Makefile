@@ -57,11 +57,14 @@ $(RUNTIME_STAMP): $(VENV)/.installed
 	rm -f $(VENV)/.hermes-agent-* $(VENV)/.runtime-*
 	touch $@
 
-# two test processes (pytest-xdist), one per core, a file per process at a time; TEST_WORKERS=0: one process.
-# The 25 slowest tests are listed at the end, so the suite's budget (10 minutes on two idle cores) stays visible.
+# two test processes (pytest-xdist), one per core, a file per process at a time, the longest files first
+# (tests/durations.py: measured seconds, refreshed with `python -m tests.durations .pytest_cache/suite.xml`);
+# TEST_WORKERS=0: one process. The 25 slowest tests are listed at the end, so the suite's budget (10 minutes
+# on two idle cores) stays visible.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q --durations=25 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(PY) -m pytest -q --durations=25 --junitxml=.pytest_cache/suite.xml \
+	  $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 run: setup
 	$(PY) -m harness.run stage=$(STAGE) $(ARGS)

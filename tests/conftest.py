@@ -18,10 +18,11 @@ def pytest_collection_modifyitems(config, items):
         for marker in ("services", "cluster"):
             if item.get_closest_marker(marker) and marker not in item.fixturenames:
                 item.fixturenames.append(marker)
-    # the files with real-model tests (minutes each) first: with `-n 2 --dist loadfile` (make test) they
-    # are handed out first and run beside the short ones, instead of one of them ending the suite alone
-    slow = {item.path for item in items if item.get_closest_marker("model")}
-    items.sort(key=lambda item: item.path not in slow)  # stable: the order within each file is kept
+    # the longest files first (tests/durations.py): `make test` hands files out in this order
+    # (--no-loadscope-reorder), so the short ones fill the end instead of a long one ending the suite alone
+    from tests.durations import longest_first
+
+    longest_first(items)
 
 
 def _xdist_controller(config) -> bool:
