@@ -57,10 +57,10 @@ $(RUNTIME_STAMP): $(VENV)/.installed
 	rm -f $(VENV)/.hermes-agent-* $(VENV)/.runtime-*
 	touch $@
 
-# two test processes (pytest-xdist), one per core, a file per process at a time, the longest files first
-# (tests/durations.py: measured seconds, refreshed with `python -m tests.durations .pytest_cache/suite.xml`);
-# TEST_WORKERS=0: one process. The 25 slowest tests are listed at the end, so the suite's budget (10 minutes
-# on two idle cores) stays visible.
+# two test processes (pytest-xdist), one per core, a file per process at a time, the real model's tests
+# in one process, the longest first (tests/schedule.py: measured seconds, refreshed with
+# `python -m tests.schedule .pytest_cache/suite.xml`); TEST_WORKERS=0: one process. The 25 slowest tests
+# are listed at the end, so the suite's budget (10 minutes on two idle cores) stays visible.
 TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest -q --durations=25 --junitxml=.pytest_cache/suite.xml \

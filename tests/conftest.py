@@ -18,11 +18,34 @@ def pytest_collection_modifyitems(config, items):
         for marker in ("services", "cluster"):
             if item.get_closest_marker(marker) and marker not in item.fixturenames:
                 item.fixturenames.append(marker)
-    # the longest files first (tests/durations.py): `make test` hands files out in this order
-    # (--no-loadscope-reorder), so the short ones fill the end instead of a long one ending the suite alone
-    from tests.durations import longest_first
+    # the model's tests in one process, the longest units first (tests/schedule.py): `make test` hands
+    # them out in this order (--no-loadscope-reorder), so the short files fill the end
+    from tests import schedule
 
-    longest_first(items)
+    schedule.arrange(items)
+    schedule.tell_controller(config, items)
+
+
+def pytest_configure_node(node):
+    """Controller: where each worker tells it the model's tests it collected (tests/schedule.py)."""
+    from tests import schedule
+
+    schedule.share_folder(node.config, node)
+
+
+def pytest_unconfigure(config):
+    from tests import schedule
+
+    schedule.forget_folder(config)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (make test): each file is a unit, but the model's tests of every file are one."""
+    if config.getvalue("dist") == "loadfile":
+        from tests import schedule
+
+        return schedule.scheduler(config, log)
+    return None
 
 
 def _xdist_controller(config) -> bool:
