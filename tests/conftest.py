@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(config, items):
         for marker in ("services", "cluster"):
             if item.get_closest_marker(marker) and marker not in item.fixturenames:
                 item.fixturenames.append(marker)
-    # the model's tests in one process, the longest units first (tests/schedule.py): `make test` hands
+    # the model's and the cluster's tests in one process, the longest units first (tests/schedule.py): `make test` hands
     # them out in this order (--no-loadscope-reorder), so the short files fill the end
     from tests import schedule
 
@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure_node(node):
-    """Controller: where each worker tells it the model's tests it collected (tests/schedule.py)."""
+    """Controller: where each worker tells it the model's and the cluster's tests it collected (tests/schedule.py)."""
     from tests import schedule
 
     schedule.share_folder(node.config, node)
@@ -40,7 +40,7 @@ def pytest_unconfigure(config):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadfile` (make test): each file is a unit, but the model's tests of every file are one."""
+    """`--dist loadfile` (make test): each file is a unit, but the model's and the cluster's tests are one."""
     if config.getvalue("dist") == "loadfile":
         from tests import schedule
 

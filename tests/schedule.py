@@ -1,11 +1,12 @@
 """The suite's schedule under `make test`: which tests share a process, and in what order they are handed out.
 
 WHY, measured on the 2-core machine:
-- The tests of the real local model (marked `model`) run in one process, one after another: one work unit
-  of their own. Two llama.cpp servers at once on two cores took 187 s and 102 s for the two smoke tests
-  that take 46 s and 41 s apart. Only a worker sees markers, so each worker writes the node ids of the
-  marked tests it collected to a folder the controller named (`workerinput`), and the controller's
-  scheduler reads them. (xdist's `--dist loadgroup` would do this by renaming node ids, which pytest 9
+- The tests that load the machine beyond their own process (marked `model`: the real model's llama.cpp
+  server; `cluster`: SLURM's jobs) run in one process, one after another: one work unit. Two llama.cpp
+  servers at once on two cores took 187 s and 102 s for the two smoke tests that take 46 s and 41 s
+  apart, and beside the SLURM jobs a smoke test took 87 s. Only a worker sees markers, so each worker
+  writes the node ids of the marked tests it collected to a folder the controller named (`workerinput`),
+  and the controller's scheduler reads them. (xdist's `--dist loadgroup` would do this by renaming node ids, which pytest 9
   no longer lets it do.)
 - Every other test goes with its file (module fixtures are built once), as `--dist loadfile` does.
 - The longest units are handed out first (the LPT rule), so the short files fill the end. xdist's own order,
@@ -27,7 +28,8 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 MEASURED = TESTS / "durations.json"
-ONE_PROCESS = "model"  # the marker whose tests run in one process, one at a time: its name is their group's
+ONE_PROCESS = ("model", "cluster")  # markers of the tests that run in one process, one at a time
+GROUP = "@one-at-a-time"  # their work unit's name
 
 
 def measured(path: Path | None = None) -> dict[str, float]:
@@ -44,13 +46,13 @@ def weights(names, seconds: dict[str, float]) -> dict[str, float]:
 
 
 def unit(item) -> str:
-    """The work unit a test is handed out in: `@model` for a test of the real model, else its file."""
-    marked = hasattr(item, "get_closest_marker") and item.get_closest_marker(ONE_PROCESS) is not None
-    return "@" + ONE_PROCESS if marked else item.path.name
+    """The work unit a test is handed out in: GROUP for a test marked with one of ONE_PROCESS, else its file."""
+    marked = hasattr(item, "get_closest_marker") and any(item.get_closest_marker(m) for m in ONE_PROCESS)
+    return GROUP if marked else item.path.name
 
 
 def arrange(items, seconds: dict[str, float] | None = None) -> None:
-    """Sort pytest items in place: units by weight, heaviest first (the `model` tests, wherever they are, are one
+    """Sort pytest items in place: units by weight, heaviest first (the ONE_PROCESS tests, wherever they are, are one
     unit and weigh what their files do); within a unit the collected order is kept."""
     seconds = measured() if seconds is None else seconds
     weight = weights({item.path.name for item in items}, seconds)
@@ -81,17 +83,17 @@ def forget_folder(config) -> None:
 
 
 def tell_controller(config, items) -> None:
-    """Worker, after arranging its collection: the node ids of its `model` tests, for the controller's scheduler."""
+    """Worker, after arranging its collection: the node ids of its ONE_PROCESS tests, for the controller's scheduler."""
     folder = getattr(config, "workerinput", {}).get("schedule_folder")
     if folder:
-        grouped = [item.nodeid for item in items if unit(item).startswith("@")]
+        grouped = [item.nodeid for item in items if unit(item) == GROUP]
         path = Path(folder) / f"{config.workerinput['workerid']}.json"
         path.with_suffix(".tmp").write_text(json.dumps(grouped))
         path.with_suffix(".tmp").replace(path)  # whole, or not there
 
 
 def scheduler(config, log):
-    """xdist's file scheduler (`--dist loadfile`), with the `model` tests of every file in one unit."""
+    """xdist's file scheduler (`--dist loadfile`), with the ONE_PROCESS tests of every file in one unit."""
     from xdist.scheduler import LoadFileScheduling
 
     folder = getattr(config, "_schedule_folder", None)
@@ -104,7 +106,7 @@ def scheduler(config, log):
                 self.grouped = set()
                 for f in (sorted(Path(folder).glob("*.json")) if folder else []):
                     self.grouped.update(json.loads(f.read_text()))
-            return "@" + ONE_PROCESS if nodeid in self.grouped else nodeid.split("::", 1)[0]
+            return GROUP if nodeid in self.grouped else nodeid.split("::", 1)[0]
 
     return FilesAndTheModel(config, log)
 

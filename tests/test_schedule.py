@@ -79,8 +79,9 @@ def run_suite(tmp_path, opts, files: dict[str, str], seconds: dict[str, float]):
         f"import sys\nsys.path.insert(0, {str(REPO)!r})\nimport pytest\nfrom tests import schedule\n"
         f"schedule.MEASURED = __import__('pathlib').Path({str(measured)!r})\n"
         "from tests.conftest import (pytest_collection_modifyitems, pytest_configure_node, pytest_unconfigure,\n"
-        "                            pytest_xdist_make_scheduler)\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    model: the real model\n")
+        "                            pytest_xdist_make_scheduler)\n"
+        "@pytest.fixture\ndef cluster():\n    yield None  # this suite's stand-in: the test is where the test runs\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    model: the real model\n    cluster: SLURM\n")
     for name, body in files.items():
         (tmp_path / name).write_text(f"import os, pytest\nLOG = {str(log)!r}\n" + body)
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
@@ -103,16 +104,17 @@ def test_make_test_hands_the_longest_file_out_first(tmp_path):
     assert list(dict.fromkeys(tag for tag, _ in ran)) == ["heavy", "new", "light"], ran
 
 
-def test_make_test_runs_the_models_tests_of_every_file_in_one_process_and_the_rest_by_file(tmp_path):
-    """Two processes: the `model` tests of two files run in one of them (two llama.cpp servers on two cores
-    slowed each other 3-4 times); every other file's tests stay together in one process."""
+def test_make_test_runs_the_models_and_the_clusters_tests_in_one_process_and_the_rest_by_file(tmp_path):
+    """Two processes: the `model` and `cluster` tests of three files run in one of them (two llama.cpp servers on
+    two cores slowed each other 3-4 times, SLURM's jobs twice); every other file's tests stay together."""
     ran = run_suite(tmp_path, make_test_options("2"),
                     {"test_a.py": logged("a_model", 2, "@pytest.mark.model\n") + logged("a", 4).replace("test_", "test_o"),
                      "test_b.py": logged("b_model", 1, "@pytest.mark.model\n") + logged("b", 4).replace("test_", "test_o"),
-                     "test_c.py": logged("c", 5), "test_d.py": logged("d", 5)},
-                    {"test_a.py": 50, "test_b.py": 40, "test_c.py": 30, "test_d.py": 20})
+                     "test_c.py": "pytestmark = pytest.mark.cluster\n" + logged("c_cluster", 2),
+                     "test_d.py": logged("d", 5), "test_e.py": logged("e", 5)},
+                    {"test_a.py": 50, "test_b.py": 40, "test_c.py": 30, "test_d.py": 20, "test_e.py": 10})
     where: dict[str, set] = {}
     for tag, worker in ran:
         where.setdefault(tag, set()).add(worker)
-    assert len(ran) == 21 and all(len(w) == 1 for w in where.values()), where
-    assert where["a_model"] == where["b_model"] and where["a_model"] <= {"gw0", "gw1"}, where
+    assert len(ran) == 23 and all(len(w) == 1 for w in where.values()), where
+    assert where["a_model"] == where["b_model"] == where["c_cluster"] and where["a_model"] <= {"gw0", "gw1"}, where
