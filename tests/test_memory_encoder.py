@@ -210,3 +210,19 @@ def test_weights_status_present_absent_and_tampered(tmp_path, monkeypatch, minil
     (tmp_path / "empty").mkdir()
     st = weights_status("bge", str(tmp_path / "empty"))
     assert st["present"] is False and st["matches_pin"] is None and "holds no complete copy" in st["detail"]
+
+
+def test_a_relative_cache_is_the_place_it_names_from_the_working_directory_now(tmp_path, monkeypatch):
+    """The process's shared encoder (load_encoder) is one per cache place: a command run in this process from
+    another folder (tests/cli.py, `make analyze` of a received dataset) gets the cache of that folder, not the
+    encoder whose relative `.cache/embeddings` was opened in the first one."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.chdir(first)
+    a = load_encoder("minilm", cache_dir=".cache/embeddings")
+    assert load_encoder("minilm", cache_dir=".cache/embeddings") is a  # one per place, shared
+    monkeypatch.chdir(second)
+    b = load_encoder("minilm", cache_dir=".cache/embeddings")
+    assert b is not a and Path(b.cache.path).resolve().is_relative_to(second.resolve())
+    assert (second / ".cache" / "embeddings").is_dir()

@@ -547,14 +547,17 @@ _shared_lock = threading.Lock()
 
 
 def load_encoder(name: str = "minilm", path: str | None = None, cache_dir: str | None = None, **kw):
-    """One Encoder per (name, path, cache) in a process, so threads share the model and the cache."""
+    """One Encoder per (name, path, cache) in a process, so threads share the model and the cache. A relative path
+    or cache is the place it names from the working directory now: a command run in-process from another folder
+    (tests/cli.py) was handed the encoder whose cache was in the first folder."""
     if name == "hash":
         return HashEncoder(**kw)
     spec = SPECS[name]
     if path:
         spec = EncoderSpec(**{**spec.__dict__, "path": path})
     kw = {k: (v if isinstance(v, (str, int, float, type(None))) else tuple(v)) for k, v in kw.items()}
-    key = (spec, str(cache_dir), tuple(sorted(kw.items())))
+    place = lambda p: str(Path(p).resolve()) if p else None  # noqa: E731
+    key = (spec, place(spec.path), place(cache_dir), tuple(sorted(kw.items())))
     with _shared_lock:
         if key not in _shared:
             _shared[key] = Encoder(spec, cache_dir=cache_dir, **kw)
