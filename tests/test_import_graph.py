@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("harness", "conditions", "judge", "analysis", "bench")
+PACKAGES = ("harness", "conditions", "judge", "analysis", "bench", "hydra_plugins")
 
 
 def _modules() -> dict[str, Path]:
@@ -59,13 +59,21 @@ def _imports(name: str, top_level_only: bool) -> list[tuple[str, list[str], int]
                 if not top_level_only:
                     visit(child, True)
                 continue
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue  # never executed
+            if isinstance(child, ast.If) and ast.unparse(child.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                for other in child.orelse:  # only the body is never executed; `else:` and `not TYPE_CHECKING` are
+                    visit(ast.Module(body=[other], type_ignores=[]), nested)
+                continue
             if isinstance(child, ast.Constant) and isinstance(child.value, str) and (m := NAMED.match(child.value)):
                 out.append((m.group(1), [], child.lineno))  # "module:function": a registry's step, imported when used
-            elif isinstance(child, ast.Call) and ast.unparse(child.func).endswith("import_module") and child.args \
-                    and isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str):
-                out.append((child.args[0].value, [], child.lineno))
+            elif isinstance(child, ast.Call) and ast.unparse(child.func).endswith(("import_module", "__import__")) \
+                    and child.args and isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str):
+                target = child.args[0].value
+                anchor = child.args[1] if len(child.args) > 1 else None  # import_module(".x", "package")
+                if target.startswith(".") and isinstance(anchor, ast.Constant) and isinstance(anchor.value, str):
+                    dots = len(target) - len(target.lstrip("."))
+                    base = anchor.value.split(".")
+                    target = ".".join(base[: len(base) - (dots - 1)] + [target.lstrip(".")])
+                out.append((target, [], child.lineno))
             if isinstance(child, ast.Import):
                 out.extend((a.name, [], child.lineno) for a in child.names)
             elif isinstance(child, ast.ImportFrom):
@@ -151,6 +159,9 @@ def test_the_layer_check_sees_function_level_imports(tmp_path):
         assert "analysis.stats" not in _edges("harness.records._probe", top_level_only=True)
         assert package_of("harness.records._probe")[1] < package_of("analysis.stats")[1]
         assert package_of("harness.data.__main__")[0] == "harness.cli"
+        # only the body of `if TYPE_CHECKING:` never runs
+        (tmp_path / "probe.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from analysis import stats\n")
+        assert "analysis.stats" not in _edges("harness.records._probe", top_level_only=False)
         # a registry's "module:function" step is an import edge like any other
         (tmp_path / "probe.py").write_text('STEP = "analysis.stats:mean"\n')
         assert "analysis.stats" in _edges("harness.records._probe", top_level_only=True)
@@ -163,11 +174,19 @@ def test_the_layer_check_sees_function_level_imports(tmp_path):
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from(sorted(MODULES)), st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True),
        st.sampled_from(["STEP = {s!r}\n", "def f():\n    return {s!r}\n", "register(Study(run={s!r}))\n",
-                        "def f():\n    import importlib\n    return importlib.import_module({m!r})\n"]))
+                        "def f():\n    import importlib\n    return importlib.import_module({m!r})\n",
+                        "def f():\n    import importlib\n    return importlib.import_module('.{last}', {pkg!r})\n",
+                        "def f():\n    return __import__({m!r})\n",
+                        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    pass\nelse:\n    import {m}\n",
+                        "from typing import TYPE_CHECKING\nif not TYPE_CHECKING:\n    import {m}\n"]))
 def test_a_module_named_as_data_is_an_edge(tmp_path_factory, target, fn, shape):
-    """Whatever project module a "module:function" string or a constant import_module names is an edge."""
+    """Whatever project module a "module:function" string, a constant import_module or __import__ names, or an
+    import that runs beside TYPE_CHECKING (its `else:`, `if not TYPE_CHECKING`), is an edge."""
     path = tmp_path_factory.mktemp("probe") / "probe.py"
-    path.write_text(shape.format(s=f"{target}:{fn}", m=target))
+    pkg, _, last = target.rpartition(".")
+    if "{last}" in shape and not pkg:
+        shape = "def f():\n    import importlib\n    return importlib.import_module({m!r})\n"
+    path.write_text(shape.format(s=f"{target}:{fn}", m=target, pkg=pkg, last=last))
     MODULES["harness.records._probe"] = path
     try:
         assert target in _edges("harness.records._probe", top_level_only=False) or target == "harness.records._probe"
