@@ -53,15 +53,18 @@ def unit(item) -> str:
 
 def arrange(items, seconds: dict[str, float] | None = None) -> None:
     """Sort pytest items in place: units by weight, heaviest first (the ONE_PROCESS tests, wherever they are, are one
-    unit and weigh what their files do); within a unit the collected order is kept."""
+    unit; a file whose tests two units share weighs in each by its tests there); within a unit the collected order
+    is kept."""
+    from collections import Counter
+
     seconds = measured() if seconds is None else seconds
     weight = weights({item.path.name for item in items}, seconds)
-    files: dict[str, set] = {}
+    per_file = Counter(item.path.name for item in items)
+    total: dict[str, float] = {}  # a unit weighs its share of each file's seconds, by the file's tests it holds
     first: dict[str, int] = {}
     for i, item in enumerate(items):
-        files.setdefault(unit(item), set()).add(item.path.name)
+        total[unit(item)] = total.get(unit(item), 0.0) + weight[item.path.name] / per_file[item.path.name]
         first.setdefault(unit(item), i)
-    total = {u: sum(weight[f] for f in fs) for u, fs in files.items()}
     items.sort(key=lambda item: (-total[unit(item)], first[unit(item)]))  # stable within a unit
 
 
