@@ -36,8 +36,11 @@ def render(res: Any) -> str:
     for table in registry.tables():
         if table.section:
             parts.append(table.section(res))
-    empty = {t.csv: registry.empty_reason(t) for t in registry.tables() if t.csv and res.table(t.name).empty}
+    empty = {t.csv: registry.empty_reason(t, res.table(t.name)) for t in registry.tables()
+             if t.csv and res.table(t.name).empty}
+    unwritten = {t.csv for t in registry.tables() if t.csv and not registry.written(res.table(t.name))}
     files = registry.csv_files()
-    parts.append("\n## Files\n\n" + "\n".join(f"- {link(name)}" + (f": {empty[name]}" if name in empty else "")
+    parts.append("\n## Files\n\n" + "\n".join(f"- {f'`{name}`' if name in unwritten else link(name)}"
+                                                 + (f": {empty[name]}" if name in empty else "")
                                                  for name in sorted([*files.values(), *res.figures])) + "\n")
     return "".join(parts)

@@ -238,7 +238,7 @@ def write(res: Results, out: Path) -> Path:
 
 def _write_into(res: Results, folder: Path) -> None:
     for t in registry.tables():
-        if t.csv:
+        if t.csv and registry.written(res.table(t.name)):  # neither rows nor columns: not written (report.md says)
             res.table(t.name).to_csv(folder / t.csv, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
     for t in registry.tables():
         if t.draw:
@@ -289,10 +289,14 @@ def summary(res: Results, out: Path) -> str:
         lines.append(f"errata {res.errata.path} (sha256 {res.errata.sha256[:16]}): {n} question(s) of these folders "
                      f"affected; every table under the corrected gold in {out}/corrected/")
         lines += [f"CHANGES UNDER CORRECTED GOLD: {x}" for x in changes(res)] or ["no conclusion changes under the corrected gold"]
-    empty = [t.csv for t in registry.tables() if t.csv and res.table(t.name).empty]
+    empty = [t.csv for t in registry.tables() if t.csv and res.table(t.name).empty and registry.written(res.table(t.name))]
+    unwritten = [t.csv for t in registry.tables() if t.csv and not registry.written(res.table(t.name))]
     if empty:
         lines.append(f"{len(empty)} of {len(registry.csv_files())} CSVs hold their header only (no row for these "
                      f"stages; report.md, Files, says what would fill each): {', '.join(empty)}")
+    if unwritten:
+        lines.append(f"{len(unwritten)} of {len(registry.csv_files())} CSVs not written (no row and no column for "
+                     f"these stages; report.md, Files, says what would fill each): {', '.join(unwritten)}")
     lines.append(f"wrote {out}/report.md")
     return "\n".join(lines)
 

@@ -154,16 +154,24 @@ def test_every_header_only_csv_says_why_in_the_report_and_the_summary(tmp_path, 
     said = capsys.readouterr().out
     report = (out / "report.md").read_text()
     files = report[report.index("\n## Files\n"):]
-    empty = sorted(p.name for p in out.glob("*.csv") if len(p.read_text().splitlines()) <= 1)
+    from analysis import tables as registry
+
+    assert all(p.read_text().strip() for p in out.glob("*.csv"))  # a written CSV has its header at least
+    empty = sorted(p.name for p in out.glob("*.csv") if len(p.read_text().splitlines()) == 1)
     full = sorted(p.name for p in out.glob("*.csv") if len(p.read_text().splitlines()) > 1)
-    assert empty and full
+    unwritten = sorted(set(registry.csv_files().values()) - {p.name for p in out.glob("*.csv")})
+    assert empty and full and unwritten
     for name in empty:
         assert f"[`{name}`]({name}): header only: no row for the analysed stages (" in files, name
         assert name in said
+    for name in unwritten:  # neither rows nor columns: no empty file, and the report says why it is not there
+        assert f"- `{name}`: not written: no row for the analysed stages (" in files, name
+        assert name in said
     for name in full:
-        assert f"[`{name}`]({name}): header only" not in files, name
-    assert "scale.csv): header only: no row for the analysed stages (S vs M histories" in files
-    assert f"{len(empty)} of {len(empty) + len(full)} CSVs hold their header only" in said
+        assert f"[`{name}`]({name}): header only" not in files and f"`{name}`: not written" not in files, name
+    assert "scale.csv" in empty + unwritten and "no row for the analysed stages (S vs M histories" in files
+    assert f"{len(empty)} of {len(empty) + len(full) + len(unwritten)} CSVs hold their header only" in said
+    assert f"{len(unwritten)} of {len(empty) + len(full) + len(unwritten)} CSVs not written" in said
 
 
 def test_failed_runs_count_wrong_and_missing_judgements_are_reported(tmp_path):

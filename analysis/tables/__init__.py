@@ -83,11 +83,18 @@ def table_of(prereg_name: str) -> str | None:
     return None
 
 
-def empty_reason(table: Table) -> str:
-    """Why a table's CSV holds its header only: none of the analysed stages gives it a row. Said with what the
-    table is (its module's first docstring line), so a reader sees which stage or option would fill it."""
+def written(frame) -> bool:
+    """A table's CSV is written when it has columns: a frame with neither rows nor columns would be an empty file."""
+    return len(frame.columns) > 0
+
+
+def empty_reason(table: Table, frame=None) -> str:
+    """Why a table's CSV holds its header only, or was not written (no columns either): none of the analysed
+    stages gives it a row. Said with what the table is (its module's first docstring line), so a reader sees
+    which stage or option would fill it."""
     import sys
 
     doc = " ".join((getattr(sys.modules.get(table.module), "__doc__", None) or "").strip().split("\n\n")[0].split())
     what = doc.split(". ")[0].rstrip(".")
-    return "header only: no row for the analysed stages" + (f" ({what})" if what else "")
+    said = "header only" if frame is None or written(frame) else "not written"
+    return f"{said}: no row for the analysed stages" + (f" ({what})" if what else "")
