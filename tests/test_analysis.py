@@ -631,8 +631,9 @@ def test_two_runs_write_identical_bytes_and_the_cli_works(tmp_path):
     first = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=600)
     assert first.returncode == 0, first.stderr
     files = {p.name: p.read_bytes() for p in sorted((tmp_path / "results").iterdir())}
-    assert {"report.md", "table1.csv", "table2.csv", "table3.csv", "table4.csv", "table5.csv", "table6.csv",
+    assert {"report.md", "table1.csv", "table2.csv", "table3.csv", "table4.csv", "table6.csv",
             "figure3_main_main.png", "figure6_org_org.png"} <= set(files)
+    assert "table5.csv" not in files and "- `table5.csv`: not written" in files["report.md"].decode()  # no repeats
     second = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=600)
     assert second.returncode == 0, second.stderr
     again = {p.name: p.read_bytes() for p in sorted((tmp_path / "results").iterdir())}
