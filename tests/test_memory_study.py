@@ -344,3 +344,32 @@ def test_a_chosen_backend_whose_server_does_not_answer_stops_with_its_name_not_a
                        cwd=Path(__file__).resolve().parents[1])
     assert p.returncode == 0 and p.stdout.startswith("ENV backend redis_qe's server does not answer"), \
         p.stdout + p.stderr[-2000:]
+
+
+def test_the_stage_json_services_row_is_asked_of_the_servers_the_study_started(tmp_path):
+    """`make run STAGE=backends` with no server running: the study starts the Redis its fan-out side needs
+    before its manifest asks the servers their versions, so stage.json's services row names that server's
+    version (it said 'unreachable' beside a recorded redis_server version), and the study stops it after."""
+    import os
+    import socket
+
+    from harness import services as svc
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    redis_port, pg_port = free_port(), free_port()
+    env = {**os.environ, "MEMSPACE_REDIS_PORT": str(redis_port), "MEMSPACE_PG_PORT": str(pg_port),
+           "MEMSPACE_SERVICES_DIR": str(tmp_path / "svc")}
+    p = subprocess.run([sys.executable, "-m", "harness.run", "stage=backends", "stage.only=[exact]", "stage.builds=1",
+                        "stage.delta_rounds=0", "stage.histories=4", "stage.lexical=false", "data=synth_tiny",
+                        f"runs_dir={tmp_path / 'runs'}"], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    info = json.loads((tmp_path / "runs" / "backends" / "backends" / "stage.json").read_text())
+    row = next(r for r in info["fidelity"]["rows"] if r["key"] == "services")
+    assert "unreachable" not in row["stage"] and info["versions"]["redis_server"] in row["stage"], row
+    assert svc.redis_status(svc.Settings(redis_port=redis_port, pg_port=pg_port, root=tmp_path / "svc", pg_osuser="nobody")) == \
+        {"running": False, "port": redis_port}  # what the study started, it stopped

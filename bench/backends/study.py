@@ -339,13 +339,20 @@ def run_study(cfg, sweep: dict | None = None) -> dict | None:
         # the checks the real run makes, on the data it reads (a generated file not yet written: held in memory)
         fidelity.raise_refusals(cfg, manifest(source.resolve(cfg.data, write=False)))
         return None
+    from harness import services
+
     path = source.resolve(cfg.data)
-    rows = manifest(path)
-    fidelity.raise_refusals(cfg, rows)
-    qids = draw(scan(path), cfg.samples, int(cfg.seed), names=[str(stage["sample"])])[str(stage["sample"])]["ids"]
-    out = Path(str(cfg.runs_dir)) / str(stage["name"]) / str(stage["label"])
-    return run(path, out, int(hist) if hist else None, qids, str(cfg.encoder.name), int(cfg.seed), stage=stage, cfg=cfg,
-               fidelity=fidelity.record(cfg, rows=rows))
+    # the servers the study uses are started before the manifest asks them their versions (`run` starts none then)
+    started = services.up(only=services_needed(chosen_configs(stage), stage))
+    try:
+        rows = manifest(path)
+        fidelity.raise_refusals(cfg, rows)
+        qids = draw(scan(path), cfg.samples, int(cfg.seed), names=[str(stage["sample"])])[str(stage["sample"])]["ids"]
+        out = Path(str(cfg.runs_dir)) / str(stage["name"]) / str(stage["label"])
+        return run(path, out, int(hist) if hist else None, qids, str(cfg.encoder.name), int(cfg.seed), stage=stage,
+                   cfg=cfg, fidelity=fidelity.record(cfg, rows=rows))
+    finally:
+        services.down(only=started)
 
 
 def main(argv: list[str] | None = None) -> int:
