@@ -6,6 +6,7 @@ compared run by run with a local run of the same stage. And the scheduler's fail
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -354,3 +355,22 @@ def test_the_submission_stops_with_a_message_when_the_scheduler_stops_answering(
     assert launch.returncode == 3 and "Traceback" not in err, err[-3000:]
     (said,) = [x for x in err.splitlines() if x.startswith("error: ")]
     assert "the scheduler has not answered" in said and job in said and "same command" in said, said
+
+
+def test_a_job_the_accounting_still_shows_running_is_asked_again_until_it_names_its_end(tmp_path, monkeypatch):
+    """The queue drops a job before the accounting (slurmdbd) records its end: a shard that stopped with exit 3 was
+    read as `RUNNING with exit code 0` and the command exited 1. A scripted `sacct` first on PATH says RUNNING
+    twice, then FAILED with 3: the launcher asks until it names the end; one that never does within the patience
+    gives no exit code."""
+    from hydra_plugins.memspace_slurm.slurm_launcher import _ended
+
+    asked = tmp_path / "asked"
+    sacct = tmp_path / "bin" / "sacct"
+    sacct.parent.mkdir()
+    sacct.write_text(f'#!/bin/sh\nn=$(cat {asked} 2>/dev/null || echo 0); echo $((n+1)) > {asked}\n'
+                     'if [ "$n" -lt 2 ]; then echo "RUNNING|0:0"; else echo "FAILED|3:0"; fi\n')
+    sacct.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{sacct.parent}{os.pathsep}{os.environ['PATH']}")
+    assert _ended("7_0") == ("FAILED", 3) and asked.read_text().strip() == "3"
+    asked.write_text("-1000000")
+    assert _ended("7_0", patience_s=0.3) == ("RUNNING", None)

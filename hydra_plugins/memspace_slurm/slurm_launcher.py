@@ -53,15 +53,26 @@ def _squeue_reasons(job_ids: list[str]) -> tuple[dict[str, tuple[str, str]] | No
     return out, ""
 
 
-def _ended(job_id: str) -> tuple[str, int | None]:
-    """How the job's last start ended, from the accounting: (state, exit code)."""
-    r = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State,ExitCode", "-j", job_id], capture_output=True,
-                       text=True, timeout=60)
-    lines = [x.split("|") for x in r.stdout.splitlines() if "|" in x]
-    if not lines:
-        return "UNKNOWN", None
-    state, code = lines[-1][0], lines[-1][1].split(":")[0]
-    return state, int(code) if code.isdigit() else None
+# states in which a job has not ended: the accounting (slurmdbd) learns the end after the queue has dropped the job
+NOT_ENDED = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED", "COMPLETING",
+             "CONFIGURING", "SIGNALING", "STAGE_OUT", "UNKNOWN"}
+
+
+def _ended(job_id: str, patience_s: float = 60.0) -> tuple[str, int | None]:
+    """How the job's last start ended, from the accounting: (state, exit code). Called once the queue no longer
+    lists the job; the accounting may still say RUNNING then (seen: a shard that stopped with exit 3 read as
+    `RUNNING with exit code 0`, so the command exited 1), so it is asked again until it names an end, for at most
+    `patience_s`."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        r = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State,ExitCode", "-j", job_id], capture_output=True,
+                           text=True, timeout=60)
+        lines = [x.split("|") for x in r.stdout.splitlines() if "|" in x]
+        state, code = (lines[-1][0].strip() or "UNKNOWN", lines[-1][1].split(":")[0]) if lines else ("UNKNOWN", "")
+        ended = state.split()[0] not in NOT_ENDED  # "CANCELLED by 0" has ended
+        if ended or time.monotonic() >= deadline:
+            return state, int(code) if code.isdigit() and ended else None
+        time.sleep(0.5)
 
 
 def _why(stderr: str | None) -> str:
