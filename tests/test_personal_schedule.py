@@ -10,6 +10,7 @@ judge that judged; the paper's judge refused unless declared.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from pathlib import Path
@@ -199,6 +200,32 @@ def test_a_one_slot_server_answering_in_20_ms_is_still_measured_as_one_slot(tmp_
         probe = r["schedule"]["endpoint_probe"]
         assert probe["slots"] == 1 and probe["rounds"] > 1
         assert r["schedule"]["in_flight"] == 1 and r["schedule"]["slots"] == 1
+
+
+class Slots(OneSlot):
+    """A server answering `slots` calls at a time (None: every call at once), `delay_s` each."""
+
+    def __init__(self, slots: int | None, **kw):
+        super().__init__(**kw)
+        if slots is None:
+            self.slot = contextlib.nullcontext()
+        else:
+            self.slot = threading.BoundedSemaphore(slots)
+
+
+@pytest.mark.parametrize("slots", [1, 2, None])
+def test_the_probe_finds_the_slots_a_server_has_and_no_cap_when_it_serves_every_call_at_once(slots):
+    """harness.personal.probe on its own against a server of 1 or 2 slots answering in 50 ms, and one serving
+    all four calls at once: the measured slots are the server's (None: not capped), the client's own cost per call
+    (this process: the client and the server both) not counted as the server's."""
+    from harness.personal.probe import endpoint_slots
+    from harness.run.settings import endpoint_node
+
+    with Slots(slots, script=RichScript(), delay_s=0.05) as fake:
+        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+            model = compose(config_name="config", overrides=["model=vllm", f"model.base_url={fake.base_url}"]).model
+        got, figures = endpoint_slots(fake.base_url, endpoint_node(model))
+    assert got == slots, figures
 
 
 @pytest.mark.services
