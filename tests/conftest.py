@@ -26,6 +26,15 @@ def pytest_collection_modifyitems(config, items):
     schedule.tell_controller(config, items)
 
 
+def pytest_configure(config):
+    """Under two test processes each has about one core: the local model then runs one llama.cpp thread
+    (harness.endpoints.local_model.default_threads), since two threads stall at every layer waiting for the core
+    the other process holds (the smoke runs: 120 s with two threads beside a busy core, 45 s with one)."""
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    if workers > 1:
+        os.environ.setdefault("MEMSPACE_LOCAL_THREADS", "1")
+
+
 def pytest_configure_node(node):
     """Controller: where each worker tells it the model's and the cluster's tests it collected (tests/schedule.py)."""
     from tests import schedule

@@ -371,6 +371,17 @@ class LlamaServerProcess:
 # --------------------------------------------------------------------------- public API
 
 
+def default_threads() -> int:
+    """llama.cpp's threads: $MEMSPACE_LOCAL_THREADS, else 2 (this machine's cores, SPEC 8).
+
+    WHY: its threads meet at a barrier after every layer, so a thread that waits for a core stalls the rest.
+    With another process busy on one of two cores (the test suite's other worker), two threads took 120 s for
+    the smoke runs that one thread took in 45 s (27 s and 42 s on idle cores); the suite runs one (tests/conftest.py).
+    A record names the threads it ran with (`endpoint.local.threads`); the replies do not depend on them."""
+    return max(1, int(os.environ.get("MEMSPACE_LOCAL_THREADS") or 2))
+
+
+
 class LocalModel:
     """Verified local GGUF + llama.cpp child + tool adapter, as one context manager.
 
@@ -378,13 +389,13 @@ class LocalModel:
     so each concurrent agent loop gets the window it asked for.
     """
 
-    def __init__(self, ctx_size: int = 8192, parallel: int = 1, threads: int = 2,
+    def __init__(self, ctx_size: int = 8192, parallel: int = 1, threads: int | None = None,
                  model_path: str | Path | None = None, cache_dir: str | Path | None = None,
                  adapter_port: int = 0, server_port: int = 0, startup_timeout: float = 300.0,
                  log_path: str | Path | None = None, verify: bool = True, constraint: str | None = None,
                  cache_ram_mib: int = 1024):
         self.constraint, self.cache_ram_mib = constraint, cache_ram_mib
-        self.ctx_size, self.parallel, self.threads = ctx_size, parallel, threads
+        self.ctx_size, self.parallel, self.threads = ctx_size, parallel, threads or default_threads()
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self._model_path = Path(model_path) if model_path else None
         self.adapter_port, self.server_port = adapter_port, server_port
@@ -478,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--server-port", type=int, default=0)
     s.add_argument("--ctx-size", type=int, default=8192)
     s.add_argument("--parallel", type=int, default=1)
-    s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--threads", type=int, default=None, help="default: $MEMSPACE_LOCAL_THREADS, else 2")
     s.add_argument("--model")
     c = sub.add_parser("_child")  # internal: the llama.cpp process
     c.add_argument("--model", required=True)
