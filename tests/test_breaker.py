@@ -3,11 +3,17 @@
 The server is judged by what it answered since the failures began: runs (judgements) out of retries or
 rejected the same unexplained way are held, recorded failed only once a later one succeeds, and stop the
 stage unrecorded otherwise — whatever succeeded earlier and whatever the one-token probe answers.
+
+The personal study's rubric judge when its server dies (issue 33): the answer check's rule and pool
+(judge.common.ask/judge_all) stop judging with exit 3 naming the server's last answer, write no failed judgement,
+start nothing queued, and the same command on the fixed server scores exactly the rest: one tiny stage (3 trials
+x 2 methods, 6 runs) answered by one scripted upstream, judged by another (bench/fake_upstream.py), in process.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import threading
 
@@ -15,19 +21,20 @@ import pytest
 
 from bench.fake_upstream import is_preflight
 from harness.studies.agents import run as run_agents
+from harness.studies.personal import run as run_personal
 from harness.endpoints.liveness import Breaker
 from harness.failures import STOPPED, EnvironmentFailure, exit_code
 from harness.records import RunDir
 from judge.answer_check import load_judgements
 from judge.rubric import load_rubric
+from judge.run import main_entry
 from tests import endpoint_replies as R
 from tests.fake_model import FakeModel
+from tests.personal_helpers import Script, stage_cfg
 from tests.test_failures_midstage import (  # noqa: F401 (fixture)
     _shared_cache, agents_cfg, ledger_matches_records, once, recs, stage_of, stopped)
 from tests.test_judge import judge_cmd, judge_fixed_server, judge_script, judged_exactly_the_rest, stage_dir
 from tests.test_judge import stage, stage_runs  # noqa: F401 (fixtures)
-from tests.test_judge_rubric_breaker import graded, judge, rerun_scores_exactly_the_rest
-from tests.test_judge_rubric_breaker import stage as rubric_stage  # noqa: F401 (fixture)
 
 
 # ------------------------------------------------------------------ the rule itself
@@ -124,7 +131,7 @@ def test_the_answer_check_writes_no_failed_judgement_when_the_server_fails_every
     judged_exactly_the_rest(stage, ok, asked)
 
 
-def test_the_rubric_judge_writes_no_failed_score_when_its_server_turns_to_unexplained_400s(rubric_stage, capsys):  # noqa: F811
+def test_the_rubric_judge_writes_no_failed_score_when_its_server_turns_to_unexplained_400s(rubric_stage, capsys):
     tmp, rd = rubric_stage
     state = {"n": 0}
 
@@ -251,3 +258,93 @@ def test_property_the_breaker_trips_at_the_nth_run_out_of_retries_since_the_last
             return
         recorded += b.admit(i, ok, None if ok else "retries", None, q)
     assert all(seq[u][0] or any(seq[v][0] for v in range(u + 1, len(seq))) for u in recorded)  # failed: a later ok
+
+
+METHODS = ["naive_concat", "kernel_shared"]
+SCORES = '{"profile_usage": 4, "task_usage": 3, "integration": 2}'
+
+
+def grade(req):
+    if req["messages"][0]["content"].startswith("You are grading"):
+        return {"role": "assistant", "content": SCORES}
+    return {"role": "assistant", "content": "OK"}
+
+
+def graded(fake) -> list[str]:
+    return [r["body"]["messages"][0]["content"] for r in fake.requests
+            if r["body"]["messages"][0]["content"].startswith("You are grading")]
+
+
+@pytest.fixture()
+def rubric_stage(tmp_path):
+    with FakeModel(script=Script()) as fake:
+        rd = run_personal(stage_cfg(tmp_path, fake.base_url, METHODS, n=3, extra=["index=exact"]))
+    assert len(list(rd.records())) == 6
+    return tmp_path, rd
+
+
+def judge(tmp, judge_fake, capsys, *extra) -> tuple[int, str]:
+    cfg = stage_cfg(tmp, "http://127.0.0.1:9/v1", METHODS, n=3, extra=[
+        "index=exact", "judge=vllm", f"judge.base_url={judge_fake.base_url}", "judge.backoff_s=0.01",
+        "judge.name=rj", "concurrency=1", *extra])
+    capsys.readouterr()
+    code = main_entry(cfg)
+    return code, capsys.readouterr().err
+
+
+def cached(tmp) -> int:
+    return sqlite3.connect(tmp / "cache" / "judge_cache.sqlite").execute("SELECT COUNT(*) FROM replies").fetchone()[0]
+
+
+def rerun_scores_exactly_the_rest(tmp, rd, fake, capsys, kept: dict) -> None:
+    before = len(fake.requests)
+    code, err = judge(tmp, fake, capsys)
+    assert code == 0, err
+    asked = [r["body"]["messages"][0]["content"] for r in fake.requests[before:]
+             if r["body"]["messages"][0]["content"].startswith("You are grading")]
+    lines = load_rubric(rd, "rj")
+    assert len(lines) == 6 and {v["status"] for v in lines.values()} == {"ok"}
+    assert all(lines[k]["ts"] == v["ts"] for k, v in kept.items())  # the first session's kept, not re-asked
+    assert sorted(asked) == sorted(v["prompt"] for k, v in lines.items() if k not in kept)  # the rest, each once
+    assert cached(tmp) == 6
+
+
+def test_a_rubric_server_dying_after_some_judgements_stops_judging_and_the_rerun_scores_exactly_the_rest(
+        rubric_stage, capsys):
+    tmp, rd = rubric_stage
+    with FakeModel(script=grade, dies_with="503", dies_after=2) as fake:
+        code, err = judge(tmp, fake, capsys, "judge.max_retries=1")
+        assert code == STOPPED, err
+        assert "judge's server keeps failing" in err and "no healthy upstream" in err
+        first = load_rubric(rd, "rj")
+        assert len(first) == 2 and {v["status"] for v in first.values()} == {"ok"}  # nothing written failed
+        # 2 answered, the third's 2 attempts; the probe; nothing queued started after the stop
+        assert len(graded(fake)) == 4 and cached(tmp) == 2
+        fake.dies_with = None
+        rerun_scores_exactly_the_rest(tmp, rd, fake, capsys, first)
+
+
+def test_a_rubric_server_failing_every_call_stops_judging_unwritten_and_the_same_command_scores_the_rest(
+        rubric_stage, capsys):
+    tmp, rd = rubric_stage
+    with FakeModel(script=grade, always="500") as fake:
+        code, err = judge(tmp, fake, capsys, "judge.max_retries=1")
+        assert code == STOPPED, err
+        assert "judge's server keeps failing" in err and "boom" in err
+        assert load_rubric(rd, "rj") == {} and len(graded(fake)) == 2  # one judgement's 2 attempts, no more
+        fake.always = None
+        rerun_scores_exactly_the_rest(tmp, rd, fake, capsys, {})
+
+
+def test_a_rubric_server_whose_credit_goes_stops_judging_at_once_and_the_same_command_scores_the_rest(
+        rubric_stage, capsys):
+    tmp, rd = rubric_stage
+    with FakeModel(script=grade, dies_with="quota", dies_after=3) as fake:
+        code, err = judge(tmp, fake, capsys)  # the default 6 retries: quota is never retried
+        assert code == STOPPED, err
+        assert "quota" in err
+        first = load_rubric(rd, "rj")
+        assert len(first) == 3 and {v["status"] for v in first.values()} == {"ok"}
+        assert len(graded(fake)) == 4  # 3 answered, the fourth refused once, nothing after it
+        fake.dies_with = None
+        rerun_scores_exactly_the_rest(tmp, rd, fake, capsys, first)

@@ -150,8 +150,8 @@ def test_the_results_page_marks_estimated_tokens_and_costs(tmp_path, estimated):
 
 from tests.test_judge import judge_cmd, judge_script, stage_runs  # noqa: E402,F401  (the answer check's stage)
 from tests.test_judge import stage as judged_stage  # noqa: E402,F401
-from tests.test_judge_rubric_breaker import grade, judge as rubric_judge  # noqa: E402
-from tests.test_judge_rubric_breaker import stage as rubric_stage  # noqa: E402,F401
+from tests.test_breaker import grade, judge as rubric_judge  # noqa: E402
+from tests.test_breaker import rubric_stage  # noqa: E402,F401
 
 
 @pytest.mark.parametrize("estimated", [True, False])
