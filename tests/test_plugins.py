@@ -163,9 +163,14 @@ def test_a_stage_of_an_unknown_study_kind_is_refused_with_the_known_ones(tmp_pat
     (tmp_path / "conf" / "stage").mkdir(parents=True)
     smoke = (REPO / "conf" / "stage" / "smoke.yaml").read_text()
     assert "\n  kind: agents\n" in smoke
-    (tmp_path / "conf" / "stage" / "survey.yaml").write_text(smoke.replace("\n  kind: agents\n", "\n  kind: survey\n"))
+    (tmp_path / "conf" / "stage" / "toy_unknown_kind.yaml").write_text(
+        smoke.replace("\n  kind: agents\n", "\n  kind: toyplug/no_such_study\n"))
     res = subprocess.run([sys.executable, "-m", "harness.run", f"hydra.searchpath=[file://{tmp_path}/conf]",
-                          "stage=survey", "dry_run=true", f"runs_dir={tmp_path}/runs"],
+                          "stage=toy_unknown_kind", "dry_run=true", f"runs_dir={tmp_path}/runs"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2, res.stderr[-2000:]
-    assert "stage.kind 'survey' is no registered study (known: agents, backends, personal)" in res.stderr
+    from harness.studies import STUDIES
+
+    known = STUDIES.names()  # the tree's studies, a user's own among them
+    assert {"agents", "backends", "personal"} <= set(known)
+    assert f"stage.kind 'toyplug/no_such_study' is no registered study (known: {', '.join(known)})" in res.stderr

@@ -183,12 +183,12 @@ def test_an_endpoint_preset_in_another_config_source_is_found_and_a_shadowing_on
     tree = REPO / "conf"
     mine = tmp_path / "conf"
     (mine / "model").mkdir(parents=True)
-    (mine / "model" / "mine.yaml").write_text("defaults:\n  - vllm\n  - _self_\nname: mine\nmodel: my-model\n")
+    (mine / "model" / "toy_model.yaml").write_text("defaults:\n  - vllm\n  - _self_\nname: toy_model\nmodel: my-model\n")
     fresh = Registry("endpoint preset", None)
     old, presets.PRESETS = presets.PRESETS, fresh
     try:
         found = presets.discover([tree, mine])
-        assert found.get("model/mine") == (mine / "model" / "mine.yaml").resolve()
+        assert found.get("model/toy_model") == (mine / "model" / "toy_model.yaml").resolve()
         assert "model/vllm" in found and "judge/vllm" in found
         (mine / "model" / "vllm.yaml").write_text("name: vllm\n")
         with pytest.raises(RegistryError, match="endpoint preset 'model/vllm' is registered twice") as err:

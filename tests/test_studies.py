@@ -70,7 +70,7 @@ def _env(tmp_path: Path) -> dict:
     (plug / "toyplug" / "__init__.py").write_text("")
     (plug / "toyplug" / "study.py").write_text(STUDY)
     (plug / "conf" / "stage").mkdir(parents=True)
-    (plug / "conf" / "stage" / "survey.yaml").write_text(
+    (plug / "conf" / "stage" / "toy_survey.yaml").write_text(
         "# @package _global_\nstage:\n  kind: toyplug/survey\n  name: survey\n  label: first\n")
     return {**os.environ, "MEMSPACE_PLUGINS": "toyplug.study",
             "PYTHONPATH": os.pathsep.join([str(plug), str(REPO)])}
@@ -84,7 +84,7 @@ def _run(args, env, cwd):
 def test_a_plugged_in_study_is_run_judged_and_analysed_through_the_registry(tmp_path):
     env = _env(tmp_path)
     runs = tmp_path / "runs"
-    common = ["stage=survey", f"runs_dir={runs}", f"hydra.searchpath=[file://{tmp_path / 'plug' / 'conf'}]"]
+    common = ["stage=toy_survey", f"runs_dir={runs}", f"hydra.searchpath=[file://{tmp_path / 'plug' / 'conf'}]"]
     ran = _run(["harness.run", *common], env, REPO)
     assert ran.returncode == 0 and "toy run step ran" in ran.stderr, ran.stderr[-3000:]
     judged = _run(["judge.run", *common], env, REPO)
@@ -127,7 +127,7 @@ def test_make_analyze_leaves_out_a_folder_whose_study_is_not_loaded_and_analyses
 
     env = _env(tmp_path)
     runs = tmp_path / "runs"
-    ran = _run(["harness.run", "stage=survey", f"runs_dir={runs}",
+    ran = _run(["harness.run", "stage=toy_survey", f"runs_dir={runs}",
                 f"hydra.searchpath=[file://{tmp_path / 'plug' / 'conf'}]"], env, REPO)
     assert ran.returncode == 0, ran.stderr[-3000:]
     bare = dict(os.environ)  # the plugin not loaded

@@ -40,14 +40,14 @@ def test_a_condition_gets_its_modules_settings_with_the_yamls_and_the_overrides_
 def test_a_plugin_condition_without_settings_still_gets_its_config_node(tmp_path, monkeypatch):
     from omegaconf import DictConfig
 
-    (tmp_path / "mypkg").mkdir()
-    (tmp_path / "mypkg" / "__init__.py").write_text("")
-    (tmp_path / "mypkg" / "nosettings_toy.py").write_text(
-        "import conditions\ndef build(cfg, ctx):\n    return None\nconditions.register('mypkg/nosettings_toy')\n")
+    (tmp_path / "toyplug").mkdir()
+    (tmp_path / "toyplug" / "__init__.py").write_text("")
+    (tmp_path / "toyplug" / "nosettings_toy.py").write_text(
+        "import conditions\ndef build(cfg, ctx):\n    return None\nconditions.register('toyplug/nosettings_toy')\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # a module that loads (one that does not is refused)
-    monkeypatch.setenv("MEMSPACE_PLUGINS", "mypkg.nosettings_toy")  # a condition loads by its registered name only
-    node = OmegaConf.create({"module": "mypkg/nosettings_toy", "access": "x", "anything": 1})
-    assert settings.condition_schema("mypkg/nosettings_toy") is None
+    monkeypatch.setenv("MEMSPACE_PLUGINS", "toyplug.nosettings_toy")  # a condition loads by its registered name only
+    node = OmegaConf.create({"module": "toyplug/nosettings_toy", "access": "x", "anything": 1})
+    assert settings.condition_schema("toyplug/nosettings_toy") is None
     assert isinstance(settings.condition_node(node), DictConfig)
 
 
@@ -564,12 +564,12 @@ def test_a_preset_of_ones_own_prices_offpeak_and_renames_reach_the_request_and_t
     from harness.endpoints.pricing import paid_cost
 
     (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "my_preset.yaml").write_text(
-        "name: my_preset\nprovider: openai_compatible\nmodel: m1\nbase_url: http://127.0.0.1:9/v1\n"
+    (tmp_path / "model" / "toy_preset.yaml").write_text(
+        "name: toy_preset\nprovider: openai_compatible\nmodel: m1\nbase_url: http://127.0.0.1:9/v1\n"
         "params: {temperature: 0, max_tokens: 50, seed: 3}\naccepts: {max_tokens: max_completion_tokens, seed: false}\n"
         "prices: {currency: USD, hit: 1.0, miss: 2.0, output: 4.0, usd_per_currency: 1.0}\n"
         "offpeak: {start_utc: '10:00', end_utc: '11:00', factor: 0.5}\n")
-    over = [f"hydra.searchpath=[file://{tmp_path}]", "model=my_preset", "model.params.temperature=0.5"]
+    over = [f"hydra.searchpath=[file://{tmp_path}]", "model=toy_preset", "model.params.temperature=0.5"]
     from hydra import compose, initialize_config_dir
 
     from harness.run import settings
