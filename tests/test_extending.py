@@ -1,7 +1,12 @@
-"""Extending never fights the paper: one extension of each kind, added exactly as the README's
-"Extending" table says (here from a package outside the tree, its names in its namespace, its yaml
-through hydra.searchpath), is found and runs in a stage of its own, and the paper's stages resolve
-and are checked by `preset=paper` exactly as without it (the same fidelity manifest, nothing refused).
+"""Extending never fights the paper: one extension of each kind, added exactly as the README's "Extending"
+table says, both ways it names, is found and runs in a stage of its own, and the paper's stages (main, org,
+scale) resolve and are checked by `preset=paper` exactly as without them: the same fidelity manifest, nothing
+refused.
+
+In a git clone of the tree as it is (HEAD plus the edits of tracked files): first the README's in-tree route,
+bare names in the tree's own folders, which the preset refuses until they are committed (it names each file)
+and accepts after; then, beside them, a package outside the tree, its names in its namespace and its yaml
+through hydra.searchpath. Nothing is sent and nothing is written: dry runs and the in-process manifest.
 """
 
 from __future__ import annotations
@@ -13,11 +18,80 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
+# the README's rows, in the tree (bare names, the tree's folders; a stage of its own for the condition and
+# the backend, the study's stage naming its kind)
+TREE_FILES = {
+    "conditions/recent.py": '''
+        """The last sessions inlined: a newcomer's condition."""
+
+        from dataclasses import dataclass
+
+        from conditions import Access
+
+
+        @dataclass
+        class Settings:
+            last: int = 2
+
+
+        def build(cfg: Settings, ctx) -> Access:
+            return Access(text="Recent sessions are inlined below.")
+    ''',
+    "conf/condition/recent.yaml": "module: recent\n",
+    "conf/stage/recent.yaml": ("# @package _global_\ndefaults: [smoke, /condition@stage.conditions.recent: recent, _self_]\n"
+                               "stage: {name: recent, label: recent}\n"),
+    "analysis/tables/runs_per_folder.py": '''
+        import pandas as pd
+
+        from analysis.tables import Table, register
+
+        register(Table("runs_per_folder", "runs_per_folder.csv", lambda res: pd.DataFrame()))
+    ''',
+    "harness/memory/backends/flat.py": '''
+        from harness.memory.backends.base import register
+        from harness.memory.backends.exact import ExactBackend
+
+
+        @register("flat")
+        class Flat(ExactBackend):
+            """A new in-process backend."""
+    ''',
+    "conf/index/flat.yaml": "name: flat\n",
+    "conf/stage/backends_flat.yaml": ("# @package _global_\ndefaults: [backends, _self_]\n"
+                                      "stage: {name: backends_flat, label: backends_flat, configs: "
+                                      "[{id: exact, backend: exact}, {id: flat, backend: flat}]}\n"),
+    "judge/kinds/brief.py": '''
+        from judge.kinds import Kind, register
+        from judge.prompts import Item
+
+        register(Kind("brief", lambda record, prompts: [Item("brief", "toy", "answer", "Short? yes or no")]))
+    ''',
+    "harness/studies/survey.py": '''
+        from harness.studies import Study, register
+
+        register(Study("survey", run="harness.studies.survey:run", judge=None,
+                       analysis="harness.studies.survey:analyse"))
+
+
+        def run(cfg, sweep=None):
+            pass
+
+
+        def analyse(argv):
+            return 0
+    ''',
+    "conf/stage/survey.yaml": "# @package _global_\nstage: {kind: survey, name: survey, label: survey}\n",
+    "conf/model/mine.yaml": "defaults:\n  - vllm\n  - _self_\nname: mine\nmodel: my-model\n",
+}
+
+# the same kinds from a package outside the tree, beside those: names in its namespace, yaml on the search path
 FILES = {
-    "mine/__init__.py": "",
-    "mine/recent.py": '''
+    "toyext/__init__.py": "",
+    "toyext/recent.py": '''
         from dataclasses import dataclass
 
         import conditions
@@ -33,33 +107,33 @@ FILES = {
             return Access(text="Recent sessions are inlined below.")
 
 
-        conditions.register("mine/recent")
+        conditions.register("toyext/recent")
     ''',
-    "mine/table.py": '''
+    "toyext/table.py": '''
         import pandas as pd
         from analysis.tables import Table, register
 
-        register(Table("mine/runs_per_folder", "mine_runs.csv", lambda res: pd.DataFrame()))
+        register(Table("toyext/runs_per_folder", "toyext_runs.csv", lambda res: pd.DataFrame()))
     ''',
-    "mine/flat.py": '''
+    "toyext/flat.py": '''
         from harness.memory.backends.base import register
         from harness.memory.backends.exact import ExactBackend
 
 
-        @register("mine/flat")
+        @register("toyext/flat")
         class Flat(ExactBackend):
             """A new in-process backend."""
     ''',
-    "mine/brief.py": '''
+    "toyext/brief.py": '''
         from judge.kinds import Kind, register
         from judge.prompts import Item
 
-        register(Kind("mine/brief", lambda record, prompts: [Item("mine/brief", "toy", "answer", "Short? yes or no")]))
+        register(Kind("toyext/brief", lambda record, prompts: [Item("toyext/brief", "toy", "answer", "Short? yes or no")]))
     ''',
-    "mine/survey.py": '''
+    "toyext/survey.py": '''
         from harness.studies import Study, register
 
-        register(Study("mine/survey", run="mine.survey:run", judge=None, analysis="mine.survey:analyse"))
+        register(Study("toyext/survey", run="toyext.survey:run", judge=None, analysis="toyext.survey:analyse"))
 
 
         def run(cfg, sweep=None):
@@ -70,80 +144,136 @@ FILES = {
             return 0
     ''',
     # the README's rows, verbatim in shape: a condition and a backend each in a stage of its own
-    "conf/condition/recent.yaml": "module: mine/recent\n",
-    "conf/stage/recent.yaml": ("# @package _global_\ndefaults: [smoke, /condition@stage.conditions.recent: recent, _self_]\n"
-                               "stage: {name: recent, label: recent}\n"),
-    "conf/index/flat.yaml": "name: mine/flat\n",
-    "conf/stage/backends_flat.yaml": ("# @package _global_\ndefaults: [backends, _self_]\n"
-                                      "stage: {name: backends_flat, label: backends_flat, configs: "
-                                      "[{id: exact, backend: exact}, {id: flat, backend: mine/flat}]}\n"),
-    "conf/stage/survey.yaml": "# @package _global_\nstage: {kind: mine/survey, name: survey, label: survey}\n",
-    "conf/model/mine.yaml": "defaults:\n  - vllm\n  - _self_\nname: mine\nmodel: my-model\n",
+    "conf/condition/toy_recent.yaml": "module: toyext/recent\n",
+    "conf/stage/toy_recent.yaml": ("# @package _global_\ndefaults: [smoke, /condition@stage.conditions.toy_recent: toy_recent, _self_]\n"
+                                   "stage: {name: toy_recent, label: toy_recent}\n"),
+    "conf/index/toy_flat.yaml": "name: toyext/flat\n",
+    "conf/stage/toy_backends.yaml": ("# @package _global_\ndefaults: [backends, _self_]\n"
+                                    "stage: {name: toy_backends, label: toy_backends, configs: "
+                                    "[{id: exact, backend: exact}, {id: flat, backend: toyext/flat}]}\n"),
+    "conf/stage/toy_survey.yaml": "# @package _global_\nstage: {kind: toyext/survey, name: toy_survey, label: toy_survey}\n",
+    "conf/model/toy_model.yaml": "defaults:\n  - vllm\n  - _self_\nname: toy_model\nmodel: my-model\n",
 }
-PLUGINS = "mine.recent,mine.table,mine.flat,mine.brief,mine.survey"
+PLUGINS = "toyext.recent,toyext.table,toyext.flat,toyext.brief,toyext.survey"
+
+PAPER_STAGES = ("main", "org", "scale")  # the PROBE's SHORT keys
 
 PROBE = '''
-import json, os, sys
+import json, sys
 from hydra import compose, initialize_config_dir
 from harness.run import fidelity
 from harness.run.plan import build
 from harness.run.settings import stage_node
 
-conf, plug = sys.argv[1], sys.argv[2]
+conf, extra = sys.argv[1], sys.argv[2:]
 HERE = ["encoder", "judge_prompts", "runtime", "data"]
-SHORT = {"main": ["samples.main", "samples.full"], "org": ["samples.main", "samples.org_public", "samples.org_private"]}
+SHORT = {"main": ["samples.main", "samples.full"], "org": ["samples.main", "samples.org_public", "samples.org_private"],
+         "scale": ["samples.main", "samples.scale"]}
 out = {}
-for stage in ("main", "org"):
-    allow = "allow_deviation=[" + ",".join(HERE + SHORT[stage]) + "]"
-    rows = {}
-    for extended in (False, True):
-        extra = [f"hydra.searchpath=[file://{plug}]"] if extended else []
-        with initialize_config_dir(config_dir=conf, version_base="1.3"):
-            cfg = compose("config", overrides=[f"stage={stage}", "preset=paper", "data=synth_tiny", allow, *extra])
-        plan = build(stage_node(cfg), cfg)
-        rows[extended] = [r.line() for r in fidelity.manifest(cfg, plan)]
-        out[f"{stage}_refused_{extended}"] = [r.key for r in fidelity.refusals(cfg, fidelity.manifest(cfg, plan))]
-    out[f"{stage}_same_manifest"] = rows[False] == rows[True]
-with initialize_config_dir(config_dir=conf, version_base="1.3"):
-    cfg = compose("config", overrides=["stage=backends_flat", f"hydra.searchpath=[file://{plug}]"])
-    out["backend_configs"] = [c["backend"] for c in cfg.stage.configs]
-    cfg = compose("config", overrides=["stage=smoke", "model=mine", f"hydra.searchpath=[file://{plug}]"])
-    out["model"] = cfg.model.model
-import conditions, harness.studies as S
-from analysis import tables
-from harness.memory.backends.base import BACKENDS
-from judge.kinds import KINDS
-out["found"] = ["mine/recent" in conditions.CONDITIONS, "mine/runs_per_folder" in tables.TABLES, "mine/flat" in BACKENDS,
-                "mine/brief" in KINDS, "mine/survey" in S.STUDIES]
+for stage, short in SHORT.items():
+    allow = "allow_deviation=[" + ",".join(HERE + short) + "]"
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        cfg = compose("config", overrides=[f"stage={stage}", "preset=paper", "data=synth_tiny", allow, *extra],
+                      return_hydra_config=True)  # the preset chosen is read from Hydra's choices
+    assert fidelity.preset(cfg) == "paper"
+    rows = fidelity.manifest(cfg, build(stage_node(cfg), cfg))
+    out[stage] = {"rows": [r.line() for r in rows if r.key != "code"],
+                  "code": next(r.status for r in rows if r.key == "code"),
+                  "refused": sorted(r.key for r in fidelity.refusals(cfg, rows))}
+if extra:  # what the extensions added: found by their registries, their stages and presets composed
+    import conditions, harness.studies as S
+    from analysis import tables
+    from harness.memory.backends.base import BACKENDS
+    from judge.kinds import KINDS
+
+    out["found"] = {ns: [f"{ns}recent" in conditions.CONDITIONS, f"{ns}runs_per_folder" in tables.TABLES,
+                         f"{ns}flat" in BACKENDS, f"{ns}brief" in KINDS, f"{ns}survey" in S.STUDIES]
+                    for ns in ("", "toyext/")}
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        out["backends"] = {s: [c["backend"] for c in compose("config", overrides=[f"stage={s}", *extra]).stage.configs]
+                           for s in ("backends_flat", "toy_backends")}
+        out["models"] = {m: compose("config", overrides=["stage=smoke", f"model={m}", *extra]).model.model
+                         for m in ("mine", "toy_model")}
 print(json.dumps(out))
 '''
 
 
-def test_one_extension_of_each_kind_as_the_readme_says_leaves_the_papers_stages_as_they_are(tmp_path):
-    for rel, text in FILES.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(textwrap.dedent(text))
-    env = {**os.environ, "MEMSPACE_PLUGINS": PLUGINS, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    p = subprocess.run([sys.executable, "-c", PROBE, str(REPO / "conf"), str(tmp_path / "conf")], env=env, cwd=REPO,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    got = json.loads(p.stdout.strip().splitlines()[-1])
-    assert got["found"] == [True] * 5
-    for stage in ("main", "org"):  # the paper's stages: nothing refused, the manifest unchanged by the extensions
-        assert got[f"{stage}_refused_True"] == got[f"{stage}_refused_False"] == [], got
-        assert got[f"{stage}_same_manifest"], stage
-    assert got["backend_configs"] == ["exact", "mine/flat"] and got["model"] == "my-model"
 
-    # the condition's own stage runs it beside the smoke stage's (a dry run: nothing sent, nothing written)
-    search = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
-    dry = subprocess.run([sys.executable, "-m", "harness.run", "stage=recent", "dry_run=true", search,
-                          f"runs_dir={tmp_path / 'runs'}"], env=env, cwd=REPO, capture_output=True, text=True,
-                         timeout=600)
-    assert dry.returncode == 0, dry.stderr[-3000:]
-    assert "recent.lme." in dry.stdout and "conditions.recent differs" in dry.stdout, dry.stdout[-3000:]
+def git(clone: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=newcomer", "-c", "user.email=newcomer@example.org", *args],
+                          cwd=clone, capture_output=True, text=True, check=True).stdout
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+
+
+@pytest.mark.services  # the preset's dry run checks the servers too
+def test_one_extension_of_each_kind_both_ways_the_readme_says_leaves_the_papers_stages_as_they_are(tmp_path):
+    # the tree as it is: `git stash create` is a commit of the tracked files' edits (none: HEAD), read through
+    # the shared object store; the clone's modules come first on its own path (cwd), the tree's are not loaded
+    snap = git(REPO, "stash", "create").strip() or git(REPO, "rev-parse", "HEAD").strip()
+    clone = tmp_path / "tree"
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(REPO), str(clone)], check=True)
+    git(clone, "checkout", "-q", "--detach", snap)
+
+    def py(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *args], cwd=clone, env=env or dict(os.environ), capture_output=True,
+                              text=True, timeout=600)
+
+    def probe(*extra: str, env: dict | None = None) -> dict:
+        p = py("-c", PROBE, str(clone / "conf"), *extra, env=env)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    before = probe()
+    assert all(before[s]["refused"] == [] and before[s]["code"] == "same" for s in PAPER_STAGES), before
+
+    # the README's in-tree route: refused by the preset while the files are not committed, each named
+    write(clone, TREE_FILES)
+    paper = ["-m", "harness.run", "stage=main", "preset=paper", "dry_run=true", "data=synth_tiny",
+             "allow_deviation=[encoder,judge_prompts,runtime,data,samples.main,samples.full]",
+             f"runs_dir={tmp_path / 'runs'}"]
+    keyed = {**os.environ, "DEEPSEEK_API_KEY": "a dry run sends nothing"}  # the paper's model's key is checked set
+    dirty = py(*paper, env=keyed)
+    refused = [x for x in dirty.stdout.splitlines() if x.strip().startswith("preflight") and "FAILED" in x]
+    assert dirty.returncode == 3 and len(refused) == 1, dirty.stdout[-3000:] + dirty.stderr[-2000:]
+    assert "preflight fidelity" in refused[0] and "untracked: " in refused[0], refused
+    assert all(rel in refused[0] for rel in TREE_FILES), refused  # each file named, its yaml too
+    git(clone, "add", "-A")
+    git(clone, "commit", "-q", "-m", "six extensions, as the README says")
+    clean = py(*paper, env=keyed)
+    assert clean.returncode == 0, clean.stdout[-3000:] + clean.stderr[-2000:]
+
+    # the paper's stages beside them: the same manifest, nothing refused, the extensions' yaml on the search path
+    search = f"hydra.searchpath=[file://{tmp_path / 'plug' / 'conf'}]"
+    write(tmp_path / "plug", FILES)
+    after = probe(search)
+    for stage in PAPER_STAGES:
+        assert after[stage] == before[stage], stage
+    assert after["found"] == {"": [True] * 5, "toyext/": [False] * 5}, after["found"]  # the tree's, found
+    # a package outside the tree is code the paper did not run: while $MEMSPACE_PLUGINS loads it the preset refuses
+    # exactly the plugins and the code they are (docs/paper-preset.md), nothing else
+    env = {**os.environ, "MEMSPACE_PLUGINS": PLUGINS,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "plug"), str(clone)])}
+    loaded = probe(search, env=env)
+    for stage in PAPER_STAGES:
+        assert loaded[stage]["refused"] == ["code", "plugins"], (stage, loaded[stage]["refused"])
+    assert loaded["found"] == {"": [True] * 5, "toyext/": [True] * 5}, loaded["found"]
+    assert loaded["backends"] == {"backends_flat": ["exact", "flat"], "toy_backends": ["exact", "toyext/flat"]}
+    assert loaded["models"] == {"mine": "my-model", "toy_model": "my-model"}
+
+    # the in-tree condition's own stage runs it beside the smoke stage's, and the override route adds either
+    # condition to the smoke stage (dry runs: nothing sent, nothing written)
+    for args, names in ((["stage=recent"], ["recent"]),
+                        (["stage=smoke", "+condition@stage.conditions.recent=recent",
+                          "+condition@stage.conditions.toy_recent=toy_recent"], ["recent", "toy_recent"])):
+        dry = py("-m", "harness.run", *args, "dry_run=true", search, f"runs_dir={tmp_path / 'runs'}", env=env)
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        for name in names:
+            assert f" {name}.lme." in dry.stdout or f"\n{name}.lme." in dry.stdout, (args, dry.stdout[-3000:])
+        if args[0] == "stage=recent":
+            assert "conditions.recent differs" in dry.stdout, dry.stdout[-3000:]
     assert not (tmp_path / "runs").exists()
-    # and the override route, on the smoke stage
-    over = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "dry_run=true", search,
-                           "+condition@stage.conditions.recent=recent", f"runs_dir={tmp_path / 'runs'}"], env=env,
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert over.returncode == 0 and "recent.lme." in over.stdout, over.stderr[-3000:]
