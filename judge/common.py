@@ -17,7 +17,7 @@ imports the other.
 * Crash safety: a judge's attempts log says which run was being judged under which attempt;
   attempts that wrote no judgement line are marked interrupted in the ledger.
 * Dry run: with `dry_run=true` every judging command (make judge, agreement, probe,
-  personal-paper) prints its plan (`plan_lines`: the judge, what is current, cached, a failed
+  personal_paper) prints its plan (`plan_lines`: the judge, what is current, cached, a failed
   run, what would need a call and its forecast cost) and sends, opens and writes nothing.
 """
 

@@ -309,7 +309,7 @@ def _current(old: dict, rec: dict, trial: dict, hybrid: bool, ident: str) -> boo
 
 
 def paper_judge_refusal(cfg) -> str | None:
-    """With `paper_judge=true` (make personal-paper): why this judge is refused, or None. Any judge model but the
+    """With `paper_judge=true` (stage=personal_paper): why this judge is refused, or None. Any judge model but the
     paper's is refused unless declared (allow_deviation=[judge_model])."""
     if not cfg.get("paper_judge"):
         return None

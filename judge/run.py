@@ -41,7 +41,7 @@ def main_entry(cfg) -> int:
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return BAD_INPUT
-    if not started and cfg.get("dry_run"):  # after the stage's own dry run (make personal-paper)
+    if not started and cfg.get("dry_run"):  # after the stage's own dry run (make run, then make judge STAGE=personal_paper)
         j = cfg.get("judge") or {}
         print(f"dry run: {rd.root} has no records yet: judge {j.get('name')} (model {j.get('model')}) would score "
               "each of its runs once the stage has run; nothing sent, nothing written (dry_run=true)")

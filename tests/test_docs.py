@@ -87,19 +87,34 @@ def test_every_link_of_the_readme_and_the_docs_resolves_without_exceptions():
     assert not dead, dead
 
 
-def test_the_readmes_second_study_command_passes_its_own_preflight(tmp_path):
-    """The README's `make personal-paper ...` line, as its first model's dry run: it named a judge the
-    paper-judge gate refuses (exit 3) without declaring the deviation."""
+def test_the_readmes_second_study_commands_pass_their_own_preflight_on_every_model(tmp_path):
+    """The README's `make run|judge STAGE=personal_paper ...` lines (the commented one declaring another judge
+    too), each as its dry run: the stage file's sweep reaches all three of the paper's models, the paper's judge
+    passes its gate, and another judge passes only because the line declares it (refused, exit 2, without)."""
     import os
     import shlex
 
-    line = next(ln for ln in (REPO / "README.md").read_text(encoding="utf-8").splitlines()
-                if ln.startswith("make personal-paper"))
-    words = shlex.split(line.split("#")[0])
-    make = dict(w.split("=", 1) for w in words[2:] if "=" in w)
-    judge = make.get("JUDGE") or re.search(r"^PAPER_JUDGE \?= (\S+)", (REPO / "Makefile").read_text(), re.M).group(1)
-    res = subprocess.run([sys.executable, "-m", "harness.run", "stage=personal", "model=gpt4o", f"judge={judge}",
-                          "paper_judge=true", "dry_run=true", f"runs_dir={tmp_path}", *shlex.split(make.get("ARGS", ""))],
-                         capture_output=True, text=True, cwd=REPO, timeout=300,
-                         env={**os.environ, "OPENAI_API_KEY": "unused-in-a-dry-run"})
-    assert res.returncode == 0, (line, res.stdout[-1500:], res.stderr[-1500:])
+    from tests import cli
+
+    lines = [ln.lstrip("# ").split(": ", 1)[-1] for ln in (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+             if "make run STAGE=personal_paper" in ln or "make judge STAGE=personal_paper" in ln]
+    assert len(lines) == 3, lines
+    env = {**os.environ, "OPENAI_API_KEY": "unused-in-a-dry-run"}
+
+    def dry(line: str, *extra: str):
+        words = shlex.split(line.split(" #")[0])
+        make = dict(w.split("=", 1) for w in words[2:] if "=" in w)
+        module = {"run": "harness.run", "judge": "judge.run"}[words[1]]
+        return cli.run([sys.executable, "-m", module, f"stage={make['STAGE']}", "dry_run=true", f"runs_dir={tmp_path}",
+                        f"cache_dir={tmp_path / 'cache'}", *shlex.split(make.get("ARGS", "")), *extra], env=env,
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+
+    for line in lines:
+        res = dry(line)
+        assert res.returncode == 0, (line, res.stdout[-1500:], res.stderr[-1500:])
+        if line.startswith("make run"):
+            for model in ("gpt-4o", "llama3.1:8b", "qwen2.5:7b"):  # one job per model of the sweep
+                assert f"stage personal  label {model}" in res.stdout, (model, res.stdout[-3000:])
+    declared = next(ln for ln in lines if "allow_deviation" in ln)
+    undeclared = dry(declared.replace("allow_deviation=[judge_model]", ""))
+    assert undeclared.returncode == 2 and "not the paper's judge" in undeclared.stdout + undeclared.stderr

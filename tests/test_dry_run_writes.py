@@ -23,9 +23,9 @@ CASES = {
     "main": ("harness.run", ["stage=main", *TINY]),
     "org": ("harness.run", ["stage=org", *TINY]),
     "personal": ("harness.run", ["stage=personal"]),
-    "personal-sweep": ("harness.run", ["-m", "stage=personal", "model=vllm,local"]),  # make personal-paper's first
+    "personal-sweep": ("harness.run", ["-m", "stage=personal", "model=vllm,local"]),  # stage=personal_paper's sweep, by hand
     "backends": ("harness.run", ["stage=backends"]),
-    "judge-personal-sweep": ("judge.run", ["-m", "stage=personal", "model=vllm,local"]),  # ...and its second
+    "judge-personal-sweep": ("judge.run", ["-m", "stage=personal", "model=vllm,local"]),  # ...and its judging
     "judge-smoke": ("judge.run", ["stage=smoke", "judge=vllm", f"judge.base_url={DEAD}", "judge.model=j"]),
     "probe-smoke": ("judge.probe", ["stage=smoke", "judge=vllm", f"judge.base_url={DEAD}", "judge.model=j"]),
     "agreement-smoke": ("judge.agreement", ["stage=smoke", "judge=vllm", f"judge.base_url={DEAD}", "judge.model=j",
@@ -91,8 +91,8 @@ def test_judge_dry_run_writes_no_file_anywhere(tmp_path, capsys):
 
 
 def test_personal_paper_dry_run_plans_the_judge_of_a_stage_not_run_yet(tmp_path, capsys):
-    """Claim 4: `make personal-paper ARGS="dry_run=true"` prints both plans and sends nothing. Its second command,
-    judge.run, meets the folder the dry run did not write: a plan saying so (exit 0), not "run the stage first"
+    """Claim 4: `make run` and `make judge STAGE=personal_paper ARGS="dry_run=true"` print both plans and send
+    nothing. The second, meets the folder the dry run did not write: a plan saying so (exit 0), not "run the stage first"
     (exit 2, which fails the make)."""
     from judge.run import main_entry
 

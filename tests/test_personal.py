@@ -284,7 +284,7 @@ def test_reading_mems_cost_per_add_leaves_its_telemetry_off():
 
 @pytest.mark.parametrize("model", ["gpt-5.4-mini", "gpt-5.4-nano", "gpt-5.41", "GPT-5.4o"])
 def test_the_paper_judge_check_refuses_another_model_that_shares_its_prefix(tmp_path, model):
-    """Claim 4: make personal-paper refuses a JUDGE= other than the paper's GPT-5.4 unless declared; a smaller
+    """Claim 4: stage=personal_paper refuses a judge other than the paper's GPT-5.4 unless declared; a smaller
     sibling (gpt-5.4-mini) is another judge, while a dated snapshot of GPT-5.4 is the paper's."""
     from judge.rubric import paper_judge_refusal
 

@@ -191,7 +191,7 @@ def test_a_stopped_postgresql_stops_the_stage_before_its_first_run(tmp_path):
 
 
 def test_the_three_paper_models_are_one_sweep_judged_and_keyed_on_the_model_ids(tmp_path):
-    """`make personal-paper` by hand: three endpoints (one per preset), one judge, one Table 2."""
+    """`make run STAGE=personal_paper` by hand: three endpoints (one per preset), one judge, one Table 2."""
     import os
     import subprocess
     import sys

@@ -306,7 +306,7 @@ def test_the_paper_judge_is_refused_a_fallback_unless_declared(tmp_path):
     assert paper_judge_refusal(cfg("judge=gpt54", "paper_judge=true")) is None
     assert "not the paper's judge" in paper_judge_refusal(cfg("judge=openai_reasoning", "paper_judge=true"))
     assert paper_judge_refusal(cfg("judge=openai_reasoning", "paper_judge=true", "allow_deviation=[judge_model]")) is None
-    assert paper_judge_refusal(cfg("judge=local")) is None  # only make personal-paper asks for the paper's judge
+    assert paper_judge_refusal(cfg("judge=local")) is None  # only stage=personal_paper asks for the paper's judge
     with FakeModel(script=Script()) as fake:  # the stage stops at its checks, before any request
         with pytest.raises(Exception, match="not the paper's judge"):
             run_personal(stage_cfg(tmp_path, fake.base_url, ["naive_concat"], n=2, extra=["paper_judge=true"]))
