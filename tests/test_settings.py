@@ -108,3 +108,19 @@ def test_a_misspelt_option_names_the_nearest_key_also_inside_an_open_dictionary(
     ov = ["stage=smoke", "model=vllm", override]
     with pytest.raises(SettingsError, match=rf"did you mean {re.escape(nearest)}\?"):
         check_additions(composed(*ov), ov)
+
+
+def test_a_stage_files_top_level_keys_win_over_the_defaults_and_the_command_line_over_both(tmp_path):
+    """conf/config.yaml's own keys are the defaults every stage file may set (its `_self_` comes first): a stage
+    file's `concurrency`, `paper_judge` or sweep were silently overridden by them while `_self_` came last."""
+    (tmp_path / "stage").mkdir()
+    (tmp_path / "stage" / "toy_keys.yaml").write_text(
+        "# @package _global_\ndefaults: [smoke, _self_]\nconcurrency: 3\npaper_judge: true\nseed: 5\n")
+    search = f"hydra.searchpath=[file://{tmp_path}]"
+    cfg = composed("stage=toy_keys", search)
+    assert (cfg.concurrency, cfg.paper_judge, cfg.seed) == (3, True, 5)
+    assert composed("stage=toy_keys", search, "seed=7").seed == 7
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        paper = compose("config", overrides=["stage=personal_paper"], return_hydra_config=True)
+    assert paper.paper_judge is True and paper.judge.model == "gpt-5.4" and str(paper.hydra.mode) == "RunMode.MULTIRUN"
+    assert paper.hydra.sweeper.params.model == "gpt4o,llama31_8b,qwen25_7b"
