@@ -381,7 +381,6 @@ def default_threads() -> int:
     return max(1, int(os.environ.get("MEMSPACE_LOCAL_THREADS") or 2))
 
 
-
 class LocalModel:
     """Verified local GGUF + llama.cpp child + tool adapter, as one context manager.
 

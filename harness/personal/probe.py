@@ -8,13 +8,12 @@ round(n x alone's waiting / together) at a time, and the stage treats that as it
 call's slot, as for declared ones). However fast a call is, the calls at once are measured: a call answered in 20 ms
 by a one-slot server is still one slot (a fast call is repeated, `rounds` calls a side, so the comparison lasts
 long enough to see). Only time spent waiting (wall time minus this process's CPU time) counts as the server's:
-calls bound by the client's own CPU (an instant server, a proxy in this process) are not a serial server, and the
-client's own cost per call, which the n at once overlap, does not make a one-slot server look like two (a one-slot
-server takes at least n x alone's waiting for the n, so its estimate is at most one and a half only when the
-client's cost rivals the server's: measured 2 of 1 on a loaded CI machine before alone's CPU time was left out). An endpoint that serves the n
-together is not capped here. The calls go through the stage's metering proxy under
-role `preflight` (2 + 2 rounds + 2n rounds calls of one token), and only when the stage asks for more than one
-trial in flight (at one, there is nothing to cap).
+calls bound by the client's own CPU (an instant server, a proxy in this process) are not a serial server; and a
+one-slot server takes at least n x alone's waiting for the n at once, so the estimate stays about one however much
+the client's own cost per call is (alone's wall time, which the n at once overlap, made a 20 ms one-slot server
+measure 2 slots on a loaded CI machine). An endpoint that serves the n together is not capped here. The calls go
+through the stage's metering proxy under role `preflight` (2 + 2 rounds + 2n rounds calls of one token), and only
+when the stage asks for more than one trial in flight (at one, there is nothing to cap).
 """
 
 from __future__ import annotations
