@@ -27,9 +27,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    """Under two or more test processes on two cores each has at most one core: the local model then runs one llama.cpp thread
-    (harness.endpoints.local_model.default_threads), since two threads stall at every layer waiting for the core
-    the other process holds (the smoke runs: 120 s with two threads beside a busy core, 45 s with one)."""
+    """Under two or more test processes on two cores each has at most one core: the local model then runs one
+    llama.cpp thread (harness.endpoints.local_model.default_threads), since two threads stall at every layer
+    waiting for the core another process holds (the smoke runs: 120 s with two threads beside a busy core, 45 s
+    with one)."""
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
     if workers > 1:
         os.environ.setdefault("MEMSPACE_LOCAL_THREADS", "1")
