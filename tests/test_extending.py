@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -23,9 +24,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # the README's rows, in the tree (bare names, the tree's folders; a stage of its own for the condition and
-# the backend, the study's stage naming its kind)
+# the backend, the study's stage naming its kind). Named toytree_*, a prefix no user takes: a user's own `recent`,
+# `brief` or `survey` committed in the tree is left alone (the clone holds it; these files are added beside it)
 TREE_FILES = {
-    "conditions/recent.py": '''
+    "conditions/toytree_recent.py": '''
         """The last sessions inlined: a newcomer's condition."""
 
         from dataclasses import dataclass
@@ -41,40 +43,40 @@ TREE_FILES = {
         def build(cfg: Settings, ctx) -> Access:
             return Access(text="Recent sessions are inlined below.")
     ''',
-    "conf/condition/recent.yaml": "module: recent\n",
-    "conf/stage/recent.yaml": ("# @package _global_\ndefaults: [smoke, /condition@stage.conditions.recent: recent, _self_]\n"
-                               "stage: {name: recent, label: recent}\n"),
-    "analysis/tables/runs_per_folder.py": '''
+    "conf/condition/toytree_recent.yaml": "module: toytree_recent\n",
+    "conf/stage/toytree_recent.yaml": ("# @package _global_\ndefaults: [smoke, /condition@stage.conditions.toytree_recent: "
+                                       "toytree_recent, _self_]\nstage: {name: toytree_recent, label: toytree_recent}\n"),
+    "analysis/tables/toytree_runs_per_folder.py": '''
         import pandas as pd
 
         from analysis.tables import Table, register
 
-        register(Table("runs_per_folder", "runs_per_folder.csv", lambda res: pd.DataFrame()))
+        register(Table("toytree_runs_per_folder", "toytree_runs_per_folder.csv", lambda res: pd.DataFrame()))
     ''',
-    "harness/memory/backends/flat.py": '''
+    "harness/memory/backends/toytree_flat.py": '''
         from harness.memory.backends.base import register
         from harness.memory.backends.exact import ExactBackend
 
 
-        @register("flat")
+        @register("toytree_flat")
         class Flat(ExactBackend):
             """A new in-process backend."""
     ''',
-    "conf/index/flat.yaml": "name: flat\n",
-    "conf/stage/backends_flat.yaml": ("# @package _global_\ndefaults: [backends, _self_]\n"
-                                      "stage: {name: backends_flat, label: backends_flat, configs: "
-                                      "[{id: exact, backend: exact}, {id: flat, backend: flat}]}\n"),
-    "judge/kinds/brief.py": '''
+    "conf/index/toytree_flat.yaml": "name: toytree_flat\n",
+    "conf/stage/toytree_backends.yaml": ("# @package _global_\ndefaults: [backends, _self_]\n"
+                                         "stage: {name: toytree_backends, label: toytree_backends, configs: "
+                                         "[{id: exact, backend: exact}, {id: flat, backend: toytree_flat}]}\n"),
+    "judge/kinds/toytree_brief.py": '''
         from judge.kinds import Kind, register
         from judge.prompts import Item
 
-        register(Kind("brief", lambda record, prompts: [Item("brief", "toy", "answer", "Short? yes or no")]))
+        register(Kind("toytree_brief", lambda record, prompts: [Item("toytree_brief", "toy", "answer", "Short? yes or no")]))
     ''',
-    "harness/studies/survey.py": '''
+    "harness/studies/toytree_survey.py": '''
         from harness.studies import Study, register
 
-        register(Study("survey", run="harness.studies.survey:run", judge=None,
-                       analysis="harness.studies.survey:analyse"))
+        register(Study("toytree_survey", run="harness.studies.toytree_survey:run", judge=None,
+                       analysis="harness.studies.toytree_survey:analyse"))
 
 
         def run(cfg, sweep=None):
@@ -84,8 +86,9 @@ TREE_FILES = {
         def analyse(argv):
             return 0
     ''',
-    "conf/stage/survey.yaml": "# @package _global_\nstage: {kind: survey, name: survey, label: survey}\n",
-    "conf/model/mine.yaml": "defaults:\n  - vllm\n  - _self_\nname: mine\nmodel: my-model\n",
+    "conf/stage/toytree_survey.yaml": ("# @package _global_\nstage: {kind: toytree_survey, name: toytree_survey, "
+                                       "label: toytree_survey}\n"),
+    "conf/model/toytree_mine.yaml": "defaults:\n  - vllm\n  - _self_\nname: toytree_mine\nmodel: my-model\n",
 }
 
 # the same kinds from a package outside the tree, beside those: names in its namespace, yaml on the search path
@@ -186,14 +189,14 @@ if extra:  # what the extensions added: found by their registries, their stages 
     from harness.memory.backends.base import BACKENDS
     from judge.kinds import KINDS
 
-    out["found"] = {ns: [f"{ns}recent" in conditions.CONDITIONS, f"{ns}runs_per_folder" in tables.TABLES,
-                         f"{ns}flat" in BACKENDS, f"{ns}brief" in KINDS, f"{ns}survey" in S.STUDIES]
-                    for ns in ("", "toyext/")}
+    out["found"] = {ns: [f"{p}recent" in conditions.CONDITIONS, f"{p}runs_per_folder" in tables.TABLES,
+                         f"{p}flat" in BACKENDS, f"{p}brief" in KINDS, f"{p}survey" in S.STUDIES]
+                    for ns, p in (("", "toytree_"), ("toyext/", "toyext/"))}
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
         out["backends"] = {s: [c["backend"] for c in compose("config", overrides=[f"stage={s}", *extra]).stage.configs]
-                           for s in ("backends_flat", "toy_backends")}
+                           for s in ("toytree_backends", "toy_backends")}
         out["models"] = {m: compose("config", overrides=["stage=smoke", f"model={m}", *extra]).model.model
-                         for m in ("mine", "toy_model")}
+                         for m in ("toytree_mine", "toy_model")}
 print(json.dumps(out))
 '''
 
@@ -204,6 +207,21 @@ def git(clone: Path, *args: str) -> str:
                           cwd=clone, capture_output=True, text=True, check=True).stdout
 
 
+def snapshot(repo: Path) -> str:
+    """A commit of the tree as it is (HEAD plus the edits of its tracked files), built through an index of its own:
+    `git stash create` takes the tree's index lock, which another process's `git status` may hold at that moment."""
+    with tempfile.TemporaryDirectory() as d:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(d) / "index")}
+
+        def g(*args: str) -> str:
+            return subprocess.run(["git", "-c", "user.name=newcomer", "-c", "user.email=newcomer@example.org", *args],
+                                  cwd=repo, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+        g("read-tree", "HEAD")
+        g("add", "-u")
+        return g("commit-tree", g("write-tree"), "-p", "HEAD", "-m", "the tree as it is")
+
+
 def write(root: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -212,9 +230,9 @@ def write(root: Path, files: dict[str, str]) -> None:
 
 @pytest.mark.services  # the preset's dry run checks the servers too
 def test_one_extension_of_each_kind_both_ways_the_readme_says_leaves_the_papers_stages_as_they_are(tmp_path):
-    # the tree as it is: `git stash create` is a commit of the tracked files' edits (none: HEAD), read through
-    # the shared object store; the clone's modules come first on its own path (cwd), the tree's are not loaded
-    snap = git(REPO, "stash", "create").strip() or git(REPO, "rev-parse", "HEAD").strip()
+    # the tree as it is, read through the shared object store; the clone's modules come first on its own path
+    # (cwd), the tree's are not loaded
+    snap = snapshot(REPO)
     clone = tmp_path / "tree"
     subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(REPO), str(clone)], check=True)
     git(clone, "checkout", "-q", "--detach", snap)
@@ -262,18 +280,18 @@ def test_one_extension_of_each_kind_both_ways_the_readme_says_leaves_the_papers_
     for stage in PAPER_STAGES:
         assert loaded[stage]["refused"] == ["code", "plugins"], (stage, loaded[stage]["refused"])
     assert loaded["found"] == {"": [True] * 5, "toyext/": [True] * 5}, loaded["found"]
-    assert loaded["backends"] == {"backends_flat": ["exact", "flat"], "toy_backends": ["exact", "toyext/flat"]}
-    assert loaded["models"] == {"mine": "my-model", "toy_model": "my-model"}
+    assert loaded["backends"] == {"toytree_backends": ["exact", "toytree_flat"], "toy_backends": ["exact", "toyext/flat"]}
+    assert loaded["models"] == {"toytree_mine": "my-model", "toy_model": "my-model"}
 
     # the in-tree condition's own stage runs it beside the smoke stage's, and the override route adds either
     # condition to the smoke stage (dry runs: nothing sent, nothing written)
-    for args, names in ((["stage=recent"], ["recent"]),
-                        (["stage=smoke", "+condition@stage.conditions.recent=recent",
-                          "+condition@stage.conditions.toy_recent=toy_recent"], ["recent", "toy_recent"])):
+    for args, names in ((["stage=toytree_recent"], ["toytree_recent"]),
+                        (["stage=smoke", "+condition@stage.conditions.toytree_recent=toytree_recent",
+                          "+condition@stage.conditions.toy_recent=toy_recent"], ["toytree_recent", "toy_recent"])):
         dry = py("-m", "harness.run", *args, "dry_run=true", search, f"runs_dir={tmp_path / 'runs'}", env=env)
         assert dry.returncode == 0, dry.stderr[-3000:]
         for name in names:
             assert f" {name}.lme." in dry.stdout or f"\n{name}.lme." in dry.stdout, (args, dry.stdout[-3000:])
-        if args[0] == "stage=recent":
-            assert "conditions.recent differs" in dry.stdout, dry.stdout[-3000:]
+        if args[0] == "stage=toytree_recent":
+            assert "conditions.toytree_recent differs" in dry.stdout, dry.stdout[-3000:]
     assert not (tmp_path / "runs").exists()
