@@ -37,6 +37,11 @@ def main_entry(cfg) -> int:
         print(f"{rd.root}: a {study.kind} stage has nothing to judge (its study, harness/studies/, names no judge); "
               "make analyze reads it as it is", file=sys.stderr)
         return 0
+    if opened and not cfg.get("paper_judge") and _recorded_gate(rd.root):
+        from omegaconf import open_dict
+
+        with open_dict(cfg):  # a folder made under the paper's judge gate is judged under it, whatever the command
+            cfg.paper_judge = True
     refused = study.step("judge_refusal")(cfg) if study.judge_refusal else None
     if refused:
         print(f"error: {refused}", file=sys.stderr)
@@ -51,6 +56,14 @@ def main_entry(cfg) -> int:
               file=sys.stderr)
         return BAD_INPUT
     return study.step("judge")(cfg, rd)
+
+
+def _recorded_gate(root) -> bool:
+    """The stage folder's own config (config.yaml, written when the stage started) asked for the paper's judge."""
+    from omegaconf import OmegaConf
+
+    path = root / "config.yaml"
+    return path.is_file() and bool(OmegaConf.load(path).get("paper_judge"))
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

@@ -8,10 +8,13 @@ script, never by patching the code under test.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from harness.data import personal as P
@@ -21,6 +24,8 @@ from harness.studies.personal import run as run_personal
 from harness.records.ledger import read_ledger
 from tests.fake_model import FakeModel
 from tests.personal_helpers import Script, records, stage_cfg
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------------------ trials
@@ -360,3 +365,75 @@ def test_the_kernels_exposure_audit_reads_the_users_whole_partition(tmp_path):
     assert held >= 42, r["writes"]  # 40 profile items, a task item, a note
     assert r["audited_items"] == held
     assert r["prevented_items"] == 1 and r["prevented_conversation"] == 1  # the private note, kept out
+
+
+def test_the_paper_judge_gate_is_never_switched_off_from_the_command_line(tmp_path, monkeypatch):
+    """stage=personal_paper's judge gate: `paper_judge=false` (or deleting it) on its command line is refused, before
+    any plan, by `make run` and `make judge` alike; another judge is declared with allow_deviation=[judge_model]."""
+    from tests import cli
+
+    monkeypatch.setenv("OPENAI_API_KEY", "a dry run sends nothing")
+    for module in ("harness.run", "judge.run"):
+        for gate in ("paper_judge=false", "~paper_judge"):
+            res = cli.run([sys.executable, "-m", module, "stage=personal_paper", "judge=openai_reasoning", gate,
+                           "dry_run=true", f"runs_dir={tmp_path}/runs"])
+            assert res.returncode == 2 and ": paper_judge is set by the stage's file" in res.stderr, \
+                (module, gate, res.stdout[-1500:], res.stderr[-1500:])
+    declared = cli.run([sys.executable, "-m", "harness.run", "stage=personal_paper", "judge=openai_reasoning",
+                        "allow_deviation=[judge_model]", "dry_run=true", f"runs_dir={tmp_path}/runs"])
+    assert declared.returncode == 0, declared.stderr[-2000:]
+    assert not (tmp_path / "runs").exists()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prefix=st.sampled_from(["", "+", "++", "~"]),
+       value=st.one_of(st.sampled_from(["true", "True", "TRUE", "false", "null", "0", "1", "yes", "''", "true,false",
+                                        "[true]", "${seed}", " true"]),
+                       st.text(alphabet="abcdefghijklmnopqrstuvwxyzTRUE01_,", max_size=6), st.none()))
+def test_any_override_of_the_paper_judge_gate_that_leaves_it_off_is_refused(prefix, value):
+    """Whatever a command line writes to the gate, Hydra's own reading of it is the oracle: when stage=personal_paper
+    composed with that override has paper_judge other than true, the settings check refuses it; when the gate
+    stays true, it passes (an override Hydra cannot compose is refused by Hydra itself)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from harness.run.settings import SettingsError, check_gates
+
+    override = f"{prefix}paper_judge" + ("" if value is None else f"={value}")
+    try:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            on = compose("config", overrides=["stage=personal_paper", override]).get("paper_judge") is True
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return  # Hydra refuses it itself (exit 2, before any check of ours)
+    if on:
+        check_gates([override])
+    else:
+        with pytest.raises(SettingsError, match="paper_judge is set by the stage's file"):
+            check_gates([override])
+
+
+def test_a_folder_started_under_the_paper_judge_gate_is_judged_under_it_whatever_the_command_says(tmp_path,
+                                                                                                 monkeypatch):
+    """`make judge STAGE=personal` pointed at a folder that stage=personal_paper started (its config.yaml asks for
+    the paper's judge) refuses another judge as the personal_paper command does; a folder started without the
+    gate is not refused."""
+    import yaml
+
+    from tests import cli
+
+    monkeypatch.setenv("OPENAI_API_KEY", "unused: refused before any call")
+    for label, gate in (("gated", True), ("plain", False)):
+        root = tmp_path / "runs" / "personal" / label
+        (root / "records").mkdir(parents=True)
+        (root / "config.yaml").write_text(yaml.safe_dump({"paper_judge": gate}))
+        (root / "stage.json").write_text(json.dumps({
+            "schema_version": 1, "kind": "personal", "config_hash": "x", "stage": "personal", "label": label,
+            "seed": 0, "data": {}, "plan": {}, "versions": {}, "code": {"commit": None, "dirty": None}, "model": None,
+            "prereg": None, "created": "2026-01-01T00:00:00", "record": "personal_record"}))
+        res = cli.run([sys.executable, "-m", "judge.run", "stage=personal", f"stage.label={label}",
+                       "judge=openai_reasoning", "judge.base_url=http://127.0.0.1:9/v1", f"runs_dir={tmp_path}/runs"])
+        refused = "is not the paper's judge" in res.stderr
+        assert refused == gate, (label, res.returncode, res.stderr[-2000:])
+        if gate:
+            assert res.returncode == 2

@@ -240,6 +240,22 @@ def check_additions(cfg, overrides: list[str], groups: set[str] = frozenset()) -
                             + f"; a {kind} takes: {', '.join(sorted(have))}")
 
 
+GATES = ("paper_judge",)  # switches a command line may turn on, never off
+
+
+def check_gates(overrides: list[str]) -> None:
+    """A gate (`paper_judge`: stage=personal_paper's file asks for the paper's judge) is only ever turned on from the
+    command line: an override of it is accepted when its value is `true` and refused otherwise (`false`, null,
+    deleted with `~`, a sweep). WHY: `paper_judge=false` ran the second paper's study under another judge with no
+    deviation declared; a judge other than the paper's is declared with allow_deviation=[judge_model] (stage.json,
+    the report)."""
+    for ov in overrides:
+        key, eq, value = ov.lstrip("+~").partition("=")
+        if key.strip() in GATES and (ov.startswith("~") or not eq or value.strip().lower() != "true"):
+            raise SettingsError(f"{ov}: {key.strip()} is set by the stage's file and only turned on from the command "
+                                "line; to judge with another judge, declare it: allow_deviation=[judge_model]")
+
+
 def nodes(cfg) -> list[tuple[str, str, Any]]:
     """(path, kind, node) of every typed node of a composed config."""
     out = [(k, k, cfg.get(k)) for k in ("stage", "index", "model", "judge") if cfg.get(k) is not None]
@@ -467,6 +483,7 @@ def _check_one(cfg, overrides, groups, choices, sources) -> "Nodes":
         for _, _, node in nodes(cfg):  # resolved whole first: the error then names the key
             _resolved(node)
         check_top(cfg)  # every top-level key, and the nodes no module types (encoder, data, samples)
+        check_gates(overrides)
         check_additions(cfg, overrides, groups)
         check_types(cfg)
         if choices is not None:
