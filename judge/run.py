@@ -33,6 +33,8 @@ def main_entry(cfg) -> int:
     opened = rd.stage_path.exists()  # stage.json: the driver opened the folder (a study's records are its own)
     started = opened or (rd.root / "records").is_dir()  # records written by hand or an older driver: the command's study
     study = studies.get(rd.stage().kind if opened else cfg.stage.get("kind"))
+    # a study other than the default keeps its folder as it likes (no stage.json, no records/): its judge reads it
+    started = started or (study.kind != studies.get(None).kind and rd.root.is_dir() and any(rd.root.iterdir()))
     if study.judge is None:
         print(f"{rd.root}: a {study.kind} stage has nothing to judge (its study, harness/studies/, names no judge); "
               "make analyze reads it as it is", file=sys.stderr)

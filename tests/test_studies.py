@@ -219,3 +219,30 @@ def test_make_analyze_with_both_studies_writes_each_analysis_once_the_default_st
     assert [ln.split(":")[0] for ln in said] == ["analysis of agents", "analysis of personal"], said
     assert "prereg=" not in said[1] and "lenient=" not in said[1]  # each analysis gets the options it reads
     assert (out / "report.md").exists() and (out / "personal" / "personal.md").exists()
+
+
+def test_a_plugged_in_study_that_keeps_its_folder_its_own_way_is_judged_and_named_by_make_analyze(tmp_path):
+    """A study's run step need not write records/ or stage.json: `make judge` hands such a folder to the study's
+    judge, and `make analyze` names it on a `left out:` line (with how a run step opens its folder) instead of
+    skipping it unseen."""
+    env = _env(tmp_path)
+    runs = tmp_path / "runs"
+    common = ["stage=toy_survey", f"runs_dir={runs}", f"hydra.searchpath=[file://{tmp_path / 'plug' / 'conf'}]"]
+    assert _run(["harness.run", *common], env, REPO).returncode == 0
+    (runs / "survey" / "first" / "stage.json").unlink()  # a run step that wrote only its answers
+    judged = _run(["judge.run", *common], env, REPO)
+    assert judged.returncode == 0 and "toy judge ran" in judged.stderr, judged.stderr[-3000:]
+    ana = _run(["harness.cli.analyze", f"runs_root={runs}", f"out={tmp_path / 'results'}"], env, REPO)
+    said = [x for x in ana.stderr.splitlines() if "survey/first: no stage.json" in x]  # its only folder: the error
+    assert ana.returncode == 2 and len(said) == 1 and "RunDir.for_stage(cfg).open" in said[0], ana.stderr[-3000:]
+
+
+def test_a_study_the_preset_does_not_lock_is_refused_under_it_before_its_run_step(tmp_path):
+    """preset=paper on a stage of a study whose run step does not check it against the paper (Study.locked false)
+    is refused whole (exit 2): the preset never vouches for code it does not check."""
+    env = _env(tmp_path)
+    runs = tmp_path / "runs"
+    ran = _run(["harness.run", "stage=toy_survey", "preset=paper", f"runs_dir={runs}",
+                f"hydra.searchpath=[file://{tmp_path / 'plug' / 'conf'}]"], env, REPO)
+    assert ran.returncode == 2 and "no study the preset locks" in ran.stderr, ran.stderr[-3000:]
+    assert "toy run step ran" not in ran.stderr and not runs.exists()

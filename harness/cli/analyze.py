@@ -47,6 +47,12 @@ def _paths(argv: Sequence[str]) -> tuple[list[str], str]:
     return runs, root
 
 
+def unopened(root: Path) -> list[Path]:
+    """Folders at a stage folder's place (runs/<stage>/<label>) holding files but no stage.json, none above them."""
+    return [d for d in sorted(root.glob("*/*")) if d.is_dir() and not d.parent.name.startswith(".")
+            and not (d / "stage.json").exists() and not (d.parent / "stage.json").exists() and any(d.iterdir())]
+
+
 def kinds_present(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """The study kinds of the stage folders the arguments choose (pilots left out unless named), and the
     folders left out, each with why: a folder whose study is not registered (a plugin's, not loaded)."""
@@ -56,6 +62,9 @@ def kinds_present(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     if not runs and not Path(root).exists():
         return [], []
     kinds, left_out = set(), []
+    if not runs:  # a folder a run step wrote without opening it has no study to analyse it: said, not skipped
+        left_out += [f"{d}: no stage.json, so no study kind; a study's run step opens its folder with "
+                     "RunDir.for_stage(cfg).open(cfg, info) (docs/extending.md)" for d in unopened(Path(root))]
     for f in find_folders(runs or None, root):
         try:
             kinds.add(studies.get(f.info.get("kind")).kind)

@@ -48,9 +48,14 @@ def main(cfg: DictConfig) -> None:
         from harness.run import fidelity
 
         fidelity.check_sweep(settings.later_jobs())  # a sweep's other jobs under the paper's lock, before job 0 runs
+        study = studies.get(cfg.stage.get("kind"))
+        if fidelity.preset(cfg) is not None and not study.locked:
+            raise studies.StudyError(
+                f"preset={fidelity.preset(cfg)}: stage.kind {study.kind!r} is no study the preset locks (its run "
+                "step does not check the stage against the paper: Study.locked, harness/studies/); run it without it")
         sweep = sweep_label(cfg)
         try:
-            studies.get(cfg.stage.get("kind")).step("run")(cfg, sweep)  # the stage's study (harness/studies/)
+            study.step("run")(cfg, sweep)  # the stage's study (harness/studies/)
         except Exception as exc:
             raise _time_limit(exc) or exc
 

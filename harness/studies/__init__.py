@@ -40,6 +40,9 @@ class Study:
     # "module:function"(cfg, job overrides): a later job of a preset=paper sweep checked before job 0 runs
     # (raises what the job's own preflight would); None: each job is checked when it starts
     sweep_check: str | None = None
+    # its run step applies a preset's lock to its stage (harness.run.fidelity: every setting beside the paper's,
+    # refused unless allowed); a study that does not is refused whole under any preset (harness.cli.run)
+    locked: bool = False
     about: str = ""
 
     def step(self, name: str) -> Callable[..., Any]:

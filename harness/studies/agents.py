@@ -21,6 +21,6 @@ def _answer_check(cfg, rd, endpoint, budget):
 
 register(Study("agents", run="harness.studies.agents:run", judge="judge.answer_check:judge_command",
                analysis="analysis.run:main", record="record", power="analysis.power:stage_lines", publishable=True,
-               sweep_check="harness.run.fidelity:check_job",
+               sweep_check="harness.run.fidelity:check_job", locked=True,
                about="agent runs (Sections 5.1-5.3)",
                judge_checks="`make agreement` (a second judge, Appendix E) and `make probe` (planted answers)"))

@@ -3,4 +3,5 @@
 from harness.studies import Study, register
 
 register(Study("backends", run="bench.backends.study:run_study", judge=None, analysis="analysis.run:main",
-               record="record", about="index backends under views (Section 5.4)"))
+               record="record", locked=True,
+               about="index backends under views (Section 5.4)"))

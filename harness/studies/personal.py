@@ -15,6 +15,7 @@ def run(cfg, sweep: dict | None = None):
 
 register(Study("personal", run="harness.studies.personal:run", judge="judge.rubric:judge_command",
                judge_refusal="judge.rubric:paper_judge_refusal", analysis="analysis.personal.report:main",
-               record="personal_record", inspect="analysis.inspect_personal:eval_logs", about="kernel-managed injection (second paper)",
+               record="personal_record", inspect="analysis.inspect_personal:eval_logs", locked=True,
+               about="kernel-managed injection (second paper)",
                judge_checks="the rubric's human validation (Section 4.3): `python -m analysis.personal.validation "
                             "sample runs=<folder>`, then `... agree ratings=<folder>/validation/ratings.csv`"))
