@@ -240,3 +240,23 @@ def test_evaluate_qa_that_differs_from_the_pin_is_deleted_and_reported(fake_raw,
     files[raw_path(P.OFFICIAL_COMMIT)] = data
     assert main(["download", "--what", "evaluate_qa", "--out", str(out), "--base-url", base]) == 0
     assert "sha256 matches" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("what", [["--split", "s", "--endpoint"], ["--what", "bge", "--endpoint"],
+                                  ["--what", "evaluate_qa", "--base-url"]])
+def test_a_download_whose_host_does_not_answer_says_so_exits_3_and_leaves_no_folder(tmp_path, what):
+    """Offline (here: a port nothing listens on), each of the README's download commands is an environment failure
+    it names, exit 3, with no traceback and none of the folders it would have made."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port free now: nothing listens on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "data" / "place"
+    res = subprocess.run([sys.executable, "-m", "harness.data", "download", *what, f"http://127.0.0.1:{port}",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "failed" in res.stderr and "it reads the internet" in res.stderr and str(out) in res.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from collections import Counter
 
 from .longmemeval import QUESTION_TYPES, DataError, iter_raw, parse_record, sha256_file
@@ -134,6 +135,8 @@ def download_cmd(ap, args) -> int:
         ap.error("download: give --split s|m|oracle, or --what bge|evaluate_qa")
     if what == "longmemeval" and not args.split:
         ap.error("download --what longmemeval needs --split s|m|oracle")
+    out = Path(args.out or ("data/models" if what == "bge" else "data/longmemeval"))
+    made = [p for p in [*reversed(out.absolute().parents), out.absolute()] if not p.exists()]
     try:
         if what == "longmemeval":
             info = download(args.split, args.out or "data/longmemeval", args.revision or "main", endpoint=args.endpoint)
@@ -155,6 +158,17 @@ def download_cmd(ap, args) -> int:
     except ChecksumError as exc:
         print(f"REFUSED {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:  # noqa: BLE001 - the host not reached (offline, refused, timed out): an environment failure
+        from harness.failures import STOPPED
+
+        for folder in reversed(made):  # the folders this command created, left empty by the failed download
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(f"error: download --what {what} failed ({type(exc).__name__}: {first}); it reads the internet (the "
+              "Hugging Face Hub or GitHub, or --endpoint/--base-url); offline, copy the file into "
+              f"{out} by hand (docs/agent-study.md). Nothing was written.", file=sys.stderr)
+        return STOPPED
 
 
 if __name__ == "__main__":
