@@ -1,12 +1,13 @@
 """The import graph has no back-edges (docs/architecture.md: the dependency order).
 
 Every module of the project's packages imports; the imports, function-level ones included, form
-no cycle of any length (a registry's "module:function" string and a constant import_module are
-imports too); no import runs against docs/architecture.md's dependency order (LAYERS,
-read from that file: a lower layer never imports a higher one); the
-judge never imports the command line; a judge module never imports another judge module's
-private (underscore) name; and the kernel's conditions only build on harness.kernel. Imports
-are read with ast, so the graph is the source's, not what a test run happened to load.
+no cycle of any length (a registry's "module:function" string and a constant import_module, under
+any alias or bound name, are imports too, and importing a module imports the packages above it); no
+import runs against docs/architecture.md's dependency order (LAYERS, read from that file: a lower layer
+never imports a higher one); the judge never imports the command line; a judge module never imports
+another judge module's private (underscore) name; and the kernel's conditions only build on
+harness.kernel. Imports are read with ast, so the graph is the source's, not what a test run happened
+to load.
 """
 
 from __future__ import annotations
@@ -52,6 +53,20 @@ def _imports(name: str, top_level_only: bool) -> list[tuple[str, list[str], int]
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"), str(MODULES[name]))
     package = name if _is_package(name) else name.rpartition(".")[0]
     out = []
+    # import_module under another name (`from importlib import import_module as load`), and the strings a name
+    # is bound to anywhere in the module (`TARGET = "a.b"; import_module(TARGET)`): read as the call reads them
+    loaders = {a.asname for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "importlib"
+               for a in n.names if a.name == "import_module" and a.asname}
+    loaders |= {f"{a.asname}.import_module" for n in ast.walk(tree) if isinstance(n, ast.Import)
+                for a in n.names if a.name == "importlib" and a.asname}
+    bound = {t.id: n.value.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+             and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+             for t in n.targets if isinstance(t, ast.Name)}
+
+    def constant(node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        return bound.get(node.id) if isinstance(node, ast.Name) else None
 
     def visit(node, nested: bool) -> None:
         for child in ast.iter_child_nodes(node):
@@ -65,13 +80,14 @@ def _imports(name: str, top_level_only: bool) -> list[tuple[str, list[str], int]
                 continue
             if isinstance(child, ast.Constant) and isinstance(child.value, str) and (m := NAMED.match(child.value)):
                 out.append((m.group(1), [], child.lineno))  # "module:function": a registry's step, imported when used
-            elif isinstance(child, ast.Call) and ast.unparse(child.func).endswith(("import_module", "__import__")) \
-                    and child.args and isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str):
-                target = child.args[0].value
+            elif isinstance(child, ast.Call) and (ast.unparse(child.func).endswith(("import_module", "__import__"))
+                                                  or ast.unparse(child.func) in loaders) \
+                    and child.args and isinstance(constant(child.args[0]), str):
+                target = constant(child.args[0])
                 anchor = child.args[1] if len(child.args) > 1 else None  # import_module(".x", "package")
-                if target.startswith(".") and isinstance(anchor, ast.Constant) and isinstance(anchor.value, str):
+                if target.startswith(".") and isinstance(constant(anchor), str):
                     dots = len(target) - len(target.lstrip("."))
-                    base = anchor.value.split(".")
+                    base = constant(anchor).split(".")
                     target = ".".join(base[: len(base) - (dots - 1)] + [target.lstrip(".")])
                 out.append((target, [], child.lineno))
             if isinstance(child, ast.Import):
@@ -91,13 +107,17 @@ def _imports(name: str, top_level_only: bool) -> list[tuple[str, list[str], int]
 
 
 def _edges(name: str, top_level_only: bool) -> set[str]:
-    """The project modules `name` imports: `from a import b` is a.b when that is a module, else a."""
+    """The project modules `name` imports: `from a import b` is a.b when that is a module, else a; and the
+    packages above each (importing a.b.c runs a/__init__.py and a/b/__init__.py first), but for `name`'s own."""
     out = set()
     for mod, names, _ in _imports(name, top_level_only):
         subs = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in MODULES]
         out.update(subs)
         if mod in MODULES and (not names or len(subs) < len(names)):
             out.add(mod)
+    own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 2)}
+    out |= {p for e in list(out) for i in range(1, e.count(".") + 1)
+            if (p := ".".join(e.split(".")[:i])) in MODULES and p not in own}
     out.discard(name)
     return out
 
@@ -165,6 +185,10 @@ def test_the_layer_check_sees_function_level_imports(tmp_path):
         # a registry's "module:function" step is an import edge like any other
         (tmp_path / "probe.py").write_text('STEP = "analysis.stats:mean"\n')
         assert "analysis.stats" in _edges("harness.records._probe", top_level_only=True)
+        # importing a module runs the packages above it first: an edge to each (but the importer's own)
+        (tmp_path / "probe.py").write_text("def f():\n    from analysis.tables import common\n")
+        assert {"analysis.tables.common", "analysis.tables", "analysis"} <= _edges("harness.records._probe", False)
+        assert "harness.records" not in _edges("harness.records._probe", False)
         # the study kinds sit above what they name; their registry stays below the driver that reads it
         assert package_of("harness.studies")[1] < package_of("analysis.run")[1] < package_of("harness.studies.agents")[1]
     finally:
@@ -177,11 +201,15 @@ def test_the_layer_check_sees_function_level_imports(tmp_path):
                         "def f():\n    import importlib\n    return importlib.import_module({m!r})\n",
                         "def f():\n    import importlib\n    return importlib.import_module('.{last}', {pkg!r})\n",
                         "def f():\n    return __import__({m!r})\n",
+                        "from importlib import import_module as load\ndef f():\n    return load({m!r})\n",
+                        "import importlib as il\ndef f():\n    return il.import_module({m!r})\n",
+                        "TARGET = {m!r}\ndef f():\n    import importlib\n    return importlib.import_module(TARGET)\n",
                         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    pass\nelse:\n    import {m}\n",
                         "from typing import TYPE_CHECKING\nif not TYPE_CHECKING:\n    import {m}\n"]))
 def test_a_module_named_as_data_is_an_edge(tmp_path_factory, target, fn, shape):
-    """Whatever project module a "module:function" string, a constant import_module or __import__ names, or an
-    import that runs beside TYPE_CHECKING (its `else:`, `if not TYPE_CHECKING`), is an edge."""
+    """Whatever project module a "module:function" string, a constant import_module or __import__ names (under
+    an alias, or through a name bound to the string), or an import that runs beside TYPE_CHECKING (its `else:`,
+    `if not TYPE_CHECKING`), is an edge."""
     path = tmp_path_factory.mktemp("probe") / "probe.py"
     pkg, _, last = target.rpartition(".")
     if "{last}" in shape and not pkg:

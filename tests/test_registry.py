@@ -44,7 +44,7 @@ PLUGIN = {
     "study": '''
         from harness.studies import Study, register
 
-        register(Study("toyplug/survey", run="toyplug.study:run", judge=None, analysis="analysis.run"))
+        register(Study("toyplug/survey", run="toyplug.study:run", judge=None, analysis="analysis.run:main"))
     ''',
     "backend": '''
         from harness.memory.backends.base import register
@@ -72,7 +72,7 @@ DUPLICATE = {
     "table": 'from analysis.tables import Table, register\n\nregister(Table("coverage", None))\n',
     "personal_table": 'from analysis.personal import Table, register\n\nregister(Table("latency", None))\n',
     "study": ('from harness.studies import Study, register\n\n'
-              'register(Study("agents", run="x:y", judge=None, analysis="analysis.run"))\n'),
+              'register(Study("agents", run="x:y", judge=None, analysis="analysis.run:main"))\n'),
     "backend": ('from harness.memory.backends.base import register\nfrom harness.memory.backends.exact import '
                 'ExactBackend\n\n@register("exact")\nclass Mine(ExactBackend):\n    pass\n'),
     "kind": 'from judge.kinds import Kind, register\n\nregister(Kind("answer_check", lambda r, p: []))\n',

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 STUDY = '''
@@ -246,3 +248,16 @@ def test_a_study_the_preset_does_not_lock_is_refused_under_it_before_its_run_ste
                 f"hydra.searchpath=[file://{tmp_path / 'plug' / 'conf'}]"], env, REPO)
     assert ran.returncode == 2 and "no study the preset locks" in ran.stderr, ran.stderr[-3000:]
     assert "toy run step ran" not in ran.stderr and not runs.exists()
+
+
+@pytest.mark.parametrize("step", ["run", "judge", "analysis", "power", "judge_refusal", "inspect", "sweep_check"])
+@pytest.mark.parametrize("value", ["analysis.run", "analysis.run:", ":main", "analysis run:main", "a.b:c.d", 3])
+def test_a_study_step_that_is_not_module_function_is_refused_at_registration(step, value):
+    """A step spelt any other way than "module:function" (a module without its function, which the layer test
+    would not read as an import) is refused when the study registers, naming the step."""
+    from harness.studies import STUDIES, Study, StudyError, register
+
+    fields = {"run": "toyplug.study:run", "judge": None, "analysis": "toyplug.study:analyse", step: value}
+    with pytest.raises(StudyError, match=f"its {step} step"):
+        register(Study("toyplug/misspelt", **fields))
+    assert "toyplug/misspelt" not in STUDIES

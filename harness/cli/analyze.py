@@ -81,8 +81,7 @@ def analyses(kinds: Sequence[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for kind in sorted(kinds, key=lambda k: (k != first, k)):
         study = studies.get(kind)
-        target = study.analysis if ":" in study.analysis else f"{study.analysis}:main"
-        out.setdefault(target, []).append(kind)
+        out.setdefault(study.analysis, []).append(kind)  # "module:function", as registration requires
     return out
 
 

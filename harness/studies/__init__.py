@@ -16,6 +16,7 @@ analysis that read it (docs/architecture.md).
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -60,7 +61,18 @@ class StudyError(ValueError):
 STUDIES: Registry[Study] = Registry("study kind", __name__)
 
 
+STEPS = ("run", "judge", "analysis", "power", "judge_refusal", "inspect", "sweep_check")
+STEP = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
 def register(study: Study) -> Study:
+    """Each step is "module:function" (None where optional): the one spelling the commands import and the layer
+    test reads as an import; anything else is refused here, at registration."""
+    for name in STEPS:
+        value = getattr(study, name)
+        needed = value is not None or name in ("run", "analysis")
+        if needed and not (isinstance(value, str) and STEP.fullmatch(value)):
+            raise StudyError(f"study kind {study.kind!r}: its {name} step {value!r} is not \"module:function\"")
     return STUDIES.register(study.kind, study, caller())
 
 
