@@ -367,6 +367,25 @@ def test_the_kernels_exposure_audit_reads_the_users_whole_partition(tmp_path):
     assert r["prevented_items"] == 1 and r["prevented_conversation"] == 1  # the private note, kept out
 
 
+def test_the_paper_judge_is_refused_a_fallback_unless_declared(tmp_path):
+    from harness.records import RunDir
+    from judge.rubric import paper_judge_refusal
+
+    def cfg(*extra):
+        return stage_cfg(tmp_path, "http://127.0.0.1:9/v1", ["naive_concat"], n=2, extra=list(extra))
+
+    assert paper_judge_refusal(cfg("judge=gpt54", "paper_judge=true")) is None
+    assert "not the paper's judge" in paper_judge_refusal(cfg("judge=openai_reasoning", "paper_judge=true"))
+    assert paper_judge_refusal(cfg("judge=openai_reasoning", "paper_judge=true", "allow_deviation=[judge_model]")) is None
+    assert paper_judge_refusal(cfg("judge=local")) is None  # only stage=personal_paper asks for the paper's judge
+    with FakeModel(script=Script()) as fake:  # the stage stops at its checks, before any request
+        with pytest.raises(Exception, match="not the paper's judge"):
+            run_personal(stage_cfg(tmp_path, fake.base_url, ["naive_concat"], n=2, extra=["paper_judge=true"]))
+        assert fake.requests == []
+    assert not (RunDir(tmp_path / "runs" / "personal_smoke" / "smoke").records_dir.exists()
+                and any(RunDir(tmp_path / "runs" / "personal_smoke" / "smoke").records_dir.iterdir()))
+
+
 def test_the_paper_judge_gate_is_never_switched_off_from_the_command_line(tmp_path, monkeypatch):
     """stage=personal_paper's judge gate: `paper_judge=false` (or deleting it) on its command line is refused, before
     any plan, by `make run` and `make judge` alike; another judge is declared with allow_deviation=[judge_model]."""

@@ -19,7 +19,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from harness.studies.personal import run as run_personal
-from harness.records import RunDir
 from tests.fake_model import FakeModel
 from tests.personal_helpers import CONF, Script, last_user, records, stage_cfg
 
@@ -295,24 +294,6 @@ def test_judge_dry_run_sends_nothing_and_the_report_names_the_judge_that_judged(
     row = fid[fid.setting == "judge model (the judgements')"].iloc[0]
     assert "judge-x" in row.stage and row.status == "differs"  # the judgements', not the config's local model
     assert not (fid.setting == "judge model").any()
-
-
-def test_the_paper_judge_is_refused_a_fallback_unless_declared(tmp_path):
-    from judge.rubric import paper_judge_refusal
-
-    def cfg(*extra):
-        return stage_cfg(tmp_path, "http://127.0.0.1:9/v1", ["naive_concat"], n=2, extra=list(extra))
-
-    assert paper_judge_refusal(cfg("judge=gpt54", "paper_judge=true")) is None
-    assert "not the paper's judge" in paper_judge_refusal(cfg("judge=openai_reasoning", "paper_judge=true"))
-    assert paper_judge_refusal(cfg("judge=openai_reasoning", "paper_judge=true", "allow_deviation=[judge_model]")) is None
-    assert paper_judge_refusal(cfg("judge=local")) is None  # only stage=personal_paper asks for the paper's judge
-    with FakeModel(script=Script()) as fake:  # the stage stops at its checks, before any request
-        with pytest.raises(Exception, match="not the paper's judge"):
-            run_personal(stage_cfg(tmp_path, fake.base_url, ["naive_concat"], n=2, extra=["paper_judge=true"]))
-        assert fake.requests == []
-    assert not (RunDir(tmp_path / "runs" / "personal_smoke" / "smoke").records_dir.exists()
-                and any(RunDir(tmp_path / "runs" / "personal_smoke" / "smoke").records_dir.iterdir()))
 
 
 @pytest.mark.services

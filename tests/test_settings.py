@@ -1,4 +1,6 @@
-"""A misspelt or unknown added option is an error naming the nearest key (harness/run/settings.py)."""
+"""Options by name (harness/run/settings.py): a misspelt or unknown added option is an error naming the nearest
+key, and a stage file's own keys win over the defaults, the command line over both. Their values and types, each
+module's typed node: tests/test_typed_settings.py."""
 
 from __future__ import annotations
 
@@ -47,46 +49,6 @@ def test_the_command_stops_with_exit_2_before_anything_runs(tmp_path):
                           "+stage.conditions.prefetch.kk=3"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 2, res.stderr[-2000:]
     assert "did you mean stage.conditions.prefetch.k?" in res.stderr and "plan" not in res.stdout
-
-
-@pytest.mark.parametrize("params", [{"reasoning_effort": "low"}, {"reasoning": {"effort": "low"}},
-                                    {"extra_body": {"reasoning_effort": "LOW"}}, {"think": "low"}])
-def test_the_reasoning_effort_is_one_setting_whatever_the_provider_calls_it(params):
-    from harness.run.fidelity import reader_row
-    from harness.run.settings import reasoning_effort
-
-    cfg = composed("stage=smoke", "model=deepseek")
-    cfg.model.params = params
-    assert reasoning_effort(cfg.model) == "low"
-    row = reader_row(cfg)
-    assert "reasoning effort low" in row.line() and row.status == "same", row.line()
-
-
-def test_no_reasoning_effort_reads_not_set_and_two_different_ones_are_refused():
-    from harness.run.settings import reasoning_effort
-
-    assert reasoning_effort({"params": {"temperature": 0}}) is None
-    with pytest.raises(SettingsError, match="set twice, differently: params.reasoning_effort=low, params.reasoning.effort=high"):
-        reasoning_effort({"name": "m", "params": {"reasoning_effort": "low", "reasoning": {"effort": "high"}}})
-
-
-@pytest.mark.parametrize("override, key", [("stage.judge_after_run=maybe", "stage.judge_after_run"),
-                                           ("index.dim=wide", "index.dim"),
-                                           ("model.timeout_s=soon", "model.timeout_s")])
-def test_a_value_of_the_wrong_type_is_refused_naming_its_key(override, key):
-    from harness.run.settings import check_types
-
-    with pytest.raises(SettingsError, match=key.replace(".", r"\.")):
-        check_types(composed("stage=smoke", override))
-
-
-def test_every_shipped_stage_and_preset_fits_its_schema():
-    from harness.run.settings import check_types
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        for group in ("stage", "model", "judge", "index"):
-            for path in sorted((REPO / "conf" / group).glob("*.yaml")):
-                check_types(compose("config", overrides=[f"{group}={path.stem}"]))
 
 
 def test_a_misspelt_judgement_kind_stops_the_run_command_before_anything_runs(tmp_path):

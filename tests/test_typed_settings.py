@@ -93,6 +93,16 @@ def test_a_value_of_the_wrong_type_is_refused_naming_its_key(over, key):
         settings.check_indexes(cfg)
 
 
+@pytest.mark.parametrize("override, key", [("stage.judge_after_run=maybe", "stage.judge_after_run"),
+                                           ("index.dim=wide", "index.dim"),
+                                           ("model.timeout_s=soon", "model.timeout_s")])
+def test_a_value_of_the_wrong_type_is_refused_by_the_schema_check_naming_its_key(override, key):
+    from harness.run.settings import check_types
+
+    with pytest.raises(SettingsError, match=key.replace(".", r"\.")):
+        check_types(composed("stage=smoke", override))
+
+
 @pytest.fixture(scope="module")
 def stage_cfgs():
     """Every shipped stage's default config, composed once for the tests that only read it (read-only: a test
@@ -110,6 +120,7 @@ def test_every_shipped_preset_and_stage_builds_its_typed_nodes(stage_cfgs):
         for group in ("stage", "model", "judge", "index"):
             for path in sorted((REPO / "conf" / group).glob("*.yaml")):
                 cfg = stage_cfgs[path.stem] if group == "stage" else compose("config", overrides=[f"{group}={path.stem}"])
+                settings.check_types(cfg)  # the schema of every node, then the typed nodes themselves
                 n = settings.typed_nodes(cfg)
                 settings.check_indexes(cfg)
                 assert isinstance(n.model, settings.EndpointSettings) and isinstance(n.judge, settings.JudgeSettings)
@@ -141,6 +152,27 @@ def test_the_field_and_a_spelling_that_disagree_are_refused():
 
 
 # ------------------------------------------------------------------ the forecast reads the data
+
+@pytest.mark.parametrize("params", [{"reasoning_effort": "low"}, {"reasoning": {"effort": "low"}},
+                                    {"extra_body": {"reasoning_effort": "LOW"}}, {"think": "low"}])
+def test_the_reasoning_effort_is_one_setting_whatever_the_provider_calls_it(params):
+    from harness.run.fidelity import reader_row
+    from harness.run.settings import reasoning_effort
+
+    cfg = composed("stage=smoke", "model=deepseek")
+    cfg.model.params = params
+    assert reasoning_effort(cfg.model) == "low"
+    row = reader_row(cfg)
+    assert "reasoning effort low" in row.line() and row.status == "same", row.line()
+
+
+def test_no_reasoning_effort_reads_not_set_and_two_different_ones_are_refused():
+    from harness.run.settings import reasoning_effort
+
+    assert reasoning_effort({"params": {"temperature": 0}}) is None
+    with pytest.raises(SettingsError, match="set twice, differently: params.reasoning_effort=low, params.reasoning.effort=high"):
+        reasoning_effort({"name": "m", "params": {"reasoning_effort": "low", "reasoning": {"effort": "high"}}})
+
 
 def _question(round_chars: int, rounds: int):
     from harness.data.longmemeval import Question, Session, Turn
