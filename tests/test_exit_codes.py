@@ -27,7 +27,8 @@ def test_one_exit_code_mapping():
     assert exit_code(EnvironmentFailure("x", "y")) == STOPPED and exit_code(BudgetReached("cap")) == BUDGET
     assert exit_code(ValueError("a bug")) is None and exit_code(KeyError("a bug")) is None
     # no command keeps its own except ladder: the codes are spelled only in harness/failures.py
-    sources = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py")) if p != ROOT / "harness" / "failures.py"]
+    sources = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))
+               if p != ROOT / "harness" / "failures.py"]
     ladders = [str(p.relative_to(ROOT)) for p in sources
                for code in ("sys.exit(2)", "sys.exit(3)", "sys.exit(4)") if code in p.read_text(encoding="utf-8")]
     assert not ladders, ladders
