@@ -876,8 +876,20 @@ def backend_manifest(cfg, data: dict, services: list | None = None) -> list[Row]
     `services`: the (service, settings) pairs of the backends it runs (its fan-out side's included)."""
     from types import SimpleNamespace
 
-    return [encoder_row(cfg, {"memory_space"}), data_row(SimpleNamespace(data=data), "main"), seed_row(cfg),
+    rows = [encoder_row(cfg, {"memory_space"}), data_row(SimpleNamespace(data=data), "main"), seed_row(cfg),
             *lock_rows(texts=False), *services_rows(cfg, {"memory_space"}, study="backends", needed=services)]
+    # the study as the paper ran it: its own stage file, every leaf of it (configurations, histories, builds,
+    # rounds) as preset=paper resolves it; the model and the judge are not the study's (no calls)
+    name = str(cfg.stage.get("name"))
+    same = name == "backends"
+    stage = Row("stage", "the backend study's stage", "backends (conf/stage/backends.yaml)", name, _status(same), "",
+                "" if same else "run stage=backends, or accept it with allow_deviation=[stage]")
+    mtime = max(f.stat().st_mtime for f in (REPO / "conf").rglob("*.yaml"))
+    ref = _reference_config("backends", None, mtime)  # the tree's stage file as preset=paper resolves it
+    diffs = unexplained(leaf_diffs({"stage": tree(cfg).get("stage")}, {"stage": ref.get("stage")}), [*rows, stage])
+    config = [Row("config.stage", "the backend study's settings", "as preset=paper resolves stage backends",
+                  "; ".join(d), "differs", "", "drop the override of stage") for d in diffs.values()]
+    return [*rows, stage, *config]
 
 
 def record(cfg, plan=None, rows: list[Row] | None = None) -> dict:
