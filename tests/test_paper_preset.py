@@ -29,6 +29,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.records.provenance import code_revision
@@ -848,3 +849,45 @@ def test_a_plugin_module_outside_the_tree_is_loaded_code_the_code_row_names(tmp_
     monkeypatch.setenv("MEMSPACE_PLUGINS", "inert_plugin")
     rows = {r.key: r for r in fidelity.lock_rows()}
     assert rows["code"].status == "differs" and "inert_plugin" in rows["code"].stage
+
+
+# ------------------------------------------------------------------------------ the backend study under the lock
+
+
+def _backend_refusals(*overrides: str) -> dict[str, fidelity.Row]:
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["stage=backends", "preset=paper", "data=synth_tiny",
+                                            "allow_deviation=[encoder,data]", *overrides], return_hydra_config=True)
+    data = {"path": "generated", "sha256": "0" * 64, "kind": "synth"}
+    return {r.key: r for r in fidelity.refusals(cfg, fidelity.backend_manifest(cfg, data, []))}
+
+
+def _stage_leaves() -> dict[str, object]:
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        stage = OmegaConf.to_container(compose("config", overrides=["stage=backends"]).stage, resolve=True)
+    return {k: v for k, v in fidelity._leaves(stage, "stage").items() if isinstance(v, (bool, int, float, str))
+            and not isinstance(v, bool) and "." in k}
+
+
+STAGE_LEAVES = _stage_leaves()
+
+
+def test_the_backend_studys_stage_as_the_tree_has_it_is_the_papers_and_a_users_stage_is_not():
+    assert _backend_refusals() == {}  # data and encoder accepted by name; nothing else differs
+    got = _backend_refusals("stage.name=backends_mine")
+    assert set(got) == {"stage"} and "backends_mine" in got["stage"].stage
+    got = _backend_refusals("stage.only=[exact]", "stage.histories=4")  # the auditor's cut-down study
+    assert set(got) == {"config.stage"} and 'stage.only ["exact"]' in got["config.stage"].stage
+
+
+@hsettings(max_examples=30, deadline=None)
+@given(key=st.sampled_from(sorted(STAGE_LEAVES)), bump=st.integers(min_value=1, max_value=7))
+def test_any_changed_leaf_of_the_backend_studys_stage_is_refused_by_name(key, bump):
+    """Whatever leaf of the backend study's stage a command line changes (configurations' ids, histories, builds,
+    rounds, pools, calibration), preset=paper refuses it as config.stage, naming the leaf."""
+    was = STAGE_LEAVES[key]
+    new = was + bump if isinstance(was, (int, float)) else f"{was}_x{bump}"
+    if key == "stage.name":
+        return  # the stage row's: above
+    got = _backend_refusals(f"{key}={new}")
+    assert "config.stage" in got and key in got["config.stage"].stage, (key, new, {k: r.line() for k, r in got.items()})
