@@ -886,7 +886,9 @@ def backend_manifest(cfg, data: dict, services: list | None = None) -> list[Row]
                 "" if same else "run stage=backends, or accept it with allow_deviation=[stage]")
     mtime = max(f.stat().st_mtime for f in (REPO / "conf").rglob("*.yaml"))
     ref = _reference_config("backends", None, mtime)  # the tree's stage file as preset=paper resolves it
-    diffs = unexplained(leaf_diffs({"stage": tree(cfg).get("stage")}, {"stage": ref.get("stage")}), [*rows, stage])
+    mine = {k: v for k, v in (tree(cfg).get("stage") or {}).items() if k != "name"}  # the name: the stage row's
+    diffs = unexplained(leaf_diffs({"stage": mine}, {"stage": {k: v for k, v in (ref.get("stage") or {}).items()
+                                                                if k != "name"}}), [*rows, stage])
     config = [Row("config.stage", "the backend study's settings", "as preset=paper resolves stage backends",
                   "; ".join(d), "differs", "", "drop the override of stage") for d in diffs.values()]
     return [*rows, stage, *config]
