@@ -887,7 +887,7 @@ def test_any_changed_leaf_of_the_backend_studys_stage_is_refused_by_name(key, bu
     rounds, pools, calibration), preset=paper refuses it as config.stage, naming the leaf."""
     was = STAGE_LEAVES[key]
     new = was + bump if isinstance(was, (int, float)) else f"{was}_x{bump}"
-    if key == "stage.name":
-        return  # the stage row's: above
+    if key == "stage.name" or key in lock.OPERATIONAL:
+        return  # the stage row's (above), or an operational leaf (the output folder's label): never refused
     got = _backend_refusals(f"{key}={new}")
     assert "config.stage" in got and key in got["config.stage"].stage, (key, new, {k: r.line() for k, r in got.items()})
