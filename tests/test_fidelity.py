@@ -235,7 +235,7 @@ def test_the_backend_study_under_the_preset_refuses_generated_data_and_a_stand_i
     # reference's pin, the tree and the plugins are the lock's rows in every study
     assert {k: v for k, v in st.items() if k not in ("services", "envelope")} == \
         {"encoder": "differs", "data": "differs", "sample_seed": "unknown", "reference": "same", "plugins": "same",
-         "code": "differs" if code_revision(REPO)["dirty"] else "same"}
+         "code": "differs" if code_revision(REPO)["dirty"] else "same", "stage": "same"}  # no config.stage: as is
     assert "envelope" in st and "services" in st
 
 
