@@ -489,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "up":
             started = up(s)
             print("started: " + (", ".join(started) if started else "nothing (already up)"))
+            if args.redis_maxmemory and "redis" not in started:  # a running Redis takes the limit as it runs
+                redis_client(s).config_set("maxmemory", args.redis_maxmemory)
+                print(f"redis: already up; maxmemory set to {args.redis_maxmemory} (CONFIG SET)")
         elif args.cmd == "down":
             stopped = down(s)
             print("stopped: " + (", ".join(stopped) if stopped else "nothing (not running)"))

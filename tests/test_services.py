@@ -43,6 +43,18 @@ def free_port() -> int:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the unprivileged-user path only exists when running as root")
+def test_a_memory_limit_given_to_up_reaches_a_redis_that_is_already_up(services, capsys):
+    """`make services-up REDIS_MAXMEMORY=...` with Redis running sets the limit on it (and says so) instead of
+    printing "nothing (already up)" and leaving it unlimited; status reads the limit back from the server."""
+    before = svc.status(services)["redis"]["maxmemory"] or 0
+    try:
+        assert svc.main(["up", "--redis-maxmemory", "20gb"]) == 0  # far above what the suite's tests hold
+        assert "maxmemory set to 20gb" in capsys.readouterr().out
+        assert svc.status(services)["redis"]["maxmemory"] == 20 * 2**30
+    finally:
+        svc.redis_client(services).config_set("maxmemory", before)
+
+
 def test_up_status_down_from_a_root_only_checkout(tmp_path):
     """CI clones into `mktemp -d` (mode 700): PostgreSQL's user cannot reach the checkout or its venv."""
     root = tmp_path / "ci"
