@@ -72,8 +72,13 @@ def _recorded_gate(root) -> bool:
 def main(cfg: DictConfig) -> None:
     from harness.run.sweep import sweep_label
 
+    from contextlib import nullcontext
+
+    from harness.run.offline import offline
+
     sweep_label(cfg)  # in a sweep (-m), judge each job's folder
-    code = main_entry(cfg)
+    with offline() if cfg.get("dry_run") else nullcontext():  # a dry run reaches nothing beyond this machine
+        code = main_entry(cfg)
     if code:
         sys.exit(code)
 

@@ -21,6 +21,7 @@ run the same command again).
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import hydra
@@ -35,7 +36,10 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    with exits_with_code():  # 2 bad input, 3 stopped, 4 budget (harness.failures)
+    from harness.run.offline import offline
+
+    # 2 bad input, 3 stopped, 4 budget (harness.failures); a dry run reaches nothing beyond this machine
+    with exits_with_code(), (offline() if cfg.get("dry_run") else nullcontext()):
         from harness.run import settings
         from harness.run.driver import scheduler_ending
 

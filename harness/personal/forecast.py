@@ -150,8 +150,10 @@ def barrier_check(cfg, plan, cap=None) -> list[str]:
         extraction = call_seconds(cfg.model, prompt, output)
         if extraction is None:
             local = is_local(cfg.model)
-            out.append(f"{'WARNING: ' if local or commit > float(timeout) else ''}{head}; its commits about "
-                       f"{commit:.2f} s through the encoder"
+            unmeasured = writes == "kernel" and (cap is None or not cap.encoder)
+            out.append(f"{'WARNING: ' if local or commit > float(timeout) else ''}{head}; "
+                       + ("its commits through the encoder not measured (no encoder here)" if unmeasured else
+                          f"its commits about {commit:.2f} s through the encoder")
                        + ("; this local preset declares no measured speed (model.speed), so its writers may "
                           f"outlast the {float(timeout):g} s barrier unseen" if local else "")
                        + f"; set model.speed.output_tokens_per_s (and prompt_tokens_per_s), measured, to forecast the "

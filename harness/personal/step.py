@@ -177,6 +177,7 @@ class PersonalStep(RunStep):
         self._capacity: Capacity | None = None
         self._encoder = None
         self._closing: list = []  # what this step opened itself (the reads' encoder)
+        self.unmeasured = ""  # why a dry run's capacity has no encoder figure (its weights are not here)
 
     # --- before the runs ------------------------------------------------------------------
     def methods(self) -> dict:
@@ -198,12 +199,17 @@ class PersonalStep(RunStep):
 
     def _measure_apart(self, measure):
         """A dry run's measurement: the encoder loaded with its vector cache in a temporary folder, removed after
-        (a dry run writes nothing; the measurement reads and writes no cache anyway)."""
+        (a dry run writes nothing; the measurement reads and writes no cache anyway). Weights not here are not
+        fetched (a dry run reaches no network): the measurement is left out and the checks say why."""
         import tempfile
 
-        from harness.memory.encoder import Encoder, HashEncoder, SPECS
+        from harness.memory.encoder import Encoder, HashEncoder, SPECS, weights_status
 
         name = str(self.cfg.encoder.name)
+        status = weights_status(name)
+        if not status["present"]:
+            self.unmeasured = f"the encoder's throughput is not measured in this dry run: {status['detail']}"
+            return None
         with tempfile.TemporaryDirectory(prefix="memspace-measure-") as d:
             enc = HashEncoder() if name == "hash" else Encoder(SPECS[name], cache_dir=d)
             try:
@@ -281,6 +287,8 @@ class PersonalStep(RunStep):
         if judge_refused:
             checks.append(pf.Check("judge", False, judge_refused))
         rows = self.fidelity_rows()
+        if self.unmeasured:
+            checks.append(pf.Check("encoder", None, self.unmeasured))
         refused = fidelity.decide(self.cfg, rows) if fidelity.preset(self.cfg) else []
         checks += [pf.Check("fidelity", False, f"{r.key}: {r.line()}; allow_deviation=[{r.key}] accepts it")
                    for r in refused] or [pf.Check("fidelity", True, "differs from the second paper in "
