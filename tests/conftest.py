@@ -26,14 +26,22 @@ def pytest_collection_modifyitems(config, items):
     schedule.tell_controller(config, items)
 
 
+# the thread pools of the libraries the tests load (OpenMP: torch, llama.cpp's build; OpenBLAS and MKL: numpy, scipy)
+ONE_THREAD = ("MEMSPACE_LOCAL_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def pytest_configure(config):
-    """Under two or more test processes on two cores each has at most one core: the local model then runs one
-    llama.cpp thread (harness.endpoints.local_model.default_threads), since two threads stall at every layer
-    waiting for the core another process holds (the smoke runs: 120 s with two threads beside a busy core, 45 s
-    with one)."""
+    """Under two or more test processes on two cores each has at most one core, so every thread pool gets one
+    thread, in this process and the commands it starts: the local model's llama.cpp threads
+    (harness.endpoints.local_model.default_threads) stall at every layer waiting for the core another process holds
+    (the smoke runs: 120 s with two threads beside a busy core, 45 s with one), and the BLAS and OpenMP pools of
+    numpy, scipy and torch spin while they wait (the suite without the model's and the cluster's tests: 990 s of
+    CPU and 519 s with their default pools, 918 s and 485 s with one thread each). Set before a worker imports
+    numpy or torch (conftest is read before the test modules); a variable already set is left as it is."""
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
     if workers > 1:
-        os.environ.setdefault("MEMSPACE_LOCAL_THREADS", "1")
+        for name in ONE_THREAD:
+            os.environ.setdefault(name, "1")
 
 
 def pytest_configure_node(node):

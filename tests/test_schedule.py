@@ -4,16 +4,19 @@ first, as `make test` runs the suite."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests import schedule
+from tests.conftest import ONE_THREAD
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,7 +72,7 @@ def make_test_options(workers: str) -> list[str]:
     return opts
 
 
-def run_suite(tmp_path, opts, files: dict[str, str], seconds: dict[str, float]):
+def run_suite(tmp_path, opts, files: dict[str, str], seconds: dict[str, float], env: dict | None = None):
     """A suite of `files` under tests/conftest.py's own hooks, the measured `seconds` in place of durations.json;
     each test appends `<file> <xdist worker>` to a log, read back in the order the tests ran."""
     log = tmp_path / "order.log"
@@ -78,14 +81,14 @@ def run_suite(tmp_path, opts, files: dict[str, str], seconds: dict[str, float]):
     (tmp_path / "conftest.py").write_text(
         f"import sys\nsys.path.insert(0, {str(REPO)!r})\nimport pytest\nfrom tests import schedule\n"
         f"schedule.MEASURED = __import__('pathlib').Path({str(measured)!r})\n"
-        "from tests.conftest import (pytest_collection_modifyitems, pytest_configure_node, pytest_unconfigure,\n"
-        "                            pytest_xdist_make_scheduler)\n"
+        "from tests.conftest import (pytest_collection_modifyitems, pytest_configure, pytest_configure_node,\n"
+        "                            pytest_unconfigure, pytest_xdist_make_scheduler)\n"
         "@pytest.fixture\ndef cluster():\n    yield None  # this suite's stand-in: the test is where the test runs\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    model: the real model\n    cluster: SLURM\n")
     for name, body in files.items():
         (tmp_path / name).write_text(f"import os, pytest\nLOG = {str(log)!r}\n" + body)
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-                          *opts, str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          *opts, str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     return [line.split() for line in log.read_text().splitlines()]
 
@@ -118,3 +121,35 @@ def test_make_test_runs_the_models_and_the_clusters_tests_in_one_process_and_the
         where.setdefault(tag, set()).add(worker)
     assert len(ran) == 23 and all(len(w) == 1 for w in where.values()), where
     assert where["a_model"] == where["b_model"] == where["c_cluster"] and where["a_model"] <= {"gw0", "gw1"}, where
+
+
+
+POOLS = """
+def test_pools():
+    import json, subprocess, sys
+    import numpy, threadpoolctl
+    ask = "import json, numpy, threadpoolctl; print(json.dumps([p['num_threads'] for p in threadpoolctl.threadpool_info()]))"
+    child = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True, check=True).stdout
+    here = [p["num_threads"] for p in threadpoolctl.threadpool_info()]
+    open(LOG + ".json", "w").write(json.dumps([here, json.loads(child), os.environ.get("MEMSPACE_LOCAL_THREADS")]))
+    open(LOG, "a").write("pools " + os.environ.get("PYTEST_XDIST_WORKER", "-") + "\\n")
+"""
+
+
+@pytest.mark.parametrize("workers", ["2", "0"])
+def test_under_make_tests_processes_every_thread_pool_has_one_thread_and_alone_its_default(tmp_path, workers):
+    """Two processes on two cores: numpy's BLAS pool has one thread, in the test and in a command it starts, and the
+    local model is told one thread (the pools spin while another process holds the core: the suite took 990 s of
+    CPU with the default pools, 918 s with one thread each). One process (TEST_WORKERS=0): the libraries'
+    defaults, as a user's own command has them."""
+    opts = make_test_options("2")
+    if workers == "0":
+        opts = [o for o in opts if o not in ("-n", "2", "--dist", "loadfile", "--no-loadscope-reorder")]
+    env = {k: v for k, v in os.environ.items() if k not in ONE_THREAD}  # the suite's own setting is not the point
+    run_suite(tmp_path, opts, {"test_pools.py": POOLS}, {}, env=env)
+    here, child, local = json.loads((tmp_path / "order.log.json").read_text())
+    assert here and child, "numpy loads a BLAS pool"
+    if workers == "2":
+        assert set(here) == set(child) == {1} and local == "1", (here, child, local)
+    else:
+        assert local is None and os.cpu_count() in here and os.cpu_count() in child, (here, child, os.cpu_count())
