@@ -1,7 +1,9 @@
 """The offline smoke path with the real local model: a tool condition searches, records and judge follow.
 
-A cut-down `make run STAGE=smoke` (one question, two conditions) so the whole chain —
-local model, tool adapter, memory space, proxy, records, judge — is exercised in CI.
+A cut-down `make run STAGE=smoke` (one question, two conditions, the search returning 3 results rather than 8)
+so the whole chain — local model, tool adapter, memory space, proxy, records, judge — is exercised in CI. The
+local model reads about 40 prompt tokens a second on one thread: the search's results are most of the prompt of
+the answer's call, so 3 of them save that call half its time.
 """
 
 import json
@@ -14,7 +16,8 @@ import pytest
 @pytest.mark.model
 def test_local_smoke_run_searches_and_is_judged(tmp_path):
     res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "samples.smoke.limit=1",
-                          "stage.groups=[{sample:smoke,conditions:[tool_bm25,none]}]", f"runs_dir={tmp_path}/runs"],
+                          "stage.groups=[{sample:smoke,conditions:[tool_bm25,none]}]", "stage.conditions.tool_bm25.k=3",
+                          f"runs_dir={tmp_path}/runs"],
                          capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     stage = tmp_path / "runs" / "smoke" / "smoke"
@@ -22,6 +25,7 @@ def test_local_smoke_run_searches_and_is_judged(tmp_path):
     assert set(recs) == {"tool_bm25", "none"} and all(r["status"] == "ok" for r in recs.values())
     tool = recs["tool_bm25"]
     assert tool["tool_calls"] >= 1 and tool["tools"][0]["name"] == "memory_search"
+    assert tool["condition_config"]["k"] == 3  # the override reached the condition the run used
     assert tool["adapter"]["name"] == "json-schema-tool-adapter"
     assert tool["evidence"]["any"] is not None and tool["answer"]
     assert tool["endpoint"]["local"]["sha256"].startswith("cc324af0")
