@@ -129,9 +129,9 @@ def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
     rd = RunDir.for_stage(cfg)
     C.answer_check_stage(cfg, rd, "judge.agreement")  # first: a second judge would not make another study's stage do
     if cfg.get("judge2") is None:
-        raise SystemExit("error: no second judge: add +judge@judge2=NAME (e.g. make agreement JUDGE2=deepseek)")
+        raise C.NothingToJudge("no second judge: add +judge@judge2=NAME (e.g. make agreement JUDGE2=deepseek)")
     if not rd.records_dir.exists():
-        raise SystemExit(f"error: {rd.root} has no records; run and judge the stage first")
+        raise C.NothingToJudge(f"{rd.root} has no records; run and judge the stage first")
     prompts = P.load(cfg.judge.get("prompts", "builtin"))
     name1 = str(cfg.judge.name)
     name2 = str(cfg.judge2.name)
@@ -151,7 +151,7 @@ def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
                   "judged (none yet)", file=sys.stderr)
         return {"dry_run": True, "judges": {"main": s1["identity"]}}
     if not sample:
-        raise SystemExit(f"error: the main judge has no model judgement in {rd.root}")
+        raise C.NothingToJudge(f"the main judge has no model judgement in {rd.root}")
     strata = {(r["condition"], r["qtype"]) for r in sample}
     print(f"second-judge sample: {len(sample)} answers, {design['per_stratum']} per (condition, question type) over "
           f"{len(strata)} strata (not sampled: {', '.join(design['not_sampled'])}); the paper's sample: "
@@ -167,8 +167,8 @@ def run_agreement(cfg, results_dir: str | Path | None = None) -> dict:
         for r in rows:
             print(f"  not compared {r['run_id']} [{r['kind']}]: {name1} {r['status1']}, {name2} {r['status2']}",
                   file=sys.stderr)
-        raise SystemExit(f"error: no judgement could be compared ({len(rows)} sampled; see the lines above): "
-                         "no agreement or kappa to report")
+        raise C.NothingToJudge(f"no judgement could be compared ({len(rows)} sampled; see the lines above): "
+                                 "no agreement or kappa to report")
     stage = str(cfg.stage.name)
     label = str(cfg.stage.label)
     if results_dir or cfg.get("results_dir"):

@@ -54,6 +54,12 @@ class OtherStudy(ValueError):
     exit_code = 2  # harness.failures.BAD_INPUT
 
 
+class NothingToJudge(ValueError):
+    """A judging command's stage has no records, or no judgement or second judge to compare: fix the input."""
+
+    exit_code = 2  # harness.failures.BAD_INPUT
+
+
 def answer_check_stage(cfg, rd: RunDir, command: str) -> None:
     """`command` (judge.agreement, judge.probe) checks LongMemEval's answer check; a stage whose study has another
     judge (the personalization study's rubric) is refused before a record is read, naming what checks that judge."""

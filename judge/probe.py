@@ -387,13 +387,13 @@ def judgements_name(judge: str) -> str:
 def run_probe(cfg, rd: RunDir | None = None) -> dict:
     from judge.answer_check import judge_model_config, judge_stage
 
-    from judge.common import answer_check_stage, stage_budget
+    from judge.common import NothingToJudge, answer_check_stage, stage_budget
 
     rd = rd or RunDir.for_stage(cfg)
     answer_check_stage(cfg, rd, "judge.probe")
     records = [r.model_dump(mode="json") for r in rd.records()]
     if not records:
-        raise SystemExit(f"error: {rd.root} has no records; run the stage first")
+        raise NothingToJudge(f"{rd.root} has no records; run the stage first")
     planted = probe_records(records, int(cfg.seed))
     base = [r for r in records if (r.get("variant") or "") != "private"]
     dropped = plant_checked(base, int(cfg.seed))[1]

@@ -32,3 +32,18 @@ def test_one_exit_code_mapping():
     ladders = [str(p.relative_to(ROOT)) for p in sources
                for code in ("sys.exit(2)", "sys.exit(3)", "sys.exit(4)") if code in p.read_text(encoding="utf-8")]
     assert not ladders, ladders
+
+
+def test_every_judging_command_on_a_stage_without_records_exits_2_with_one_sentence(tmp_path):
+    """`make judge`, `make agreement` and `make probe` on a stage that has not run: bad input (exit 2), one `error:`
+    line naming the folder and what to run, no traceback (agreement and probe exited 1 through SystemExit)."""
+    import sys
+
+    from tests import cli
+
+    for module, extra in (("judge.run", []), ("judge.agreement", ["+judge@judge2=deepseek"]), ("judge.probe", [])):
+        res = cli.run([sys.executable, "-m", module, "stage=smoke", f"runs_dir={tmp_path / 'runs'}",
+                       f"cache_dir={tmp_path / 'cache'}", *extra])
+        assert res.returncode == 2, (module, res.returncode, res.stderr[-2000:])
+        errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "has no records" in errors[0] and "Traceback" not in res.stderr, (module, res.stderr)
