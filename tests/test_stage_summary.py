@@ -44,6 +44,17 @@ def test_a_smoke_stage_ends_with_a_summary_a_newcomer_can_judge(tmp_path):
         (lo, hi), (tlo, thi) = row["accuracy"], row["tokens_per_run"]
         assert f"  {c:<22} accuracy {lo:.0%}-{hi:.0%}, tokens/run {tlo:,}-{thi:,} " \
             f"({row['correct']} of {row['runs']} measured runs correct)" in table
+    for c in ("none", "full"):  # this stage's own figures (the table above) set beside each range, read back here
+        runs, tokens, acc = next(line.split()[2:3] + line.split()[5:7] for line in table.splitlines()
+                                 if line.startswith(f"{c} "))
+        tokens, acc = float(tokens.rstrip("~").replace(",", "")), float(acc.rstrip("%*")) / 100
+        row = exp["conditions"][c]
+        outside = ([f"accuracy {acc:.0%}"] if not row["accuracy"][0] <= acc <= row["accuracy"][1] else []) + (
+            [f"tokens/run {tokens:,.0f}"] if not row["tokens_per_run"][0] <= tokens <= row["tokens_per_run"][1] else [])
+        line = next(x for x in table.splitlines() if x.startswith(f"  {c:<22} accuracy"))
+        assert line.endswith(f"; this run OUTSIDE: {', '.join(outside)}" + (
+            f" ({runs} run(s), fewer than a measured seed's {row['runs'] // len(exp['measured']['seeds'])}: an "
+            "accuracy outside is likely by chance)") if outside else "; this run within"), (line, outside)
     assert "  prefetch " not in table[table.index("expected on the embedded"):]  # only the conditions the stage ran
     assert f"{tmp_path}/runs/smoke/smoke: 2 of 2 planned runs recorded" in err
     assert "the same command again runs nothing more" in err and "next: make analyze" in err

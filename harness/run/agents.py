@@ -211,6 +211,11 @@ class AgentStep(RunStep):
             rows.setdefault((r.condition, r.variant), []).append(r)
         lines = [f"{'condition':<24}{'variant':<9}{'runs':>5}{'failed':>7}{'tool use':>9}{'tokens/run':>11}"
                  f"{'accuracy':>10}"]
+        per_condition: dict[str, list[RunRecord]] = {}
+        for (cond, _), rs in rows.items():
+            per_condition.setdefault(cond, []).extend(rs)
+        got = {c: (len(rs), (sum(bool(labels.get(r.run_id)) for r in rs) / len(rs)) if labels else None,
+                   sum(run_tokens(r) for r in rs) / len(rs)) for c, rs in per_condition.items()}
         for (cond, var), rs in sorted(rows.items()):
             n = len(rs)
             used = sum(r.tool_calls > 0 for r in rs)
@@ -223,4 +228,4 @@ class AgentStep(RunStep):
                          f"{used / n:>9.0%}{tokens:>10,.0f}{est}{acc}")
         if labels:
             lines.append(f"accuracy judged by {judge_name}; * = some runs not judged yet (counted wrong here)")
-        return "\n".join(lines + expected_lines(self.cfg, sorted({c for c, _ in rows})) + call_notes(rd.records()))
+        return "\n".join(lines + expected_lines(self.cfg, got) + call_notes(rd.records()))

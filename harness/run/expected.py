@@ -116,33 +116,43 @@ def render(measured: dict) -> str:
     return HEADER.format(stage=measured["stage"]) + yaml.safe_dump(body, sort_keys=False, width=100, default_flow_style=None)
 
 
-def expected_lines(cfg, conds: list[str]) -> list[str]:
-    """The range each condition gives on the embedded defaults (conf/expected/<stage>.yaml, measured), or
-    that none is measured yet, so the end of a stage says whether its numbers look right."""
+def expected_lines(cfg, got: dict[str, tuple[int, float | None, float]]) -> list[str]:
+    """The range each condition gives on the embedded defaults (conf/expected/<stage>.yaml, measured) beside what
+    this stage gave (`got`: condition -> (runs, accuracy or None when not judged, tokens per run)), each figure
+    outside its range named, or that none is measured yet, so the end of a stage says whether its numbers look
+    right. Fewer runs than a measured seed had make an accuracy outside its range likely by chance: said so."""
     path = EXPECTED / f"{cfg.stage.get('name')}.yaml"
     if not path.exists():
         return []
     exp = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     want = exp.get("applies_to") or {}
-    got = {"model": cfg.model.get("name"), "encoder": (cfg.get("encoder") or {}).get("name"),
-           "data": (cfg.get("data") or {}).get("kind")}
-    off = [f"{k} {got.get(k)} (expected for {v})" for k, v in want.items() if str(got.get(k)) != str(v)]
+    here = {"model": cfg.model.get("name"), "encoder": (cfg.get("encoder") or {}).get("name"),
+            "data": (cfg.get("data") or {}).get("kind")}
+    off = [f"{k} {here.get(k)} (expected for {v})" for k, v in want.items() if str(here.get(k)) != str(v)]
     rows = exp.get("conditions") or {}
     where = f"conf/expected/{path.name}"
     m = exp.get("measured")
     if not rows or not m:
         return [f"expected on the embedded defaults: not yet measured ({where})"]
+    seeds = len(m["seeds"]) if isinstance(m, dict) and m.get("seeds") else 1
     when = f"{m['date']}, seeds {','.join(map(str, m['seeds']))}" if isinstance(m, dict) else str(m)
     out = [f"expected on the embedded defaults ({where}, measured {when})"
            + (f"; they do not apply here: {', '.join(off)}" if off else "") + ":"]
-    for c in conds:
+    for c in sorted(got):
         r = rows.get(c)
-        if r:
-            acc, tok = r["accuracy"], r["tokens_per_run"]
-            out.append(f"  {c:<22} accuracy {acc[0]:.0%}-{acc[1]:.0%}, tokens/run {tok[0]:,}-{tok[1]:,}"
-                       + (f" ({r['correct']} of {r['runs']} measured runs correct)" if "runs" in r else ""))
-        else:
+        if not r:
             out.append(f"  {c:<22} not measured")
+            continue
+        acc, tok = r["accuracy"], r["tokens_per_run"]
+        n, acc_got, tok_got = got[c]
+        outside = ([f"accuracy {acc_got:.0%}"] if acc_got is not None and not acc[0] <= acc_got <= acc[1] else []) \
+            + ([f"tokens/run {tok_got:,.0f}"] if not tok[0] <= tok_got <= tok[1] else [])
+        few = "runs" in r and n < r["runs"] / seeds
+        verdict = (f"; this run OUTSIDE: {', '.join(outside)}" if outside else "; this run within") + (
+            f" ({n} run(s), fewer than a measured seed's {r['runs'] // seeds}: an accuracy outside is likely by chance)"
+            if few and outside else "")
+        out.append(f"  {c:<22} accuracy {acc[0]:.0%}-{acc[1]:.0%}, tokens/run {tok[0]:,}-{tok[1]:,}"
+                   + (f" ({r['correct']} of {r['runs']} measured runs correct)" if "runs" in r else "") + verdict)
     return out
 
 
