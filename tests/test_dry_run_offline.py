@@ -92,3 +92,40 @@ def test_the_second_papers_dry_run_under_the_preset_plans_without_an_encoder_it_
     assert "the encoder's throughput is not measured in this dry run" in out
     assert "commits through the encoder not measured" in out
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("index", ["pgvector", "redis_qe"])
+def test_a_dry_run_asks_no_server_even_one_a_c_client_would_reach_unseen(tmp_path, index):
+    """The index's server at an address a listener holds: a dry run of the smoke stage on it connects to nothing
+    (libpq opens its sockets in C, where the guard's hooks do not look, so nothing may ask; a dsn at a remote
+    address reached a server before), and says the servers are reached when the stage runs."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    port, reached, done = listener.getsockname()[1], [], threading.Event()
+
+    def count():
+        while not done.is_set():
+            try:
+                reached.append(listener.accept()[0])
+            except OSError:
+                pass
+
+    t = threading.Thread(target=count, daemon=True)
+    t.start()
+    where = (f"index.dsn='host=127.0.0.1 port={port} user=postgres dbname=memspace connect_timeout=3'"
+             if index == "pgvector" else f"+index.url=redis://127.0.0.1:{port}")
+    try:
+        res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", f"index={index}", where, "dry_run=true",
+                       f"runs_dir={tmp_path / 'runs'}", f"cache_dir={tmp_path / 'cache'}"], cwd=REPO)
+    finally:
+        done.set()
+        t.join()
+        listener.close()
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert reached == [], f"{len(reached)} connection(s) reached the {index} server in a dry run"
+    assert "its servers are reached when the stage runs" in res.stdout and "not asked (dry run)" in res.stdout
+    assert "unreachable" not in res.stdout + res.stderr

@@ -720,6 +720,9 @@ def services_rows(cfg, need: set[str], study: str = "agents", needed: list | Non
             except KeyError:
                 needed = []
         for service, part in needed:
+            if cfg.get("dry_run"):  # a dry run reaches no server (libpq connects from C, unseen by harness/run/offline.py)
+                facts[service] = "not asked (dry run)"
+                continue
             try:
                 facts |= {"redis": _redis_facts, "postgres": _postgres_facts}[service](dict(part))
             except Exception as exc:  # noqa: BLE001 - a server that does not answer is reported, the preflight stops on it

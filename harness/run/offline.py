@@ -6,6 +6,9 @@ misses the next one, so the guard sits under all of them: Python's audit hooks s
 and `socket.getaddrinfo` of the process, and while a dry run is under way only loopback hosts and local
 (Unix) sockets pass; anything else is refused with an error that names the host. The hub libraries are told
 the same through their offline variables, so they fail with their own words before opening a socket.
+A client written in C (libpq, under psycopg, when given an IP address) opens its sockets where the hooks do not
+look: a dry run asks no server anything (preflight and the fidelity manifest say the servers are reached when
+the stage runs), and tests/test_dry_run_offline.py checks that with listeners that count what reaches them.
 """
 
 from __future__ import annotations

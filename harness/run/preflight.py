@@ -372,7 +372,10 @@ def static_checks(cfg, plan, judge_too: bool) -> list[Check]:
         if c is not None:
             checks.append(c)
     need = conditions.needs(cfg.stage.get("conditions"))
-    if "memory_space" in need:
+    if "memory_space" in need and cfg.get("dry_run"):  # nothing is started or reached for a plan
+        checks.append(Check("services", None, f"index {cfg.index.get('name')}: its servers are reached when the "
+                                              "stage runs (a dry run reaches no server)"))
+    elif "memory_space" in need:
         checks.append(_services_check(cfg.index))
     if "sandbox" in need:
         checks.append(_sandbox_check())
