@@ -1,4 +1,4 @@
-"""Caches written by several shards at once (issue 16): the encoder's vector cache and the runtime's
+"""Caches written by several shards at once: the encoder's vector cache and the runtime's
 session stores, each written by concurrent processes; and the encoder's device setting (CPU only here)."""
 
 from __future__ import annotations

@@ -1,15 +1,25 @@
-"""The probe's planted answers against a hand-labelled set (issue 44): LongMemEval-shaped golds written for
-this purpose, each planted answer read and labelled by hand. A planted answer labelled right must be right
-whatever the gold's commas, "and"s and sentences mean; one whose truth depends on reading them is not planted."""
+"""The judge probe (judge/probe.py): planted right and wrong answers measure a judge's error. Its planted answers
+against a hand-labelled set: LongMemEval-shaped golds written for this purpose, each planted answer read and
+labelled by hand; a planted answer labelled right must be right whatever the gold's commas, "and"s and sentences
+mean, and one whose truth depends on reading them is not planted. Then its transformations, the false-positive
+rate it measures of a scripted judge, and its rates clustered by question."""
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from pathlib import Path
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from judge import probe as PR
+from tests.analysis_fixtures import JUDGE, Stage, run_id, sha256_file
+from tests.test_analysis import csv, prereg_file, row
+from tests.trust_fixtures import LME, TYPES, analyse, lme_questions
 
 RIGHT, WRONG = True, False
 
@@ -412,3 +422,163 @@ def test_a_date_is_changed_only_when_the_question_asks_when_not_for_a_when_claus
     for text in ("When did I start my new job?", "What date is my dentist appointment?",
                  "On which day did I adopt my dog?"):
         assert _planted(_q("d2", text, "March 2023"))[("d2", "changed_date")] == "June 2023", text
+
+
+def test_the_probe_measures_a_scripted_judges_known_false_positive_rate(tmp_path):
+    """A judge that accepts any number in place of the gold's and any answer containing the gold: its false
+    positives are exactly the planted changed number and the denials, its false negative the gold's number in
+    words (no list is reordered: issue 44); graded through the stage's ledger and cache."""
+    import re
+
+    from hydra import compose, initialize_config_dir
+    from statsmodels.stats.proportion import proportion_confint
+
+    from harness.records import RunDir
+    from harness.records.ledger import read_ledger
+    from judge.probe import run_probe
+    from tests.fake_model import FakeModel
+
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for qid, gold, ok, question in (("q0", "12 apples", True, "How many apples did I buy?"),
+                                    ("q1", "May 3", True, "When is my dentist appointment?"),
+                                    ("q2", "Alice, Bob and Carol", False, "Who came to the party?"),
+                                    ("q3_abs", "The user never said.", True, "What is my hamster's name?")):
+        st.add("tool_hybrid", qid, gold=gold, correct=ok, abstention=qid.endswith("_abs"))["question"] = question
+    st.write()
+
+    def lenient(req):
+        p = req["messages"][0]["content"]
+        response = re.search(r"Model response: (.*?)\n\n", p, re.S).group(1)
+        if "Explanation: " in p:
+            return {"role": "assistant", "content": "yes" if "don't have" in response else "no"}
+        gold = re.search(r"Correct answer: (.*?)\n\nModel response", p, re.S).group(1)
+        digits = lambda x: re.sub(r"\d+", "#", x.lower())  # noqa: E731
+        return {"role": "assistant", "content": "yes" if digits(gold) in digits(response) else "no"}
+
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with FakeModel(script=lenient) as fake:
+        with initialize_config_dir(config_dir=conf, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[
+                "stage=main", "judge=vllm", "judge.name=testjudge", f"judge.base_url={fake.base_url}",
+                "judge.backoff_s=0.01", f"runs_dir={tmp_path}/runs", f"cache_dir={tmp_path}/cache"])
+        rd = RunDir.for_stage(cfg)
+        s = run_probe(cfg, rd)
+        assert s["failed"] == 0 and s["judgements"] == 17  # 9 planted wrong + 8 planted right
+        sent = len(fake.run_requests)
+        run_probe(cfg, rd)
+        assert len(fake.run_requests) == sent  # cached: a second probe sends nothing
+    tags = {e["tag"] for e in read_ledger(rd.ledger_path) if e.get("role") == "judge"}
+    assert "judge-probe:probe.changed_number.q0.r0" in tags
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_error.csv")
+    ssu = row(t, qtype="single-session-user", judge="testjudge")
+    assert (ssu["planted_wrong"], ssu["false_positives"], ssu["planted_right"], ssu["false_negatives"]) == (8, 4, 7, 1)
+    # errors clustered by question (q0: 2 of 3 wrong answers accepted, q1: 1 of 3, q2: 1 of 2): Wilson on n / deff,
+    # the design effect computed here as the between-question variance of the error share over the binomial one
+    k, n = np.array([2, 1, 1]), np.array([3, 3, 2])
+    r = k.sum() / n.sum()
+    deff = max(1.0, (len(n) / (len(n) - 1) * np.sum((k - r * n) ** 2) / n.sum() ** 2) / (r * (1 - r) / n.sum()))
+    lo, hi = proportion_confint(r * 8 / deff, 8 / deff, alpha=0.05, method="wilson")
+    assert ssu["fp_rate"] == pytest.approx(4 / 8) and (ssu["fp_lo"], ssu["fp_hi"]) == pytest.approx((lo, hi))
+    assert ssu["main_judge"] in (True, "True") and ssu["accuracy"] == pytest.approx(2 / 3)
+    corr = csv(out, "judge_corrected.csv")
+    hy = row(corr, kind="condition", what="tool_hybrid")
+    fp, fn = 4 / 9, 1 / 8  # every planted answer, abstention included
+    assert hy["reported"] == pytest.approx(3 / 4) and hy["corrected"] == pytest.approx((3 / 4 - fp) / (1 - fp - fn))
+    assert hy["corrected_lo"] < hy["corrected"] < hy["corrected_hi"]
+    control = row(t, qtype="all", judge="substring (control)")  # the substring matcher fails the probe
+    assert control["false_positives"] == 3 and control["false_negatives"] == 1
+    ab = row(t, qtype="abstention", judge="testjudge")
+    assert (ab["planted_wrong"], ab["false_positives"], ab["planted_right"], ab["false_negatives"]) == (1, 0, 1, 0)
+    # the probe's judgements are not a judge of the stage's answers: no second judge appears
+    assert csv(out, "judge_robustness.csv").empty
+    t6 = csv(out, "table6.csv")
+    assert "judge-probe" in set(t6["party"])  # its calls are in the stage's costs
+    assert "## Judge error (the probe)" in (out / "report.md").read_text()
+
+
+def test_each_transformation_is_applied_only_where_it_keeps_or_changes_the_answer():
+    from judge import probe as PR
+
+    kept, dropped = PR.plant_checked(lme_questions(), seed=0)
+    by = {(p["qid"], p["kind"]): p["answer"] for p in kept}
+    assert not dropped
+    # no list is reordered (issue 44: whether a comma or "and" separates items is a reading of the gold)
+    assert not any(k == "reordered" for (q, k) in by)
+    # a number changed only where it is the asked value, and no accepted alternative survives
+    assert ("a7", "changed_number") not in by and ("a9", "changed_number") not in by
+    for q in ("a1", "a2", "a3", "a8"):
+        changed = by[(q, "changed_number")]
+        assert not (PR.numbers(changed) & PR.numbers(dict((x[0], x[3]) for x in LME)[q]))
+    assert by[("a1", "changed_number")] == "$2,503"  # "$2,500" is one number
+    assert by[("a9", "changed_date")] == "June 2023"
+    # every kept answer passes the second rule, and that rule refuses what the old probe planted
+    assert all(PR.check(p) == "" for p in kept)
+    a2 = next(p for p in kept if p["qid"] == "a2")
+    bad = [
+        {**a2, "kind": "changed_number", "answer": "15 weeks (81 days; 12 weeks if rounded up)"},  # alternative kept
+        {**a2, "kind": "reordered", "qid": "a1", "gold": "$2,500", "answer": "500 and $2",
+         "question": LME[0][2]},  # money split
+        {**a2, "kind": "reordered", "gold": "Japan, Italy and Peru", "answer": "Peru, Italy and Japan",
+         "question": LME[9][2]},  # an order reversed
+        {**a2, "kind": "number_words", "answer": "It was twelve weeks."},  # not the gold's number
+        {**a2, "kind": "changed_number", "question": "Which pair of shoes did I clean last month?",
+         "gold": "2 pairs of white Adidas sneakers", "answer": "5 pairs of white Adidas sneakers"},  # not asked
+    ]
+    assert all(PR.check(p) for p in bad), [PR.check(p) for p in bad]
+
+
+def test_a_substring_matcher_fails_the_probe_on_longmemeval_answers():
+    """Right answers that share no surface form with the gold (its numbers in words) and wrong ones that do (the
+    gold named and denied): the substring control judge errs both ways."""
+    from judge import probe as PR
+
+    kept = PR.plant(lme_questions(), seed=0)
+    said = [(p["truth"], PR.substring_judge(p["gold"], p["answer"], p["abstention"])) for p in kept]
+    fp = sum(1 for truth, yes in said if not truth and yes)
+    fn = sum(1 for truth, yes in said if truth and not yes)
+    wrong, right = sum(1 for t, _ in said if not t), sum(1 for t, _ in said if t)
+    assert fp >= len([q for q in LME]) and fn >= 3  # every denial accepted; the numbers in words refused
+    assert fp / wrong > 0.2 and fn / right > 0.1
+
+
+def test_probe_rates_are_clustered_by_question_and_the_correction_is_per_condition_and_per_difference(tmp_path):
+    """A perfect judge's probe on the LongMemEval-style stage (judgements written as `make probe` would): its
+    rates are 0, the control's are not; the corrected accuracy of each condition and the corrected paired
+    difference carry the accuracy's own sampling error (the old range had none from the accuracy)."""
+    from judge.probe import judgements_name, probe_records
+
+    pre = prereg_file(tmp_path)
+    st = Stage(tmp_path / "runs", "main", prereg_sha=sha256_file(pre))
+    for i, (q, t, text, g) in enumerate(LME * 3):
+        qid = f"{q}x{i // len(LME)}"
+        for cond, ok in (("session_search", i % 3 != 0), ("tool_hybrid", i % 4 != 0)):
+            st.add(cond, qid, qtype=t, gold=g, correct=ok)["question"] = text
+    st.write()
+    planted = probe_records(st.records, 0)
+    template = st.judgements[0]
+    lines = [{**template, "run_id": p["run_id"], "qid": p["qid"], "qtype": p["qtype"], "condition": "probe",
+              "label": bool(p["condition_notes"]["probe_truth"]), "reply": "yes"} for p in planted]
+    (st.path / "judgements" / f"{judgements_name(JUDGE)}.jsonl").write_text(
+        "".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+    out = analyse(tmp_path, pre)
+    t = csv(out, "judge_error.csv")
+    perfect = row(t, qtype="all", judge=JUDGE)
+    assert perfect["false_positives"] == 0 and perfect["false_negatives"] == 0 and perfect["fp_hi"] > 0
+    ctl = row(t, qtype="all", judge="substring (control)")
+    assert ctl["fp_rate"] > 0.2 and ctl["fn_rate"] > 0.05
+    # clustered: the control's errors sit in few questions' answers -> wider than plain Wilson on the answers
+    from statsmodels.stats.proportion import proportion_confint
+
+    lo, hi = proportion_confint(ctl["false_positives"], ctl["planted_wrong"], alpha=0.05, method="wilson")
+    assert ctl["fp_hi"] - ctl["fp_lo"] >= hi - lo - 1e-12
+    c = csv(out, "judge_corrected.csv")
+    for cond in ("session_search", "tool_hybrid"):
+        r = row(c, kind="condition", what=cond)
+        p, n = r["reported"], r["n"]
+        assert r["corrected"] == pytest.approx(p)  # no judge error measured: nothing to correct
+        half = 1.96 * math.sqrt(p * (1 - p) / n)  # the accuracy's own error, closed form
+        assert (r["corrected_hi"] - r["corrected_lo"]) / 2 == pytest.approx(half, rel=0.25)
+    d = row(c, kind="difference", what="tool_hybrid − session_search (points)")
+    assert d["n"] == 33 and d["corrected"] == pytest.approx(d["reported"]) and d["corrected_lo"] < d["corrected_hi"]
