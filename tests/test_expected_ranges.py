@@ -120,3 +120,26 @@ def test_the_repository_file_is_the_measured_one():
         lo, hi = expected.wilson(row["correct"], row["runs"])
         assert row["accuracy"] == [round(lo, 2), round(hi, 2)]
         assert row["tokens_per_run"][0] <= row["tokens_observed"][0] <= row["tokens_observed"][1] <= row["tokens_per_run"][1]
+
+
+def test_each_condition_s_own_figures_are_set_beside_its_range_and_a_figure_outside_is_named():
+    """expected_lines against the shipped file: a figure inside both ranges is 'within', one outside is named, a
+    smaller sample than a measured seed is told its accuracy may fall outside by chance, and a condition whose
+    runs all failed has nothing to set beside its range (failed runs are left out, as the ranges were measured)."""
+    from hydra import compose, initialize_config_dir
+
+    exp = yaml.safe_load((REPO / "conf" / "expected" / "smoke.yaml").read_text())
+    none, full = exp["conditions"]["none"], exp["conditions"]["full"]
+    inside_tokens = (none["tokens_per_run"][0] + none["tokens_per_run"][1]) / 2
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["stage=smoke"])
+    per_seed = none["runs"] // len(exp["measured"]["seeds"])
+    lines = expected.expected_lines(cfg, {"none": (per_seed, none["accuracy"][0], inside_tokens),
+                                          "full": (0, None, 0.0),
+                                          "tool_bm25": (1, 1.0, 10.0)})
+    by = {line.split()[0]: line for line in lines[1:]}
+    assert by["none"].endswith("; this run within"), by["none"]
+    assert by["full"].endswith("no finished run to set beside it"), by["full"]
+    bm25 = exp["conditions"]["tool_bm25"]
+    outside = (["accuracy 100%"] if bm25["accuracy"][1] < 1.0 else []) + ["tokens/run 10"]
+    assert f"this run OUTSIDE: {', '.join(outside)}" in by["tool_bm25"] and "likely by chance" in by["tool_bm25"]

@@ -214,8 +214,10 @@ class AgentStep(RunStep):
         per_condition: dict[str, list[RunRecord]] = {}
         for (cond, _), rs in rows.items():
             per_condition.setdefault(cond, []).extend(rs)
-        got = {c: (len(rs), (sum(bool(labels.get(r.run_id)) for r in rs) / len(rs)) if labels else None,
-                   sum(run_tokens(r) for r in rs) / len(rs)) for c, rs in per_condition.items()}
+        finished = {c: [r for r in rs if r.status == "ok"] for c, rs in per_condition.items()}
+        # beside the expected range, counted as it was measured: a failed run is left out (harness/run/expected.py)
+        got = {c: (len(fs), (sum(bool(labels.get(r.run_id)) for r in fs) / len(fs)) if labels and fs else None,
+                   sum(run_tokens(r) for r in fs) / len(fs) if fs else 0.0) for c, fs in finished.items()}
         for (cond, var), rs in sorted(rows.items()):
             n = len(rs)
             used = sum(r.tool_calls > 0 for r in rs)

@@ -118,7 +118,8 @@ def render(measured: dict) -> str:
 
 def expected_lines(cfg, got: dict[str, tuple[int, float | None, float]]) -> list[str]:
     """The range each condition gives on the embedded defaults (conf/expected/<stage>.yaml, measured) beside what
-    this stage gave (`got`: condition -> (runs, accuracy or None when not judged, tokens per run)), each figure
+    this stage gave (`got`: condition -> (finished runs, their accuracy or None when not judged, their tokens per
+    run); failed runs left out, as the ranges were measured), each figure
     outside its range named, or that none is measured yet, so the end of a stage says whether its numbers look
     right. Fewer runs than a measured seed had make an accuracy outside its range likely by chance: said so."""
     path = EXPECTED / f"{cfg.stage.get('name')}.yaml"
@@ -145,6 +146,10 @@ def expected_lines(cfg, got: dict[str, tuple[int, float | None, float]]) -> list
             continue
         acc, tok = r["accuracy"], r["tokens_per_run"]
         n, acc_got, tok_got = got[c]
+        if not n:
+            out.append(f"  {c:<22} accuracy {acc[0]:.0%}-{acc[1]:.0%}, tokens/run {tok[0]:,}-{tok[1]:,}; this run: "
+                       "no finished run to set beside it")
+            continue
         outside = ([f"accuracy {acc_got:.0%}"] if acc_got is not None and not acc[0] <= acc_got <= acc[1] else []) \
             + ([f"tokens/run {tok_got:,.0f}"] if not tok[0] <= tok_got <= tok[1] else [])
         few = "runs" in r and n < r["runs"] / seeds
