@@ -59,7 +59,7 @@ $(RUNTIME_STAMP): $(VENV)/.installed
 
 # three test processes (pytest-xdist) on the two cores: many tests wait (SLURM, timeouts, servers) while
 # others compute; measured on a clean clone, 628 s of tests with three against 667 s with two. A file per
-# process at a time, the real model's tests in one process (one llama.cpp thread), the longest first (tests/schedule.py: measured seconds, refreshed with
+# process at a time, every thread pool one thread (tests/conftest.py), the real model's tests in one process, the longest first (tests/schedule.py: measured seconds, refreshed with
 # `python -m tests.schedule .pytest_cache/suite.xml`); TEST_WORKERS=0: one process. The 25 slowest tests
 # are listed at the end, so the suite's budget (10 minutes on two idle cores) stays visible.
 TEST_WORKERS ?= 3
