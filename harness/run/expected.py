@@ -118,10 +118,10 @@ def render(measured: dict) -> str:
 
 def expected_lines(cfg, got: dict[str, tuple[int, float | None, float]]) -> list[str]:
     """The range each condition gives on the embedded defaults (conf/expected/<stage>.yaml, measured) beside what
-    this stage gave (`got`: condition -> (finished runs, their accuracy or None when not judged, their tokens per
-    run); failed runs left out, as the ranges were measured), each figure
-    outside its range named, or that none is measured yet, so the end of a stage says whether its numbers look
-    right. Fewer runs than a measured seed had make an accuracy outside its range likely by chance: said so."""
+    this stage gave, each figure outside its range named (or that none is measured yet), so the end of a stage
+    says whether its numbers look right. `got`: condition -> (finished runs, their accuracy or None when not
+    judged, their tokens per run); failed runs are left out, as the ranges were measured. Fewer runs than a
+    measured seed had make an accuracy outside its range likely by chance: said so."""
     path = EXPECTED / f"{cfg.stage.get('name')}.yaml"
     if not path.exists():
         return []
