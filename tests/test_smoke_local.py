@@ -2,8 +2,8 @@
 
 A cut-down `make run STAGE=smoke` (one question, two conditions, the search returning 3 results rather than 8)
 so the whole chain — local model, tool adapter, memory space, proxy, records, judge — is exercised in CI. The
-local model reads about 40 prompt tokens a second on one thread: the search's results are most of the prompt of
-the answer's call, so 3 of them save that call half its time.
+local model reads about 40 prompt tokens a second on one thread, and the search's results are most of the prompt
+of the answer's call (8 results: 1,220 tokens, 718 of them new to the server's cache).
 """
 
 import json
