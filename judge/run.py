@@ -86,9 +86,9 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     from harness.failures import exits_with_code
     from harness.run.settings import refuse_unknown_keys
-    from harness.run.sweep import multirun_flag_first
+    from harness.run.sweep import dry_sweep_here, multirun_flag_first
 
-    sys.argv = multirun_flag_first(sys.argv)
+    sys.argv = dry_sweep_here(multirun_flag_first(sys.argv))  # a dry run's sweep is judged here, never submitted
     with exits_with_code():  # `judge.temprature=0`: exit 2 naming the nearest key
         refuse_unknown_keys(sys.argv, Path(__file__).resolve().parents[1] / "conf")
     main()

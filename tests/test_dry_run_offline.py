@@ -30,6 +30,20 @@ def test_under_a_dry_run_a_socket_reaches_a_host_only_when_it_is_this_machine(ad
     before a packet leaves, by the guard, naming the host."""
     family = socket.AF_INET if address.version == 4 else socket.AF_INET6
     try:
+        u = socket.socket(family, socket.SOCK_DGRAM)  # a datagram leaves without a connection: sendmsg and sendto
+    except OSError:  # a machine without IPv6
+        assume(False)
+    with offline(), u:
+        for send in (lambda: u.sendmsg([b"x"], [], 0, (str(address), port)), lambda: u.sendto(b"x", (str(address), port))):
+            try:
+                send()
+                sent = True
+            except DryRunReachedOut:
+                sent = False
+            except OSError:
+                sent = True  # the kernel's answer: the guard let it through
+            assert sent == address.is_loopback, (address, send)
+    try:
         s = socket.socket(family, socket.SOCK_STREAM)
     except OSError:  # a machine without IPv6
         assume(False)
@@ -53,8 +67,10 @@ def test_under_a_dry_run_a_socket_reaches_a_host_only_when_it_is_this_machine(ad
 def test_under_a_dry_run_no_name_is_looked_up_but_this_machines(host):
     """A name is refused before the resolver is asked (no DNS query leaves either); outside a dry run the same
     lookup is the resolver's business again (refused here only by the resolver, never by the guard)."""
-    with offline(), pytest.raises(DryRunReachedOut):
-        socket.getaddrinfo(host, 443)
+    for lookup in (lambda: socket.getaddrinfo(host, 443), lambda: socket.gethostbyname(host),
+                   lambda: socket.gethostbyname_ex(host)):
+        with offline(), pytest.raises(DryRunReachedOut):
+            lookup()
     try:
         socket.getaddrinfo(host, 443)
     except OSError:
@@ -129,3 +145,29 @@ def test_a_dry_run_asks_no_server_even_one_a_c_client_would_reach_unseen(tmp_pat
     assert reached == [], f"{len(reached)} connection(s) reached the {index} server in a dry run"
     assert "its servers are reached when the stage runs" in res.stdout and "not asked (dry run)" in res.stdout
     assert "unreachable" not in res.stdout + res.stderr
+
+
+@settings(max_examples=60, deadline=None)
+@given(launcher=st.sampled_from(["slurm", "basic", "submitit_local"]),
+       value=st.sampled_from(["true", "True", "yes", "1", "on", "false", "False", "null", "0", "true,false"]),
+       flag=st.sampled_from(["-m", "--multirun"]), plus=st.booleans())
+def test_a_dry_runs_sweep_is_planned_here_whatever_launcher_the_command_names(launcher, value, flag, plus):
+    """hydra/launcher=slurm submitted a dry run's jobs with sbatch (a child process the guard cannot see, reaching
+    the cluster's hosts). Any dry_run value Hydra reads as true runs the sweep on the basic launcher; only a sweep
+    whose every value is false keeps the launcher it names."""
+    from harness.run.sweep import FALSE, dry_sweep_here
+
+    argv = ["x", flag, f"hydra/launcher={launcher}", "stage=smoke", f"{'+' if plus else ''}dry_run={value}", "seed=0,1"]
+    got = dry_sweep_here(argv)
+    dry = any(v.lower() not in FALSE for v in value.split(","))
+    launchers = [a for a in got if a.startswith("hydra/launcher=")]
+    assert launchers == (["hydra/launcher=basic"] if dry else [f"hydra/launcher={launcher}"]), (argv, got)
+    assert [a for a in got if not a.startswith("hydra/launcher=")] == [a for a in argv if not a.startswith("hydra/")]
+
+
+def test_a_dry_sweep_on_the_cluster_launcher_submits_nothing_and_plans_each_job(tmp_path):
+    res = cli.run([sys.executable, "-m", "harness.run", "-m", "hydra/launcher=slurm", "stage=smoke", "dry_run=true",
+                   "seed=0,1", f"runs_dir={tmp_path / 'runs'}", f"cache_dir={tmp_path / 'cache'}"], cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("dry run: nothing started") == 2 and "sbatch" not in res.stdout + res.stderr
+    assert not (tmp_path / "runs").exists()

@@ -80,7 +80,9 @@ def command() -> None:
     before Hydra's own refusal), then the stage."""
     from harness.run.settings import refuse_unknown_keys
 
-    sys.argv = multirun_flag_first(sys.argv)
+    from harness.run.sweep import dry_sweep_here
+
+    sys.argv = dry_sweep_here(multirun_flag_first(sys.argv))  # a dry run's sweep is planned here, never submitted
     with exits_with_code():
         refuse_unknown_keys(sys.argv, CONF)
     main()

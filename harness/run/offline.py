@@ -70,9 +70,9 @@ def is_local(host) -> bool:
 def _hook(event: str, args) -> None:
     if not _active:
         return
-    if event == "socket.getaddrinfo":
-        host = args[0]
-    elif event in ("socket.connect", "socket.sendto"):
+    if event in ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo"):
+        host = args[0]  # every lookup: a name resolved is a query the resolver sends
+    elif event in ("socket.connect", "socket.sendto", "socket.sendmsg"):
         host = args[1]
     else:
         return

@@ -106,3 +106,20 @@ def multirun_flag_first(argv: list[str]) -> list[str]:
     puts it after stage=x, so move it to the front."""
     flags = [a for a in argv[1:] if a in ("-m", "--multirun")]
     return argv[:1] + flags + [a for a in argv[1:] if a not in ("-m", "--multirun")]
+
+
+FALSE = ("false", "null", "0", "0.0", "", "''", '""')  # what Hydra reads as a false dry_run; any other value is true
+
+
+def dry_sweep_here(argv: list[str]) -> list[str]:
+    """A dry run's sweep plans its jobs in this process: whatever launcher the command names (hydra/launcher=slurm
+    submits each job with sbatch, which starts runs and reaches the cluster's hosts), a dry run of a sweep runs on
+    Hydra's basic launcher. The allowlist is the other way round: only a sweep whose every dry_run value is false
+    keeps its launcher."""
+    if not any(a in ("-m", "--multirun") for a in argv[1:]):
+        return argv
+    values = [a.partition("=")[2] for a in argv[1:] if a.lstrip("+").partition("=")[0] == "dry_run"]
+    if not any(v.strip().lower() not in FALSE for value in values for v in value.split(",")):
+        return argv
+    kept = [a for a in argv[1:] if a.lstrip("+~").partition("=")[0] != "hydra/launcher"]
+    return argv[:1] + kept + ["hydra/launcher=basic"]
