@@ -123,23 +123,41 @@ def test_the_repository_file_is_the_measured_one():
 
 
 def test_each_condition_s_own_figures_are_set_beside_its_range_and_a_figure_outside_is_named():
-    """expected_lines against the shipped file: a figure inside both ranges is 'within', one outside is named, a
-    smaller sample than a measured seed is told its accuracy may fall outside by chance, and a condition whose
-    runs all failed has nothing to set beside its range (failed runs are left out, as the ranges were measured)."""
+    """expected_lines against the shipped file, fed by `figures` from records: a failed run is left out (as the
+    ranges were measured), a figure inside both ranges is 'within', one outside is named with the decimal that
+    puts it outside (56.2% beside 3%-56%), an unjudged accuracy is never 'within', a smaller sample than a measured
+    seed is told its accuracy may fall outside by chance, and a condition whose runs all failed has nothing to set
+    beside its range."""
+    from types import SimpleNamespace as NS
+
     from hydra import compose, initialize_config_dir
 
     exp = yaml.safe_load((REPO / "conf" / "expected" / "smoke.yaml").read_text())
-    none, full = exp["conditions"]["none"], exp["conditions"]["full"]
-    inside_tokens = (none["tokens_per_run"][0] + none["tokens_per_run"][1]) / 2
+    rows = exp["conditions"]
+    per_seed = rows["none"]["runs"] / len(exp["measured"]["seeds"])
+
+    def run(cond, i, status, tokens):
+        return NS(condition=cond, run_id=f"{cond}.{i}", status=status, tokens=NS(prompt=tokens, output=0))
+
+    mid = (rows["none"]["tokens_per_run"][0] + rows["none"]["tokens_per_run"][1]) // 2
+    full_hi = rows["full"]["accuracy"][1]
+    k = next(k for k in range(1, 200) if full_hi < (k / 16) and round(k / 16, 2) <= full_hi + 0.01)  # just above
+    records = ([run("none", i, "ok", mid) for i in range(int(per_seed))]
+               + [run("none", 99, "failed", 10**9)]  # left out: its tokens would put the mean outside
+               + [run("full", i, "ok", rows["full"]["tokens_per_run"][0]) for i in range(16)]
+               + [run("prefetch", 0, "failed", 10)]
+               + [run("tool_bm25", 0, "ok", 10)])
+    labels = {f"full.{i}": i < k for i in range(16)} | {"none.99": True, "tool_bm25.0": True}
+    got = expected.figures(records, labels)
+    assert got["none"] == (int(per_seed), 0.0, mid) and got["prefetch"] == (0, None, 0.0)
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["stage=smoke"])
-    per_seed = none["runs"] // len(exp["measured"]["seeds"])
-    lines = expected.expected_lines(cfg, {"none": (per_seed, none["accuracy"][0], inside_tokens),
-                                          "full": (0, None, 0.0),
-                                          "tool_bm25": (1, 1.0, 10.0)})
-    by = {line.split()[0]: line for line in lines[1:]}
-    assert by["none"].endswith("; this run within"), by["none"]
-    assert by["full"].endswith("no finished run to set beside it"), by["full"]
-    bm25 = exp["conditions"]["tool_bm25"]
-    outside = (["accuracy 100%"] if bm25["accuracy"][1] < 1.0 else []) + ["tokens/run 10"]
-    assert f"this run OUTSIDE: {', '.join(outside)}" in by["tool_bm25"] and "likely by chance" in by["tool_bm25"]
+    by = {line.split()[0]: line for line in expected.expected_lines(cfg, got)[1:]}
+    assert by["none"].endswith(f"; this run accuracy 0.0%, tokens/run {mid:,.1f}: within"), by["none"]
+    assert by["prefetch"].endswith("no finished run to set beside it"), by["prefetch"]
+    assert f"OUTSIDE: accuracy {k / 16:.1%}" in by["full"] and "likely by chance" not in by["full"], by["full"]
+    assert "OUTSIDE: accuracy 100.0%, tokens/run 10.0 (1 finished run(s), fewer than a measured seed's " \
+           f"{per_seed:g}: an accuracy outside is likely by chance)" in by["tool_bm25"], by["tool_bm25"]
+    unjudged = expected.expected_lines(cfg, expected.figures(records, None))
+    line = next(x for x in unjudged if x.startswith("  none "))
+    assert line.endswith("accuracy not judged, tokens/run " f"{mid:,.1f}: tokens within"), line

@@ -5,6 +5,7 @@ resumes. Run as `make run` runs it, against the scripted upstream."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,12 +50,17 @@ def test_a_smoke_stage_ends_with_a_summary_a_newcomer_can_judge(tmp_path):
                                  if line.startswith(f"{c} "))
         tokens, acc = float(tokens.rstrip("~").replace(",", "")), float(acc.rstrip("%*")) / 100
         row = exp["conditions"][c]
-        outside = ([f"accuracy {acc:.0%}"] if not row["accuracy"][0] <= acc <= row["accuracy"][1] else []) + (
-            [f"tokens/run {tokens:,.0f}"] if not row["tokens_per_run"][0] <= tokens <= row["tokens_per_run"][1] else [])
         line = next(x for x in table.splitlines() if x.startswith(f"  {c:<22} accuracy"))
-        assert line.endswith(f"; this run OUTSIDE: {', '.join(outside)}" + (
-            f" ({runs} run(s), fewer than a measured seed's {row['runs'] // len(exp['measured']['seeds'])}: an "
-            "accuracy outside is likely by chance)") if outside else "; this run within"), (line, outside)
+        m = re.search(r"; this run accuracy ([\d.]+)%, tokens/run ([\d,.]+): (.*)$", line)
+        assert m, line
+        acc_v, tok_v = float(m[1]) / 100, float(m[2].replace(",", ""))
+        assert abs(acc_v - acc) <= 0.005 and abs(tok_v - tokens) <= 0.5, (line, acc, tokens)  # the table's own
+        outside = ([f"accuracy {m[1]}%"] if not row["accuracy"][0] <= acc_v <= row["accuracy"][1] else []) + (
+            [f"tokens/run {m[2]}"] if not row["tokens_per_run"][0] <= tok_v <= row["tokens_per_run"][1] else [])
+        per_seed = row["runs"] / len(exp["measured"]["seeds"])
+        assert m[3] == (f"OUTSIDE: {', '.join(outside)}" + (
+            f" ({runs} finished run(s), fewer than a measured seed's {per_seed:g}: an accuracy outside is likely by "
+            "chance)" if int(runs) < per_seed else "") if outside else "within"), (line, outside)
     assert "  prefetch " not in table[table.index("expected on the embedded"):]  # only the conditions the stage ran
     assert f"{tmp_path}/runs/smoke/smoke: 2 of 2 planned runs recorded" in err
     assert "the same command again runs nothing more" in err and "next: make analyze" in err

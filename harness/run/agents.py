@@ -22,7 +22,7 @@ from harness.records.schema import SCHEMA_VERSION, RunRecord
 from harness.run import fidelity, settings
 from harness.run.context import Environment, RunContext
 from harness.run.driver import RunStep, call_notes, now, stage_info, validated
-from harness.run.expected import expected_lines, run_tokens
+from harness.run.expected import expected_lines, figures, run_tokens
 from harness.run.loop import TranscriptRecorder, run_loop
 from harness.run.plan import Plan, RunSpec, build
 from harness.run.prepare import MemoryPreparer
@@ -211,13 +211,6 @@ class AgentStep(RunStep):
             rows.setdefault((r.condition, r.variant), []).append(r)
         lines = [f"{'condition':<24}{'variant':<9}{'runs':>5}{'failed':>7}{'tool use':>9}{'tokens/run':>11}"
                  f"{'accuracy':>10}"]
-        per_condition: dict[str, list[RunRecord]] = {}
-        for (cond, _), rs in rows.items():
-            per_condition.setdefault(cond, []).extend(rs)
-        finished = {c: [r for r in rs if r.status == "ok"] for c, rs in per_condition.items()}
-        # beside the expected range, counted as it was measured: a failed run is left out (harness/run/expected.py)
-        got = {c: (len(fs), (sum(bool(labels.get(r.run_id)) for r in fs) / len(fs)) if labels and fs else None,
-                   sum(run_tokens(r) for r in fs) / len(fs) if fs else 0.0) for c, fs in finished.items()}
         for (cond, var), rs in sorted(rows.items()):
             n = len(rs)
             used = sum(r.tool_calls > 0 for r in rs)
@@ -230,4 +223,5 @@ class AgentStep(RunStep):
                          f"{used / n:>9.0%}{tokens:>10,.0f}{est}{acc}")
         if labels:
             lines.append(f"accuracy judged by {judge_name}; * = some runs not judged yet (counted wrong here)")
-        return "\n".join(lines + expected_lines(self.cfg, got) + call_notes(rd.records()))
+        records = [r for rs in rows.values() for r in rs]
+        return "\n".join(lines + expected_lines(self.cfg, figures(records, labels)) + call_notes(rd.records()))

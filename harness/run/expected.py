@@ -150,14 +150,33 @@ def expected_lines(cfg, got: dict[str, tuple[int, float | None, float]]) -> list
             out.append(f"  {c:<22} accuracy {acc[0]:.0%}-{acc[1]:.0%}, tokens/run {tok[0]:,}-{tok[1]:,}; this run: "
                        "no finished run to set beside it")
             continue
-        outside = ([f"accuracy {acc_got:.0%}"] if acc_got is not None and not acc[0] <= acc_got <= acc[1] else []) \
-            + ([f"tokens/run {tok_got:,.0f}"] if not tok[0] <= tok_got <= tok[1] else [])
-        few = "runs" in r and n < r["runs"] / seeds
-        verdict = (f"; this run OUTSIDE: {', '.join(outside)}" if outside else "; this run within") + (
-            f" ({n} run(s), fewer than a measured seed's {r['runs'] // seeds}: an accuracy outside is likely by chance)"
-            if few and outside else "")
+        # this run's figures as compared (one decimal: 56.2% is outside 3%-56%), each outside its range named
+        acc_text = "accuracy not judged" if acc_got is None else f"accuracy {acc_got:.1%}"
+        outside = ([acc_text] if acc_got is not None and not acc[0] <= acc_got <= acc[1] else []) \
+            + ([f"tokens/run {tok_got:,.1f}"] if not tok[0] <= tok_got <= tok[1] else [])
+        per_seed = r["runs"] / seeds if "runs" in r else 0
+        few = n < per_seed
+        verdict = f"; this run {acc_text}, tokens/run {tok_got:,.1f}: " + (
+            f"OUTSIDE: {', '.join(outside)}" if outside else "within" if acc_got is not None else "tokens within") + (
+            f" ({n} finished run(s), fewer than a measured seed's {per_seed:g}: an accuracy outside is likely by "
+            "chance)" if few and outside else "")
         out.append(f"  {c:<22} accuracy {acc[0]:.0%}-{acc[1]:.0%}, tokens/run {tok[0]:,}-{tok[1]:,}"
                    + (f" ({r['correct']} of {r['runs']} measured runs correct)" if "runs" in r else "") + verdict)
+    return out
+
+
+def figures(records, labels: dict | None) -> dict[str, tuple[int, float | None, float]]:
+    """Per condition, what expected_lines sets beside its range, counted as the ranges were measured (`measure`):
+    (finished runs, the share of them judged correct or None without judgements, their mean tokens per run); a
+    failed run is left out."""
+    by: dict[str, list] = {}
+    for r in records:
+        by.setdefault(r.condition, []).append(r)
+    out = {}
+    for c, rs in by.items():
+        fs = [r for r in rs if r.status == "ok"]
+        out[c] = (len(fs), sum(labels.get(r.run_id) is True for r in fs) / len(fs) if labels and fs else None,
+                  sum(run_tokens(r) for r in fs) / len(fs) if fs else 0.0)
     return out
 
 
