@@ -26,8 +26,10 @@ def pytest_collection_modifyitems(config, items):
     schedule.tell_controller(config, items)
 
 
-# the thread pools of the libraries the tests load (OpenMP: torch, llama.cpp's build; OpenBLAS and MKL: numpy, scipy)
-ONE_THREAD = ("MEMSPACE_LOCAL_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# the thread pools of the libraries the tests load (OpenMP: torch, llama.cpp's build; OpenBLAS and MKL: numpy, scipy;
+# Rust's rayon: Hugging Face tokenizers, which the encoders' tokenizers use) and the value that gives each one thread
+ONE_THREAD = {"MEMSPACE_LOCAL_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def pytest_configure(config):
@@ -40,8 +42,8 @@ def pytest_configure(config):
     numpy or torch (conftest is read before the test modules); a variable already set is left as it is."""
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
     if workers > 1:
-        for name in ONE_THREAD:
-            os.environ.setdefault(name, "1")
+        for name, value in ONE_THREAD.items():
+            os.environ.setdefault(name, value)
 
 
 def pytest_configure_node(node):
