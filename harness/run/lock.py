@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 from harness.records.provenance import command_preset
@@ -161,9 +162,38 @@ def _record(dist: str) -> tuple[Path, dict[Path, str | None]] | None:
         d = metadata.distribution(dist)
     except metadata.PackageNotFoundError:
         return None
-    return Path(str(d.locate_file(""))).resolve(), {
-        Path(str(d.locate_file(f))).resolve(): (f"{f.hash.mode}={f.hash.value}" if f.hash else None)
-        for f in (d.files or [])}
+    real = _Realpaths()
+    base = str(d.locate_file(""))
+    # a dist-info's files are named relative to its folder's parent (PathDistribution.locate_file): joined as strings
+    where = (lambda f: os.path.join(base, str(f))) if isinstance(d, metadata.PathDistribution) \
+        else (lambda f: str(d.locate_file(f)))
+    return Path(real(base)), {Path(real(where(f))): (f"{f.hash.mode}={f.hash.value}" if f.hash else None)
+                              for f in (d.files or [])}
+
+
+class _Realpaths:
+    """os.path.realpath, each folder resolved once per instance: a file's real path is its folder's real path
+    joined with its name unless the file itself is a link (then resolved whole). The same answer as
+    os.path.realpath (Path.resolve) for every path; an instance lives for one look at the loaded code, so a folder
+    replaced later is resolved anew. WHY: resolving 6,000 module files and 3,800 RECORD entries component by
+    component cost a fresh process most of a second, every stage command."""
+
+    def __init__(self):
+        self.folders: dict[str, str] = {}
+
+    def __call__(self, path: str) -> str:
+        folder, name = os.path.split(path)
+        if not os.path.isabs(path) or not name or {".", ".."} & set(path.split(os.sep)):
+            return os.path.realpath(path)  # relative, or a name that realpath reads step by step
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return os.path.realpath(path)
+        except OSError:
+            return os.path.realpath(path)
+        real = self.folders.get(folder)
+        if real is None:
+            real = self.folders[folder] = os.path.realpath(folder)
+        return os.path.join(real, name)
 
 
 _hashes: dict[tuple, str] = {}
@@ -212,27 +242,46 @@ _compiled: dict[tuple, bool] = {}
 _places: dict[tuple, tuple[Path, str]] = {}
 
 
-def _placed(f: str, site: set, std: set, rec, runtime_files: dict, runtime_packages: set) -> tuple[Path, str]:
+def _placed(f: str, site: tuple[str, ...], std: tuple[str, ...], rec, runtime_files: dict, runtime_packages: frozenset,
+            real: _Realpaths) -> tuple[Path, str]:
     """Where a loaded module's file is (its resolved path, and "runtime", "runtime package" (inside the runtime's
     packages, not in its RECORD), "site", "std" or "other"), kept per process while the file's inode, size and
     mtime and the installed runtime's RECORD are unchanged: a stage checks its code at each start, and resolving
-    4,000 paths each time cost a test process most of a second."""
+    4,000 paths each time cost a test process most of a second. site, std: resolved folders, as strings."""
     try:
         st = os.stat(f)
-        key: tuple | None = (f, st.st_ino, st.st_size, st.st_mtime_ns, id(rec), frozenset(site), frozenset(std))
+        key: tuple | None = (f, st.st_ino, st.st_size, st.st_mtime_ns, id(rec), site, std)
     except OSError:
         key = None
     if key is not None and key in _places:
         return _places[key]
-    p = Path(f).resolve()
-    if any(_under(p, s) for s in site):
-        where = "runtime" if p in runtime_files else "runtime package" if rec is not None and _under(p, rec[0]) \
-            and not runtime_packages.isdisjoint(p.parents) else "site"
+    r = real(f)
+    p = Path(r)
+    if any(_within(r, s) for s in site):
+        where = "runtime" if p in runtime_files else "runtime package" if rec is not None and \
+            _within(r, str(rec[0])) and _in_package(r, runtime_packages) else "site"
     else:
-        where = "std" if any(_under(p, s) for s in std) else "other"
+        where = "std" if any(_within(r, s) for s in std) else "other"
     if key is not None:
         _places[key] = (p, where)
     return p, where
+
+
+def _in_package(path: str, packages: frozenset[str]) -> bool:
+    """One of the path's folders is one of `packages` (resolved folders, as strings)."""
+    parent = os.path.dirname(path)
+    while True:
+        if parent in packages:
+            return True
+        up = os.path.dirname(parent)
+        if up == parent:
+            return False
+        parent = up
+
+
+def _within(path: str, root: str) -> bool:
+    """A resolved path is the resolved folder `root` or inside it (Path.relative_to's answer, on strings)."""
+    return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
 
 
 def _under(path: Path, root: Path) -> bool:
@@ -266,8 +315,9 @@ def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
     mods = dict(sys.modules if modules is None else modules)
     root = Path(root).resolve()
     paths = sysconfig.get_paths()
-    site = {Path(paths[k]).resolve() for k in ("purelib", "platlib")}
-    std = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib")}
+    real = _Realpaths()
+    site = tuple(sorted({real(paths[k]) for k in ("purelib", "platlib")}))
+    std = tuple(sorted({real(paths[k]) for k in ("stdlib", "platstdlib")}))
     tracked = _tracked(root)
     rec = _record(RUNTIME_DIST)
     bad: list[str] = []
@@ -277,12 +327,12 @@ def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
                 bad.append(f"{RUNTIME_DIST} ({p}): not its RECORD's sha256")
     runtime_files = rec[1] if rec is not None else {}
     # the runtime's package folders (each holding an __init__.py of its RECORD): a set, so a file's check is its depth
-    runtime_packages = {q.parent for q in runtime_files if q.name == "__init__.py"}
+    runtime_packages = frozenset(str(q.parent) for q in runtime_files if q.name == "__init__.py")
     for name, mod in sorted(mods.items(), key=lambda kv: kv[0]):
         f = _module_file(mod) if mod is not None else None
         if not f:
             continue  # built-in, frozen or a namespace package: no file of its own
-        p, where = _placed(f, site, std, rec, runtime_files, runtime_packages)
+        p, where = _placed(f, site, std, rec, runtime_files, runtime_packages, real)
         if where == "runtime":  # its content checked above; the code loaded is compiled from it
             if p.suffix == ".py" and not _pyc_matches(p):
                 bad.append(f"{name} ({p}): its cached .pyc is not compiled from the runtime's file")
