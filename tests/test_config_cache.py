@@ -1,0 +1,109 @@
+"""The config files Hydra composes from, each parsed once per process (hydra_plugins/memspace_config_cache): a
+composition through the kept parses is the composition Hydra's own sources make, for the shipped configs and for
+generated ones, and a file whose bytes change is read anew whatever its size and time stamps say."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.file_config_source import FileConfigSource as HydraFile
+from hydra._internal.core_plugins.importlib_resources_config_source import ImportlibResourcesConfigSource as HydraPkg
+from hydra._internal.sources_registry import SourcesRegistry
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = sorted(p.stem for p in (REPO / "conf" / "stage").glob("*.yaml"))
+
+
+@contextlib.contextmanager
+def hydras_own_sources():
+    """Compose through Hydra's own file and pkg sources for the block (the registry as Hydra alone fills it)."""
+    types = SourcesRegistry.instance().types
+    saved = dict(types)
+    types.update(file=HydraFile, pkg=HydraPkg)
+    try:
+        yield
+    finally:
+        types.clear()
+        types.update(saved)
+
+
+def composed(config_dir: Path, overrides: list[str], name: str = "config") -> dict:
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+def test_the_cached_sources_serve_hydras_schemes_in_every_process_that_composes():
+    composed(REPO / "conf", [])
+    types = SourcesRegistry.instance().types
+    assert types["file"].__module__ == types["pkg"].__module__ == "hydra_plugins.memspace_config_cache"
+
+
+def test_every_shipped_stage_composes_the_same_through_the_kept_parses_as_through_hydras_own():
+    for stage in STAGES:
+        for extra in ([], ["preset=paper"]) if stage in ("main", "org") else ([],):
+            with hydras_own_sources():
+                want = composed(REPO / "conf", [f"stage={stage}", *extra])
+            first = composed(REPO / "conf", [f"stage={stage}", *extra])
+            again = composed(REPO / "conf", [f"stage={stage}", *extra])  # from the kept parses
+            assert first == want and again == want, (stage, extra)
+
+
+def test_what_a_caller_does_to_its_config_reaches_no_later_composition(tmp_path):
+    (tmp_path / "config.yaml").write_text("a: {b: 1}\nc: [1, 2]\n")
+    with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
+        cfg = compose(config_name="config")
+        OmegaConf.set_struct(cfg, False)
+        cfg.a.b = 2
+        cfg.c.append(3)
+        cfg.d = "new"
+        assert OmegaConf.to_container(compose(config_name="config")) == {"a": {"b": 1}, "c": [1, 2]}
+
+
+SCALARS = st.one_of(st.integers(-10**6, 10**6), st.booleans(), st.none(),
+                    st.floats(allow_nan=False, allow_infinity=False, width=32),
+                    st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=12))
+KEYS = st.text("abcdefgh_", min_size=1, max_size=6)
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                       st.dictionaries(KEYS, inner, max_size=3)), max_leaves=8)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.dictionaries(KEYS, VALUES, min_size=1, max_size=4), other=st.dictionaries(KEYS, VALUES, max_size=4),
+       crlf=st.booleans(), package=st.sampled_from(["", "# @package _global_\n", "# @package sub\n"]))
+def test_a_generated_config_group_composes_as_hydras_own_and_a_change_in_place_is_seen(tmp_path_factory, body, other,
+                                                                                        crlf, package):
+    root = tmp_path_factory.mktemp("conf")
+    (root / "group").mkdir()
+    nl = "\r\n" if crlf else "\n"
+    text = lambda value: (package + OmegaConf.to_yaml(OmegaConf.create(value))).replace("\n", nl)  # noqa: E731
+    (root / "config.yaml").write_text(f"defaults:{nl}  - group: one{nl}  - _self_{nl}top: 1{nl}", newline="")
+    one = root / "group" / "one.yaml"
+    one.write_text(text(body), newline="")
+    with hydras_own_sources():
+        want = composed(root, [])
+    assert composed(root, []) == want and composed(root, []) == want
+    # the file rewritten in place with other content, its time stamps put back: the new bytes are read
+    before = one.stat()
+    one.write_text(text(other or {"z": 0}), newline="")
+    os.utime(one, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with hydras_own_sources():
+        want_now = composed(root, [])
+    assert composed(root, []) == want_now
+
+
+def test_a_file_changed_to_the_same_size_and_time_stamps_is_read_anew(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("k: 1\n")
+    assert composed(tmp_path, [])["k"] == 1
+    before = cfg.stat()
+    cfg.write_text("k: 2\n")
+    os.utime(cfg, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert cfg.stat().st_size == before.st_size and cfg.stat().st_mtime_ns == before.st_mtime_ns
+    assert composed(tmp_path, [])["k"] == 2
