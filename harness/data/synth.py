@@ -670,6 +670,7 @@ def write(out_dir: str | Path, seed: int, size: str, path: str | Path | None = N
     return path
 
 
+@functools.lru_cache(maxsize=2)  # the same seed and size give the same bytes: a process's dry runs build them once
 def dumps(seed: int, size: str) -> bytes:
     """The file's bytes: what `write` writes, and what a dry run holds in memory instead (harness.data.source)."""
     return json.dumps(generate(seed, size), ensure_ascii=False).encode("utf-8")
