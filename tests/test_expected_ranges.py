@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 from statsmodels.stats.proportion import proportion_confint
 
 from harness.run import expected
+from tests import cli
 from tests.fake_model import FakeModel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ def _judge_half(req):
 
 
 def _stage(tmp_path, fake, seed):
-    out = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm",
+    out = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm",
                           f"model.base_url={fake.base_url}", "model.api_key_env=null", "judge=vllm",
                           f"judge.base_url={fake.base_url}", "samples.smoke.limit=2",
                           "stage.groups=[{sample:smoke,conditions:[none,full]}]", f"runs_dir={tmp_path}/runs",

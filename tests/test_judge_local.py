@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 
 from harness.records.ledger import read_ledger
 from judge.answer_check import load_judgements
+from tests import cli
 from tests.analysis_fixtures import answered_record
 
 # (qtype, qid suffix, variant, question, gold, answer, expected {kind: label})
@@ -49,7 +49,7 @@ def write_records(root: Path) -> dict[str, dict]:
 @pytest.mark.model
 def test_local_model_judges_hand_written_answers(tmp_path):
     expected = write_records(tmp_path)
-    res = subprocess.run([sys.executable, "-m", "judge.run", "stage=smoke", "judge=local", f"runs_dir={tmp_path}/runs",
+    res = cli.run([sys.executable, "-m", "judge.run", "stage=smoke", "judge=local", f"runs_dir={tmp_path}/runs",
                           f"cache_dir={tmp_path}/cache"], capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr
     got = load_judgements(tmp_path / "runs" / "smoke" / "smoke", "local")

@@ -31,6 +31,7 @@ from analysis import publish as P
 from harness.cli import publish as publish_cli
 from harness.records import privacy
 from harness.records.schema import FILE_POLICY, POLICY, RunRecord, file_policy
+from tests import cli
 from tests.analysis_fixtures import Stage
 
 ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -711,7 +712,7 @@ def test_a_real_stage_the_harness_ran_publishes_whole_its_own_key_paths_and_plac
     from tests.fake_model import FakeModel
 
     with FakeModel(script=_echo) as fake:
-        res = subprocess.run([sys.executable, "-m", "harness.run", f"stage={stage}", "model=vllm",
+        res = cli.run([sys.executable, "-m", "harness.run", f"stage={stage}", "model=vllm",
                        f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
                        f"judge.base_url={fake.base_url}", f"runs_dir={tmp_path}/runs", "concurrency=2", *extra],
                       capture_output=True, text=True, timeout=900, env=_env())
@@ -749,7 +750,7 @@ def test_the_key_the_harness_sends_is_replaced_whatever_its_variable_is_called(t
     secret = "Zq7-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:6] + "-kangaroo"
     monkeypatch.setenv("DB_PASS", secret)
     with FakeModel(script=lambda req: {"role": "assistant", "content": f"the key I was sent is {secret}."}) as fake:
-        res = subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm", "model.api_key_env=DB_PASS",
+        res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm", "model.api_key_env=DB_PASS",
                        f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
                        f"judge.base_url={fake.base_url}", "samples.smoke.limit=1",
                        "stage.groups=[{sample:smoke,conditions:[none]}]", f"runs_dir={tmp_path}/runs"],

@@ -6,19 +6,19 @@ resumes. Run as `make run` runs it, against the scripted upstream."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
+from tests import cli
 from tests.fake_model import FakeModel
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _smoke(tmp_path, fake, *extra):
-    return subprocess.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm",
+    return cli.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm",
                            f"model.base_url={fake.base_url}", "model.api_key_env=null", "judge=vllm",
                            f"judge.base_url={fake.base_url}", "samples.smoke.limit=1",
                            "stage.groups=[{sample:smoke,conditions:[none,full]}]", f"runs_dir={tmp_path}/runs",
