@@ -46,7 +46,7 @@ def _stage(tmp_path, fake, seed):
                           f"model.base_url={fake.base_url}", "model.api_key_env=null", "judge=vllm",
                           f"judge.base_url={fake.base_url}", "samples.smoke.limit=2",
                           "stage.groups=[{sample:smoke,conditions:[none,full]}]", f"runs_dir={tmp_path}/runs",
-                          f"cache_dir={tmp_path}/cache", f"seed={seed}", f"stage.label=smoke_seed{seed}"],
+                          f"cache_dir={cli.shared_cache(tmp_path)}", f"seed={seed}", f"stage.label=smoke_seed{seed}"],
                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return tmp_path / "runs" / "smoke" / f"smoke_seed{seed}"

@@ -22,7 +22,7 @@ def _smoke(tmp_path, fake, *extra):
                            f"model.base_url={fake.base_url}", "model.api_key_env=null", "judge=vllm",
                            f"judge.base_url={fake.base_url}", "samples.smoke.limit=1",
                            "stage.groups=[{sample:smoke,conditions:[none,full]}]", f"runs_dir={tmp_path}/runs",
-                           f"cache_dir={tmp_path}/cache", *extra], cwd=REPO, capture_output=True, text=True,
+                           f"cache_dir={cli.shared_cache(tmp_path)}", *extra], cwd=REPO, capture_output=True, text=True,
                           timeout=600)
 
 
