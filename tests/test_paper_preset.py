@@ -825,6 +825,33 @@ def test_property_a_loaded_file_is_allowed_exactly_when_it_is_the_commits(tmp_pa
     assert {b.split(" ", 1)[0] for b in lock.loaded_code(mods, root=root)} == want
 
 
+PARTS = st.sampled_from(["a", "b", "la", "lb", "lf", "lx", "f.py", ".", "..", "", "nope"])
+
+
+@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(paths=st.lists(st.tuples(st.booleans(), st.lists(PARTS, min_size=1, max_size=6)), min_size=1, max_size=8))
+def test_property_the_loaded_codes_real_paths_are_os_realpaths_whatever_the_links(tmp_path_factory, paths):
+    """The lock resolves each folder once per look (lock._Realpaths): for any path through folders, links to
+    folders and files (one pointing up with ..), '.', '..', '//' and missing names, absolute or relative, one
+    instance gives what os.path.realpath (Path.resolve) gives, asked in any order."""
+    root = tmp_path_factory.mktemp("links")
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "f.py").write_text("x = 1\n")
+    (root / "a" / "f.py").write_text("y = 2\n")
+    for name, target in {"la": "a", "lb": "a/b", "lf": "a/b/f.py", "lx": "a/b/.."}.items():
+        (root / name).symlink_to(root / target)
+        (root / "a" / name).symlink_to(root / target)
+    real = lock._Realpaths()
+    here = os.getcwd()
+    os.chdir(root)
+    try:
+        for absolute, parts in paths:
+            path = (str(root) + "/" if absolute else "") + "/".join(parts)
+            assert real(path) == os.path.realpath(path), path
+    finally:
+        os.chdir(here)
+
+
 def test_a_patched_refusals_function_does_not_decide(monkeypatch):
     """A module that sets `fidelity.refusals = lambda *a, **k: []` once made the preset pass whatever differed:
     the lock decides through the functions captured at import and names the replacement."""
