@@ -74,7 +74,7 @@ VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=
                                                        st.dictionaries(KEYS, inner, max_size=3)), max_leaves=8)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.dictionaries(KEYS, VALUES, min_size=1, max_size=4), other=st.dictionaries(KEYS, VALUES, max_size=4),
        crlf=st.booleans(), package=st.sampled_from(["", "# @package _global_\n", "# @package sub\n"]))
 def test_a_generated_config_group_composes_as_hydras_own_and_a_change_in_place_is_seen(tmp_path_factory, body, other,
