@@ -23,6 +23,9 @@ STAGES = sorted(p.stem for p in (REPO / "conf" / "stage").glob("*.yaml"))
 @contextlib.contextmanager
 def hydras_own_sources():
     """Compose through Hydra's own file and pkg sources for the block (the registry as Hydra alone fills it)."""
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # Hydra's sources registered (once a process) before the registry is saved and restored
     types = SourcesRegistry.instance().types
     saved = dict(types)
     types.update(file=HydraFile, pkg=HydraPkg)
@@ -107,3 +110,20 @@ def test_a_file_changed_to_the_same_size_and_time_stamps_is_read_anew(tmp_path):
     os.utime(cfg, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert cfg.stat().st_size == before.st_size and cfg.stat().st_mtime_ns == before.st_mtime_ns
     assert composed(tmp_path, [])["k"] == 2
+
+
+def test_a_broken_yaml_is_refused_with_the_error_hydras_own_sources_give_naming_the_file(tmp_path):
+    for i, text in enumerate(["broken: [1, 2\nx: 1\n", "a: 1\na: 2\n", "k: v\n  bad indent: 1\n"]):
+        root = tmp_path / f"c{i}"
+        root.mkdir()
+        (root / "config.yaml").write_text(text)
+        errors = []
+        for own in (True, False):
+            try:
+                with hydras_own_sources() if own else contextlib.nullcontext():
+                    composed(root, [])
+                errors.append(None)
+            except Exception as exc:  # noqa: BLE001 - the errors are what is compared
+                errors.append((type(exc), str(exc)))
+        assert errors[0] == errors[1], (text, errors)
+        assert errors[0] is None or str(root / "config.yaml") in errors[0][1], errors[0]

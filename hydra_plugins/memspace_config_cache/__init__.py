@@ -33,14 +33,24 @@ _LOCK = threading.Lock()
 _KEPT_AT_MOST = 4096  # files; past that the kept ones are dropped, not the caller's result
 
 
-def parsed(where: str, data: bytes) -> tuple[object, dict]:
-    """A deep copy of the config the bytes `data` of the file at `where` parse to, and its header (a new dict)."""
+class _Named(io.StringIO):
+    """The file's text under the file's name: a yaml error names the file, as when Hydra parses the open file."""
+
+    def __init__(self, text: str, name: str):
+        super().__init__(text)
+        self.name = name
+
+
+def parsed(where: str, data: bytes, name: str) -> tuple[object, dict]:
+    """A deep copy of the config the bytes `data` of the file at `where` parse to, and its header (a new dict);
+    `name`: the file's name in a parse error. Like Hydra's sources: the header first, then the body."""
     key = (where, data)
     with _LOCK:
         kept = _PARSED.get(key)
     if kept is None:
         text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline=None).read()
-        kept = (OmegaConf.load(io.StringIO(text)), ConfigSource._get_header_dict(text[:512]))
+        header = ConfigSource._get_header_dict(text[:512])
+        kept = (OmegaConf.load(_Named(text, name)), header)  # an error is raised, never kept
         with _LOCK:
             if len(_PARSED) >= _KEPT_AT_MOST:
                 _PARSED.clear()
@@ -58,7 +68,7 @@ class FileConfigSource(_file.FileConfigSource):
                 data = f.read()
         except OSError:
             return super().load_config(config_path)  # Hydra's own error for a file it cannot read
-        config, header = parsed(full_path, data)
+        config, header = parsed(full_path, data, full_path)
         return ConfigResult(config=config, path=f"{self.scheme()}://{self.path}", provider=self.provider,
                             header=header)
 
@@ -71,7 +81,7 @@ class ImportlibResourcesConfigSource(_pkg.ImportlibResourcesConfigSource):
             data = res.read_bytes()
         except OSError:
             return super()._read_config(res)
-        config, header = parsed(f"{self.scheme()}://{self.path}/{res}", data)
+        config, header = parsed(f"{self.scheme()}://{self.path}/{res}", data, str(res))
         return ConfigResult(config=config, path=f"{self.scheme()}://{self.path}", provider=self.provider,
                             header=header)
 
