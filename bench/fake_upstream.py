@@ -423,12 +423,18 @@ class FakeUpstream(ScriptedUpstream):
         # harness's query-vector cache; without a fresh salt a second rehearsal would only hit it
         self.query_salt = query_salt
         self._stats = Stats()
+        self._answering = 0  # requests between their arrival and their accounting
+        self._accounted = threading.Condition(self._lock)
         self._seen: dict[str, int] = {}  # request body hash -> times seen (a retry draws anew)
         self._prefix: dict[str, int] = {}  # conversation -> prompt tokens of its last call
         self._systems: set[str] = set()
 
     def stats(self) -> dict:
-        with self._lock:
+        """The calls, waits and faults so far, every request that has arrived accounted for: a reply reaches its
+        client before its request is counted, so a client reading the figures after its reply waits for that count
+        (up to 10 s) rather than reading a race."""
+        with self._accounted:
+            self._accounted.wait_for(lambda: self._answering == 0, timeout=10)
             s = self._stats
             return {"calls": dict(s.calls), "waited_s": dict(s.waited_s), "faults": dict(s.faults),
                     "tool_calls": s.tool_calls}
@@ -506,12 +512,20 @@ class FakeUpstream(ScriptedUpstream):
         # the upstream's time is the whole request (reading, parsing, latency, reply), as a real
         # endpoint's would be: the fake's own JSON work must not count as the harness's
         t0 = time.perf_counter()
-        kind, fault = self._answer(handler, raw)
         with self._lock:
-            self._stats.calls[kind] += 1
-            self._stats.waited_s[kind] += time.perf_counter() - t0
-            if fault:
-                self._stats.faults[fault] += 1
+            self._answering += 1
+        kind, fault = None, None
+        try:
+            kind, fault = self._answer(handler, raw)
+        finally:
+            with self._accounted:
+                if kind is not None:
+                    self._stats.calls[kind] += 1
+                    self._stats.waited_s[kind] += time.perf_counter() - t0
+                    if fault:
+                        self._stats.faults[fault] += 1
+                self._answering -= 1
+                self._accounted.notify_all()
 
     def _answer(self, handler, raw: bytes) -> tuple[str, str | None]:
         req = json.loads(raw)

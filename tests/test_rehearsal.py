@@ -85,6 +85,23 @@ def test_latency_is_seeded_lognormal_scaled_and_faults_come_at_their_rate():
     assert fake.draw(json.dumps({"n": 7}).encode())[1] != draws[7][1]  # a retry of that body draws anew
 
 
+def test_the_figures_read_after_a_reply_count_that_reply():
+    """A reply reaches its client before the upstream counts its request: figures read right after it wait for the
+    count. The upstream here takes 0.3 s between sending a reply and returning, where a race would show."""
+    import time
+
+    class SlowToCount(FakeUpstream):
+        def _answer(self, handler, raw):
+            out = super()._answer(handler, raw)
+            time.sleep(0.3)
+            return out
+
+    with SlowToCount(seed=0, scale=0.01, p429=1.0, p5xx=0.0) as fake:
+        r = post(fake, {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        s = fake.stats()
+    assert r.status_code == 429 and s["faults"]["429"] == 1 and s["calls"]["agent"] == 1
+
+
 def test_refused_calls_are_counted_as_waiting():
     import time
 
