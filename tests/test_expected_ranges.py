@@ -43,11 +43,11 @@ def _judge_half(req):
 
 def _stage(tmp_path, fake, seed):
     out = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm",
-                          f"model.base_url={fake.base_url}", "model.api_key_env=null", "judge=vllm",
-                          f"judge.base_url={fake.base_url}", "samples.smoke.limit=2",
-                          "stage.groups=[{sample:smoke,conditions:[none,full]}]", f"runs_dir={tmp_path}/runs",
-                          f"cache_dir={cli.shared_cache(tmp_path)}", f"seed={seed}", f"stage.label=smoke_seed{seed}"],
-                         cwd=REPO, capture_output=True, text=True, timeout=600)
+                   f"model.base_url={fake.base_url}", "model.api_key_env=null", "judge=vllm",
+                   f"judge.base_url={fake.base_url}", "samples.smoke.limit=2",
+                   "stage.groups=[{sample:smoke,conditions:[none,full]}]", f"runs_dir={tmp_path}/runs",
+                   f"cache_dir={cli.shared_cache(tmp_path)}", f"seed={seed}", f"stage.label=smoke_seed{seed}"],
+                  cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return tmp_path / "runs" / "smoke" / f"smoke_seed{seed}"
 

@@ -50,7 +50,7 @@ def write_records(root: Path) -> dict[str, dict]:
 def test_local_model_judges_hand_written_answers(tmp_path):
     expected = write_records(tmp_path)
     res = cli.run([sys.executable, "-m", "judge.run", "stage=smoke", "judge=local", f"runs_dir={tmp_path}/runs",
-                          f"cache_dir={tmp_path}/cache"], capture_output=True, text=True, timeout=900)
+                   f"cache_dir={tmp_path}/cache"], capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr
     got = load_judgements(tmp_path / "runs" / "smoke" / "smoke", "local")
     want = {(rid, kind): label for rid, exp in expected.items() for kind, label in exp.items()}

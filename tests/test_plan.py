@@ -124,7 +124,7 @@ def test_bad_data_stops_before_anything_runs(tmp_path, synth_s):
 
 def test_cfg_job_prints_the_resolved_config():
     res = cli.run([sys.executable, "-m", "harness.run", "stage=org", "--cfg", "job"],
-                         capture_output=True, text=True, timeout=120)
+                  capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "no_view_policy" in res.stdout and "org_public" in res.stdout
 

@@ -713,9 +713,9 @@ def test_a_real_stage_the_harness_ran_publishes_whole_its_own_key_paths_and_plac
 
     with FakeModel(script=_echo) as fake:
         res = cli.run([sys.executable, "-m", "harness.run", f"stage={stage}", "model=vllm",
-                       f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
-                       f"judge.base_url={fake.base_url}", f"runs_dir={tmp_path}/runs", "concurrency=2", *extra],
-                      capture_output=True, text=True, timeout=900, env=_env())
+                f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
+                f"judge.base_url={fake.base_url}", f"runs_dir={tmp_path}/runs", "concurrency=2", *extra],
+               capture_output=True, text=True, timeout=900, env=_env())
     assert res.returncode == 0, res.stderr[-3000:]
     folder = tmp_path / "runs" / stage / stage
     capsys.readouterr()
@@ -751,10 +751,10 @@ def test_the_key_the_harness_sends_is_replaced_whatever_its_variable_is_called(t
     monkeypatch.setenv("DB_PASS", secret)
     with FakeModel(script=lambda req: {"role": "assistant", "content": f"the key I was sent is {secret}."}) as fake:
         res = cli.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm", "model.api_key_env=DB_PASS",
-                       f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
-                       f"judge.base_url={fake.base_url}", "samples.smoke.limit=1",
-                       "stage.groups=[{sample:smoke,conditions:[none]}]", f"runs_dir={tmp_path}/runs"],
-                      capture_output=True, text=True, timeout=900, env=_env())
+                f"model.base_url={fake.base_url}", "model.backoff_s=0.01", "judge=vllm",
+                f"judge.base_url={fake.base_url}", "samples.smoke.limit=1",
+                "stage.groups=[{sample:smoke,conditions:[none]}]", f"runs_dir={tmp_path}/runs"],
+               capture_output=True, text=True, timeout=900, env=_env())
     assert res.returncode == 0, res.stderr[-3000:]
     assert any(secret in p.read_text() for p in (tmp_path / "runs").rglob("*.json")), "the model never echoed it"
     assert publish_cli.main([f"runs={tmp_path}/runs/smoke/smoke", f"out={tmp_path}/out"]) == 0, capsys.readouterr()

@@ -19,11 +19,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _smoke(tmp_path, fake, *extra):
     return cli.run([sys.executable, "-m", "harness.run", "stage=smoke", "model=vllm",
-                           f"model.base_url={fake.base_url}", "model.api_key_env=null", "judge=vllm",
-                           f"judge.base_url={fake.base_url}", "samples.smoke.limit=1",
-                           "stage.groups=[{sample:smoke,conditions:[none,full]}]", f"runs_dir={tmp_path}/runs",
-                           f"cache_dir={cli.shared_cache(tmp_path)}", *extra], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+                    f"model.base_url={fake.base_url}", "model.api_key_env=null", "judge=vllm",
+                    f"judge.base_url={fake.base_url}", "samples.smoke.limit=1",
+                    "stage.groups=[{sample:smoke,conditions:[none,full]}]", f"runs_dir={tmp_path}/runs",
+                    f"cache_dir={cli.shared_cache(tmp_path)}", *extra], cwd=REPO, capture_output=True, text=True,
+                   timeout=600)
 
 
 def test_a_smoke_stage_ends_with_a_summary_a_newcomer_can_judge(tmp_path):
