@@ -11,6 +11,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.file_config_source import FileConfigSource as HydraFile
 from hydra._internal.core_plugins.importlib_resources_config_source import ImportlibResourcesConfigSource as HydraPkg
+from hydra._internal.core_plugins.structured_config_source import StructuredConfigSource as HydraStructured
 from hydra._internal.sources_registry import SourcesRegistry
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,13 +23,14 @@ STAGES = sorted(p.stem for p in (REPO / "conf" / "stage").glob("*.yaml"))
 
 @contextlib.contextmanager
 def hydras_own_sources():
-    """Compose through Hydra's own file and pkg sources for the block (the registry as Hydra alone fills it)."""
+    """Compose through Hydra's own file, pkg and structured sources for the block (the registry as Hydra alone fills
+    it)."""
     from hydra.core.plugins import Plugins
 
     Plugins.instance()  # Hydra's sources registered (once a process) before the registry is saved and restored
     types = SourcesRegistry.instance().types
     saved = dict(types)
-    types.update(file=HydraFile, pkg=HydraPkg)
+    types.update(file=HydraFile, pkg=HydraPkg, structured=HydraStructured)
     try:
         yield
     finally:
@@ -45,7 +47,7 @@ def composed(config_dir: Path, overrides: list[str], name: str = "config") -> di
 def test_the_cached_sources_serve_hydras_schemes_in_every_process_that_composes():
     composed(REPO / "conf", [])
     types = SourcesRegistry.instance().types
-    assert types["file"].__module__ == types["pkg"].__module__ == "hydra_plugins.memspace_config_cache"
+    assert {types[s].__module__ for s in ("file", "pkg", "structured")} == {"hydra_plugins.memspace_config_cache"}
 
 
 def test_every_shipped_stage_composes_the_same_through_the_kept_parses_as_through_hydras_own():
@@ -127,3 +129,38 @@ def test_a_broken_yaml_is_refused_with_the_error_hydras_own_sources_give_naming_
                 errors.append((type(exc), str(exc)))
         assert errors[0] == errors[1], (text, errors)
         assert errors[0] is None or str(root / "config.yaml") in errors[0][1], errors[0]
+
+
+def test_a_structured_config_composes_as_hydras_own_and_what_a_caller_does_to_it_stays_out_of_the_store(tmp_path):
+    """The structured source's copies read Hydra's one ConfigStore (never a snapshot of it): a config stored as a
+    dataclass composes as through Hydra's own source, one stored after an earlier composition is found, and a
+    caller that edits what it composed changes neither the store nor a later composition."""
+    from dataclasses import dataclass, field
+
+    from hydra.core.config_store import ConfigStore
+
+    @dataclass
+    class Knob:
+        depth: int = 3
+        names: list = field(default_factory=lambda: ["a", "b"])
+
+    cs = ConfigStore.instance()
+    cs.store(group="knob", name="cache_test_first", node=Knob)
+    (tmp_path / "config.yaml").write_text("defaults:\n  - knob: cache_test_first\n  - _self_\nx: 1\n")
+    try:
+        with hydras_own_sources():
+            want = composed(tmp_path, [])
+        assert composed(tmp_path, []) == want and want["knob"] == {"depth": 3, "names": ["a", "b"]}
+        cs.store(group="knob", name="cache_test_later", node=Knob(depth=7))
+        assert composed(tmp_path, ["knob=cache_test_later"])["knob"]["depth"] == 7
+        with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
+            cfg = compose(config_name="config")
+            cfg.knob.depth = 99
+            cfg.knob.names.append("c")
+            assert OmegaConf.to_container(compose(config_name="config").knob) == {"depth": 3, "names": ["a", "b"]}
+        assert composed(tmp_path, []) == want
+    finally:
+        cs.repo["knob"].pop("cache_test_first.yaml", None)
+        cs.repo["knob"].pop("cache_test_later.yaml", None)
+        if not cs.repo["knob"]:
+            cs.repo.pop("knob")
