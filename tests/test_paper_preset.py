@@ -805,6 +805,68 @@ def test_a_stale_pyc_of_a_tracked_module_is_refused(tmp_path):
     assert len(bad) == 1 and bad[0].startswith("pkg.mod ") and ".pyc" in bad[0]
 
 
+def _pyc_of(text: str, src: Path, tmp: Path, n: int) -> None:
+    """The .pyc beside `src` compiled from `text`, the source's size and mtime kept (what the importer trusts)."""
+    import importlib.util
+    import py_compile
+
+    st = src.stat()
+    other = tmp / f"other{n}.py"
+    other.write_text(text)
+    py_compile.compile(str(other), cfile=importlib.util.cache_from_source(str(src)), doraise=True)
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_pyc_compiled_from_its_source_is_remembered_by_its_bytes_and_a_stale_one_is_refused_beside_it(
+        tmp_path, monkeypatch):
+    """The verdict "this .pyc is compiled from this source" is kept on disk under the sha256 of both files' bytes,
+    so a new process does not compile the runtime again; a stale .pyc is other bytes, refused even while the
+    verdict of the good one is kept, and it leaves no verdict of its own."""
+    import importlib.util
+
+    monkeypatch.setenv("MEMSPACE_CACHE", str(tmp_path / "cache"))
+    kept = tmp_path / "cache" / "lock" / "compiled"
+    root = _repo(tmp_path / "repo", {"pkg/mod.py": "def f():\n    return 1\n"})
+    src = root / "pkg" / "mod.py"
+    mods = {"pkg.mod": _module("pkg.mod", src)}
+    _pyc_of(src.read_text(), src, tmp_path, 0)
+    lock._compiled.clear()
+    assert lock.loaded_code(mods, root=root) == []
+    good = sorted(p.name for p in kept.iterdir())
+    pyc = Path(importlib.util.cache_from_source(str(src)))
+    assert len(good) == 1 and pyc.is_file()
+    good_bytes = pyc.read_bytes()
+    _pyc_of("def f():\n    return 7\n", src, tmp_path, 1)  # same size, other code
+    lock._compiled.clear()
+    bad = lock.loaded_code(mods, root=root)
+    assert len(bad) == 1 and "its cached .pyc is not compiled from the tracked source" in bad[0], bad
+    assert sorted(p.name for p in kept.iterdir()) == good  # no verdict for the stale pair
+    pyc.write_bytes(good_bytes)  # the good one back, byte for byte: its kept verdict is the one read
+    lock._compiled.clear()
+    assert lock.loaded_code(mods, root=root) == [] and sorted(p.name for p in kept.iterdir()) == good
+
+
+@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(st.integers(0, 9), min_size=2, max_size=5), names=st.lists(st.sampled_from("fgh"), min_size=2,
+                                                                                   max_size=5))
+def test_property_a_pyc_is_allowed_exactly_when_its_code_is_its_sources_whatever_was_remembered_before(
+        tmp_path_factory, monkeypatch, values, names):
+    """A sequence of .pyc files beside one source, each compiled from a generated text (the source's own or another
+    of the same size), each checked by a fresh process's look with the verdicts of every earlier one on disk: each
+    is allowed exactly when its code is the source's."""
+    tmp = tmp_path_factory.mktemp("p")
+    monkeypatch.setenv("MEMSPACE_CACHE", str(tmp / "cache"))
+    text = lambda name, v: f"def {name}():\n    return {v}\n"  # noqa: E731 - one size for every pair
+    root = _repo(tmp / "repo", {"pkg/mod.py": text(names[0], values[0])})
+    src = root / "pkg" / "mod.py"
+    mods = {"pkg.mod": _module("pkg.mod", src)}
+    for n, (name, v) in enumerate(zip(names, values)):
+        _pyc_of(text(name, v), src, tmp, n)
+        lock._compiled.clear()
+        allowed = lock.loaded_code(mods, root=root) == []
+        assert allowed == (text(name, v) == src.read_text()), (name, v)
+
+
 @hsettings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(committed=st.lists(st.text("abcdefgh=1 \n", min_size=1, max_size=20), min_size=1, max_size=4),
        edits=st.lists(st.one_of(st.none(), st.text("abcdefgh=1 \n", max_size=20)), min_size=4, max_size=4),

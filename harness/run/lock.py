@@ -217,7 +217,9 @@ def _record_hash_now(path: Path) -> str:
 def _pyc_matches(source: Path) -> bool:
     """The cached .pyc beside a source (if any) holds the code compiled from that exact source. WHY: a stale
     .pyc with the source's size and mtime is imported instead of the source, so the file that looks tracked is
-    not the code that runs. Compared as code objects (their equality covers bytecode, constants, names)."""
+    not the code that runs. Compared as code objects (their equality covers bytecode, constants, names); a pair
+    of exact bytes found equal once is remembered on disk (_compared_equal), so each new process does not
+    compile the ~170 runtime modules a stage loads again (45 s of CPU across the test suite)."""
     import importlib.util
     import marshal
 
@@ -231,11 +233,47 @@ def _pyc_matches(source: Path) -> bool:
         a, b = source.stat(), cached.stat()
         key = (str(source), a.st_ino, a.st_size, a.st_mtime_ns, b.st_ino, b.st_size, b.st_mtime_ns)
         if key not in _compiled:
-            loaded = marshal.loads(cached.read_bytes()[16:])
-            _compiled[key] = loaded == compile(source.read_bytes(), str(source), "exec", dont_inherit=True)
+            code, pyc = source.read_bytes(), cached.read_bytes()
+            seen = _compared_equal(source, code, pyc)
+            if seen is not None and seen.is_file():
+                _compiled[key] = True
+            else:
+                _compiled[key] = marshal.loads(pyc[16:]) == compile(code, str(source), "exec", dont_inherit=True)
+                if _compiled[key] and seen is not None:
+                    _remember(seen)
         return _compiled[key]
     except Exception:  # an unreadable pyc is not the source's
         return False
+
+
+def _compared_equal(source: Path, code: bytes, pyc: bytes) -> Path | None:
+    """Where the verdict "this .pyc is compiled from this source" is kept for these exact bytes: a file named by
+    the sha256 of everything the comparison read (the interpreter's version, cache tag and optimization level, the source's
+    path and bytes, the .pyc's bytes), under $MEMSPACE_CACHE/lock/compiled (.cache/ by default). Only an equal
+    pair is kept: a changed byte of either file is another name, compared anew. Planting a name needs the sha256
+    of the very .pyc one forged and write access to the cache: the access that could edit any installed
+    distribution, which the lock allows as it is. None: no cache tag (nothing to key on)."""
+    import sys
+
+    tag = sys.implementation.cache_tag
+    if not tag:
+        return None
+    h = hashlib.sha256()
+    for part in (sys.version.encode(), tag.encode(), str(sys.flags.optimize).encode(), os.fsencode(source), code, pyc):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    root = Path(os.environ.get("MEMSPACE_CACHE", REPO / ".cache")) / "lock" / "compiled"
+    return root / h.hexdigest()
+
+
+def _remember(path: Path) -> None:
+    """Keep an equal verdict (an empty file; its name is the key). A cache that cannot be written is compared
+    again next time, nothing else."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError:
+        pass
 
 
 _compiled: dict[tuple, bool] = {}
