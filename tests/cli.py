@@ -22,7 +22,7 @@ from pathlib import Path
 
 # the command lines run here, each as `python -m` runs it (runpy, as __main__): Hydra finds its config
 # from the file of a __main__ function, as on the command line
-MODULES = {"harness.run", "judge.run", "judge.agreement", "judge.probe", "analysis.run"}
+MODULES = {"harness.run", "judge.run", "judge.agreement", "judge.probe", "analysis.run", "analysis.personal"}
 
 _lock = threading.Lock()  # sys.argv, sys.stdout, sys.stderr and os.environ are the process's own
 

@@ -191,12 +191,14 @@ def test_a_stopped_postgresql_stops_the_stage_before_its_first_run(tmp_path):
 
 
 def test_the_three_paper_models_are_one_sweep_judged_and_keyed_on_the_model_ids(tmp_path):
-    """`make run STAGE=personal_paper` by hand: three endpoints (one per preset), one judge, one Table 2."""
+    """`make run STAGE=personal_paper` by hand: three endpoints (one per preset), one judge, one Table 2. The three
+    commands run in this process (tests/cli.py): their exit codes, endpoints and files are what is checked."""
     import os
-    import subprocess
     import sys
 
     import pandas as pd
+
+    from tests import cli
 
     ids = {"OPENAI_BASE_URL": "gpt-4o", "LLAMA31_8B_BASE_URL": "llama3.1:8b", "QWEN25_7B_BASE_URL": "qwen2.5:7b"}
     common = ["stage=personal", "model=gpt4o,llama31_8b,qwen25_7b", "stage.trials.n=2",
@@ -206,20 +208,17 @@ def test_the_three_paper_models_are_one_sweep_judged_and_keyed_on_the_model_ids(
             FakeModel(script=judge_script) as judge:
         ends = dict(zip(ids, (a, b, c)))
         env = {**os.environ, "OPENAI_API_KEY": "sk-test", **{k: f.base_url for k, f in ends.items()}}
-        ran = subprocess.run([sys.executable, "-m", "harness.run", "-m", *common], env=env, capture_output=True,
-                             text=True, timeout=600)
+        ran = cli.run([sys.executable, "-m", "harness.run", "-m", *common], env=env)
         assert ran.returncode == 0, ran.stderr[-3000:]
-        judged = subprocess.run([sys.executable, "-m", "judge.run", "-m", *common, "judge=vllm",
-                                 f"judge.base_url={judge.base_url}", "judge.api_key_env=null"], env=env,
-                                capture_output=True, text=True, timeout=600)
+        judged = cli.run([sys.executable, "-m", "judge.run", "-m", *common, "judge=vllm",
+                          f"judge.base_url={judge.base_url}", "judge.api_key_env=null"], env=env)
         assert judged.returncode == 0, judged.stderr[-3000:]  # the judge's settings name no other folder
     for var, fake in ends.items():  # each preset reached its own endpoint, asking for its own model
         assert fake.run_requests and {r["body"]["model"] for r in fake.requests} == {ids[var]}
     folders = sorted(p.name for p in (tmp_path / "runs" / "personal").iterdir())
     assert [f.split("+")[0] for f in folders] == sorted(ids.values())
     out = tmp_path / "results"
-    res = subprocess.run([sys.executable, "-m", "analysis.personal", f"runs={tmp_path / 'runs'}", f"out={out}"],
-                         capture_output=True, text=True, timeout=600)
+    res = cli.run([sys.executable, "-m", "analysis.personal", f"runs={tmp_path / 'runs'}", f"out={out}"])
     assert res.returncode == 0, res.stderr[-3000:]
     t2 = pd.read_csv(out / "table2_scores.csv")
     assert sorted(set(t2["model"])) == sorted(ids.values()) and len(t2) == 6
