@@ -805,6 +805,34 @@ def test_a_stale_pyc_of_a_tracked_module_is_refused(tmp_path):
     assert len(bad) == 1 and bad[0].startswith("pkg.mod ") and ".pyc" in bad[0]
 
 
+def test_a_stale_pyc_beside_a_module_another_loader_compiled_is_not_what_ran(tmp_path):
+    """The standard .pyc is what ran only when the importer that reads it loaded the module: beside a module
+    pytest's assertion rewriter (or any other loader) compiled from its source, a stale one is not named; beside
+    the same file loaded by the standard importer, it is."""
+    import importlib.abc
+    import importlib.util
+    import sys
+
+    class FromSource(importlib.abc.Loader):  # compiles the source itself, as pytest's rewriter does
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            exec(compile(Path(module.__file__).read_bytes(), module.__file__, "exec"), module.__dict__)
+
+    root = _repo(tmp_path / "repo", {"pkg/mod.py": "def f():\n    return 1\n"})
+    src = root / "pkg" / "mod.py"
+    _pyc_of("def f():\n    return 7\n", src, tmp_path, 0)  # stale: other code, the source's size and mtime
+    other = importlib.util.module_from_spec(importlib.util.spec_from_file_location("pkg.mod", src, loader=FromSource()))
+    standard = _module("pkg.mod", src)
+    lock._compiled.clear()
+    assert lock.loaded_code({"pkg.mod": other}, root=root) == []
+    bad = lock.loaded_code({"pkg.mod": standard}, root=root)
+    assert len(bad) == 1 and "its cached .pyc is not compiled from the tracked source" in bad[0], bad
+    assert not lock._reads_pycs(sys.modules[__name__])  # this module: loaded by pytest's assertion rewriter
+    assert lock._reads_pycs(sys.modules["harness.run.lock"])
+
+
 def _pyc_of(text: str, src: Path, tmp: Path, n: int) -> None:
     """The .pyc beside `src` compiled from `text`, the source's size and mtime kept (what the importer trusts)."""
     import importlib.util

@@ -246,6 +246,18 @@ def _pyc_matches(source: Path) -> bool:
         return False
 
 
+def _reads_pycs(mod) -> bool:
+    """The module was loaded by the importer that reads the cached .pyc beside its source (SourceFileLoader), so
+    that .pyc may be what ran. WHY: a module another loader compiled from its source (pytest's assertion
+    rewriter, which keeps its own cache) never read the standard .pyc, and one left stale beside it by an older
+    import was named as if it had run. A loader that runs other code than its file's needs no stale .pyc: it is
+    loaded code of its own, on the allowlist or named."""
+    import importlib.machinery
+
+    loader = getattr(getattr(mod, "__spec__", None), "loader", None) or getattr(mod, "__loader__", None)
+    return loader is None or isinstance(loader, importlib.machinery.SourceFileLoader)
+
+
 def _compared_equal(source: Path, code: bytes, pyc: bytes) -> Path | None:
     """Where the verdict "this .pyc is compiled from this source" is kept for these exact bytes: a file named by
     the sha256 of everything the comparison read (the interpreter's version, cache tag and optimization level, the source's
@@ -372,7 +384,7 @@ def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
             continue  # built-in, frozen or a namespace package: no file of its own
         p, where = _placed(f, site, std, rec, runtime_files, runtime_packages, real)
         if where == "runtime":  # its content checked above; the code loaded is compiled from it
-            if p.suffix == ".py" and not _pyc_matches(p):
+            if p.suffix == ".py" and _reads_pycs(mod) and not _pyc_matches(p):
                 bad.append(f"{name} ({p}): its cached .pyc is not compiled from the runtime's file")
             continue
         if where == "runtime package":
@@ -387,7 +399,7 @@ def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
                 bad.append(f"{name} ({rel}): not a tracked file of the tree")
             elif _git_blob(p.read_bytes()) != want:
                 bad.append(f"{name} ({rel}): modified")
-            elif p.suffix == ".py" and not _pyc_matches(p):
+            elif p.suffix == ".py" and _reads_pycs(mod) and not _pyc_matches(p):
                 bad.append(f"{name} ({rel}): its cached .pyc is not compiled from the tracked source")
             continue
         bad.append(f"{name} ({p}): outside the tree, the installed distributions and the standard library")
