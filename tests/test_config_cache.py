@@ -22,20 +22,25 @@ STAGES = sorted(p.stem for p in (REPO / "conf" / "stage").glob("*.yaml"))
 
 
 @contextlib.contextmanager
-def hydras_own_sources():
-    """Compose through Hydra's own file, pkg and structured sources for the block (the registry as Hydra alone fills
-    it)."""
+def hydras_own_composition():
+    """Compose as Hydra alone does for the block: its own file, pkg and structured sources (the registry as Hydra
+    alone fills it) and its own interpolation map."""
+    from hydra._internal import defaults_list
+
     from hydra.core.plugins import Plugins
+    from hydra_plugins.memspace_config_cache import HYDRAS_INTERPOLATION_MAP, interpolation_map
 
     Plugins.instance()  # Hydra's sources registered (once a process) before the registry is saved and restored
     types = SourcesRegistry.instance().types
     saved = dict(types)
     types.update(file=HydraFile, pkg=HydraPkg, structured=HydraStructured)
+    defaults_list._create_interpolation_map = HYDRAS_INTERPOLATION_MAP
     try:
         yield
     finally:
         types.clear()
         types.update(saved)
+        defaults_list._create_interpolation_map = interpolation_map
 
 
 def composed(config_dir: Path, overrides: list[str], name: str = "config") -> dict:
@@ -45,7 +50,17 @@ def composed(config_dir: Path, overrides: list[str], name: str = "config") -> di
 
 
 def test_the_cached_sources_serve_hydras_schemes_in_every_process_that_composes():
+    from hydra._internal import defaults_list
+
+    import importlib.util
+
     composed(REPO / "conf", [])
+    for _ in range(3):  # the module run again, as Hydra's plugin scan runs a module it already imported
+        spec = importlib.util.find_spec("hydra_plugins.memspace_config_cache")
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    ours = defaults_list._create_interpolation_map
+    assert ours.__module__ == "hydra_plugins.memspace_config_cache"
+    assert ours.__wrapped__.__module__ == "hydra._internal.defaults_list"  # Hydra's own, never a wrapper of ours
     types = SourcesRegistry.instance().types
     assert {types[s].__module__ for s in ("file", "pkg", "structured")} == {"hydra_plugins.memspace_config_cache"}
 
@@ -53,7 +68,7 @@ def test_the_cached_sources_serve_hydras_schemes_in_every_process_that_composes(
 def test_every_shipped_stage_composes_the_same_through_the_kept_parses_as_through_hydras_own():
     for stage in STAGES:
         for extra in ([], ["preset=paper"]) if stage in ("main", "org") else ([],):
-            with hydras_own_sources():
+            with hydras_own_composition():
                 want = composed(REPO / "conf", [f"stage={stage}", *extra])
             first = composed(REPO / "conf", [f"stage={stage}", *extra])
             again = composed(REPO / "conf", [f"stage={stage}", *extra])  # from the kept parses
@@ -91,14 +106,14 @@ def test_a_generated_config_group_composes_as_hydras_own_and_a_change_in_place_i
     (root / "config.yaml").write_text(f"defaults:{nl}  - group: one{nl}  - _self_{nl}top: 1{nl}", newline="")
     one = root / "group" / "one.yaml"
     one.write_text(text(body), newline="")
-    with hydras_own_sources():
+    with hydras_own_composition():
         want = composed(root, [])
     assert composed(root, []) == want and composed(root, []) == want
     # the file rewritten in place with other content, its time stamps put back: the new bytes are read
     before = one.stat()
     one.write_text(text(other or {"z": 0}), newline="")
     os.utime(one, ns=(before.st_atime_ns, before.st_mtime_ns))
-    with hydras_own_sources():
+    with hydras_own_composition():
         want_now = composed(root, [])
     assert composed(root, []) == want_now
 
@@ -114,7 +129,7 @@ def test_a_file_changed_to_the_same_size_and_time_stamps_is_read_anew(tmp_path):
     assert composed(tmp_path, [])["k"] == 2
 
 
-def test_a_broken_yaml_is_refused_with_the_error_hydras_own_sources_give_naming_the_file(tmp_path):
+def test_a_broken_yaml_is_refused_with_the_error_hydras_own_composition_give_naming_the_file(tmp_path):
     for i, text in enumerate(["broken: [1, 2\nx: 1\n", "a: 1\na: 2\n", "k: v\n  bad indent: 1\n"]):
         root = tmp_path / f"c{i}"
         root.mkdir()
@@ -122,7 +137,7 @@ def test_a_broken_yaml_is_refused_with_the_error_hydras_own_sources_give_naming_
         errors = []
         for own in (True, False):
             try:
-                with hydras_own_sources() if own else contextlib.nullcontext():
+                with hydras_own_composition() if own else contextlib.nullcontext():
                     composed(root, [])
                 errors.append(None)
             except Exception as exc:  # noqa: BLE001 - the errors are what is compared
@@ -148,7 +163,7 @@ def test_a_structured_config_composes_as_hydras_own_and_what_a_caller_does_to_it
     cs.store(group="knob", name="cache_test_first", node=Knob)
     (tmp_path / "config.yaml").write_text("defaults:\n  - knob: cache_test_first\n  - _self_\nx: 1\n")
     try:
-        with hydras_own_sources():
+        with hydras_own_composition():
             want = composed(tmp_path, [])
         assert composed(tmp_path, []) == want and want["knob"] == {"depth": 3, "names": ["a", "b"]}
         cs.store(group="knob", name="cache_test_later", node=Knob(depth=7))
@@ -164,3 +179,41 @@ def test_a_structured_config_composes_as_hydras_own_and_what_a_caller_does_to_it
         cs.repo["knob"].pop("cache_test_later.yaml", None)
         if not cs.repo["knob"]:
             cs.repo.pop("knob")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=st.sampled_from(["a", "b"]), second=st.sampled_from(["a", "b", None]),
+       where=st.sampled_from(["root", "nested", "both"]), self_first=st.booleans())
+def test_defaults_that_interpolate_a_choice_compose_as_hydras_own_at_any_depth(tmp_path_factory, first, second, where,
+                                                                             self_first):
+    """A defaults list that interpolates a choice (`- extra: ${db}`), in the primary config, in a config of a group,
+    or both, with the choice overridden or not: the composition (or its error) is the one Hydra alone makes. The
+    interpolation map is built only for such a list; every other list is composed without it."""
+    root = tmp_path_factory.mktemp("conf")
+    for group in ("db", "extra", "deep", "mid"):
+        (root / group).mkdir()
+    for name in ("a", "b"):
+        (root / "db" / f"{name}.yaml").write_text(f"db_name: {name}\n")
+        (root / "extra" / f"{name}.yaml").write_text(f"extra_of: {name}\n")
+        (root / "deep" / f"{name}.yaml").write_text(f"deep_of: {name}\n")
+    mid_defaults = ["/deep: ${db}" if where in ("nested", "both") else "/deep: a"]
+    (root / "mid" / "m.yaml").write_text("defaults:\n" + "".join(f"  - {d}\n" for d in mid_defaults) + "mid: 1\n")
+    # Hydra expands a list from its end, so a nested list can interpolate `db` when `mid` comes before it
+    top = ["mid: m", "db: a", "extra: ${db}" if where in ("root", "both") else "extra: b"]
+    top = (["_self_"] + top) if self_first else (top + ["_self_"])
+    (root / "config.yaml").write_text("defaults:\n" + "".join(f"  - {d}\n" for d in top) + "top: 1\n")
+    overrides = [f"db={first}"] + ([] if second is None else [f"extra={second}"])
+    results = []
+    for own in (True, False):
+        try:
+            with hydras_own_composition() if own else contextlib.nullcontext():
+                results.append(composed(root, overrides))
+        except Exception as exc:  # noqa: BLE001 - the errors are what is compared
+            results.append((type(exc), str(exc)))
+    assert results[0] == results[1], (where, overrides, results)
+    got = results[1]
+    assert isinstance(got, dict), got
+    if where in ("root", "both") and second is None:
+        assert got["extra"]["extra_of"] == first
+    if where in ("nested", "both"):
+        assert got["mid"]["deep"]["deep_of"] == first
