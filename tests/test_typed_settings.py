@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -675,3 +677,29 @@ def test_property_any_unknown_offpeak_or_price_key_is_refused_naming_a_real_one(
     if bad not in PRICE_KEYS:
         with pytest.raises(ValueError, match=r"did you mean prices\."):
             check_prices({"hit": 1, bad: 1}, None)
+
+
+@dataclass
+class _Knobs:
+    k: int = 8
+    names: list = field(default_factory=lambda: ["a"])
+    extra: dict = field(default_factory=dict)
+    note: Optional[str] = None
+
+
+@hsettings(max_examples=30, deadline=None)
+@given(values=st.lists(st.fixed_dictionaries({}, optional={
+    "k": st.integers(-5, 5), "names": st.lists(st.sampled_from("abc"), max_size=3),
+    "extra": st.dictionaries(st.sampled_from("xyz"), st.integers(0, 3), max_size=2),
+    "note": st.one_of(st.none(), st.text("ab", max_size=3))}), min_size=1, max_size=4))
+def test_property_a_schema_built_once_types_every_node_as_one_built_each_time(values):
+    """The typed node of each value is the one OmegaConf builds from the dataclass afresh, whatever was typed
+    before it, and what a caller does to its node reaches no later one (settings.schema_node)."""
+    for value in values:
+        want = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(_Knobs), value))
+        got = settings._closed(_Knobs, value, "stage.conditions.x")
+        assert OmegaConf.to_container(got) == want
+        got.names.append("zz")
+        got.extra["w"] = 9
+        got.k = 99
+    assert OmegaConf.to_container(settings.schema_node(_Knobs)) == {"k": 8, "names": ["a"], "extra": {}, "note": None}
