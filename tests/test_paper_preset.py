@@ -805,15 +805,17 @@ def test_a_stale_pyc_of_a_tracked_module_is_refused(tmp_path):
     assert len(bad) == 1 and bad[0].startswith("pkg.mod ") and ".pyc" in bad[0]
 
 
-def test_a_stale_pyc_beside_a_module_another_loader_compiled_is_not_what_ran(tmp_path):
-    """The standard .pyc is what ran only when the importer that reads it loaded the module: beside a module
-    pytest's assertion rewriter (or any other loader) compiled from its source, a stale one is not named; beside
-    the same file loaded by the standard importer, it is."""
+def test_a_stale_pyc_is_named_for_every_loader_but_pytests_rewriter_which_compiles_the_source_itself(tmp_path):
+    """The standard .pyc beside a module is what ran unless pytest's assertion rewriter loaded it (it compiles the
+    source and keeps its own cache): beside such a module a stale one is not named; beside the same file loaded by
+    the source importer, by the standard library's SourcelessFileLoader (which runs that very .pyc) or by any
+    other loader, it is."""
     import importlib.abc
+    import importlib.machinery
     import importlib.util
     import sys
 
-    class FromSource(importlib.abc.Loader):  # compiles the source itself, as pytest's rewriter does
+    class FromSource(importlib.abc.Loader):  # says it compiles the source; nothing here can tell
         def create_module(self, spec):
             return None
 
@@ -823,14 +825,65 @@ def test_a_stale_pyc_beside_a_module_another_loader_compiled_is_not_what_ran(tmp
     root = _repo(tmp_path / "repo", {"pkg/mod.py": "def f():\n    return 1\n"})
     src = root / "pkg" / "mod.py"
     _pyc_of("def f():\n    return 7\n", src, tmp_path, 0)  # stale: other code, the source's size and mtime
-    other = importlib.util.module_from_spec(importlib.util.spec_from_file_location("pkg.mod", src, loader=FromSource()))
-    standard = _module("pkg.mod", src)
+    pyc = importlib.util.cache_from_source(str(src))
+
+    def loaded_by(loader):
+        return importlib.util.module_from_spec(importlib.util.spec_from_file_location("pkg.mod", src, loader=loader))
+
+    rewriter = next(f for f in sys.meta_path if type(f).__name__ == "AssertionRewritingHook")
     lock._compiled.clear()
-    assert lock.loaded_code({"pkg.mod": other}, root=root) == []
-    bad = lock.loaded_code({"pkg.mod": standard}, root=root)
-    assert len(bad) == 1 and "its cached .pyc is not compiled from the tracked source" in bad[0], bad
+    assert lock.loaded_code({"pkg.mod": loaded_by(rewriter)}, root=root) == []
+    for loader in (None, importlib.machinery.SourcelessFileLoader("pkg.mod", pyc), FromSource()):
+        module = _module("pkg.mod", src) if loader is None else loaded_by(loader)
+        bad = lock.loaded_code({"pkg.mod": module}, root=root)
+        assert len(bad) == 1 and "its cached .pyc is not compiled from the tracked source" in bad[0], (loader, bad)
     assert not lock._reads_pycs(sys.modules[__name__])  # this module: loaded by pytest's assertion rewriter
     assert lock._reads_pycs(sys.modules["harness.run.lock"])
+
+
+def test_a_tracked_link_is_checked_by_the_pyc_of_its_own_name_and_a_changed_qualname_is_other_code(tmp_path):
+    """The importer reads the .pyc named after the file it imported: a tracked link `pkg/a.py -> mod.py` runs
+    `a.cpython-*.pyc`, which is compared, not its target's. And code that differs only in a function's qualified
+    name (which code equality leaves out) is not the source's."""
+    import importlib.util
+
+    root = _repo(tmp_path / "repo", {"pkg/mod.py": "def f():\n    return 1\n"})
+    (root / "pkg" / "a.py").symlink_to("mod.py")
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "link")
+    src, link = root / "pkg" / "mod.py", root / "pkg" / "a.py"
+    import py_compile
+
+    py_compile.compile(str(src), cfile=importlib.util.cache_from_source(str(src)), doraise=True)  # the target's: good
+    forged = tmp_path / "forged.py"
+    forged.write_text("def f():\n    return 9\n")
+    py_compile.compile(str(forged), cfile=importlib.util.cache_from_source(str(link)), doraise=True)
+    mods = {"pkg.a": _module("pkg.a", link)}
+    lock._compiled.clear()
+    bad = lock.loaded_code(mods, root=root)
+    assert len(bad) == 1 and bad[0].startswith("pkg.a ") and ".pyc" in bad[0], bad
+    py_compile.compile(str(link), cfile=importlib.util.cache_from_source(str(link)), doraise=True)
+    lock._compiled.clear()
+    assert lock.loaded_code(mods, root=root) == []
+    renamed = compile("def f():\n    return 1\n", str(src), "exec")
+    fn = next(c for c in renamed.co_consts if hasattr(c, "co_qualname"))
+    evil = renamed.replace(co_consts=tuple(c.replace(co_qualname="evil") if c is fn else c for c in renamed.co_consts))
+    assert evil == compile(src.read_bytes(), str(src), "exec")  # what code equality alone said
+    assert not lock._same_code(evil, compile(src.read_bytes(), str(src), "exec"))
+
+
+def test_a_cache_folder_that_cannot_be_searched_never_refuses_a_good_pyc(tmp_path, monkeypatch):
+    """The kept verdicts are an aid: a cache path the file system refuses (here a name too long for it, as a
+    folder of another user refuses its search) is no verdict, and the good .pyc is compared and allowed."""
+    import importlib.util
+    import py_compile
+
+    monkeypatch.setenv("MEMSPACE_CACHE", str(tmp_path / ("x" * 300)))
+    root = _repo(tmp_path / "repo", {"pkg/mod.py": "def f():\n    return 1\n"})
+    src = root / "pkg" / "mod.py"
+    py_compile.compile(str(src), cfile=importlib.util.cache_from_source(str(src)), doraise=True)
+    lock._compiled.clear()
+    assert lock.loaded_code({"pkg.mod": _module("pkg.mod", src)}, root=root) == []
 
 
 def _pyc_of(text: str, src: Path, tmp: Path, n: int) -> None:

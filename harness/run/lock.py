@@ -214,31 +214,34 @@ def _record_hash_now(path: Path) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
 
 
-def _pyc_matches(source: Path) -> bool:
-    """The cached .pyc beside a source (if any) holds the code compiled from that exact source. WHY: a stale
-    .pyc with the source's size and mtime is imported instead of the source, so the file that looks tracked is
-    not the code that runs. Compared as code objects (their equality covers bytecode, constants, names); a pair
-    of exact bytes found equal once is remembered on disk (_compared_equal), so each new process does not
-    compile the ~170 runtime modules a stage loads again (45 s of CPU across the test suite)."""
+def _pyc_matches(source: Path, loaded_from: str | None = None) -> bool:
+    """The cached .pyc the importer reads for this module (if any) holds the code compiled from that exact source.
+    WHY: a stale .pyc with the source's size and mtime is imported instead of the source, so the file that looks
+    tracked is not the code that runs. `loaded_from`: the module's file as the importer named it (a tracked link
+    to another file has a .pyc of its own name, not its target's). Compared as code objects, their qualified
+    names included (_same_code); a pair of exact bytes found equal once is remembered on disk (_compared_equal),
+    so each new process does not compile the ~170 runtime modules a stage loads again (45 s of CPU across the
+    test suite)."""
     import importlib.util
     import marshal
 
     try:
-        cached = Path(importlib.util.cache_from_source(str(source)))
+        cached = Path(importlib.util.cache_from_source(str(loaded_from or source)))
     except (NotImplementedError, ValueError):
         return True
     if not cached.is_file():
         return True
     try:  # compared again whenever either file's inode, size or mtime changed (a stage checks its code at each start)
         a, b = source.stat(), cached.stat()
-        key = (str(source), a.st_ino, a.st_size, a.st_mtime_ns, b.st_ino, b.st_size, b.st_mtime_ns)
+        key = (str(source), str(cached), a.st_ino, a.st_size, a.st_mtime_ns, b.st_ino, b.st_size, b.st_mtime_ns)
         if key not in _compiled:
             code, pyc = source.read_bytes(), cached.read_bytes()
-            seen = _compared_equal(source, code, pyc)
-            if seen is not None and seen.is_file():
+            seen = _compared_equal(cached, code, pyc)
+            if _kept(seen):
                 _compiled[key] = True
             else:
-                _compiled[key] = marshal.loads(pyc[16:]) == compile(code, str(source), "exec", dont_inherit=True)
+                _compiled[key] = _same_code(marshal.loads(pyc[16:]),
+                                            compile(code, str(source), "exec", dont_inherit=True))
                 if _compiled[key] and seen is not None:
                     _remember(seen)
         return _compiled[key]
@@ -246,22 +249,45 @@ def _pyc_matches(source: Path) -> bool:
         return False
 
 
+_SAME_CODE_RULE = b"code equality and co_qualname, recursively"  # a verdict kept under an older rule is not read
+
+
+def _same_code(a, b) -> bool:
+    """Two code objects are the same code: equal (bytecode, constants, names, line table) and, for every code
+    object among their constants, the same qualified name too, which code equality leaves out (a function's
+    __qualname__ changed in a .pyc compared equal to its source)."""
+    import types
+
+    if a != b or getattr(a, "co_qualname", None) != getattr(b, "co_qualname", None):
+        return False
+    inner = [(x, y) for x, y in zip(a.co_consts, b.co_consts) if isinstance(x, types.CodeType)]
+    return all(isinstance(y, types.CodeType) and _same_code(x, y) for x, y in inner)
+
+
 def _reads_pycs(mod) -> bool:
-    """The module was loaded by the importer that reads the cached .pyc beside its source (SourceFileLoader), so
-    that .pyc may be what ran. WHY: a module another loader compiled from its source (pytest's assertion
-    rewriter, which keeps its own cache) never read the standard .pyc, and one left stale beside it by an older
-    import was named as if it had run. A loader that runs other code than its file's needs no stale .pyc: it is
-    loaded code of its own, on the allowlist or named."""
-    import importlib.machinery
-
+    """Whether the standard .pyc beside the module's source may be what ran: for every loader but pytest's
+    assertion rewriter, which compiles the source itself and keeps its own cache (a stale standard .pyc left
+    beside a test module by an older import never ran, and was named as if it had). The standard library's
+    SourcelessFileLoader runs that very .pyc: it is compared as the source importer's is."""
     loader = getattr(getattr(mod, "__spec__", None), "loader", None) or getattr(mod, "__loader__", None)
-    return loader is None or isinstance(loader, importlib.machinery.SourceFileLoader)
+    return not (type(loader).__name__ == "AssertionRewritingHook"
+                and type(loader).__module__ == "_pytest.assertion.rewrite")
 
 
-def _compared_equal(source: Path, code: bytes, pyc: bytes) -> Path | None:
+def _kept(path: Path | None) -> bool:
+    """An equal verdict is on disk at `path`. A cache folder that cannot be searched (another user's, mode 0700)
+    or a name the file system refuses is no verdict: the pair is compared, never refused for it."""
+    try:
+        return path is not None and path.is_file()
+    except OSError:
+        return False
+
+
+def _compared_equal(cached: Path, code: bytes, pyc: bytes) -> Path | None:
     """Where the verdict "this .pyc is compiled from this source" is kept for these exact bytes: a file named by
-    the sha256 of everything the comparison read (the interpreter's version, cache tag and optimization level, the source's
-    path and bytes, the .pyc's bytes), under $MEMSPACE_CACHE/lock/compiled (.cache/ by default). Only an equal
+    the sha256 of the rule (_SAME_CODE_RULE) and everything the comparison read (the interpreter's version, cache tag
+    and optimization level, the .pyc's path, the source's bytes, the .pyc's bytes), under $MEMSPACE_CACHE/lock/compiled
+    (.cache/ by default; cache_dir does not move it). Only an equal
     pair is kept: a changed byte of either file is another name, compared anew. Planting a name needs the sha256
     of the very .pyc one forged and write access to the cache: the access that could edit any installed
     distribution, which the lock allows as it is. None: no cache tag (nothing to key on)."""
@@ -271,7 +297,8 @@ def _compared_equal(source: Path, code: bytes, pyc: bytes) -> Path | None:
     if not tag:
         return None
     h = hashlib.sha256()
-    for part in (sys.version.encode(), tag.encode(), str(sys.flags.optimize).encode(), os.fsencode(source), code, pyc):
+    for part in (_SAME_CODE_RULE, sys.version.encode(), tag.encode(), str(sys.flags.optimize).encode(),
+                 os.fsencode(cached), code, pyc):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     root = Path(os.environ.get("MEMSPACE_CACHE", REPO / ".cache")) / "lock" / "compiled"
@@ -384,7 +411,7 @@ def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
             continue  # built-in, frozen or a namespace package: no file of its own
         p, where = _placed(f, site, std, rec, runtime_files, runtime_packages, real)
         if where == "runtime":  # its content checked above; the code loaded is compiled from it
-            if p.suffix == ".py" and _reads_pycs(mod) and not _pyc_matches(p):
+            if p.suffix == ".py" and _reads_pycs(mod) and not _pyc_matches(p, f):
                 bad.append(f"{name} ({p}): its cached .pyc is not compiled from the runtime's file")
             continue
         if where == "runtime package":
@@ -399,7 +426,7 @@ def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
                 bad.append(f"{name} ({rel}): not a tracked file of the tree")
             elif _git_blob(p.read_bytes()) != want:
                 bad.append(f"{name} ({rel}): modified")
-            elif p.suffix == ".py" and _reads_pycs(mod) and not _pyc_matches(p):
+            elif p.suffix == ".py" and _reads_pycs(mod) and not _pyc_matches(p, f):
                 bad.append(f"{name} ({rel}): its cached .pyc is not compiled from the tracked source")
             continue
         bad.append(f"{name} ({p}): outside the tree, the installed distributions and the standard library")
