@@ -285,12 +285,12 @@ def _kept(path: Path | None) -> bool:
 
 def _compared_equal(cached: Path, code: bytes, pyc: bytes) -> Path | None:
     """Where the verdict "this .pyc is compiled from this source" is kept for these exact bytes: a file named by
-    the sha256 of the rule (_SAME_CODE_RULE) and everything the comparison read (the interpreter's version, cache tag
-    and optimization level, the .pyc's path, the source's bytes, the .pyc's bytes), under $MEMSPACE_CACHE/lock/compiled
-    (.cache/ by default; cache_dir does not move it). Only an equal
-    pair is kept: a changed byte of either file is another name, compared anew. Planting a name needs the sha256
-    of the very .pyc one forged and write access to the cache: the access that could edit any installed
-    distribution, which the lock allows as it is. None: no cache tag (nothing to key on)."""
+    the sha256 of the rule (_SAME_CODE_RULE) and everything the comparison read (the interpreter's version, cache
+    tag and optimization level, the .pyc's path, the source's bytes, the .pyc's bytes), under
+    $MEMSPACE_CACHE/lock/compiled (.cache/ by default; cache_dir does not move it). Only an equal pair is kept: a
+    changed byte of either file is another name, compared anew. Planting a name needs the sha256 of the very .pyc
+    one forged and write access to the cache: the access that could edit any installed distribution, which the
+    lock allows as it is. None: no cache tag (nothing to key on)."""
     import sys
 
     tag = sys.implementation.cache_tag
