@@ -11,10 +11,10 @@ nothing parsed is shared.
 
 Hydra imports this module when it scans `hydra_plugins`, before it registers the plugins it found (its own
 among them), and its source registry keeps the first class registered for a scheme under a class name: so these
-classes, registered here on import under the names of Hydra's own, serve the `file`, `pkg` and `structured` schemes, reading as
-Hydra's do (the header from the first 512 characters, the body through OmegaConf.load on universal-newline text).
-Registered after Hydra's (a registry built before this module was imported), they change nothing: Hydra's own
-sources read every file as before.
+classes, registered here on import under the names of Hydra's own, serve the `file`, `pkg` and `structured`
+schemes, reading as Hydra's do (the header from the first 512 characters, the body through OmegaConf.load on
+universal-newline text). Registered after Hydra's (a registry built before this module was imported), they change
+nothing: Hydra's own sources read every file as before. The interpolation map is replaced on import either way.
 """
 
 from __future__ import annotations
