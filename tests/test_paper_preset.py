@@ -836,7 +836,7 @@ def test_a_stale_pyc_is_named_for_every_loader_but_pytests_rewriter_which_compil
     for loader in (None, importlib.machinery.SourcelessFileLoader("pkg.mod", pyc), FromSource()):
         module = _module("pkg.mod", src) if loader is None else loaded_by(loader)
         bad = lock.loaded_code({"pkg.mod": module}, root=root)
-        assert len(bad) == 1 and "its cached .pyc is not compiled from the tracked source" in bad[0], (loader, bad)
+        assert "pkg.mod (pkg/mod.py): its cached .pyc is not compiled from the tracked source" in bad, (loader, bad)
     assert not lock._reads_pycs(sys.modules[__name__])  # this module: loaded by pytest's assertion rewriter
     assert lock._reads_pycs(sys.modules["harness.run.lock"])
 
@@ -884,6 +884,98 @@ def test_a_cache_folder_that_cannot_be_searched_never_refuses_a_good_pyc(tmp_pat
     py_compile.compile(str(src), cfile=importlib.util.cache_from_source(str(src)), doraise=True)
     lock._compiled.clear()
     assert lock.loaded_code({"pkg.mod": _module("pkg.mod", src)}, root=root) == []
+
+
+def test_a_pyc_is_the_sources_only_in_every_part_that_runs_a_specialized_opcode_a_stack_size_a_cell(tmp_path):
+    """Code equality reads a specialized opcode as its base one and leaves out the stack size, which locals are
+    cells and a nested function's file name: a .pyc that differs from its source in any of these runs other code
+    (here x - 1 for x + 1) and is named, its verdict never kept; its source's own .pyc is allowed."""
+    import dis
+    import importlib.util
+    import marshal
+    import py_compile
+
+    source = "def f(x):\n    return x + 1\n"
+    root = _repo(tmp_path / "repo", {"pkg/mod.py": source})
+    src = root / "pkg" / "mod.py"
+    pyc = Path(importlib.util.cache_from_source(str(src)))
+    py_compile.compile(str(src), cfile=str(pyc), doraise=True)
+    good = pyc.read_bytes()
+    top = marshal.loads(good[16:])
+    f = next(c for c in top.co_consts if hasattr(c, "co_code"))
+    raw = f._co_code_adaptive
+    at = raw.index(bytes([dis.opmap["BINARY_OP"], 0]))  # x + 1
+    subtract = raw[:at] + bytes([dis._all_opmap["BINARY_OP_SUBTRACT_INT"], 0]) + raw[at + 2:]
+    forged = {"specialized opcode": good.replace(raw, subtract),
+              "stack size": good[:16] + marshal.dumps(top.replace(co_consts=tuple(
+                  c.replace(co_stacksize=c.co_stacksize + 5) if c is f else c for c in top.co_consts))),
+              "nested file name": good[:16] + marshal.dumps(top.replace(co_consts=tuple(
+                  c.replace(co_filename="/elsewhere.py") if c is f else c for c in top.co_consts)))}
+    mods = {"pkg.mod": _module("pkg.mod", src)}
+    st = src.stat()
+    for what, data in forged.items():
+        assert data != good, what
+        pyc.write_bytes(data)
+        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+        lock._compiled.clear()
+        bad = lock.loaded_code(mods, root=root)
+        assert len(bad) == 1 and "its cached .pyc is not compiled from the tracked source" in bad[0], (what, bad)
+        assert not lock._kept(lock._compared_equal(pyc, src.read_bytes(), data)), what
+    spec = importlib.util.spec_from_file_location("pkg.mod", src)
+    ran = importlib.util.module_from_spec(spec)
+    pyc.write_bytes(forged["specialized opcode"])
+    spec.loader.exec_module(ran)
+    assert ran.f(10) == 9  # what that .pyc runs, while its source says 11
+    pyc.write_bytes(good)
+    lock._compiled.clear()
+    assert lock.loaded_code(mods, root=root) == []
+
+
+def test_the_file_a_loader_reads_is_checked_beside_the_one_the_spec_names_and_a_rewrite_in_place_is_seen(tmp_path):
+    """A loader given another file than the spec's origin runs that file: it is checked too (an untracked file
+    is named though `__file__` is tracked). And a .pyc rewritten in place with its size and mtime put back is
+    compared anew within the process (its ctime moved)."""
+    import importlib.machinery
+    import importlib.util
+
+    root = _repo(tmp_path / "repo", {"pkg/mod.py": "def f():\n    return 1\n"})
+    src = root / "pkg" / "mod.py"
+    evil = tmp_path / "evil.py"
+    evil.write_text("def f():\n    return 7\n")
+    spec = importlib.util.spec_from_file_location("pkg.mod", src,
+                                                  loader=importlib.machinery.SourceFileLoader("pkg.mod", str(evil)))
+    bad = lock.loaded_code({"pkg.mod": importlib.util.module_from_spec(spec)}, root=root)
+    assert len(bad) == 1 and str(evil) in bad[0] and "outside the tree" in bad[0], bad
+    mods = {"pkg.mod": _module("pkg.mod", src)}
+    _pyc_of(src.read_text(), src, tmp_path, 0)
+    lock._compiled.clear()
+    assert lock.loaded_code(mods, root=root) == []
+    pyc = Path(importlib.util.cache_from_source(str(src)))
+    good, before = pyc.read_bytes(), pyc.stat()
+    _pyc_of("def f():\n    return 7\n", src, tmp_path, 1)
+    forged = pyc.read_bytes()
+    pyc.unlink()
+    pyc.write_bytes(good)
+    lock._compiled.clear()
+    assert lock.loaded_code(mods, root=root) == []
+    before = pyc.stat()
+    with open(pyc, "r+b") as fh:  # in place: the same inode and size, and its mtime put back
+        fh.write(forged)
+    os.utime(pyc, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (pyc.stat().st_ino, pyc.stat().st_size, pyc.stat().st_mtime_ns) == \
+        (before.st_ino, before.st_size, before.st_mtime_ns) and len(forged) == len(good)
+    bad = lock.loaded_code(mods, root=root)  # no clearing: the process's own memo must see the change
+    assert len(bad) == 1 and ".pyc" in bad[0], bad
+
+
+def test_a_source_whose_pyc_path_the_file_system_refuses_is_looked_at_without_a_crash(tmp_path):
+    """A module file whose .pyc name is too long for the file system imports (the importer ignores the .pyc);
+    the lock gives its verdict on the source and does not raise."""
+    root = _repo(tmp_path / "repo", {f"pkg/{'a' * 245}.py": "x = 1\n"})
+    src = root / "pkg" / f"{'a' * 245}.py"
+    (root / "pkg" / "__pycache__").mkdir()  # its folder there (other modules' .pyc): only the name is refused
+    lock._compiled.clear()
+    assert lock.loaded_code({"pkg.long": _module("pkg.long", src)}, root=root) == []
 
 
 def _pyc_of(text: str, src: Path, tmp: Path, n: int) -> None:

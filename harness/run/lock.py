@@ -225,23 +225,31 @@ def _pyc_matches(source: Path, loaded_from: str | None = None) -> bool:
     import importlib.util
     import marshal
 
+    import _imp
+
+    named = str(loaded_from or source)  # the path the importer compiles under and fixes the code's file name to
     try:
-        cached = Path(importlib.util.cache_from_source(str(loaded_from or source)))
+        cached = Path(importlib.util.cache_from_source(named))
     except (NotImplementedError, ValueError):
         return True
-    if not cached.is_file():
-        return True
-    try:  # compared again whenever either file's inode, size or mtime changed (a stage checks its code at each start)
+    try:
+        if not cached.is_file():
+            return True
+    except OSError:  # a .pyc path this process cannot look at (too long, a folder it may not search): the
+        return True  # importer could not read it either, and compiled the source
+    try:  # compared again whenever either file changed in any way stat shows (a stage checks its code at each start)
         a, b = source.stat(), cached.stat()
-        key = (str(source), str(cached), a.st_ino, a.st_size, a.st_mtime_ns, b.st_ino, b.st_size, b.st_mtime_ns)
+        key = (str(source), str(cached), *(getattr(x, k) for x in (a, b)
+                                           for k in ("st_ino", "st_size", "st_mtime_ns", "st_ctime_ns")))
         if key not in _compiled:
             code, pyc = source.read_bytes(), cached.read_bytes()
             seen = _compared_equal(cached, code, pyc)
             if _kept(seen):
                 _compiled[key] = True
             else:
-                _compiled[key] = _same_code(marshal.loads(pyc[16:]),
-                                            compile(code, str(source), "exec", dont_inherit=True))
+                loaded = marshal.loads(pyc[16:])
+                _imp._fix_co_filename(loaded, named)  # as the importer does to a .pyc it loads
+                _compiled[key] = _same_code(loaded, compile(code, named, "exec", dont_inherit=True))
                 if _compiled[key] and seen is not None:
                     _remember(seen)
         return _compiled[key]
@@ -249,16 +257,21 @@ def _pyc_matches(source: Path, loaded_from: str | None = None) -> bool:
         return False
 
 
-_SAME_CODE_RULE = b"code equality and co_qualname, recursively"  # a verdict kept under an older rule is not read
+_SAME_CODE_RULE = b"code equality and _CODE_PARTS, recursively"  # a verdict kept under an older rule is not read
+# what code equality leaves out and still decides what runs or what it reports: the bytecode as it executes
+# (a specialized opcode reads as its base one in co_code), the frame's stack size, which locals are cells, the
+# qualified name and the file name (a nested function's, which the importer does not fix)
+_CODE_PARTS = ("_co_code_adaptive", "co_code", "co_stacksize", "co_flags", "co_argcount", "co_posonlyargcount",
+               "co_kwonlyargcount", "co_nlocals", "co_names", "co_varnames", "co_cellvars", "co_freevars",
+               "co_name", "co_qualname", "co_filename", "co_firstlineno", "co_linetable", "co_exceptiontable")
 
 
 def _same_code(a, b) -> bool:
-    """Two code objects are the same code: equal (bytecode, constants, names, line table) and, for every code
-    object among their constants, the same qualified name too, which code equality leaves out (a function's
-    __qualname__ changed in a .pyc compared equal to its source)."""
+    """Two code objects, neither run yet, are the same code: equal (which compares constants by kind and value)
+    and alike in every part of _CODE_PARTS, recursively through the code objects among their constants."""
     import types
 
-    if a != b or getattr(a, "co_qualname", None) != getattr(b, "co_qualname", None):
+    if a != b or any(getattr(a, k, None) != getattr(b, k, None) for k in _CODE_PARTS):
         return False
     inner = [(x, y) for x, y in zip(a.co_consts, b.co_consts) if isinstance(x, types.CodeType)]
     return all(isinstance(y, types.CodeType) and _same_code(x, y) for x, y in inner)
@@ -288,9 +301,9 @@ def _compared_equal(cached: Path, code: bytes, pyc: bytes) -> Path | None:
     the sha256 of the rule (_SAME_CODE_RULE) and everything the comparison read (the interpreter's version, cache
     tag and optimization level, the .pyc's path, the source's bytes, the .pyc's bytes), under
     $MEMSPACE_CACHE/lock/compiled (.cache/ by default; cache_dir does not move it). Only an equal pair is kept: a
-    changed byte of either file is another name, compared anew. Planting a name needs the sha256 of the very .pyc
-    one forged and write access to the cache: the access that could edit any installed distribution, which the
-    lock allows as it is. None: no cache tag (nothing to key on)."""
+    changed byte of either file is another name, compared anew. A name planted there is trusted: whoever can write
+    that folder (the repo's ignored .cache/ by default) is trusted as the lock trusts whoever can write
+    site-packages. None: no cache tag (nothing to key on)."""
     import sys
 
     tag = sys.implementation.cache_tag
@@ -379,6 +392,44 @@ def _module_file(mod) -> str | None:
     return f if isinstance(f, str) and Path(f).is_absolute() else None
 
 
+def _module_files(mod) -> list[str]:
+    """Every file a module's code came from: the file its spec names and, when its loader reads another one (a
+    SourceFileLoader or SourcelessFileLoader given another path than the spec's origin), that file too: it is
+    the code that ran."""
+    f = _module_file(mod)
+    if not f:
+        return []
+    loader = getattr(getattr(mod, "__spec__", None), "loader", None) or getattr(mod, "__loader__", None)
+    read = getattr(loader, "path", None)
+    if isinstance(read, str) and Path(read).is_absolute() and os.path.realpath(read) != os.path.realpath(f):
+        return [f, read]
+    return [f]
+
+
+def _file_verdict(name, mod, f, root, site, std, tracked, rec, runtime_files, runtime_packages, real) -> list[str]:
+    """What is wrong with one file a loaded module's code came from (empty: it is on the allowlist)."""
+    p, where = _placed(f, site, std, rec, runtime_files, runtime_packages, real)
+    if where == "runtime":  # its content checked above; the code loaded is compiled from it
+        if p.suffix == ".py" and _reads_pycs(mod) and not _pyc_matches(p, f):
+            return [f"{name} ({p}): its cached .pyc is not compiled from the runtime's file"]
+        return []
+    if where == "runtime package":
+        return [f"{name} ({p}): inside the runtime's packages but not in its RECORD"]
+    if where in ("site", "std"):
+        return []
+    if _under(p, root) and tracked is not None:
+        rel = p.relative_to(root).as_posix()
+        want = tracked.get(rel)
+        if want is None:
+            return [f"{name} ({rel}): not a tracked file of the tree"]
+        if _git_blob(p.read_bytes()) != want:
+            return [f"{name} ({rel}): modified"]
+        if p.suffix == ".py" and _reads_pycs(mod) and not _pyc_matches(p, f):
+            return [f"{name} ({rel}): its cached .pyc is not compiled from the tracked source"]
+        return []
+    return [f"{name} ({p}): outside the tree, the installed distributions and the standard library"]
+
+
 def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
     """The allowlist over the code that is loaded: every module in sys.modules whose code comes from a file must be
     (a) a git-tracked file of the tree, unmodified (its content is HEAD's index blob) and, when a cached .pyc is
@@ -406,28 +457,7 @@ def loaded_code(modules: dict | None = None, root: Path = REPO) -> list[str]:
     # the runtime's package folders (each holding an __init__.py of its RECORD): a set, so a file's check is its depth
     runtime_packages = frozenset(str(q.parent) for q in runtime_files if q.name == "__init__.py")
     for name, mod in sorted(mods.items(), key=lambda kv: kv[0]):
-        f = _module_file(mod) if mod is not None else None
-        if not f:
-            continue  # built-in, frozen or a namespace package: no file of its own
-        p, where = _placed(f, site, std, rec, runtime_files, runtime_packages, real)
-        if where == "runtime":  # its content checked above; the code loaded is compiled from it
-            if p.suffix == ".py" and _reads_pycs(mod) and not _pyc_matches(p, f):
-                bad.append(f"{name} ({p}): its cached .pyc is not compiled from the runtime's file")
-            continue
-        if where == "runtime package":
-            bad.append(f"{name} ({p}): inside the runtime's packages but not in its RECORD")
-            continue
-        if where in ("site", "std"):
-            continue
-        if _under(p, root) and tracked is not None:
-            rel = p.relative_to(root).as_posix()
-            want = tracked.get(rel)
-            if want is None:
-                bad.append(f"{name} ({rel}): not a tracked file of the tree")
-            elif _git_blob(p.read_bytes()) != want:
-                bad.append(f"{name} ({rel}): modified")
-            elif p.suffix == ".py" and _reads_pycs(mod) and not _pyc_matches(p, f):
-                bad.append(f"{name} ({rel}): its cached .pyc is not compiled from the tracked source")
-            continue
-        bad.append(f"{name} ({p}): outside the tree, the installed distributions and the standard library")
+        for f in (_module_files(mod) if mod is not None else []):  # none: built-in, frozen, a namespace package
+            bad.extend(_file_verdict(name, mod, f, root, site, std, tracked, rec, runtime_files, runtime_packages,
+                                     real))
     return bad
