@@ -218,10 +218,10 @@ def _pyc_matches(source: Path, loaded_from: str | None = None) -> bool:
     """The cached .pyc the importer reads for this module (if any) holds the code compiled from that exact source.
     WHY: a stale .pyc with the source's size and mtime is imported instead of the source, so the file that looks
     tracked is not the code that runs. `loaded_from`: the module's file as the importer named it (a tracked link
-    to another file has a .pyc of its own name, not its target's). Compared as code objects, their qualified
-    names included (_same_code); a pair of exact bytes found equal once is remembered on disk (_compared_equal),
-    so each new process does not compile the ~170 runtime modules a stage loads again (45 s of CPU across the
-    test suite)."""
+    to another file has a .pyc of its own name, not its target's). Compared as code objects, in what code
+    equality leaves out too (_same_code); a pair of exact bytes found equal once is remembered on disk
+    (_compared_equal), so each new process does not compile the ~170 runtime modules a stage loads again (45 s of
+    CPU across the test suite)."""
     import importlib.util
     import marshal
 
