@@ -49,18 +49,28 @@ def composed(config_dir: Path, overrides: list[str], name: str = "config") -> di
     return OmegaConf.to_container(cfg, resolve=False)
 
 
-def test_the_cached_sources_serve_hydras_schemes_in_every_process_that_composes():
+def test_the_cached_sources_serve_hydras_schemes_in_every_process_that_composes(tmp_path):
+    import importlib.util
+    import sys
+
     from hydra._internal import defaults_list
 
-    import importlib.util
-
     composed(REPO / "conf", [])
-    for _ in range(3):  # the module run again, as Hydra's plugin scan runs a module it already imported
+    for _ in range(3):  # the module run again in its own module object, as Hydra's plugin scan runs it, after
+        installed = defaults_list._create_interpolation_map  # someone wrapped what was installed
+        defaults_list._create_interpolation_map = lambda *a, _f=installed: _f(*a)
         spec = importlib.util.find_spec("hydra_plugins.memspace_config_cache")
+        spec.loader.exec_module(sys.modules["hydra_plugins.memspace_config_cache"])
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
     ours = defaults_list._create_interpolation_map
     assert ours.__module__ == "hydra_plugins.memspace_config_cache"
     assert ours.__wrapped__.__module__ == "hydra._internal.defaults_list"  # Hydra's own, never a wrapper of ours
+    stage = tmp_path / "conf"
+    for group in ("db", "x"):
+        (stage / group).mkdir(parents=True)
+        (stage / group / "a.yaml").write_text(f"{group}_of: a\n")
+    (stage / "config.yaml").write_text("defaults:\n  - db: a\n  - x: ${db}\n  - _self_\n")
+    assert composed(stage, [])["x"] == {"x_of": "a"}  # an interpolated default composes, no endless recursion
     types = SourcesRegistry.instance().types
     assert {types[s].__module__ for s in ("file", "pkg", "structured")} == {"hydra_plugins.memspace_config_cache"}
 

@@ -557,7 +557,8 @@ def schema_node(schema):
     """A dataclass's structured config, built once per class in a process, for OmegaConf.merge to start from: merge
     copies its first config and changes none of its inputs, so every caller gets its own result. WHY: OmegaConf
     builds a structured config field by field, and every command types each condition's, endpoint's and
-    stage's node several times (32 s of CPU across the test suite)."""
+    stage's node several times (32 s of CPU across the test suite). A schema's defaults are therefore read once
+    per process: a `default_factory` that reads the environment sees it as it was at first use."""
     from omegaconf import OmegaConf
 
     return OmegaConf.structured(schema)

@@ -108,10 +108,11 @@ for _source in (FileConfigSource, ImportlibResourcesConfigSource, StructuredConf
     SourcesRegistry.instance().register(_source)
 
 
-# Hydra's own function, also when this module runs again (Hydra's plugin scan executes a module it already
-# imported, and each run would wrap the one before): a wrapper carries Hydra's function as __wrapped__
-HYDRAS_INTERPOLATION_MAP = getattr(_defaults._create_interpolation_map, "__wrapped__",
-                                   _defaults._create_interpolation_map)
+# the function this module's first run found (Hydra's own), kept on Hydra's module: Hydra's plugin scan executes
+# a module it already imported again, and a later run that took whatever is installed then (this wrapper, or a
+# wrapper of it) would call itself without end
+HYDRAS_INTERPOLATION_MAP = _defaults.__dict__.setdefault("_memspace_hydras_interpolation_map",
+                                                         _defaults._create_interpolation_map)
 
 
 def interpolation_map(overrides, defaults_list, self_added):
